@@ -1,0 +1,89 @@
+"""Argument checks shared by the Spark-facing operators: every error names the argument."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pyspark.sql import types as T
+
+TIME_TYPES = (T.TimestampType, T.TimestampNTZType)
+#: Column metadata key Spark sets on the event-time column of ``withWatermark``.
+WATERMARK_KEY = "spark.watermarkDelayMs"
+
+
+def is_dataframe(obj) -> bool:
+    """True for classic and Spark Connect DataFrames."""
+    from pyspark.sql import DataFrame
+
+    if isinstance(obj, DataFrame):
+        return True
+    try:
+        from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
+    except Exception:  # Spark Connect extras not installed
+        return False
+    return isinstance(obj, ConnectDataFrame)
+
+
+def dataframe(obj, name: str):
+    """Check that ``obj`` is a PySpark DataFrame."""
+    if not is_dataframe(obj):
+        raise TypeError(f"{name} must be a pyspark.sql.DataFrame, got {type(obj).__name__}")
+    return obj
+
+
+def column_list(df, cols, name: str, *, allow_empty: bool = True) -> list[str]:
+    """Normalise ``cols`` (a name or an iterable of names) and check each exists in ``df``."""
+    if isinstance(cols, str):
+        cols = [cols]
+    elif cols is None:
+        cols = []
+    elif isinstance(cols, Iterable):
+        cols = list(cols)
+    else:
+        raise TypeError(f"{name} must be a column name or a list of column names, got {cols!r}")
+    for c in cols:
+        if not isinstance(c, str):
+            raise TypeError(f"{name} must contain column names (str), got {c!r}")
+    if not cols and not allow_empty:
+        raise ValueError(f"{name} must name at least one column")
+    if len(set(cols)) != len(cols):
+        raise ValueError(f"{name} names a column twice: {cols}")
+    available = df.columns
+    missing = [c for c in cols if c not in available]
+    if missing:
+        raise ValueError(f"{name}: unknown column(s) {missing}; available columns: {available}")
+    return cols
+
+
+def column(df, col, name: str) -> str:
+    """Check a single column name."""
+    if not isinstance(col, str):
+        raise TypeError(f"{name} must be a column name (str), got {col!r}")
+    return column_list(df, [col], name)[0]
+
+
+def time_column(df, col, name: str, *, allow_integer: bool = False) -> T.DataType:
+    """Check that ``col`` exists and is a timestamp (or, if allowed, an integer) column; return its type."""
+    column(df, col, name)
+    dtype = df.schema[col].dataType
+    ok = isinstance(dtype, TIME_TYPES) or (allow_integer and isinstance(dtype, (T.LongType, T.IntegerType)))
+    if not ok:
+        expected = "a timestamp column" + (" or an integer column" if allow_integer else "")
+        raise TypeError(f"{name} must be {expected}; column {col!r} has type {dtype.simpleString()}")
+    return dtype
+
+
+def watermark_delay_ms(df, col: str) -> int | None:
+    """The watermark delay declared by ``withWatermark`` on ``col``, or None."""
+    meta = df.schema[col].metadata or {}
+    value = meta.get(WATERMARK_KEY)
+    return None if value is None else int(value)
+
+
+def require_watermark(df, col: str, name: str) -> int:
+    """For a streaming ``df``, require a watermark on ``col``; return its delay in ms."""
+    delay = watermark_delay_ms(df, col)
+    if delay is None:
+        raise ValueError(
+            f"{name}: the streaming input needs a watermark on its time column {col!r}; "
+            f"call .withWatermark({col!r}, '<delay>') on it first")
+    return delay

@@ -1,0 +1,1 @@
+"""pyspark_cq.cost (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""pyspark_cq.estimators (see docs/architecture.md)."""

@@ -1,0 +1,104 @@
+"""Per-batch operator reports, one mechanism for every pyspark-cq operator.
+
+Operators run in Spark's Python workers, so they report through the data itself: next to its data rows
+a stateful operator emits one *report row* per group invocation (``REPORT`` column true, the data
+columns null, the counters in ``__cq_<metric>`` columns). :func:`attach` sums the counters with
+``DataFrame.observe`` under the operator's name and removes report rows and columns, so the user's
+output is unchanged and the driver reads the per-batch numbers from
+``StreamingQueryProgress.observedMetrics`` (see :func:`read`). Stateless operators (Γ) report the same
+way from a per-row status column.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+REPORT = "__cq_report"
+#: Counters every stateful operator reports per micro-batch (sums over the invoked groups).
+METRICS = ("input_rows", "output_rows", "state_rows", "state_bytes", "evicted_rows", "late_rows",
+           "malformed_rows")
+PREFIX = "__cq_"
+
+
+def _col(metric: str) -> str:
+    return PREFIX + metric
+
+
+def report_schema(schema: T.StructType) -> T.StructType:
+    """``schema`` plus the report columns, for the operator's ``outputStructType``."""
+    fields = list(schema.fields) + [T.StructField(REPORT, T.BooleanType(), False)]
+    fields += [T.StructField(_col(m), T.LongType(), True) for m in METRICS]
+    return T.StructType(fields)
+
+
+def data_rows(pdf: pd.DataFrame) -> pd.DataFrame:
+    """Mark a pandas frame of data rows (columns of the operator's output schema, in order)."""
+    out = pdf.copy(deep=False)
+    out[REPORT] = False
+    for m in METRICS:
+        out[_col(m)] = None
+    return out
+
+
+def report_row(columns, **metrics: int) -> pd.DataFrame:
+    """One report row: the data ``columns`` null, the given counters set (others 0)."""
+    unknown = set(metrics) - set(METRICS)
+    if unknown:
+        raise ValueError(f"metrics: unknown counter(s) {sorted(unknown)}; known: {METRICS}")
+    row = {c: [None] for c in columns}
+    row[REPORT] = [True]
+    for m in METRICS:
+        row[_col(m)] = [int(metrics.get(m, 0))]
+    return pd.DataFrame(row)
+
+
+def attach(df, name: str, counters: Mapping[str, object] | None = None, keep=None, drop=()):
+    """Turn an operator's raw output into the user's output and register its observed metrics.
+
+    Parameters
+    ----------
+    df : DataFrame
+        The operator's output. Without ``counters`` it must carry the report columns of
+        :func:`report_schema`.
+    name : str
+        The observed-metrics name (unique within a query).
+    counters : mapping of str to Column, optional
+        For stateless operators: metric name -> aggregate Column (e.g. ``F.sum(...)``).
+    keep : Column, optional
+        With ``counters``: which rows are data rows.
+    drop : sequence of str
+        With ``counters``: helper columns to remove after observing.
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty string, got {name!r}")
+    if counters is None:
+        exprs = [F.coalesce(F.sum(_col(m)), F.lit(0)).alias(m) for m in METRICS]
+        keep = ~F.col(REPORT)
+        drop = [REPORT] + [_col(m) for m in METRICS]
+    else:
+        exprs = [F.coalesce(c, F.lit(0)).alias(m) for m, c in counters.items()]
+    observed = df.observe(name, *exprs)
+    if keep is not None:
+        observed = observed.filter(keep)
+    return observed.drop(*drop) if drop else observed
+
+
+def read(progress, name: str) -> dict[str, int] | None:
+    """The counters an operator named ``name`` reported in one batch.
+
+    ``progress`` is a ``StreamingQuery`` (its last progress is read), a ``StreamingQueryProgress`` or
+    its JSON dict. Returns None when the batch has no report under that name.
+    """
+    if hasattr(progress, "lastProgress"):
+        progress = progress.lastProgress
+    if progress is None:
+        return None
+    observed = progress.get("observedMetrics") if isinstance(progress, dict) else progress.observedMetrics
+    if not observed or name not in observed:
+        return None
+    row = observed[name]
+    values = row.asDict() if hasattr(row, "asDict") else dict(row)
+    return {k: (int(v) if v is not None else 0) for k, v in values.items()}

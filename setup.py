@@ -1,0 +1,56 @@
+"""Build script: compiles the native kernels in ``native/``.
+
+Every ``native/<name>.pyx`` becomes the Cython module ``pyspark_cq._<name>`` and every
+``native/<name>.cpp`` that defines ``PYBIND11_MODULE`` becomes the pybind11 module
+``pyspark_cq._<name>``. Package metadata lives in ``pyproject.toml``.
+"""
+import os
+import re
+import sys
+from pathlib import Path
+
+import numpy
+from Cython.Build import cythonize
+from pybind11.setup_helpers import Pybind11Extension
+from setuptools import Extension, setup
+
+HERE = Path(__file__).parent
+NATIVE = HERE / "native"
+
+# -O3 and no -march=native: wheels must run on any x86-64 / aarch64 machine of a cluster.
+CFLAGS = ["-O3"] if sys.platform != "win32" else ["/O2"]
+
+
+def cython_extensions():
+    exts = []
+    for pyx in sorted(NATIVE.glob("*.pyx")):
+        exts.append(
+            Extension(
+                f"pyspark_cq._{pyx.stem}",
+                [os.path.relpath(pyx, HERE)],
+                include_dirs=[numpy.get_include(), str(NATIVE)],
+                define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+                extra_compile_args=CFLAGS,
+            )
+        )
+    return cythonize(exts, language_level=3, compiler_directives={"boundscheck": False, "wraparound": False})
+
+
+def pybind_extensions():
+    exts = []
+    for cpp in sorted(NATIVE.glob("*.cpp")):
+        if not re.search(r"PYBIND11_MODULE\s*\(", cpp.read_text()):
+            continue
+        exts.append(
+            Pybind11Extension(
+                f"pyspark_cq._{cpp.stem}",
+                [os.path.relpath(cpp, HERE)],
+                include_dirs=[str(NATIVE)],
+                cxx_std=17,
+                extra_compile_args=CFLAGS,
+            )
+        )
+    return exts
+
+
+setup(ext_modules=cython_extensions() + pybind_extensions())

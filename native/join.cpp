@@ -1,0 +1,616 @@
+// pybind11 module pyspark_cq._join: symmetric hash join state with temporal expiration.
+//
+// Implements the join status structure of Cammert, Kraemer, Seeger, Vaupel (PIPES, "A Cost Model for
+// Adaptive Resource Management in Data Stream Systems"), section 3.6.3 with the temporal expiration of
+// section 2.4.4 and the implementation note of section 3.4.1: per input a hash table from the join key
+// to its rows, and all rows additionally linked by their expiry timestamp through a separate min-heap,
+// so that purging expired rows costs O(log n) per *removed* row and O(1) when nothing expires, instead
+// of a scan of the whole state (which is what Spark's own stream-stream join does).
+//
+// Rows are (key bytes, event time in microseconds, payload id, matched flag). The kernel never sees
+// payload values: the caller keeps them (Arrow tables) and addresses them by id. Key equality is
+// exact: the hash only selects the bucket, the encoded key bytes are compared in full.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "serde.hpp"
+
+namespace py = pybind11;
+
+namespace {
+
+constexpr int64_t kFormatVersion = 1;
+constexpr int32_t kFree = -2;     // bucket[] of a free slot
+constexpr int32_t kNullKey = -1;  // bucket[] of a row whose key has a null: stored, never matched
+constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
+constexpr int64_t kI64Min = std::numeric_limits<int64_t>::min();
+
+inline uint64_t mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+inline uint64_t hash_bytes(const uint8_t* p, size_t n) {
+  uint64_t h = mix64(0x9E3779B97F4A7C15ULL ^ n);
+  while (n >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    h = mix64(h ^ v) + 0x9E3779B97F4A7C15ULL;
+    p += 8;
+    n -= 8;
+  }
+  if (n) {
+    uint64_t v = 0;
+    std::memcpy(&v, p, n);
+    h = mix64(h ^ v ^ (static_cast<uint64_t>(n) << 56));
+  }
+  return h;
+}
+
+inline int64_t sat_add(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_add_overflow(a, b, &r)) return b > 0 ? kI64Max : kI64Min;
+  return r;
+}
+
+// One row of the state. Array-of-structs so that a chain step touches one cache line.
+struct Slot {
+  int64_t time;
+  int64_t id;
+  int32_t next, prev;
+  int32_t bucket;  // kFree, kNullKey or the key's bucket
+  uint8_t matched;
+};
+
+// One distinct key: head of its row chain, row count, key bytes (inline when at most 8 bytes, so that
+// the common integer / short string key is compared without touching the arena).
+struct Bucket {
+  int32_t head;
+  int32_t count;
+  uint32_t klen;
+  uint64_t key;  // the bytes themselves (klen <= 8, zero-padded) or the arena offset
+};
+
+// Index entry: the full hash next to the bucket id, so that mismatches are rejected without a miss.
+struct Entry {
+  uint64_t hash;
+  int32_t bucket;  // -1 empty
+};
+
+inline uint64_t load_small(const uint8_t* k, uint32_t n) {
+  uint64_t v = 0;
+  std::memcpy(&v, k, n);
+  return v;
+}
+
+// One input's status structure.
+struct Side {
+  std::vector<Slot> slots;
+  std::vector<int32_t> free_slots;
+  std::vector<Bucket> buckets;
+  std::vector<int32_t> free_buckets;
+  std::string arena;
+  size_t arena_live = 0;
+  // Open-addressing index (linear probing, backward-shift deletion): hash -> bucket.
+  std::vector<Entry> table;
+  uint64_t mask = 0;
+  size_t nbuckets = 0;
+  // Rows with a null key component: they can never match but must expire (outer joins emit them).
+  int32_t null_head = -1;
+  size_t nulls = 0;
+  // Expiry linkage (PIPES section 3.4.1): min-heap of (time, slot).
+  std::vector<std::pair<int64_t, int32_t>> heap;
+  size_t live = 0;
+
+  bool key_equal(const Bucket& b, const uint8_t* k, uint32_t n) const {
+    if (b.klen != n) return false;
+    if (n <= 8) return b.key == load_small(k, n);
+    return std::memcmp(arena.data() + b.key, k, n) == 0;
+  }
+
+  void prefetch(uint64_t h) const {
+    if (!table.empty()) __builtin_prefetch(&table[h & mask]);
+  }
+
+  int32_t find(uint64_t h, const uint8_t* k, uint32_t n) const {
+    if (table.empty()) return -1;
+    for (uint64_t i = h & mask;; i = (i + 1) & mask) {
+      const Entry& e = table[i];
+      if (e.bucket < 0) return -1;
+      if (e.hash == h && key_equal(buckets[e.bucket], k, n)) return e.bucket;
+    }
+  }
+
+  void rehash(size_t capacity) {
+    std::vector<Entry> old;
+    old.swap(table);
+    table.assign(capacity, Entry{0, -1});
+    mask = capacity - 1;
+    for (const Entry& e : old) {
+      if (e.bucket < 0) continue;
+      uint64_t i = e.hash & mask;
+      while (table[i].bucket >= 0) i = (i + 1) & mask;
+      table[i] = e;
+    }
+  }
+
+  int32_t find_or_add(uint64_t h, const uint8_t* k, uint32_t n) {
+    if ((nbuckets + 1) * 2 > table.size()) rehash(std::max<size_t>(16, table.size() * 2));
+    uint64_t i = h & mask;
+    for (;; i = (i + 1) & mask) {
+      const Entry& e = table[i];
+      if (e.bucket < 0) break;
+      if (e.hash == h && key_equal(buckets[e.bucket], k, n)) return e.bucket;
+    }
+    int32_t b;
+    if (!free_buckets.empty()) {
+      b = free_buckets.back();
+      free_buckets.pop_back();
+    } else {
+      b = static_cast<int32_t>(buckets.size());
+      buckets.emplace_back();
+    }
+    Bucket& bk = buckets[b];
+    bk.head = -1;
+    bk.count = 0;
+    bk.klen = n;
+    if (n <= 8) {
+      bk.key = load_small(k, n);
+    } else {
+      bk.key = arena.size();
+      arena.append(reinterpret_cast<const char*>(k), n);
+      arena_live += n;
+    }
+    table[i] = Entry{h, b};
+    ++nbuckets;
+    return b;
+  }
+
+  void erase_bucket(int32_t b) {
+    const uint8_t* k = key_bytes(b);
+    uint64_t i = hash_bytes(k, buckets[b].klen) & mask;
+    while (table[i].bucket != b) i = (i + 1) & mask;
+    // Backward-shift deletion keeps every probe sequence intact without tombstones.
+    uint64_t j = i;
+    for (;;) {
+      j = (j + 1) & mask;
+      const Entry c = table[j];
+      if (c.bucket < 0) break;
+      uint64_t home = c.hash & mask;
+      bool between = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
+      if (!between) {
+        table[i] = c;
+        i = j;
+      }
+    }
+    table[i] = Entry{0, -1};
+    --nbuckets;
+    if (buckets[b].klen > 8) arena_live -= buckets[b].klen;
+    buckets[b].klen = 0;
+    buckets[b].head = kFree;
+    free_buckets.push_back(b);
+    if (arena.size() > 4096 && arena.size() > 4 * arena_live) compact_arena();
+  }
+
+  // Key bytes of a bucket (for inline keys, a pointer into the bucket itself).
+  const uint8_t* key_bytes(int32_t b) const {
+    const Bucket& bk = buckets[b];
+    if (bk.klen <= 8) return reinterpret_cast<const uint8_t*>(&bk.key);
+    return reinterpret_cast<const uint8_t*>(arena.data()) + bk.key;
+  }
+
+  void compact_arena() {
+    std::string fresh;
+    fresh.reserve(arena_live * 2);
+    for (Bucket& bk : buckets) {
+      if (bk.head == kFree || bk.klen <= 8) continue;
+      size_t off = fresh.size();
+      fresh.append(arena, bk.key, bk.klen);
+      bk.key = off;
+    }
+    arena.swap(fresh);
+  }
+
+  int32_t alloc_slot() {
+    if (!free_slots.empty()) {
+      int32_t s = free_slots.back();
+      free_slots.pop_back();
+      return s;
+    }
+    slots.emplace_back();
+    return static_cast<int32_t>(slots.size() - 1);
+  }
+
+  // Links a row into its key chain (or the null-key chain) without touching the heap. Chains are kept
+  // sorted by time, newest first: rows arrive roughly in time order, so the insertion point is found
+  // after O(1) steps, and a probe can stop at the first row older than its band (see probe()).
+  int32_t link(int32_t b, int64_t t, int64_t pid, uint8_t m) {
+    int32_t s = alloc_slot();
+    int32_t& head = (b >= 0) ? buckets[b].head : null_head;
+    Slot& r = slots[s];
+    r.time = t;
+    r.id = pid;
+    r.matched = m;
+    r.bucket = b;
+    int32_t before = -1, after = head;
+    while (after >= 0 && slots[after].time > t) {
+      before = after;
+      after = slots[after].next;
+    }
+    r.prev = before;
+    r.next = after;
+    if (before >= 0) slots[before].next = s; else head = s;
+    if (after >= 0) slots[after].prev = s;
+    if (b >= 0) ++buckets[b].count; else ++nulls;
+    ++live;
+    return s;
+  }
+
+  void insert(int32_t b, int64_t t, int64_t pid, uint8_t m) {
+    int32_t s = link(b, t, pid, m);
+    heap.emplace_back(t, s);
+    std::push_heap(heap.begin(), heap.end(), std::greater<>());
+  }
+
+  void unlink(int32_t s) {
+    Slot& r = slots[s];
+    const int32_t b = r.bucket;
+    int32_t& head = (b >= 0) ? buckets[b].head : null_head;
+    if (r.prev >= 0) slots[r.prev].next = r.next; else head = r.next;
+    if (r.next >= 0) slots[r.next].prev = r.prev;
+    r.bucket = kFree;
+    free_slots.push_back(s);
+    --live;
+    if (b >= 0) {
+      if (--buckets[b].count == 0) erase_bucket(b);
+    } else {
+      --nulls;
+    }
+  }
+
+  size_t nbytes() const {
+    return slots.capacity() * sizeof(Slot) + free_slots.capacity() * 4 + buckets.capacity() * sizeof(Bucket) +
+           free_buckets.capacity() * 4 + arena.capacity() + table.capacity() * sizeof(Entry) +
+           heap.capacity() * sizeof(heap[0]);
+  }
+};
+
+template <class T>
+const T* ptr(const py::array_t<T, py::array::c_style | py::array::forcecast>& a) {
+  return a.data();
+}
+
+template <class T>
+py::array_t<T> to_numpy(std::vector<T>&& v) {
+  auto* heap_vec = new std::vector<T>(std::move(v));
+  py::capsule owner(heap_vec, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+  return py::array_t<T>({static_cast<py::ssize_t>(heap_vec->size())}, {static_cast<py::ssize_t>(sizeof(T))},
+                        heap_vec->data(), owner);
+}
+
+using I64 = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+using U8 = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>;
+
+int side_index(int side) {
+  if (side != 0 && side != 1) throw py::value_error("side must be 0 (left) or 1 (right), got " + std::to_string(side));
+  return side;
+}
+
+class JoinState {
+ public:
+  JoinState(int64_t lower, int64_t upper) : lower_(lower), upper_(upper) {
+    if (lower > upper)
+      throw py::value_error("lower must be <= upper, got lower=" + std::to_string(lower) +
+                            " and upper=" + std::to_string(upper));
+  }
+
+  int64_t lower() const { return lower_; }
+  int64_t upper() const { return upper_; }
+
+  // Probe the other side with each row, then store the row on its side (PIPES section 3.6.3: insert
+  // and probe). A pair (l, r) matches when the keys are equal and l.t + lower <= r.t <= l.t + upper.
+  // Returns (input row index, payload id of the matched stored row) per result pair; stored rows that
+  // matched get their `matched` flag set (outer joins emit only unmatched rows on expiry).
+  py::tuple insert_probe(int side, const I64& offsets, const U8& data, py::object null_key, const I64& times,
+                         const I64& ids, bool store) {
+    side_index(side);
+    const py::ssize_t n = times.size();
+    if (ids.size() != n) throw py::value_error("ids must have the same length as times");
+    if (offsets.size() != n + 1) throw py::value_error("offsets must have length len(times) + 1");
+    const int64_t* off = offsets.data();
+    const uint8_t* kd = data.data();
+    const py::ssize_t dsize = data.size();
+    U8 nulls_arr;
+    const uint8_t* nk = nullptr;
+    if (!null_key.is_none()) {
+      nulls_arr = null_key.cast<U8>();
+      if (nulls_arr.size() != n) throw py::value_error("null_key must have the same length as times");
+      nk = nulls_arr.data();
+    }
+    for (py::ssize_t i = 0; i < n; ++i)
+      if (off[i] < 0 || off[i] > off[i + 1] || off[i + 1] > dsize)
+        throw py::value_error("offsets are not monotone within data at row " + std::to_string(i));
+    const int64_t* ts = times.data();
+    const int64_t* pid = ids.data();
+    Side& me = s_[side];
+    Side& other = s_[1 - side];
+    // Left probes right for r.t in [l.t + lower, l.t + upper]; right probes left for l.t in
+    // [r.t - upper, r.t - lower].
+    const int64_t lo = side == 0 ? lower_ : -upper_;
+    const int64_t hi = side == 0 ? upper_ : -lower_;
+    std::vector<int64_t> out_in, out_id;
+    {
+      py::gil_scoped_release release;
+      // Hash every row first so that the index slots of rows a few steps ahead can be prefetched:
+      // at state sizes beyond the CPU caches the probe is bound by memory latency, not arithmetic.
+      std::vector<uint64_t> hashes(static_cast<size_t>(n));
+      for (py::ssize_t i = 0; i < n; ++i) hashes[i] = hash_bytes(kd + off[i], static_cast<size_t>(off[i + 1] - off[i]));
+      constexpr py::ssize_t kAhead = 8;
+      for (py::ssize_t i = 0; i < n; ++i) {
+        if (i + kAhead < n) {
+          other.prefetch(hashes[i + kAhead]);
+          if (store) me.prefetch(hashes[i + kAhead]);
+        }
+        const uint8_t* k = kd + off[i];
+        const uint32_t kn = static_cast<uint32_t>(off[i + 1] - off[i]);
+        const bool is_null = nk && nk[i];
+        const uint64_t h = hashes[i];
+        uint8_t m = 0;
+        if (!is_null) {
+          int32_t b = other.find(h, k, kn);
+          if (b >= 0) {
+            const int64_t a = sat_add(ts[i], lo), z = sat_add(ts[i], hi);
+            // The chain is sorted newest first: skip rows newer than the band, emit the band, stop.
+            for (int32_t s = other.buckets[b].head; s >= 0;) {
+              Slot& r = other.slots[s];
+              if (r.time < a) break;
+              if (r.time <= z) {
+                out_in.push_back(i);
+                out_id.push_back(r.id);
+                r.matched = 1;
+                m = 1;
+              }
+              s = r.next;
+            }
+          }
+        }
+        if (store) me.insert(is_null ? kNullKey : me.find_or_add(h, k, kn), ts[i], pid[i], m);
+      }
+    }
+    return py::make_tuple(to_numpy(std::move(out_in)), to_numpy(std::move(out_id)));
+  }
+
+  // Temporal expiration (PIPES section 2.4.4): remove every row of `side` with time <= threshold.
+  // Only the expiring rows are touched (heap pops). Returns (payload ids, matched flags).
+  py::tuple evict(int side, int64_t threshold) {
+    Side& me = s_[side_index(side)];
+    std::vector<int64_t> ids;
+    std::vector<uint8_t> flags;
+    {
+      py::gil_scoped_release release;
+      while (!me.heap.empty() && me.heap.front().first <= threshold) {
+        std::pop_heap(me.heap.begin(), me.heap.end(), std::greater<>());
+        int32_t s = me.heap.back().second;
+        me.heap.pop_back();
+        ids.push_back(me.slots[s].id);
+        flags.push_back(me.slots[s].matched);
+        me.unlink(s);
+      }
+    }
+    return py::make_tuple(to_numpy(std::move(ids)), to_numpy(std::move(flags)));
+  }
+
+  // Smallest stored time of a side (the next row to expire), or None when the side is empty.
+  py::object min_time(int side) const {
+    const Side& me = s_[side_index(side)];
+    if (me.heap.empty()) return py::none();
+    return py::int_(me.heap.front().first);
+  }
+
+  // Renumber the payload ids of a side densely in id order; returns the old ids of the live rows in
+  // ascending order, so that the caller compacts its payload with payload.take(old_ids).
+  py::array_t<int64_t> compact_ids(int side, int64_t payload_len) {
+    Side& me = s_[side_index(side)];
+    if (payload_len < 0) throw py::value_error("payload_len must be >= 0");
+    std::vector<int64_t> rank(static_cast<size_t>(payload_len), -1);
+    for (const Slot& r : me.slots) {
+      if (r.bucket == kFree) continue;
+      if (r.id < 0 || r.id >= payload_len) throw py::value_error("a stored payload id is outside [0, payload_len)");
+      rank[r.id] = 0;
+    }
+    std::vector<int64_t> old;
+    old.reserve(me.live);
+    for (int64_t i = 0; i < payload_len; ++i)
+      if (rank[i] == 0) {
+        rank[i] = static_cast<int64_t>(old.size());
+        old.push_back(i);
+      }
+    for (Slot& r : me.slots)
+      if (r.bucket != kFree) r.id = rank[r.id];
+    return to_numpy(std::move(old));
+  }
+
+  size_t rows(int side) const { return s_[side_index(side)].live; }
+  size_t keys(int side) const { return s_[side_index(side)].nbuckets; }
+  size_t nbytes() const { return s_[0].nbytes() + s_[1].nbytes(); }
+
+  // Byte image (cq::Writer, format CQS1): meta, then per side the distinct keys with their row counts
+  // and the rows grouped by key, null-key rows last. Loading rebuilds the index and heapifies in O(n).
+  py::bytes serialize() const {
+    cq::Writer w(1 + 2 * 6);
+    std::vector<int64_t> meta = {kFormatVersion, lower_, upper_, static_cast<int64_t>(s_[0].nulls),
+                                 static_cast<int64_t>(s_[1].nulls)};
+    w.column(cq::kI64, meta);
+    for (const Side& me : s_) {
+      std::vector<uint32_t> klen, count;
+      std::vector<uint8_t> kdata, flags;
+      std::vector<int64_t> times, ids;
+      klen.reserve(me.nbuckets);
+      count.reserve(me.nbuckets);
+      times.reserve(me.live);
+      ids.reserve(me.live);
+      flags.reserve(me.live);
+      auto rows_from = [&](int32_t head) {
+        for (int32_t s = head; s >= 0; s = me.slots[s].next) {
+          times.push_back(me.slots[s].time);
+          ids.push_back(me.slots[s].id);
+          flags.push_back(me.slots[s].matched);
+        }
+      };
+      for (const Entry& e : me.table) {
+        if (e.bucket < 0) continue;
+        const Bucket& bk = me.buckets[e.bucket];
+        klen.push_back(bk.klen);
+        count.push_back(static_cast<uint32_t>(bk.count));
+        const uint8_t* k = me.key_bytes(e.bucket);
+        kdata.insert(kdata.end(), k, k + bk.klen);
+        rows_from(bk.head);
+      }
+      rows_from(me.null_head);
+      w.column(cq::kU32, klen);
+      w.column(cq::kU8, kdata);
+      w.column(cq::kU32, count);
+      w.column(cq::kI64, times);
+      w.column(cq::kI64, ids);
+      w.column(cq::kU8, flags);
+    }
+    return py::bytes(w.str());
+  }
+
+  static JoinState deserialize(const py::bytes& blob) {
+    char* data;
+    Py_ssize_t size;
+    if (PyBytes_AsStringAndSize(blob.ptr(), &data, &size) != 0) throw py::error_already_set();
+    cq::Reader r(data, static_cast<size_t>(size));
+    if (r.ncols() != 1 + 2 * 6) throw std::invalid_argument("join state blob has an unexpected column count");
+    auto meta = r.column<int64_t>(cq::kI64);
+    if (meta.size() != 5 || meta[0] != kFormatVersion)
+      throw std::invalid_argument("join state blob has an unknown format version");
+    JoinState js(meta[1], meta[2]);
+    for (int side = 0; side < 2; ++side) {
+      Side& me = js.s_[side];
+      auto klen = r.column<uint32_t>(cq::kU32);
+      auto kdata = r.column<uint8_t>(cq::kU8);
+      auto count = r.column<uint32_t>(cq::kU32);
+      auto times = r.column<int64_t>(cq::kI64);
+      auto ids = r.column<int64_t>(cq::kI64);
+      auto flags = r.column<uint8_t>(cq::kU8);
+      const uint64_t nnull = static_cast<uint64_t>(meta[3 + side]);
+      if (klen.size() != count.size() || times.size() != ids.size() || times.size() != flags.size())
+        throw std::invalid_argument("join state blob is corrupt (column lengths differ)");
+      uint64_t key_total = 0, row_total = nnull;
+      for (size_t b = 0; b < klen.size(); ++b) {
+        key_total += klen[b];
+        row_total += count[b];
+      }
+      if (key_total != kdata.size() || row_total != times.size())
+        throw std::invalid_argument("join state blob is corrupt (key or row counts do not add up)");
+      me.slots.reserve(times.size());
+      size_t koff = 0, row = 0;
+      for (size_t b = 0; b < klen.size(); ++b) {
+        const uint8_t* k = kdata.data() + koff;
+        int32_t bi = me.find_or_add(hash_bytes(k, klen[b]), k, klen[b]);
+        // Rows were written newest first: link them oldest first so each lands at the head in O(1).
+        for (uint32_t c = count[b]; c-- > 0;) me.link(bi, times[row + c], ids[row + c], flags[row + c]);
+        row += count[b];
+        koff += klen[b];
+      }
+      for (size_t c = times.size(); c-- > row;) me.link(kNullKey, times[c], ids[c], flags[c]);
+      me.heap.reserve(me.live);
+      for (size_t s = 0; s < me.slots.size(); ++s)
+        if (me.slots[s].bucket != kFree) me.heap.emplace_back(me.slots[s].time, static_cast<int32_t>(s));
+      std::make_heap(me.heap.begin(), me.heap.end(), std::greater<>());
+    }
+    if (!r.done()) throw std::invalid_argument("join state blob has trailing bytes");
+    return js;
+  }
+
+ private:
+  int64_t lower_, upper_;
+  Side s_[2];
+};
+
+// Concatenate several per-row byte encodings into one injective key encoding: each component is
+// prefixed by its 4-byte length, so ("ab", "c") and ("a", "bc") differ.
+py::tuple concat_keys(const py::sequence& parts) {
+  const size_t np = parts.size();
+  if (np == 0) throw py::value_error("parts must not be empty");
+  std::vector<I64> offs;
+  std::vector<U8> datas;
+  py::ssize_t n = -1;
+  for (size_t p = 0; p < np; ++p) {
+    py::tuple t = parts[p].cast<py::tuple>();
+    if (t.size() != 2) throw py::value_error("parts[" + std::to_string(p) + "] must be (offsets, data)");
+    offs.push_back(t[0].cast<I64>());
+    datas.push_back(t[1].cast<U8>());
+    if (n < 0) n = offs.back().size() - 1;
+    if (offs.back().size() - 1 != n || n < 0)
+      throw py::value_error("parts[" + std::to_string(p) + "] has a different number of rows");
+    const int64_t* o = offs.back().data();
+    for (py::ssize_t i = 0; i < n; ++i)
+      if (o[i] < 0 || o[i] > o[i + 1] || o[i + 1] > datas.back().size())
+        throw py::value_error("parts[" + std::to_string(p) + "] offsets are not monotone within data");
+  }
+  std::vector<int64_t> out_off(static_cast<size_t>(n) + 1, 0);
+  for (py::ssize_t i = 0; i < n; ++i) {
+    int64_t len = 0;
+    for (size_t p = 0; p < np; ++p) len += 4 + (offs[p].data()[i + 1] - offs[p].data()[i]);
+    out_off[i + 1] = out_off[i] + len;
+  }
+  std::vector<uint8_t> out(static_cast<size_t>(out_off[n]));
+  for (py::ssize_t i = 0; i < n; ++i) {
+    uint8_t* dst = out.data() + out_off[i];
+    for (size_t p = 0; p < np; ++p) {
+      const int64_t a = offs[p].data()[i], b = offs[p].data()[i + 1];
+      const uint32_t len = static_cast<uint32_t>(b - a);
+      std::memcpy(dst, &len, 4);
+      std::memcpy(dst + 4, datas[p].data() + a, len);
+      dst += 4 + len;
+    }
+  }
+  return py::make_tuple(to_numpy(std::move(out_off)), to_numpy(std::move(out)));
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_join, m) {
+  m.doc() = "Symmetric hash join state with temporal expiration (PIPES, Cammert et al., sections 2.4.4, 3.6.3).";
+  py::class_<JoinState>(m, "JoinState")
+      .def(py::init<int64_t, int64_t>(), py::arg("lower"), py::arg("upper"),
+           "Empty state for the band l.t + lower <= r.t <= l.t + upper (integer ticks, e.g. microseconds).")
+      .def_property_readonly("lower", &JoinState::lower)
+      .def_property_readonly("upper", &JoinState::upper)
+      .def("insert_probe", &JoinState::insert_probe, py::arg("side"), py::arg("offsets"), py::arg("data"),
+           py::arg("null_key"), py::arg("times"), py::arg("ids"), py::arg("store") = true,
+           "Probe the other side with each row (in order), then store it on `side` (0 left, 1 right).\n"
+           "Keys are byte strings data[offsets[i]:offsets[i+1]]; null_key (uint8 mask or None) marks rows\n"
+           "that never match. Returns (input row indexes, matched payload ids of the other side).")
+      .def("evict", &JoinState::evict, py::arg("side"), py::arg("threshold"),
+           "Remove the rows of `side` with time <= threshold; returns (payload ids, matched flags).")
+      .def("min_time", &JoinState::min_time, py::arg("side"),
+           "Smallest stored time of `side` (the next row to expire), or None.")
+      .def("compact_ids", &JoinState::compact_ids, py::arg("side"), py::arg("payload_len"),
+           "Renumber payload ids of `side` densely; returns the old ids of the live rows, ascending.")
+      .def("rows", &JoinState::rows, py::arg("side"), "Number of stored rows of `side`.")
+      .def("keys", &JoinState::keys, py::arg("side"), "Number of distinct non-null keys of `side`.")
+      .def("nbytes", &JoinState::nbytes, "Approximate memory held by the state, in bytes.")
+      .def("serialize", &JoinState::serialize, "The state as bytes (format CQS1, see serde.hpp).")
+      .def_static("deserialize", &JoinState::deserialize, py::arg("blob"),
+                  "Rebuild a state from serialize(); raises ValueError on a corrupt blob.");
+  m.def("concat_keys", &concat_keys, py::arg("parts"),
+        "Join per-row byte encodings [(offsets, data), ...] into one injective encoding (offsets, data).");
+  m.attr("FORMAT_VERSION") = kFormatVersion;
+}

@@ -1,0 +1,455 @@
+"""Rate-based cost model: output rates of plans over streaming inputs.
+
+Viglas & Naughton, "Rate-Based Query Optimization for Streaming Information Sources" (SIGMOD 2002).
+Operators map input rates to output rates (§3): projection and selection in two regimes (the
+per-tuple cost below or above the inter-arrival time), the join by Equation 2 (time dependent), with
+per-arrival costs of nested loops and symmetric hash join from Table 3 (§3.4). A plan's output rate is
+a function of time; the number of outputs by time t_p is its integral, Equation 3 (§4.1). Two
+heuristics approximate the integral (§4.2): local rate maximization (evaluate each join at
+t = t_p/2) and local time minimization (push the required number of outputs down the plan and take the
+slowest part).
+
+Rates are elements per time unit; costs are times per element; t is the time since the query started,
+all in one unit. Window and granularity nodes pass rates through (the paper has no windows); union adds
+rates (an extension); aggregation is not covered by the paper and is rejected.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from .. import plan as P
+from ..estimators import _checks as chk
+
+__all__ = [
+    "JoinCosts", "projection_output_rate", "selection_output_rate", "join_arrival_costs", "join_output_rate",
+    "join_outputs_by_time", "outputs_by_time", "time_to_outputs",
+    "plan_output_rate", "plan_outputs_by_time", "plan_time_to_outputs",
+    "local_rate_estimate", "best_plan_by_rate",
+    "output_size", "split_required_outputs", "local_time_estimate", "best_plan_by_time",
+]
+
+
+@dataclass(frozen=True)
+class JoinCosts:
+    """The cost variables of Viglas & Naughton's Table 2 (times per operation).
+
+    ``move``: moving an input from the input buffers into memory; ``comp``: an in-memory comparison;
+    ``hash``: hashing an object into a hash table; ``probe``: probing a hash table and producing output.
+    """
+
+    move: float = 0.0
+    comp: float = 0.0
+    hash: float = 0.0
+    probe: float = 0.0
+
+    def __post_init__(self):
+        for name in ("move", "comp", "hash", "probe"):
+            object.__setattr__(self, name, chk.non_negative(getattr(self, name), name))
+
+
+def _unary_output_rate(rate: float, selectivity: float, cost: float) -> float:
+    """``f·r`` while ``C <= 1/r``, else ``f/C`` (one output interval per handled input), §3.1–§3.2."""
+    return selectivity * rate if cost * rate <= 1.0 else selectivity / cost
+
+
+def projection_output_rate(input_rate: float, cost: float = 0.0) -> float:
+    """Output rate of a projection (Viglas & Naughton, §3.1).
+
+    ``r_o = r_i`` if ``C_π <= 1/r_i``, else ``r_o = 1/C_π`` (the operator cannot keep up).
+    """
+    return _unary_output_rate(chk.non_negative(input_rate, "input_rate"), 1.0, chk.non_negative(cost, "cost"))
+
+
+def selection_output_rate(input_rate: float, selectivity: float, cost: float = 0.0) -> float:
+    """Output rate of a selection with selectivity f (Viglas & Naughton, §3.2).
+
+    ``r_o = f·r_i`` if ``C_σ <= 1/r_i``, else ``r_o = f/C_σ``.
+    """
+    return _unary_output_rate(chk.non_negative(input_rate, "input_rate"),
+                              chk.probability(selectivity, "selectivity"), chk.non_negative(cost, "cost"))
+
+
+def join_arrival_costs(method: str, left_rate: float, right_rate: float, t: float,
+                       costs: JoinCosts = JoinCosts()) -> tuple[float, float]:
+    """Cost of handling one left and one right arrival at time t (Viglas & Naughton, §3.4, Table 3).
+
+    - nested loops: ``C_l = move + r_S·t·comp``, ``C_r = move + r_R·t·comp`` (compare with all inputs
+      of the other stream read so far)
+    - symmetric hash join: ``C_l = C_r = move + hash + probe``
+    """
+    chk.one_of(method, "method", P.JOIN_METHODS)
+    r_l, r_r = chk.non_negative(left_rate, "left_rate"), chk.non_negative(right_rate, "right_rate")
+    t = chk.non_negative(t, "t")
+    costs = chk.instance(costs, "costs", JoinCosts, "a JoinCosts")
+    return _arrival_costs(method, r_l, r_r, t, costs)
+
+
+def _arrival_costs(method: str, r_l: float, r_r: float, t: float, costs: JoinCosts) -> tuple[float, float]:
+    if method == "nested_loops":
+        return costs.move + r_r * t * costs.comp, costs.move + r_l * t * costs.comp
+    c = costs.move + costs.hash + costs.probe
+    return c, c
+
+
+def join_output_rate(left_rate: float, right_rate: float, selectivity: float, left_cost: float,
+                     right_cost: float, t: float, *, exact: bool = False, saturate: bool = True) -> float:
+    """Equation 2: output rate of a join at time t (Viglas & Naughton, §3.3).
+
+    ``r_o = f·r_l·r_r·t / (r_l·C_l + r_r·C_r)``. The outputs of the arrivals up to t number
+    ``f·r_l·r_r·t·(t-1)`` and take ``t·(r_l·C_l + r_r·C_r)`` to produce; the paper approximates
+    ``t - 1 ≈ t`` (``exact=True`` keeps ``max(t - 1, 0)``). When ``r_l·C_l + r_r·C_r < 1`` the
+    denominator "needs to be replaced by 1" (outputs cannot precede their inputs): ``saturate``
+    (default) applies that floor. A Cartesian product is the case ``f = 1``.
+    """
+    r_l, r_r = chk.non_negative(left_rate, "left_rate"), chk.non_negative(right_rate, "right_rate")
+    f = chk.probability(selectivity, "selectivity")
+    c_l, c_r = chk.non_negative(left_cost, "left_cost"), chk.non_negative(right_cost, "right_cost")
+    t = chk.non_negative(t, "t")
+    return _join_rate(r_l, r_r, f, c_l, c_r, t, exact, saturate)
+
+
+def _join_rate(r_l: float, r_r: float, f: float, c_l: float, c_r: float, t: float, exact: bool,
+               saturate: bool) -> float:
+    busy = r_l * c_l + r_r * c_r
+    if saturate:
+        busy = max(busy, 1.0)
+    numerator = f * r_l * r_r * (max(t - 1.0, 0.0) if exact else t)
+    if busy == 0:
+        if numerator == 0:
+            return 0.0
+        raise ValueError("left_cost and right_cost give no processing time (r_l·C_l + r_r·C_r = 0) and "
+                         "saturate is off: the rate is unbounded")
+    return numerator / busy
+
+
+def _x_minus_log1p_over_x2(x: float) -> float:
+    """``(x - log(1+x))/x²``, accurate for small x."""
+    if abs(x) < 1e-3:
+        return 0.5 - x / 3 + x * x / 4 - x ** 3 / 5
+    return (x - math.log1p(x)) / (x * x)
+
+
+def join_outputs_by_time(left_rate: float, right_rate: float, selectivity: float, t_p: float, *,
+                         method: str = "hash", costs: JoinCosts = JoinCosts(), left_cost: float = 0.0,
+                         right_cost: float = 0.0) -> float:
+    """Equation 3 in closed form for one join of two source streams: ``∫_0^t_p r_o(t) dt``.
+
+    ``r_o`` is Equation 2 (saturated) with arrival costs from Table 3 plus the extra costs
+    ``left_cost``/``right_cost``. Both methods give ``r_l·C_l + r_r·C_r = A + B·t`` (B = 0 for the
+    symmetric hash join, ``2·r_l·r_r·comp`` for nested loops), so the integral of
+    ``K·t / max(1, A + B·t)`` (K = f·r_l·r_r) is elementary: ``K·t²/2`` while ``A + B·t <= 1``, and
+    ``∫ K·t/(A + B·t) dt = K·(t/B - A/B²·ln(A + B·t))`` after.
+    """
+    r_l, r_r = chk.non_negative(left_rate, "left_rate"), chk.non_negative(right_rate, "right_rate")
+    f = chk.probability(selectivity, "selectivity")
+    t_p = chk.non_negative(t_p, "t_p")
+    x_l, x_r = chk.non_negative(left_cost, "left_cost"), chk.non_negative(right_cost, "right_cost")
+    chk.one_of(method, "method", P.JOIN_METHODS)
+    chk.instance(costs, "costs", JoinCosts, "a JoinCosts")
+
+    def busy(t: float) -> float:
+        c_l, c_r = _arrival_costs(method, r_l, r_r, t, costs)
+        return r_l * (c_l + x_l) + r_r * (c_r + x_r)
+
+    a = busy(0.0)
+    b = busy(1.0) - a  # Table 3 costs are linear in t
+    k = f * r_l * r_r
+    if a >= 1.0:
+        t_star = 0.0
+    elif b > 0:
+        t_star = (1.0 - a) / b
+    else:
+        t_star = math.inf
+    head = min(t_p, t_star)
+    total = k * head * head / 2.0
+    if t_p > t_star:
+        u = a + b * t_star          # = max(a, 1)
+        delta = t_p - t_star
+        x = b * delta / u
+        # ∫_{t*}^{t*+Δ} t/(A + B·t) dt = Δ·t*/u + A·(Δ/u)²·(x - ln(1 + x))/x²
+        total += k * (delta * t_star / u + a * (delta / u) ** 2 * _x_minus_log1p_over_x2(x))
+    return total
+
+
+def _adaptive_simpson(fn: Callable[[float], float], a: float, b: float, rtol: float, depth: int = 48) -> float:
+    def simpson(fa, fm, fb, lo, hi):
+        return (hi - lo) * (fa + 4 * fm + fb) / 6.0
+
+    def recurse(lo, hi, fa, fm, fb, whole, tol, level):
+        mid = (lo + hi) / 2
+        lm, rm = (lo + mid) / 2, (mid + hi) / 2
+        flm, frm = fn(lm), fn(rm)
+        left, right = simpson(fa, flm, fm, lo, mid), simpson(fm, frm, fb, mid, hi)
+        if level <= 0 or abs(left + right - whole) <= 15 * tol:
+            return left + right + (left + right - whole) / 15
+        return (recurse(lo, mid, fa, flm, fm, left, tol / 2, level - 1)
+                + recurse(mid, hi, fm, frm, fb, right, tol / 2, level - 1))
+
+    fa, fm, fb = fn(a), fn((a + b) / 2), fn(b)
+    whole = simpson(fa, fm, fb, a, b)
+    scale = max(abs(whole), (b - a) * max(abs(fa), abs(fm), abs(fb)), 1e-300)
+    return recurse(a, b, fa, fm, fb, whole, rtol * scale, depth)
+
+
+def outputs_by_time(rate: Callable[[float], float], t_p: float, *, rtol: float = 1e-9) -> float:
+    """Equation 3: the number of outputs by time t_p, ``∫_0^t_p r(t) dt`` (Viglas & Naughton, §4.1).
+
+    ``rate`` is a plan's output rate as a function of time; the integral is computed by adaptive
+    Simpson quadrature to relative tolerance ``rtol``.
+    """
+    chk.callable_(rate, "rate")
+    t_p = chk.non_negative(t_p, "t_p")
+    rtol = chk.positive(rtol, "rtol")
+    if t_p == 0:
+        return 0.0
+    return _adaptive_simpson(rate, 0.0, t_p, rtol)
+
+
+def time_to_outputs(n: float, outputs: Callable[[float], float], *, rtol: float = 1e-9,
+                    t_max: float = 1e12) -> float:
+    """The first time t with ``outputs(t) = n`` ("which plan is the first to reach N results?", §4.1).
+
+    ``outputs`` must be non-decreasing in t (a number of outputs by time t, e.g. Equation 3). Found by
+    doubling a bracket and bisection. Returns ``inf`` if n is not reached by ``t_max``.
+    """
+    n = chk.non_negative(n, "n")
+    chk.callable_(outputs, "outputs")
+    rtol = chk.positive(rtol, "rtol")
+    t_max = chk.positive(t_max, "t_max")
+    if n == 0:
+        return 0.0
+    hi = 1.0
+    while outputs(hi) < n:
+        if hi >= t_max:
+            return math.inf
+        hi = min(2 * hi, t_max)
+    lo = 0.0
+    while hi - lo > rtol * hi:
+        mid = (lo + hi) / 2
+        if outputs(mid) < n:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+# ---------------------------------------------------------------------------------------------
+# plans
+
+
+def _rates(rates) -> Mapping[str, float]:
+    return chk.instance(rates, "rates", Mapping, "a mapping {stream name: arrival rate}")
+
+
+def plan_output_rate(plan: P.Node, rates: Mapping[str, float], t: float, *, costs: JoinCosts = JoinCosts(),
+                     exact: bool = False) -> float:
+    """Output rate of a plan at time t, composed bottom up from §3 (Viglas & Naughton, §4.1).
+
+    Sources give their rates; σ and π use their node ``cost`` as C_σ / C_π (§3.1–§3.2); a join uses
+    Equation 2 with C_l, C_r from Table 3 (``costs`` and the node's ``method``) plus the node's
+    ``left_cost``/``right_cost``, fed with its inputs' rates at time t.
+    """
+    chk.instance(plan, "plan", P.Node, "a plan node (pyspark_cq.plan.Node)")
+    rates = _rates(rates)
+    t = chk.non_negative(t, "t")
+    chk.instance(costs, "costs", JoinCosts, "a JoinCosts")
+    out: dict[int, float] = {}
+    for node in P.postorder(plan):
+        ins = [out[id(c)] for c in node.children]
+        if isinstance(node, P.Source):
+            if node.name not in rates:
+                raise ValueError(f"rates has no rate for stream {node.name!r}; given: {sorted(rates)}")
+            r = chk.non_negative(rates[node.name], f"rates[{node.name!r}]")
+        elif isinstance(node, P.Select):
+            r = _unary_output_rate(ins[0], node.selectivity, node.cost)
+        elif isinstance(node, P.Project):
+            r = _unary_output_rate(ins[0], 1.0, node.cost)
+        elif isinstance(node, (P.Window, P.Granularity)):
+            r = ins[0]
+        elif isinstance(node, P.Union):
+            r = sum(ins)
+        elif isinstance(node, P.Join):
+            c_l, c_r = _arrival_costs(node.method, ins[0], ins[1], t, costs)
+            r = _join_rate(ins[0], ins[1], node.selectivity, c_l + node.left_cost, c_r + node.right_cost,
+                           t, exact, True)
+        else:
+            raise ValueError(f"the rate-based model (Viglas & Naughton §3) covers selection, projection and "
+                             f"join; plan contains {type(node).__name__}")
+        out[id(node)] = r
+    return out[id(plan)]
+
+
+def plan_outputs_by_time(plan: P.Node, rates: Mapping[str, float], t_p: float, *,
+                         costs: JoinCosts = JoinCosts(), rtol: float = 1e-9) -> float:
+    """Equation 3 for a plan: ``∫_0^t_p`` of :func:`plan_output_rate` (numerical)."""
+    chk.instance(plan, "plan", P.Node, "a plan node (pyspark_cq.plan.Node)")
+    plan_output_rate(plan, rates, 0.0, costs=costs)  # validates the arguments once
+    return outputs_by_time(lambda t: plan_output_rate(plan, rates, t, costs=costs), t_p, rtol=rtol)
+
+
+def _invert_integral(rate: Callable[[float], float], n: float, rtol: float, t_max: float = 1e12) -> float:
+    """The t with ``∫_0^t rate = n``, for a non-negative rate: a bracket by doubling, then Newton steps
+    (the derivative of the integral is the rate) guarded by bisection, integrating only new pieces."""
+    if n == 0:
+        return 0.0
+    lo, f_lo, hi = 0.0, 0.0, 1.0
+    f_hi = _adaptive_simpson(rate, lo, hi, rtol)
+    while f_hi < n:
+        if hi >= t_max:
+            return math.inf
+        lo, f_lo = hi, f_hi
+        hi = min(2 * hi, t_max)
+        f_hi = f_lo + _adaptive_simpson(rate, lo, hi, rtol)
+    t, f_t = hi, f_hi
+    for _ in range(200):
+        r = rate(t)
+        guess = t - (f_t - n) / r if r > 0 else math.nan
+        if not lo < guess < hi:
+            guess = (lo + hi) / 2
+        f_guess = f_lo + _adaptive_simpson(rate, lo, guess, rtol)
+        if f_guess < n:
+            lo, f_lo = guess, f_guess
+        else:
+            hi, f_hi = guess, f_guess
+        t, f_t = guess, f_guess
+        if abs(f_t - n) <= rtol * n or hi - lo <= rtol * hi:
+            break
+    return t
+
+
+def plan_time_to_outputs(plan: P.Node, rates: Mapping[str, float], n: float, *,
+                         costs: JoinCosts = JoinCosts(), rtol: float = 1e-9) -> float:
+    """Time for a plan to produce n outputs: Equation 3 inverted (Viglas & Naughton, §4.1).
+
+    ("Given an output size N … which plan is the first one to reach N results?") ``inf`` if the plan's
+    rate stays 0.
+    """
+    chk.instance(plan, "plan", P.Node, "a plan node (pyspark_cq.plan.Node)")
+    n = chk.non_negative(n, "n")
+    rtol = chk.positive(rtol, "rtol")
+    plan_output_rate(plan, rates, 0.0, costs=costs)  # validates the arguments once
+    return _invert_integral(lambda t: plan_output_rate(plan, rates, t, costs=costs), n, rtol)
+
+
+def local_rate_estimate(plan: P.Node, rates: Mapping[str, float], t_p: float, *,
+                        costs: JoinCosts = JoinCosts()) -> float:
+    """Local rate maximization's estimate for horizon t_p (Viglas & Naughton, §4.2.1).
+
+    Each join's time variable is fixed at ``t_p/2`` — overestimating the rate at x as much as it
+    underestimates it at ``t_p - x`` (Fig. 3) — and the estimates are combined bottom up (Fig. 4):
+    the plan's output rate (:func:`plan_output_rate`) at ``t = t_p/2``.
+    """
+    t_p = chk.non_negative(t_p, "t_p")
+    return plan_output_rate(plan, rates, t_p / 2.0, costs=costs)
+
+
+def best_plan_by_rate(plans: Sequence[P.Node], rates: Mapping[str, float], t_p: float, *,
+                      costs: JoinCosts = JoinCosts()) -> tuple[P.Node, float]:
+    """The plan with the highest :func:`local_rate_estimate` for horizon t_p, and that estimate (§4.2.1)."""
+    return P.best_plan(plans, lambda p: local_rate_estimate(p, rates, t_p, costs=costs), maximize=True)
+
+
+def output_size(plan: P.Node, sizes: Mapping[str, float]) -> float:
+    """Expected number of outputs of a plan over finite inputs of the given sizes.
+
+    ``f·|X|`` for a selection, ``f·|X|·|Y|`` for a join (e.g. ``f_AB·f_BC·|A|·|B|·|C|``, §4.2.2).
+    """
+    chk.instance(plan, "plan", P.Node, "a plan node (pyspark_cq.plan.Node)")
+    sizes = chk.instance(sizes, "sizes", Mapping, "a mapping {stream name: number of elements}")
+    out: dict[int, float] = {}
+    for node in P.postorder(plan):
+        ins = [out[id(c)] for c in node.children]
+        out[id(node)] = _size(node, ins, sizes)
+    return out[id(plan)]
+
+
+def _size(node: P.Node, ins: list[float], sizes: Mapping[str, float]) -> float:
+    if isinstance(node, P.Source):
+        if node.name not in sizes:
+            raise ValueError(f"sizes has no size for stream {node.name!r}; given: {sorted(sizes)}")
+        return chk.non_negative(sizes[node.name], f"sizes[{node.name!r}]")
+    if isinstance(node, P.Select):
+        return node.selectivity * ins[0]
+    if isinstance(node, P.Join):
+        return node.selectivity * ins[0] * ins[1]
+    if isinstance(node, P.Union):
+        return sum(ins)
+    if isinstance(node, (P.Project, P.Window, P.Granularity)):
+        return ins[0]
+    raise ValueError(f"the rate-based model covers selection, projection and join; plan contains "
+                     f"{type(node).__name__}")
+
+
+def split_required_outputs(n: float, selectivity: float, left_size: float, right_size: float) -> tuple[float, float]:
+    """How many elements each input of a join must deliver for the join to produce n outputs (§4.2.2).
+
+    Both inputs deliver the same fraction ``sqrt(q)`` of their size, with ``q = n/(f·|L|·|R|)`` the
+    fraction of the join's output required: ``n_L = sqrt(q)·|L|``, ``n_R = sqrt(q)·|R|``, so that
+    ``f·n_L·n_R = n``. For 25% of ``A ⋈ (B ⋈ C)`` this reads half of A and half of ``B ⋈ C``
+    (the paper's example, whose square roots are garbled in the text; see docs/cost-model.md). Passing
+    rates as sizes splits by equal reading time instead.
+    """
+    n = chk.non_negative(n, "n")
+    f = chk.probability(selectivity, "selectivity", allow_zero=False)
+    left, right = chk.positive(left_size, "left_size"), chk.positive(right_size, "right_size")
+    root_q = math.sqrt(n / (f * left * right))
+    return root_q * left, root_q * right
+
+
+def _time_for(n: float, rate_at_horizon: Callable[[float], float]) -> float:
+    """Solve ``t = n / r(t)`` where ``r(t)`` is a rate estimate for horizon t, non-decreasing in t."""
+    if n == 0:
+        return 0.0
+    return time_to_outputs(n, lambda t: t * rate_at_horizon(t), rtol=1e-9)
+
+
+def local_time_estimate(plan: P.Node, rates: Mapping[str, float], n: float, *,
+                        sizes: Mapping[str, float] | None = None, costs: JoinCosts = JoinCosts()) -> float:
+    """Local time minimization's estimate: time for ``plan`` to produce n outputs (§4.2.2).
+
+    The required number of outputs is pushed down the plan (:func:`split_required_outputs` at joins,
+    ``n/f`` below a selection); each point P (a source, an operator, a join) then needs
+    ``t_P = n_P / r_P`` with r_P its rate estimate — for a join the local-rate-maximization estimate of
+    §4.2.1 at horizon t_P, so t_P solves ``t = n_P / r_P(t/2)``. The plan's time is the largest t_P (the
+    paper's ``max``); compare plans with :func:`best_plan_by_time`. ``sizes`` (cardinalities of finite
+    sources) steer the splits; by default the rates do.
+    """
+    chk.instance(plan, "plan", P.Node, "a plan node (pyspark_cq.plan.Node)")
+    rates = _rates(rates)
+    n = chk.non_negative(n, "n")
+    plan_output_rate(plan, rates, 0.0, costs=costs)  # validates rates, costs and node kinds
+    sizes = rates if sizes is None else chk.instance(sizes, "sizes", Mapping, "a mapping {stream name: size}")
+    size_of: dict[int, float] = {}
+    for node in P.postorder(plan):
+        size_of[id(node)] = _size(node, [size_of[id(c)] for c in node.children], sizes)
+
+    worst = 0.0
+    stack = [(plan, n)]
+    while stack:
+        node, need = stack.pop()
+        worst = max(worst, _time_for(need, lambda t, node=node: local_rate_estimate(node, rates, t, costs=costs)))
+        if isinstance(node, P.Select):
+            stack.append((node.child, need / node.selectivity))
+        elif isinstance(node, (P.Project, P.Window, P.Granularity)):
+            stack.append((node.child, need))
+        elif isinstance(node, P.Join):
+            left, right = size_of[id(node.left)], size_of[id(node.right)]
+            if left > 0 and right > 0:
+                n_l, n_r = split_required_outputs(need, node.selectivity, left, right)
+                stack.extend([(node.left, n_l), (node.right, n_r)])
+        elif isinstance(node, P.Union):
+            total = sum(size_of[id(c)] for c in node.inputs)
+            stack.extend((c, need * size_of[id(c)] / total if total else 0.0) for c in node.inputs)
+    return worst
+
+
+def best_plan_by_time(plans: Sequence[P.Node], rates: Mapping[str, float], n: float, *,
+                      sizes: Mapping[str, float] | None = None, costs: JoinCosts = JoinCosts()) -> tuple[P.Node, float]:
+    """The plan with the smallest :func:`local_time_estimate` for n outputs, and that time (§4.2.2).
+
+    The paper's ``min`` clause keeps the tree whose time is larger (``C_t > C_f ? Tree``), contrary to its
+    stated purpose; this picks the smallest, as the text says.
+    """
+    return P.best_plan(plans, lambda p: local_time_estimate(p, rates, n, sizes=sizes, costs=costs))

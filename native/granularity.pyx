@@ -25,32 +25,30 @@ cdef int64_t I64_MAX = INT64_MAX
 cdef int64_t I64_MIN = INT64_MIN
 
 
-cdef inline int64_t _floor_div(int64_t a, int64_t b) noexcept nogil:
-    # C division truncates toward zero; floor needs one less for negative non-exact quotients (b > 0).
-    cdef int64_t q = a / b
-    if (a % b != 0) and (a < 0):
-        q -= 1
-    return q
-
-
-cdef inline bint _round_up(int64_t t, int64_t g, int64_t* out) noexcept nogil:
-    """ceil(t/g)*g into out; False when it exceeds int64."""
-    if t % g == 0:
+cdef inline bint _round_up(int64_t t, int64_t g, int64_t q_max, int64_t* out) noexcept nogil:
+    """ceil(t/g)*g into out; False when it exceeds int64. ``q_max`` is I64_MAX / g."""
+    # C division truncates toward zero: for t > 0 the ceiling is q + 1, for t <= 0 it is q itself.
+    cdef int64_t q = t / g
+    cdef int64_t r = t % g
+    if r == 0:
         out[0] = t
         return True
-    cdef int64_t q = _floor_div(t, g)
-    # (q + 1) * g lies in (t, t + g): it can only overflow upward, exactly when q + 1 > I64_MAX / g.
-    if q >= I64_MAX / g:
+    if r < 0:              # t < 0: truncation already rounded up, and |q*g| < |t| cannot overflow
+        out[0] = q * g
+        return True
+    if q >= q_max:         # (q + 1) * g > I64_MAX
         return False
     out[0] = (q + 1) * g
     return True
 
 
-cdef inline bint _round_down(int64_t t, int64_t g, int64_t* out) noexcept nogil:
-    """floor(t/g)*g into out; False when it is below int64's minimum."""
-    cdef int64_t q = _floor_div(t, g)
-    if q < I64_MIN / g:     # C truncation: I64_MIN / g rounds toward zero, so q*g would underflow
-        return False
+cdef inline bint _round_down(int64_t t, int64_t g, int64_t q_min, int64_t* out) noexcept nogil:
+    """floor(t/g)*g into out; False when it is below int64's minimum. ``q_min`` is I64_MIN / g."""
+    cdef int64_t q = t / g
+    if t % g < 0:          # negative non-exact quotient: floor is one below the truncation
+        if q <= q_min:     # (q - 1) * g < I64_MIN (q_min = ceil(I64_MIN / g) by C truncation)
+            return False
+        q -= 1
     out[0] = q * g
     return True
 
@@ -99,6 +97,7 @@ def round_intervals(start, end, granularity, valid=None, on_invalid="raise"):
     cdef cnp.ndarray[int64_t, ndim=1] re = np.empty(n, dtype=np.int64)
     cdef cnp.ndarray[int8_t, ndim=1] st = np.empty(n, dtype=np.int8)
     cdef int64_t g = granularity, a, b
+    cdef int64_t q_max = I64_MAX / g, q_min = I64_MIN / g
     cdef Py_ssize_t first_bad = -1
     with nogil:
         for i in range(n):
@@ -109,7 +108,7 @@ def round_intervals(start, end, granularity, valid=None, on_invalid="raise"):
                 if first_bad < 0:
                     first_bad = i
                 continue
-            if not _round_up(s[i], g, &a) or not _round_down(e[i], g, &b) or a >= b:
+            if not _round_up(s[i], g, q_max, &a) or not _round_down(e[i], g, q_min, &b) or a >= b:
                 st[i] = _EMPTY
                 continue
             rs[i] = a

@@ -1,8 +1,10 @@
-"""The estimators' formulas, written once as plain Python.
+"""The estimators' formulas and batch loops, written once as plain Python.
 
-The estimator classes call these functions for single updates; :mod:`._kernels` compiles the
-scalar ones with Numba and loops over them for batch updates, so each formula exists in one place.
-Only the standard library and numpy are used here (no Numba import).
+The estimator classes call the scalar formulas for single updates. The batch loops at the end of
+this module are written in the subset of Python that Numba compiles; :mod:`._kernels` compiles them
+(and lets them call the scalar formulas), so each formula exists in one place and the compiled kernels'
+on-disk cache is invalidated whenever this file changes. Only the standard library and numpy are used
+here (no Numba import): the loops also run, slowly, as plain Python.
 """
 from __future__ import annotations
 
@@ -77,3 +79,86 @@ def equijoin_selectivity(left_counts: np.ndarray, right_counts: np.ndarray, dist
         return math.nan
     pairs = float(np.dot(left_counts.astype(np.float64), right_counts.astype(np.float64)))
     return pairs / distinct_per_bin / (float(n_left) * float(n_right))
+
+
+# ---------------------------------------------------------------------------------------------
+# batch loops, compiled by ._kernels
+
+
+def ses_run(level, initialized, alpha, xs):
+    """Apply :func:`ses_step` to every value of ``xs``; return the final level.
+
+    When ``initialized`` is false the first value becomes the level.
+    """
+    start = 0
+    if not initialized and xs.shape[0] > 0:
+        level = xs[0]
+        start = 1
+    for i in range(start, xs.shape[0]):
+        level = ses_step(level, xs[i], alpha)
+    return level
+
+
+def ring_extend(buf, pos, count, xs):
+    """Append ``xs`` to the ring buffer ``buf`` (next write index ``pos``, ``count`` values held).
+
+    Only the last ``len(buf)`` values are written. Returns the new ``(pos, count)``.
+    """
+    size = buf.shape[0]
+    n = xs.shape[0]
+    start = n - size if n > size else 0
+    for i in range(start, n):
+        buf[pos] = xs[i]
+        pos += 1
+        if pos == size:
+            pos = 0
+    count = min(size, count + n)
+    return pos, count
+
+
+def min_max_count(xs):
+    """One pass: ``(min, max, len)`` of ``xs`` (``(inf, -inf, 0)`` when empty)."""
+    lo = np.inf
+    hi = -np.inf
+    for i in range(xs.shape[0]):
+        x = xs[i]
+        if x < lo:
+            lo = x
+        if x > hi:
+            hi = x
+    return lo, hi, xs.shape[0]
+
+
+def bernoulli_counts(xs):
+    """One pass over 0/1 outcomes: ``(ones, n)``; ``(-1, i)`` at the first value that is not 0 or 1."""
+    ones = 0
+    for i in range(xs.shape[0]):
+        x = xs[i]
+        if x == 1:
+            ones += 1
+        elif x != 0:
+            return -1, i
+    return ones, xs.shape[0]
+
+
+def selection_sample(population, size, uniforms, mask):
+    """Simple random sampling without replacement by sequential selection (Knuth's Algorithm S).
+
+    Element ``i`` is taken with probability ``(size - taken) / (population - i)``, using
+    ``uniforms[i]``; exactly ``size`` elements end up in ``mask``, every subset equally likely.
+    """
+    taken = 0
+    for i in range(population):
+        if taken == size:
+            break
+        if (population - i) * uniforms[i] < size - taken:
+            mask[i] = True
+            taken += 1
+    return taken
+
+
+def bin_counts(keys, low, width, counts):
+    """Add each key to its equi-width bin of ``counts`` (:func:`bin_index`)."""
+    bins = counts.shape[0]
+    for i in range(keys.shape[0]):
+        counts[bin_index(keys[i], low, width, bins)] += 1

@@ -5,22 +5,50 @@ Public API (functions first, so they compose with ``DataFrame.transform``)::
     import pyspark_cq as cq
     spark = cq.spark()                                   # a configured SparkSession
     coarse = cq.granularity(df, "start", "end", "1 second")
+
+Names are imported lazily (PEP 562): ``import pyspark_cq.cost`` or ``pyspark_cq.estimators`` does not
+load PySpark, so pure modules stay cheap in Spark workers and in tools.
 """
-from ._duration import parse_duration
-from ._native import NativeBuildError, check_build
-from .operators import granularity
-from .operators._report import read as read_metrics
-from .session import find_java, spark
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "NativeBuildError",
-    "check_build",
-    "find_java",
-    "granularity",
-    "parse_duration",
-    "read_metrics",
-    "spark",
-    "__version__",
-]
+# public name -> module that defines it (relative to this package)
+_EXPORTS = {
+    "NativeBuildError": "._native",
+    "check_build": "._native",
+    "parse_duration": "._duration",
+    "spark": ".session",
+    "find_java": ".session",
+    "read_metrics": ".operators._report",
+    "granularity": ".operators.granularity",
+    # cost models, plans and estimators (pure: no Spark)
+    "StreamCharacteristics": ".cost.pipes",
+    "CostProfile": ".cost.pipes",
+    "Query": ".plan",
+    "enumerate_plans": ".plan",
+    "DecayedMean": ".estimators",
+    "ExponentialSmoothing": ".estimators",
+    "ArrivalRate": ".estimators",
+    "MeanDistance": ".estimators",
+    "SampledSelectivity": ".estimators",
+    "JoinSelectivityHistogram": ".estimators",
+}
+_ALIASES = {"read_metrics": "read"}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pyspark_cq' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), _ALIASES.get(name, name))
+    globals()[name] = value  # cache: later lookups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -125,6 +125,10 @@ def spark(master: str | None = None, app_name: str = "pyspark-cq", *, shuffle_pa
         # Workers must run this interpreter, where pyspark_cq and its compiled modules are installed.
         os.environ["PYSPARK_PYTHON"] = sys.executable
         os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        # Workers start as `python -m pyspark.daemon` in the JVM's working directory; from a source
+        # checkout that directory holds pyspark_cq/ without its compiled modules and would shadow the
+        # installed package. PYTHONSAFEPATH (Python >= 3.11) keeps the working directory off sys.path.
+        os.environ.setdefault("PYTHONSAFEPATH", "1")
         # Local mode needs no network interface; loopback avoids hostname-resolution surprises.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Numba compiles on first call in each worker; a shared cache dir makes that once per machine.

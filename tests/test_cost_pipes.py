@@ -255,6 +255,43 @@ def test_state_rows_for_validation_on_spark():
     assert pipes.aggregation_state_rows(src, window=599, granularity=10, groups=5) == 5 * 59
 
 
+def test_section_5_2_granularity_change():
+    # FSP traffic data at granularity 1/60 s (one tick): vehicles every 2 s = 120 ticks, COUNT over 10 minutes.
+    # "almost every input element of the aggregation results in two output elements"
+    src = SC(120, 1)
+    fine = pipes.window_output(src, 36_000 - 1)
+    assert pipes.aggregation_output(fine).rate / src.rate == pytest.approx(2, rel=0.01)
+    # granularity 10 s = 600 ticks, coarser than the distance between vehicles: far fewer outputs and aggregates
+    coarse = pipes.granularity_output(fine, 600)
+    assert pipes.aggregation_output(coarse).rate / src.rate == pytest.approx(120 / 600, rel=0.01)
+    assert pipes.aggregation_memory(fine) == 300 and pipes.aggregation_memory(coarse) == 59
+
+
+def test_section_5_3_window_reduction_vs_load_shedding():
+    # equi-join of two streams of integers 0..49 at 100 elements/s, 10 s windows (time unit: 1 ms);
+    # random load shedding with probability 1/2 is a selection of selectivity 1/2 before the window
+    src = SC(10, 1)
+    profile = CostProfile(hash_buckets=50)
+    base = pipes.window_output(src, 9_999)
+    half_window = pipes.window_output(src, 4_999)
+    shed = pipes.window_output(pipes.selection_output(src, 0.5), 9_999)
+    memory = {k: pipes.join_memory(s, s) for k, s in [("base", base), ("window", half_window), ("shed", shed)]}
+    # both save 50% of the memory (Figure 9)
+    assert memory["window"] / memory["base"] == pytest.approx(0.5, rel=1e-3)
+    assert memory["shed"] / memory["base"] == pytest.approx(0.5, rel=1e-3)
+    # results: window reduction keeps half, load shedding a quarter (Figure 11)
+    results = {k: pipes.join_output(s, s, 1 / 50).rate for k, s in [("base", base), ("window", half_window),
+                                                                      ("shed", shed)]}
+    assert results["window"] / results["base"] == pytest.approx(0.5)
+    assert results["shed"] / results["base"] == pytest.approx(0.25)
+    # probing and result costs: half with half windows, a quarter with shedding (Figure 10)
+    def probe_and_result(s):
+        c = pipes.join_processing(s, s, 1 / 50, profile=profile.replace(hash_function=0))
+        return c.probe + c.result
+    assert probe_and_result(half_window) / probe_and_result(base) == pytest.approx(0.5)
+    assert probe_and_result(shed) / probe_and_result(base) == pytest.approx(0.25)
+
+
 # --------------------------------------------------------------------------- calibration
 
 

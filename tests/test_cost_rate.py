@@ -105,7 +105,8 @@ def test_equation_3_closed_form(method, r_l, r_r, f, costs, extra):
         assert closed == pytest.approx(riemann(rate_at, t_p), rel=2e-5)
         assert rate.outputs_by_time(rate_at, t_p) == pytest.approx(closed, rel=1e-8)
         plan = P.Join(P.Source("L"), P.Source("R"), selectivity=f, method=method, left_cost=extra, right_cost=extra)
-        assert rate.plan_outputs_by_time(plan, {"L": r_l, "R": r_r}, t_p, costs=costs) == pytest.approx(closed, rel=1e-8)
+        by_plan = rate.plan_outputs_by_time(plan, {"L": r_l, "R": r_r}, t_p, costs=costs)
+        assert by_plan == pytest.approx(closed, rel=1e-8)
 
 
 def test_time_to_n_outputs():
@@ -117,7 +118,8 @@ def test_time_to_n_outputs():
     plan = P.Join(P.Source("L"), P.Source("R"), selectivity=f)
     for n in (1, 100, 12_345):
         expected = math.sqrt(2 * n * busy / k)
-        assert rate.plan_time_to_outputs(plan, {"L": r_l, "R": r_r}, n, costs=costs) == pytest.approx(expected, rel=1e-6)
+        by_plan = rate.plan_time_to_outputs(plan, {"L": r_l, "R": r_r}, n, costs=costs)
+        assert by_plan == pytest.approx(expected, rel=1e-6)
         assert rate.time_to_outputs(
             n, lambda t: rate.join_outputs_by_time(r_l, r_r, f, t, costs=costs)) == pytest.approx(expected, rel=1e-7)
     assert rate.plan_time_to_outputs(plan, {"L": 0.0, "R": r_r}, 5) == math.inf
@@ -192,7 +194,8 @@ def test_join_rate_and_outputs_monotone(r_l, r_r, f, move, comp, t, dt, method):
     costs = JoinCosts(move=move, comp=comp)
     plan = P.Join(P.Source("L"), P.Source("R"), selectivity=f, method=method)
     rates = {"L": r_l, "R": r_r}
-    later, now = rate.plan_output_rate(plan, rates, t + dt, costs=costs), rate.plan_output_rate(plan, rates, t, costs=costs)
+    later = rate.plan_output_rate(plan, rates, t + dt, costs=costs)
+    now = rate.plan_output_rate(plan, rates, t, costs=costs)
     assert later >= now * (1 - 1e-12)
     early = rate.join_outputs_by_time(r_l, r_r, f, t, method=method, costs=costs)
     late = rate.join_outputs_by_time(r_l, r_r, f, t + dt, method=method, costs=costs)

@@ -579,7 +579,8 @@ def aggregation_processing(s: StreamCharacteristics, profile: CostProfile = Cost
         return AggregationProcessing(0.0, 0.0, 0.0)
     overlapping = s.d < s.l
     update = _end_splits(s) / s.d * (p.overlap_check + p.aggregate_update) if overlapping else 0.0
-    new = (p.list_operation + p.aggregate_init / 2) / s.d if overlapping else (p.list_operation + p.aggregate_init) / s.d
+    init_share = 0.5 if overlapping else 1.0  # (18): half of the new aggregates are initialised when d < l
+    new = (p.list_operation + init_share * p.aggregate_init) / s.d
     reorg = aggregation_output(s).rate * (p.overlap_check + p.list_operation) + p.overlap_check / s.d
     return AggregationProcessing(update, new, reorg)
 

@@ -212,26 +212,74 @@ def time_to_outputs(n: float, outputs: Callable[[float], float], *, rtol: float 
     """The first time t with ``outputs(t) = n`` ("which plan is the first to reach N results?", §4.1).
 
     ``outputs`` must be non-decreasing in t (a number of outputs by time t, e.g. Equation 3). Found by
-    doubling a bracket and bisection. Returns ``inf`` if n is not reached by ``t_max``.
+    bracketing and regula falsi (:func:`_solve_increasing`). Returns ``inf`` if n is not reached by ``t_max``.
     """
     n = chk.non_negative(n, "n")
     chk.callable_(outputs, "outputs")
     rtol = chk.positive(rtol, "rtol")
     t_max = chk.positive(t_max, "t_max")
-    if n == 0:
+    return _solve_increasing(outputs, n, rtol, t_max)
+
+
+def _solve_increasing(fn: Callable[[float], float], target: float, rtol: float, t_max: float = 1e12) -> float:
+    """Solve ``fn(t) = target`` for a non-decreasing ``fn`` with ``fn(0) <= target``, to relative tolerance
+    ``rtol`` in t; returns the upper end of the final bracket (where ``fn(t) >= target``).
+
+    The bracket is found by factors of 16 from t = 1; then regula falsi on ``log fn`` against ``log t``
+    (output counts grow like powers of t, which makes that nearly linear), with the Illinois modification
+    and bisection in log t as the fallback. ``inf`` if the target is not reached by ``t_max``.
+    """
+    if target == 0:
         return 0.0
-    hi = 1.0
-    while outputs(hi) < n:
-        if hi >= t_max:
-            return math.inf
-        hi = min(2 * hi, t_max)
-    lo = 0.0
-    while hi - lo > rtol * hi:
-        mid = (lo + hi) / 2
-        if outputs(mid) < n:
-            lo = mid
+    t = 1.0
+    v = fn(t)
+    if v >= target:
+        hi, f_hi = t, v
+        lo, f_lo = t / 16, fn(t / 16)
+        while f_lo >= target:
+            if lo < 1e-300:
+                return 0.0
+            hi, f_hi = lo, f_lo
+            lo = lo / 16
+            f_lo = fn(lo)
+    else:
+        lo, f_lo = t, v
+        hi, f_hi = min(16.0, t_max), fn(min(16.0, t_max))
+        while f_hi < target:
+            if hi >= t_max:
+                return math.inf
+            lo, f_lo = hi, f_hi
+            hi = min(16 * hi, t_max)
+            f_hi = fn(hi)
+    # regula falsi on g(x) = log fn(e^x) - log target, keeping g at both ends
+    def g(value):
+        return math.log(value) - math.log(target) if value > 0 else -math.inf
+
+    g_lo, g_hi = g(f_lo), g(f_hi)
+    side = 0
+    for _ in range(200):
+        if hi - lo <= rtol * hi:
+            break
+        mid = math.sqrt(lo * hi) if lo > 0 else hi / 2
+        if math.isfinite(g_lo) and g_hi > g_lo:
+            x_lo, x_hi = math.log(lo), math.log(hi)
+            x = x_hi - g_hi * (x_hi - x_lo) / (g_hi - g_lo)
+            if x_lo < x < x_hi:
+                mid = math.exp(x)
+        mid = min(max(mid, lo + 0.01 * rtol * hi), hi - 0.01 * rtol * hi)
+        v = fn(mid)
+        if v == target:
+            return mid
+        if v < target:
+            lo, g_lo = mid, g(v)
+            if side == -1:
+                g_hi /= 2        # Illinois: the kept end's value is halved when one end moves twice
+            side = -1
         else:
-            hi = mid
+            hi, g_hi = mid, g(v)
+            if side == 1:
+                g_lo /= 2
+            side = 1
     return hi
 
 
@@ -243,50 +291,64 @@ def _rates(rates) -> Mapping[str, float]:
     return chk.instance(rates, "rates", Mapping, "a mapping {stream name: arrival rate}")
 
 
+def _compile(plan: P.Node, rates, costs) -> tuple[list[P.Node], dict[str, float]]:
+    """Check a plan and its inputs once: its nodes children first, and the source rates."""
+    chk.instance(plan, "plan", P.Node, "a plan node (pyspark_cq.plan.Node)")
+    rates = _rates(rates)
+    chk.instance(costs, "costs", JoinCosts, "a JoinCosts")
+    order = list(P.postorder(plan))
+    checked = {}
+    for node in order:
+        if isinstance(node, P.Source):
+            if node.name not in rates:
+                raise ValueError(f"rates has no rate for stream {node.name!r}; given: {sorted(rates)}")
+            checked[node.name] = chk.non_negative(rates[node.name], f"rates[{node.name!r}]")
+        elif not isinstance(node, (P.Select, P.Project, P.Window, P.Granularity, P.Union, P.Join)):
+            raise ValueError(f"the rate-based model (Viglas & Naughton §3) covers selection, projection and "
+                             f"join; plan contains {type(node).__name__}")
+    return order, checked
+
+
+def _run(order: list[P.Node], rates: dict[str, float], t: float, costs: JoinCosts, exact: bool = False) -> float:
+    """The output rate at time t of a compiled plan (see :func:`plan_output_rate`)."""
+    out: dict[int, float] = {}
+    for node in order:
+        if isinstance(node, P.Source):
+            r = rates[node.name]
+        elif isinstance(node, P.Join):
+            r_l, r_r = out[id(node.left)], out[id(node.right)]
+            c_l, c_r = _arrival_costs(node.method, r_l, r_r, t, costs)
+            r = _join_rate(r_l, r_r, node.selectivity, c_l + node.left_cost, c_r + node.right_cost, t, exact, True)
+        elif isinstance(node, P.Select):
+            r = _unary_output_rate(out[id(node.child)], node.selectivity, node.cost)
+        elif isinstance(node, P.Project):
+            r = _unary_output_rate(out[id(node.child)], 1.0, node.cost)
+        elif isinstance(node, P.Union):
+            r = sum(out[id(c)] for c in node.inputs)
+        else:  # window, granularity
+            r = out[id(node.child)]
+        out[id(node)] = r
+    return out[id(order[-1])]
+
+
 def plan_output_rate(plan: P.Node, rates: Mapping[str, float], t: float, *, costs: JoinCosts = JoinCosts(),
                      exact: bool = False) -> float:
     """Output rate of a plan at time t, composed bottom up from §3 (Viglas & Naughton, §4.1).
 
     Sources give their rates; σ and π use their node ``cost`` as C_σ / C_π (§3.1–§3.2); a join uses
     Equation 2 with C_l, C_r from Table 3 (``costs`` and the node's ``method``) plus the node's
-    ``left_cost``/``right_cost``, fed with its inputs' rates at time t.
+    ``left_cost``/``right_cost``, fed with its inputs' rates at time t (``exact``: Equation 2 with
+    ``t - 1``). Window and granularity pass rates through; union adds them.
     """
-    chk.instance(plan, "plan", P.Node, "a plan node (pyspark_cq.plan.Node)")
-    rates = _rates(rates)
-    t = chk.non_negative(t, "t")
-    chk.instance(costs, "costs", JoinCosts, "a JoinCosts")
-    out: dict[int, float] = {}
-    for node in P.postorder(plan):
-        ins = [out[id(c)] for c in node.children]
-        if isinstance(node, P.Source):
-            if node.name not in rates:
-                raise ValueError(f"rates has no rate for stream {node.name!r}; given: {sorted(rates)}")
-            r = chk.non_negative(rates[node.name], f"rates[{node.name!r}]")
-        elif isinstance(node, P.Select):
-            r = _unary_output_rate(ins[0], node.selectivity, node.cost)
-        elif isinstance(node, P.Project):
-            r = _unary_output_rate(ins[0], 1.0, node.cost)
-        elif isinstance(node, (P.Window, P.Granularity)):
-            r = ins[0]
-        elif isinstance(node, P.Union):
-            r = sum(ins)
-        elif isinstance(node, P.Join):
-            c_l, c_r = _arrival_costs(node.method, ins[0], ins[1], t, costs)
-            r = _join_rate(ins[0], ins[1], node.selectivity, c_l + node.left_cost, c_r + node.right_cost,
-                           t, exact, True)
-        else:
-            raise ValueError(f"the rate-based model (Viglas & Naughton §3) covers selection, projection and "
-                             f"join; plan contains {type(node).__name__}")
-        out[id(node)] = r
-    return out[id(plan)]
+    order, checked = _compile(plan, rates, costs)
+    return _run(order, checked, chk.non_negative(t, "t"), costs, exact)
 
 
 def plan_outputs_by_time(plan: P.Node, rates: Mapping[str, float], t_p: float, *,
                          costs: JoinCosts = JoinCosts(), rtol: float = 1e-9) -> float:
     """Equation 3 for a plan: ``∫_0^t_p`` of :func:`plan_output_rate` (numerical)."""
-    chk.instance(plan, "plan", P.Node, "a plan node (pyspark_cq.plan.Node)")
-    plan_output_rate(plan, rates, 0.0, costs=costs)  # validates the arguments once
-    return outputs_by_time(lambda t: plan_output_rate(plan, rates, t, costs=costs), t_p, rtol=rtol)
+    order, checked = _compile(plan, rates, costs)
+    return outputs_by_time(lambda t: _run(order, checked, t, costs), t_p, rtol=rtol)
 
 
 def _invert_integral(rate: Callable[[float], float], n: float, rtol: float, t_max: float = 1e12) -> float:
@@ -326,11 +388,10 @@ def plan_time_to_outputs(plan: P.Node, rates: Mapping[str, float], n: float, *,
     ("Given an output size N … which plan is the first one to reach N results?") ``inf`` if the plan's
     rate stays 0.
     """
-    chk.instance(plan, "plan", P.Node, "a plan node (pyspark_cq.plan.Node)")
+    order, checked = _compile(plan, rates, costs)
     n = chk.non_negative(n, "n")
     rtol = chk.positive(rtol, "rtol")
-    plan_output_rate(plan, rates, 0.0, costs=costs)  # validates the arguments once
-    return _invert_integral(lambda t: plan_output_rate(plan, rates, t, costs=costs), n, rtol)
+    return _invert_integral(lambda t: _run(order, checked, t, costs), n, rtol)
 
 
 def local_rate_estimate(plan: P.Node, rates: Mapping[str, float], t_p: float, *,
@@ -398,13 +459,6 @@ def split_required_outputs(n: float, selectivity: float, left_size: float, right
     return root_q * left, root_q * right
 
 
-def _time_for(n: float, rate_at_horizon: Callable[[float], float]) -> float:
-    """Solve ``t = n / r(t)`` where ``r(t)`` is a rate estimate for horizon t, non-decreasing in t."""
-    if n == 0:
-        return 0.0
-    return time_to_outputs(n, lambda t: t * rate_at_horizon(t), rtol=1e-9)
-
-
 def local_time_estimate(plan: P.Node, rates: Mapping[str, float], n: float, *,
                         sizes: Mapping[str, float] | None = None, costs: JoinCosts = JoinCosts()) -> float:
     """Local time minimization's estimate: time for ``plan`` to produce n outputs (§4.2.2).
@@ -416,20 +470,20 @@ def local_time_estimate(plan: P.Node, rates: Mapping[str, float], n: float, *,
     paper's ``max``); compare plans with :func:`best_plan_by_time`. ``sizes`` (cardinalities of finite
     sources) steer the splits; by default the rates do.
     """
-    chk.instance(plan, "plan", P.Node, "a plan node (pyspark_cq.plan.Node)")
-    rates = _rates(rates)
+    order, checked = _compile(plan, rates, costs)
     n = chk.non_negative(n, "n")
-    plan_output_rate(plan, rates, 0.0, costs=costs)  # validates rates, costs and node kinds
     sizes = rates if sizes is None else chk.instance(sizes, "sizes", Mapping, "a mapping {stream name: size}")
     size_of: dict[int, float] = {}
-    for node in P.postorder(plan):
+    for node in order:
         size_of[id(node)] = _size(node, [size_of[id(c)] for c in node.children], sizes)
 
     worst = 0.0
     stack = [(plan, n)]
     while stack:
         node, need = stack.pop()
-        worst = max(worst, _time_for(need, lambda t, node=node: local_rate_estimate(node, rates, t, costs=costs)))
+        sub = list(P.postorder(node))
+        # t_P solves t = n_P / r_P(t/2): the local rate estimate of §4.2.1 for horizon t
+        worst = max(worst, _solve_increasing(lambda t, sub=sub: t * _run(sub, checked, t / 2, costs), need, 1e-9))
         if isinstance(node, P.Select):
             stack.append((node.child, need / node.selectivity))
         elif isinstance(node, (P.Project, P.Window, P.Granularity)):

@@ -103,9 +103,10 @@ class SampledSelectivity(Mergeable):
 
     def update_many(self, xs):
         arr = np.asarray(xs)
-        if arr.dtype == np.bool_:
-            arr = arr.view(np.uint8)
-        arr = chk.real_array(arr, "xs")
+        if arr.dtype == np.bool_ and arr.ndim == 1:
+            arr = np.ascontiguousarray(arr).view(np.uint8)  # counted as is, without a float copy
+        else:
+            arr = chk.real_array(arr, "xs")
         if arr.size:
             from . import _kernels
 

@@ -24,6 +24,10 @@ _EXPORTS = {
     "find_java": ".session",
     "read_metrics": ".operators._report",
     "granularity": ".operators.granularity",
+    "interval_join": ".operators.join",
+    "window_join": ".operators.join",
+    "sliding_aggregate": ".operators.aggregate",
+    "window": ".operators.window",
     # cost models, plans and estimators (pure: no Spark)
     "StreamCharacteristics": ".cost.pipes",
     "CostProfile": ".cost.pipes",
@@ -35,6 +39,12 @@ _EXPORTS = {
     "MeanDistance": ".estimators",
     "SampledSelectivity": ".estimators",
     "JoinSelectivityHistogram": ".estimators",
+    # adaptive runtime and policies
+    "CQRuntime": ".runtime.core",
+    "QueryRejected": ".runtime.core",
+    "ControlTable": ".runtime.control",
+    "QoSRange": ".policies",
+    "Policy": ".policies",
 }
 _ALIASES = {"read_metrics": "read"}
 

@@ -1,1 +1,27 @@
-"""pyspark_cq.policies (see docs/architecture.md)."""
+"""Policies: a statistics snapshot in, control-table decisions out; plugins under ``pyspark_cq.policies``.
+
+============================  ===================================================================
+name                          what
+============================  ===================================================================
+`Policy`                      base class: ``name``, ``decide(snapshot)``, ``admit``, ``bounds``
+`Decision`, `Decisions`       parameter changes of control-table entries (what the table accepts)
+`Admission`                   accept (with decisions) or reject (with a reason), PIPES §4.1.1
+`QoSRange`                    a QoS range ``[min, max]`` of a window or granularity, PIPES §4.3
+`Snapshot`, `QueryInfo`, …    the statistics a policy sees
+`available`, `load`,          the plugin registry (entry-point group ``pyspark_cq.policies``)
+`create`, `problems`
+`checks.check_policy`         the check suite every registered policy passes
+============================  ===================================================================
+
+This package imports neither Spark nor the runtime. Importing it loads no plugin.
+"""
+from .base import Policy
+from .decisions import PARAMETERS, TRANSITION_PARAMETERS, Admission, Decision, Decisions, QoSRange, parse_size
+from .registry import GROUP, PolicyLoadError, PolicyPluginWarning, available, create, load, problems, refresh
+from .snapshot import OperatorStats, QueryInfo, Snapshot, SourceStats, label, parse_label
+
+__all__ = [
+    "Policy", "Decision", "Decisions", "Admission", "QoSRange", "PARAMETERS", "TRANSITION_PARAMETERS",
+    "Snapshot", "QueryInfo", "SourceStats", "OperatorStats", "label", "parse_label", "parse_size",
+    "GROUP", "PolicyLoadError", "PolicyPluginWarning", "available", "create", "load", "problems", "refresh",
+]

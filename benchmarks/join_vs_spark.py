@@ -1,0 +1,210 @@
+"""Side by side: pyspark-cq's interval join against Spark's built-in stream-stream join.
+
+Prints medians and ratios for
+1. the native kernel alone (insert + probe + expire), tuples/s on one core;
+2. eviction cost vs state size (kernel: time to expire a fixed number of rows at 10x more state);
+3. end to end on identical file streams (``maxFilesPerTrigger=1``, ``availableNow``): throughput,
+   per-batch time, Spark's per-batch eviction time (``allRemovalsTimeMs``) and the state memory both keep;
+4. state grouped by hash shard vs by raw key (``grouping="shard"`` / ``"key"``).
+
+Usage::
+
+    python benchmarks/join_vs_spark.py [--rows-per-file 150000] [--files 8] [--keys 200000] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+BASE_US = 1_700_000_000_000_000
+
+
+# --- 1, 2: the kernel ----------------------------------------------------------------------------------
+
+
+def kernel_throughput(n=2_000_000, keys=200_000, batch=100_000, window_s=5, repeats=3):
+    """Tuples/s for a sliding symmetric join: batches alternate sides, each inserts + probes, then expires."""
+    from pyspark_cq._native import load
+
+    join = load("_join")
+    rng = np.random.default_rng(0)
+    k = rng.integers(0, keys, n).astype(np.int64)
+    t = np.arange(n, dtype=np.int64) * 10 + rng.integers(0, 1000, n)  # 100k tuples/s of event time
+    offsets = np.arange(batch + 1, dtype=np.int64) * 8
+    rates = []
+    for _ in range(repeats):
+        state = join.JoinState(-30_000, 30_000)
+        start = time.perf_counter()
+        for s in range(0, n, batch):
+            sl = slice(s, s + batch)
+            state.insert_probe((s // batch) % 2, offsets, k[sl].view(np.uint8), None, t[sl],
+                               np.arange(s, s + batch, dtype=np.int64))
+            horizon = int(t[min(s + batch, n) - 1]) - window_s * 1_000_000
+            state.evict(0, horizon)
+            state.evict(1, horizon)
+        rates.append(n / (time.perf_counter() - start))
+    return statistics.median(rates)
+
+
+def eviction_scaling(sizes=(100_000, 1_000_000), evict=10_000, keys_ratio=5, repeats=5):
+    """Seconds to expire the same `evict` rows from states of growing size (PIPES: ∝ removed rows)."""
+    from pyspark_cq._native import load
+
+    join = load("_join")
+    out = {}
+    for size in sizes:
+        rng = np.random.default_rng(1)
+        k = rng.integers(0, max(1, size // keys_ratio), size).astype(np.int64)
+        t = np.arange(size, dtype=np.int64)
+        times = []
+        for _ in range(repeats):
+            state = join.JoinState(0, 0)
+            state.insert_probe(0, np.arange(size + 1, dtype=np.int64) * 8, k.view(np.uint8), None, t,
+                               np.arange(size, dtype=np.int64))
+            start = time.perf_counter()
+            ids, _ = state.evict(0, evict - 1)
+            times.append(time.perf_counter() - start)
+            assert len(ids) == evict
+        out[size] = statistics.median(times)
+    return out
+
+
+# --- 3, 4: end to end ----------------------------------------------------------------------------------
+
+
+def write_streams(root, files, rows, keys, seed=3):
+    """files per side; file i holds event times in [i, i+1) * 60 s, shuffled (out of order within it)."""
+    rng = np.random.default_rng(seed)
+    for side in ("l", "r"):
+        os.makedirs(os.path.join(root, side), exist_ok=True)
+        for i in range(files):
+            t = BASE_US + i * 60_000_000 + rng.integers(0, 60_000_000, rows)
+            table = pa.table({
+                "k": pa.array(rng.integers(0, keys, rows), pa.int64()),
+                "ts": pa.array(t, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                f"{side}v": pa.array(rng.integers(0, 1 << 40, rows), pa.int64()),
+            })
+            pq.write_table(table, os.path.join(root, side, f"b{i:04d}.parquet"))
+
+
+def run_query(spark, df, checkpoint):
+    sink = checkpoint + "_sink"
+    query = (df.writeStream.format("noop").option("checkpointLocation", checkpoint)
+             .trigger(availableNow=True).start())
+    start = time.perf_counter()
+    query.awaitTermination()
+    wall = time.perf_counter() - start
+    shutil.rmtree(sink, ignore_errors=True)
+    return wall, [json.loads(p.json) for p in query.recentProgress]
+
+
+def end_to_end(spark, root, files, rows, delay, grouping="shard", shards=None):
+    import pyspark_cq
+    from pyspark.sql import functions as F
+
+    def source(side):
+        return (spark.readStream.schema(f"k long, ts timestamp, {side}v long").option("maxFilesPerTrigger", 1)
+                .parquet(os.path.join(root, side)).withWatermark("ts", delay))
+
+    results = {}
+    ck = tempfile.mkdtemp(prefix="cqjoin_ck_")
+    ours = pyspark_cq.interval_join(source("l"), source("r"), "k", "ts", "ts", "-30 seconds", "30 seconds",
+                                    suffixes=("_l", "_r"), grouping=grouping, shards=shards, name="bench")
+    wall, progress = run_query(spark, ours, os.path.join(ck, "ours"))
+    reports = [pyspark_cq.read_metrics(p, "bench") for p in progress]
+    results["ours"] = {
+        "wall_s": wall, "rows_per_s": 2 * files * rows / wall,
+        "batch_ms": [p["durationMs"].get("triggerExecution", 0) for p in progress],
+        "state_rows": [r["state_rows"] if r else 0 for r in reports],
+        "state_bytes": [r["state_bytes"] if r else 0 for r in reports],
+        "output_rows": sum(r["output_rows"] for r in reports if r),
+    }
+    if grouping == "shard":
+        l, r = source("l").alias("l"), source("r").alias("r")
+        cond = F.expr("l.k = r.k AND r.ts >= l.ts + interval -30 seconds AND r.ts <= l.ts + interval 30 seconds")
+        theirs = l.join(r, cond).select("l.k", F.col("l.ts").alias("ts_l"), "lv", F.col("r.ts").alias("ts_r"), "rv")
+        wall, progress = run_query(spark, theirs, os.path.join(ck, "spark"))
+        ops = [p["stateOperators"][0] if p["stateOperators"] else {} for p in progress]
+        results["spark"] = {
+            "wall_s": wall, "rows_per_s": 2 * files * rows / wall,
+            "batch_ms": [p["durationMs"].get("triggerExecution", 0) for p in progress],
+            "removal_ms": [o.get("allRemovalsTimeMs", 0) for o in ops],
+            "state_rows": [o.get("numRowsTotal", 0) for o in ops],
+            "state_bytes": [o.get("memoryUsedBytes", 0) for o in ops],
+            "output_rows": sum(p.get("sink", {}).get("numOutputRows", 0) or 0 for p in progress),
+        }
+    shutil.rmtree(ck, ignore_errors=True)
+    return results
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows-per-file", type=int, default=150_000)
+    ap.add_argument("--files", type=int, default=8)
+    ap.add_argument("--keys", type=int, default=200_000)
+    ap.add_argument("--delay", default="4 minutes", help="watermark delay (sets the state size)")
+    ap.add_argument("--key-rows", type=int, default=20_000, help="rows per file for the shard-vs-key runs")
+    ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.rows_per_file, args.files, args.keys, args.key_rows = 20_000, 4, 20_000, 2_000
+
+    print(f"# machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    rate = kernel_throughput()
+    print(f"kernel insert+probe+expire: {rate / 1e6:.2f} M tuples/s (median of 3, one core)")
+    scaling = eviction_scaling()
+    small, big = sorted(scaling)
+    print(f"kernel eviction of 10k rows: {scaling[small] * 1e3:.2f} ms at {small:,} rows of state, "
+          f"{scaling[big] * 1e3:.2f} ms at {big:,} rows (x{scaling[big] / scaling[small]:.2f} for 10x state)")
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    import pyspark_cq
+
+    spark = pyspark_cq.spark("local[2]", "join-bench", shuffle_partitions=2, conf={
+        "spark.sql.adaptive.enabled": "false", "spark.sql.execution.arrow.maxRecordsPerBatch": "200000",
+        "spark.driver.memory": "6g", "spark.sql.streaming.metricsEnabled": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    root = tempfile.mkdtemp(prefix="cqjoin_in_")
+    try:
+        write_streams(os.path.join(root, "big"), args.files, args.rows_per_file, args.keys)
+        res = end_to_end(spark, os.path.join(root, "big"), args.files, args.rows_per_file, args.delay)
+        o, s = res["ours"], res["spark"]
+        print(f"end to end, {args.files} files x {args.rows_per_file:,} rows a side, {args.keys:,} keys, ±30 s, "
+              f"watermark delay {args.delay}:")
+        print(f"  wall: ours {o['wall_s']:.1f} s, Spark {s['wall_s']:.1f} s -> ratio {s['wall_s'] / o['wall_s']:.2f}x")
+        print(f"  throughput: ours {o['rows_per_s']:,.0f} rows/s, Spark {s['rows_per_s']:,.0f} rows/s")
+        print(f"  per batch ms   ours: {o['batch_ms']}")
+        print(f"  per batch ms  Spark: {s['batch_ms']}")
+        print(f"  Spark eviction (allRemovalsTimeMs) per batch: {s['removal_ms']}")
+        print(f"  state rows     ours: {o['state_rows']}")
+        print(f"  state rows    Spark: {s['state_rows']}")
+        print(f"  state bytes    ours: {[round(b / 2**20, 1) for b in o['state_bytes']]} MiB (serialized)")
+        print(f"  state bytes   Spark: {[round(b / 2**20, 1) for b in s['state_bytes']]} MiB (memoryUsedBytes)")
+        print(f"  output rows: ours {o['output_rows']:,}")
+
+        write_streams(os.path.join(root, "small"), 4, args.key_rows, max(1, args.key_rows // 2))
+        shard = end_to_end(spark, os.path.join(root, "small"), 4, args.key_rows, args.delay)["ours"]
+        key = end_to_end(spark, os.path.join(root, "small"), 4, args.key_rows, args.delay, grouping="key")["ours"]
+        print(f"shard vs key grouping, 4 files x {args.key_rows:,} rows a side, {max(1, args.key_rows // 2):,} keys:")
+        print(f"  shard: {shard['wall_s']:.1f} s ({shard['rows_per_s']:,.0f} rows/s); "
+              f"key: {key['wall_s']:.1f} s ({key['rows_per_s']:,.0f} rows/s) -> shard is "
+              f"{key['wall_s'] / shard['wall_s']:.1f}x faster")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+"""Aggregation specification of :func:`pyspark_cq.sliding_aggregate`: parsing, types, partial layout.
+
+The user's ``aggs`` mapping becomes two lists shared by the map side and the stateful side:
+
+- *partials*: what a slice (one key, one granule) keeps -- ``count(*)`` first, then per value column its
+  non-null count and, as needed, sum / min / max. Each partial is an ``(op, column)`` pair for the
+  map-side kernel; its combine kind follows from the op.
+- *outputs*: the user's aggregates in order, each computed from one or two partials.
+
+It also fixes the physical (Arrow) transport of the grouping keys through the shuffle so they survive
+the pandas conversion of ``applyInPandasWithState`` exactly (nullable integers, NaN vs null, time zones).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import types as T
+
+AGG_NAMES = ("count", "sum", "min", "max", "avg")
+
+# Op / kind / output codes of native/aggregate_core.hpp (checked against the module in tests).
+OP_ROWS, OP_COUNT, OP_SUM_I, OP_SUM_F, OP_MIN_I, OP_MIN_F, OP_MAX_I, OP_MAX_F = range(8)
+KIND_ADD_I64, KIND_ADD_F64, KIND_MIN, KIND_MAX = 1, 2, 3, 4
+OUT_COUNT, OUT_SUM_I, OUT_SUM_F, OUT_AVG_I, OUT_AVG_F, OUT_MIN, OUT_MAX = range(1, 8)
+
+_KIND_OF_OP = {OP_ROWS: KIND_ADD_I64, OP_COUNT: KIND_ADD_I64, OP_SUM_I: KIND_ADD_I64, OP_SUM_F: KIND_ADD_F64,
+               OP_MIN_I: KIND_MIN, OP_MIN_F: KIND_MIN, OP_MAX_I: KIND_MAX, OP_MAX_F: KIND_MAX}
+
+_INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+_FLOATING = (T.FloatType, T.DoubleType)
+_ORDERED_INT = _INTEGRAL + (T.BooleanType, T.DateType, T.TimestampType, T.TimestampNTZType)
+#: Types a ``by`` column may have (atomic types Spark can group by and Arrow can carry).
+_KEY_TYPES = _ORDERED_INT + _FLOATING + (T.StringType, T.BinaryType, T.DecimalType)
+
+
+@dataclass(frozen=True)
+class Output:
+    """One user aggregate: output ``name``, ``kind`` (OUT_*), partial indices, Spark result type."""
+
+    name: str
+    agg: str
+    column: str | None
+    kind: int
+    value: int
+    count: int
+    dtype: T.DataType
+
+
+@dataclass(frozen=True)
+class ValueColumn:
+    """A column aggregated by some output: ``cls`` is 'i' (int64 transport), 'f' (float64) or 'c' (count only)."""
+
+    name: str
+    dtype: T.DataType
+    cls: str
+
+
+@dataclass(frozen=True)
+class KeyColumn:
+    """A ``by`` column and how it crosses the shuffle: 'raw' (as is) or 'i' / 'f' (int64 / float64 + null flag)."""
+
+    name: str
+    dtype: T.DataType
+    transport: str
+    nullable: bool
+
+
+@dataclass(frozen=True)
+class AggSpec:
+    values: tuple[ValueColumn, ...]
+    ops: tuple[tuple[int, int], ...]   # per partial: (op, value column index or -1)
+    outputs: tuple[Output, ...]
+
+    @property
+    def kinds(self) -> np.ndarray:
+        return np.array([_KIND_OF_OP[op] for op, _ in self.ops], dtype=np.uint8)
+
+    @property
+    def ops_array(self) -> np.ndarray:
+        return np.array([x for pair in self.ops for x in pair], dtype=np.int32)
+
+    @property
+    def outputs_array(self) -> np.ndarray:
+        return np.array([x for o in self.outputs for x in (o.kind, o.value, o.count)], dtype=np.int32)
+
+
+def parse_aggs(df, aggs, by: Sequence[str]) -> AggSpec:
+    """Validate ``aggs`` against ``df``'s schema and lay out partials and outputs.
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming ``aggs`` and the offending column or aggregate.
+    """
+    if aggs is None:
+        aggs = {"*": ["count"]}
+    if not isinstance(aggs, Mapping):
+        raise TypeError(f"aggs must be a mapping of column name to a list of aggregates "
+                        f"({', '.join(AGG_NAMES)}), e.g. {{'value': ['sum', 'max'], '*': ['count']}}; "
+                        f"got {type(aggs).__name__}")
+    if not aggs:
+        raise ValueError("aggs must name at least one aggregate")
+    schema = df.schema
+    values: list[ValueColumn] = []
+    value_index: dict[str, int] = {}
+    requested: list[tuple[str, str]] = []
+    for column, names in aggs.items():
+        if not isinstance(column, str):
+            raise TypeError(f"aggs keys must be column names (str) or '*', got {column!r}")
+        if isinstance(names, str):
+            names = [names]
+        if not isinstance(names, (list, tuple)) or not names:
+            raise TypeError(f"aggs[{column!r}] must be a non-empty list of aggregates, got {names!r}")
+        for name in names:
+            if not isinstance(name, str) or name.lower() not in AGG_NAMES:
+                raise ValueError(f"aggs[{column!r}]: unknown aggregate {name!r}; "
+                                 f"supported: {', '.join(AGG_NAMES)}")
+            name = name.lower()
+            if column == "*":
+                if name != "count":
+                    raise ValueError(f"aggs['*'] only supports 'count' (count(*)), got {name!r}")
+            else:
+                if column not in schema.names:
+                    raise ValueError(f"aggs: unknown column {column!r}; available columns: {schema.names}")
+                _check_type(column, schema[column].dataType, name)
+            requested.append((column, name))
+    # Value columns and their classes.
+    for column, name in requested:
+        if column == "*":
+            continue
+        dtype = schema[column].dataType
+        cls = "f" if isinstance(dtype, _FLOATING) else "i"
+        needs_values = any(c == column and n != "count" for c, n in requested)
+        if column not in value_index:
+            value_index[column] = len(values)
+            values.append(ValueColumn(column, dtype, cls if needs_values else "c"))
+    # Partials: count(*) first, then per column count, sum, min, max as needed.
+    ops: list[tuple[int, int]] = [(OP_ROWS, -1)]
+    where: dict[tuple[str, str], int] = {}
+    for ci, vc in enumerate(values):
+        names = {n for c, n in requested if c == vc.name}
+        where[(vc.name, "count")] = len(ops)
+        ops.append((OP_COUNT, ci))
+        f = vc.cls == "f"
+        if names & {"sum", "avg"}:
+            where[(vc.name, "sum")] = len(ops)
+            ops.append((OP_SUM_F if f else OP_SUM_I, ci))
+        if "min" in names:
+            where[(vc.name, "min")] = len(ops)
+            ops.append((OP_MIN_F if f else OP_MIN_I, ci))
+        if "max" in names:
+            where[(vc.name, "max")] = len(ops)
+            ops.append((OP_MAX_F if f else OP_MAX_I, ci))
+    outputs: list[Output] = []
+    seen: set[str] = set()
+    for column, name in requested:
+        out_name = "count" if column == "*" else f"{name}_{column}"
+        if out_name in seen:
+            raise ValueError(f"aggs asks for {name!r} of {column!r} twice")
+        seen.add(out_name)
+        if column == "*":
+            outputs.append(Output(out_name, name, None, OUT_COUNT, 0, -1, T.LongType()))
+            continue
+        dtype = schema[column].dataType
+        f = isinstance(dtype, _FLOATING)
+        cnt = where[(column, "count")]
+        if name == "count":
+            outputs.append(Output(out_name, name, column, OUT_COUNT, cnt, -1, T.LongType()))
+        elif name == "sum":
+            outputs.append(Output(out_name, name, column, OUT_SUM_F if f else OUT_SUM_I, where[(column, "sum")], cnt,
+                                  T.DoubleType() if f else T.LongType()))
+        elif name == "avg":
+            outputs.append(Output(out_name, name, column, OUT_AVG_F if f else OUT_AVG_I, where[(column, "sum")], cnt,
+                                  T.DoubleType()))
+        else:
+            outputs.append(Output(out_name, name, column, OUT_MIN if name == "min" else OUT_MAX,
+                                  where[(column, name)], cnt, dtype))
+    return AggSpec(tuple(values), tuple(ops), tuple(outputs))
+
+
+def _check_type(column: str, dtype: T.DataType, name: str) -> None:
+    if name == "count":
+        return
+    if name in ("sum", "avg"):
+        if isinstance(dtype, T.DecimalType):
+            raise TypeError(f"aggs[{column!r}]: {name} of decimal columns is not supported by sliding_aggregate; "
+                            f"cast {column!r} to double or long first")
+        if not isinstance(dtype, _INTEGRAL + _FLOATING):
+            raise TypeError(f"aggs[{column!r}]: {name} needs a numeric column; {column!r} has type "
+                            f"{dtype.simpleString()}")
+        return
+    if not isinstance(dtype, _ORDERED_INT + _FLOATING):
+        raise TypeError(f"aggs[{column!r}]: {name} is supported for numeric, boolean, date and timestamp columns; "
+                        f"{column!r} has type {dtype.simpleString()}")
+
+
+def key_columns(df, by: Sequence[str]) -> tuple[KeyColumn, ...]:
+    """Transport plan of the ``by`` columns (see module docstring)."""
+    out = []
+    for name in by:
+        field = df.schema[name]
+        dtype = field.dataType
+        if not isinstance(dtype, _KEY_TYPES):
+            raise TypeError(f"by: column {name!r} has type {dtype.simpleString()}; sliding_aggregate groups by "
+                            f"atomic columns (numbers, booleans, strings, binary, decimals, dates, timestamps)")
+        if isinstance(dtype, _FLOATING):
+            transport = "f"
+        elif isinstance(dtype, _ORDERED_INT):
+            transport = "i"
+        else:
+            transport = "raw"
+        out.append(KeyColumn(name, dtype, transport, field.nullable))
+    return tuple(out)
+
+
+# ---- Arrow conversions ------------------------------------------------------------------------------
+
+def arrow_type(dtype: T.DataType, tz: str = "UTC") -> pa.DataType:
+    """The Arrow type Spark uses for ``dtype`` (UTC for timestamps with a zone)."""
+    if isinstance(dtype, T.TimestampType):
+        return pa.timestamp("us", tz=tz)
+    if isinstance(dtype, T.TimestampNTZType):
+        return pa.timestamp("us")
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    return to_arrow_type(dtype)
+
+
+def to_int64(arr: pa.Array) -> pa.Array:
+    """Integral / boolean / date / timestamp Arrow array as int64 (timestamps in microseconds)."""
+    t = arr.type
+    if pa.types.is_timestamp(t):
+        arr = arr.cast(pa.timestamp("us", tz=t.tz)) if t.unit != "us" else arr
+        return arr.cast(pa.int64())
+    if pa.types.is_date32(t):
+        return arr.cast(pa.int32()).cast(pa.int64())
+    if pa.types.is_boolean(t):
+        return arr.cast(pa.int8()).cast(pa.int64())
+    return arr.cast(pa.int64())
+
+
+def from_int64(values: np.ndarray, valid: np.ndarray | None, dtype: T.DataType) -> pa.Array:
+    """Inverse of :func:`to_int64` for a Spark type, with an optional validity mask (uint8/bool)."""
+    mask = None if valid is None else ~np.asarray(valid, dtype=bool)
+    base = pa.array(np.asarray(values, dtype=np.int64), mask=mask, type=pa.int64())
+    if isinstance(dtype, T.TimestampType):
+        return base.cast(pa.timestamp("us", tz="UTC"))
+    if isinstance(dtype, T.TimestampNTZType):
+        return base.cast(pa.timestamp("us"))
+    if isinstance(dtype, T.DateType):
+        return base.cast(pa.int32()).cast(pa.date32())
+    if isinstance(dtype, T.BooleanType):
+        return pc.not_equal(base, 0)
+    return base.cast(arrow_type(dtype))
+
+
+def nonnull_numpy(arr: pa.Array, np_type) -> tuple[np.ndarray, np.ndarray | None]:
+    """(values with nulls as 0, uint8 validity or None) of a numeric Arrow array."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    valid = None
+    if arr.null_count:
+        valid = arr.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8)
+        arr = arr.fill_null(0)
+    return np.ascontiguousarray(arr.to_numpy(zero_copy_only=False), dtype=np_type), valid

@@ -1,0 +1,475 @@
+"""Worker side of :func:`pyspark_cq.sliding_aggregate`: the map-side slicer and the per-shard step.
+
+Both run in Spark's Python workers; they only hold a picklable :class:`Plan` and load the compiled
+kernel lazily (``pyspark_cq._aggregate``), so nothing here needs a SparkSession.
+
+Column names of the intermediate (sliced) rows all start with ``__cq_`` so they cannot clash with user
+columns, which never reach this stage except as ``by`` keys.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Iterator  # typing.Iterator: what PySpark inspects to pick the iterator form
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import types as T
+
+from .._native import load
+from . import _report
+from ._agg_spec import AggSpec, KeyColumn, arrow_type, from_int64, nonnull_numpy, to_int64
+from ._agg_spec import OP_COUNT, OP_MAX_F, OP_MIN_F, OP_SUM_F, OUT_AVG_F, OUT_AVG_I, OUT_MAX, OUT_MIN, OUT_SUM_F
+
+_FLOAT_OPS = (OP_SUM_F, OP_MIN_F, OP_MAX_F)
+
+# Spark's applyInPandasWithState pads each returned frame with an all-null frame (pyspark/worker.py),
+# which makes pandas 2 warn once per report row; the warning is about Spark's code, not ours.
+warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark\.worker",
+                        message="The behavior of DataFrame concatenation with empty or all-NA entries")
+
+# Input projection (before the slicer).
+TIME, HASH = "__cq_t", "__cq_h"
+# Sliced rows (slicer output, stateful input).
+SHARD, KHASH, START, BAD, TAG = "__cq_shard", "__cq_hash", "__cq_start", "__cq_bad", "__cq_tag"
+
+
+def key_name(i: int) -> str:
+    return f"__cq_k{i}"
+
+
+def null_name(i: int) -> str:
+    return f"__cq_k{i}_null"
+
+
+def value_name(i: int) -> str:
+    return f"__cq_v{i}"
+
+
+def partial_name(j: int) -> str:
+    return f"__cq_p{j}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a worker needs, fixed when the query is defined (shipped with the closures).
+
+    ``window``, ``slide`` and ``granularity`` are plain values in microseconds read at every batch by
+    :func:`run_shard`; nothing in the kernels bakes them in, so a runtime that changes them between
+    batches only has to hand new values to the next call.
+    """
+
+    spec: AggSpec
+    keys: tuple[KeyColumn, ...]
+    time_type: T.DataType
+    window: int
+    slide: int
+    granularity: int
+    emit: str            # "windows" | "changes"
+    mode: str            # "append" | "update" | "batch"
+    watermark: bool      # streaming with a watermark on the time column
+    shards: int
+    out_names: tuple[str, ...]   # user-visible output columns, in order
+
+    @property
+    def step(self) -> int:
+        """Distance between consecutive outputs: the slide for windows, the granularity for changes."""
+        return self.slide if self.emit == "windows" else self.granularity
+
+    def sliced_schema(self, tag_metadata: dict | None, float_partials: bool = False) -> T.StructType:
+        """Spark schema of the sliced rows. With ``float_partials`` the floating partials (sums, and
+        min/max of floating columns) are doubles, as Spark's own aggregation computes them, instead of
+        the kernel's int64 encoding (see :func:`encode_float_partials`)."""
+        fields = [T.StructField(SHARD, T.IntegerType(), False), T.StructField(KHASH, T.LongType(), False)]
+        for i, k in enumerate(self.keys):
+            if k.transport == "raw":
+                fields.append(T.StructField(key_name(i), k.dtype, True))
+            else:
+                fields.append(T.StructField(key_name(i), T.LongType() if k.transport == "i" else T.DoubleType(), False))
+                if k.nullable:
+                    fields.append(T.StructField(null_name(i), T.BooleanType(), False))
+        fields.append(T.StructField(START, T.LongType(), False))
+        fields += [T.StructField(partial_name(j), T.DoubleType() if float_partials and op in _FLOAT_OPS else T.LongType(),
+                                 True) for j, (op, _) in enumerate(self.spec.ops)]
+        fields.append(T.StructField(BAD, T.LongType(), False))
+        if tag_metadata is not None:
+            # All-null event-time column carrying the watermark metadata: it makes the watermark visible
+            # to applyInPandasWithState (getCurrentWatermarkMs, event-time timeouts) while Spark's own
+            # late-row filter (`tag <= watermark`) never drops a slice; lateness is decided per
+            # (slice, window) by the kernel instead, as Spark's aggregation does per (window, key).
+            fields.append(T.StructField(TAG, self.time_type, True, tag_metadata))
+        return T.StructType(fields)
+
+    def output_schema(self) -> T.StructType:
+        """User-visible output schema (without report columns)."""
+        fields = [T.StructField(self.out_names[0], self.time_type, True),
+                  T.StructField(self.out_names[1], self.time_type, True)]
+        fields += [T.StructField(k.name, k.dtype, True) for k in self.keys]
+        fields += [T.StructField(o.name, o.dtype, True) for o in self.spec.outputs]
+        return T.StructType(fields)
+
+
+# ---- map side ---------------------------------------------------------------------------------------
+
+class Slicer:
+    """``mapInArrow`` function: raw rows -> one row per (key, granule) with its partial aggregates.
+
+    This is the stateless, vectorised partial aggregation (as Spark's own map-side HashAggregate) that
+    keeps raw rows away from the per-group Python overhead of the stateful stage. After its input it
+    emits one marker row per shard, so that every shard is invoked in every micro-batch and always
+    knows the previous batch's watermark (see :func:`run_shard`).
+    """
+
+    def __init__(self, plan: Plan, tag: bool, markers: bool = True):
+        self.plan, self.tag, self.emit_markers = plan, tag, markers
+
+    def __call__(self, batches):
+        kernel = load("_aggregate")
+        bad = 0
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            out, null_time = self.slice(kernel, batch)
+            bad += null_time
+            if out.num_rows:
+                yield out
+        if self.emit_markers:
+            yield self.markers(bad)
+
+    def slice(self, kernel, batch: pa.RecordBatch):
+        plan, spec = self.plan, self.plan.spec
+        t, tv = nonnull_numpy(to_int64(batch.column(TIME)), np.int64)
+        h = np.ascontiguousarray(batch.column(HASH).to_numpy(zero_copy_only=False), dtype=np.int64)
+        values, valids = [], []
+        for i, vc in enumerate(spec.values):
+            col = batch.column(value_name(i))
+            if vc.cls == "c":
+                values.append(None)
+                valids.append(col.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8) if col.null_count else None)
+            else:
+                v, m = nonnull_numpy(to_int64(col) if vc.cls == "i" else col.cast(pa.float64()),
+                                     np.int64 if vc.cls == "i" else np.float64)
+                values.append(v)
+                valids.append(m)
+        r = kernel.preaggregate(h, t, tv, plan.granularity, spec.ops_array, values, valids)
+        first = pa.array(r["first_row"])
+        keys = [batch.column(key_name(i)).take(first) for i in range(len(plan.keys))]
+        return self._rows(r["hash"], keys, r["start"], r["partials"]), int(r["null_time"])
+
+    def _rows(self, hashes: np.ndarray, keys, starts, partials, bad=None) -> pa.RecordBatch:
+        plan = self.plan
+        m = len(hashes)
+        cols = [pa.array((hashes % plan.shards).astype(np.int32)), pa.array(hashes, type=pa.int64())]
+        for k, arr in zip(plan.keys, keys):
+            cols += encode_key(k, arr)
+        cols.append(pa.array(starts, type=pa.int64()))
+        cols += [pa.array(p, type=pa.int64()) for p in partials]
+        cols.append(pa.array(np.zeros(m, dtype=np.int64) if bad is None else bad, type=pa.int64()))
+        if self.tag:
+            cols.append(pa.nulls(m, type=arrow_type(plan.time_type)))
+        names = plan.sliced_schema({} if self.tag else None).names
+        return pa.RecordBatch.from_arrays(cols, names=names)
+
+    def markers(self, bad: int) -> pa.RecordBatch:
+        """One row per shard with count(*) = 0 (never a slice); shard 0's carries the null-time count."""
+        k = self.plan.shards
+        hashes = np.arange(k, dtype=np.int64)
+        keys = [pa.nulls(k, type=arrow_type(kc.dtype)) for kc in self.plan.keys]
+        zeros = np.zeros(k, dtype=np.int64)
+        badcol = zeros.copy()
+        badcol[0] = bad
+        return self._rows(hashes, keys, zeros, [zeros] * len(self.plan.spec.ops), badcol)
+
+
+def encode_key(k: KeyColumn, arr: pa.Array) -> list[pa.Array]:
+    """Physical transport of one key column (see _agg_spec.KeyColumn)."""
+    if k.transport == "raw":
+        return [arr.cast(arrow_type(k.dtype))]
+    if k.transport == "i":
+        v, valid = nonnull_numpy(to_int64(arr), np.int64)
+    else:
+        v, valid = nonnull_numpy(arr.cast(pa.float64()), np.float64)
+    out = [pa.array(v)]
+    if k.nullable:
+        out.append(pa.array(np.zeros(len(v), dtype=bool) if valid is None else valid == 0))
+    return out
+
+
+def decode_keys(plan: Plan, table: pa.Table, rows: np.ndarray | None = None) -> list[pa.Array]:
+    """Key columns of sliced rows (optionally only ``rows``) back in their Spark types."""
+    out = []
+    for i, k in enumerate(plan.keys):
+        col = table.column(key_name(i))
+        if rows is not None:
+            col = col.take(pa.array(rows))
+        col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        if k.transport == "raw":
+            out.append(col.cast(arrow_type(k.dtype)))
+            continue
+        nulls = None
+        if k.nullable:
+            flag = table.column(null_name(i))
+            if rows is not None:
+                flag = flag.take(pa.array(rows))
+            nulls = np.asarray(flag.to_numpy(zero_copy_only=False), dtype=bool)
+        values = col.to_numpy(zero_copy_only=False)
+        if k.transport == "i":
+            out.append(from_int64(values, None if nulls is None else ~nulls, k.dtype))
+        else:
+            arr = pa.array(np.asarray(values, dtype=np.float64), mask=nulls)
+            out.append(arr.cast(arrow_type(k.dtype)))
+    return out
+
+
+# ---- stateful side ----------------------------------------------------------------------------------
+
+def _ipc_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def _ipc_table(blob: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
+
+
+def _same_keys(a: pa.Array, b: pa.Array) -> np.ndarray:
+    """Null-safe equality (NaN equal to NaN) of two key arrays, as a bool numpy array."""
+    eq = pc.fill_null(pc.equal(a, b), False)
+    both_null = pc.and_(a.is_null(), b.is_null())
+    eq = pc.or_(eq, both_null)
+    if pa.types.is_floating(a.type):
+        eq = pc.or_(eq, pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False))
+    return eq.to_numpy(zero_copy_only=False)
+
+
+@dataclass
+class StepResult:
+    output: pa.Table
+    state: tuple[bytes, bytes] | None
+    metrics: dict
+
+
+def run_shard(plan: Plan, table: pa.Table, state: tuple | None, watermark_us: int | None) -> StepResult:
+    """Process one shard for one micro-batch (or a whole batch DataFrame when ``plan.mode == 'batch'``).
+
+    ``table`` holds sliced rows (markers included), ``state`` the ``(blob, keys)`` saved by the previous
+    batch, ``watermark_us`` the eviction watermark of this batch. The previous batch's watermark, used
+    to filter late (slice, window) pairs exactly as Spark filters (window, key) rows, is kept in the
+    state: marker rows and event-time timeouts make sure every shard sees every watermark change.
+    """
+    kernel = load("_aggregate")
+    spec = plan.spec
+    runs = plan.emit == "changes"
+    n_part = len(spec.ops)
+    bad = int(np.asarray(table.column(BAD).to_numpy(zero_copy_only=False), dtype=np.int64).sum()) if table.num_rows else 0
+    rows = np.asarray(table.column(partial_name(0)).to_numpy(zero_copy_only=False), dtype=np.int64)
+    real = np.flatnonzero(rows > 0)  # markers carry count(*) = 0
+    data = table.take(pa.array(real)) if len(real) != table.num_rows else table
+
+    if state is not None:
+        st = kernel.ShardState.from_bytes(state[0], spec.kinds, spec.outputs_array, runs)
+        keys_tbl = _ipc_table(state[1]) if plan.keys else None
+        late_end = st.watermark
+    else:
+        st = kernel.ShardState(spec.kinds, spec.outputs_array, runs)
+        keys_tbl = pa.table([pa.array([], type=arrow_type(k.dtype)) for k in plan.keys],
+                            names=[k.name for k in plan.keys]) if plan.keys else None
+        # A fresh shard exists from the query's first batch on (markers reach every shard), whose
+        # late-event watermark Spark sets to 0.
+        late_end = 0 if plan.watermark else None
+    if not plan.watermark:
+        late_end = None
+    else:
+        late_end = None if late_end is None else int(late_end)
+
+    hashes = np.ascontiguousarray(data.column(KHASH).to_numpy(zero_copy_only=False), dtype=np.int64)
+    starts = np.ascontiguousarray(data.column(START).to_numpy(zero_copy_only=False), dtype=np.int64)
+    partials = [np.ascontiguousarray(data.column(partial_name(j)).to_numpy(zero_copy_only=False), dtype=np.int64)
+                for j in range(n_part)]
+    input_rows = int(partials[0].sum())
+    slot, new_rows, late_rows, _late_slices = st.ingest(hashes, starts, partials, plan.window, plan.step, late_end)
+
+    if plan.keys:
+        accepted = np.flatnonzero(slot >= 0)
+        if len(new_rows):
+            fresh = pa.table(decode_keys(plan, data, new_rows), names=keys_tbl.column_names)
+            keys_tbl = pa.concat_tables([keys_tbl, fresh]) if keys_tbl.num_rows else fresh
+        if len(accepted):
+            incoming = decode_keys(plan, data, accepted)
+            stored = keys_tbl.take(pa.array(slot[accepted]))
+            for i, k in enumerate(plan.keys):
+                ok = _same_keys(incoming[i], stored.column(i).combine_chunks())
+                if not ok.all():
+                    raise RuntimeError(
+                        f"sliding_aggregate: two different values of the key {[k.name for k in plan.keys]} share "
+                        f"the 64-bit hash {int(hashes[accepted][~ok][0])}; this has a probability of about "
+                        f"n^2/2^65 for n keys. Rename or re-encode a key column to change the hash.")
+
+    wm = watermark_us
+    if plan.mode == "batch":
+        lo, hi = None, None
+    elif plan.mode == "append":
+        lo, hi = late_end, wm
+    else:  # update: every window a non-late slice of this batch falls into
+        lo, hi = late_end, None
+    if runs:
+        emitted = st.emit_changes(plan.window, plan.granularity, lo, hi)
+    else:
+        emitted = st.emit_windows(plan.window, plan.slide, lo, hi, plan.mode == "update")
+    out = _output_table(plan, emitted, keys_tbl)  # before eviction renumbers the key slots
+
+    evicted = 0
+    if plan.watermark and wm is not None:
+        kept, evicted, _evicted_rows = st.evict(plan.window, plan.step, wm)
+        if plan.keys and len(kept) != keys_tbl.num_rows:
+            keys_tbl = keys_tbl.take(pa.array(kept))
+        st.watermark = wm
+
+    new_state = None
+    if plan.mode != "batch":
+        new_state = (st.to_bytes(), _ipc_bytes(keys_tbl) if plan.keys else b"")
+    metrics = {
+        "input_rows": input_rows,
+        "output_rows": out.num_rows,
+        "state_rows": st.num_slices + st.num_runs,
+        "state_bytes": (len(new_state[0]) + len(new_state[1])) if new_state else st.payload_bytes,
+        "evicted_rows": int(evicted),
+        "late_rows": int(late_rows),
+        "malformed_rows": bad,
+    }
+    return StepResult(out, new_state, metrics)
+
+
+def _output_table(plan: Plan, emitted, keys_tbl: pa.Table | None) -> pa.Table:
+    slot, frm, to, values, valids = emitted
+    cols = [from_int64(frm, None, plan.time_type), from_int64(to, None, plan.time_type)]
+    if plan.keys:
+        taken = keys_tbl.take(pa.array(slot))
+        cols += [taken.column(i).combine_chunks() for i in range(len(plan.keys))]
+    f64_keys = None
+    for o, v, ok in zip(plan.spec.outputs, values, valids):
+        valid = None if ok.all() else ok
+        if o.kind in (OUT_SUM_F, OUT_AVG_I, OUT_AVG_F):
+            cols.append(pa.array(v.view(np.float64), mask=None if valid is None else valid == 0, type=pa.float64()))
+        elif o.kind in (OUT_MIN, OUT_MAX) and isinstance(o.dtype, (T.FloatType, T.DoubleType)):
+            f64_keys = f64_keys or load("_aggregate").keys_f64
+            arr = pa.array(f64_keys(v), mask=None if valid is None else valid == 0, type=pa.float64())
+            cols.append(arr.cast(arrow_type(o.dtype)))
+        else:
+            cols.append(from_int64(v, valid, o.dtype))
+    return pa.Table.from_arrays(cols, names=list(plan.out_names))
+
+
+# ---- Spark-facing wrappers --------------------------------------------------------------------------
+
+def _arrow_schema(sliced: T.StructType) -> pa.Schema:
+    """Arrow schema of the sliced rows the stateful side reads (the all-null tag column is not read)."""
+    return pa.schema([pa.field(f.name, arrow_type(f.dataType)) for f in sliced.fields if f.name != TAG])
+
+
+def _to_arrow(pdf: pd.DataFrame, schema: pa.Schema) -> pa.Table:
+    """Sliced rows from pandas. Floating columns keep NaN as NaN (``Table.from_pandas`` would make it
+    null): Spark already turned their nulls into NaN, and the partials' nulls are told apart by counts."""
+    arrays = []
+    for field in schema:
+        series = pdf[field.name]
+        if pa.types.is_floating(field.type):
+            arrays.append(pa.array(series.to_numpy(dtype=np.float64, na_value=np.nan), type=field.type))
+        else:
+            arrays.append(pa.Array.from_pandas(series, type=field.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+#: Masked pandas dtypes for numbers and booleans: they keep NaN apart from null (a float64 numpy column
+#: would turn NaN into null in Spark's conversion) and convert back to plain Arrow arrays.
+_PANDAS_TYPES = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+                 pa.int64(): pd.Int64Dtype(), pa.float32(): pd.Float32Dtype(), pa.float64(): pd.Float64Dtype(),
+                 pa.bool_(): pd.BooleanDtype()}
+
+
+def _to_pandas(table: pa.Table) -> pd.DataFrame:
+    return table.to_pandas(types_mapper=_PANDAS_TYPES.get)
+
+
+class StatefulShard:
+    """``applyInPandasWithState`` function: one shard, one micro-batch."""
+
+    def __init__(self, plan: Plan, sliced: T.StructType):
+        self.plan = plan
+        self.arrow_schema = _arrow_schema(sliced)
+        self.columns = plan.out_names
+
+    def __call__(self, key, pdfs, state):
+        plan = self.plan
+        frames = [p for p in pdfs if len(p)]
+        if frames:
+            table = pa.concat_tables([_to_arrow(p, self.arrow_schema) for p in frames])
+        else:
+            table = self.arrow_schema.empty_table()
+        wm_us = None
+        if plan.watermark:
+            wm_us = int(state.getCurrentWatermarkMs()) * 1000
+        saved = state.get if state.exists else None
+        result = run_shard(plan, table, saved, wm_us)
+        state.update(result.state)
+        if plan.watermark:
+            # Fire at the next watermark advance even without data (no-data batches), so windows close.
+            state.setTimeoutTimestamp(max(int(state.getCurrentWatermarkMs()), 1))
+        if result.output.num_rows:
+            yield _report.data_rows(_to_pandas(result.output))
+        yield _report.report_row(list(self.columns), **result.metrics)
+
+
+def encode_float_partials(plan: Plan, table: pa.Table) -> pa.Table:
+    """Turn partials computed by Spark's aggregation (doubles, null without values) into the kernel's
+    int64 encoding: sums bit-cast, min/max as order keys, identities where the column had no value."""
+    ops = plan.spec.ops
+    count_of = {col: j for j, (op, col) in enumerate(ops) if op == OP_COUNT}
+    kernel = load("_aggregate")
+    for j, (op, col) in enumerate(ops):
+        if op not in _FLOAT_OPS:
+            continue
+        name = partial_name(j)
+        empty = np.asarray(table.column(partial_name(count_of[col])).to_numpy(zero_copy_only=False), dtype=np.int64) == 0
+        values = np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
+        if op == OP_SUM_F:
+            encoded = np.where(empty, 0.0, values).view(np.int64)  # all-null slice: Spark's sum is null
+        else:
+            identity = np.iinfo(np.int64).max if op == OP_MIN_F else np.iinfo(np.int64).min
+            encoded = np.where(empty, identity, kernel.f64_keys(values))
+        table = table.set_column(table.schema.get_field_index(name), name, pa.array(encoded, type=pa.int64()))
+    return table
+
+
+class BatchShard:
+    """``applyInPandas`` function for batch DataFrames: all slices of one shard at once, no state."""
+
+    def __init__(self, plan: Plan, sliced: T.StructType, float_partials: bool = False):
+        self.plan = plan
+        self.arrow_schema = _arrow_schema(sliced)
+        self.float_partials = float_partials
+
+    def __call__(self, pdfs):
+        frames = [_to_arrow(p, self.arrow_schema) for p in pdfs if len(p)]
+        table = pa.concat_tables(frames) if frames else self.arrow_schema.empty_table()
+        if self.float_partials:
+            table = encode_float_partials(self.plan, table)
+        result = run_shard(self.plan, table, None, None)
+        if result.output.num_rows:
+            yield _report.data_rows(_to_pandas(result.output))
+        yield _report.report_row(list(self.plan.out_names), **result.metrics)
+
+
+def batch_function(plan: Plan, sliced: T.StructType, float_partials: bool = False):
+    """The iterator form of ``applyInPandas`` (inferred from the type hints), so data and report rows
+    are converted to Arrow separately."""
+    runner = BatchShard(plan, sliced, float_partials)
+
+    def apply_shard(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        yield from runner(batches)
+
+    return apply_shard

@@ -1,0 +1,265 @@
+"""Split-based sliding-window aggregation (Cammert et al., PIPES, Algorithm 1) on Spark DataFrames."""
+from __future__ import annotations
+
+import math
+
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from .. import _validate
+from .._duration import parse_duration
+from .._native import load
+from . import _report
+from ._agg_spec import key_columns, parse_aggs
+from ._agg_spec import OP_COUNT, OP_MAX_F, OP_MAX_I, OP_MIN_F, OP_MIN_I, OP_ROWS, OP_SUM_F, OP_SUM_I
+from ._agg_worker import (BAD, HASH, KHASH, SHARD, START, TIME, Plan, Slicer, StatefulShard, batch_function, key_name,
+                          null_name, partial_name, value_name)
+
+EMIT_MODES = ("windows", "changes")
+OUTPUT_MODES = ("append", "update")
+#: Default number of shards: state tables per query. It must stay the same across restarts of a query
+#: (keys are assigned to shards by hash), so it does not follow the cluster size.
+DEFAULT_SHARDS = 8
+STATE_SCHEMA = "blob binary, keys binary"
+_I64_MAX, _I64_MIN = 2**63 - 1, -(2**63)
+
+
+def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularity=None, emit="windows", *,
+                      output_mode="append", shards=None, name="cq_sliding_aggregate"):
+    """Sliding-window aggregation over slices, exact against Spark's ``window()`` aggregation.
+
+    Spark evaluates ``groupBy(window(time, W, S), *by).agg(...)`` by copying every row into each of its
+    ``ceil(W/S)`` windows. This operator follows PIPES instead (Cammert, Kraemer, Seeger, Vaupel, "A Cost
+    Model for Adaptive Resource Management in Data Stream Systems": Algorithm 1, split-based scalar
+    aggregation, §2.4.1; granularity Γ, §2.4.3): with time granularity ``g`` every split point of the
+    validity intervals lies on the grid ``g·Z``, so the state of a group is one partial aggregate per
+    granule ("slice") and every window is a run of slices. Rows are pre-aggregated into slices by a
+    stateless vectorised map step; a stateful step per hash shard of the keys merges slices into a
+    native table and sweeps windows with subtract-on-evict (counts, integer sums) and two-stacks queues
+    (min, max, floating sums), so each slice costs O(1) amortized whatever ``W/S`` is. The state per
+    group is about ``(W + watermark delay) / g`` slices (PIPES Cost Formula 5 and memory formula (15)
+    with ``d < l``: one aggregate per occupied granule), hence a coarser granularity means less state.
+
+    Parameters
+    ----------
+    df : DataFrame
+        Batch or streaming input. A streaming input in append mode needs a watermark on ``time``
+        (``withWatermark``).
+    time : str
+        Event-time column (timestamp or timestamp_ntz). Rows with a null time are dropped, as by Spark's
+        ``window()``, and reported as ``malformed_rows``.
+    window : str or datetime.timedelta
+        Window size ``W``, positive.
+    slide : str or datetime.timedelta, optional
+        Slide ``S`` with ``0 < S <= W``; None means tumbling windows (``S = W``). ``W`` need not be a
+        multiple of ``S`` (windows are ``[k·S, k·S + W)``, epoch-aligned, as Spark's).
+    by : str or list of str
+        Grouping columns.
+    aggs : mapping of str to list of str, optional
+        ``{column: [aggregate, ...]}`` with aggregates ``"count"``, ``"sum"``, ``"min"``, ``"max"``,
+        ``"avg"``, plus ``"*": ["count"]`` for ``count(*)`` (the default when None). Output columns are
+        named ``<agg>_<column>`` and ``count``; types follow Spark (count long, sum long for integral and
+        double for floating columns, avg double, min/max the column's type). Nulls are ignored; an
+        aggregate over only nulls is null.
+    granularity : str or datetime.timedelta, optional
+        Time granularity ``g`` (PIPES §2.4.3, Cost Formula 8): every row's time is rounded down to a
+        multiple of ``g`` before windowing. It must divide ``W``; the default is ``gcd(W, S)`` (the
+        slide when it divides the window). Results equal Spark's exactly when ``g`` divides ``S``; a
+        coarser ``g`` keeps ``W/g`` slices per group instead of ``W/S`` and counts each row in the
+        windows containing its rounded time.
+    emit : {"windows", "changes"}
+        ``"windows"``: exactly the rows of Spark's ``groupBy(window(time, W, S), *by).agg(...)``, as
+        columns ``window_start``, ``window_end``, then ``by``, then the aggregates. ``"changes"``: the
+        PIPES output (snapshot-reducible): per group, maximal intervals ``[valid_from, valid_to)`` over
+        which the aggregate values are constant, where the value over granule ``[t, t + g)`` is the
+        aggregate of the window ``[t + g - W, t + g)``. Intervals without rows are not emitted.
+    output_mode : {"append", "update"}
+        Streaming only; must match the query's output mode. ``"append"`` emits each window once, when
+        the watermark passes its end (as Spark); ``"update"`` emits every window that changed in the
+        micro-batch (as Spark's update mode; a watermark is optional and bounds the state).
+        ``emit="changes"`` supports append only.
+    shards : int, optional
+        Number of state tables (hash shards of the keys, each a Spark group); default 8, 1 without
+        ``by``. Keep it fixed for the life of a checkpoint.
+    name : str
+        Name of the observed metrics reported per micro-batch (see :func:`pyspark_cq.read_metrics`):
+        ``input_rows``, ``output_rows``, ``state_rows`` (slices and pending intervals held),
+        ``state_bytes``, ``evicted_rows`` (slices evicted), ``late_rows`` (rows whose every window
+        had closed: dropped, as Spark drops them) and ``malformed_rows`` (null time).
+
+    Returns
+    -------
+    DataFrame
+        Batch or streaming, as ``df``.
+
+    Notes
+    -----
+    Late data follows Spark exactly: a slice contributes to a window unless the window's end is at or
+    before the previous micro-batch's watermark (Spark's late-event watermark; eviction uses the
+    current one). Work per batch also includes rewriting each shard's state snapshot (the state lives
+    in ``GroupState``), proportional to the state size.
+    """
+    _validate.dataframe(df, "df")
+    time_type = _validate.time_column(df, time, "time")
+    w = _positive_duration(window, "window")
+    s = w if slide is None else _positive_duration(slide, "slide")
+    if s > w:
+        raise ValueError(f"slide must not exceed window (Spark's rule), got slide={slide!r} > window={window!r}")
+    by = _validate.column_list(df, by, "by")
+    if time in by:
+        raise ValueError(f"by must not contain the time column {time!r}")
+    g = math.gcd(w, s) if granularity is None else _positive_duration(granularity, "granularity")
+    if w % g:
+        raise ValueError(f"granularity must divide the window (a window is a whole number of granules); "
+                         f"got granularity={granularity!r} for window={window!r}")
+    if emit not in EMIT_MODES:
+        raise ValueError(f"emit must be one of {EMIT_MODES}, got {emit!r}")
+    if output_mode not in OUTPUT_MODES:
+        raise ValueError(f"output_mode must be one of {OUTPUT_MODES}, got {output_mode!r}")
+    layout = "shard"
+    if shards == "key":  # per raw key groups: kept to measure the shard layout against (docs/aggregate.md)
+        layout, shards = "key", 0
+    elif shards is None:
+        shards = DEFAULT_SHARDS if by else 1
+    elif isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
+        raise ValueError(f"shards must be a positive int, got {shards!r}")
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty string, got {name!r}")
+    spec = parse_aggs(df, aggs, by)
+    keys = key_columns(df, by)
+    bounds = ("window_start", "window_end") if emit == "windows" else ("valid_from", "valid_to")
+    out_names = bounds + tuple(by) + tuple(o.name for o in spec.outputs)
+    clash = sorted({n for n in out_names if out_names.count(n) > 1})
+    if clash:
+        raise ValueError(f"by: output column name(s) {clash} would appear twice; rename the by column(s)")
+
+    streaming = df.isStreaming
+    delay = _validate.watermark_delay_ms(df, time) if streaming else None
+    if streaming:
+        if output_mode == "append":
+            _validate.require_watermark(df, time, "sliding_aggregate (output_mode='append')")
+        if emit == "changes" and output_mode != "append":
+            raise ValueError("emit='changes' needs output_mode='append': change intervals are final once "
+                             "emitted (PIPES streams are insert-only)")
+    mode = output_mode if streaming else "batch"
+    plan = Plan(spec=spec, keys=keys, time_type=time_type, window=w, slide=s, granularity=g, emit=emit,
+                mode=mode, watermark=delay is not None, shards=max(shards, 1), out_names=out_names)
+    load("_aggregate")  # fail on the driver, readably, if the build is broken
+
+    group_col = SHARD if layout == "shard" else KHASH
+    out_schema = _report.report_schema(plan.output_schema())
+    if streaming:
+        # Streaming: Spark's aggregation would be stateful, so the map side is ours (mapInArrow).
+        tag = {_validate.WATERMARK_KEY: delay} if delay is not None else None
+        sliced_schema = plan.sliced_schema(tag)
+        slicer = Slicer(plan, tag is not None, markers=layout == "shard")
+        sliced = df.select(*_projection(df, time, keys, spec)).mapInArrow(slicer, sliced_schema)
+        timeout = "EventTimeTimeout" if delay is not None else "NoTimeout"
+        raw = sliced.groupBy(group_col).applyInPandasWithState(
+            StatefulShard(plan, sliced_schema), out_schema, STATE_SCHEMA, output_mode, timeout)
+    else:
+        # Batch: Spark's own (codegen) hash aggregation computes the slices, so raw rows never cross
+        # into Python; only slices reach the sweep.
+        sliced_schema = plan.sliced_schema(None, float_partials=True)
+        sliced = _native_slices(df, plan, time).select(*sliced_schema.names)
+        raw = sliced.groupBy(group_col).applyInPandas(batch_function(plan, sliced_schema, True), out_schema)
+    return _report.attach(raw, name)
+
+
+def _positive_duration(value, name: str) -> int:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise TypeError(f"{name} must be a duration such as '10 seconds' or a datetime.timedelta, got {value!r}")
+    return parse_duration(value, name, allow_negative=False, allow_zero=False)
+
+
+def _projection(df, time, keys, spec):
+    """Columns fed to the slicer: time, key hash, normalised keys, aggregated values."""
+    key_exprs = _key_exprs(keys)
+    cols = [F.col(time).alias(TIME), _hash_expr(keys, key_exprs).alias(HASH)]
+    cols += [e.alias(key_name(i)) for i, e in enumerate(key_exprs)]
+    cols += [F.col(v.name).alias(value_name(i)) for i, v in enumerate(spec.values)]
+    return cols
+
+
+def _key_exprs(keys):
+    out = []
+    for k in keys:
+        c = F.col(k.name)
+        if isinstance(k.dtype, (T.FloatType, T.DoubleType)):
+            # Spark groups -0.0 with 0.0 and all NaNs together (NormalizeFloatingNumbers); hash and keep
+            # the normalised value so groups and their output keys match Spark's.
+            c = F.when(F.isnan(c), F.lit(float("nan")).cast(k.dtype)).when(c == 0, F.lit(0).cast(k.dtype)).otherwise(c)
+        out.append(c)
+    return out
+
+
+def _hash_expr(keys, key_exprs):
+    if not keys:
+        return F.lit(0).cast("long")
+    # Null flags make (null, 1) and (1, null) hash differently (xxhash64 skips nulls).
+    flags = [F.isnull(F.col(k.name)) for k in keys if k.nullable]
+    return F.xxhash64(*key_exprs, *flags)
+
+
+def _as_long(c, dtype):
+    """Spark expression of an integral / boolean / date / timestamp value as int64 (microseconds for
+    timestamps, the wall clock for timestamp_ntz), the kernel's encoding of ordered values."""
+    if isinstance(dtype, T.TimestampType):
+        return F.unix_micros(c)
+    if isinstance(dtype, T.TimestampNTZType):
+        return F.timestamp_diff("MICROSECOND", F.expr("TIMESTAMP_NTZ'1970-01-01 00:00:00'"), c)
+    if isinstance(dtype, T.DateType):
+        return F.unix_date(c).cast("long")
+    if isinstance(dtype, T.BooleanType):
+        return c.cast("int").cast("long")
+    return c.cast("long")
+
+
+def _native_slices(df, plan: Plan, time: str):
+    """Slices of a batch DataFrame computed by Spark's hash aggregation, in the sliced-row layout of
+    :meth:`Plan.sliced_schema` (floating partials as doubles). Rows with a null time form one slice per
+    key whose count(*) is moved to the malformed counter."""
+    keys, spec = plan.keys, plan.spec
+    micros = _as_long(F.col(time), plan.time_type)
+    start = micros - F.pmod(micros, F.lit(plan.granularity))
+    key_exprs = _key_exprs(keys)
+    cols = [start.alias(START), _hash_expr(keys, key_exprs).alias(KHASH)]
+    group = [START, KHASH]
+    for i, (k, e) in enumerate(zip(keys, key_exprs)):
+        if k.transport == "raw":
+            cols.append(e.alias(key_name(i)))
+            group.append(key_name(i))
+            continue
+        value = _as_long(e, k.dtype) if k.transport == "i" else e.cast("double")
+        cols.append(F.coalesce(value, F.lit(0).cast("long" if k.transport == "i" else "double")).alias(key_name(i)))
+        group.append(key_name(i))
+        if k.nullable:
+            cols.append(F.isnull(F.col(k.name)).alias(null_name(i)))
+            group.append(null_name(i))
+    cols += [F.col(v.name).alias(value_name(i)) for i, v in enumerate(spec.values)]
+    partials = []
+    for j, (op, ci) in enumerate(spec.ops):
+        if op == OP_ROWS:
+            expr = F.count(F.lit(1))
+        else:
+            v = F.col(value_name(ci))
+            dtype = spec.values[ci].dtype
+            if op == OP_COUNT:
+                expr = F.count(v)
+            elif op == OP_SUM_I:
+                expr = F.coalesce(F.sum(v.cast("long")), F.lit(0).cast("long"))
+            elif op in (OP_MIN_I, OP_MAX_I):
+                agg = F.min if op == OP_MIN_I else F.max
+                identity = _I64_MAX if op == OP_MIN_I else _I64_MIN
+                expr = F.coalesce(agg(_as_long(v, dtype)), F.lit(identity).cast("long"))
+            else:  # floating partials stay doubles; BatchShard encodes them (encode_float_partials)
+                agg = {OP_SUM_F: F.sum, OP_MIN_F: F.min, OP_MAX_F: F.max}[op]
+                expr = agg(v.cast("double"))
+        partials.append(expr.alias(partial_name(j)))
+    sliced = df.select(*cols).groupBy(*group).agg(*partials)
+    no_time = F.col(START).isNull()
+    fixed = {partial_name(0): F.when(no_time, F.lit(0).cast("long")).otherwise(F.col(partial_name(0))),
+             BAD: F.when(no_time, F.col(partial_name(0))).otherwise(F.lit(0).cast("long")),
+             START: F.coalesce(F.col(START), F.lit(0).cast("long")),
+             SHARD: F.pmod(F.col(KHASH), F.lit(plan.shards)).cast("int")}
+    return sliced.withColumns(fixed)

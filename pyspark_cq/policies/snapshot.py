@@ -1,0 +1,172 @@
+"""The statistics snapshot a policy sees: plain, immutable, picklable values (no Spark, no runtime).
+
+The runtime (:mod:`pyspark_cq.runtime`) builds a :class:`Snapshot` from its statistics store and the
+control table before every policy round; the check suite (:mod:`pyspark_cq.policies.checks`) builds
+synthetic ones. Missing statistics are ``nan`` (before a query's first batch, for example): every
+policy must cope with them.
+
+Units: rates are rows per second; distances d (PIPES §3.2) are seconds; durations, windows and
+granularities are microseconds; sizes bytes.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from .. import plan as P
+from .decisions import PARAMETERS, QoSRange, validate_operator_id
+
+__all__ = ["OperatorStats", "SourceStats", "QueryInfo", "Snapshot", "parse_label", "label"]
+
+NAN = math.nan
+
+
+def label(operator: str, param: str) -> str:
+    """The label ``"<operator>.<param>"`` naming one operator parameter in plans and QoS maps."""
+    validate_operator_id(operator)
+    if param not in PARAMETERS:
+        raise ValueError(f"param must be one of {PARAMETERS}, got {param!r}")
+    return f"{operator}.{param}"
+
+
+def parse_label(text: str, name: str = "label") -> tuple[str, str]:
+    """Split ``"<operator>.<param>"`` into ``(operator, param)``, validating both."""
+    if not isinstance(text, str) or "." not in text:
+        raise ValueError(f"{name} must be '<operator>.<param>' (e.g. 'join1.window'), got {text!r}")
+    operator, param = text.rsplit(".", 1)
+    validate_operator_id(operator, f"{name} operator part")
+    if param not in PARAMETERS:
+        raise ValueError(f"{name} names an unknown parameter {param!r}; known: {PARAMETERS}")
+    return operator, param
+
+
+@dataclass(frozen=True)
+class OperatorStats:
+    """Statistics of one pyspark-cq operator (from its per-batch report, :mod:`pyspark_cq.operators._report`).
+
+    Smoothed values (``input_rate``, ``selectivity``) use single exponential smoothing (PIPES §3.2.2);
+    ``state_rows`` / ``state_bytes`` are the latest report; ``late_rows_total`` counts since start.
+    """
+
+    operator: str
+    batches: int = 0
+    input_rows: int = 0
+    output_rows: int = 0
+    input_rate: float = NAN
+    selectivity: float = NAN
+    state_rows: float = NAN
+    state_bytes: float = NAN
+    evicted_rows: int = 0
+    late_rows: int = 0
+    late_rows_total: int = 0
+
+
+@dataclass(frozen=True)
+class SourceStats:
+    """Statistics of one source stream: arrival rate λ (rows/s) and distance d = 1/λ (s), PIPES §3.2.2."""
+
+    name: str
+    input_rate: float = NAN
+    distance: float = NAN
+
+
+@dataclass(frozen=True)
+class QueryInfo:
+    """What a policy knows about one continuous query.
+
+    Parameters
+    ----------
+    name : str
+        The query name.
+    plan : pyspark_cq.plan.Node, optional
+        Its logical plan for the cost models. ``Window`` and ``Granularity`` nodes whose size a policy
+        may change carry the label ``"<operator>.<param>"`` of the control-table parameter they stand for
+        (see :func:`label`); ``Source`` names match ``sources``.
+    qos : mapping label -> QoSRange
+        QoS range of each adjustable parameter (PIPES §4.3).
+    sources : mapping str -> SourceStats
+        Per-source statistics, keyed by the plan's source names.
+    operators : mapping str -> OperatorStats
+        Per-operator statistics, keyed by operator id.
+    control : mapping str -> mapping
+        Current control-table parameters of the query's operators.
+    batches, input_rate, batch_duration, state_rows, state_bytes, late_rows_total, event_time
+        Query-level statistics: micro-batches seen, smoothed input rows/s, smoothed batch duration (s),
+        Spark state-store rows and bytes (latest), rows dropped by the watermark since start, latest
+        maximum event time (µs since the epoch, or None).
+    """
+
+    name: str
+    plan: P.Node | None = None
+    qos: Mapping[str, QoSRange] = field(default_factory=dict)
+    sources: Mapping[str, SourceStats] = field(default_factory=dict)
+    operators: Mapping[str, OperatorStats] = field(default_factory=dict)
+    control: Mapping[str, Mapping] = field(default_factory=dict)
+    batches: int = 0
+    input_rate: float = NAN
+    batch_duration: float = NAN
+    state_rows: float = NAN
+    state_bytes: float = NAN
+    late_rows_total: int = 0
+    event_time: int | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"name must be a non-empty str, got {self.name!r}")
+        if self.plan is not None and not isinstance(self.plan, P.Node):
+            raise TypeError(f"plan must be a pyspark_cq.plan.Node or None, got {type(self.plan).__name__}")
+        for fname in ("qos", "sources", "operators", "control"):
+            if not isinstance(getattr(self, fname), Mapping):
+                raise TypeError(f"{fname} must be a mapping, got {type(getattr(self, fname)).__name__}")
+        for key, rng in self.qos.items():
+            parse_label(key, f"qos key {key!r}")
+            if not isinstance(rng, QoSRange):
+                raise TypeError(f"qos[{key!r}] must be a QoSRange, got {type(rng).__name__}")
+
+    def control_value(self, text: str, default=None):
+        """The current control-table value of the parameter labelled ``"<operator>.<param>"``."""
+        operator, param = parse_label(text)
+        return self.control.get(operator, {}).get(param, default)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything a policy sees in one round.
+
+    Parameters
+    ----------
+    time : float
+        Wall-clock seconds since the epoch when the snapshot was taken.
+    queries : mapping str -> QueryInfo
+        The registered queries.
+    memory_budget : float, optional
+        Memory bound M in bytes (PIPES §4.3), if the runtime has one.
+    cpu_budget : float, optional
+        Processing-cost bound C in the cost model's unit, if any.
+    """
+
+    time: float = 0.0
+    queries: Mapping[str, QueryInfo] = field(default_factory=dict)
+    memory_budget: float | None = None
+    cpu_budget: float | None = None
+
+    def __post_init__(self):
+        if isinstance(self.time, bool) or not isinstance(self.time, (int, float)) or not math.isfinite(self.time):
+            raise TypeError(f"time must be a finite number of seconds, got {self.time!r}")
+        if not isinstance(self.queries, Mapping):
+            raise TypeError(f"queries must be a mapping of name -> QueryInfo, got {type(self.queries).__name__}")
+        for key, q in self.queries.items():
+            if not isinstance(q, QueryInfo):
+                raise TypeError(f"queries[{key!r}] must be a QueryInfo, got {type(q).__name__}")
+            if q.name != key:
+                raise ValueError(f"queries[{key!r}] holds the query named {q.name!r}")
+        for fname in ("memory_budget", "cpu_budget"):
+            value = getattr(self, fname)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+                raise ValueError(f"{fname} must be a positive number or None, got {value!r}")
+
+    @property
+    def empty(self) -> bool:
+        """True when no query is registered."""
+        return not self.queries

@@ -1,0 +1,464 @@
+"""``CQRuntime``: registers continuous queries, starts and watches them, runs the policies.
+
+The runtime is the one place that ties operators, statistics, policies and the control table together
+(docs/architecture.md)::
+
+    query progress ──► listener ──► StatisticsStore ──► Snapshot ──► policies ──► Decisions
+                                                                                     │
+    operators (next micro-batch) ◄── control table (versioned JSON, change log) ◄────┘
+
+A ``StreamingQueryListener`` hands every ``StreamingQueryProgress`` of a registered query to a monitor
+thread (the listener itself only enqueues, so Spark's listener bus is never blocked); the thread updates
+the statistics and runs a policy round every ``every_batches`` micro-batches and/or ``every_seconds``.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import queue as _queue
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .. import plan as P
+from ..policies import registry
+from ..policies.base import Policy
+from ..policies.decisions import Admission, QoSRange, duration_value, parse_size, validate_operator_id
+from ..policies.snapshot import QueryInfo, Snapshot, parse_label
+from .control import ControlHandle, ControlTable
+from .loop import PolicyLoop
+from .stats import StatisticsStore
+
+__all__ = ["CQRuntime", "QueryRejected", "QueryContext"]
+
+_log = logging.getLogger("pyspark_cq.runtime")
+
+
+class QueryRejected(RuntimeError):
+    """A policy's admission control rejected a query (PIPES §4.1.1); ``reason`` says why."""
+
+    def __init__(self, query: str, policy: str, reason: str):
+        super().__init__(f"query {query!r} rejected by policy {policy!r}: {reason}")
+        self.query, self.policy, self.reason = query, policy, reason
+
+
+@dataclass
+class QueryContext:
+    """Passed to a query builder: the session, the query name and its operators' control-table access."""
+
+    spark: object
+    name: str
+    control_path: str
+    _runtime: "CQRuntime" = field(repr=False)
+
+    def control(self, operator: str, **params) -> ControlHandle:
+        """Register ``operator`` of this query in the control table with initial ``params`` (kept if the
+        entry exists) and return the handle its worker-side function reads at every micro-batch.
+
+        The operator id is also the name its per-batch report is observed under (``_report.attach``).
+        """
+        return self._runtime._register_operator(self.name, operator, params)
+
+
+@dataclass
+class _Registration:
+    name: str
+    builder: Callable
+    plan: P.Node | None
+    qos: dict
+    sources: dict
+    operators: list = field(default_factory=list)
+    built: object = None
+    query: object = None
+
+
+def _policies(specs, options: Mapping) -> tuple[list[Policy], list[str]]:
+    out, problems = [], []
+    if isinstance(specs, (str, Policy)) or (isinstance(specs, type)):
+        specs = [specs]
+    for spec in specs:
+        name = spec if isinstance(spec, str) else getattr(spec, "name", repr(spec))
+        try:
+            out.append(registry.create(spec, **(dict(options.get(name, {})) if not isinstance(spec, Policy) else {})))
+        except Exception as exc:  # a broken plugin must not stop the runtime
+            message = f"policy {name!r} skipped: {type(exc).__name__}: {exc}"
+            problems.append(message)
+            _log.warning(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+    return out, problems
+
+
+class CQRuntime:
+    """The adaptive runtime of pyspark-cq on the Spark driver.
+
+    Parameters
+    ----------
+    spark : SparkSession
+        The session the queries run in.
+    policies : sequence of str, Policy subclass or Policy
+        Policies by registered name (``pyspark_cq.policies.available()``), class or instance. A policy that
+        cannot be loaded or created is reported and skipped.
+    memory_budget : float or str, optional
+        Memory bound passed to the policies in every snapshot (bytes or e.g. ``"512 MB"``).
+    cpu_budget : float, optional
+        Processing-cost bound passed to the policies.
+    control_path : str, optional
+        Where the control table lives (a local path or a URI; default a new temporary directory).
+    every_batches : int, optional
+        Run the policies every N micro-batches (counted over all registered queries).
+    every_seconds : float, optional
+        Run the policies every T seconds. With neither, ``every_batches=5``.
+    alpha : float
+        Smoothing constant of the statistics (exponential smoothing).
+    lead : int or str, optional
+        How far ahead of a query's latest event time a window / granularity change without an explicit
+        ``at`` applies (µs or a duration); default twice the smoothed event-time advance per batch, so the
+        change reaches the operators before elements from that instant (PIPES §4.2: new elements only).
+    policy_options : mapping str -> dict, optional
+        Constructor arguments of policies given by name.
+    """
+
+    def __init__(self, spark, policies: Sequence = (), *, memory_budget=None, cpu_budget=None,
+                 control_path: str | None = None, every_batches: int | None = None,
+                 every_seconds: float | None = None, alpha: float = 0.3, lead=None,
+                 policy_options: Mapping | None = None):
+        if not (hasattr(spark, "readStream") and hasattr(spark, "streams")):
+            raise TypeError(f"spark must be a SparkSession, got {type(spark).__name__}")
+        if every_batches is not None and (isinstance(every_batches, bool) or not isinstance(every_batches, int)
+                                          or every_batches < 1):
+            raise ValueError(f"every_batches must be a positive int or None, got {every_batches!r}")
+        if every_seconds is not None and (isinstance(every_seconds, bool) or not isinstance(every_seconds, (int, float))
+                                          or not every_seconds > 0):
+            raise ValueError(f"every_seconds must be a positive number of seconds or None, got {every_seconds!r}")
+        if every_batches is None and every_seconds is None:
+            every_batches = 5
+        if policy_options is not None and not isinstance(policy_options, Mapping):
+            raise TypeError(f"policy_options must be a mapping name -> dict of arguments, got {policy_options!r}")
+        self.spark = spark
+        self.memory_budget = None if memory_budget is None else parse_size(memory_budget, "memory_budget")
+        if cpu_budget is not None and (isinstance(cpu_budget, bool) or not isinstance(cpu_budget, (int, float))
+                                       or not cpu_budget > 0):
+            raise ValueError(f"cpu_budget must be a positive number or None, got {cpu_budget!r}")
+        self.cpu_budget = None if cpu_budget is None else float(cpu_budget)
+        self.every_batches, self.every_seconds = every_batches, every_seconds
+        self.lead = None if lead is None else duration_value(lead, "lead", allow_negative=False)
+        if control_path is None:
+            control_path = os.path.join(tempfile.mkdtemp(prefix="pyspark-cq-control-"), "control.json")
+        self._control = ControlTable(control_path, spark=spark, clock=self._clock)
+        self.control_path = control_path
+        self._store = StatisticsStore(alpha)
+        policies, self.problems = _policies(policies, policy_options or {})
+        self._loop = PolicyLoop(policies, self._control)
+        self._queries: dict[str, _Registration] = {}
+        self._lock = threading.RLock()
+        self._events: _queue.Queue = _queue.Queue()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._listener = None
+        self._batches_since = 0
+        self._last_round = time.monotonic()
+
+    # -- inspection ------------------------------------------------------------------------------
+
+    @property
+    def policies(self) -> list[Policy]:
+        """The active policies."""
+        return list(self._loop.policies)
+
+    def control_table(self) -> ControlTable:
+        """The control table (its ``repr`` shows the entries; ``changes()`` the change log)."""
+        return self._control
+
+    def statistics(self) -> Snapshot:
+        """A snapshot of the statistics of all registered queries (what the policies see)."""
+        entries = self._control.entries()
+        with self._lock:
+            regs = list(self._queries.values())
+        infos = {}
+        for reg in regs:
+            control = {op: dict(entries[op].params) for op in reg.operators if op in entries}
+            infos[reg.name] = self._store.query_info(reg.name, plan=reg.plan, qos=reg.qos, control=control)
+        return Snapshot(time.time(), infos, self.memory_budget, self.cpu_budget)
+
+    def decisions_log(self) -> list[dict]:
+        """One record per policy and round (and per admission): time, policy, decisions, applied, error."""
+        return self._loop.log()
+
+    def query(self, name: str):
+        """The ``StreamingQuery`` of a registered query (None before it started)."""
+        with self._lock:
+            if name not in self._queries:
+                raise KeyError(f"no query {name!r}; registered: {sorted(self._queries)}")
+            return self._queries[name].query
+
+    @property
+    def running(self) -> bool:
+        """Whether :meth:`start` was called and :meth:`stop` not yet."""
+        return self._thread is not None and self._thread.is_alive()
+
+    # -- registration ----------------------------------------------------------------------------
+
+    def _register_operator(self, query: str, operator: str, params: Mapping) -> ControlHandle:
+        validate_operator_id(operator)
+        with self._lock:
+            reg = self._queries.get(query)
+            if reg is None:
+                raise KeyError(f"no query {query!r} is being registered")
+            owner = next((r.name for r in self._queries.values() if operator in r.operators and r is not reg), None)
+            if owner is not None:
+                raise ValueError(f"operator id {operator!r} is already used by query {owner!r}")
+            if operator not in reg.operators:
+                reg.operators.append(operator)
+        self._control.register(operator, query=query, who="runtime", reason=f"registered by query {query!r}",
+                               **params)
+        self._store.add_operator(query, operator)
+        return self._control.handle(operator)
+
+    def register(self, name: str, builder: Callable, *, plan: P.Node | None = None,
+                 qos: Mapping[str, QoSRange] | None = None, sources: Mapping | None = None) -> QueryContext:
+        """Register a continuous query: admission control, then build it (and start it if running).
+
+        Parameters
+        ----------
+        name : str
+            The query name (also its ``queryName``).
+        builder : callable
+            ``builder(ctx: QueryContext)`` returning a ``DataStreamWriter`` (the runtime names and starts it)
+            or a started ``StreamingQuery`` named ``name``. Operators get their control handles from
+            ``ctx.control(operator_id, **initial_params)``.
+        plan : pyspark_cq.plan.Node, optional
+            The query's logical plan for cost-based policies; adjustable ``Window`` / ``Granularity`` nodes
+            carry labels ``"<operator>.<param>"`` (sizes in µs).
+        qos : mapping label -> QoSRange, optional
+            QoS ranges of the adjustable parameters (PIPES §4.3).
+        sources : mapping str -> str or float, optional
+            Plan source name -> progress-source description substring, or a fixed d (seconds); see
+            :meth:`StatisticsStore.register`.
+
+        Raises
+        ------
+        QueryRejected
+            When a policy's admission control rejects the query (PIPES §4.1.1).
+        """
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty str, got {name!r}")
+        if not callable(builder):
+            raise TypeError(f"builder must be callable(ctx) -> DataStreamWriter or StreamingQuery, got {builder!r}")
+        if plan is not None and not isinstance(plan, P.Node):
+            raise TypeError(f"plan must be a pyspark_cq.plan.Node or None, got {type(plan).__name__}")
+        qos = dict(qos or {})
+        for key, rng in qos.items():
+            parse_label(key, f"qos key {key!r}")
+            if not isinstance(rng, QoSRange):
+                raise TypeError(f"qos[{key!r}] must be a QoSRange, got {type(rng).__name__}")
+        with self._lock:
+            if name in self._queries:
+                raise ValueError(f"a query named {name!r} is already registered")
+        snapshot = self.statistics()
+        self._store.register(name, sources=sources)
+        reg = _Registration(name, builder, plan, qos, dict(sources or {}))
+        info = self._store.query_info(name, plan=plan, qos=qos)
+        admissions = self._admit(info, snapshot)
+        with self._lock:
+            self._queries[name] = reg
+        ctx = QueryContext(self.spark, name, self.control_path, self)
+        try:
+            reg.built = builder(ctx)
+            if not (hasattr(reg.built, "start") or hasattr(reg.built, "awaitTermination")):
+                raise TypeError(f"builder must return a DataStreamWriter or a StreamingQuery, got "
+                                f"{type(reg.built).__name__}")
+        except BaseException:
+            self._forget(name)
+            raise
+        with_new = self.statistics()
+        for policy, admission in admissions:
+            self._loop.apply(policy, admission.decisions, with_new, kind="admit")
+        if self.running:
+            self._start_query(reg)
+        return ctx
+
+    def _admit(self, info: QueryInfo, snapshot: Snapshot) -> list[tuple[Policy, Admission]]:
+        accepted = []
+        for policy in self._loop.policies:
+            try:
+                admission = policy.admit(info, snapshot)
+                if not isinstance(admission, Admission):
+                    raise TypeError(f"admit returned {type(admission).__name__}, not Admission")
+            except Exception as exc:
+                message = f"admit raised {type(exc).__name__}: {exc}; ignored for query {info.name!r}"
+                _log.warning("policy %s: %s", policy.name, message)
+                warnings.warn(f"policy {policy.name!r}: {message}", RuntimeWarning, stacklevel=3)
+                self._loop.record(policy=policy.name, kind="admit", query=info.name, decisions=[], applied=False,
+                                  changes=[], error=message)
+                continue
+            if not admission.accepted:
+                for other, _ in accepted:
+                    other.remove(info.name)
+                self._store.unregister(info.name)
+                self._loop.record(policy=policy.name, kind="admit", query=info.name, decisions=[], applied=False,
+                                  changes=[], error=None, rejected=admission.reason)
+                raise QueryRejected(info.name, policy.name, admission.reason)
+            accepted.append((policy, admission))
+        return accepted
+
+    def _forget(self, name: str) -> None:
+        with self._lock:
+            reg = self._queries.pop(name, None)
+        for policy in self._loop.policies:
+            try:
+                policy.remove(name)
+            except Exception as exc:
+                _log.warning("policy %s: remove(%r) raised %r", policy.name, name, exc)
+        self._store.unregister(name)
+        if reg is not None:
+            for op in reg.operators:
+                if op in self._control:
+                    self._control.remove(op, reason=f"query {name!r} deregistered", who="runtime")
+
+    def deregister(self, name: str) -> None:
+        """Stop ``name`` (if running), tell the policies (they may release its resources to the others at
+        the next round) and remove its control-table entries."""
+        query = self.query(name)
+        if query is not None and query.isActive:
+            query.stop()
+        self._forget(name)
+
+    # -- running ---------------------------------------------------------------------------------
+
+    def _start_query(self, reg: _Registration) -> None:
+        built = reg.built
+        if hasattr(built, "awaitTermination"):  # already a StreamingQuery
+            if built.name != reg.name:
+                raise ValueError(f"builder of {reg.name!r} returned a query named {built.name!r}; name it with "
+                                 f".queryName({reg.name!r}) or return the DataStreamWriter")
+            reg.query = built
+        else:
+            reg.query = built.queryName(reg.name).start()
+
+    def start(self) -> "CQRuntime":
+        """Start watching (listener and monitor thread) and start every registered query."""
+        if self.running:
+            return self
+        from pyspark.sql.streaming import StreamingQueryListener
+
+        events = self._events
+
+        class _Listener(StreamingQueryListener):
+            def onQueryStarted(self, event):
+                pass
+
+            def onQueryProgress(self, event):
+                events.put(event.progress)
+
+            def onQueryIdle(self, event):
+                pass
+
+            def onQueryTerminated(self, event):
+                pass
+
+        self._listener = _Listener()
+        self.spark.streams.addListener(self._listener)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._monitor, name="pyspark-cq-runtime", daemon=True)
+        self._thread.start()
+        with self._lock:
+            regs = [r for r in self._queries.values() if r.query is None]
+        for reg in regs:
+            self._start_query(reg)
+        return self
+
+    def stop(self, *, stop_queries: bool = True) -> None:
+        """Stop the monitor thread and the listener, and (by default) the registered queries."""
+        if stop_queries:
+            with self._lock:
+                queries = [r.query for r in self._queries.values() if r.query is not None]
+            for q in queries:
+                try:
+                    if q.isActive:
+                        q.stop()
+                except Exception as exc:  # keep stopping the others
+                    _log.warning("stopping query %s failed: %r", q.name, exc)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+        if self._listener is not None:
+            try:
+                self.spark.streams.removeListener(self._listener)
+            except Exception as exc:
+                _log.warning("removing the listener failed: %r", exc)
+            self._listener = None
+
+    def __enter__(self) -> "CQRuntime":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def _due(self) -> bool:
+        if self.every_batches is not None and self._batches_since >= self.every_batches:
+            return True
+        return self.every_seconds is not None and time.monotonic() - self._last_round >= self.every_seconds
+
+    def _monitor(self) -> None:
+        while not self._stop.is_set():
+            try:
+                progress = self._events.get(timeout=0.1)
+            except _queue.Empty:
+                progress = None
+            if progress is not None:
+                try:
+                    if self._store.update(progress) is not None:
+                        self._batches_since += 1
+                except Exception as exc:  # a malformed progress must not end the monitor
+                    _log.warning("statistics update failed: %r", exc)
+            with self._lock:
+                has_queries = bool(self._queries)
+            if has_queries and self._due():
+                try:
+                    self.run_policies()
+                except Exception as exc:
+                    _log.warning("policy round failed: %r", exc)
+
+    def run_policies(self) -> list[dict]:
+        """Run one policy round now (the monitor thread does it on schedule); returns its records."""
+        self._batches_since = 0
+        self._last_round = time.monotonic()
+        return self._loop.run(self.statistics())
+
+    def await_batches(self, name: str, count: int, timeout: float = 60.0) -> int:
+        """Wait until the statistics of ``name`` have seen ``count`` micro-batches; returns the number seen.
+
+        Raises TimeoutError after ``timeout`` seconds.
+        """
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ValueError(f"count must be an int >= 0, got {count!r}")
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = self._store.query_info(name).batches
+            if seen >= count:
+                return seen
+            query = self.query(name)
+            if query is not None and not query.isActive and query.exception() is not None:
+                raise RuntimeError(f"query {name!r} failed: {query.exception()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"query {name!r} reached {seen} of {count} micro-batches in {timeout} s")
+            time.sleep(0.05)
+
+    def _clock(self, operator: str) -> int:
+        """Application time (µs) from which a change of ``operator`` without ``at`` applies."""
+        wall = time.time_ns() // 1000
+        try:
+            query = self._control.entry(operator).query
+            event, advance = self._store.event_time_lead(query) if query in self._store.queries else (None, math.nan)
+        except KeyError:
+            return wall
+        if event is None:
+            return wall
+        if self.lead is not None:
+            return event + self.lead
+        return event + (int(2 * advance * 1_000_000) if math.isfinite(advance) else 0)

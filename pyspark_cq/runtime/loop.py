@@ -1,0 +1,110 @@
+"""The policy loop: one round takes a snapshot, asks every policy, checks and applies the decisions.
+
+A policy that raises, returns something other than :class:`~pyspark_cq.policies.Decisions`, targets an
+operator the control table does not know, or breaks its declared QoS bounds is reported (a
+``RuntimeWarning`` and the ``pyspark_cq.runtime`` logger) and its decisions of that round are not applied;
+the other policies and the running queries are unaffected. Every round leaves one record per policy in
+the decisions log.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import warnings
+from collections import deque
+from collections.abc import Iterable
+
+from ..policies.base import Policy
+from ..policies.decisions import Decisions, bound_violations
+from ..policies.snapshot import Snapshot
+from .control import ControlTable
+
+__all__ = ["PolicyLoop"]
+
+_log = logging.getLogger("pyspark_cq.runtime")
+
+
+class PolicyLoop:
+    """Runs policies against snapshots and writes their decisions into a control table.
+
+    Parameters
+    ----------
+    policies : iterable of Policy
+        The policies, asked in order.
+    control : ControlTable
+        Where decisions go.
+    log_size : int
+        Records kept in the decisions log (oldest dropped first).
+    """
+
+    def __init__(self, policies: Iterable[Policy], control: ControlTable, *, log_size: int = 10_000):
+        self.policies = list(policies)
+        for i, p in enumerate(self.policies):
+            if not isinstance(p, Policy):
+                raise TypeError(f"policies[{i}] must be a Policy instance, got {type(p).__name__}")
+        if not isinstance(control, ControlTable):
+            raise TypeError(f"control must be a ControlTable, got {type(control).__name__}")
+        if isinstance(log_size, bool) or not isinstance(log_size, int) or log_size < 1:
+            raise ValueError(f"log_size must be a positive int, got {log_size!r}")
+        self.control = control
+        self.rounds = 0
+        self._log: deque[dict] = deque(maxlen=log_size)
+        self._lock = threading.Lock()
+
+    def log(self) -> list[dict]:
+        """The decisions log, oldest first: one record per policy and round."""
+        with self._lock:
+            return list(self._log)
+
+    def record(self, **fields) -> dict:
+        """Append a record (time and round filled in) to the decisions log."""
+        rec = {"time": time.time(), "round": self.rounds, **fields}
+        with self._lock:
+            self._log.append(rec)
+        return rec
+
+    def _fail(self, policy: Policy, message: str, decisions=None, kind: str = "decide") -> dict:
+        _log.warning("policy %s: %s", policy.name, message)
+        warnings.warn(f"policy {policy.name!r}: {message}", RuntimeWarning, stacklevel=3)
+        return self.record(policy=policy.name, kind=kind, decisions=[] if decisions is None else decisions.to_list(),
+                           applied=False, changes=[], error=message)
+
+    def apply(self, policy: Policy, decisions, snapshot: Snapshot, *, kind: str = "decide") -> dict:
+        """Check ``decisions`` of ``policy`` against the control table and its bounds, then apply them."""
+        if not isinstance(decisions, Decisions):
+            return self._fail(policy, f"{kind} returned {type(decisions).__name__}, not Decisions", kind=kind)
+        if not decisions:
+            return self.record(policy=policy.name, kind=kind, decisions=[], applied=True, changes=[], error=None)
+        known = set(self.control.entries())
+        unknown = sorted({d.operator for d in decisions} - known)
+        if unknown:
+            return self._fail(policy, f"decisions for operators not in the control table: {unknown}", decisions, kind)
+        try:
+            problems = bound_violations(decisions, policy.bounds(snapshot))
+        except Exception as exc:
+            return self._fail(policy, f"bounds() raised {type(exc).__name__}: {exc}", decisions, kind)
+        if problems:
+            return self._fail(policy, "decisions outside declared QoS bounds: " + "; ".join(problems), decisions, kind)
+        try:
+            changes = self.control.apply(decisions, who=policy.name)
+        except Exception as exc:
+            return self._fail(policy, f"the control table refused the decisions: {type(exc).__name__}: {exc}",
+                              decisions, kind)
+        return self.record(policy=policy.name, kind=kind, decisions=decisions.to_list(), applied=True,
+                           changes=[c.version for c in changes], error=None)
+
+    def run(self, snapshot: Snapshot) -> list[dict]:
+        """One round: every policy decides on ``snapshot``; returns this round's records."""
+        if not isinstance(snapshot, Snapshot):
+            raise TypeError(f"snapshot must be a Snapshot, got {type(snapshot).__name__}")
+        self.rounds += 1
+        out = []
+        for policy in self.policies:
+            try:
+                decisions = policy.decide(snapshot)
+            except Exception as exc:
+                out.append(self._fail(policy, f"decide raised {type(exc).__name__}: {exc}"))
+                continue
+            out.append(self.apply(policy, decisions, snapshot))
+        return out

@@ -1,0 +1,84 @@
+"""Test data and Spark references for the interval-join tests (shared by batch and streaming tests)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import functions as F
+
+BASE_US = 1_700_000_000_000_000  # 2023-11-14 22:13:20 UTC
+LOWER_S, UPPER_S = -5, 10
+SPARK_HOW = {"inner": "inner", "left": "left_outer", "right": "right_outer", "full": "full_outer"}
+OUT_COLS = ["k", "s", "ts_l", "lv", "tag_l", "ts_r", "rv", "tag_r"]
+
+
+def side_table(rng, side: str, n: int, t0: int, *, nkeys=40, null_keys=True, spread_s=20, late=0):
+    """One micro-batch file of a side: skewed keys, out-of-order times, duplicates, odd payloads."""
+    keys = np.where(rng.random(n) < 0.3, 0, rng.integers(0, nkeys, n))      # key 0 is hot
+    times = t0 + rng.integers(-spread_s * 1_000_000, spread_s * 1_000_000, n)
+    if late:
+        times[:late] = BASE_US - 3_600_000_000 + rng.integers(0, 1000, late)  # far behind
+    times = (times // 1000) * 1000 + np.where(rng.random(n) < 0.5, 0, rng.integers(0, 1000, n))
+    kcol = [None if (null_keys and rng.random() < 0.05) else int(k) for k in keys]
+    scol = [f"s{int(k) % 3}" for k in keys]
+    value = rng.integers(-2**62, 2**62, n)
+    vcol = [None if rng.random() < 0.1 else int(v) for v in value]
+    tag = rng.normal(size=n)
+    tag[rng.random(n) < 0.05] = np.nan
+    tcol = [None if rng.random() < 0.05 else float(x) for x in tag]
+    table = pa.table({
+        "k": pa.array(kcol, pa.int64()), "s": pa.array(scol, pa.string()),
+        "ts": pa.array(times, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        f"{side}v": pa.array(vcol, pa.int64()), "tag": pa.array(tcol, pa.float64())})
+    if n >= 4:  # exact duplicates within the file
+        table = pa.concat_tables([table, table.slice(0, 2)])
+    return table
+
+
+def bound_rows(side: str, t0: int, key: int):
+    """Rows exactly at, just inside and just outside the band of a left row at t0."""
+    if side == "l":
+        times = [t0]
+    else:
+        lo, hi = t0 + LOWER_S * 1_000_000, t0 + UPPER_S * 1_000_000
+        times = [lo - 1, lo, lo + 1, hi - 1, hi, hi + 1]
+    n = len(times)
+    return pa.table({
+        "k": pa.array([key] * n, pa.int64()), "s": pa.array(["s1"] * n),
+        "ts": pa.array(times, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        f"{side}v": pa.array(list(range(n)), pa.int64()), "tag": pa.array([0.5] * n)})
+
+
+def write(directory: str, name: str, table: pa.Table) -> None:
+    os.makedirs(directory, exist_ok=True)
+    pq.write_table(table, os.path.join(directory, name))
+
+
+def schema(side: str) -> str:
+    return f"k long, s string, ts timestamp, {side}v long, tag double"
+
+
+def spark_reference(left, right, how: str):
+    """Spark's own join with the same condition, projected to the operator's output layout."""
+    l, r = left.alias("l"), right.alias("r")
+    cond = F.expr(f"l.k = r.k AND l.s = r.s AND r.ts >= l.ts + interval {LOWER_S} seconds "
+                  f"AND r.ts <= l.ts + interval {UPPER_S} seconds")
+    joined = l.join(r, cond, SPARK_HOW[how])
+    return joined.select(
+        F.coalesce(F.col("l.k"), F.col("r.k")).alias("k"), F.coalesce(F.col("l.s"), F.col("r.s")).alias("s"),
+        F.col("l.ts").alias("ts_l"), F.col("lv"), F.col("l.tag").alias("tag_l"),
+        F.col("r.ts").alias("ts_r"), F.col("rv"), F.col("r.tag").alias("tag_r"))
+
+
+def assert_same_rows(ours, theirs):
+    """Equal multisets (exceptAll both ways), with a readable sample on failure."""
+    ours = ours.select(*OUT_COLS)
+    theirs = theirs.select(*OUT_COLS)
+    extra = ours.exceptAll(theirs)
+    missing = theirs.exceptAll(ours)
+    n_extra, n_missing = extra.count(), missing.count()
+    assert (n_extra, n_missing) == (0, 0), (
+        f"{n_extra} rows only in ours, e.g. {extra.limit(3).collect()}; "
+        f"{n_missing} rows only in Spark's, e.g. {missing.limit(3).collect()}")

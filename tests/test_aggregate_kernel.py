@@ -1,0 +1,392 @@
+"""The sliding-aggregation kernels and worker pipeline without Spark, against plain-Python references.
+
+Rows go through the real map-side slicer and the real per-shard step (``run_shard``), batch by batch,
+with the state serialized between batches exactly as in ``applyInPandasWithState``; only Spark itself
+is replaced (its watermarks are computed as Spark computes them, see test_aggregate_reference.py).
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pyspark.sql import types as T
+
+from pyspark_cq._native import load
+from pyspark_cq.operators import _agg_spec as S
+from pyspark_cq.operators._agg_worker import HASH, SHARD, TIME, Plan, Slicer, key_name, run_shard, value_name
+
+_ref_spec = importlib.util.spec_from_file_location("aggregate_reference",
+                                                   Path(__file__).with_name("test_aggregate_reference.py"))
+R = importlib.util.module_from_spec(_ref_spec)
+_ref_spec.loader.exec_module(R)
+
+K = load("_aggregate")
+
+
+class _Schema:
+    """Stands in for a DataFrame where only ``.schema`` is read (spec parsing)."""
+
+    def __init__(self, schema: T.StructType):
+        self.schema = schema
+
+
+SCHEMA = T.StructType([
+    T.StructField("t", T.TimestampType()),
+    T.StructField("k", T.LongType()),
+    T.StructField("v", T.LongType()),
+    T.StructField("x", T.DoubleType()),
+])
+ALL_AGGS = {"v": ["sum", "min", "max", "avg", "count"], "x": ["sum", "max", "min", "avg"], "*": ["count"]}
+
+
+def agg_list(aggs):
+    return [(c, a) for c, names in aggs.items() for a in names]
+
+
+def make_plan(window, slide, granularity=None, aggs=None, emit="windows", mode="batch", shards=3,
+              watermark=False, schema=SCHEMA, by=("k",)):
+    df = _Schema(schema)
+    aggs = aggs or ALL_AGGS
+    spec = S.parse_aggs(df, aggs, list(by))
+    keys = S.key_columns(df, list(by))
+    g = granularity or math.gcd(window, slide)
+    bounds = ("window_start", "window_end") if emit == "windows" else ("valid_from", "valid_to")
+    names = bounds + tuple(by) + tuple(o.name for o in spec.outputs)
+    return Plan(spec, keys, T.TimestampType(), window, slide, g, emit, mode, watermark, shards, names)
+
+
+def input_batch(rows, plan, hash_of=None):
+    """The slicer's input as Spark would send it: time, key hash, keys, values."""
+    hash_of = hash_of or (lambda k: -1 if k is None else k * 7919 + 3)
+    cols = {TIME: pa.array([r["t"] for r in rows], type=pa.timestamp("us", tz="UTC")),
+            HASH: pa.array([hash_of(r.get("k")) for r in rows], type=pa.int64())}
+    for i, k in enumerate(plan.keys):
+        cols[key_name(i)] = pa.array([r[k.name] for r in rows], type=S.arrow_type(k.dtype))
+    for i, vc in enumerate(plan.spec.values):
+        cols[value_name(i)] = pa.array([r[vc.name] for r in rows], type=S.arrow_type(vc.dtype))
+    return pa.RecordBatch.from_pydict(cols)
+
+
+def slice_rows(plan, rows, tasks=2, hash_of=None):
+    """Sliced rows of one micro-batch, produced by ``tasks`` map tasks (so slices of one key and granule
+    may arrive twice and must merge)."""
+    out = []
+    for part in range(tasks):
+        chunk = rows[part::tasks]
+        batches = [input_batch(chunk, plan, hash_of)] if chunk else []
+        out += list(Slicer(plan, tag=False)(batches))
+    return pa.Table.from_batches(out)
+
+
+def rows_of(table: pa.Table, plan):
+    """{(from, to, key): aggregates} of an output table, times in microseconds."""
+    d = table.to_pydict()
+    names = plan.out_names
+    out = {}
+    for i in range(table.num_rows):
+        frm = table.column(0)[i].cast(pa.int64()).as_py()
+        to = table.column(1)[i].cast(pa.int64()).as_py()
+        key = d[names[2]][i] if plan.keys else None
+        vals = tuple(d[n][i] for n in names[2 + len(plan.keys):])
+        out[(frm, to, key)] = vals
+    return out
+
+
+def run_stream(plan, batches, wms, hash_of=None):
+    """Drive run_shard over micro-batches like applyInPandasWithState; returns (outputs per batch, metrics)."""
+    states = {}
+    outputs, metrics = [], []
+    for b, batch in enumerate(batches + [[]]):
+        table = slice_rows(plan, batch, hash_of=hash_of) if batch else Slicer(plan, tag=False).markers(0)
+        table = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
+        shard_col = np.asarray(table.column(SHARD).to_numpy())
+        emitted, m = {}, {}
+        for s in range(plan.shards):
+            part = table.take(pa.array(np.flatnonzero(shard_col == s)))
+            res = run_shard(plan, part, states.get(s), wms[b])
+            states[s] = res.state
+            emitted.update(rows_of(res.output, plan))
+            for name, value in res.metrics.items():
+                m[name] = m.get(name, 0) + value
+        outputs.append(emitted)
+        metrics.append(m)
+    return outputs, metrics
+
+
+def assert_same(got: dict, want: dict):
+    assert set(got) == set(want), (sorted(set(got) - set(want))[:5], sorted(set(want) - set(got))[:5])
+    for key in want:
+        for g, w in zip(got[key], want[key]):
+            if isinstance(w, float) and isinstance(g, float):
+                assert (math.isnan(w) and math.isnan(g)) or g == pytest.approx(w, rel=1e-9, abs=1e-9), (key, got[key], want[key])
+            else:
+                assert g == w, (key, got[key], want[key])
+
+
+values = st.one_of(st.none(), st.integers(-1000, 1000))
+floats = st.one_of(st.none(), st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from([math.nan, 0.0, -0.0, math.inf]))
+rows_st = st.lists(st.fixed_dictionaries({
+    "t": st.integers(0, 200), "k": st.one_of(st.none(), st.integers(0, 6)), "v": values, "x": floats}),
+    max_size=60)
+window_slide = st.sampled_from([(1, 1), (3, 1), (12, 4), (10, 4), (6, 6), (60, 1), (7, 3), (9, 2)])
+
+
+# ---- constants and small kernels ---------------------------------------------------------------------
+
+def test_codes_match_the_compiled_module():
+    assert (S.OP_ROWS, S.OP_COUNT, S.OP_SUM_I, S.OP_SUM_F) == (K.OP_ROWS, K.OP_COUNT, K.OP_SUM_I, K.OP_SUM_F)
+    assert (S.OP_MIN_I, S.OP_MIN_F, S.OP_MAX_I, S.OP_MAX_F) == (K.OP_MIN_I, K.OP_MIN_F, K.OP_MAX_I, K.OP_MAX_F)
+    assert (S.KIND_ADD_I64, S.KIND_ADD_F64, S.KIND_MIN, S.KIND_MAX) == (
+        K.KIND_ADD_I64, K.KIND_ADD_F64, K.KIND_MIN, K.KIND_MAX)
+    assert (S.OUT_COUNT, S.OUT_SUM_I, S.OUT_SUM_F, S.OUT_AVG_I, S.OUT_AVG_F, S.OUT_MIN, S.OUT_MAX) == (
+        K.OUT_COUNT, K.OUT_SUM_I, K.OUT_SUM_F, K.OUT_AVG_I, K.OUT_AVG_F, K.OUT_MIN, K.OUT_MAX)
+
+
+def spark_order(x: float):
+    return (1, 0.0) if math.isnan(x) else (0, x)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True), min_size=1, max_size=50))
+def test_double_order_keys_follow_spark_ordering(xs):
+    keys = K.f64_keys(np.array(xs, dtype=np.float64))
+    for i in range(len(xs)):
+        for j in range(len(xs)):
+            assert (keys[i] < keys[j]) == (spark_order(xs[i]) < spark_order(xs[j]))
+    back = K.keys_f64(keys)
+    for x, y in zip(xs, back):
+        assert (math.isnan(x) and math.isnan(y)) or x == y
+    assert keys.max() < np.iinfo(np.int64).max and keys.min() > np.iinfo(np.int64).min
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.one_of(st.none(), st.integers(-50, 50)), values, floats), max_size=80),
+       st.sampled_from([1, 2, 5, 7]))
+def test_preaggregate_matches_groupby(rows, g):
+    h = np.array([r[0] for r in rows], dtype=np.int64)
+    t = np.array([0 if r[1] is None else r[1] for r in rows], dtype=np.int64)
+    tv = np.array([r[1] is not None for r in rows], dtype=np.uint8)
+    v = np.array([0 if r[2] is None else r[2] for r in rows], dtype=np.int64)
+    vv = np.array([r[2] is not None for r in rows], dtype=np.uint8)
+    x = np.array([0.0 if r[3] is None else r[3] for r in rows], dtype=np.float64)
+    xv = np.array([r[3] is not None for r in rows], dtype=np.uint8)
+    ops = np.array([K.OP_ROWS, -1, K.OP_COUNT, 0, K.OP_SUM_I, 0, K.OP_MIN_I, 0, K.OP_MAX_I, 0,
+                    K.OP_COUNT, 1, K.OP_SUM_F, 1, K.OP_MIN_F, 1, K.OP_MAX_F, 1], dtype=np.int32)
+    out = K.preaggregate(h, t, tv, g, ops, [v, x], [vv, xv])
+    assert out["null_time"] == sum(r[1] is None for r in rows)
+    groups: dict = {}
+    for r in rows:
+        if r[1] is not None:
+            groups.setdefault((r[0], (r[1] // g) * g), []).append(r)
+    got = {}
+    for i in range(len(out["hash"])):
+        p = [int(c[i]) for c in out["partials"]]
+        got[(int(out["hash"][i]), int(out["start"][i]))] = (
+            p[0], p[1], p[2], p[3], p[4], p[5], np.int64(p[6]).view(np.float64), K.keys_f64(np.array([p[7]]))[0],
+            K.keys_f64(np.array([p[8]]))[0])
+        assert rows[int(out["first_row"][i])][0] == out["hash"][i]
+    assert set(got) == set(groups)
+    for key, members in groups.items():
+        ints = [m[2] for m in members if m[2] is not None]
+        fl = [m[3] for m in members if m[3] is not None]
+        n, cnt, sm, mn, mx, fcnt, fsum, fmin, fmax = got[key]
+        assert (n, cnt) == (len(members), len(ints))
+        if ints:
+            assert (sm, mn, mx) == (sum(ints), min(ints), max(ints))
+        assert fcnt == len(fl)
+        if fl:
+            assert R.finalize([{"x": f} for f in fl], [("x", "max"), ("x", "min")]) == pytest.approx((fmax, fmin), nan_ok=True)
+            assert fsum == pytest.approx(sum(fl), rel=1e-12, nan_ok=True)
+
+
+# ---- the worker pipeline -----------------------------------------------------------------------------
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows_st, window_slide)
+def test_batch_windows_equal_spark_semantics(rows, ws):
+    w, s = ws
+    plan = make_plan(w, s)
+    table = slice_rows(plan, rows)
+    got = {}
+    for shard in range(plan.shards):
+        part = table.filter(pa.compute.equal(table.column(SHARD), shard))
+        got.update(rows_of(run_shard(plan, part, None, None).output, plan))
+    assert_same(got, R.spark_windows(rows, "t", "k", w, s, agg_list(ALL_AGGS)))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows_st, st.sampled_from([(12, 2, 4), (12, 3, 6), (10, 1, 5), (6, 6, 3), (8, 2, 8)]))
+def test_coarser_granularity_rounds_times_down(rows, wsg):
+    w, s, g = wsg
+    plan = make_plan(w, s, granularity=g)
+    got = {}
+    table = slice_rows(plan, rows)
+    for shard in range(plan.shards):
+        part = table.filter(pa.compute.equal(table.column(SHARD), shard))
+        got.update(rows_of(run_shard(plan, part, None, None).output, plan))
+    assert_same(got, R.spark_windows(rows, "t", "k", w, s, agg_list(ALL_AGGS), granularity=g))
+
+
+def split_batches(rows, cuts):
+    """Rows in arrival order cut into micro-batches (some empty)."""
+    bounds = sorted(set(min(c, len(rows)) for c in cuts))
+    out, prev = [], 0
+    for b in bounds + [len(rows)]:
+        out.append(rows[prev:b])
+        prev = b
+    return out
+
+
+stream_st = st.tuples(
+    st.lists(st.fixed_dictionaries({"t": st.integers(0, 300), "k": st.integers(0, 9), "v": values, "x": floats}),
+             max_size=80),
+    st.lists(st.integers(0, 80), max_size=5),
+    st.sampled_from([0, 5, 20]),
+)
+
+
+def arrival_order(rows):
+    """Mostly increasing times with disorder: sort by time plus a jitter, so late rows occur."""
+    return sorted(rows, key=lambda r: r["t"] + ((r["k"] * 37 + (r["v"] or 0)) % 41) - 20)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream_st, window_slide)
+def test_append_stream_equals_spark_semantics(data, ws):
+    rows, cuts, delay = data
+    w, s = ws
+    batches = split_batches(arrival_order(rows), cuts)
+    plan = make_plan(w, s, mode="append", watermark=True)
+    wms = R.watermarks(batches, "t", delay)
+    outputs, metrics = run_stream(plan, batches, wms)
+    want, late = R.spark_stream_windows(batches, "t", "k", w, s, agg_list(ALL_AGGS), delay)
+    got = {}
+    for out in outputs:
+        assert not set(out) & set(got), "a window was emitted twice"
+        got.update(out)
+    assert_same(got, want)
+    assert sum(m["late_rows"] for m in metrics) == late
+    assert sum(m["input_rows"] for m in metrics) == len(rows)
+
+
+def spark_update_reference(batches, w, s, aggs, delay):
+    """Spark's update mode: per batch the windows that received a live pair, with their current value."""
+    wms = R.watermarks(batches, "t", delay)
+    open_, last = {}, {}
+    for b, batch in enumerate(batches + [[]]):
+        late_wm = wms[b - 1] if b > 0 else 0
+        touched = set()
+        for r in batch:
+            for k in range((r["t"] - w) // s + 1, r["t"] // s + 1):
+                if k * s + w > late_wm:
+                    key = (k * s, k * s + w, r["k"])
+                    open_.setdefault(key, []).append(r)
+                    touched.add(key)
+        for key in touched:
+            last[key] = R.finalize(open_[key], aggs)
+        for key in [x for x in open_ if x[1] <= wms[b]]:
+            del open_[key]
+    return last
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stream_st, window_slide)
+def test_update_stream_last_values_equal_spark_semantics(data, ws):
+    rows, cuts, delay = data
+    w, s = ws
+    batches = split_batches(arrival_order(rows), cuts)
+    plan = make_plan(w, s, mode="update", watermark=True)
+    outputs, _ = run_stream(plan, batches, R.watermarks(batches, "t", delay))
+    got = {}
+    for out in outputs:
+        got.update(out)
+    assert_same(got, spark_update_reference(batches, w, s, agg_list(ALL_AGGS), delay))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows_st, st.sampled_from([(4, 1), (6, 2), (6, 3), (10, 5), (1, 1), (12, 4)]))
+def test_batch_changes_equal_pipes_algorithm1(rows, wg):
+    w, g = wg
+    plan = make_plan(w, g, granularity=g, emit="changes")
+    table = slice_rows(plan, rows)
+    got = {}
+    for shard in range(plan.shards):
+        part = table.filter(pa.compute.equal(table.column(SHARD), shard))
+        for (frm, to, key), v in rows_of(run_shard(plan, part, None, None).output, plan).items():
+            got[(key, frm, to)] = v
+    assert_same(got, R.pipes_changes(rows, "t", "k", w, g, agg_list(ALL_AGGS)))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.fixed_dictionaries({"t": st.integers(0, 200), "k": st.integers(0, 5), "v": values, "x": floats}),
+                max_size=60),
+       st.lists(st.integers(0, 60), max_size=4), st.sampled_from([(4, 1), (6, 2), (9, 3)]))
+def test_streaming_changes_emit_final_intervals_once(rows, cuts, wg):
+    """In order input (no late rows): the union over batches is Algorithm 1's output up to the final
+    watermark -- intervals whose following granule is final; the others stay pending."""
+    w, g = wg
+    rows = sorted(rows, key=lambda r: r["t"])
+    batches = split_batches(rows, cuts)
+    plan = make_plan(w, g, granularity=g, emit="changes", mode="append", watermark=True)
+    wms = R.watermarks(batches, "t", 0)
+    outputs, _ = run_stream(plan, batches, wms)
+    got = {}
+    for out in outputs:
+        for (frm, to, key), v in out.items():
+            assert (key, frm, to) not in got
+            got[(key, frm, to)] = v
+    want = {k: v for k, v in R.pipes_changes(rows, "t", "k", w, g, agg_list(ALL_AGGS)).items()
+            if k[2] + g <= wms[-1]}
+    assert_same(got, want)
+
+
+def test_string_and_null_keys():
+    schema = T.StructType([T.StructField("t", T.TimestampType()), T.StructField("k", T.StringType()),
+                           T.StructField("v", T.LongType())])
+    rows = [{"t": 1, "k": "a", "v": 1}, {"t": 2, "k": None, "v": 2}, {"t": 2, "k": "b", "v": None},
+            {"t": 9, "k": "a", "v": 4}, {"t": 3, "k": None, "v": 5}]
+    aggs = {"v": ["sum"], "*": ["count"]}
+    plan = make_plan(4, 2, aggs=aggs, schema=schema, shards=2)
+    table = slice_rows(plan, rows, hash_of=lambda k: -5 if k is None else ord(k))
+    got = {}
+    for shard in range(plan.shards):
+        part = table.filter(pa.compute.equal(table.column(SHARD), shard))
+        got.update(rows_of(run_shard(plan, part, None, None).output, plan))
+    assert_same(got, R.spark_windows(rows, "t", "k", 4, 2, agg_list(aggs)))
+    assert (0, 4, None) in got and got[(0, 4, None)] == (7, 2)
+
+
+def test_without_keys():
+    plan = make_plan(6, 3, aggs={"v": ["max"], "*": ["count"]}, by=(), shards=1)
+    rows = [{"t": t, "v": t % 5} for t in (0, 1, 4, 7, 20)]
+    got = rows_of(run_shard(plan, slice_rows(plan, rows, hash_of=lambda k: 0), None, None).output, plan)
+    assert_same(got, R.spark_windows(rows, "t", None, 6, 3, [("v", "max"), ("*", "count")]))
+
+
+def test_hash_collision_is_detected():
+    schema = T.StructType([T.StructField("t", T.TimestampType()), T.StructField("k", T.StringType()),
+                           T.StructField("v", T.LongType())])
+    rows = [{"t": 1, "k": "a", "v": 1}, {"t": 2, "k": "b", "v": 2}]
+    plan = make_plan(4, 2, aggs={"*": ["count"]}, schema=schema, shards=1)
+    with pytest.raises(RuntimeError, match="share the 64-bit hash"):
+        run_shard(plan, slice_rows(plan, rows, tasks=1, hash_of=lambda k: 42), None, None)
+
+
+def test_state_blob_is_checked():
+    plan = make_plan(4, 2, mode="append", watermark=True, shards=1)
+    res = run_shard(plan, slice_rows(plan, [{"t": 1, "k": 1, "v": 1, "x": 1.0}], tasks=1), None, 0)
+    blob, keys = res.state
+    kinds, outs = plan.spec.kinds, plan.spec.outputs_array
+    assert K.ShardState.from_bytes(blob, kinds, outs, False).num_slices == 1
+    with pytest.raises(ValueError, match="truncated|corrupt"):
+        K.ShardState.from_bytes(blob[:-9], kinds, outs, False)
+    with pytest.raises(ValueError, match="different aggregation"):
+        K.ShardState.from_bytes(blob, kinds[:1], np.array([K.OUT_COUNT, 0, -1], dtype=np.int32), False)
+    with pytest.raises(ValueError, match="not pyspark-cq state"):
+        K.ShardState.from_bytes(b"junk-junk-junk", kinds, outs, False)

@@ -1,0 +1,321 @@
+"""PIPES resource manager (Cammert et al., §4.1, §4.3) against hand-computed cases and brute force."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pyspark_cq import plan as P
+from pyspark_cq.cost import pipes
+from pyspark_cq.policies import QoSRange, QueryInfo, Snapshot, SourceStats
+from pyspark_cq_plugins import pipes_workload as W
+from pyspark_cq_plugins.pipes_rm import DEFAULT_PROFILE, PipesResourceManager, pipes_estimate
+
+S, MS = 1_000_000, 1_000
+
+
+def toy_estimate(plan, distances):
+    """An independent, linear cost: elements of each window (size/d) plus 1000/g per granularity node."""
+    mem = cpu = 0.0
+    for node in P.postorder(plan):
+        if isinstance(node, P.Window):
+            d = distances[node.child.name]
+            mem += node.size / d
+            cpu += 1.0 / d
+        elif isinstance(node, P.Granularity):
+            mem += 1000.0 / node.granularity
+    return mem, cpu
+
+
+def window_query(name, source="A", w=(1 * S, 10 * S), d_s=1e-4, gran=None):
+    """One window (QoS ``w``) over ``source``, optionally under Γ with QoS ``gran`` = (coarsest, finest)."""
+    wl = f"{name}-w.window"
+    node = P.Window(P.Source(source), w[1], label=wl)
+    qos = {wl: QoSRange.window(*w)}
+    if gran is not None:
+        gl = f"{name}-g.granularity"
+        node = P.Aggregate(P.Granularity(node, gran[1], label=gl))
+        qos[gl] = QoSRange.granularity(*gran)
+    return QueryInfo(name, node, qos, {source: SourceStats(source, 1 / d_s, d_s)})
+
+
+def rm_with(queries, **kw):
+    kw.setdefault("estimate", toy_estimate)
+    kw.setdefault("reserve", 0.0)
+    rm = PipesResourceManager(**kw)
+    for q in queries:
+        rm.add(q)
+        for s, st_ in q.sources.items():
+            rm.set_distance(s, st_.distance)
+    return rm
+
+
+# ---------------------------------------------------------------------------------------------
+# the cost-model wiring, hand-computed
+
+
+def test_pipes_estimate_window_join_equation_9():
+    # d = 100 ms, w = 10 s (time unit 1 ms): ω gives l = ⌊(10000 + 1)/1⌋ = 10001, d' = d (Formula 7);
+    # eq. (9): per side ⌈10001/100⌉ + 100/(2·100) = 101.5 elements, two sides, 64 bytes each.
+    plan = P.Join(P.Window(P.Source("a"), 10_000.0), P.Window(P.Source("b"), 10_000.0), selectivity=0.01)
+    mem, _ = pipes_estimate(plan, {"a": 100.0, "b": 100.0})
+    assert mem == pytest.approx(2 * 101.5 * 64)
+
+
+def test_pipes_estimate_aggregation_equation_15():
+    # ω(10 s) over d = 100 ms: (100, 10001, 1); Γ(1000 ms), l >= 2ĝ: (100, 9001, 1000) (Formula 8);
+    # eq. (15): ⌈(9001/1000)·(1 − (1 − 1/100)^1000)⌉ = ⌈9.0006⌉ = 10 aggregates of 64 bytes.
+    plan = P.Aggregate(P.Granularity(P.Window(P.Source("a"), 10_000.0), 1000.0))
+    mem, _ = pipes_estimate(plan, {"a": 100.0})
+    assert 9.001 * (1 - 0.99 ** 1000) == pytest.approx(9.0006, abs=1e-4)
+    assert mem == pytest.approx(10 * 64)
+
+
+def test_resource_manager_costs_in_its_time_unit():
+    """A join query with a fixed 10 s window (QoS [10 s, 10 s]) over two streams at 10 rows/s costs the
+    hand-computed eq. (9) value: the RM converts µs plan sizes and second distances to milliseconds."""
+    wl = "j.window"
+    plan = P.Join(P.Window(P.Source("a"), 10 * S, label=wl), P.Window(P.Source("b"), 10 * S, label=wl),
+                  selectivity=0.01)
+    info = QueryInfo("q", plan, {wl: QoSRange.window(10 * S, 10 * S)},
+                     {"a": SourceStats("a", 10.0, 0.1), "b": SourceStats("b", 10.0, 0.1)})
+    rm = PipesResourceManager()
+    rm.add(info)
+    rm.set_distance("a", 0.1)
+    rm.set_distance("b", 0.1)
+    a = rm.replan()
+    assert a.memory == pytest.approx(2 * 101.5 * 64)
+    assert rm.exact_estimate("q")[0] == pytest.approx(2 * 101.5 * 64)
+    assert rm.settings("q") == {wl: 10 * S}
+
+
+# ---------------------------------------------------------------------------------------------
+# the strategy against brute force (toy linear cost)
+
+
+def brute_force(specs, budget, p, grid=4_001):
+    """§4.3 by exhaustive search with plain arithmetic: step 1 over j = 0..p with f = (p-j)/p for both;
+    step 2 the largest window fraction on a fine grid with the granularities of step 1.
+    ``specs``: (w_range µs, gran_range µs (coarsest, finest) or None, d in ms)."""
+
+    def gran_ms(gran, f):
+        coarse, fine = gran
+        target = coarse + f * (fine - coarse)
+        k = math.floor(target / fine)
+        down, up = k * fine, (k + 1) * fine
+        pick = up if abs(up - target) <= abs(target - down) else down   # ties towards the coarser side
+        return min(max(pick, fine), coarse) / MS
+
+    def total(fs, j):
+        m = np.zeros_like(fs)
+        for (wlo, whi), gran, d in specs:
+            m += np.round(wlo + fs * (whi - wlo)) / MS / d
+            if gran is not None:
+                m += 1000.0 / gran_ms(gran, (p - j) / p)
+        return m
+
+    for j in range(p + 1):
+        if total(np.array([(p - j) / p]), j)[0] <= budget:
+            break
+    else:
+        return p, 0.0, False
+    fs = np.linspace((p - j) / p, 1.0, grid)
+    return j, float(fs[total(fs, j) <= budget].max()), True
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(1, 20), st.integers(0, 40), st.booleans(), st.integers(1, 9)),
+                min_size=1, max_size=5),
+       st.floats(0.05, 1.2), st.sampled_from([1, 2, 4, 8]))
+def test_strategy_matches_brute_force(raw, load, p):
+    specs, queries = [], []
+    for i, (lo_s, span_s, agg, d_tenths) in enumerate(raw):
+        w = (lo_s * S, (lo_s + span_s) * S)
+        gran = (10 * S, 1 * S) if agg else None
+        d_s = d_tenths / 10_000          # 0.1 .. 0.9 ms
+        specs.append((w, gran, d_s * 1000))
+        queries.append(window_query(f"q{i}", f"s{i}", w, d_s, gran))
+    rm = rm_with(queries, p=p, knots=8 * p, tolerance=1e-4)
+    full = rm._totals(0, 1.0, rm._planned_rows())[0]
+    budget = load * full
+    rm.set_budget(memory=budget)
+    a = rm.replan()
+    j, f, feasible = brute_force(specs, budget, p)
+    assert a.feasible == feasible and a.level == j
+    if feasible:
+        assert a.memory <= budget * (1 + 1e-12)
+        assert abs(a.f_window - f) <= 1e-4 + 1.0 / 4_000
+
+
+def test_granularity_step_hand_computed():
+    """One aggregation: window QoS [1 s, 1 s], granularity QoS [10 s, 1 s], d = 1 ms, p = 4.
+
+    Memory = 1000 (window: 1000 ms / 1 ms) + 1000/g_ms. f = 1 → g = 1 s → 1001; f = 3/4 → 10 s − 6.75 s
+    = 3.25 s → 3 s → 1000.333; f = 1/2 → 5.5 s → 6 s (a tie goes to the coarser side) → 1000.1667.
+    With the budget 1000.3 step 1 stops at j = 2 (f = 1/2): granularity 6 s.
+    """
+    q = window_query("agg", "A", (1 * S, 1 * S), 1e-3, gran=(10 * S, 1 * S))
+    rm = rm_with([q], p=4, knots=8, memory=1000.3)
+    a = rm.replan()
+    assert (a.level, a.f_granularity) == (2, 0.5)
+    assert rm.settings("agg")["agg-g.granularity"] == 6 * S
+    assert a.memory == pytest.approx(1000 + 1 / 6)
+
+
+def test_reserve_is_kept():
+    q = window_query("q", "A", (1 * S, 10 * S), 1e-3)     # memory = w_ms: 1000 .. 10000
+    rm = rm_with([q], memory=8000, reserve=0.25, tolerance=1e-5)
+    a = rm.replan()
+    # bound 6000 → w = 6 s → f = 5/9
+    assert a.memory_bound == 6000 and a.memory == pytest.approx(6000, rel=1e-3)
+    assert a.f_window == pytest.approx(5 / 9, abs=1e-3)
+
+
+def test_cpu_bound():
+    q = window_query("q", "A", (1 * S, 10 * S), 1e-3)     # toy cpu = 1/d = 1 per query, memory w_ms
+    rm = rm_with([q, window_query("r", "B", (1 * S, 10 * S), 1e-3)], cpu=1.5)
+    a = rm.replan()
+    assert not a.feasible and a.f_window == 0.0 and a.cpu == pytest.approx(2.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# admission control (§4.1.1)
+
+
+def test_admission_accepts_shrinks_others_then_rejects():
+    """d = 0.1 ms: a query holds 10·w_ms elements, 10000 at f = 0 and 100000 at f = 1; bound 25000.
+
+    q1 alone: 10000 + 90000 f <= 25000 → f = 1/6. q2: 2(10000 + 90000 f) <= 25000 → f = 1/36, and q1 shrinks
+    from 2.5 s to 1.25 s. q3: 30000 > 25000 at f = 0 → rejected.
+    """
+    rm = PipesResourceManager(25_000, estimate=toy_estimate, reserve=0.0, tolerance=1e-5)
+    a1 = rm.admit_query(window_query("q1", "A", d_s=1e-4))
+    assert a1.accepted and rm.allocation.f_window == pytest.approx(1 / 6, abs=1e-4)
+    assert [(d.operator, d.changes["window"]) for d in a1.decisions] == [("q1-w", pytest.approx(2.5 * S, rel=1e-3))]
+    a2 = rm.admit_query(window_query("q2", "B", d_s=1e-4))
+    assert a2.accepted and rm.allocation.f_window == pytest.approx(1 / 36, abs=1e-4)
+    shrunk = {d.operator: d.changes["window"] for d in a2.decisions}
+    assert shrunk["q1-w"] == pytest.approx(1.25 * S, rel=1e-3) and set(shrunk) == {"q1-w", "q2-w"}
+    a3 = rm.admit_query(window_query("q3", "C", d_s=1e-4))
+    assert not a3.accepted
+    assert "30000 > bound 25000" in a3.reason and "'q3'" in a3.reason
+    assert rm.queries == ["q1", "q2"] and rm.allocation.f_window == pytest.approx(1 / 36, abs=1e-4)
+
+
+def test_admission_without_statistics_or_plan():
+    rm = PipesResourceManager(1e6, estimate=toy_estimate)
+    bare = QueryInfo("bare")
+    a = rm.admit_query(bare)
+    assert a.accepted and "without resource management" in a.reason and "no plan" in rm.skipped["bare"]
+    unknown = QueryInfo("u", window_query("u").plan, window_query("u").qos, {"A": SourceStats("A")})
+    b = rm.admit_query(unknown)
+    assert b.accepted and "no rate measured yet" in b.reason
+    rm.set_distance("A", 1e-4)
+    assert rm.replan().queries == 1
+
+
+def test_removal_releases_resources():
+    rm = rm_with([window_query("q1", "A", d_s=1e-4), window_query("q2", "B", d_s=1e-4)], memory=25_000,
+                 tolerance=1e-5)
+    assert rm.replan().f_window == pytest.approx(1 / 36, abs=1e-4)
+    rm.remove("q2")
+    assert rm.replan().f_window == pytest.approx(1 / 6, abs=1e-4)
+
+
+def test_unmanageable_query_is_skipped_not_raised():
+    q = window_query("fine", "A", gran=(10 * S, 500))     # 500 µs finer than the 1 ms time unit
+    rm = PipesResourceManager(1e6, estimate=toy_estimate)
+    snap = Snapshot(0.0, {"fine": q})
+    assert len(rm.decide(snap)) == 0 and "finer than the resource manager's time_unit" in rm.skipped["fine"]
+
+
+# ---------------------------------------------------------------------------------------------
+# re-planning on changes of d (§3.2.2, §4.1.2) and the Policy interface
+
+
+def _snapshot(queries, budget, control=None):
+    infos = {}
+    for q in queries:
+        infos[q.name] = QueryInfo(q.name, q.plan, q.qos, q.sources, control=(control or {}).get(q.name, {}))
+    return Snapshot(0.0, infos, memory_budget=budget)
+
+
+def _with_distance(q, d_s):
+    return QueryInfo(q.name, q.plan, q.qos, {s: SourceStats(s, 1 / d_s, d_s) for s in q.sources})
+
+
+def test_replans_only_when_d_moves_beyond_threshold():
+    q1, q2 = window_query("q1", "A", d_s=1e-4), window_query("q2", "B", d_s=1e-4)
+    rm = PipesResourceManager(25_000, estimate=toy_estimate, reserve=0.0, distance_threshold=0.2)
+    first = rm.decide(_snapshot([q1, q2], 25_000))
+    assert {d.operator for d in first} == {"q1-w", "q2-w"}
+    settled = {q: {f"{q}-w": {"window": d.changes["window"]}} for q, d in zip(["q1", "q2"], first)}
+    assert len(rm.decide(_snapshot([q1, q2], 25_000, settled))) == 0          # idempotent
+    evaluations = rm.evaluations
+    small = _with_distance(q1, 1.1e-4)                                          # +10 %: below threshold
+    assert rm.set_distance("A", 1.1e-4) is False
+    assert len(rm.decide(_snapshot([small, q2], 25_000, settled))) == 0 and rm.evaluations == evaluations
+    big = _with_distance(q1, 0.5e-4)                                            # d halves: λ doubles
+    out = rm.decide(_snapshot([big, q2], 25_000, settled))
+    # q1 now holds 20·w_ms: 20000 + 10000 at f = 0 fits exactly, so f = 0: both at 1 s
+    assert {d.operator: d.changes["window"] for d in out} == {"q1-w": S, "q2-w": S}
+    assert rm.allocation.f_window == pytest.approx(0.0, abs=1e-3)
+    assert 0 < rm.evaluations - evaluations <= 2 * (rm.knots + 1)               # q2's cached estimates kept
+
+
+def test_bounds_from_snapshot_when_not_given():
+    rm = PipesResourceManager(estimate=toy_estimate, reserve=0.0)
+    q = window_query("q", "A", d_s=1e-3)
+    rm.decide(_snapshot([q], 5_500))
+    assert rm.allocation.memory_bound == 5_500 and rm.settings("q")["q-w.window"] == pytest.approx(5.5 * S, rel=1e-3)
+
+
+# ---------------------------------------------------------------------------------------------
+# synthetic workloads with the real cost model
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("load", [0.15, 0.4, 0.8])
+def test_estimated_memory_stays_within_budget(seed, load):
+    rng = np.random.default_rng(seed)
+    sources = W.make_sources(rng)
+    queries = W.make_queries(rng, 25, sources)
+    rm = PipesResourceManager(reserve=0.1)
+    for q in queries:
+        rm.add(q)
+    for s, d in sources.items():
+        rm.set_distance(s, d)
+    rows = rm._planned_rows()
+    lo, hi = rm._totals(rm.p, 0.0, rows)[0], rm._totals(0, 1.0, rows)[0]
+    budget = (lo + load * (hi - lo)) / 0.9
+    rm.set_budget(memory=budget)
+    a = rm.replan()
+    assert a.feasible
+    exact = sum(rm.exact_estimate(q.name)[0] for q in queries)
+    assert exact <= 0.9 * budget                              # the cost model itself, not the interpolation
+    assert exact >= 0.97 * 0.9 * budget                       # and the budget is used, not wasted
+    # every decision inside the QoS ranges
+    for q in queries:
+        for lab, value in rm.settings(q.name).items():
+            assert q.qos[lab].contains(value)
+
+
+def test_workload_generator_follows_table_3():
+    rng = np.random.default_rng(7)
+    sources = W.make_sources(rng)
+    d = np.array(list(sources.values()))
+    assert len(sources) == 50 and d.min() >= 0.1 and d.max() <= 30.0       # 2..600 per minute
+    kinds = [W.make_query(rng, f"q{i}", sources) for i in range(2000)]
+    aggs = sum(any(isinstance(n, P.Aggregate) for n in P.postorder(q.plan)) for q in kinds)
+    assert 0.25 < aggs / 2000 < 0.35                                            # 30 % of Table 3
+    joins = [n for q in kinds for n in P.postorder(q.plan) if isinstance(n, P.Join)]
+    nl = sum(j.method == "nested_loops" for j in joins) / len(joins)
+    assert 0.28 < nl < 0.38 and all(0.005 <= j.selectivity <= 0.02 for j in joins)
+    for q in kinds[:50]:
+        for rng_ in q.qos.values():
+            lo, hi = sorted((rng_.min, rng_.max))
+            assert (60 * S <= lo <= hi <= 1800 * S) or (MS <= lo <= hi <= 10_000 * MS)
+    assert DEFAULT_PROFILE.element_size == 64.0 and math.isclose(pipes.CostProfile().element_size, 1.0)

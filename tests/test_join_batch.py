@@ -24,7 +24,7 @@ def inputs(spark):
     rng = np.random.default_rng(7)
     sides = {}
     for side in ("l", "r"):
-        parts = [jd.side_table(rng, side, 150, jd.BASE_US + i * 10_000_000) for i in range(3)]
+        parts = [jd.side_table(rng, side, 100, jd.BASE_US + i * 10_000_000) for i in range(3)]
         parts.append(jd.bound_rows(side, jd.BASE_US + 5_000_000, key=3))
         table = pa.concat_tables(parts)
         sides[side] = spark.createDataFrame(table.to_pandas(), jd.schema(side))

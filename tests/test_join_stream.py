@@ -22,7 +22,7 @@ _spec.loader.exec_module(jd)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 DELAY = "15 seconds"
-BATCHES = 6
+BATCHES = 5
 
 
 def _write_streams(root: str, *, null_keys: bool, seed: int) -> None:

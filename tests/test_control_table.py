@@ -366,3 +366,13 @@ def test_schedule_validation():
         Schedule("window", ((None, 1.5),))
     with pytest.raises(TypeError, match="integer array"):
         Schedule.constant("window", 1).values_at(np.array([1.5]))
+
+
+def test_reader_module_does_not_import_spark():
+    """Operators import the reader on every Python worker: it must stay free of PySpark."""
+    import subprocess
+    import sys
+
+    code = ("import sys, pyspark_cq.runtime.control as c; "
+            "assert 'pyspark' not in sys.modules, sorted(m for m in sys.modules if m.startswith('pyspark.'))")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -203,8 +203,8 @@ class PipesResourceManager(Policy):
     distances : mapping str -> float, optional
         Prior distance d (seconds) per source, used until the statistics measure it.
     prefetch : bool
-        After each re-plan, evaluate every query at all knots of the chosen granularity level (and at the
-        step-1 points), so that later re-plans and admissions find the estimates cached; without it
+        After each feasible re-plan, evaluate every query at all knots of the chosen granularity level (and
+        at the step-1 points), so that later re-plans and admissions find the estimates cached; without it
         estimates are computed when first needed.
     """
 
@@ -498,7 +498,7 @@ class PipesResourceManager(Policy):
                 else:
                     hi = mid
         mem, cpu = self._totals(level, lo, rows)
-        if self.prefetch:
+        if self.prefetch and feasible:
             for k in range(self.knots + 1):
                 self._ensure(level, k, rows)
             for j in range(self.p + 1):

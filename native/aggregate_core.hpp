@@ -764,14 +764,23 @@ class ShardState {
     if (has_lo) k_lo = floor_div(lo_end - W, S) + 1;
     if (has_hi) k_hi = floor_div(hi_end - W, S);
     std::int64_t k_next = kI64Min;
-    for (std::int64_t i = b; i < e; ++i) {
-      if (only_touched && !touched_[i]) continue;
+    // Slices whose windows all end by lo_end cannot contribute: skip them by binary search, so the
+    // work per call is proportional to the slices in the emitted windows, not to the key's state.
+    std::int64_t first = b;
+    if (has_lo) first = std::lower_bound(start_.begin() + b, start_.begin() + e, lo_end - W + 1) - start_.begin();
+    for (std::int64_t i = first; i < e; ++i) {
       const std::int64_t t = start_[i];
+      if (has_hi && t >= hi_end) break;  // its windows end after t >= hi_end
+      if (only_touched && !touched_[i]) continue;
       std::int64_t kf = floor_div(t - W, S) + 1, kl = floor_div(t, S);
       kf = std::max(kf, std::max(k_lo, k_next));
       kl = std::min(kl, k_hi);
       for (std::int64_t k = kf; k <= kl; ++k) {
         const std::int64_t ws = k * S, we = ws + W;
+        if (sw.lo == sw.hi) {  // empty queue (identity aggregates): jump to the window's first slice
+          const std::int64_t j = std::lower_bound(start_.begin() + sw.hi, start_.begin() + e, ws) - start_.begin();
+          sw.lo = sw.mid = sw.hi = j;
+        }
         while (sw.hi < e && start_[sw.hi] < we) sw.push();
         while (sw.lo < sw.hi && start_[sw.lo] < ws) sw.pop();
         sw.query();

@@ -1,0 +1,251 @@
+"""Side by side: pyspark-cq's sliding_aggregate against Spark's groupBy(window(...)) aggregation.
+
+Prints medians and ratios for
+1. the kernels alone, on one core: map-side slicing (raw rows/s) and the per-shard sweep
+   (slices ingested + windows emitted per second) for W/S in {1, 60, 600};
+2. batch DataFrames end to end (``noop`` sink), W/S in {1, 60, 600}, sum/count/max over 100 keys;
+3. streaming end to end on identical file streams (``maxFilesPerTrigger=1``, ``availableNow``, append
+   mode, ``noop`` sink), with the state both keep (rows and bytes of the state store, Spark's
+   ``numRowsTotal`` / ``memoryUsedBytes`` for both operators, and our own report);
+4. state grouped by hash shard (a native table per shard) vs by raw key, streaming, W/S = 60.
+
+Usage::
+
+    python benchmarks/aggregate_vs_spark.py [--rows 2000000] [--small-rows 200000] [--quick]
+
+Spark's own aggregation copies every row W/S times, so at W/S = 600 it runs on ``--small-rows`` rows
+only (all rates are rows per second, so sizes may differ).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SLIDE = "1 second"
+RATIOS = (1, 60, 600)
+AGGS = {"v": ["sum", "max"], "*": ["count"]}
+DELAY = "10 seconds"
+
+
+# --- 1: the kernels ---------------------------------------------------------------------------------------
+
+def kernel_rates(n=2_000_000, keys=100, batch=100_000, repeats=3):
+    from pyspark_cq._native import load
+
+    k = load("_aggregate")
+    rng = np.random.default_rng(0)
+    h = rng.integers(0, keys, n).astype(np.int64) * 0x9E3779B1
+    t = np.arange(n, dtype=np.int64) * 1000 + rng.integers(0, 1000, n)  # 1000 rows per second
+    v = rng.integers(0, 1000, n).astype(np.int64)
+    ops = np.array([k.OP_ROWS, -1, k.OP_COUNT, 0, k.OP_SUM_I, 0, k.OP_MAX_I, 0], dtype=np.int32)
+    rates = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for s in range(0, n, batch):
+            k.preaggregate(h[s:s + batch], t[s:s + batch], None, 1_000_000, ops, [v[s:s + batch]], [None])
+        rates.append(n / (time.perf_counter() - start))
+    out = {"map_rows_per_s": statistics.median(rates)}
+    sl = k.preaggregate(h, t, None, 1_000_000, ops, [v], [None])
+    kinds = np.array([k.KIND_ADD_I64, k.KIND_ADD_I64, k.KIND_ADD_I64, k.KIND_MAX], dtype=np.uint8)
+    outs = np.array([k.OUT_SUM_I, 2, 1, k.OUT_MAX, 3, 1, k.OUT_COUNT, 0, -1], dtype=np.int32)
+    m = len(sl["hash"])
+    for ratio in RATIOS:
+        w = ratio * 1_000_000
+        rates = []
+        for _ in range(repeats):
+            # Streaming-like: slices arrive in batches of ~10 s of event time, windows closing behind.
+            st = k.ShardState(kinds, outs, False)
+            start = time.perf_counter()
+            done = 0
+            step = 10 * keys
+            for b in range(0, m, step):
+                sel = slice(b, b + step)
+                st.ingest(sl["hash"][sel], sl["start"][sel], [p[sel] for p in sl["partials"]], w, 1_000_000, None)
+                wm = int(sl["start"][min(b + step, m) - 1])
+                e = st.emit_windows(w, 1_000_000, st.watermark, wm, False)
+                done += len(e[0])
+                st.evict(w, 1_000_000, wm)
+                st.watermark = wm
+            rates.append((m + done) / (time.perf_counter() - start))
+        out[f"sweep_updates_per_s_ws{ratio}"] = statistics.median(rates)
+    out["slices"] = m
+    return out
+
+
+# --- data -------------------------------------------------------------------------------------------------
+
+def write_data(directory, rows, files, keys=100, rate=1000, seed=0):
+    """``files`` parquet files of rows in event-time order (``rate`` rows per second, 1 s of jitter)."""
+    os.makedirs(directory, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    per = rows // files
+    for f in range(files):
+        i = np.arange(f * per, (f + 1) * per)
+        ts = i * 1_000_000 // rate + rng.integers(0, 1_000_000, per)
+        table = pa.table({"ts": pa.array(ts, type=pa.timestamp("us", tz="UTC")),
+                          "k": pa.array(rng.integers(0, keys, per)), "v": pa.array(rng.integers(0, 1000, per))})
+        path = os.path.join(directory, f"part-{f:03d}.parquet")
+        pq.write_table(table, path)
+        os.utime(path, (1_000_000 + f * 10, 1_000_000 + f * 10))
+
+
+def session():
+    import pyspark_cq
+
+    spark = pyspark_cq.spark("local[2]", "aggregate-vs-spark", shuffle_partitions=2, conf={
+        "spark.sql.adaptive.enabled": "false",
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "200000",
+        "spark.driver.memory": "4g",
+        "spark.sql.streaming.stateStore.maintenanceInterval": "10s",
+    })
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def spark_agg(df, window):
+    from pyspark.sql import functions as F
+
+    return df.groupBy(F.window("ts", window, SLIDE), "k").agg(F.sum("v").alias("sum_v"), F.max("v").alias("max_v"),
+                                                             F.count(F.lit(1)).alias("count"))
+
+
+def ours_agg(df, window, **kw):
+    import pyspark_cq
+
+    return pyspark_cq.sliding_aggregate(df, "ts", window, SLIDE, by="k", aggs=AGGS, name="agg", **kw)
+
+
+# --- 2: batch ---------------------------------------------------------------------------------------------
+
+def batch_run(df):
+    start = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - start
+
+
+def batch_bench(spark, big, small, rows, small_rows, repeats):
+    out = {}
+    for ratio in RATIOS:
+        window = f"{ratio} seconds"
+        src, n = (big, rows) if ratio < 600 else (small, small_rows)
+        df = spark.read.parquet(src)
+        batch_run(ours_agg(df, window))  # warm the Python workers
+        ours = statistics.median(batch_run(ours_agg(df, window)) for _ in range(repeats))
+        theirs = statistics.median(batch_run(spark_agg(df, window)) for _ in range(1 if ratio >= 60 else repeats))
+        ours_big = None
+        if ratio == 600:  # our rate on the full data too, for the flatness check
+            ours_big = rows / statistics.median(batch_run(ours_agg(spark.read.parquet(big), window))
+                                                for _ in range(repeats))
+        out[ratio] = {"rows": n, "ours_s": ours, "spark_s": theirs, "ours_rows_per_s": n / ours,
+                      "spark_rows_per_s": n / theirs, "ratio": theirs / ours, "ours_full_rows_per_s": ours_big}
+        print(f"batch W/S={ratio}: ours {n / ours:,.0f} rows/s, Spark {n / theirs:,.0f} rows/s, "
+              f"ratio {theirs / ours:.1f}x", flush=True)
+    return out
+
+
+# --- 3, 4: streaming --------------------------------------------------------------------------------------
+
+def stream_run(spark, build, directory, checkpoint):
+    import pyspark_cq
+
+    df = (spark.readStream.schema("ts timestamp, k long, v long").option("maxFilesPerTrigger", 1)
+          .parquet(directory).withWatermark("ts", DELAY))
+    start = time.perf_counter()
+    q = (build(df).writeStream.format("noop").outputMode("append").option("checkpointLocation", checkpoint)
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    wall = time.perf_counter() - start
+    progress = q.recentProgress
+    rows = sum(p["numInputRows"] for p in progress)
+    ops = [p["stateOperators"][0] for p in progress if p["stateOperators"]]
+    reports = [pyspark_cq.read_metrics(p, "agg") for p in progress]
+    reports = [r for r in reports if r]
+    return {
+        "wall_s": wall, "rows": rows, "rows_per_s": rows / wall, "batches": len(progress),
+        "batch_ms": [p["durationMs"].get("triggerExecution") for p in progress],
+        "store_rows_max": max((o["numRowsTotal"] for o in ops), default=0),
+        "store_bytes_max": max((o["memoryUsedBytes"] for o in ops), default=0),
+        "report_state_rows_max": max((r["state_rows"] for r in reports), default=None),
+        "report_state_bytes_max": max((r["state_bytes"] for r in reports), default=None),
+    }
+
+
+def stream_bench(spark, big, small, tmp):
+    out = {}
+    for ratio in RATIOS:
+        window = f"{ratio} seconds"
+        ours = stream_run(spark, lambda d: ours_agg(d, window), big, os.path.join(tmp, f"ck_o{ratio}"))
+        src = big if ratio < 600 else small
+        theirs = stream_run(spark, lambda d: spark_agg(d, window), src, os.path.join(tmp, f"ck_s{ratio}"))
+        out[ratio] = {"ours": ours, "spark": theirs, "ratio": ours["rows_per_s"] / theirs["rows_per_s"]}
+        print(f"stream W/S={ratio}: ours {ours['rows_per_s']:,.0f} rows/s (state {ours['store_rows_max']} rows, "
+              f"{ours['store_bytes_max']:,} B), Spark {theirs['rows_per_s']:,.0f} rows/s (state "
+              f"{theirs['store_rows_max']} rows, {theirs['store_bytes_max']:,} B), ratio {out[ratio]['ratio']:.1f}x",
+              flush=True)
+    return out
+
+
+def layout_bench(spark, tmp, rows, key_counts=(100, 10_000)):
+    out = {}
+    for keys in key_counts:
+        d = os.path.join(tmp, f"keys{keys}")
+        write_data(d, rows, 4, keys=keys, seed=keys)
+        for layout in (8, "key"):
+            r = stream_run(spark, lambda df: ours_agg(df, "60 seconds", shards=layout), d,
+                           os.path.join(tmp, f"ck_layout_{keys}_{layout}"))
+            out[f"{keys} keys, shards={layout}"] = r
+            print(f"layout keys={keys} shards={layout}: {r['rows_per_s']:,.0f} rows/s, batches {r['batch_ms']}",
+                  flush=True)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--small-rows", type=int, default=200_000)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: kernel,batch,stream,layout")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.rows, args.small_rows, args.repeats = 200_000, 20_000, 1
+    skip = set(filter(None, args.skip.split(",")))
+    result = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    if "kernel" not in skip:
+        result["kernel"] = kernel_rates()
+        print("kernel:", json.dumps(result["kernel"]), flush=True)
+    tmp = tempfile.mkdtemp(prefix="cq-agg-bench-")
+    try:
+        big, small = os.path.join(tmp, "big"), os.path.join(tmp, "small")
+        write_data(big, args.rows, 8)
+        write_data(small, args.small_rows, 4, seed=1)
+        spark = session()
+        import pyspark
+
+        result["machine"]["pyspark"] = pyspark.__version__
+        if "batch" not in skip:
+            result["batch"] = batch_bench(spark, big, small, args.rows, args.small_rows, args.repeats)
+        if "stream" not in skip:
+            result["stream"] = stream_bench(spark, big, small, tmp)
+        if "layout" not in skip:
+            result["layout"] = layout_bench(spark, tmp, min(args.rows, 1_000_000))
+        result["load_after"] = os.getloadavg()
+        print(json.dumps(result, indent=1, default=str))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -18,7 +18,7 @@ using cq::agg::ShardState;
 
 namespace {
 
-constexpr std::int64_t kFormatVersion = 1;
+constexpr std::int64_t kFormatVersion = 2;
 
 template <class T>
 py::array_t<T> to_numpy(const std::vector<T>& v) {
@@ -132,27 +132,55 @@ py::dict preaggregate_py(const py::handle& hash, const py::handle& time, const p
   return out;
 }
 
+// Blob layout (serde.hpp columns): meta, kinds, outputs, then per key hash, live rows, queue bounds
+// (lo, mid, hi relative to the first live row) and running aggregates, then per row start, partials and
+// suffix aggregates, then the pending change intervals (runs only).
 py::bytes state_to_bytes(ShardState& st) {
-  const std::size_t P = st.num_partials(), O = st.num_outputs();
-  std::uint32_t ncols = 6 + static_cast<std::uint32_t>(P) + (st.runs() ? 2 + 2 * static_cast<std::uint32_t>(O) : 0);
+  const std::size_t P = st.num_partials(), Q = st.num_suffixes(), O = st.num_outputs();
+  const auto& keys = st.keys();
+  const std::size_t K = keys.size(), N = st.num_slices();
+  const std::uint32_t ncols = static_cast<std::uint32_t>(3 + 5 + 2 * P + 1 + Q + (st.runs() ? 2 + 2 * O : 0));
   cq::Writer w(ncols);
   std::vector<std::int64_t> meta = {kFormatVersion, static_cast<std::int64_t>(P), static_cast<std::int64_t>(O),
                                     st.runs() ? 1 : 0, st.has_watermark() ? 1 : 0, st.watermark(),
-                                    static_cast<std::int64_t>(st.num_keys()), static_cast<std::int64_t>(st.num_slices())};
+                                    static_cast<std::int64_t>(K), static_cast<std::int64_t>(N),
+                                    static_cast<std::int64_t>(Q)};
   w.column(cq::kI64, meta);
   w.column(cq::kU8, st.kinds());
   std::vector<std::int32_t> outs;
   for (const auto& o : st.outs()) outs.insert(outs.end(), {o.kind, o.value, o.count});
   w.column(cq::kI32, outs);
-  w.column(cq::kI64, st.key_hash());
-  w.column(cq::kI64, st.key_off());
-  w.column(cq::kI64, st.start());
-  for (const auto& p : st.part()) w.column(cq::kI64, p);
+  std::vector<std::int64_t> col(K);
+  auto key_column = [&](auto get) {
+    for (std::size_t s = 0; s < K; ++s) col[s] = get(keys[s]);
+    w.column(cq::kI64, col);
+  };
+  key_column([](const ShardState::Key& k) { return k.hash; });
+  key_column([&](const ShardState::Key& k) { return static_cast<std::int64_t>(st.nrows(k)) - k.head; });
+  key_column([](const ShardState::Key& k) { return k.lo - k.head; });
+  key_column([](const ShardState::Key& k) { return k.mid - k.head; });
+  key_column([](const ShardState::Key& k) { return k.hi - k.head; });
+  for (std::size_t p = 0; p < P; ++p) key_column([p](const ShardState::Key& k) { return k.run[p]; });
+  std::vector<std::int64_t> rows;
+  rows.reserve(N);
+  auto row_column = [&](auto get) {
+    rows.clear();
+    for (const auto& k : keys)
+      for (std::int64_t i = k.head; i < static_cast<std::int64_t>(st.nrows(k)); ++i) rows.push_back(get(k, i));
+    w.column(cq::kI64, rows);
+  };
+  row_column([&](const ShardState::Key& k, std::int64_t i) { return st.start(k, i); });
+  for (std::size_t p = 0; p < P; ++p) row_column([&, p](const ShardState::Key& k, std::int64_t i) { return st.part(k, i, p); });
+  for (std::size_t q = 0; q < Q; ++q) row_column([&, q](const ShardState::Key& k, std::int64_t i) { return st.suf(k, i, q); });
   if (st.runs()) {
-    w.column(cq::kI64, st.run_from());
-    w.column(cq::kI64, st.run_to());
-    for (const auto& v : st.run_value()) w.column(cq::kI64, v);
-    for (const auto& v : st.run_valid()) w.column(cq::kU8, v);
+    key_column([](const ShardState::Key& k) { return k.run_from; });
+    key_column([](const ShardState::Key& k) { return k.run_to; });
+    for (std::size_t o = 0; o < O; ++o) key_column([o](const ShardState::Key& k) { return k.run_value[o]; });
+    std::vector<std::uint8_t> flags(K);
+    for (std::size_t o = 0; o < O; ++o) {
+      for (std::size_t s = 0; s < K; ++s) flags[s] = keys[s].run_valid[o];
+      w.column(cq::kU8, flags);
+    }
   }
   return py::bytes(w.str());
 }
@@ -165,7 +193,7 @@ std::unique_ptr<ShardState> state_from_bytes(const py::bytes& blob, const py::ha
   auto st = std::make_unique<ShardState>(parse_kinds(kinds), parse_outs(outs), runs);
   cq::Reader r(data, static_cast<std::size_t>(size));
   auto meta = r.column<std::int64_t>(cq::kI64);
-  if (meta.size() != 8 || meta[0] != kFormatVersion)
+  if (meta.size() != 9 || meta[0] != kFormatVersion)
     throw std::invalid_argument("state blob has an unknown format version");
   auto kinds_in = r.column<std::uint8_t>(cq::kU8);
   auto outs_in = r.column<std::int32_t>(cq::kI32);
@@ -175,23 +203,61 @@ std::unique_ptr<ShardState> state_from_bytes(const py::bytes& blob, const py::ha
     throw std::invalid_argument(
         "the saved state was written by a different aggregation (aggs or emit changed); "
         "restart the query with a new checkpoint location");
-  const std::size_t P = st->num_partials(), O = st->num_outputs();
-  const std::uint32_t expect_cols = 6 + static_cast<std::uint32_t>(P) + (runs ? 2 + 2 * static_cast<std::uint32_t>(O) : 0);
-  if (r.ncols() != expect_cols) throw std::invalid_argument("state blob is corrupt: wrong number of columns");
-  if (meta[4]) st->set_watermark(meta[5]);
-  st->key_hash() = r.column<std::int64_t>(cq::kI64);
-  st->key_off() = r.column<std::int64_t>(cq::kI64);
-  st->start() = r.column<std::int64_t>(cq::kI64);
-  for (std::size_t p = 0; p < P; ++p) st->part()[p] = r.column<std::int64_t>(cq::kI64);
+  const std::size_t P = st->num_partials(), Q = st->num_suffixes(), O = st->num_outputs();
+  if (r.ncols() != 3 + 5 + 2 * P + 1 + Q + (runs ? 2 + 2 * O : 0) || static_cast<std::size_t>(meta[8]) != Q)
+    throw std::invalid_argument("state blob is corrupt: wrong number of columns");
+  const std::size_t K = static_cast<std::size_t>(meta[6]), N = static_cast<std::size_t>(meta[7]);
+  auto key_col = [&]() {
+    auto c = r.column<std::int64_t>(cq::kI64);
+    if (c.size() != K) throw std::invalid_argument("state blob is corrupt: key column length");
+    return c;
+  };
+  auto hash = key_col(), n = key_col(), lo = key_col(), mid = key_col(), hi = key_col();
+  std::vector<std::vector<std::int64_t>> run(P);
+  for (auto& c : run) c = key_col();
+  auto row_col = [&]() {
+    auto c = r.column<std::int64_t>(cq::kI64);
+    if (c.size() != N) throw std::invalid_argument("state blob is corrupt: slice column length");
+    return c;
+  };
+  auto start = row_col();
+  std::vector<std::vector<std::int64_t>> part(P), suf(Q);
+  for (auto& c : part) c = row_col();
+  for (auto& c : suf) c = row_col();
+  std::size_t offset = 0;
+  std::vector<std::int64_t> prow(P), srow(Q);
+  for (std::size_t s = 0; s < K; ++s) {
+    if (n[s] < 0 || offset + static_cast<std::size_t>(n[s]) > N)
+      throw std::invalid_argument("state blob is corrupt: row counts");
+    auto& k = st->add_key(hash[s]);
+    k.rows.resize(static_cast<std::size_t>(n[s]) * st->stride());
+    for (std::int64_t i = 0; i < n[s]; ++i) {
+      for (std::size_t p = 0; p < P; ++p) prow[p] = part[p][offset + i];
+      for (std::size_t q = 0; q < Q; ++q) srow[q] = suf[q][offset + i];
+      st->set_row(k, i, start[offset + i], prow.data(), srow.data());
+    }
+    offset += static_cast<std::size_t>(n[s]);
+    k.lo = lo[s], k.mid = mid[s], k.hi = hi[s];
+    for (std::size_t p = 0; p < P; ++p) k.run[p] = run[p][s];
+  }
+  if (offset != N) throw std::invalid_argument("state blob is corrupt: row counts");
   if (runs) {
-    st->run_from() = r.column<std::int64_t>(cq::kI64);
-    st->run_to() = r.column<std::int64_t>(cq::kI64);
-    for (std::size_t o = 0; o < O; ++o) st->run_value()[o] = r.column<std::int64_t>(cq::kI64);
-    for (std::size_t o = 0; o < O; ++o) st->run_valid()[o] = r.column<std::uint8_t>(cq::kU8);
+    auto from = key_col(), to = key_col();
+    std::vector<std::vector<std::int64_t>> value(O);
+    for (auto& c : value) c = key_col();
+    for (std::size_t s = 0; s < K; ++s) {
+      auto& k = st->keys()[s];
+      k.run_from = from[s], k.run_to = to[s];
+      for (std::size_t o = 0; o < O; ++o) k.run_value[o] = value[o][s];
+    }
+    for (std::size_t o = 0; o < O; ++o) {
+      auto flags = r.column<std::uint8_t>(cq::kU8);
+      if (flags.size() != K) throw std::invalid_argument("state blob is corrupt: key column length");
+      for (std::size_t s = 0; s < K; ++s) st->keys()[s].run_valid[o] = flags[s];
+    }
   }
   if (!r.done()) throw std::invalid_argument("state blob has trailing bytes");
-  if (static_cast<std::int64_t>(st->num_keys()) != meta[6] || static_cast<std::int64_t>(st->num_slices()) != meta[7])
-    throw std::invalid_argument("state blob is corrupt: sizes do not match its header");
+  if (meta[4]) st->set_watermark(meta[5]);
   st->validate_and_index();
   return st;
 }
@@ -240,6 +306,13 @@ int64 arrays, floats bit-cast) and null_time (rows skipped for a null time).)doc
                   py::arg("runs"), "Restore a state written by to_bytes(); ValueError when corrupt or foreign.")
       .def("to_bytes", &state_to_bytes)
       .def_property_readonly("num_keys", &ShardState::num_keys)
+      .def_property_readonly("key_hashes",
+                             [](const ShardState& s) {
+                               std::vector<std::int64_t> h;
+                               for (const auto& k : s.keys()) h.push_back(k.hash);
+                               return to_numpy(h);
+                             },
+                             "Key hash of each slot.")
       .def_property_readonly("num_slices", &ShardState::num_slices)
       .def_property_readonly("num_runs", &ShardState::num_runs)
       .def_property_readonly("payload_bytes", &ShardState::payload_bytes)

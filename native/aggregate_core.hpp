@@ -381,33 +381,61 @@ struct EvictResult {
   std::int64_t rows = 0;           // raw rows they held (count(*))
 };
 
-// The state of one shard: many keys, each a time-ordered list of slices (CSR layout), plus -- for the
-// change-interval output -- one pending run of constant aggregate value per key.
+// The state of one shard: many keys, each a time-ordered array of slices ("rows") and a FIFO over
+// them that stays positioned on the last window computed, across micro-batches:
+//   - rows [head, n) are live; [lo, hi) is the queue, [lo, mid) its front with suffix aggregates,
+//     [mid, hi) its back with running aggregates (`run`);
+//   - add-int64 partials keep a running value in `run` (subtract-on-evict), the others the back
+//     aggregate (two-stacks: a flip moves the back to the front once per row);
+//   - moving to the next window pops rows that left it and pushes rows that entered it, so every
+//     slice is pushed and popped once in its life: O(1) amortized per slice whatever W/S is, and a
+//     micro-batch costs what it adds and emits, not the size of the windows.
+// A slice arriving inside the queue (out of order, within the watermark) is folded into the running
+// or suffix aggregates it belongs to. For change intervals (PIPES output) each key also holds one
+// pending run of constant aggregate value.
 class ShardState {
  public:
   ShardState(std::vector<std::uint8_t> kinds, std::vector<OutSpec> outs, bool runs)
-      : kinds_(std::move(kinds)), outs_(std::move(outs)), runs_(runs), part_(kinds_.size()) {
+      : kinds_(std::move(kinds)), outs_(std::move(outs)), runs_(runs) {
     if (kinds_.empty() || kinds_[0] != kAddI64)
       throw std::invalid_argument("partial 0 must be count(*) (kind add-int64)");
-    for (auto k : kinds_)
+    for (auto k : kinds_) {
       if (k < kAddI64 || k > kMax) throw std::invalid_argument("unknown partial kind " + std::to_string(k));
+      suf_of_.push_back(k == kAddI64 ? -1 : static_cast<int>(Q_++));
+    }
     for (const auto& o : outs_) {
       if (o.kind < kOutCount || o.kind > kOutMax) throw std::invalid_argument("unknown output kind");
       if (o.value < 0 || o.value >= static_cast<std::int32_t>(kinds_.size()) ||
           (o.kind != kOutCount && (o.count < 0 || o.count >= static_cast<std::int32_t>(kinds_.size()))))
         throw std::invalid_argument("output aggregate refers to a missing partial");
     }
-    key_off_.push_back(0);
-    if (runs_) run_value_.resize(outs_.size()), run_valid_.resize(outs_.size());
+    P_ = kinds_.size();
+    R_ = 2 + P_ + Q_;  // row: start, epoch (last ingest that touched it), partials, suffixes
+    combined_.resize(P_);
   }
 
-  std::size_t num_partials() const { return kinds_.size(); }
+  struct Key {
+    std::int64_t hash = 0;
+    std::vector<std::int64_t> rows;  // stride R
+    std::int64_t head = 0, lo = 0, mid = 0, hi = 0;
+    std::vector<std::int64_t> run;   // per partial
+    std::int64_t run_from = kI64Min, run_to = kI64Min;  // pending change interval
+    std::vector<std::int64_t> run_value;
+    std::vector<std::uint8_t> run_valid;
+  };
+
+  std::size_t num_partials() const { return P_; }
+  std::size_t num_suffixes() const { return Q_; }
   std::size_t num_outputs() const { return outs_.size(); }
-  std::size_t num_keys() const { return key_hash_.size(); }
-  std::size_t num_slices() const { return start_.size(); }
+  std::size_t num_keys() const { return keys_.size(); }
+  std::size_t num_slices() const {
+    std::size_t n = 0;
+    for (const auto& k : keys_) n += nrows(k) - static_cast<std::size_t>(k.head);
+    return n;
+  }
   std::size_t num_runs() const {
     std::size_t r = 0;
-    for (auto f : run_from_) r += (f != kI64Min);
+    for (const auto& k : keys_) r += (k.run_from != kI64Min);
     return r;
   }
   bool has_watermark() const { return has_wm_; }
@@ -419,150 +447,88 @@ class ShardState {
   const std::vector<std::uint8_t>& kinds() const { return kinds_; }
   const std::vector<OutSpec>& outs() const { return outs_; }
   bool runs() const { return runs_; }
-  // Raw access for (de)serialization.
-  std::vector<std::int64_t>& key_hash() { return key_hash_; }
-  std::vector<std::int64_t>& key_off() { return key_off_; }
-  std::vector<std::int64_t>& start() { return start_; }
-  std::vector<std::vector<std::int64_t>>& part() { return part_; }
-  std::vector<std::int64_t>& run_from() { return run_from_; }
-  std::vector<std::int64_t>& run_to() { return run_to_; }
-  std::vector<std::vector<std::int64_t>>& run_value() { return run_value_; }
-  std::vector<std::vector<std::uint8_t>>& run_valid() { return run_valid_; }
+  std::vector<Key>& keys() { return keys_; }
+  const std::vector<Key>& keys() const { return keys_; }
+  std::size_t stride() const { return R_; }
 
-  // Checks the invariants after deserialization (sizes, sorted slices) and builds the key index.
-  void validate_and_index() {
-    const std::size_t k = key_hash_.size(), n = start_.size();
-    if (key_off_.size() != k + 1 || key_off_.front() != 0 || key_off_.back() != static_cast<std::int64_t>(n))
-      throw std::invalid_argument("state blob is corrupt: key offsets do not match the slices");
-    for (const auto& c : part_)
-      if (c.size() != n) throw std::invalid_argument("state blob is corrupt: partial column length");
-    for (std::size_t s = 0; s < k; ++s) {
-      if (key_off_[s] > key_off_[s + 1]) throw std::invalid_argument("state blob is corrupt: key offsets");
-      for (std::int64_t i = key_off_[s] + 1; i < key_off_[s + 1]; ++i)
-        if (start_[i - 1] >= start_[i]) throw std::invalid_argument("state blob is corrupt: unsorted slices");
-    }
-    if (runs_) {
-      if (run_from_.size() != k || run_to_.size() != k)
-        throw std::invalid_argument("state blob is corrupt: pending runs");
-      for (std::size_t o = 0; o < outs_.size(); ++o)
-        if (run_value_[o].size() != k || run_valid_[o].size() != k)
-          throw std::invalid_argument("state blob is corrupt: pending run values");
-    }
-    index_ = I64Index(k);
-    for (std::size_t s = 0; s < k; ++s) {
-      bool inserted;
-      index_.find_or_insert(key_hash_[s], &inserted);
-      if (!inserted) throw std::invalid_argument("state blob is corrupt: duplicate key");
-    }
-    touched_.assign(n, 0);
+  // A key as deserialized: live rows only (head = 0); checks invariants.
+  Key& add_key(std::int64_t hash) {
+    keys_.emplace_back();
+    Key& k = keys_.back();
+    k.hash = hash;
+    k.run.resize(P_);
+    for (std::size_t p = 0; p < P_; ++p) k.run[p] = identity(kinds_[p]);
+    if (runs_) k.run_value.assign(outs_.size(), 0), k.run_valid.assign(outs_.size(), 0);
+    return k;
   }
 
-  // Merges incoming slices into the state. A slice whose every window ended at or before `late_end`
-  // (the watermark of the previous batch) is late: dropped and counted, as Spark drops (window, key)
-  // rows with window.end <= that watermark. `W`, `S` decide a slice's last window end.
-  IngestResult ingest(std::size_t m, const std::int64_t* hash, const std::int64_t* start,
+  // Checks invariants after deserialization and builds the key index.
+  void validate_and_index() {
+    index_ = I64Index(keys_.size());
+    for (auto& k : keys_) {
+      const std::int64_t n = static_cast<std::int64_t>(nrows(k));
+      if (!(0 <= k.head && k.head <= k.lo && k.lo <= k.mid && k.mid <= k.hi && k.hi <= n))
+        throw std::invalid_argument("state blob is corrupt: queue bounds");
+      for (std::int64_t i = k.head + 1; i < n; ++i)
+        if (start(k, i - 1) >= start(k, i)) throw std::invalid_argument("state blob is corrupt: unsorted slices");
+      bool inserted;
+      index_.find_or_insert(k.hash, &inserted);
+      if (!inserted) throw std::invalid_argument("state blob is corrupt: duplicate key");
+    }
+  }
+
+  // Merges incoming slices. A slice whose every window ended at or before `late_end` (the previous
+  // batch's watermark) is late: dropped and counted, as Spark drops (window, key) rows with
+  // window.end <= that watermark. `W`, `S` decide a slice's last window end.
+  IngestResult ingest(std::size_t m, const std::int64_t* hash, const std::int64_t* start_in,
                       const std::vector<const std::int64_t*>& parts, std::int64_t W, std::int64_t S,
                       bool has_late_end, std::int64_t late_end) {
-    if (parts.size() != kinds_.size()) throw std::invalid_argument("wrong number of partial columns");
+    if (parts.size() != P_) throw std::invalid_argument("wrong number of partial columns");
     check_window(W, S);
+    ++epoch_;
+    const std::size_t k_old = keys_.size();
     IngestResult res;
     res.slot.assign(m, -1);
-    const std::size_t k_old = key_hash_.size();
-    for (std::size_t i = 0; i < m; ++i) {
-      if (has_late_end && last_end(start[i], W, S) <= late_end) {
+    // In time order, so that rows mostly append at the end of their key.
+    std::vector<std::int64_t> order(m);
+    std::iota(order.begin(), order.end(), 0);
+    if (!std::is_sorted(order.begin(), order.end(),
+                        [&](std::int64_t a, std::int64_t b) { return start_in[a] < start_in[b]; }))
+      std::stable_sort(order.begin(), order.end(),
+                       [&](std::int64_t a, std::int64_t b) { return start_in[a] < start_in[b]; });
+    std::vector<std::int64_t> x(P_);
+    for (std::int64_t i : order) {
+      if (has_late_end && last_end(start_in[i], W, S) <= late_end) {
         res.late_rows += parts[0][i];
         ++res.late_slices;
         continue;
       }
       bool inserted;
-      std::int32_t slot = index_.find_or_insert(hash[i], &inserted);
-      if (inserted) {
-        key_hash_.push_back(hash[i]);
-        res.new_rows.push_back(static_cast<std::int64_t>(i));
-      }
+      const std::int32_t slot = index_.find_or_insert(hash[i], &inserted);
+      if (inserted) add_key(hash[i]);
       res.slot[i] = slot;
+      for (std::size_t p = 0; p < P_; ++p) x[p] = parts[p][i];
+      insert(keys_[slot], start_in[i], x.data());
     }
-    const std::size_t k_new = key_hash_.size();
-    // Bucket incoming rows by slot (counting sort), then sort each bucket by start.
-    std::vector<std::int64_t> inc_off(k_new + 1, 0);
+    // New keys in slot order, each with the first incoming row (in input order) that carries it.
+    std::vector<std::int64_t> first(keys_.size(), -1);
     for (std::size_t i = 0; i < m; ++i)
-      if (res.slot[i] >= 0) ++inc_off[res.slot[i] + 1];
-    for (std::size_t s = 0; s < k_new; ++s) inc_off[s + 1] += inc_off[s];
-    std::vector<std::int64_t> order(static_cast<std::size_t>(inc_off[k_new]));
-    {
-      std::vector<std::int64_t> fill(inc_off.begin(), inc_off.end() - 1);
-      for (std::size_t i = 0; i < m; ++i)
-        if (res.slot[i] >= 0) order[fill[res.slot[i]]++] = static_cast<std::int64_t>(i);
-    }
-    for (std::size_t s = 0; s < k_new; ++s) {
-      auto b = order.begin() + inc_off[s], e = order.begin() + inc_off[s + 1];
-      if (e - b > 1 && !std::is_sorted(b, e, [&](std::int64_t x, std::int64_t y) { return start[x] < start[y]; }))
-        std::stable_sort(b, e, [&](std::int64_t x, std::int64_t y) { return start[x] < start[y]; });
-    }
-    // Merge old slices (sorted per key) with the incoming ones into new CSR arrays.
-    const std::size_t P = kinds_.size();
-    const std::size_t n_old = start_.size();
-    std::vector<std::int64_t> nstart;
-    nstart.reserve(n_old + order.size());
-    std::vector<std::vector<std::int64_t>> npart(P);
-    for (auto& c : npart) c.reserve(n_old + order.size());
-    std::vector<std::uint8_t> ntouched;
-    ntouched.reserve(n_old + order.size());
-    std::vector<std::int64_t> noff(k_new + 1, 0);
-    for (std::size_t s = 0; s < k_new; ++s) {
-      std::int64_t a = s < k_old ? key_off_[s] : 0, ae = s < k_old ? key_off_[s + 1] : 0;
-      std::int64_t b = inc_off[s], be = inc_off[s + 1];
-      while (a < ae || b < be) {
-        bool take_old;
-        if (b >= be) take_old = true;
-        else if (a >= ae) take_old = false;
-        else take_old = start_[a] <= start[order[b]];
-        if (take_old) {
-          nstart.push_back(start_[a]);
-          for (std::size_t p = 0; p < P; ++p) npart[p].push_back(part_[p][a]);
-          ntouched.push_back(0);
-          ++a;
-        } else {
-          const std::int64_t i = order[b];
-          if (!nstart.empty() && static_cast<std::int64_t>(nstart.size()) > noff[s] && nstart.back() == start[i]) {
-            for (std::size_t p = 0; p < P; ++p) npart[p].back() = combine(kinds_[p], npart[p].back(), parts[p][i]);
-          } else {
-            nstart.push_back(start[i]);
-            for (std::size_t p = 0; p < P; ++p) npart[p].push_back(parts[p][i]);
-            ntouched.push_back(0);
-          }
-          ntouched.back() = 1;
-          ++b;
-        }
-      }
-      noff[s + 1] = static_cast<std::int64_t>(nstart.size());
-    }
-    start_.swap(nstart);
-    part_.swap(npart);
-    key_off_.swap(noff);
-    touched_.swap(ntouched);
-    if (runs_) {
-      run_from_.resize(k_new, kI64Min);
-      run_to_.resize(k_new, kI64Min);
-      for (std::size_t o = 0; o < outs_.size(); ++o) {
-        run_value_[o].resize(k_new, 0);
-        run_valid_[o].resize(k_new, 0);
-      }
-    }
+      if (res.slot[i] >= 0 && first[res.slot[i]] < 0) first[res.slot[i]] = static_cast<std::int64_t>(i);
+    for (std::size_t s = k_old; s < keys_.size(); ++s) res.new_rows.push_back(first[s]);
     return res;
   }
 
-  // Sliding windows [k*S, k*S + W) that contain at least one slice (flagged as touched by the last
-  // ingest when `only_touched`), with end in (lo_end, hi_end] (a missing bound is unbounded).
+  // Sliding windows [k*S, k*S + W) that contain at least one slice (one touched by the last ingest
+  // when `only_touched`), with end in (lo_end, hi_end] (a missing bound is unbounded).
   Emitted emit_windows(std::int64_t W, std::int64_t S, bool has_lo, std::int64_t lo_end, bool has_hi,
                        std::int64_t hi_end, bool only_touched) {
     check_window(W, S);
     Emitted out(outs_.size());
-    Sweep sw(*this);
-    for (std::size_t s = 0; s < key_hash_.size(); ++s) {
-      sw.reset(s);
-      for_each_window(s, W, S, has_lo, lo_end, has_hi, hi_end, only_touched, sw,
-                      [&](std::int64_t ws, std::int64_t we, const std::int64_t* vals, const std::uint8_t* ok) {
+    std::vector<std::int64_t> vals(outs_.size());
+    std::vector<std::uint8_t> ok(outs_.size());
+    for (std::size_t s = 0; s < keys_.size(); ++s) {
+      for_each_window(keys_[s], W, S, has_lo, lo_end, has_hi, hi_end, only_touched, vals.data(), ok.data(),
+                      [&](std::int64_t ws, std::int64_t we) {
                         out.slot.push_back(static_cast<std::int32_t>(s));
                         out.from.push_back(ws);
                         out.to.push_back(we);
@@ -586,105 +552,91 @@ class ShardState {
     check_window(W, g);
     const std::size_t O = outs_.size();
     Emitted out(O);
-    Sweep sw(*this);
-    auto flush = [&](std::size_t s) {
-      out.slot.push_back(static_cast<std::int32_t>(s));
-      out.from.push_back(run_from_[s]);
-      out.to.push_back(run_to_[s]);
-      for (std::size_t o = 0; o < O; ++o) {
-        out.value[o].push_back(run_value_[o][s]);
-        out.valid[o].push_back(run_valid_[o][s]);
-      }
-      run_from_[s] = run_to_[s] = kI64Min;
-    };
-    for (std::size_t s = 0; s < key_hash_.size(); ++s) {
-      sw.reset(s);
-      for_each_window(s, W, g, has_lo, lo_end, has_hi, hi_end, false, sw,
-                      [&](std::int64_t, std::int64_t we, const std::int64_t* vals, const std::uint8_t* ok) {
+    std::vector<std::int64_t> vals(O);
+    std::vector<std::uint8_t> ok(O);
+    for (std::size_t s = 0; s < keys_.size(); ++s) {
+      Key& k = keys_[s];
+      auto flush = [&]() {
+        out.slot.push_back(static_cast<std::int32_t>(s));
+        out.from.push_back(k.run_from);
+        out.to.push_back(k.run_to);
+        for (std::size_t o = 0; o < O; ++o) {
+          out.value[o].push_back(k.run_value[o]);
+          out.valid[o].push_back(k.run_valid[o]);
+        }
+        k.run_from = k.run_to = kI64Min;
+      };
+      for_each_window(k, W, g, has_lo, lo_end, has_hi, hi_end, false, vals.data(), ok.data(),
+                      [&](std::int64_t, std::int64_t we) {
                         const std::int64_t from = we - g;
-                        if (run_from_[s] != kI64Min && run_to_[s] == from) {
+                        if (k.run_from != kI64Min && k.run_to == from) {
                           bool same = true;
                           for (std::size_t o = 0; o < O && same; ++o)
-                            same = run_valid_[o][s] == ok[o] &&
-                                   (!ok[o] || same_value(outs_[o], run_value_[o][s], vals[o]));
+                            same = k.run_valid[o] == ok[o] && (!ok[o] || same_value(outs_[o], k.run_value[o], vals[o]));
                           if (same) {
-                            run_to_[s] = we;
+                            k.run_to = we;
                             return;
                           }
                         }
-                        if (run_from_[s] != kI64Min) flush(s);
-                        run_from_[s] = from;
-                        run_to_[s] = we;
+                        if (k.run_from != kI64Min) flush();
+                        k.run_from = from;
+                        k.run_to = we;
                         for (std::size_t o = 0; o < O; ++o) {
-                          run_value_[o][s] = vals[o];
-                          run_valid_[o][s] = ok[o];
+                          k.run_value[o] = vals[o];
+                          k.run_valid[o] = ok[o];
                         }
                       });
       // The granule right after the run is final and did not extend it: the run is maximal.
-      if (run_from_[s] != kI64Min && (!has_hi || run_to_[s] <= hi_end - g)) flush(s);
+      if (k.run_from != kI64Min && (!has_hi || k.run_to <= hi_end - g)) flush();
     }
     return out;
   }
 
-  // Drops slices whose every window ended at or before `wm`, and keys left with neither slices nor a
-  // pending run. Work is proportional to the state (the state is rewritten per batch anyway).
+  // Drops slices whose every window ended at or before `wm` (they are at the front of their key:
+  // work proportional to what is removed), and keys left with neither slices nor a pending run.
   EvictResult evict(std::int64_t W, std::int64_t S, std::int64_t wm) {
     check_window(W, S);
     EvictResult res;
-    const std::size_t P = kinds_.size();
-    std::size_t w = 0;  // write position
-    std::size_t kw = 0;
-    std::vector<std::int64_t> noff(1, 0);
-    for (std::size_t s = 0; s < key_hash_.size(); ++s) {
-      const std::size_t begin_w = w;
-      for (std::int64_t i = key_off_[s]; i < key_off_[s + 1]; ++i) {
-        if (last_end(start_[i], W, S) <= wm) {
-          ++res.slices;
-          res.rows += part_[0][i];
-          continue;
-        }
-        start_[w] = start_[i];
-        for (std::size_t p = 0; p < P; ++p) part_[p][w] = part_[p][i];
-        ++w;
+    std::vector<Key> kept_keys;
+    bool removed = false;
+    for (std::size_t s = 0; s < keys_.size(); ++s) {
+      Key& k = keys_[s];
+      const std::int64_t n = static_cast<std::int64_t>(nrows(k));
+      std::int64_t h = k.head;
+      while (h < n && last_end(start(k, h), W, S) <= wm) {
+        res.rows += part(k, h, 0);
+        ++h;
       }
-      const bool has_run = runs_ && run_from_[s] != kI64Min;
-      if (w == begin_w && !has_run) continue;  // the key leaves the state
-      key_hash_[kw] = key_hash_[s];
-      if (runs_) {
-        run_from_[kw] = run_from_[s];
-        run_to_[kw] = run_to_[s];
-        for (std::size_t o = 0; o < outs_.size(); ++o) {
-          run_value_[o][kw] = run_value_[o][s];
-          run_valid_[o][kw] = run_valid_[o][s];
-        }
+      res.slices += h - k.head;
+      if (k.hi <= h) {
+        reset_queue(k, h);
+      } else {
+        while (k.lo < h) pop(k);
       }
+      k.head = h;
+      if (k.head == n && k.run_from == kI64Min) {
+        removed = true;
+        continue;
+      }
+      compact(k);
       res.kept.push_back(static_cast<std::int64_t>(s));
-      noff.push_back(static_cast<std::int64_t>(w));
-      ++kw;
     }
-    start_.resize(w);
-    for (auto& c : part_) c.resize(w);
-    key_hash_.resize(kw);
-    key_off_.swap(noff);
-    if (runs_) {
-      run_from_.resize(kw);
-      run_to_.resize(kw);
-      for (std::size_t o = 0; o < outs_.size(); ++o) {
-        run_value_[o].resize(kw);
-        run_valid_[o].resize(kw);
-      }
+    if (removed) {
+      std::vector<Key> next;
+      next.reserve(res.kept.size());
+      for (auto s : res.kept) next.push_back(std::move(keys_[s]));
+      keys_.swap(next);
+      index_ = I64Index(keys_.size());
+      bool inserted;
+      for (const auto& k : keys_) index_.find_or_insert(k.hash, &inserted);
     }
-    touched_.assign(w, 0);
-    index_ = I64Index(kw);
-    bool inserted;
-    for (std::size_t s = 0; s < kw; ++s) index_.find_or_insert(key_hash_[s], &inserted);
     return res;
   }
 
   // Bytes of the state's columns (what a snapshot holds).
   std::size_t payload_bytes() const {
-    std::size_t b = 8 * (key_hash_.size() + key_off_.size() + start_.size() * (1 + part_.size()));
-    if (runs_) b += key_hash_.size() * (16 + 9 * outs_.size());
+    std::size_t b = 8 * keys_.size() * (5 + P_) + 8 * num_slices() * (1 + P_ + Q_);
+    if (runs_) b += keys_.size() * (16 + 9 * outs_.size());
     return b;
   }
 
@@ -693,116 +645,193 @@ class ShardState {
     return floor_div(t, S) * S + W;
   }
 
+  std::size_t nrows(const Key& k) const { return k.rows.size() / R_; }
+  std::int64_t start(const Key& k, std::int64_t i) const { return k.rows[i * R_]; }
+  std::int64_t part(const Key& k, std::int64_t i, std::size_t p) const { return k.rows[i * R_ + 2 + p]; }
+  std::int64_t suf(const Key& k, std::int64_t i, std::size_t q) const { return k.rows[i * R_ + 2 + P_ + q]; }
+  // Set the rows of a key being deserialized: start, partials and suffixes (epoch 0).
+  void set_row(Key& k, std::int64_t i, std::int64_t st, const std::int64_t* parts_row, const std::int64_t* suf_row) {
+    std::int64_t* r = &k.rows[i * R_];
+    r[0] = st;
+    r[1] = 0;
+    for (std::size_t p = 0; p < P_; ++p) r[2 + p] = parts_row[p];
+    for (std::size_t q = 0; q < Q_; ++q) r[2 + P_ + q] = suf_row[q];
+  }
+
  private:
   static void check_window(std::int64_t W, std::int64_t S) {
     if (W <= 0 || S <= 0) throw std::invalid_argument("window and slide must be positive");
   }
+  std::int64_t* rowp(Key& k, std::int64_t i) { return &k.rows[i * R_]; }
 
-  // The two-stacks FIFO over one key's slices [lo, hi): add-int64 partials keep a running value
-  // (subtract-on-evict); the others keep suffix aggregates for [lo, mid) and a running back aggregate
-  // for [mid, hi).
-  struct Sweep {
-    ShardState& st;
-    std::int64_t lo = 0, mid = 0, hi = 0, end = 0;
-    std::vector<std::int64_t> run;        // per partial: running (add-int64) or back aggregate
-    std::vector<std::vector<std::int64_t>> suf;  // per partial (two-stacks ones): suffix aggregates
-    std::vector<std::int64_t> combined;
-    std::vector<std::int64_t> vals;
-    std::vector<std::uint8_t> ok;
-    explicit Sweep(ShardState& s)
-        : st(s), run(s.kinds_.size()), suf(s.kinds_.size()), combined(s.kinds_.size()),
-          vals(s.outs_.size()), ok(s.outs_.size()) {
-      for (std::size_t p = 0; p < s.kinds_.size(); ++p)
-        if (s.kinds_[p] != kAddI64) suf[p].resize(s.start_.size());
+  // First row >= from with start >= t, by galloping from `from`: O(log d) for a row d rows ahead,
+  // O(1) for the next one (the common case of dense slices).
+  std::int64_t lower_bound(const Key& k, std::int64_t from, std::int64_t t) const {
+    const std::int64_t n = static_cast<std::int64_t>(nrows(k));
+    if (from >= n || start(k, from) >= t) return from;
+    std::int64_t below = from, step = 1;  // start(below) < t
+    while (below + step < n && start(k, below + step) < t) {
+      below += step;
+      step *= 2;
     }
-    void reset(std::size_t slot) {
-      lo = mid = hi = st.key_off_[slot];
-      end = st.key_off_[slot + 1];
-      for (std::size_t p = 0; p < run.size(); ++p) run[p] = identity(st.kinds_[p]);
+    std::int64_t a = below + 1, b = std::min(below + step, n);
+    while (a < b) {
+      const std::int64_t c = a + (b - a) / 2;
+      if (start(k, c) < t) a = c + 1;
+      else b = c;
     }
-    void push() {
-      for (std::size_t p = 0; p < run.size(); ++p) run[p] = combine(st.kinds_[p], run[p], st.part_[p][hi]);
-      ++hi;
-    }
-    void pop() {
-      if (lo == mid) flip();
-      for (std::size_t p = 0; p < run.size(); ++p)
-        if (st.kinds_[p] == kAddI64)
-          run[p] = static_cast<std::int64_t>(static_cast<std::uint64_t>(run[p]) -
-                                             static_cast<std::uint64_t>(st.part_[p][lo]));
-      ++lo;
-    }
-    void flip() {  // move the back [mid, hi) to the front: suffix aggregates, newest to oldest
-      for (std::size_t p = 0; p < run.size(); ++p) {
-        const std::uint8_t k = st.kinds_[p];
-        if (k == kAddI64) continue;
-        std::int64_t acc = identity(k);
-        for (std::int64_t i = hi - 1; i >= lo; --i) {
-          acc = combine(k, st.part_[p][i], acc);
-          suf[p][i] = acc;
-        }
-        run[p] = identity(k);
-      }
-      mid = hi;
-    }
-    void query() {
-      for (std::size_t p = 0; p < run.size(); ++p) {
-        const std::uint8_t k = st.kinds_[p];
-        combined[p] = (k == kAddI64 || lo >= mid) ? run[p] : combine(k, suf[p][lo], run[p]);
-      }
-      for (std::size_t o = 0; o < st.outs_.size(); ++o) finalize(st.outs_[o], combined.data(), &vals[o], &ok[o]);
-    }
-  };
+    return a;
+  }
 
-  // Calls fn(ws, we, values, valid) for each window of key `slot` in time order (see emit_windows).
+  // Adds slice (t, x) to key k: merges into a row with the same start or inserts a row, keeping the
+  // queue's aggregates exact when the slice falls inside it.
+  void insert(Key& k, std::int64_t t, const std::int64_t* x) {
+    const std::int64_t n = static_cast<std::int64_t>(nrows(k));
+    std::int64_t pos = (n == k.head || start(k, n - 1) < t) ? n : lower_bound(k, k.head, t);
+    if (pos < n && start(k, pos) == t) {
+      std::int64_t* r = rowp(k, pos);
+      for (std::size_t p = 0; p < P_; ++p) r[2 + p] = combine(kinds_[p], r[2 + p], x[p]);
+      r[1] = epoch_;
+      if (pos >= k.lo && pos < k.hi) fold_into_queue(k, pos, x, false);
+      return;
+    }
+    if (pos == n) {
+      k.rows.resize(k.rows.size() + R_);
+    } else {
+      k.rows.insert(k.rows.begin() + pos * static_cast<std::int64_t>(R_), R_, 0);
+    }
+    std::int64_t* r = rowp(k, pos);
+    r[0] = t;
+    r[1] = epoch_;
+    for (std::size_t p = 0; p < P_; ++p) r[2 + p] = x[p];
+    // A row right before the queue's first row joins it (a later move pops it if it is before the
+    // window); a row further back stays out (a later move restarts the queue if it is needed).
+    if (pos < k.lo || (pos == k.lo && k.lo == k.hi)) {
+      ++k.lo, ++k.mid, ++k.hi;
+    } else if (pos < k.hi) {  // inside: the queue now holds it
+      ++k.hi;
+      if (pos < k.mid) ++k.mid;
+      fold_into_queue(k, pos, x, true);
+    }
+    // pos >= hi: after the queue; a later move pushes it.
+  }
+
+  // Slice x (at row pos, inside [lo, hi)) joins the queue's aggregates. For a new front row its own
+  // suffix aggregate is set too.
+  void fold_into_queue(Key& k, std::int64_t pos, const std::int64_t* x, bool new_row) {
+    for (std::size_t p = 0; p < P_; ++p) {
+      const std::uint8_t kind = kinds_[p];
+      if (kind == kAddI64 || pos >= k.mid) {
+        k.run[p] = combine(kind, k.run[p], x[p]);
+        continue;
+      }
+      const std::size_t q = static_cast<std::size_t>(suf_of_[p]);
+      std::int64_t* base = &k.rows[2 + P_ + q];
+      if (new_row) base[pos * R_] = combine(kind, x[p], pos + 1 < k.mid ? base[(pos + 1) * R_] : identity(kind));
+      for (std::int64_t i = k.lo; i < pos + (new_row ? 0 : 1); ++i) base[i * R_] = combine(kind, base[i * R_], x[p]);
+    }
+  }
+
+  void reset_queue(Key& k, std::int64_t pos) {
+    k.lo = k.mid = k.hi = pos;
+    for (std::size_t p = 0; p < P_; ++p) k.run[p] = identity(kinds_[p]);
+  }
+  void push(Key& k) {
+    const std::int64_t* r = &k.rows[k.hi * R_ + 2];
+    for (std::size_t p = 0; p < P_; ++p) k.run[p] = combine(kinds_[p], k.run[p], r[p]);
+    ++k.hi;
+  }
+  void pop(Key& k) {
+    if (k.lo == k.mid) flip(k);
+    const std::int64_t* r = &k.rows[k.lo * R_ + 2];
+    for (std::size_t p = 0; p < P_; ++p)
+      if (kinds_[p] == kAddI64)
+        k.run[p] = static_cast<std::int64_t>(static_cast<std::uint64_t>(k.run[p]) - static_cast<std::uint64_t>(r[p]));
+    ++k.lo;
+  }
+  void flip(Key& k) {  // move the back [mid, hi) to the front: suffix aggregates, newest to oldest
+    for (std::size_t p = 0; p < P_; ++p) {
+      const std::uint8_t kind = kinds_[p];
+      if (kind == kAddI64) continue;
+      const std::size_t q = static_cast<std::size_t>(suf_of_[p]);
+      std::int64_t acc = identity(kind);
+      for (std::int64_t i = k.hi - 1; i >= k.lo; --i) {
+        std::int64_t* r = &k.rows[i * R_];
+        acc = combine(kind, r[2 + p], acc);
+        r[2 + P_ + q] = acc;
+      }
+      k.run[p] = identity(kind);
+    }
+    k.mid = k.hi;
+  }
+  // Positions the queue on window [ws, we): forward moves pop and push; a move the queue cannot make
+  // forward (backwards, or rows it already dropped) restarts it at the window.
+  void move_to(Key& k, std::int64_t ws, std::int64_t we) {
+    const std::int64_t n = static_cast<std::int64_t>(nrows(k));
+    const bool forward = (k.lo == k.head || start(k, k.lo - 1) < ws) && (k.hi == k.head || start(k, k.hi - 1) < we);
+    if (!forward || k.lo == k.hi) reset_queue(k, lower_bound(k, std::max(k.head, forward ? k.hi : k.head), ws));
+    while (k.hi < n && start(k, k.hi) < we) push(k);
+    while (k.lo < k.hi && start(k, k.lo) < ws) pop(k);
+  }
+  void query(const Key& k, std::int64_t* vals, std::uint8_t* ok) {
+    for (std::size_t p = 0; p < P_; ++p) {
+      const std::uint8_t kind = kinds_[p];
+      combined_[p] = (kind == kAddI64 || k.lo >= k.mid)
+                         ? k.run[p]
+                         : combine(kind, suf(k, k.lo, static_cast<std::size_t>(suf_of_[p])), k.run[p]);
+    }
+    for (std::size_t o = 0; o < outs_.size(); ++o) finalize(outs_[o], combined_.data(), &vals[o], &ok[o]);
+  }
+  void compact(Key& k) {  // drop dead rows once they are the majority
+    if (k.head < 32 || 2 * k.head < static_cast<std::int64_t>(nrows(k))) return;
+    k.rows.erase(k.rows.begin(), k.rows.begin() + k.head * static_cast<std::int64_t>(R_));
+    k.lo -= k.head, k.mid -= k.head, k.hi -= k.head;
+    k.head = 0;
+  }
+
+  // Calls fn(ws, we) with values/valid filled, for each window of key k in time order (see
+  // emit_windows). Rows are visited only where a new window can start: after the windows of a row,
+  // the next row considered is the first starting at or after the next window's start.
   template <class Fn>
-  void for_each_window(std::size_t slot, std::int64_t W, std::int64_t S, bool has_lo, std::int64_t lo_end,
-                       bool has_hi, std::int64_t hi_end, bool only_touched, Sweep& sw, Fn&& fn) {
-    const std::int64_t b = key_off_[slot], e = key_off_[slot + 1];
-    // Window index bounds from the end bounds: k*S + W > lo_end and k*S + W <= hi_end.
+  void for_each_window(Key& k, std::int64_t W, std::int64_t S, bool has_lo, std::int64_t lo_end, bool has_hi,
+                       std::int64_t hi_end, bool only_touched, std::int64_t* vals, std::uint8_t* ok, Fn&& fn) {
+    const std::int64_t n = static_cast<std::int64_t>(nrows(k));
     std::int64_t k_lo = kI64Min, k_hi = kI64Max;
-    if (has_lo) k_lo = floor_div(lo_end - W, S) + 1;
-    if (has_hi) k_hi = floor_div(hi_end - W, S);
-    std::int64_t k_next = kI64Min;
-    // Slices whose windows all end by lo_end cannot contribute: skip them by binary search, so the
-    // work per call is proportional to the slices in the emitted windows, not to the key's state.
-    std::int64_t first = b;
-    if (has_lo) first = std::lower_bound(start_.begin() + b, start_.begin() + e, lo_end - W + 1) - start_.begin();
-    for (std::int64_t i = first; i < e; ++i) {
-      const std::int64_t t = start_[i];
+    if (has_lo) k_lo = floor_div(lo_end - W, S) + 1;  // k*S + W > lo_end
+    if (has_hi) k_hi = floor_div(hi_end - W, S);      // k*S + W <= hi_end
+    std::int64_t k_next = k_lo;
+    // A row's last window is floor(t/S): rows before k_lo*S have none left.
+    std::int64_t i = has_lo ? lower_bound(k, k.head, k_lo * S) : k.head;
+    while (i < n) {
+      const std::int64_t t = start(k, i);
       if (has_hi && t >= hi_end) break;  // its windows end after t >= hi_end
-      if (only_touched && !touched_[i]) continue;
-      std::int64_t kf = floor_div(t - W, S) + 1, kl = floor_div(t, S);
-      kf = std::max(kf, std::max(k_lo, k_next));
-      kl = std::min(kl, k_hi);
-      for (std::int64_t k = kf; k <= kl; ++k) {
-        const std::int64_t ws = k * S, we = ws + W;
-        if (sw.lo == sw.hi) {  // empty queue (identity aggregates): jump to the window's first slice
-          const std::int64_t j = std::lower_bound(start_.begin() + sw.hi, start_.begin() + e, ws) - start_.begin();
-          sw.lo = sw.mid = sw.hi = j;
-        }
-        while (sw.hi < e && start_[sw.hi] < we) sw.push();
-        while (sw.lo < sw.hi && start_[sw.lo] < ws) sw.pop();
-        sw.query();
-        fn(ws, we, sw.vals.data(), sw.ok.data());
-        k_next = k + 1;
+      if (only_touched && k.rows[i * R_ + 1] != epoch_) {
+        ++i;
+        continue;
       }
+      std::int64_t kf = std::max(floor_div(t - W, S) + 1, k_next), kl = std::min(floor_div(t, S), k_hi);
+      for (std::int64_t w = kf; w <= kl; ++w) {
+        move_to(k, w * S, w * S + W);
+        query(k, vals, ok);
+        fn(w * S, w * S + W);
+        k_next = w + 1;
+      }
+      if (k_next != kI64Min && k_next > k_hi) break;  // the last window allowed by hi_end is done
+      if (only_touched || k_next == kI64Min) ++i;
+      else i = lower_bound(k, i + 1, k_next * S);
     }
   }
 
   std::vector<std::uint8_t> kinds_;
   std::vector<OutSpec> outs_;
   bool runs_;
+  std::vector<int> suf_of_;  // partial -> suffix column, -1 for add-int64 partials
+  std::size_t P_ = 0, Q_ = 0, R_ = 0;
   bool has_wm_ = false;
   std::int64_t wm_ = 0;
-  std::vector<std::int64_t> key_hash_;
-  std::vector<std::int64_t> key_off_;
-  std::vector<std::int64_t> start_;
-  std::vector<std::vector<std::int64_t>> part_;
-  std::vector<std::uint8_t> touched_;
-  std::vector<std::int64_t> run_from_, run_to_;
-  std::vector<std::vector<std::int64_t>> run_value_;
-  std::vector<std::vector<std::uint8_t>> run_valid_;
+  std::int64_t epoch_ = 0;
+  std::vector<Key> keys_;
+  std::vector<std::int64_t> combined_;
   I64Index index_;
 };
 

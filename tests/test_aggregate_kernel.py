@@ -390,3 +390,45 @@ def test_state_blob_is_checked():
         K.ShardState.from_bytes(blob, kinds[:1], np.array([K.OUT_COUNT, 0, -1], dtype=np.int32), False)
     with pytest.raises(ValueError, match="not pyspark-cq state"):
         K.ShardState.from_bytes(b"junk-junk-junk", kinds, outs, False)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 120), st.integers(-50, 50)), max_size=120),
+       st.sampled_from([(30, 1), (12, 3), (7, 2), (5, 5)]), st.integers(1, 9), st.booleans())
+def test_persistent_queue_with_out_of_order_slices(slices, ws, step, reload):
+    """Slices arrive far out of order and windows are emitted a few at a time, so slices land inside the
+    queue kept from the previous call (front and back): every window must still equal a fresh
+    computation over the slices accepted so far. With ``reload`` the state goes through bytes each call."""
+    w, s = ws
+    # Mostly increasing times with a jitter of up to ±12: many slices land inside the kept window.
+    slices = sorted(slices, key=lambda c: c[1] + (c[2] * 7) % 25 - 12)
+    kinds = np.array([K.KIND_ADD_I64, K.KIND_ADD_I64, K.KIND_MIN, K.KIND_MAX, K.KIND_ADD_F64], dtype=np.uint8)
+    outs = np.array([K.OUT_COUNT, 0, -1, K.OUT_SUM_I, 1, 0, K.OUT_MIN, 2, 0, K.OUT_MAX, 3, 0, K.OUT_SUM_F, 4, 0],
+                    dtype=np.int32)
+    state = K.ShardState(kinds, outs, False)
+    accepted: list = []
+    late_end, wm = None, 0
+    for b in range(0, len(slices), step):
+        chunk = slices[b:b + step]
+        v = np.array([c[2] for c in chunk], dtype=np.int64)
+        parts = [np.ones(len(chunk), dtype=np.int64), v, v, v, v.astype(np.float64).view(np.int64)]
+        slot, _, _, _ = state.ingest(np.array([c[0] for c in chunk], dtype=np.int64),
+                                     np.array([c[1] for c in chunk], dtype=np.int64), parts, w, s, late_end)
+        accepted += [c for c, sl in zip(chunk, slot) if sl >= 0]
+        wm = max(wm, max(c[1] for c in chunk) - 6)
+        slots, starts, _, values, _ = state.emit_windows(w, s, late_end, wm, False)
+        hashes = state.key_hashes
+        got = {(int(hashes[sl]), int(t0)): (int(values[0][i]), int(values[1][i]), int(values[2][i]),
+                                            int(values[3][i]), float(values[4][i:i + 1].view(np.float64)[0]))
+               for i, (sl, t0) in enumerate(zip(slots, starts))}
+        want: dict = {}
+        for key, t, val in accepted:
+            for k in range((t - w) // s + 1, t // s + 1):
+                if (late_end is None or k * s + w > late_end) and k * s + w <= wm:
+                    want.setdefault((key, k * s), []).append(val)
+        assert got == {k: (len(x), sum(x), min(x), max(x), float(sum(x))) for k, x in want.items()}
+        state.evict(w, s, wm)
+        if reload:
+            state = K.ShardState.from_bytes(state.to_bytes(), kinds, outs, False)
+        state.watermark = wm
+        late_end = wm

@@ -7,9 +7,17 @@
 // so that purging expired rows costs O(log n) per *removed* row and O(1) when nothing expires, instead
 // of a scan of the whole state (which is what Spark's own stream-stream join does).
 //
-// Rows are (key bytes, event time in microseconds, payload id, matched flag). The kernel never sees
-// payload values: the caller keeps them (Arrow tables) and addresses them by id. Key equality is
-// exact: the hash only selects the bucket, the encoded key bytes are compared in full.
+// Rows are (key bytes, event time in microseconds, payload id, matched flag, the row's own band
+// [lower, upper] and its expiry key). The kernel never sees payload values: the caller keeps them
+// (Arrow tables) and addresses them by id. Key equality is exact: the hash only selects the bucket,
+// the encoded key bytes are compared in full.
+//
+// Per-row bounds (PIPES section 4.2: a window change applies to new elements only): every row keeps
+// the band in force at its own timestamp, and a pair (l, r) is decided by the band of the *earlier*
+// element (section 2.4.1: the later element must start inside the earlier one's validity; on a tie,
+// the left row's band): keys equal and b.lower <= r.t - l.t <= b.upper. The expiry heap is ordered by
+// a per-row expiry key chosen by the caller (default: the row's time), so rows with different bands
+// still expire in O(log n) per removed row.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -28,7 +36,7 @@ namespace py = pybind11;
 
 namespace {
 
-constexpr int64_t kFormatVersion = 1;
+constexpr int64_t kFormatVersion = 2;  // 2: per-row bounds and expiry keys
 constexpr int32_t kFree = -2;     // bucket[] of a free slot
 constexpr int32_t kNullKey = -1;  // bucket[] of a row whose key has a null: stored, never matched
 constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
@@ -70,6 +78,7 @@ inline int64_t sat_add(int64_t a, int64_t b) {
 struct Slot {
   int64_t time;
   int64_t id;
+  int64_t lo, up;  // the row's own band (the bounds in force at its timestamp)
   int32_t next, prev;
   int32_t bucket;  // kFree, kNullKey or the key's bucket
   uint8_t matched;
@@ -111,9 +120,13 @@ struct Side {
   // Rows with a null key component: they can never match but must expire (outer joins emit them).
   int32_t null_head = -1;
   size_t nulls = 0;
-  // Expiry linkage (PIPES section 3.4.1): min-heap of (time, slot).
+  // Expiry linkage (PIPES section 3.4.1): min-heap of (expiry key, slot).
   std::vector<std::pair<int64_t, int32_t>> heap;
   size_t live = 0;
+  // Largest reach (>= 0) of a row stored since the last load: upper for left rows, -lower for right
+  // rows. A probe never needs rows older than (probe time - max_reach). Never lowered by eviction
+  // (conservative); recomputed when the state is loaded.
+  int64_t max_reach = 0;
 
   bool key_equal(const Bucket& b, const uint8_t* k, uint32_t n) const {
     if (b.klen != n) return false;
@@ -237,12 +250,14 @@ struct Side {
   // Links a row into its key chain (or the null-key chain) without touching the heap. Chains are kept
   // sorted by time, newest first: rows arrive roughly in time order, so the insertion point is found
   // after O(1) steps, and a probe can stop at the first row older than its band (see probe()).
-  int32_t link(int32_t b, int64_t t, int64_t pid, uint8_t m) {
+  int32_t link(int32_t b, int64_t t, int64_t pid, uint8_t m, int64_t lo, int64_t up) {
     int32_t s = alloc_slot();
     int32_t& head = (b >= 0) ? buckets[b].head : null_head;
     Slot& r = slots[s];
     r.time = t;
     r.id = pid;
+    r.lo = lo;
+    r.up = up;
     r.matched = m;
     r.bucket = b;
     int32_t before = -1, after = head;
@@ -259,10 +274,26 @@ struct Side {
     return s;
   }
 
-  void insert(int32_t b, int64_t t, int64_t pid, uint8_t m) {
-    int32_t s = link(b, t, pid, m);
-    heap.emplace_back(t, s);
+  void insert(int32_t b, int64_t t, int64_t pid, uint8_t m, int64_t lo, int64_t up, int64_t end) {
+    int32_t s = link(b, t, pid, m, lo, up);
+    heap.emplace_back(end, s);
     std::push_heap(heap.begin(), heap.end(), std::greater<>());
+  }
+
+  // Rebuilds the expiry heap from per-slot keys (indexed by slot; entries of free slots are ignored).
+  void rebuild_heap(const std::vector<int64_t>& end_of_slot) {
+    heap.clear();
+    heap.reserve(live);
+    for (size_t s = 0; s < slots.size(); ++s)
+      if (slots[s].bucket != kFree) heap.emplace_back(end_of_slot[s], static_cast<int32_t>(s));
+    std::make_heap(heap.begin(), heap.end(), std::greater<>());
+  }
+
+  // Expiry key of every slot (kI64Min for free slots), read off the heap.
+  std::vector<int64_t> end_of_slot() const {
+    std::vector<int64_t> out(slots.size(), kI64Min);
+    for (const auto& e : heap) out[e.second] = e.first;
+    return out;
   }
 
   void unlink(int32_t s) {
@@ -309,6 +340,27 @@ int side_index(int side) {
   return side;
 }
 
+inline int64_t neg_sat(int64_t v) { return v == kI64Min ? kI64Max : -v; }
+
+// Reach of a row: how far after its own time a partner of the other side can lie when this row is the
+// earlier element (upper for a left row, -lower for a right row), clipped at 0.
+inline int64_t reach_of(int side, int64_t lo, int64_t up) {
+  return std::max<int64_t>(0, side == 0 ? up : neg_sat(lo));
+}
+
+// The pair rule: the band of the earlier element decides (the left row's band on a tie).
+inline bool pair_matches(int64_t lt, int64_t llo, int64_t lup, int64_t rt, int64_t rlo, int64_t rup) {
+  const __int128 d = static_cast<__int128>(rt) - lt;
+  return lt <= rt ? (llo <= d && d <= lup) : (rlo <= d && d <= rup);
+}
+
+const int64_t* optional_i64(const py::object& obj, I64& holder, py::ssize_t n, const char* name) {
+  if (obj.is_none()) return nullptr;
+  holder = obj.cast<I64>();
+  if (holder.size() != n) throw py::value_error(std::string(name) + " must have the same length as times");
+  return holder.data();
+}
+
 class JoinState {
  public:
   JoinState(int64_t lower, int64_t upper) : lower_(lower), upper_(upper) {
@@ -319,13 +371,17 @@ class JoinState {
 
   int64_t lower() const { return lower_; }
   int64_t upper() const { return upper_; }
+  int64_t restored_format() const { return restored_format_; }
 
   // Probe the other side with each row, then store the row on its side (PIPES section 3.6.3: insert
-  // and probe). A pair (l, r) matches when the keys are equal and l.t + lower <= r.t <= l.t + upper.
+  // and probe). Each row carries its own band (`lower`, `upper`: int64 arrays, default the state's
+  // constructor bounds) and expiry key (`ends`, default its time). A pair (l, r) matches when the keys
+  // are equal and b.lower <= r.t - l.t <= b.upper with b the band of the earlier row (left on a tie);
+  // with one band for all rows this is l.t + lower <= r.t <= l.t + upper.
   // Returns (input row index, payload id of the matched stored row) per result pair; stored rows that
   // matched get their `matched` flag set (outer joins emit only unmatched rows on expiry).
   py::tuple insert_probe(int side, const I64& offsets, const U8& data, py::object null_key, const I64& times,
-                         const I64& ids, bool store) {
+                         const I64& ids, bool store, py::object lower, py::object upper, py::object ends) {
     side_index(side);
     const py::ssize_t n = times.size();
     if (ids.size() != n) throw py::value_error("ids must have the same length as times");
@@ -340,6 +396,10 @@ class JoinState {
       if (nulls_arr.size() != n) throw py::value_error("null_key must have the same length as times");
       nk = nulls_arr.data();
     }
+    I64 lo_arr, up_arr, end_arr;
+    const int64_t* los = optional_i64(lower, lo_arr, n, "lower");
+    const int64_t* ups = optional_i64(upper, up_arr, n, "upper");
+    const int64_t* ens = optional_i64(ends, end_arr, n, "ends");
     for (py::ssize_t i = 0; i < n; ++i)
       if (off[i] < 0 || off[i] > off[i + 1] || off[i + 1] > dsize)
         throw py::value_error("offsets are not monotone within data at row " + std::to_string(i));
@@ -347,10 +407,7 @@ class JoinState {
     const int64_t* pid = ids.data();
     Side& me = s_[side];
     Side& other = s_[1 - side];
-    // Left probes right for r.t in [l.t + lower, l.t + upper]; right probes left for l.t in
-    // [r.t - upper, r.t - lower].
-    const int64_t lo = side == 0 ? lower_ : -upper_;
-    const int64_t hi = side == 0 ? upper_ : -lower_;
+    const bool left = side == 0;
     std::vector<int64_t> out_in, out_id;
     {
       py::gil_scoped_release release;
@@ -368,16 +425,22 @@ class JoinState {
         const uint32_t kn = static_cast<uint32_t>(off[i + 1] - off[i]);
         const bool is_null = nk && nk[i];
         const uint64_t h = hashes[i];
+        const int64_t lo = los ? los[i] : lower_, up = ups ? ups[i] : upper_;
+        const int64_t reach = reach_of(side, lo, up);
         uint8_t m = 0;
         if (!is_null) {
           int32_t b = other.find(h, k, kn);
           if (b >= 0) {
-            const int64_t a = sat_add(ts[i], lo), z = sat_add(ts[i], hi);
-            // The chain is sorted newest first: skip rows newer than the band, emit the band, stop.
+            // Stored rows newer than t + reach are decided by this row's band and lie beyond it; rows
+            // older than t - max_reach lie beyond their own band. The chain is sorted newest first:
+            // skip the former, test the rows in between, stop at the first of the latter.
+            const int64_t newest = sat_add(ts[i], reach), oldest = sat_add(ts[i], -other.max_reach);
             for (int32_t s = other.buckets[b].head; s >= 0;) {
               Slot& r = other.slots[s];
-              if (r.time < a) break;
-              if (r.time <= z) {
+              if (r.time < oldest) break;
+              if (r.time <= newest &&
+                  (left ? pair_matches(ts[i], lo, up, r.time, r.lo, r.up)
+                        : pair_matches(r.time, r.lo, r.up, ts[i], lo, up))) {
                 out_in.push_back(i);
                 out_id.push_back(r.id);
                 r.matched = 1;
@@ -387,14 +450,18 @@ class JoinState {
             }
           }
         }
-        if (store) me.insert(is_null ? kNullKey : me.find_or_add(h, k, kn), ts[i], pid[i], m);
+        if (store) {
+          me.insert(is_null ? kNullKey : me.find_or_add(h, k, kn), ts[i], pid[i], m, lo, up, ens ? ens[i] : ts[i]);
+          me.max_reach = std::max(me.max_reach, reach);
+        }
       }
     }
     return py::make_tuple(to_numpy(std::move(out_in)), to_numpy(std::move(out_id)));
   }
 
-  // Temporal expiration (PIPES section 2.4.4): remove every row of `side` with time <= threshold.
-  // Only the expiring rows are touched (heap pops). Returns (payload ids, matched flags).
+  // Temporal expiration (PIPES section 2.4.4): remove every row of `side` whose expiry key is
+  // <= threshold (the key is the row's time unless insert_probe got `ends`). Only the expiring rows
+  // are touched (heap pops). Returns (payload ids, matched flags).
   py::tuple evict(int side, int64_t threshold) {
     Side& me = s_[side_index(side)];
     std::vector<int64_t> ids;
@@ -413,11 +480,37 @@ class JoinState {
     return py::make_tuple(to_numpy(std::move(ids)), to_numpy(std::move(flags)));
   }
 
-  // Smallest stored time of a side (the next row to expire), or None when the side is empty.
-  py::object min_time(int side) const {
+  // Smallest expiry key of a side (the next row to expire), or None when the side is empty.
+  py::object min_end(int side) const {
     const Side& me = s_[side_index(side)];
     if (me.heap.empty()) return py::none();
     return py::int_(me.heap.front().first);
+  }
+
+  // (times, lowers, uppers) of the live rows of a side in slot order (the order set_ends expects).
+  py::tuple row_bounds(int side) const {
+    const Side& me = s_[side_index(side)];
+    std::vector<int64_t> t, lo, up;
+    for (const Slot& r : me.slots) {
+      if (r.bucket == kFree) continue;
+      t.push_back(r.time);
+      lo.push_back(r.lo);
+      up.push_back(r.up);
+    }
+    return py::make_tuple(to_numpy(std::move(t)), to_numpy(std::move(lo)), to_numpy(std::move(up)));
+  }
+
+  // Replace the expiry keys of the live rows of a side (in the order of row_bounds) and re-heapify.
+  void set_ends(int side, const I64& ends) {
+    Side& me = s_[side_index(side)];
+    if (static_cast<size_t>(ends.size()) != me.live)
+      throw py::value_error("ends must have one key per live row (" + std::to_string(me.live) + ")");
+    std::vector<int64_t> end_of_slot(me.slots.size(), kI64Min);
+    const int64_t* e = ends.data();
+    size_t j = 0;
+    for (size_t s = 0; s < me.slots.size(); ++s)
+      if (me.slots[s].bucket != kFree) end_of_slot[s] = e[j++];
+    me.rebuild_heap(end_of_slot);
   }
 
   // Renumber the payload ids of a side densely in id order; returns the old ids of the live rows in
@@ -447,27 +540,38 @@ class JoinState {
   size_t keys(int side) const { return s_[side_index(side)].nbuckets; }
   size_t nbytes() const { return s_[0].nbytes() + s_[1].nbytes(); }
 
-  // Byte image (cq::Writer, format CQS1): meta, then per side the distinct keys with their row counts
-  // and the rows grouped by key, null-key rows last. Loading rebuilds the index and heapifies in O(n).
+  // Byte image (cq::Writer, format CQS1, state format 2): meta, then per side the distinct keys with
+  // their row counts and the rows grouped by key, null-key rows last, each row with its time, payload
+  // id, matched flag, band and expiry key. Loading rebuilds the index and heapifies in O(n).
+  // Format 1 (no bands, no expiry keys) is still read: its rows get the state's bounds and their time
+  // as expiry key, and restored_format says so (the caller then re-keys them with set_ends).
   py::bytes serialize() const {
-    cq::Writer w(1 + 2 * 6);
+    cq::Writer w(1 + 2 * kCols2);
     std::vector<int64_t> meta = {kFormatVersion, lower_, upper_, static_cast<int64_t>(s_[0].nulls),
                                  static_cast<int64_t>(s_[1].nulls)};
     w.column(cq::kI64, meta);
     for (const Side& me : s_) {
       std::vector<uint32_t> klen, count;
       std::vector<uint8_t> kdata, flags;
-      std::vector<int64_t> times, ids;
+      std::vector<int64_t> times, ids, los, ups, ends;
+      const std::vector<int64_t> end_of_slot = me.end_of_slot();
       klen.reserve(me.nbuckets);
       count.reserve(me.nbuckets);
       times.reserve(me.live);
       ids.reserve(me.live);
       flags.reserve(me.live);
+      los.reserve(me.live);
+      ups.reserve(me.live);
+      ends.reserve(me.live);
       auto rows_from = [&](int32_t head) {
         for (int32_t s = head; s >= 0; s = me.slots[s].next) {
-          times.push_back(me.slots[s].time);
-          ids.push_back(me.slots[s].id);
-          flags.push_back(me.slots[s].matched);
+          const Slot& r = me.slots[s];
+          times.push_back(r.time);
+          ids.push_back(r.id);
+          flags.push_back(r.matched);
+          los.push_back(r.lo);
+          ups.push_back(r.up);
+          ends.push_back(end_of_slot[s]);
         }
       };
       for (const Entry& e : me.table) {
@@ -486,6 +590,9 @@ class JoinState {
       w.column(cq::kI64, times);
       w.column(cq::kI64, ids);
       w.column(cq::kU8, flags);
+      w.column(cq::kI64, los);
+      w.column(cq::kI64, ups);
+      w.column(cq::kI64, ends);
     }
     return py::bytes(w.str());
   }
@@ -495,11 +602,18 @@ class JoinState {
     Py_ssize_t size;
     if (PyBytes_AsStringAndSize(blob.ptr(), &data, &size) != 0) throw py::error_already_set();
     cq::Reader r(data, static_cast<size_t>(size));
-    if (r.ncols() != 1 + 2 * 6) throw std::invalid_argument("join state blob has an unexpected column count");
+    const uint32_t ncols = r.ncols();
+    if (ncols != 1 + 2 * kCols1 && ncols != 1 + 2 * kCols2)
+      throw std::invalid_argument("join state blob has an unexpected column count");
     auto meta = r.column<int64_t>(cq::kI64);
-    if (meta.size() != 5 || meta[0] != kFormatVersion)
-      throw std::invalid_argument("join state blob has an unknown format version");
+    const int64_t version = meta.empty() ? -1 : meta[0];
+    if (meta.size() != 5 || (version != 1 && version != kFormatVersion) ||
+        ncols != 1 + 2 * (version == 1 ? kCols1 : kCols2))
+      throw std::invalid_argument(
+          "join state blob has an unknown format version (this pyspark-cq reads join state formats 1 and " +
+          std::to_string(kFormatVersion) + "; start the query with a new checkpoint location)");
     JoinState js(meta[1], meta[2]);
+    js.restored_format_ = version;
     for (int side = 0; side < 2; ++side) {
       Side& me = js.s_[side];
       auto klen = r.column<uint32_t>(cq::kU32);
@@ -508,8 +622,19 @@ class JoinState {
       auto times = r.column<int64_t>(cq::kI64);
       auto ids = r.column<int64_t>(cq::kI64);
       auto flags = r.column<uint8_t>(cq::kU8);
+      std::vector<int64_t> los, ups, ends;
+      if (version == 1) {
+        los.assign(times.size(), js.lower_);
+        ups.assign(times.size(), js.upper_);
+        ends = times;
+      } else {
+        los = r.column<int64_t>(cq::kI64);
+        ups = r.column<int64_t>(cq::kI64);
+        ends = r.column<int64_t>(cq::kI64);
+      }
       const uint64_t nnull = static_cast<uint64_t>(meta[3 + side]);
-      if (klen.size() != count.size() || times.size() != ids.size() || times.size() != flags.size())
+      if (klen.size() != count.size() || times.size() != ids.size() || times.size() != flags.size() ||
+          times.size() != los.size() || times.size() != ups.size() || times.size() != ends.size())
         throw std::invalid_argument("join state blob is corrupt (column lengths differ)");
       uint64_t key_total = 0, row_total = nnull;
       for (size_t b = 0; b < klen.size(); ++b) {
@@ -519,27 +644,33 @@ class JoinState {
       if (key_total != kdata.size() || row_total != times.size())
         throw std::invalid_argument("join state blob is corrupt (key or row counts do not add up)");
       me.slots.reserve(times.size());
+      std::vector<int64_t> end_of_slot(times.size(), kI64Min);
+      auto add = [&](int32_t bi, size_t row) {
+        const int32_t s = me.link(bi, times[row], ids[row], flags[row], los[row], ups[row]);
+        if (static_cast<size_t>(s) >= end_of_slot.size()) end_of_slot.resize(s + 1, kI64Min);
+        end_of_slot[s] = ends[row];
+        me.max_reach = std::max(me.max_reach, reach_of(side, los[row], ups[row]));
+      };
       size_t koff = 0, row = 0;
       for (size_t b = 0; b < klen.size(); ++b) {
         const uint8_t* k = kdata.data() + koff;
         int32_t bi = me.find_or_add(hash_bytes(k, klen[b]), k, klen[b]);
         // Rows were written newest first: link them oldest first so each lands at the head in O(1).
-        for (uint32_t c = count[b]; c-- > 0;) me.link(bi, times[row + c], ids[row + c], flags[row + c]);
+        for (uint32_t c = count[b]; c-- > 0;) add(bi, row + c);
         row += count[b];
         koff += klen[b];
       }
-      for (size_t c = times.size(); c-- > row;) me.link(kNullKey, times[c], ids[c], flags[c]);
-      me.heap.reserve(me.live);
-      for (size_t s = 0; s < me.slots.size(); ++s)
-        if (me.slots[s].bucket != kFree) me.heap.emplace_back(me.slots[s].time, static_cast<int32_t>(s));
-      std::make_heap(me.heap.begin(), me.heap.end(), std::greater<>());
+      for (size_t c = times.size(); c-- > row;) add(kNullKey, c);
+      me.rebuild_heap(end_of_slot);
     }
     if (!r.done()) throw std::invalid_argument("join state blob has trailing bytes");
     return js;
   }
 
  private:
+  static constexpr uint32_t kCols1 = 6, kCols2 = 9;  // columns per side in formats 1 and 2
   int64_t lower_, upper_;
+  int64_t restored_format_ = 0;
   Side s_[2];
 };
 
@@ -593,15 +724,28 @@ PYBIND11_MODULE(_join, m) {
            "Empty state for the band l.t + lower <= r.t <= l.t + upper (integer ticks, e.g. microseconds).")
       .def_property_readonly("lower", &JoinState::lower)
       .def_property_readonly("upper", &JoinState::upper)
+      .def_property_readonly("restored_format", &JoinState::restored_format,
+                             "0 for a new state, else the format version of the blob it was loaded from.")
       .def("insert_probe", &JoinState::insert_probe, py::arg("side"), py::arg("offsets"), py::arg("data"),
            py::arg("null_key"), py::arg("times"), py::arg("ids"), py::arg("store") = true,
+           py::arg("lower") = py::none(), py::arg("upper") = py::none(), py::arg("ends") = py::none(),
            "Probe the other side with each row (in order), then store it on `side` (0 left, 1 right).\n"
            "Keys are byte strings data[offsets[i]:offsets[i+1]]; null_key (uint8 mask or None) marks rows\n"
-           "that never match. Returns (input row indexes, matched payload ids of the other side).")
+           "that never match. lower/upper (int64 arrays or None: the state's bounds) give each row its own\n"
+           "band; a pair is decided by the band of the earlier row (the left one on a tie). ends (int64 or\n"
+           "None: the times) are the rows' expiry keys for evict(). Returns (input row indexes, matched\n"
+           "payload ids of the other side).")
       .def("evict", &JoinState::evict, py::arg("side"), py::arg("threshold"),
-           "Remove the rows of `side` with time <= threshold; returns (payload ids, matched flags).")
-      .def("min_time", &JoinState::min_time, py::arg("side"),
-           "Smallest stored time of `side` (the next row to expire), or None.")
+           "Remove the rows of `side` whose expiry key (default: time) is <= threshold; returns (payload\n"
+           "ids, matched flags).")
+      .def("min_end", &JoinState::min_end, py::arg("side"),
+           "Smallest expiry key of `side` (the next row to expire), or None.")
+      .def("min_time", &JoinState::min_end, py::arg("side"),
+           "Alias of min_end: the smallest stored time when rows were stored without `ends`.")
+      .def("row_bounds", &JoinState::row_bounds, py::arg("side"),
+           "(times, lowers, uppers) of the live rows of `side`, in the order set_ends expects.")
+      .def("set_ends", &JoinState::set_ends, py::arg("side"), py::arg("ends"),
+           "Replace the expiry keys of the live rows of `side` (order of row_bounds).")
       .def("compact_ids", &JoinState::compact_ids, py::arg("side"), py::arg("payload_len"),
            "Renumber payload ids of `side` densely; returns the old ids of the live rows, ascending.")
       .def("rows", &JoinState::rows, py::arg("side"), "Number of stored rows of `side`.")

@@ -21,6 +21,12 @@ Semantics are those of Spark's built-in stream-stream join with the condition
 * at the end of the batch each side evicts the rows that no future row can match, with the state
   watermarks Spark derives from the condition (``StreamingJoinHelper.getStateValueWatermark``);
   outer joins emit the evicted rows that never matched, null-padded.
+
+With a control table (``control=``, :mod:`pyspark_cq.runtime.control`) the bounds (or the window) may
+change while the query runs. Following PIPES §4.2 a change applies to elements whose timestamp is at
+or after its application time; every stored row keeps the band of its own timestamp and a pair is
+decided by the band of the earlier element (§2.4.1). Load shedding (``drop_ratio``, PIPES §5.3) drops
+input rows by a deterministic hash before they are inserted or probed and counts them as ``shed_rows``.
 """
 from __future__ import annotations
 
@@ -37,6 +43,8 @@ from pyspark.sql import types as T
 from .. import _validate
 from .._duration import parse_duration
 from .._native import load
+from ..policies.decisions import validate_changes
+from ..runtime.control import ControlHandle
 from . import _report
 from ._join_codec import ColumnCodec, codecs_for, encode_keys, normalized_key, to_pandas
 
@@ -45,6 +53,10 @@ _SIDE = "__cq_side"
 _SHARD = "__cq_shard"
 _TIME = "__cq_t"          # the event-time column, carrying the watermark marker (Spark drops late rows)
 _MICROS = "__cq_tus"      # the same instant as epoch microseconds, for the kernel
+_WINDOW = "__cq_w"        # window join under a control table: the row's own window (µs)
+_SHED = "shed_rows"       # the join's own counter next to _report.METRICS
+_METRICS = _report.METRICS + (_SHED,)
+_I64_MAX = np.iinfo(np.int64).max
 _HOW = {"inner": "inner", "left": "left", "left_outer": "left", "leftouter": "left",
         "right": "right", "right_outer": "right", "rightouter": "right",
         "full": "full", "outer": "full", "full_outer": "full", "fullouter": "full"}
@@ -55,7 +67,7 @@ _STATE_SCHEMA = T.StructType([T.StructField("kernel", T.BinaryType(), True),
 
 
 def interval_join(left, right, on, left_time, right_time, lower, upper, how="inner", *, suffixes=None,
-                  shards=None, grouping="shard", name="cq_interval_join"):
+                  shards=None, grouping="shard", name=None, control=None, drop_ratio=0.0, seed=0):
     """Join two DataFrames on equal keys and a time band (PIPES join, Cammert et al., §2.4.1, §3.6.3).
 
     A left row ``l`` and a right row ``r`` join when every ``on`` column is equal and
@@ -87,9 +99,22 @@ def interval_join(left, right, on, left_time, right_time, lower, upper, how="inn
     grouping : {"shard", "key"}
         ``"shard"`` groups the state by a hash shard of the key (default, fast); ``"key"`` groups by
         the raw key, one state per key (kept for comparison; see docs/join.md for the numbers).
-    name : str
+    name : str, optional
         Name under which the per-batch counters are observed (``pyspark_cq.read_metrics``):
-        input_rows, output_rows, state_rows, state_bytes, evicted_rows, late_rows, malformed_rows.
+        input_rows, output_rows, state_rows, state_bytes, evicted_rows, late_rows, malformed_rows,
+        shed_rows. Default: the control handle's operator id, else ``"cq_interval_join"``.
+    control : pyspark_cq.runtime.control.ControlHandle, optional
+        The operator's control-table entry (``ctx.control(op_id)``, ``ControlTable(path).handle(op_id)``
+        or ``ControlHandle(path, op_id)``), read at every micro-batch. Its ``lower`` / ``upper``
+        schedules override the arguments per element (PIPES §4.2: a change applies to rows whose
+        timestamp is at or after its application time); a pair is decided by the bounds in force at the
+        earlier row's timestamp. Its ``drop_ratio`` overrides the argument.
+    drop_ratio : float
+        Load shedding (PIPES §5.3): the probability in [0, 1) with which each input row of either side
+        is dropped before it is inserted or probed; counted as ``shed_rows``.
+    seed : int
+        Seed of the shedding decisions, which hash (seed, side, time, key, payload) so that a restart
+        from a checkpoint drops the same rows.
 
     Returns
     -------
@@ -97,7 +122,8 @@ def interval_join(left, right, on, left_time, right_time, lower, upper, how="inn
         The ``on`` columns once, then the other left columns, then the other right columns.
     """
     spec = _JoinSpec.build(left, right, on, left_time, right_time, how, suffixes, shards, grouping, name,
-                           window=None)
+                           window=None, control=control, drop_ratio=drop_ratio, seed=seed,
+                           default_name="cq_interval_join")
     lo = parse_duration(lower, "lower")
     hi = parse_duration(upper, "upper")
     if lo > hi:
@@ -107,7 +133,7 @@ def interval_join(left, right, on, left_time, right_time, lower, upper, how="inn
 
 
 def window_join(left, right, on, left_time, right_time, left_window, right_window, *, suffixes=None,
-                shards=None, grouping="shard", name="cq_window_join"):
+                shards=None, grouping="shard", name=None, control=None, drop_ratio=0.0, seed=0):
     """Window join of PIPES (Cammert et al., §2.4.1–§2.4.2): keys equal and validities intersect.
 
     Each row is valid during ``[t, t + window)`` (the time-based window operator ω, §2.4.2). A left
@@ -117,10 +143,18 @@ def window_join(left, right, on, left_time, right_time, left_window, right_windo
 
     Parameters
     ----------
-    left, right, on, left_time, right_time, suffixes, shards, grouping, name
+    left, right, on, left_time, right_time, suffixes, shards, grouping, drop_ratio, seed
         As for :func:`interval_join`.
     left_window, right_window : str, datetime.timedelta or numpy.timedelta64
         Positive window sizes of the two inputs.
+    name : str, optional
+        As for :func:`interval_join`; default the control handle's operator id, else
+        ``"cq_window_join"``.
+    control : pyspark_cq.runtime.control.ControlHandle, optional
+        As for :func:`interval_join`, with the parameter ``window``: when the entry has it, its schedule
+        sets the window of *both* inputs per element (§4.2: a row keeps the window in force at its
+        timestamp; the earlier row of a pair decides whether the validities intersect, and
+        ``valid_to`` uses each row's own window). Without it the arguments apply.
 
     Returns
     -------
@@ -130,7 +164,8 @@ def window_join(left, right, on, left_time, right_time, left_window, right_windo
     wl = parse_duration(left_window, "left_window", allow_negative=False, allow_zero=False)
     wr = parse_duration(right_window, "right_window", allow_negative=False, allow_zero=False)
     spec = _JoinSpec.build(left, right, on, left_time, right_time, "inner", suffixes, shards, grouping, name,
-                           window=(wl, wr))
+                           window=(wl, wr), control=control, drop_ratio=drop_ratio, seed=seed,
+                           default_name="cq_window_join")
     spec.lower, spec.upper = -wr + 1, wl - 1
     return _execute(spec)
 
@@ -155,11 +190,15 @@ class _JoinSpec:
     grouping: str
     name: str
     window: tuple[int, int] | None
+    control: ControlHandle | None = None
+    drop_ratio: float = 0.0
+    seed: int = 0
     lower: int = 0
     upper: int = 0
 
     @classmethod
-    def build(cls, left, right, on, left_time, right_time, how, suffixes, shards, grouping, name, window):
+    def build(cls, left, right, on, left_time, right_time, how, suffixes, shards, grouping, name, window, *,
+              control=None, drop_ratio=0.0, seed=0, default_name="cq_interval_join"):
         _validate.dataframe(left, "left")
         _validate.dataframe(right, "right")
         keys = _validate.column_list(left, on, "on", allow_empty=False)
@@ -173,6 +212,15 @@ class _JoinSpec:
             raise ValueError(f"how must be one of 'inner', 'left', 'right', 'full', got {how!r}")
         if grouping not in _GROUPINGS:
             raise ValueError(f"grouping must be 'shard' or 'key', got {grouping!r}")
+        if control is not None and not isinstance(control, ControlHandle):
+            raise TypeError("control must be a pyspark_cq.runtime.control.ControlHandle (from ctx.control(op_id), "
+                            "ControlTable(path).handle(op_id) or ControlHandle(path, op_id)) or None, got "
+                            f"{type(control).__name__}: {control!r}")
+        drop_ratio = validate_changes({"drop_ratio": drop_ratio})["drop_ratio"]
+        if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an int, got {seed!r}")
+        if name is None:
+            name = control.operator if control is not None else default_name
         if not isinstance(name, str) or not name:
             raise TypeError(f"name must be a non-empty string, got {name!r}")
         if left.isStreaming != right.isStreaming:
@@ -199,7 +247,8 @@ class _JoinSpec:
                                             extra=("valid_from", "valid_to") if window else ())
         shards = _shard_count(left, shards)
         return cls(left, right, keys, key_types, left_time, right_time, _HOW[how.lower()], left_others,
-                   right_others, left_out, right_out, left.isStreaming, shards, grouping, name, window)
+                   right_others, left_out, right_out, left.isStreaming, shards, grouping, name, window,
+                   control, drop_ratio, int(seed))
 
     def output_schema(self) -> T.StructType:
         fields = [T.StructField(k, t, True) for k, t in zip(self.keys, self.key_types)]
@@ -284,15 +333,23 @@ def _execute(spec: _JoinSpec):
         union = _tagged(spec, LEFT, True).union(_tagged(spec, RIGHT, True))
         union = _report.observe_input(union, spec.name)
         raw = union.groupBy(*_group_cols(spec)).applyInPandasWithState(
-            worker.streaming, _report.report_schema(out_schema), _STATE_SCHEMA, "append",
+            worker.streaming, _report_schema(out_schema), _STATE_SCHEMA, "append",
             GroupStateTimeout.EventTimeTimeout)
     else:
         lt = _tagged(spec, LEFT, False).groupBy(*_group_cols(spec))
         rt = _tagged(spec, RIGHT, False).groupBy(*_group_cols(spec))
         # A plain 3-argument function: Spark picks (key, left, right) by counting parameters.
         raw = lt.cogroup(rt).applyInPandas(lambda key, lpdf, rpdf: worker.batch(lpdf, rpdf),
-                                           _report.report_schema(out_schema))
-    return _report.attach(raw, spec.name)
+                                           _report_schema(out_schema))
+    cols = [_report.PREFIX + m for m in _METRICS]
+    return _report.attach(raw, spec.name, counters={m: F.sum(c) for m, c in zip(_METRICS, cols)},
+                          keep=~F.col(_report.REPORT), drop=[_report.REPORT] + cols)
+
+
+def _report_schema(out_schema: T.StructType) -> T.StructType:
+    """The shared report columns plus the join's own ``shed_rows``."""
+    schema = _report.report_schema(out_schema)
+    return T.StructType(list(schema.fields) + [T.StructField(_report.PREFIX + _SHED, T.LongType(), True)])
 
 
 # --- worker side --------------------------------------------------------------------------------------
@@ -310,6 +367,9 @@ class _WorkerPlan:
     lower: int
     upper: int
     window: tuple[int, int] | None
+    control: ControlHandle | None = None
+    drop_ratio: float = 0.0
+    seed: int = 0
 
     @classmethod
     def of(cls, spec: _JoinSpec) -> _WorkerPlan:
@@ -320,7 +380,8 @@ class _WorkerPlan:
         out = tuple(spec.keys) + tuple(spec.left_out) + tuple(spec.right_out)
         if spec.window:
             out += ("valid_from", "valid_to")
-        return cls(keys, (lc, rc), out, len(spec.keys), spec.how, spec.lower, spec.upper, spec.window)
+        return cls(keys, (lc, rc), out, len(spec.keys), spec.how, spec.lower, spec.upper, spec.window,
+                   spec.control, spec.drop_ratio, spec.seed)
 
     def payload_schema(self, side: int) -> pa.Schema:
         codecs = self.key_codecs + self.side_codecs[side]
@@ -328,40 +389,126 @@ class _WorkerPlan:
         fields = [pa.field(c.name, t) for c, t in zip(codecs, types)]
         if self.window:  # valid_from / valid_to need each row's instant; the plain band join does not
             fields.append(pa.field(_MICROS, pa.int64()))
+            if self.control is not None:  # ... and, when windows can change, each row's own window
+                fields.append(pa.field(_WINDOW, pa.int64()))
         return pa.schema(fields)
 
+    def row_bounds(self, entry, side: int, micros: np.ndarray):
+        """Per-row ``(lower, upper, window)`` in force at each row's timestamp (PIPES §4.2), from the
+        control-table ``entry``; ``(None, None, None)`` when no entry (the kernel's own bounds apply).
 
-def state_watermarks(wm_ms: int, lower: int, upper: int) -> tuple[int, int]:
+        Interval join: the ``lower`` / ``upper`` schedules. Window join: the ``window`` schedule sets both
+        inputs' windows, ``lower = -w_right + 1``, ``upper = w_left - 1`` (§2.4.1: validities
+        ``[t, t + w)`` intersect); ``window`` is this side's own window, for ``valid_to``.
+        """
+        if entry is None:
+            if self.window and self.control is not None:
+                return None, None, np.full(len(micros), self.window[side], dtype=np.int64)
+            return None, None, None
+        if not self.window:
+            return (entry.values_at("lower", micros, default=self.lower),
+                    entry.values_at("upper", micros, default=self.upper), None)
+        wl = entry.values_at("window", micros, default=self.window[LEFT])
+        wr = entry.values_at("window", micros, default=self.window[RIGHT])
+        return -wr + 1, wl - 1, (wl if side == LEFT else wr)
+
+
+def state_watermarks(wm_ms, lower, upper):
     """Eviction thresholds (µs, inclusive) of the left and right state for watermark ``wm_ms``.
 
     Reproduces Spark's ``StreamingJoinHelper.getStateValueWatermark`` for the condition
     ``left.t + lower <= right.t <= left.t + upper``: the constraint ``wm*1000 - upper`` (left) or
     ``wm*1000 + lower`` (right) in double microseconds, divided by 1000 and truncated to milliseconds,
     minus 1 ms for the non-strict inequality; rows with ``t <= that * 1000 µs`` are removed.
+    Vectorised: array arguments (broadcast together) give int64 arrays, scalars give ints.
     """
-    left_ms = math.trunc((wm_ms * 1000.0 - upper) / 1000.0) - 1
-    right_ms = math.trunc((wm_ms * 1000.0 + lower) / 1000.0) - 1
-    return left_ms * 1000, right_ms * 1000
+    wm = np.asarray(wm_ms, dtype=np.float64)
+    left_ms = np.trunc((wm * 1000.0 - np.asarray(upper, dtype=np.float64)) / 1000.0) - 1
+    right_ms = np.trunc((wm * 1000.0 + np.asarray(lower, dtype=np.float64)) / 1000.0) - 1
+    if left_ms.ndim == 0 and right_ms.ndim == 0:
+        return int(left_ms) * 1000, int(right_ms) * 1000
+    return left_ms.astype(np.int64) * 1000, right_ms.astype(np.int64) * 1000
 
 
-def _timeout_ms(wm_ms: int, min_times, lower: int, upper: int) -> int | None:
-    """The event-time timeout (ms) at which the earliest stored row becomes evictable, or None."""
-    best = None
-    for side, tmin in enumerate(min_times):
-        if tmin is None:
-            continue
-        # First guess from the continuous formula, then step to the exact smallest watermark.
-        guess = (tmin + (upper if side == LEFT else -lower)) // 1000 + 2
-        thr = lambda w: state_watermarks(w, lower, upper)[side]  # noqa: E731
-        while thr(guess - 1) >= tmin:
-            guess -= 1
-        while thr(guess) < tmin:
-            guess += 1
-        best = guess if best is None else min(best, guess)
-    if best is None:
+def evict_at_ms(times, lower, upper, side: int, *, guard: bool = False) -> np.ndarray:
+    """Per row, the smallest watermark (ms) at which :func:`state_watermarks` evicts it: the row's expiry
+    key in the kernel (rows with key <= the batch's watermark are evicted).
+
+    ``lower`` / ``upper`` are the rows' own bounds (arrays or scalars). With ``guard`` (bounds that may
+    change, PIPES §4.2) a row is also kept until the watermark reaches its own time: a later-arriving
+    row with an earlier timestamp is decided by *its* bounds (the earlier element's, §2.4.1), which may
+    differ, so only rows no future (non-late, ``t > watermark``) row can precede may go.
+    """
+    t = np.asarray(times, dtype=np.int64)
+    reach = np.asarray(upper if side == LEFT else -np.asarray(lower), dtype=np.int64)
+    # First guess from the continuous formula, then step to the exact smallest watermark.
+    guess = (t + reach) // 1000 + 2
+    for step, moves in ((-1, lambda g: state_watermarks(g - 1, lower, upper)[side] >= t),
+                        (1, lambda g: state_watermarks(g, lower, upper)[side] < t)):
+        for _ in range(64):
+            move = moves(guess)
+            if not np.any(move):
+                break
+            guess = np.where(move, guess + step, guess)
+        else:  # pragma: no cover - the guess is within a few ms of the answer
+            raise RuntimeError("evict_at_ms did not converge")
+    if guard:
+        guess = np.maximum(guess, -(-t // 1000))
+    return np.asarray(guess, dtype=np.int64)
+
+
+def _timeout_ms(wm_ms: int, min_ends) -> int | None:
+    """The event-time timeout (ms) at which the earliest stored row becomes evictable, or None.
+
+    ``min_ends`` are the kernel's smallest expiry keys per side (:func:`evict_at_ms`), or None.
+    """
+    ends = [e for e in min_ends if e is not None]
+    if not ends:
         return None
-    # Spark fires an event-time timeout when timeout < watermark, so fire at watermark >= best.
-    return max(best - 1, wm_ms, 1)
+    # Spark fires an event-time timeout when timeout < watermark, so fire at watermark >= min(ends).
+    return max(min(ends) - 1, wm_ms, 1)
+
+
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on a uint64 array (wrapping arithmetic)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _MIX1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _MIX2
+    return x ^ (x >> np.uint64(31))
+
+
+def shed_mask(table: pa.Table, micros: np.ndarray, side: int, seed: int, ratio: float) -> np.ndarray:
+    """Which rows load shedding drops (PIPES §5.3, random load shedding): True with probability ``ratio``.
+
+    The decision is a hash of (seed, side, the row's time, its key and payload values), not of its
+    position, so a restart from a checkpoint (or another split into micro-batches) drops the same rows.
+    Equal rows get equal decisions.
+
+    Parameters
+    ----------
+    table : pyarrow.Table
+        The decoded rows of one side (keys first, then payload).
+    micros : numpy.ndarray
+        Their times (int64 µs).
+    side : int
+        0 left, 1 right.
+    seed : int
+        Any int.
+    ratio : float
+        Drop probability in [0, 1).
+    """
+    n = table.num_rows
+    if ratio <= 0.0 or n == 0:
+        return np.zeros(n, dtype=bool)
+    values = pd.util.hash_pandas_object(to_pandas(table), index=False).to_numpy(dtype=np.uint64)
+    h = _mix64(np.full(n, (int(seed) * 2 + side) % 2**64, dtype=np.uint64))
+    h = _mix64(h ^ np.asarray(micros, dtype=np.int64).view(np.uint64))
+    h = _mix64(h ^ values)
+    return (h >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53) < ratio
 
 
 class _Side:
@@ -420,14 +567,22 @@ class _Worker:
         micros = pdf[_MICROS].to_numpy(dtype=np.int64, na_value=np.iinfo(np.int64).min)
         if plan.window:
             arrays.append(pa.array(micros, type=pa.int64()))
-        return pa.Table.from_arrays(arrays, schema=plan.payload_schema(side)), micros
+        schema = plan.payload_schema(side)
+        if _WINDOW in schema.names:  # appended once the row's window is known (_process)
+            schema = schema.remove(schema.get_field_index(_WINDOW))
+        return pa.Table.from_arrays(arrays, schema=schema), micros
 
-    def _process(self, kernel, sides, inputs, wm_ms: int | None):
-        """Run one batch through the kernel; returns (output table, evicted rows, malformed rows)."""
+    def _process(self, kernel, sides, inputs, wm_ms: int | None, entry=None):
+        """Run one batch through the kernel.
+
+        ``entry`` is the operator's control-table entry of this batch (None: the arguments apply).
+        Returns (output frames, evicted rows, malformed rows, shed rows).
+        """
         plan = self.plan
         join = load("_join")
         pairs = [None, None]
-        malformed = 0
+        malformed = shed = 0
+        ratio = plan.drop_ratio if entry is None else float(entry.get("drop_ratio", plan.drop_ratio))
         for side in (LEFT, RIGHT):  # Spark's order: left input first, then right input
             pdf = inputs[side]
             if pdf is None or len(pdf) == 0:
@@ -440,19 +595,31 @@ class _Worker:
                 keep = ~null_time
                 table, micros = table.filter(pa.array(keep)), micros[keep]
                 null_time = np.zeros(len(micros), dtype=bool)
+            drop = shed_mask(table, micros, side, plan.seed, ratio)
+            if drop.any():  # load shedding (PIPES §5.3): these rows are not part of the input
+                shed += int(drop.sum())
+                keep = ~drop
+                table, micros, null_time = table.filter(pa.array(keep)), micros[keep], null_time[keep]
+            if len(micros) == 0:
+                continue
+            lower, upper, window = plan.row_bounds(entry, side, micros)
+            if window is not None:
+                table = table.append_column(_WINDOW, pa.array(window, type=pa.int64()))
             ids = sides[side].append(table)
             key_arrays = [table.column(i).combine_chunks() for i in range(plan.n_keys)]
             offsets, data, null_key = encode_keys(key_arrays, join.concat_keys)
             if null_time.any():  # batch: a row without time never matches, but outer joins keep it
                 null_key = (null_time if null_key is None else (null_key.astype(bool) | null_time)).astype(np.uint8)
                 micros = np.where(null_time, 0, micros)
-            idx, other = kernel.insert_probe(side, offsets, data, null_key, micros, ids)
+            ends = None
+            if wm_ms is not None:  # streaming: expiry keys = the watermark (ms) that evicts each row
+                ends = evict_at_ms(micros, plan.lower if lower is None else lower,
+                                   plan.upper if upper is None else upper, side, guard=entry is not None)
+            idx, other = kernel.insert_probe(side, offsets, data, null_key, micros, ids, lower=lower, upper=upper,
+                                             ends=ends)
             pairs[side] = (ids[idx], other) if side == LEFT else (other, ids[idx])
-        if wm_ms is None:
-            thresholds = (np.iinfo(np.int64).max, np.iinfo(np.int64).max)
-        else:
-            thresholds = state_watermarks(wm_ms, plan.lower, plan.upper)
-        evicted = [kernel.evict(side, thresholds[side]) for side in (LEFT, RIGHT)]
+        threshold = _I64_MAX if wm_ms is None else wm_ms
+        evicted = [kernel.evict(side, threshold) for side in (LEFT, RIGHT)]
         parts = []
         for p in pairs:
             if p is not None and len(p[0]):
@@ -468,7 +635,7 @@ class _Worker:
             if len(lonely):
                 parts.append(self._rows(sides, None, lonely))
         n_evicted = sum(len(e[0]) for e in evicted)
-        return parts, n_evicted, malformed
+        return parts, n_evicted, malformed, shed
 
     def _rows(self, sides, left_ids, right_ids) -> pd.DataFrame:
         """Output rows for matched pairs (both ids), or unmatched rows of one side (other ids None)."""
@@ -488,9 +655,12 @@ class _Worker:
         table = pa.Table.from_arrays(cols, names=list(plan.out_columns[:len(cols)]))
         out = to_pandas(table)
         if plan.window:
-            wl, wr = plan.window
             tl = lt.column(_MICROS).to_numpy()
             tr = rt.column(_MICROS).to_numpy()
+            if plan.control is not None:  # each row's own window (PIPES §4.2)
+                wl, wr = lt.column(_WINDOW).to_numpy(), rt.column(_WINDOW).to_numpy()
+            else:
+                wl, wr = plan.window
             out["valid_from"] = pd.to_datetime(np.maximum(tl, tr), unit="us", utc=True)
             out["valid_to"] = pd.to_datetime(np.minimum(tl + wl, tr + wr), unit="us", utc=True)
         return out
@@ -503,8 +673,31 @@ class _Worker:
         side = pdf[_SIDE].to_numpy()
         return [pdf[side == LEFT].reset_index(drop=True), pdf[side == RIGHT].reset_index(drop=True)]
 
-    def _report(self, **counters) -> pd.DataFrame:
-        return _report.report_row(self.plan.out_columns, **counters)
+    def _report(self, shed_rows=0, **counters) -> pd.DataFrame:
+        row = _report.report_row(self.plan.out_columns, **counters)
+        row[_report.PREFIX + _SHED] = [int(shed_rows)]
+        return row
+
+    @staticmethod
+    def _data(part: pd.DataFrame) -> pd.DataFrame:
+        out = _report.data_rows(part)
+        out[_report.PREFIX + _SHED] = pd.arrays.IntegerArray(np.zeros(len(out), dtype=np.int64),
+                                                             np.ones(len(out), dtype=bool))
+        return out
+
+    def _entry(self):
+        """This batch's control-table entry (one stat when unchanged), or None."""
+        return None if self.plan.control is None else self.plan.control.entry()
+
+    def _kernel(self, blob):
+        """The kernel state restored from ``blob``; format-1 rows get their expiry keys recomputed."""
+        join = load("_join")
+        kernel = join.JoinState.deserialize(blob)
+        if kernel.restored_format == 1:  # format 1 kept no expiry keys: all rows had the state's bounds
+            for side in (LEFT, RIGHT):
+                t, lo, up = kernel.row_bounds(side)
+                kernel.set_ends(side, evict_at_ms(t, lo, up, side))
+        return kernel
 
     # -- streaming: one call per shard (or key) and micro-batch
 
@@ -513,9 +706,10 @@ class _Worker:
         warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty")
         plan = self.plan
         join = load("_join")
+        entry = self._entry()
         if state.exists:
             blob, lblob, rblob = state.get
-            kernel = join.JoinState.deserialize(blob)
+            kernel = self._kernel(blob)
             sides = [_Side.from_bytes(plan.payload_schema(LEFT), lblob),
                      _Side.from_bytes(plan.payload_schema(RIGHT), rblob)]
         else:
@@ -524,7 +718,7 @@ class _Worker:
         inputs = [None, None] if state.hasTimedOut else self._split(list(pdf_iter))
         n_in = sum(len(x) for x in inputs if x is not None)
         wm_ms = state.getCurrentWatermarkMs()
-        parts, n_evicted, malformed = self._process(kernel, sides, inputs, wm_ms)
+        parts, n_evicted, malformed, shed = self._process(kernel, sides, inputs, wm_ms, entry)
         state_bytes = 0
         if kernel.rows(LEFT) + kernel.rows(RIGHT) == 0:
             state.remove()
@@ -534,15 +728,16 @@ class _Worker:
             blobs = (kernel.serialize(), sides[LEFT].to_bytes(), sides[RIGHT].to_bytes())
             state_bytes = sum(len(b) for b in blobs)
             state.update(blobs)
-            timeout = _timeout_ms(wm_ms, (kernel.min_time(LEFT), kernel.min_time(RIGHT)), plan.lower, plan.upper)
+            timeout = _timeout_ms(wm_ms, (kernel.min_end(LEFT), kernel.min_end(RIGHT)))
             if timeout is not None:
                 state.setTimeoutTimestamp(timeout)
         n_out = 0
         for part in parts:
             n_out += len(part)
-            yield _report.data_rows(part)
+            yield self._data(part)
         yield self._report(input_rows=n_in, output_rows=n_out, state_rows=kernel.rows(LEFT) + kernel.rows(RIGHT),
-                           state_bytes=state_bytes, evicted_rows=n_evicted, malformed_rows=malformed)
+                           state_bytes=state_bytes, evicted_rows=n_evicted, malformed_rows=malformed,
+                           shed_rows=shed)
 
     # -- batch: one call per shard with both sides; everything expires at the end
 
@@ -550,8 +745,8 @@ class _Worker:
         plan = self.plan
         kernel = load("_join").JoinState(plan.lower, plan.upper)
         sides = [_Side(plan.payload_schema(LEFT)), _Side(plan.payload_schema(RIGHT))]
-        parts, _, _ = self._process(kernel, sides, [left_pdf, right_pdf], None)
-        frames = [_report.data_rows(p) for p in parts]
+        parts, _, _, shed = self._process(kernel, sides, [left_pdf, right_pdf], None, self._entry())
+        frames = [self._data(p) for p in parts]
         n_out = sum(len(p) for p in parts)
-        frames.append(self._report(input_rows=len(left_pdf) + len(right_pdf), output_rows=n_out))
+        frames.append(self._report(input_rows=len(left_pdf) + len(right_pdf), output_rows=n_out, shed_rows=shed))
         return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]

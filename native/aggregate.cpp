@@ -347,18 +347,26 @@ int64 arrays, floats bit-cast) and null_time (rows skipped for a null time).)doc
            "late slices).")
       .def("emit_windows",
            [](ShardState& s, std::int64_t window, std::int64_t slide, const py::object& lo_end,
-              const py::object& hi_end, bool only_touched) {
+              const py::object& hi_end, bool only_touched, const py::object& start_lo, const py::object& start_hi) {
+             if (slide <= 0) throw py::value_error("slide must be positive");
              auto [has_lo, lo] = bound(lo_end);
              auto [has_hi, hi] = bound(hi_end);
+             auto [has_slo, slo] = bound(start_lo);
+             auto [has_shi, shi] = bound(start_hi);
+             // window starts k*S in [start_lo, start_hi): k in [ceil(start_lo/S), ceil(start_hi/S) - 1]
+             const std::int64_t k_min = has_slo ? -cq::agg::floor_div(-slo, slide) : cq::agg::kI64Min;
+             const std::int64_t k_max = has_shi ? -cq::agg::floor_div(-shi, slide) - 1 : cq::agg::kI64Max;
              Emitted e(0);
              {
                py::gil_scoped_release release;
-               e = s.emit_windows(window, slide, has_lo, lo, has_hi, hi, only_touched);
+               e = s.emit_windows(window, slide, has_lo, lo, has_hi, hi, only_touched, k_min, k_max);
              }
              return emitted_to_python(e);
            },
            py::arg("window"), py::arg("slide"), py::arg("lo_end"), py::arg("hi_end"), py::arg("only_touched"),
-           "Windows with end in (lo_end, hi_end]: (slot, start, end, values, valids).")
+           py::arg("start_lo") = py::none(), py::arg("start_hi") = py::none(),
+           "Windows with end in (lo_end, hi_end] and start in [start_lo, start_hi) (None: unbounded): "
+           "(slot, start, end, values, valids).")
       .def("emit_changes",
            [](ShardState& s, std::int64_t window, std::int64_t granularity, const py::object& lo_end,
               const py::object& hi_end) {

@@ -519,16 +519,19 @@ class ShardState {
   }
 
   // Sliding windows [k*S, k*S + W) that contain at least one slice (one touched by the last ingest
-  // when `only_touched`), with end in (lo_end, hi_end] (a missing bound is unbounded).
+  // when `only_touched`), with end in (lo_end, hi_end] (a missing bound is unbounded) and k in
+  // [k_min, k_max]. The k bounds let a caller emit the windows of one window size W only (a window-size
+  // schedule: each window [k*S, k*S + W(k*S)) takes the size in effect at its start).
   Emitted emit_windows(std::int64_t W, std::int64_t S, bool has_lo, std::int64_t lo_end, bool has_hi,
-                       std::int64_t hi_end, bool only_touched) {
+                       std::int64_t hi_end, bool only_touched, std::int64_t k_min = kI64Min,
+                       std::int64_t k_max = kI64Max) {
     check_window(W, S);
     Emitted out(outs_.size());
     std::vector<std::int64_t> vals(outs_.size());
     std::vector<std::uint8_t> ok(outs_.size());
     for (std::size_t s = 0; s < keys_.size(); ++s) {
       for_each_window(keys_[s], W, S, has_lo, lo_end, has_hi, hi_end, only_touched, vals.data(), ok.data(),
-                      [&](std::int64_t ws, std::int64_t we) {
+                      k_min, k_max, [&](std::int64_t ws, std::int64_t we) {
                         out.slot.push_back(static_cast<std::int32_t>(s));
                         out.from.push_back(ws);
                         out.to.push_back(we);
@@ -566,7 +569,7 @@ class ShardState {
         }
         k.run_from = k.run_to = kI64Min;
       };
-      for_each_window(k, W, g, has_lo, lo_end, has_hi, hi_end, false, vals.data(), ok.data(),
+      for_each_window(k, W, g, has_lo, lo_end, has_hi, hi_end, false, vals.data(), ok.data(), kI64Min, kI64Max,
                       [&](std::int64_t, std::int64_t we) {
                         const std::int64_t from = we - g;
                         if (k.run_from != kI64Min && k.run_to == from) {
@@ -794,22 +797,28 @@ class ShardState {
   // the next row considered is the first starting at or after the next window's start.
   template <class Fn>
   void for_each_window(Key& k, std::int64_t W, std::int64_t S, bool has_lo, std::int64_t lo_end, bool has_hi,
-                       std::int64_t hi_end, bool only_touched, std::int64_t* vals, std::uint8_t* ok, Fn&& fn) {
+                       std::int64_t hi_end, bool only_touched, std::int64_t* vals, std::uint8_t* ok,
+                       std::int64_t k_min, std::int64_t k_max, Fn&& fn) {
     const std::int64_t n = static_cast<std::int64_t>(nrows(k));
     std::int64_t k_lo = kI64Min, k_hi = kI64Max;
     if (has_lo) k_lo = floor_div(lo_end - W, S) + 1;  // k*S + W > lo_end
     if (has_hi) k_hi = floor_div(hi_end - W, S);      // k*S + W <= hi_end
+    k_lo = std::max(k_lo, k_min);
+    k_hi = std::min(k_hi, k_max);
+    if (k_lo > k_hi) return;
     std::int64_t k_next = k_lo;
     // A row's last window is floor(t/S): rows before k_lo*S have none left.
-    std::int64_t i = has_lo ? lower_bound(k, k.head, k_lo * S) : k.head;
+    std::int64_t i = k_lo != kI64Min ? lower_bound(k, k.head, k_lo * S) : k.head;
     while (i < n) {
       const std::int64_t t = start(k, i);
       if (has_hi && t >= hi_end) break;  // its windows end after t >= hi_end
+      const std::int64_t first = floor_div(t - W, S) + 1;  // the row's first window
+      if (first > k_hi) break;  // rows are in time order: later rows start later windows
       if (only_touched && k.rows[i * R_ + 1] != epoch_) {
         ++i;
         continue;
       }
-      std::int64_t kf = std::max(floor_div(t - W, S) + 1, k_next), kl = std::min(floor_div(t, S), k_hi);
+      std::int64_t kf = std::max(first, k_next), kl = std::min(floor_div(t, S), k_hi);
       for (std::int64_t w = kf; w <= kl; ++w) {
         move_to(k, w * S, w * S + W);
         query(k, vals, ok);

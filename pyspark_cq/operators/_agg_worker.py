@@ -8,6 +8,7 @@ columns, which never reach this stage except as ``by`` keys.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Iterator  # typing.Iterator: what PySpark inspects to pick the iterator form
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from .._native import load
+from ..runtime.control import ControlHandle, Entry
 from . import _report
 from ._agg_spec import AggSpec, KeyColumn, arrow_type, from_int64, nonnull_numpy, to_int64
 from ._agg_spec import OP_COUNT, OP_MAX_F, OP_MIN_F, OP_SUM_F, OUT_AVG_F, OUT_AVG_I, OUT_MAX, OUT_MIN, OUT_SUM_F
@@ -72,6 +74,7 @@ class Plan:
     watermark: bool      # streaming with a watermark on the time column
     shards: int
     out_names: tuple[str, ...]   # user-visible output columns, in order
+    control: ControlHandle | None = None   # read at every micro-batch (see :func:`batch_params`)
 
     @property
     def step(self) -> int:
@@ -111,6 +114,107 @@ class Plan:
         return T.StructType(fields)
 
 
+# ---- parameters in effect (control table) -----------------------------------------------------------
+
+@dataclass(frozen=True)
+class BatchParams:
+    """Window and granularity in effect for one micro-batch, from the control table or the arguments.
+
+    Attributes
+    ----------
+    segments : tuple of (lo, hi, W)
+        Window sizes by *window start*: a window ``[k·S, k·S + W)`` whose start lies in ``[lo, hi)``
+        (None: unbounded) has size ``W``, the size in effect at its start (PIPES §2.4.2, §4.2: a new
+        window size applies to new elements only; a window is created at its start). One segment
+        without a window schedule; ``emit="changes"`` allows one size only.
+    w_max : int
+        The largest window size of the schedule: a slice is kept until ``last_end(r, w_max, S)``, so
+        eviction never drops a slice an open window may still need, whichever way the size changed.
+    granularity : Schedule or None
+        Granularity schedule of the control entry (None: the argument applies to every row).
+    grid : int
+        Sweep step of ``emit="changes"``: the gcd of every granularity and window size in play, so every
+        split point ``r`` and ``r + W`` (PIPES Algorithm 1) lies on it.
+    version : int or None
+        Version of the control entry read (None without one).
+    """
+
+    segments: tuple
+    w_max: int
+    granularity: object
+    grid: int
+    version: int | None
+
+
+def read_entry(plan: Plan) -> Entry | None:
+    """The operator's control entry (None without a handle, a table or an entry): one read per call."""
+    return None if plan.control is None else plan.control.entry()
+
+
+def batch_params(plan: Plan, entry: Entry | None) -> BatchParams:
+    """Parameters of this micro-batch (see :class:`BatchParams`).
+
+    Granularity changes take effect at the instant the control table recorded for them, which
+    :meth:`pyspark_cq.runtime.transitions.Schedule.with_change` already moved to
+    :func:`~pyspark_cq.runtime.transitions.granularity_effective_at` (PIPES §2.4.3: an instant of the
+    coarser granularity); nothing is re-derived here.
+
+    Raises
+    ------
+    ValueError
+        When a window size of the entry is smaller than the slide (``emit="windows"``; Spark's rule
+        ``slide <= window``), or when ``emit="changes"`` meets a window-size change (not supported).
+    """
+    if entry is None:
+        return BatchParams(((None, None, plan.window),), plan.window, None, plan.granularity, None)
+    wsched = entry.schedule("window")
+    gsched = entry.schedule("granularity")
+    points = wsched.points if wsched is not None else ((None, plan.window),)
+    segments = []
+    for i, (at, w) in enumerate(points):
+        lo = None if i == 0 else at
+        hi = points[i + 1][0] if i + 1 < len(points) else None
+        if lo is not None and hi is not None and hi <= lo:
+            continue
+        if plan.emit == "windows" and w < plan.slide:
+            raise ValueError(
+                f"sliding_aggregate: control table entry {entry.operator!r} sets window={w} µs "
+                f"(from {'always' if lo is None else f'{lo} µs'}), smaller than the slide {plan.slide} µs; "
+                f"windows [k·S, k·S + W) need W >= S (Spark's rule)")
+        segments.append((lo, hi, int(w)))
+    sizes = {w for _, _, w in segments}
+    if plan.emit == "changes" and len(sizes) > 1:
+        raise ValueError(
+            f"sliding_aggregate: control table entry {entry.operator!r} changes the window size "
+            f"({sorted(sizes)} µs); emit='changes' supports granularity changes only (docs/aggregate.md)")
+    grans = [v for _, v in gsched.points] if gsched is not None else [plan.granularity]
+    grid = 0
+    for v in list(sizes) + grans:
+        grid = math.gcd(grid, int(v))
+    return BatchParams(tuple(segments), max(sizes), gsched, grid, entry.version)
+
+
+def round_starts(times: np.ndarray, gsched) -> np.ndarray:
+    """Each time rounded down to the granularity in effect at it (PIPES §2.4.3; ``Schedule.values_at``)."""
+    g = gsched.values_at(times)
+    return times - np.mod(times, g)
+
+
+def last_window_end(starts: np.ndarray, segments, slide: int) -> np.ndarray:
+    """Per slice start ``r``: the largest end of a window ``[k·S, k·S + W(k·S))`` containing ``r``
+    (int64 min when none does). In a segment of constant ``W`` the latest window containing ``r`` ends
+    last, so one candidate per segment suffices."""
+    best = np.full(len(starts), np.iinfo(np.int64).min, dtype=np.int64)
+    for lo, hi, w in segments:
+        top = starts if hi is None else np.minimum(starts, hi - 1)
+        ks = (top // slide) * slide
+        ok = ks + w > starts
+        if lo is not None:
+            ok &= ks >= lo
+        best = np.where(ok, np.maximum(best, ks + w), best)
+    return best
+
+
 # ---- map side ---------------------------------------------------------------------------------------
 
 class Slicer:
@@ -127,18 +231,22 @@ class Slicer:
 
     def __call__(self, batches):
         kernel = load("_aggregate")
+        entry = read_entry(self.plan)  # once per task: one micro-batch sees one version
+        gsched = entry.schedule("granularity") if entry is not None else None
         bad = 0
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            out, null_time = self.slice(kernel, batch)
+            out, null_time = self.slice(kernel, batch, gsched)
             bad += null_time
             if out.num_rows:
                 yield out
         if self.emit_markers:
             yield self.markers(bad)
 
-    def slice(self, kernel, batch: pa.RecordBatch):
+    def slice(self, kernel, batch: pa.RecordBatch, gsched=None):
+        """Slices of one Arrow batch; with a granularity schedule each row is rounded down with the
+        granularity in effect at its time (so slices of several granularities may come out)."""
         plan, spec = self.plan, self.plan.spec
         t, tv = nonnull_numpy(to_int64(batch.column(TIME)), np.int64)
         h = np.ascontiguousarray(batch.column(HASH).to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -153,7 +261,10 @@ class Slicer:
                                      np.int64 if vc.cls == "i" else np.float64)
                 values.append(v)
                 valids.append(m)
-        r = kernel.preaggregate(h, t, tv, plan.granularity, spec.ops_array, values, valids)
+        if gsched is None:
+            r = kernel.preaggregate(h, t, tv, plan.granularity, spec.ops_array, values, valids)
+        else:
+            r = kernel.preaggregate(h, round_starts(t, gsched), tv, 1, spec.ops_array, values, valids)
         first = pa.array(r["first_row"])
         keys = [batch.column(key_name(i)).take(first) for i in range(len(plan.keys))]
         return self._rows(r["hash"], keys, r["start"], r["partials"]), int(r["null_time"])
@@ -253,15 +364,20 @@ class StepResult:
     metrics: dict
 
 
-def run_shard(plan: Plan, table: pa.Table, state: tuple | None, watermark_us: int | None) -> StepResult:
+def run_shard(plan: Plan, table: pa.Table, state: tuple | None, watermark_us: int | None,
+              entry: Entry | None = None) -> StepResult:
     """Process one shard for one micro-batch (or a whole batch DataFrame when ``plan.mode == 'batch'``).
 
     ``table`` holds sliced rows (markers included), ``state`` the ``(blob, keys)`` saved by the previous
     batch, ``watermark_us`` the eviction watermark of this batch. The previous batch's watermark, used
     to filter late (slice, window) pairs exactly as Spark filters (window, key) rows, is kept in the
     state: marker rows and event-time timeouts make sure every shard sees every watermark change.
+    ``entry`` is the operator's control entry read for this batch (None: the plan's arguments apply;
+    see :func:`batch_params`).
     """
     kernel = load("_aggregate")
+    params = batch_params(plan, entry)
+    segmented = len(params.segments) > 1   # a window-size schedule (emit="windows")
     spec = plan.spec
     runs = plan.emit == "changes"
     n_part = len(spec.ops)
@@ -286,12 +402,31 @@ def run_shard(plan: Plan, table: pa.Table, state: tuple | None, watermark_us: in
     else:
         late_end = None if late_end is None else int(late_end)
 
-    hashes = np.ascontiguousarray(data.column(KHASH).to_numpy(zero_copy_only=False), dtype=np.int64)
     starts = np.ascontiguousarray(data.column(START).to_numpy(zero_copy_only=False), dtype=np.int64)
+    input_rows = int(np.asarray(data.column(partial_name(0)).to_numpy(zero_copy_only=False), dtype=np.int64).sum())
+    pre_late = 0
+    if segmented and late_end is not None and len(starts):
+        # Window sizes vary by window start: a slice is late when every window containing it ended by
+        # the late-event watermark (exact per slice; the kernel's test assumes one window size).
+        live = last_window_end(starts, params.segments, plan.slide) > late_end
+        if not live.all():
+            counts = np.asarray(data.column(partial_name(0)).to_numpy(zero_copy_only=False), dtype=np.int64)
+            pre_late = int(counts[~live].sum())
+            data = data.take(pa.array(np.flatnonzero(live)))
+            starts = starts[live]
+    hashes = np.ascontiguousarray(data.column(KHASH).to_numpy(zero_copy_only=False), dtype=np.int64)
     partials = [np.ascontiguousarray(data.column(partial_name(j)).to_numpy(zero_copy_only=False), dtype=np.int64)
                 for j in range(n_part)]
-    input_rows = int(partials[0].sum())
-    slot, new_rows, late_rows, _late_slices = st.ingest(hashes, starts, partials, plan.window, plan.step, late_end)
+    grid = params.grid
+    if runs and entry is not None and len(starts):
+        # The slicer may have read a newer entry (a granularity this read does not know yet): keep
+        # every incoming start on the sweep grid.
+        grid = int(np.gcd.reduce(np.append(np.mod(starts, grid), grid)))
+    step = grid if runs else plan.slide
+    w_ingest = params.w_max
+    slot, new_rows, late_rows, _late_slices = st.ingest(hashes, starts, partials, w_ingest, step,
+                                                        None if segmented else late_end)
+    late_rows += pre_late
 
     if plan.keys:
         accepted = np.flatnonzero(slot >= 0)
@@ -317,14 +452,19 @@ def run_shard(plan: Plan, table: pa.Table, state: tuple | None, watermark_us: in
     else:  # update: every window a non-late slice of this batch falls into
         lo, hi = late_end, None
     if runs:
-        emitted = st.emit_changes(plan.window, plan.granularity, lo, hi)
-    else:
-        emitted = st.emit_windows(plan.window, plan.slide, lo, hi, plan.mode == "update")
+        emitted = st.emit_changes(params.w_max, grid, lo, hi)
+    elif not segmented:
+        emitted = st.emit_windows(params.w_max, plan.slide, lo, hi, plan.mode == "update")
+    else:  # each window with the size in effect at its start: one pass per size segment
+        parts = [st.emit_windows(w, plan.slide, lo, hi, plan.mode == "update", seg_lo, seg_hi)
+                 for seg_lo, seg_hi, w in params.segments]
+        emitted = _concat_emitted(parts)
     out = _output_table(plan, emitted, keys_tbl)  # before eviction renumbers the key slots
 
     evicted = 0
     if plan.watermark and wm is not None:
-        kept, evicted, _evicted_rows = st.evict(plan.window, plan.step, wm)
+        # With several window sizes the largest decides: no slice an open window needs is dropped.
+        kept, evicted, _evicted_rows = st.evict(params.w_max, step, wm)
         if plan.keys and len(kept) != keys_tbl.num_rows:
             keys_tbl = keys_tbl.take(pa.array(kept))
         st.watermark = wm
@@ -342,6 +482,15 @@ def run_shard(plan: Plan, table: pa.Table, state: tuple | None, watermark_us: in
         "malformed_rows": bad,
     }
     return StepResult(out, new_state, metrics)
+
+
+def _concat_emitted(parts):
+    """One ``(slot, from, to, values, valids)`` tuple of several kernel emissions."""
+    slot, frm, to = (np.concatenate([p[i] for p in parts]) for i in range(3))
+    n_out = len(parts[0][3])
+    values = [np.concatenate([p[3][o] for p in parts]) for o in range(n_out)]
+    valids = [np.concatenate([p[4][o] for p in parts]) for o in range(n_out)]
+    return slot, frm, to, values, valids
 
 
 def _output_table(plan: Plan, emitted, keys_tbl: pa.Table | None) -> pa.Table:
@@ -414,7 +563,7 @@ class StatefulShard:
         if plan.watermark:
             wm_us = int(state.getCurrentWatermarkMs()) * 1000
         saved = state.get if state.exists else None
-        result = run_shard(plan, table, saved, wm_us)
+        result = run_shard(plan, table, saved, wm_us, read_entry(plan))
         state.update(result.state)
         if plan.watermark:
             # Fire at the next watermark advance even without data (no-data batches), so windows close.
@@ -458,7 +607,7 @@ class BatchShard:
         table = pa.concat_tables(frames) if frames else self.arrow_schema.empty_table()
         if self.float_partials:
             table = encode_float_partials(self.plan, table)
-        result = run_shard(self.plan, table, None, None)
+        result = run_shard(self.plan, table, None, None, read_entry(self.plan))
         if result.output.num_rows:
             yield _report.data_rows(_to_pandas(result.output))
         yield _report.report_row(list(self.plan.out_names), **result.metrics)

@@ -9,23 +9,26 @@ from pyspark.sql import types as T
 from .. import _validate
 from .._duration import parse_duration
 from .._native import load
+from ..runtime.control import ControlHandle
 from . import _report
 from ._agg_spec import key_columns, parse_aggs
 from ._agg_spec import OP_COUNT, OP_MAX_F, OP_MAX_I, OP_MIN_F, OP_MIN_I, OP_ROWS, OP_SUM_F, OP_SUM_I
-from ._agg_worker import (BAD, HASH, KHASH, SHARD, START, TIME, Plan, Slicer, StatefulShard, batch_function, key_name,
-                          null_name, partial_name, value_name)
+from ._agg_worker import (BAD, HASH, KHASH, SHARD, START, TIME, Plan, Slicer, StatefulShard, batch_function,
+                          batch_params, key_name, null_name, partial_name, value_name)
 
 EMIT_MODES = ("windows", "changes")
 OUTPUT_MODES = ("append", "update")
 #: Default number of shards: state tables per query. It must stay the same across restarts of a query
 #: (keys are assigned to shards by hash), so it does not follow the cluster size.
 DEFAULT_SHARDS = 8
+#: Name of the per-batch report when neither ``name`` nor ``control`` is given.
+DEFAULT_NAME = "cq_sliding_aggregate"
 STATE_SCHEMA = "blob binary, keys binary"
 _I64_MAX, _I64_MIN = 2**63 - 1, -(2**63)
 
 
 def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularity=None, emit="windows", *,
-                      output_mode="append", shards=None, name="cq_sliding_aggregate"):
+                      output_mode="append", shards=None, name=None, control=None):
     """Sliding-window aggregation over slices, exact against Spark's ``window()`` aggregation.
 
     Spark evaluates ``groupBy(window(time, W, S), *by).agg(...)`` by copying every row into each of its
@@ -81,11 +84,25 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
     shards : int, optional
         Number of state tables (hash shards of the keys, each a Spark group); default 8, 1 without
         ``by``. Keep it fixed for the life of a checkpoint.
-    name : str
+    name : str, optional
         Name of the observed metrics reported per micro-batch (see :func:`pyspark_cq.read_metrics`):
         ``input_rows``, ``output_rows``, ``state_rows`` (slices and pending intervals held),
         ``state_bytes``, ``evicted_rows`` (slices evicted), ``late_rows`` (rows whose every window
-        had closed: dropped, as Spark drops them) and ``malformed_rows`` (null time).
+        had closed: dropped, as Spark drops them) and ``malformed_rows`` (null time). Default: the
+        operator id of ``control`` (so the runtime files the report under it), else
+        ``"cq_sliding_aggregate"``.
+    control : pyspark_cq.runtime.control.ControlHandle, optional
+        The operator's control-table entry (``ctx.control(op_id, ...)``, ``ControlTable(path).handle(op_id)``
+        or ``ControlHandle(path, op_id)``), read at every micro-batch by the map-side slicer and the
+        stateful step; None, or no entry in the table, means the arguments above apply. The entry's
+        ``granularity`` schedule replaces ``granularity``: each row is rounded down with the granularity
+        in effect at its time; a change applies from the instant the table recorded for it, an instant
+        of the coarser granularity (PIPES §2.4.3, ``granularity_effective_at``). Under control the
+        granularity need not divide the window. The entry's ``window`` schedule replaces ``window``
+        (PIPES §2.4.2, §4.2: a new size applies to new elements only): with ``emit="windows"`` a window
+        ``[k·S, k·S + W)`` takes the size ``W`` in effect at its start ``k·S`` (a size below the slide
+        is an error); ``emit="changes"`` supports granularity changes only (a window change raises an
+        error on the workers). See docs/aggregate.md, "Control table".
 
     Returns
     -------
@@ -123,6 +140,12 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         shards = DEFAULT_SHARDS if by else 1
     elif isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
         raise ValueError(f"shards must be a positive int, got {shards!r}")
+    if control is not None and not isinstance(control, ControlHandle):
+        raise TypeError(f"control must be a pyspark_cq.runtime.control.ControlHandle (from ctx.control(op_id), "
+                        f"ControlTable(path).handle(op_id) or ControlHandle(path, op_id)) or None; "
+                        f"got {type(control).__name__}")
+    if name is None:
+        name = control.operator if control is not None else DEFAULT_NAME
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty string, got {name!r}")
     spec = parse_aggs(df, aggs, by)
@@ -143,8 +166,11 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
                              "emitted (PIPES streams are insert-only)")
     mode = output_mode if streaming else "batch"
     plan = Plan(spec=spec, keys=keys, time_type=time_type, window=w, slide=s, granularity=g, emit=emit,
-                mode=mode, watermark=delay is not None, shards=max(shards, 1), out_names=out_names)
+                mode=mode, watermark=delay is not None, shards=max(shards, 1), out_names=out_names,
+                control=control)
     load("_aggregate")  # fail on the driver, readably, if the build is broken
+    if control is not None:
+        batch_params(plan, control.entry())  # an entry the workers would reject fails here already
 
     group_col = SHARD if layout == "shard" else KHASH
     out_schema = _report.report_schema(plan.output_schema())
@@ -215,13 +241,26 @@ def _as_long(c, dtype):
     return c.cast("long")
 
 
+def _granularity_expr(plan: Plan, micros):
+    """The granularity of each row: the argument, or (batch input under control) the entry's schedule
+    as read when the query is defined -- the value in effect at the row's time (PIPES §2.4.3)."""
+    entry = plan.control.entry() if plan.control is not None else None
+    sched = entry.schedule("granularity") if entry is not None else None
+    if sched is None:
+        return F.lit(plan.granularity)
+    expr = F.lit(sched.points[0][1]).cast("long")
+    for at, g in sched.points[1:]:
+        expr = F.when(micros >= F.lit(at), F.lit(g).cast("long")).otherwise(expr)
+    return expr
+
+
 def _native_slices(df, plan: Plan, time: str):
     """Slices of a batch DataFrame computed by Spark's hash aggregation, in the sliced-row layout of
     :meth:`Plan.sliced_schema` (floating partials as doubles). Rows with a null time form one slice per
     key whose count(*) is moved to the malformed counter."""
     keys, spec = plan.keys, plan.spec
     micros = _as_long(F.col(time), plan.time_type)
-    start = micros - F.pmod(micros, F.lit(plan.granularity))
+    start = micros - F.pmod(micros, _granularity_expr(plan, micros))
     key_exprs = _key_exprs(keys)
     cols = [start.alias(START), _hash_expr(keys, key_exprs).alias(KHASH)]
     group = [START, KHASH]

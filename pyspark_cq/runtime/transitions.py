@@ -17,8 +17,9 @@ by the runtime on the driver:
   aggregation's windows switch grids at an instant of both grids (:func:`granularity_effective_at`).
 
 For a pair of elements of an interval join, the window of the *earlier* element decides (PIPES §2.4.1:
-the later element must start within the earlier one's validity), i.e. left ``l`` and right ``r`` match
-when ``0 <= r.t - l.t <= upper(l.t)`` or ``0 < l.t - r.t <= -lower(r.t)``.
+the later element must start within the earlier one's validity): left ``l`` and right ``r`` match when
+``b.lower <= r.t - l.t <= b.upper`` with ``b`` the bounds at ``min(l.t, r.t)`` (the left row's on a tie);
+for ``lower <= 0 <= upper`` that is ``0 <= r.t - l.t <= upper(l.t)`` or ``0 < l.t - r.t <= -lower(r.t)``.
 
 Times are integers (µs since the epoch in the control table); ``None`` as the time of a schedule's first
 point means "since always".

@@ -1,141 +1,596 @@
-"""``pyspark-cq demo``: the main job, a streaming pipeline on local Spark.
+"""``pyspark-cq demo``: the main job, an adaptive streaming pipeline on local Spark under a memory budget.
 
-A generated stream of sensor readings (Spark's rate source) gets validity intervals ``[ts, ts + d)``
-with a reading-dependent duration ``d``; the granularity operator Γ rounds them to a coarser time
-granularity (PIPES §2.4.3), which drops readings too short to cover a whole granule; the result lands
-in Parquet. Progress is printed per micro-batch, a summary at the end, and the written output is
-read back and checked against the operator's own report.
+A generated packet stream (:mod:`pyspark_cq.demo_source`: requests and their responses, quiet → burst →
+quiet) feeds two continuous queries, both registered with the adaptive runtime
+(:class:`pyspark_cq.runtime.CQRuntime`) and the PIPES resource manager (policy ``pipes``) under a memory
+budget:
+
+- ``pairs``: an interval join of requests and responses on the flow id,
+  ``response.ts ∈ [request.ts − 1 s, request.ts + upper]`` (operator ``join1``; the resource manager adjusts
+  ``upper`` within [2 s, 30 s]); the matched pairs land in Parquet.
+- ``traffic``: a sliding aggregation of all packets per host (count, bytes) over windows of ``window``
+  sliding by 10 s at time granularity ``granularity`` (operator ``agg1``; ``window`` within [10 s, 60 s],
+  ``granularity`` within [10 s, 1 s]); the windows land in Parquet.
+
+During the burst the cost-model estimate at the largest windows exceeds the budget, so the resource manager
+shrinks the join bound and the aggregation window and coarsens the granularity; after the burst it grows
+them back. A line of progress is printed every few seconds; at the end a summary, the integrity checks
+(rows written = rows reported; every malformed row injected is counted by both operators) and a report
+(``report.html`` with PNG plots and ``timeseries.json``, :mod:`pyspark_cq.report`).
 """
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
+S = 1_000_000  # µs per second
+WATERMARK = "2 seconds"
+TRIGGER = "2 seconds"
+LOWER = -1 * S                      # responses may be stamped up to 1 s before their request (clock skew)
+UPPER_QOS = ("2 seconds", "30 seconds")
+WINDOW_QOS = ("10 seconds", "60 seconds")
+GRANULARITY_CHOICES = ("10 seconds", "5 seconds", "2 seconds", "1 second")
+SLIDE = "10 seconds"
+#: Bytes per element / per aggregate the cost model assumes, measured in runs of this demo: the join keeps
+#: ~85–105 B per row of this schema in its serialized state (``state_bytes / state_rows``), the aggregation
+#: ~34 B per slice (docs/demo.md).
+ELEMENT_BYTES, AGGREGATE_BYTES = 85.0, 34.0
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--seconds", type=float, default=30.0, help="how long to run (default 30)")
-    parser.add_argument("--rate", type=int, default=5000, help="generated rows per second (default 5000)")
-    parser.add_argument("--sensors", type=int, default=50, help="number of sensors (default 50)")
-    parser.add_argument("--granularity", default="1 second", help="Γ granularity (default '1 second')")
+    """The ``demo`` sub-command's arguments."""
+    parser.add_argument("--seconds", type=float, default=120.0, help="how long to run (default 120)")
+    parser.add_argument("--rate", type=float, default=100.0,
+                        help="requests per second outside the burst (default 100; responses follow at the same rate)")
+    parser.add_argument("--burst-rate", type=float, default=800.0,
+                        help="requests per second during the burst (default 800)")
+    parser.add_argument("--burst", default="0.3,0.6",
+                        help="start,end of the burst as fractions of --seconds (default 0.3,0.6)")
+    parser.add_argument("--hosts", type=int, default=50, help="number of hosts (aggregation groups, default 50)")
+    parser.add_argument("--budget", default="800 KB",
+                        help="memory budget of the resource manager (default '800 KB')")
     parser.add_argument("--output", default=None, help="output directory (default: a temporary one)")
+    parser.add_argument("--report", default=None, help="report directory (default: <output>/report)")
+    parser.add_argument("--every", type=float, default=5.0, help="seconds between progress lines (default 5)")
     parser.add_argument("--master", default=None, help="Spark master (default $SPARK_MASTER or local[*])")
 
 
-def _check(args) -> None:
-    if args.seconds <= 0:
-        raise SystemExit(f"--seconds must be positive, got {args.seconds}")
-    if args.rate <= 0:
-        raise SystemExit(f"--rate must be a positive number of rows per second, got {args.rate}")
-    if args.sensors <= 0:
-        raise SystemExit(f"--sensors must be positive, got {args.sensors}")
+def _check(args) -> tuple[float, float]:
+    """Validate the arguments (errors name them); returns the burst's start and end fractions."""
+    from pyspark_cq.policies import parse_size
 
-
-def build_pipeline(spark, rate: int, sensors: int, granularity: str):
-    """The streaming DataFrame of the demo (exposed for tests)."""
-    from pyspark.sql import functions as F
-
-    import pyspark_cq as cq
-
-    events = (spark.readStream.format("rate").option("rowsPerSecond", rate).option("numPartitions", 2).load())
-    # Durations 0.2 s .. 3.2 s by a hash of the sequence number; every 997th reading has a broken clock
-    # (end before start), which Γ counts as malformed instead of dropping it silently.
-    duration_ms = (F.abs(F.xxhash64("value")) % 3000 + 200).cast("long")
-    readings = events.select(
-        (F.col("value") % sensors).alias("sensor"),
-        (F.sin(F.col("value") / 100.0) * 10 + 20).alias("reading"),
-        F.col("timestamp").alias("valid_from"),
-        F.when(F.col("value") % 997 == 5, F.col("timestamp") - F.expr("INTERVAL 1 SECOND"))
-        .otherwise(F.col("timestamp") + F.make_dt_interval(secs=duration_ms / 1000.0))
-        .alias("valid_to"),
-    ).withWatermark("valid_from", "10 seconds")
-    return cq.granularity(readings, "valid_from", "valid_to", granularity, name="demo_gamma")
-
-
-def run(args) -> int:
-    _check(args)
-    import pyspark_cq as cq
-    from pyspark_cq.operators._report import read
-
-    out_dir = Path(args.output) if args.output else Path(tempfile.mkdtemp(prefix="cq-demo-"))
-    data_dir, ckpt_dir = out_dir / "data", out_dir / "checkpoint"
-    for d in (data_dir, ckpt_dir):
-        shutil.rmtree(d, ignore_errors=True)
-
-    print(f"pyspark-cq demo: {args.rate} rows/s from {args.sensors} sensors for {args.seconds:.0f} s, "
-          f"Γ to {args.granularity}; output in {out_dir}")
-    print("starting Spark ...", flush=True)
-    spark = cq.spark(args.master, "pyspark-cq-demo")
-    spark.sparkContext.setLogLevel("ERROR")
-    query = (build_pipeline(spark, args.rate, args.sensors, args.granularity)
-             .writeStream.format("parquet").option("path", str(data_dir))
-             .option("checkpointLocation", str(ckpt_dir)).trigger(processingTime="2 seconds").start())
-
-    totals = {"input": 0, "output": 0, "dropped_empty": 0, "malformed_rows": 0}
-    durations = []
-    seen = -1
-    t0 = time.time()
-    print(f"{'batch':>5} {'elapsed':>8} {'in rows':>9} {'rows/s':>9} {'out rows':>9} {'dropped':>8} "
-          f"{'malformed':>9} {'batch s':>8}")
+    if not (math.isfinite(args.seconds) and args.seconds >= 10):
+        raise SystemExit(f"--seconds must be at least 10 (the runtime needs a few micro-batches), got {args.seconds}")
+    if not (math.isfinite(args.rate) and args.rate > 0):
+        raise SystemExit(f"--rate must be a positive number of requests per second, got {args.rate}")
+    if not (math.isfinite(args.burst_rate) and args.burst_rate > 0):
+        raise SystemExit(f"--burst-rate must be a positive number of requests per second, got {args.burst_rate}")
+    if args.rate > 5000 or args.burst_rate > 5000:
+        raise SystemExit(f"--rate and --burst-rate must be at most 5000 requests/s on local Spark, got "
+                         f"{args.rate} and {args.burst_rate}")
+    if args.hosts <= 0:
+        raise SystemExit(f"--hosts must be positive, got {args.hosts}")
+    if not (math.isfinite(args.every) and args.every > 0):
+        raise SystemExit(f"--every must be a positive number of seconds, got {args.every}")
     try:
-        while time.time() - t0 < args.seconds:
-            time.sleep(0.5)
-            if query.exception():
-                raise query.exception()
-            seen = _report_new(query, seen, totals, durations, read, t0)
-        _stop_between_batches(query)
-    finally:
-        query.stop()
-        seen = _report_new(query, seen, totals, durations, read, t0)
-    written = spark.read.parquet(str(data_dir)).count() if any(data_dir.glob("*.parquet")) else 0
-    spark.stop()
-
-    elapsed = time.time() - t0
-    print("\nsummary")
-    print(f"  micro-batches        {len(durations)}")
-    print(f"  rows in              {totals['input']:,} ({totals['input'] / elapsed:,.0f} rows/s over {elapsed:.1f} s)")
-    print(f"  rows out             {totals['output']:,}")
-    print(f"  dropped (empty)      {totals['dropped_empty']:,} (intervals shorter than one granule)")
-    print(f"  malformed (counted)  {totals['malformed_rows']:,} (end before start)")
-    if durations:
-        durations.sort()
-        print(f"  batch duration       median {durations[len(durations) // 2]:.2f} s, max {durations[-1]:.2f} s")
-    print(f"  rows in parquet      {written:,}")
-    accounted = totals["output"] + totals["dropped_empty"] + totals["malformed_rows"]
-    if written != totals["output"] or accounted != totals["input"]:
-        print("  MISMATCH: rows written or accounted for differ from the operator's report")
-        return 1
-    print("  every input row is accounted for: out + dropped + malformed = in")
-    return 0
+        start, end = (float(x) for x in str(args.burst).split(","))
+    except ValueError:
+        raise SystemExit(f"--burst must be two fractions 'start,end', got {args.burst!r}") from None
+    if not 0 <= start <= end <= 1:
+        raise SystemExit(f"--burst must satisfy 0 <= start <= end <= 1, got {args.burst!r}")
+    try:
+        import matplotlib  # noqa: F401 - the report's plots
+    except ImportError:
+        raise SystemExit('the demo writes a report with plots and needs matplotlib: pip install "pyspark-cq[report]"'
+                         ) from None
+    try:
+        args.budget_bytes = parse_size(args.budget, "--budget")
+    except (TypeError, ValueError) as exc:
+        raise SystemExit(f"--budget must be a memory size such as '1 MB' or 1000000: {exc}") from None
+    return start, end
 
 
-def _stop_between_batches(query, timeout: float = 120.0) -> None:
-    """Stop ``query`` while no micro-batch runs, so no half-written batch is aborted."""
+# ---------------------------------------------------------------------------------------------
+# plans, QoS and estimates
+
+
+def plans(upper: float, window: float, granularity: float, hosts: int, *, unit: float = 1.0, labels: bool = True):
+    """The plans of the two queries (PIPES algebra, :mod:`pyspark_cq.plan`), sizes in µs / ``unit``.
+
+    ``pairs``: σ[¼](scans) ω[upper] ⋈ σ[¼](scans) ω[−lower]; ``traffic``:
+    γ[hosts](Γ[granularity](ω[window](packets))). The join's two inputs are two filters of one packet stream,
+    which Spark scans once per branch and reports as one source with the rows of both scans: the join's
+    plan source ``scans`` is that doubled stream, of which requests and responses are a quarter each. With
+    ``labels`` the adjustable nodes carry the control labels ``join1.upper``, ``agg1.window``,
+    ``agg1.granularity``.
+    """
+    from pyspark_cq import plan as P
+
+    def lab(text):
+        return text if labels else None
+
+    side = P.Select(P.Source("scans"), 0.25)
+    pairs = P.Join(P.Window(side, upper / unit, label=lab("join1.upper")), P.Window(side, -LOWER / unit),
+                   selectivity=1e-4)
+    traffic = P.Aggregate(P.Granularity(P.Window(P.Source("packets"), window / unit, label=lab("agg1.window")),
+                                        granularity / unit, label=lab("agg1.granularity")), groups=hosts)
+    return pairs, traffic
+
+
+def qos():
+    """QoS ranges (PIPES §4.3) of the adjustable parameters, by label."""
+    from pyspark_cq.policies import QoSRange
+
+    return ({"join1.upper": QoSRange.window(*UPPER_QOS, step="1 second")},
+            {"agg1.window": QoSRange.window(*WINDOW_QOS, step="10 seconds"),
+             "agg1.granularity": QoSRange.granularity(GRANULARITY_CHOICES[0], GRANULARITY_CHOICES[-1],
+                                                      choices=GRANULARITY_CHOICES)})
+
+
+def cost_profile():
+    """The cost profile of the resource manager and of the estimates in the report."""
+    from pyspark_cq.cost.pipes import CostProfile
+
+    return CostProfile(element_size=ELEMENT_BYTES, aggregate_size=AGGREGATE_BYTES)
+
+
+def estimate(d_scans: float, d_packets: float, upper: float, window: float, granularity: float,
+             hosts: int) -> dict:
+    """Cost-model estimates at the given control values (µs) and the measured distances d (seconds) of the
+    join's source (``scans``, both branches) and the aggregation's (``packets``).
+
+    Returns the memory in bytes of each query (:func:`pyspark_cq_plugins.pipes_rm.pipes_estimate`, in
+    milliseconds as the resource manager costs it) and the state rows by
+    :func:`pyspark_cq.cost.pipes.join_state_rows` / :func:`~pyspark_cq.cost.pipes.aggregation_state_rows`.
+    """
+    from pyspark_cq.cost import pipes as C
+    from pyspark_cq_plugins.pipes_rm import pipes_estimate
+
+    out = {}
+    unit = 1000.0   # ms, the resource manager's time unit
+    pairs, traffic = plans(upper, window, granularity, hosts, unit=unit, labels=False)
+    profile = cost_profile()
+    if d_scans is not None and math.isfinite(d_scans) and d_scans > 0:
+        d = d_scans * unit
+        left, right = C.join_state_rows(C.SC(4 * d, 1.0, 1.0), C.SC(4 * d, 1.0, 1.0),
+                                        left_window=upper / unit, right_window=-LOWER / unit)
+        out.update(join_bytes=pipes_estimate(pairs, {"scans": d}, profile)[0], join_rows=left + right)
+    if d_packets is not None and math.isfinite(d_packets) and d_packets > 0:
+        d = d_packets * unit
+        out.update(agg_bytes=pipes_estimate(traffic, {"packets": d}, profile)[0],
+                   agg_rows=C.aggregation_state_rows(C.SC(d, 1.0, 1.0), window=window / unit,
+                                                     granularity=granularity / unit, groups=hosts))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the queries
+
+
+def _packets(spark, profile, clock):
+    from pyspark_cq.demo_source import SOURCE_NAME
+
+    return spark.readStream.format(SOURCE_NAME).options(**profile.options(clock)).load()
+
+
+def _pairs_builder(profile, paths):
+    def build(ctx):
+        from pyspark.sql import functions as F
+
+        import pyspark_cq as cq
+
+        handle = ctx.control("join1", upper=30 * S, lower=LOWER)
+        packets = _packets(ctx.spark, profile, paths["clock"])
+        req = packets.where(F.col("kind") == "req").select(
+            "flow", "host", F.col("bytes").alias("req_bytes"), F.col("ts").alias("req_ts")
+        ).withWatermark("req_ts", WATERMARK)
+        resp = packets.where(F.col("kind") == "resp").select(
+            "flow", F.col("bytes").alias("resp_bytes"), F.col("ts").alias("resp_ts")
+        ).withWatermark("resp_ts", WATERMARK)
+        pairs = cq.interval_join(req, resp, on="flow", left_time="req_ts", right_time="resp_ts", lower="-1 second",
+                                 upper="30 seconds", name="join1", control=handle)
+        return (pairs.writeStream.format("parquet").option("path", str(paths["pairs"]))
+                .option("checkpointLocation", str(paths["ck_pairs"])).trigger(processingTime=TRIGGER))
+
+    return build
+
+
+def _traffic_builder(profile, paths):
+    def build(ctx):
+        import pyspark_cq as cq
+
+        handle = ctx.control("agg1", window=60 * S, granularity=1 * S)
+        packets = _packets(ctx.spark, profile, paths["clock"]).withWatermark("ts", WATERMARK)
+        traffic = cq.sliding_aggregate(packets, "ts", "60 seconds", slide=SLIDE, by="host",
+                                       aggs={"*": ["count"], "bytes": ["sum"]}, granularity="1 second",
+                                       shards=2, name="agg1", control=handle)
+        return (traffic.writeStream.format("parquet").option("path", str(paths["traffic"]))
+                .option("checkpointLocation", str(paths["ck_traffic"])).trigger(processingTime=TRIGGER))
+
+    return build
+
+
+# ---------------------------------------------------------------------------------------------
+# watching
+
+
+class _Recorder:
+    """Collects per-batch progress of both queries and per-second samples of the runtime's view.
+
+    Times are seconds since ``t0`` (set when the burst clock starts; batches before are the warm-up).
+    """
+
+    OPS = {"pairs": "join1", "traffic": "agg1"}
+    SOURCES = {"pairs": "scans", "traffic": "packets"}
+
+    def __init__(self, rt, profile, hosts):
+        self.rt, self.profile, self.hosts = rt, profile, hosts
+        self.t0 = time.time()
+        self.batches = {q: [] for q in self.OPS}
+        self.samples = []
+        self.seen = {q: -1 for q in self.OPS}
+        self.offsets = {q: [None, None] for q in self.OPS}
+
+    def poll(self):
+        """File the micro-batches completed since the last call."""
+        from pyspark_cq.operators._report import read
+        from pyspark_cq.runtime.stats import parse_event_time
+
+        for q, op in self.OPS.items():
+            query = self.rt.query(q)
+            if query is None:
+                continue
+            for p in query.recentProgress:
+                if p.batchId <= self.seen[q]:
+                    continue
+                self.seen[q] = p.batchId
+                src = p.sources[0] if p.sources else None
+                if src is not None and p.numInputRows > 0:
+                    if self.offsets[q][0] is None:
+                        self.offsets[q][0] = _offset_ms(src.startOffset)
+                    self.offsets[q][1] = _offset_ms(src.endOffset)
+                m = read(p, op) or {}
+                stamp = parse_event_time(p.timestamp)
+                start = stamp / 1e6 if stamp else time.time()
+                self.batches[q].append({
+                    "batch": p.batchId, "t": start - self.t0, "t_end": start + p.batchDuration / 1000.0 - self.t0,
+                    "rows": p.numInputRows, "rate": p.inputRowsPerSecond or 0.0,
+                    "duration": p.batchDuration / 1000.0, **{k: int(v) for k, v in m.items()}})
+
+    def sample(self):
+        """One sample of rates, state, control values and estimates; returns it."""
+        snap = self.rt.statistics()
+        entries = self.rt.control_table().entries()
+        now = time.time()
+        upper = entries["join1"].params.get("upper") if "join1" in entries else None
+        window = entries["agg1"].params.get("window") if "agg1" in entries else None
+        gran = entries["agg1"].params.get("granularity") if "agg1" in entries else None
+        rec = {"t": now - self.t0, "offered": float(self.profile.rate_at(now)) * 2,
+               "upper_s": upper / S if upper else None, "window_s": window / S if window else None,
+               "granularity_s": gran / S if gran else None}
+        d = {}
+        for q, op in self.OPS.items():
+            info = snap.queries.get(q)
+            if info is None:
+                continue
+            o = info.operators.get(op)
+            rec[f"{q}_rate"] = _num(info.input_rate)
+            rec[f"{op}_state_bytes"] = _num(o.state_bytes) if o else None
+            rec[f"{op}_state_rows"] = _num(o.state_rows) if o else None
+            src = info.sources.get(self.SOURCES[q])
+            d[q] = _num(src.distance) if src is not None else None
+            rec[f"{q}_d_s"] = d[q]
+        if upper and window and gran:
+            est = estimate(d.get("pairs"), d.get("traffic"), upper, window, gran, self.hosts)
+            rec.update({f"est_{k}": v for k, v in est.items()})
+        rec["decisions"] = len(self.decisions())
+        self.samples.append(rec)
+        return rec
+
+    def decisions(self):
+        """The resource manager's changes of the control table (who == "pipes"), oldest first."""
+        out = []
+        for c in self.rt.control_table().changes():
+            if c.who != "pipes":
+                continue
+            at = {k: v / 1e6 - self.t0 for k, v in dict(c.at).items() if isinstance(v, (int, float))}
+            out.append({"time": c.time, "t": _iso_seconds(c.time) - self.t0, "operator": c.operator,
+                        "query": c.query, "old": dict(c.old), "new": dict(c.new), "at": dict(c.at),
+                        "applies_from_s": at, "reason": c.reason})
+        return out
+
+
+def _num(x):
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+def _offset_ms(text):
+    if not text:
+        return None
+    try:
+        return int(json.loads(text)["ms"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _iso_seconds(text: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _fmt_bytes(x) -> str:
+    if x is None:
+        return "?"
+    for unit, scale in (("MB", 1e6), ("KB", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.2f} {unit}"
+    return f"{x:.0f} B"
+
+
+def _fmt_s(x) -> str:
+    return "?" if x is None else f"{x:g} s"
+
+
+def _line(rec, budget) -> str:
+    measured = [rec.get("join1_state_bytes"), rec.get("agg1_state_bytes")]
+    total = sum(v for v in measured if v is not None) if any(v is not None for v in measured) else None
+    est = (rec.get("est_join_bytes") or 0) + (rec.get("est_agg_bytes") or 0) if "est_join_bytes" in rec else None
+    pairs = (rec.get("pairs_rate") or 0) / 2      # Spark counts the packets once per scan of the join
+    return (f"{rec['t']:>6.0f}s  offered {rec['offered']:>6,.0f}/s  in {pairs:>6,.0f}"
+            f"|{rec.get('traffic_rate') or 0:>6,.0f}/s  state {_fmt_bytes(total):>9} / {_fmt_bytes(budget)}"
+            f" (est {_fmt_bytes(est)})  upper {_fmt_s(rec['upper_s'])}  window {_fmt_s(rec['window_s'])}"
+            f"  g {_fmt_s(rec['granularity_s'])}  decisions {rec['decisions']}")
+
+
+def _stop_between_batches(query, timeout: float = 15.0) -> None:
+    """Stop ``query``, preferably while no micro-batch runs (an interrupted batch is not committed: the
+    Parquet sink's log keeps it out of the output, and its progress is never reported)."""
     deadline = time.time() + timeout
     while time.time() < deadline and query.status.get("isTriggerActive"):
         time.sleep(0.05)
     query.stop()
 
 
-def _report_new(query, seen, totals, durations, read, t0) -> int:
-    """Print the progress of batches finished since ``seen``; returns the last batch id printed."""
-    for p in query.recentProgress:
-        if p.batchId <= seen:
-            continue
-        seen = p.batchId
-        if p.numInputRows == 0:
-            continue
-        m = read(p, "demo_gamma") or {}
-        totals["input"] += p.numInputRows
-        totals["dropped_empty"] += m.get("dropped_empty", 0)
-        totals["malformed_rows"] += m.get("malformed_rows", 0)
-        out = p.numInputRows - m.get("dropped_empty", 0) - m.get("malformed_rows", 0)
-        totals["output"] += out
-        secs = p.batchDuration / 1000.0
-        durations.append(secs)
-        print(f"{p.batchId:>5} {time.time() - t0:>7.1f}s {p.numInputRows:>9,} "
-              f"{p.processedRowsPerSecond or 0:>9,.0f} {out:>9,} {m.get('dropped_empty', 0):>8,} "
-              f"{m.get('malformed_rows', 0):>9,} {secs:>8.2f}", flush=True)
-    return seen
+def _failed(rt):
+    for q in ("pairs", "traffic"):
+        query = rt.query(q)
+        if query is not None and query.exception() is not None:
+            raise RuntimeError(f"query {q!r} failed: {query.exception()}")
+
+
+def _warm_up(rt, rec, timeout: float, restart) -> None:
+    """Wait until both queries have finished a micro-batch with rows (Spark, its Python workers and the
+    native kernels are loaded), printing what it waits for.
+
+    On a loaded machine the Python process that plans the generated source may take longer than the 10 s
+    Spark grants it to connect back (fixed in ``PythonWorkerFactory``); such a query is registered again
+    (``restart(name)``) until ``timeout``.
+    """
+    t = time.time()
+    next_line = t + 10
+    retries = {q: 0 for q in rec.OPS}
+    while True:
+        for q in rec.OPS:
+            query = rt.query(q)
+            exc = query.exception() if query is not None else None
+            if exc is None:
+                continue
+            if "failed to connect back" in str(exc) and not rec.batches[q] and time.time() - t < timeout:
+                retries[q] += 1
+                print(f"  {q}: a Python worker did not start in time (machine busy?); restarting the query "
+                      f"(attempt {retries[q] + 1})", flush=True)
+                restart(q)
+                continue
+            raise RuntimeError(f"query {q!r} failed: {exc}")
+        rec.poll()
+        if all(any(b["rows"] > 0 for b in rec.batches[q]) for q in rec.OPS):
+            return
+        if time.time() - t > timeout:
+            raise TimeoutError(f"the queries did not finish a micro-batch with rows within {timeout:.0f} s")
+        if time.time() >= next_line:
+            done = ", ".join(f"{q} {len(b)} batches" for q, b in rec.batches.items())
+            print(f"  warming up ({time.time() - t:.0f} s: {done}) ...", flush=True)
+            next_line = time.time() + 10
+        time.sleep(0.5)
+
+
+# ---------------------------------------------------------------------------------------------
+# the job
+
+
+def run(args) -> int:
+    """Run the demo; returns the exit code (0: ran and every check passed)."""
+    burst_start, burst_end = _check(args)
+    import pyspark_cq as cq
+    from pyspark_cq import report as R
+    from pyspark_cq.demo_source import BurstProfile, PacketSource, injected, write_clock
+    from pyspark_cq.runtime import CQRuntime
+
+    out_dir = Path(args.output) if args.output else Path(tempfile.mkdtemp(prefix="cq-demo-"))
+    report_dir = Path(args.report) if args.report else out_dir / "report"
+    paths = {k: out_dir / k for k in ("pairs", "traffic", "ck_pairs", "ck_traffic", "control")}
+    for p in paths.values():
+        shutil.rmtree(p, ignore_errors=True)
+    paths["control"].mkdir(parents=True)
+    paths["clock"] = out_dir / "clock.json"
+    paths["clock"].unlink(missing_ok=True)
+    budget = args.budget_bytes
+
+    print(f"pyspark-cq demo: packets at {args.rate:g} requests/s (+ responses), a burst of {args.burst_rate:g}/s "
+          f"from {burst_start * args.seconds:.0f} s to {burst_end * args.seconds:.0f} s, {args.seconds:.0f} s "
+          f"in all; memory budget {_fmt_bytes(budget)}; output in {out_dir}")
+    print("starting Spark ...", flush=True)
+    # a loaded machine starts Python workers slowly: give them more than Spark's 15 s to connect back
+    spark = cq.spark(args.master, "pyspark-cq-demo", shuffle_partitions=2,
+                     conf={"spark.python.authenticate.socketTimeout": "120s"})
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(PacketSource)
+
+    rt = CQRuntime(spark, policies=["pipes"], memory_budget=budget, every_batches=2, every_seconds=4.0, alpha=0.5,
+                   control_path=str(paths["control"] / "control.json"),
+                   policy_options={"pipes": {"profile": cost_profile()}})
+    pairs_plan, traffic_plan = plans(30 * S, 60 * S, 1 * S, args.hosts)
+    pairs_qos, traffic_qos = qos()
+    profile = BurstProfile(quiet=args.rate, burst=args.burst_rate, hosts=args.hosts)
+    registrations = {
+        "pairs": dict(builder=_pairs_builder(profile, paths), plan=pairs_plan, qos=pairs_qos,
+                      sources={"scans": ""}),
+        "traffic": dict(builder=_traffic_builder(profile, paths), plan=traffic_plan, qos=traffic_qos,
+                        sources={"packets": ""})}
+
+    def register(name):
+        for key in (name, f"ck_{name}"):
+            shutil.rmtree(paths[key], ignore_errors=True)
+        rt.register(name, **registrations[name])
+
+    def restart(name):
+        rt.deregister(name)
+        register(name)
+
+    for name in registrations:
+        register(name)
+    rec = _Recorder(rt, profile, args.hosts)
+    failed = None
+    print(f"runtime: policies {[p.name for p in rt.policies]}, control table {rt.control_path}")
+    print(f"  pairs:   {pairs_plan}\n  traffic: {traffic_plan}")
+    rt.start()
+    try:
+        _warm_up(rt, rec, max(600.0, args.seconds * 5), restart)
+        old, t0 = rec.t0, time.time()
+        rec.t0 = t0
+        profile = profile.with_burst(t0 + burst_start * args.seconds, t0 + burst_end * args.seconds)
+        rec.profile = profile
+        write_clock(paths["clock"], profile.burst_start, profile.burst_end)
+        for q in rec.batches:                       # batches so far are the warm-up, at negative times
+            for b in rec.batches[q]:
+                b["t"], b["t_end"] = b["t"] + old - t0, b["t_end"] + old - t0
+        print(f"warm; the clock starts now (burst from {burst_start * args.seconds:.0f} s to "
+              f"{burst_end * args.seconds:.0f} s). Every {args.every:g} s: time, offered and measured input "
+              f"packet rates (pairs|traffic, smoothed), state memory / budget (cost-model estimate), settings, decisions",
+              flush=True)
+        next_line = t0 + args.every
+        while time.time() - t0 < args.seconds:
+            time.sleep(1.0)
+            _failed(rt)
+            rec.poll()
+            sample = rec.sample()
+            if time.time() >= next_line:
+                print(_line(sample, budget), flush=True)
+                next_line += args.every
+        for q in ("pairs", "traffic"):
+            _stop_between_batches(rt.query(q))
+    except Exception as exc:  # still write what was recorded
+        failed = exc
+    finally:
+        rt.stop()
+        rec.poll()
+    decisions = rec.decisions()
+    stats = rt.statistics()
+    written = {}
+    for q in ("pairs", "traffic"):
+        written[q] = spark.read.parquet(str(paths[q])).count() if any(paths[q].glob("*.parquet")) else 0
+    spark.stop()
+    elapsed = time.time() - rec.t0
+
+    totals = {q: {k: sum(b.get(k, 0) for b in rec.batches[q]) for k in
+                  ("rows", "input_rows", "output_rows", "late_rows", "malformed_rows", "evicted_rows")}
+              for q in rec.batches}
+    inj = {}
+    for q, (s_ms, e_ms) in rec.offsets.items():
+        inj[q] = injected(profile, s_ms, e_ms) if s_ms is not None and e_ms is not None else None
+    summary = _summary(args, budget, rec, decisions, totals, inj, written, elapsed, stats)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    files = R.write_report(report_dir, samples=rec.samples, batches=rec.batches, decisions=decisions,
+                           summary=summary, budget=budget, reserve=rt.policies[0].reserve if rt.policies else 0.0,
+                           burst=(profile.burst_start - rec.t0, profile.burst_end - rec.t0)
+                           if math.isfinite(profile.burst_start) else None)
+    checks = summary["checks"]
+    _print_summary(summary, report_dir, files)
+    if failed is not None:
+        print(f"\nFAILED: {type(failed).__name__}: {failed}")
+        return 1
+    return 0 if all(c["ok"] for c in checks) else 1
+
+
+def _summary(args, budget, rec, decisions, totals, inj, written, elapsed, stats) -> dict:
+    """The numbers of the run: peaks, decisions, estimate vs measurement, integrity checks."""
+    joint = []
+    for s in rec.samples:
+        m = [s.get("join1_state_bytes"), s.get("agg1_state_bytes")]
+        if all(v is not None for v in m):
+            joint.append((s["t"], sum(m), (s.get("est_join_bytes") or 0) + (s.get("est_agg_bytes") or 0)
+                          if "est_join_bytes" in s else None))
+    peak_measured = max(joint, key=lambda x: x[1]) if joint else None
+    with_est = [(t, m, e) for t, m, e in joint if e]
+    ratios = sorted(m / e for _, m, e in with_est if e > 0)
+    settings = [s for s in rec.samples if s.get("upper_s") is not None]
+    checks = []
+    for q, op in (("pairs", "join1"), ("traffic", "agg1")):
+        t = totals[q]
+        checks.append({"name": f"{q}: rows in Parquet = rows the operator {op} reported as output",
+                       "ok": written[q] == t["output_rows"], "detail": f"{written[q]:,} vs {t['output_rows']:,}"})
+        if inj.get(q):
+            checks.append({"name": f"{q}: malformed rows injected (null time) = counted by {op}",
+                           "ok": inj[q]["malformed"] == t["malformed_rows"],
+                           "detail": f"{inj[q]['malformed']:,} vs {t['malformed_rows']:,}"})
+            # the join counts null times among its input rows and late rows apart; the aggregation counts
+            # late rows among its input rows and null times apart
+            seen = t["input_rows"] + (t["late_rows"] if op == "join1" else t["malformed_rows"])
+            what = "input + late" if op == "join1" else "input + malformed"
+            checks.append({"name": f"{q}: rows generated for the offsets read = {what} rows of {op}",
+                           "ok": inj[q]["rows"] == seen, "detail": f"{inj[q]['rows']:,} vs {seen:,}"})
+    q_stats = {q: {op: {"batches": o.batches, "state_rows": _num(o.state_rows), "state_bytes": _num(o.state_bytes)}
+                   for op, o in info.operators.items()} for q, info in stats.queries.items()}
+    return {
+        "seconds": elapsed, "budget_bytes": budget, "rate": args.rate, "burst_rate": args.burst_rate,
+        "batches": {q: len(b) for q, b in rec.batches.items()},
+        "totals": totals, "injected": inj, "written": written,
+        "peak_state_bytes": None if peak_measured is None else {"t": peak_measured[0], "bytes": peak_measured[1]},
+        "measured_over_estimate": None if not ratios else {
+            "median": ratios[len(ratios) // 2], "min": ratios[0], "max": ratios[-1], "samples": len(ratios)},
+        "decisions": len(decisions),
+        "smallest": None if not settings else {
+            "upper_s": min(s["upper_s"] for s in settings), "window_s": min(s["window_s"] for s in settings),
+            "granularity_s": max(s["granularity_s"] for s in settings)},
+        "final": None if not settings else {k: settings[-1][k] for k in ("upper_s", "window_s", "granularity_s")},
+        "runtime_statistics": q_stats,
+        "checks": checks,
+    }
+
+
+def _print_summary(summary, report_dir, files) -> None:
+    t = summary["totals"]
+    print("\nsummary")
+    print(f"  ran                  {summary['seconds']:.0f} s, micro-batches pairs {summary['batches']['pairs']}, "
+          f"traffic {summary['batches']['traffic']}")
+    for q, op in (("pairs", "join1"), ("traffic", "agg1")):
+        x = t[q]
+        print(f"  {q:<8} ({op})       in {x['input_rows']:,} rows, out {x['output_rows']:,}, late {x['late_rows']:,}, "
+              f"malformed {x['malformed_rows']:,}")
+    inj = summary["injected"].get("pairs")
+    if inj:
+        share = t["pairs"]["output_rows"] / inj["requests"] if inj["requests"] else 0.0
+        print(f"  requests answered    {share:.1%} matched within the join bound ({inj['requests']:,} requests; "
+              f"{inj['skewed']:,} stamped 60 s late)")
+    print(f"  memory budget        {_fmt_bytes(summary['budget_bytes'])}")
+    p = summary["peak_state_bytes"]
+    if p:
+        print(f"  peak measured state  {_fmt_bytes(p['bytes'])} at {p['t']:.0f} s (join + aggregation state bytes)")
+    r = summary["measured_over_estimate"]
+    if r:
+        print(f"  measured / estimate  median {r['median']:.2f} (min {r['min']:.2f}, max {r['max']:.2f}; "
+              f"{r['samples']} samples)")
+    print(f"  decisions            {summary['decisions']} control-table changes by the PIPES resource manager")
+    if summary["smallest"]:
+        s, f = summary["smallest"], summary["final"]
+        print(f"  smallest settings    upper {s['upper_s']:g} s, window {s['window_s']:g} s, coarsest g "
+              f"{s['granularity_s']:g} s; at the end {f['upper_s']:g} s, {f['window_s']:g} s, {f['granularity_s']:g} s")
+    for c in summary["checks"]:
+        print(f"  [{'ok' if c['ok'] else 'FAIL'}] {c['name']} ({c['detail']})")
+    print(f"  report               {report_dir / 'report.html'} ({len(files)} files)")

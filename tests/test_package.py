@@ -122,20 +122,6 @@ def test_doctor_runs_a_spark_worker():
     assert worker_pid > 0 and "all checks passed" in out.stdout
 
 
-@pytest.mark.slow
-def test_demo_runs_end_to_end(tmp_path):
-    out = subprocess.run([CLI, "demo", "--seconds", "12", "--rate", "2000", "--master", "local[2]",
-                          "--output", str(tmp_path / "demo")], capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
-    assert "every input row is accounted for" in out.stdout
-    assert any((tmp_path / "demo" / "data").glob("*.parquet"))
-
-
-def test_demo_rejects_bad_arguments():
-    out = subprocess.run([CLI, "demo", "--rate", "0"], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert out.returncode != 0 and "--rate must be a positive" in (out.stdout + out.stderr)
-
-
 def _env_without_java(tmp_path: Path) -> dict:
     """An environment whose PATH has this interpreter's bin but no `java`, and no JAVA_HOME."""
     bindir = tmp_path / "bin"

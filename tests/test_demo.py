@@ -1,0 +1,168 @@
+"""``pyspark-cq demo``: the generated stream, the report, argument validation, and a short run on Spark."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pyspark_cq import demo
+from pyspark_cq.cli import main
+from pyspark_cq.demo_source import (MALFORMED_AT, MALFORMED_EVERY, BurstProfile, generate, injected, read_clock,
+                                    write_clock)
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = str(Path(sys.executable).parent / "pyspark-cq")
+T = 1_760_000_000.0   # an epoch second
+
+
+def _ms(x):
+    return int(round(x * 1000))
+
+
+# ---------------------------------------------------------------------------------------------
+# the generated stream
+
+
+def test_profile_counts_and_arrivals_are_inverse():
+    p = BurstProfile(quiet=100, burst=800).with_burst(T + 30, T + 60)
+    assert p.count(T + 90) - p.count(T) == pytest.approx(100 * 30 + 800 * 30 + 100 * 30)
+    t = np.array([T + 1.5, T + 30, T + 45.25, T + 60, T + 75])
+    assert p.arrival(p.count(t)) == pytest.approx(t, abs=1e-6)
+    assert list(p.rate_at([T + 10, T + 40, T + 70])) == [100, 800, 100]
+
+
+def test_generated_rows_follow_the_profile_and_are_deterministic():
+    p = BurstProfile(quiet=100, burst=800).with_burst(T + 30, T + 60)
+    quiet, burst = injected(p, _ms(T + 5), _ms(T + 15)), injected(p, _ms(T + 40), _ms(T + 50))
+    assert quiet["requests"] == 1000 and burst["requests"] == 8000
+    # splitting a range in two gives the same rows (micro-batches and partitions do not matter)
+    whole = generate(p, _ms(T + 40), _ms(T + 50))
+    parts = [generate(p, _ms(T + 40), _ms(T + 43.3)), generate(p, _ms(T + 43.3), _ms(T + 50))]
+    for k in whole:
+        assert np.array_equal(whole[k], np.concatenate([x[k] for x in parts])), k
+    # malformed requests (and only they) have a null time
+    req = whole["kind"] == 0
+    assert ((~whole["valid"]) == (req & (whole["flow"] % MALFORMED_EVERY == MALFORMED_AT))).all()
+
+
+def test_scheduling_the_burst_later_keeps_the_past():
+    before = BurstProfile(quiet=50, burst=500)
+    after = before.with_burst(T + 100, T + 120)
+    for k, v in generate(before, _ms(T), _ms(T + 100)).items():
+        assert np.array_equal(v, generate(after, _ms(T), _ms(T + 100))[k]), k
+
+
+def test_clock_file_round_trip(tmp_path):
+    path = tmp_path / "clock.json"
+    assert read_clock(path) == (math.inf, math.inf)
+    write_clock(path, T + 1, T + 2)
+    assert read_clock(path) == (T + 1, T + 2)
+
+
+def test_profile_validation():
+    with pytest.raises(ValueError, match="quiet"):
+        BurstProfile(quiet=0, burst=1)
+    with pytest.raises(ValueError, match="burst_start <= burst_end"):
+        BurstProfile(quiet=1, burst=1, burst_start=5, burst_end=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# plans and estimates
+
+
+def test_estimate_grows_with_windows_and_rate():
+    small = demo.estimate(0.001, 0.002, 5 * demo.S, 10 * demo.S, 10 * demo.S, 50)
+    large = demo.estimate(0.001, 0.002, 30 * demo.S, 60 * demo.S, 1 * demo.S, 50)
+    fast = demo.estimate(0.0001, 0.0002, 30 * demo.S, 60 * demo.S, 1 * demo.S, 50)
+    for key in ("join_bytes", "agg_bytes", "join_rows", "agg_rows"):
+        assert 0 < small[key] <= large[key] <= fast[key], key
+    assert demo.estimate(None, math.nan, demo.S, demo.S, demo.S, 5) == {}
+    # the join keeps about rate x (upper + -lower) request and response rows: scans at 1/d = 1000/s
+    # are 250 requests/s and 250 responses/s
+    assert large["join_rows"] == pytest.approx(250 * 30 + 250 * 1, rel=0.05)
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+
+
+def test_report_has_plots_decisions_and_series(tmp_path):
+    pytest.importorskip("matplotlib")
+    from pyspark_cq.report import write_report
+
+    samples = [{"t": float(t), "offered": 200.0 if t < 5 else 1600.0, "upper_s": 30.0 if t < 6 else 12.0,
+                "window_s": 60.0, "granularity_s": 1.0 if t < 6 else 5.0, "join1_state_bytes": 1e5 * t,
+                "agg1_state_bytes": 5e4, "est_join_bytes": 9e4 * t, "est_agg_bytes": 6e4, "decisions": int(t >= 6)}
+               for t in range(10)]
+    batches = {"pairs": [{"t": 1.0, "rows": 10, "rate": 400.0, "state_bytes": 1000}],
+               "traffic": [{"t": 1.5, "rows": 10, "rate": 200.0, "state_bytes": 500}]}
+    decisions = [{"t": 6.0, "time": "x", "operator": "join1", "query": "pairs", "old": {"upper": 30_000_000},
+                  "new": {"upper": 12_000_000}, "at": {}, "reason": "PIPES resource manager (test)"}]
+    files = write_report(tmp_path, samples=samples, batches=batches, decisions=decisions,
+                         summary={"checks": [{"name": "c", "ok": True, "detail": "1 vs 1"}]}, budget=8e5,
+                         reserve=0.1, burst=(4.0, 8.0))
+    names = {f.name for f in files}
+    assert {"report.html", "timeseries.json", "memory.png", "settings.png", "rates.png"} <= names
+    for png in ("memory.png", "settings.png", "rates.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (tmp_path / "report.html").read_text()
+    assert '<img src="memory.png"' in page and "PIPES resource manager (test)" in page and "upper = 12 s" in page
+    assert json.loads((tmp_path / "timeseries.json").read_text())["decisions"][0]["new"]["upper"] == 12_000_000
+
+
+# ---------------------------------------------------------------------------------------------
+# arguments
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seconds", "0"], "--seconds must be at least 10"),
+    (["--seconds", "nan"], "--seconds must be at least 10"),
+    (["--rate", "0"], "--rate must be a positive"),
+    (["--burst-rate", "-5"], "--burst-rate must be a positive"),
+    (["--rate", "1e9"], "at most 5000"),
+    (["--hosts", "0"], "--hosts must be positive"),
+    (["--burst", "0.7,0.2"], "--burst must satisfy"),
+    (["--burst", "half"], "--burst must be two fractions"),
+    (["--budget", "lots"], "--budget must be a memory size"),
+    (["--every", "0"], "--every must be a positive"),
+])
+def test_demo_rejects_bad_arguments(argv, message):
+    with pytest.raises(SystemExit, match=message):
+        main(["demo", *argv])
+
+
+def test_demo_console_script_rejects_bad_arguments():
+    out = subprocess.run([CLI, "demo", "--rate", "0"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode != 0 and "--rate must be a positive" in (out.stdout + out.stderr)
+
+
+# ---------------------------------------------------------------------------------------------
+# a short run on Spark
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end(tmp_path):
+    """A short run with a budget so small that the resource manager must act as soon as it knows the rates."""
+    out = subprocess.run([CLI, "demo", "--seconds", "30", "--rate", "100", "--burst-rate", "400",
+                          "--burst", "0.2,0.6", "--budget", "300 KB", "--every", "5", "--master", "local[2]",
+                          "--output", str(tmp_path / "demo")],
+                         capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "summary" in out.stdout and "[FAIL]" not in out.stdout
+    report = tmp_path / "demo" / "report"
+    for name in ("report.html", "timeseries.json", "memory.png", "settings.png", "rates.png"):
+        assert (report / name).stat().st_size > 0, name
+    data = json.loads((report / "timeseries.json").read_text())
+    assert data["decisions"], "the resource manager took no decision"
+    assert all(d["operator"] in ("join1", "agg1") for d in data["decisions"])
+    stats = data["summary"]["runtime_statistics"]
+    assert stats["pairs"]["join1"]["batches"] > 0 and stats["traffic"]["agg1"]["batches"] > 0
+    assert stats["pairs"]["join1"]["state_bytes"] > 0 and stats["traffic"]["agg1"]["state_bytes"] > 0
+    assert all(c["ok"] for c in data["summary"]["checks"])
+    page = (report / "report.html").read_text()
+    assert '<img src="memory.png"' in page and ("<td>join1</td>" in page or "<td>agg1</td>" in page)

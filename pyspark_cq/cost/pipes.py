@@ -373,7 +373,9 @@ def _nnls(a: np.ndarray, b: np.ndarray, max_iter: int | None = None) -> np.ndarr
     m, n = a.shape
     x = np.zeros(n)
     passive = np.zeros(n, dtype=bool)
-    tol = 10 * np.finfo(float).eps * np.linalg.norm(a, 1) * max(m, n)
+    eps = np.finfo(float).eps
+    # Tolerance of the gradient w = aᵀ(b − a·x), which is in the units of aᵀ·b.
+    tol = 10 * eps * np.linalg.norm(a, 1) * max(m, n) * max(1.0, float(np.abs(b).max(initial=0.0)))
     for _ in range(max_iter or 3 * n + 10):
         w = a.T @ (b - a @ x)
         if passive.all() or (w[~passive] <= tol).all():
@@ -383,14 +385,19 @@ def _nnls(a: np.ndarray, b: np.ndarray, max_iter: int | None = None) -> np.ndarr
         while True:
             z = np.zeros(n)
             z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
-            if (z[passive] > tol).all():
+            # The solution has its own scale (e.g. 1e-8 s per event for counts of 1e6 and times of 1e-2 s):
+            # compare it with a tolerance relative to itself, not to the gradient's.
+            ztol = 10 * eps * float(np.abs(z).max(initial=0.0))
+            if (z[passive] > ztol).all():
                 x = z
                 break
-            mask = passive & (z <= tol)
+            mask = passive & (z <= ztol)
             step = np.min(x[mask] / (x[mask] - z[mask]))
             x = x + step * (z - x)
-            passive &= x > tol
+            passive &= x > 10 * eps * float(np.abs(x).max(initial=0.0))
             x[~passive] = 0.0
+            if not passive.any():
+                break
     return x
 
 
@@ -750,15 +757,41 @@ def granularity_change_delay(t: float, s: StreamCharacteristics) -> tuple[float,
 # validation helpers: estimated state rows of the Spark operators
 
 
+def _retention(window: float | None, watermark_delay: float, batch_span: float) -> float | None:
+    """How long an operator driven by a watermark keeps a row: ``window + delay + batch span``.
+
+    PIPES expires an element as soon as application time passes the end of its validity (§2.4.4,
+    §3.6.3). A Spark operator expires it at the end of a micro-batch, when the batch's watermark
+    ``wm = (max event time of the previous batches) − delay`` has passed it; at that moment the state
+    also holds the whole event time ``B`` the batch covered. So the state measured after a batch holds
+    the rows of the last ``window + delay + B`` of event time (the validation correction of
+    docs/cost-model.md, "Validation on Spark"). Zero delay and span give the window itself.
+    """
+    if watermark_delay == 0 and batch_span == 0:
+        return window
+    return max((window or 0.0) + watermark_delay + batch_span, 0.0)
+
+
 def join_state_rows(left: StreamCharacteristics, right: StreamCharacteristics, *,
-                    left_window: float | None = None, right_window: float | None = None) -> tuple[float, float]:
+                    left_window: float | None = None, right_window: float | None = None,
+                    watermark_delay: float = 0.0, batch_span: float = 0.0) -> tuple[float, float]:
     """Estimated state rows (left, right) of a symmetric window join, for comparison with measurements.
 
     The inputs' characteristics are first passed through their time-based windows (Cost Formula 7) when
     given; the state sizes are the terms of eq. (9) (:func:`join_state_sizes`). For a bound-form interval
     join ``right.t ∈ [left.t + lower, left.t + upper]`` each side's rows must be kept while the other side
     can still match them: ``left_window = max(upper, 0)``, ``right_window = max(-lower, 0)``.
+
+    ``watermark_delay`` and ``batch_span`` (event time per micro-batch) give the state of a
+    watermark-driven operator measured at the end of a batch (:func:`_retention`): each window grows to
+    ``window + watermark_delay + batch_span`` (``left_window = upper + delay + B``,
+    ``right_window = −lower + delay + B``, not clipped at 0 first). With both 0 (default) this is the
+    plain PIPES estimate.
     """
+    delay = chk.non_negative(watermark_delay, "watermark_delay")
+    span = chk.non_negative(batch_span, "batch_span")
+    left_window = _retention(left_window, delay, span)
+    right_window = _retention(right_window, delay, span)
     if left_window is not None:
         left = window_output(_sc(left, "left"), left_window)
     if right_window is not None:
@@ -767,14 +800,19 @@ def join_state_rows(left: StreamCharacteristics, right: StreamCharacteristics, *
 
 
 def aggregation_state_rows(s: StreamCharacteristics, *, window: float | None = None,
-                           granularity: float | None = None, groups: int = 1) -> float:
+                           granularity: float | None = None, groups: int = 1,
+                           watermark_delay: float = 0.0, batch_span: float = 0.0) -> float:
     """Estimated state rows of a (grouped) sliding-window aggregation, for comparison with measurements.
 
     ``s`` (the source) goes through ω (Formula 7) when ``window`` is given, then Γ (Formula 8) when
     ``granularity`` is given (the slide of a sliding aggregation), then the aggregation's state is
     eq. (15) — per group, times the number of groups (:func:`group_aggregation_memory`).
+    ``watermark_delay`` and ``batch_span`` extend the window to ``window + delay + B`` as for
+    :func:`join_state_rows` (state at the end of a micro-batch of a watermark-driven operator).
     """
     _sc(s, "s")
+    window = _retention(window, chk.non_negative(watermark_delay, "watermark_delay"),
+                        chk.non_negative(batch_span, "batch_span"))
     if window is not None:
         s = window_output(s, window)
     if granularity is not None:

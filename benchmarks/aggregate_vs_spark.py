@@ -40,7 +40,7 @@ DELAY = "10 seconds"
 
 # --- 1: the kernels ---------------------------------------------------------------------------------------
 
-def kernel_rates(n=2_000_000, keys=100, batch=100_000, repeats=3):
+def kernel_rates(n=2_000_000, keys=100, batch=100_000, repeats=3, ratios=RATIOS):
     from pyspark_cq._native import load
 
     k = load("_aggregate")
@@ -62,7 +62,7 @@ def kernel_rates(n=2_000_000, keys=100, batch=100_000, repeats=3):
     m = len(sl["hash"])
     for seconds in (10, 250):  # event time per call: a small micro-batch and one of 250 k rows at 1000 rows/s
         step = seconds * keys
-        for ratio in RATIOS:
+        for ratio in ratios:
             w = ratio * 1_000_000
             rates = []
             for _ in range(repeats):
@@ -134,9 +134,9 @@ def batch_run(df):
     return time.perf_counter() - start
 
 
-def batch_bench(spark, big, small, rows, small_rows, repeats):
+def batch_bench(spark, big, small, rows, small_rows, repeats, ratios=RATIOS):
     out = {}
-    for ratio in RATIOS:
+    for ratio in ratios:
         window = f"{ratio} seconds"
         src, n = (big, rows) if ratio < 600 else (small, small_rows)
         df = spark.read.parquet(src)
@@ -181,9 +181,9 @@ def stream_run(spark, build, directory, checkpoint):
     }
 
 
-def stream_bench(spark, big, small, tmp, repeats=2):
+def stream_bench(spark, big, small, tmp, repeats=2, ratios=RATIOS):
     out = {}
-    for ratio in RATIOS:
+    for ratio in ratios:
         window = f"{ratio} seconds"
         runs = [stream_run(spark, lambda d: ours_agg(d, window), big, os.path.join(tmp, f"ck_o{ratio}_{i}"))
                 for i in range(repeats)]
@@ -222,15 +222,22 @@ def main(argv=None):
     ap.add_argument("--layout-rows", type=int, default=200_000)
     ap.add_argument("--json", default=None, help="also write the results to this file")
     ap.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
+    ap.add_argument("--ratios", default="1,60,600", help="comma list of W/S values (default 1,60,600)")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: kernel,batch,stream,layout")
     args = ap.parse_args(argv)
     if args.quick:
         args.rows, args.small_rows, args.repeats, args.layout_rows = 200_000, 20_000, 1, 20_000
     skip = set(filter(None, args.skip.split(",")))
+    try:
+        ratios = tuple(int(r) for r in args.ratios.split(","))
+    except ValueError:
+        ap.error(f"--ratios must be a comma list of positive integers, got {args.ratios!r}")
+    if not ratios or min(ratios) <= 0:
+        ap.error(f"--ratios must be a comma list of positive integers, got {args.ratios!r}")
     result = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if "kernel" not in skip:
-        result["kernel"] = kernel_rates()
+        result["kernel"] = kernel_rates(ratios=ratios)
         print("kernel:", json.dumps(result["kernel"], indent=1), flush=True)
     tmp = tempfile.mkdtemp(prefix="cq-agg-bench-")
     try:
@@ -250,10 +257,10 @@ def main(argv=None):
             # Warm the Python workers (imports, first Arrow batches) outside the timed runs.
             stream_run(spark, lambda d: ours_agg(d, "10 seconds"), small, os.path.join(tmp, "ck_warm"))
         if "batch" not in skip:
-            result["batch"] = batch_bench(spark, big, small, args.rows, args.small_rows, args.repeats)
+            result["batch"] = batch_bench(spark, big, small, args.rows, args.small_rows, args.repeats, ratios)
             save()
         if "stream" not in skip:
-            result["stream"] = stream_bench(spark, big, small, tmp, max(1, args.repeats - 1))
+            result["stream"] = stream_bench(spark, big, small, tmp, max(1, args.repeats - 1), ratios)
             save()
         if "layout" not in skip:
             result["layout"] = layout_bench(spark, tmp, args.layout_rows)

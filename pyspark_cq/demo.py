@@ -2,8 +2,8 @@
 
 A generated packet stream (:mod:`pyspark_cq.demo_source`: requests and their responses, quiet → burst →
 quiet) feeds two continuous queries, both registered with the adaptive runtime
-(:class:`pyspark_cq.runtime.CQRuntime`) and the PIPES resource manager (policy ``pipes``) under a memory
-budget:
+(:class:`pyspark_cq.runtime.CQRuntime`) and the PIPES resource manager (policy ``pipes``, with
+``retention=True``: windows costed as window + watermark delay + batch span) under a memory budget:
 
 - ``pairs``: an interval join of requests and responses on the flow id,
   ``response.ts ∈ [request.ts − 1 s, request.ts + upper]`` (operator ``join1``; the resource manager adjusts
@@ -99,7 +99,8 @@ def _check(args) -> tuple[float, float]:
 # plans, QoS and estimates
 
 
-def plans(upper: float, window: float, granularity: float, hosts: int, *, unit: float = 1.0, labels: bool = True):
+def plans(upper: float, window: float, granularity: float, hosts: int, *, unit: float = 1.0, labels: bool = True,
+          lower: float = LOWER):
     """The plans of the two queries (PIPES algebra, :mod:`pyspark_cq.plan`), sizes in µs / ``unit``.
 
     ``pairs``: σ[¼](scans) ω[upper] ⋈ σ[¼](scans) ω[−lower]; ``traffic``:
@@ -115,7 +116,7 @@ def plans(upper: float, window: float, granularity: float, hosts: int, *, unit: 
         return text if labels else None
 
     side = P.Select(P.Source("scans"), 0.25)
-    pairs = P.Join(P.Window(side, upper / unit, label=lab("join1.upper")), P.Window(side, -LOWER / unit),
+    pairs = P.Join(P.Window(side, upper / unit, label=lab("join1.upper")), P.Window(side, -lower / unit),
                    selectivity=1e-4)
     traffic = P.Aggregate(P.Granularity(P.Window(P.Source("packets"), window / unit, label=lab("agg1.window")),
                                         granularity / unit, label=lab("agg1.granularity")), groups=hosts)
@@ -140,9 +141,13 @@ def cost_profile():
 
 
 def estimate(d_scans: float, d_packets: float, upper: float, window: float, granularity: float,
-             hosts: int) -> dict:
+             hosts: int, retention: dict | None = None) -> dict:
     """Cost-model estimates at the given control values (µs) and the measured distances d (seconds) of the
     join's source (``scans``, both branches) and the aggregation's (``packets``).
+
+    ``retention`` maps a query (``pairs``, ``traffic``) to its measured ``(watermark_delay, batch_span)``
+    in seconds (None: 0); every window is then costed as window + δ + B, as the resource manager does with
+    ``retention=True`` (:func:`pyspark_cq.cost.pipes.watermark_retention`).
 
     Returns the memory in bytes of each query (:func:`pyspark_cq_plugins.pipes_rm.pipes_estimate`, in
     milliseconds as the resource manager costs it) and the state rows by
@@ -153,18 +158,31 @@ def estimate(d_scans: float, d_packets: float, upper: float, window: float, gran
 
     out = {}
     unit = 1000.0   # ms, the resource manager's time unit
-    pairs, traffic = plans(upper, window, granularity, hosts, unit=unit, labels=False)
+
+    def extra(q):   # (δ, B) of query q in ms
+        delay, span = (retention or {}).get(q) or (None, None)
+        return tuple(0.0 if v is None or not math.isfinite(v) else v * S / unit for v in (delay, span))
+
     profile = cost_profile()
     if d_scans is not None and math.isfinite(d_scans) and d_scans > 0:
         d = d_scans * unit
+        delay, span = extra("pairs")
+        kept = C.watermark_retention(upper / unit, delay, span) * unit
+        pairs, _ = plans(kept, window, granularity, hosts, unit=unit, labels=False,
+                         lower=-C.watermark_retention(-LOWER / unit, delay, span) * unit)
         left, right = C.join_state_rows(C.SC(4 * d, 1.0, 1.0), C.SC(4 * d, 1.0, 1.0),
-                                        left_window=upper / unit, right_window=-LOWER / unit)
+                                        left_window=upper / unit, right_window=-LOWER / unit,
+                                        watermark_delay=delay, batch_span=span)
         out.update(join_bytes=pipes_estimate(pairs, {"scans": d}, profile)[0], join_rows=left + right)
     if d_packets is not None and math.isfinite(d_packets) and d_packets > 0:
         d = d_packets * unit
+        delay, span = extra("traffic")
+        _, traffic = plans(upper, C.watermark_retention(window / unit, delay, span) * unit, granularity, hosts,
+                           unit=unit, labels=False)
         out.update(agg_bytes=pipes_estimate(traffic, {"packets": d}, profile)[0],
                    agg_rows=C.aggregation_state_rows(C.SC(d, 1.0, 1.0), window=window / unit,
-                                                     granularity=granularity / unit, groups=hosts))
+                                                     granularity=granularity / unit, groups=hosts,
+                                                     watermark_delay=delay, batch_span=span))
     return out
 
 
@@ -273,7 +291,7 @@ class _Recorder:
         rec = {"t": now - self.t0, "offered": float(self.profile.rate_at(now)) * 2,
                "upper_s": upper / S if upper else None, "window_s": window / S if window else None,
                "granularity_s": gran / S if gran else None}
-        d = {}
+        d, retention = {}, {}
         for q, op in self.OPS.items():
             info = snap.queries.get(q)
             if info is None:
@@ -284,9 +302,11 @@ class _Recorder:
             rec[f"{op}_state_rows"] = _num(o.state_rows) if o else None
             src = info.sources.get(self.SOURCES[q])
             d[q] = _num(src.distance) if src is not None else None
+            retention[q] = (info.watermark_delay, info.batch_span)
+            rec[f"{q}_delay_s"], rec[f"{q}_span_s"] = info.watermark_delay, info.batch_span
             rec[f"{q}_d_s"] = d[q]
         if upper and window and gran:
-            est = estimate(d.get("pairs"), d.get("traffic"), upper, window, gran, self.hosts)
+            est = estimate(d.get("pairs"), d.get("traffic"), upper, window, gran, self.hosts, retention)
             rec.update({f"est_{k}": v for k, v in est.items()})
         rec["decisions"] = len(self.decisions())
         self.samples.append(rec)
@@ -434,7 +454,7 @@ def run(args) -> int:
 
     rt = CQRuntime(spark, policies=["pipes"], memory_budget=budget, every_batches=2, every_seconds=4.0, alpha=0.5,
                    control_path=str(paths["control"] / "control.json"),
-                   policy_options={"pipes": {"profile": cost_profile()}})
+                   policy_options={"pipes": {"profile": cost_profile(), "retention": True}})
     pairs_plan, traffic_plan = plans(30 * S, 60 * S, 1 * S, args.hosts)
     pairs_qos, traffic_qos = qos()
     profile = BurstProfile(quiet=args.rate, burst=args.burst_rate, hosts=args.hosts)

@@ -77,7 +77,7 @@ def _memory_plot(path, samples, batches, budget, reserve, burst, decisions, plt)
     est = [(s["t"], s["est_join_bytes"] + s["est_agg_bytes"]) for s in samples if s.get("est_join_bytes") is not None]
     if est:
         ax.plot([p[0] for p in est], [p[1] / kb for p in est], "--", color="tab:purple", lw=1.6,
-                label="cost-model estimate (PIPES) at current settings")
+                label="cost-model estimate (PIPES, as the resource manager costs it) at current settings")
     ax.axhline(budget / kb, color="tab:red", lw=1.5, label=f"budget {budget / kb:,.0f} KB")
     if reserve:
         ax.axhline(budget * (1 - reserve) / kb, color="tab:red", lw=0.8, ls=":",

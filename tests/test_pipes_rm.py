@@ -319,3 +319,147 @@ def test_workload_generator_follows_table_3():
             lo, hi = sorted((rng_.min, rng_.max))
             assert (60 * S <= lo <= hi <= 1800 * S) or (MS <= lo <= hi <= 10_000 * MS)
     assert DEFAULT_PROFILE.element_size == 64.0 and math.isclose(pipes.CostProfile().element_size, 1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# retention: windows costed as window + watermark delay δ + batch span B (docs/cost-model.md)
+
+
+def retention_queries(delay=None, span=None, lower=-1 * S):
+    """A bound-form interval join (labelled upper and lower, an unlabelled window below a selection) and a
+    sliding aggregation (labelled window and granularity, and an unlabelled outer window), with δ and B."""
+    join = P.Join(P.Window(P.Select(P.Window(P.Source("a"), 20 * S), 0.5), 30 * S, label="j.upper"),
+                  P.Window(P.Source("b"), 1 * S, label="j.lower"), selectivity=0.01)
+    jq = {"j.upper": QoSRange.window(2 * S, 30 * S), "j.lower": QoSRange(lower, lower, step=1)}
+    agg = P.Aggregate(P.Granularity(P.Window(P.Source("c"), 60 * S, label="g.window"), 1 * S,
+                                    label="g.granularity"), groups=5)
+    gq = {"g.window": QoSRange.window(10 * S, 60 * S, step=10 * S), "g.granularity": QoSRange.granularity(S, S)}
+    stats = {s: SourceStats(s, 1 / d, d) for s, d in (("a", 0.01), ("b", 0.02), ("c", 0.005))}
+    return (QueryInfo("join", join, jq, {k: stats[k] for k in "ab"}, watermark_delay=delay, batch_span=span),
+            QueryInfo("agg", agg, gq, {"c": stats["c"]}, watermark_delay=delay, batch_span=span))
+
+
+def extended_by_hand(upper_ms, lower_ms, window_ms, ext_ms):
+    """The two plans in ms with every time-based window extended by δ + B (written out, no RM code)."""
+    join = P.Join(P.Window(P.Select(P.Window(P.Source("a"), 20_000 + ext_ms), 0.5), upper_ms + ext_ms),
+                  P.Window(P.Source("b"), max(-lower_ms + ext_ms, 0.0)), selectivity=0.01)
+    agg = P.Aggregate(P.Granularity(P.Window(P.Source("c"), window_ms + ext_ms), 1000.0), groups=5)
+    return join, agg
+
+
+def oracle(upper_ms, lower_ms, window_ms, ext_ms):
+    join, agg = extended_by_hand(upper_ms, lower_ms, window_ms, ext_ms)
+    sc = {s: pipes.StreamCharacteristics(d, 1.0, 1.0) for s, d in (("a", 10.0), ("b", 20.0), ("c", 5.0))}
+    return (pipes.cost_plan(join, sc, profile=DEFAULT_PROFILE).memory,
+            pipes.cost_plan(agg, sc, profile=DEFAULT_PROFILE).memory)
+
+
+def test_retention_off_is_the_plain_model():
+    """retention=False ignores δ and B (same numbers as before the option existed and as the plain model);
+    retention=True without statistics yet costs with 0 and gives the same numbers."""
+    snap = Snapshot(0.0, {q.name: q for q in retention_queries(2.0, 3.0)})
+    plain = Snapshot(0.0, {q.name: q for q in retention_queries()})
+    rms = [PipesResourceManager(reserve=0.0), PipesResourceManager(reserve=0.0, retention=False)]
+    for rm in rms:
+        rm.decide(snap)
+    on = PipesResourceManager(reserve=0.0, retention=True)
+    on.decide(plain)
+    want = oracle(30_000, -1000, 60_000, 0.0)
+    for rm in rms + [on]:
+        est = rm.estimates()
+        assert est["join"][0] == pytest.approx(want[0]) and est["agg"][0] == pytest.approx(want[1])
+        assert rm.allocation.f_window == 1.0
+
+
+@pytest.mark.parametrize("lower", [-1 * S, 2 * S])
+def test_retention_extends_every_window_by_delay_plus_span(lower):
+    """With δ = 2 s, B = 3 s every time-based window (labelled upper/lower/window and unlabelled) is costed
+    5 s longer: the RM's estimates equal cost_plan on the plans extended by hand. A positive lower bound
+    gives −lower + δ + B without clipping −lower at 0 first."""
+    join, agg = retention_queries(2.0, 3.0, lower=lower)
+    rm = PipesResourceManager(reserve=0.0, retention=True)
+    rm.decide(Snapshot(0.0, {"join": join, "agg": agg}))
+    want = oracle(30_000, lower / MS, 60_000, 5_000.0)
+    est = rm.estimates()
+    assert est["join"][0] == pytest.approx(want[0]) and est["agg"][0] == pytest.approx(want[1])
+    assert rm.exact_estimate("join")[0] == pytest.approx(want[0])
+    plain = oracle(30_000, lower / MS, 60_000, 0.0)
+    assert want[0] > plain[0] and want[1] > plain[1]
+    # the settings are what the control table holds (not extended)
+    assert rm.settings("join")["j.upper"] == 30 * S and rm.settings("agg")["g.window"] == 60 * S
+
+
+def test_retention_under_a_budget_shrinks_windows_more():
+    """Under the same budget the extended estimate needs smaller windows; the exact cost model at the
+    allocation (extended) is within the bound."""
+    join, agg = retention_queries(2.0, 3.0)
+    plain_rm = PipesResourceManager(reserve=0.0)
+    rt_rm = PipesResourceManager(reserve=0.0, retention=True)
+    full = oracle(30_000, -1000, 60_000, 0.0)
+    budget = 0.6 * sum(full)
+    for rm in (plain_rm, rt_rm):
+        rm.decide(Snapshot(0.0, {"join": join, "agg": agg}, memory_budget=budget))
+        assert rm.allocation.feasible
+    assert rt_rm.allocation.f_window < plain_rm.allocation.f_window
+    s = rt_rm.settings("join")["j.upper"] / MS, rt_rm.settings("agg")["g.window"] / MS
+    exact = oracle(s[0], -1000, s[1], 5_000.0)
+    assert sum(exact) == pytest.approx(sum(rt_rm.exact_estimate(q)[0] for q in ("join", "agg")))
+    assert sum(exact) <= budget * (1 + 1e-9)
+
+
+def test_retention_cache_invalidated_only_beyond_threshold():
+    rm = PipesResourceManager(reserve=0.0, retention=True, distance_threshold=0.2, prefetch=False)
+
+    def snap(jd, js, ad, as_):
+        join, _ = retention_queries(jd, js)
+        _, agg = retention_queries(ad, as_)
+        return Snapshot(0.0, {"join": join, "agg": agg})
+
+    rm.decide(snap(2.0, 3.0, 2.0, 3.0))
+    n = rm.evaluations
+    assert rm.set_retention("join", 2.0, 3.4) is False                   # δ + B = 5.4 s: +8 %
+    rm.decide(snap(2.0, 3.5, 2.0, 3.0))                                    # 5.5 s: +10 %, below threshold
+    assert rm.evaluations == n
+    assert rm.estimates()["join"][0] == pytest.approx(oracle(30_000, -1000, 60_000, 5_000.0)[0])
+    rm.decide(snap(2.0, 5.0, 2.0, 3.0))                                    # 7 s: +40 %, join re-costed only
+    assert rm.evaluations == n + 1
+    want = oracle(30_000, -1000, 60_000, 7_000.0)
+    assert rm.estimates()["join"][0] == pytest.approx(want[0])
+    assert rm.estimates()["agg"][0] == pytest.approx(oracle(30_000, -1000, 60_000, 5_000.0)[1])
+    rm.decide(snap(None, None, 2.0, 3.0))                                  # statistics lost: back to 0
+    assert rm.estimates()["join"][0] == pytest.approx(oracle(30_000, -1000, 60_000, 0.0)[0])
+    off = PipesResourceManager(reserve=0.0)
+    off.decide(snap(2.0, 3.0, 2.0, 3.0))
+    assert off.set_retention("join", 10.0, 10.0) is False                  # off: never invalidates
+
+
+def test_retention_argument_validated():
+    with pytest.raises(TypeError, match="retention"):
+        PipesResourceManager(retention="yes")
+    with pytest.raises(TypeError, match="retention"):
+        PipesResourceManager(retention=1)
+    rm = PipesResourceManager(retention=True)
+    rm.add(retention_queries()[0])
+    with pytest.raises(ValueError, match="watermark_delay"):
+        rm.set_retention("join", -1.0, 0.0)
+    with pytest.raises(TypeError, match="batch_span"):
+        rm.set_retention("join", 0.0, "3 s")
+    with pytest.raises(KeyError, match="nope"):
+        rm.set_retention("nope", 0.0, 0.0)
+    with pytest.raises(ValueError, match="watermark_delay"):
+        QueryInfo("q", watermark_delay=-1.0)
+    with pytest.raises(ValueError, match="batch_span"):
+        QueryInfo("q", batch_span=math.inf)
+
+
+def test_watermark_retention_is_the_validation_correction():
+    assert pipes.watermark_retention(10.0, 2.0, 3.0) == 15.0
+    assert pipes.watermark_retention(None, 0.0, 0.0) is None and pipes.watermark_retention(-1.0, 0.5, 0.0) == 0.0
+    left, right = pipes.join_state_rows(pipes.SC(1.0, 1.0, 1.0), pipes.SC(1.0, 1.0, 1.0), left_window=10.0,
+                                        right_window=4.0, watermark_delay=2.0, batch_span=3.0)
+    l2, r2 = pipes.join_state_rows(pipes.SC(1.0, 1.0, 1.0), pipes.SC(1.0, 1.0, 1.0),
+                                   left_window=pipes.watermark_retention(10.0, 2.0, 3.0),
+                                   right_window=pipes.watermark_retention(4.0, 2.0, 3.0))
+    assert (left, right) == (l2, r2)
+    with pytest.raises(ValueError, match="batch_span"):
+        pipes.watermark_retention(1.0, 0.0, -1.0)

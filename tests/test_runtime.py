@@ -76,6 +76,27 @@ def test_store_event_time_advance():
     assert parse_event_time("1970-01-01T00:00:01.500Z") == 1_500_000
 
 
+def test_store_watermark_delay_and_batch_span():
+    """δ = the previous batches' largest event time − the batch's watermark, B = the event-time advance,
+    both smoothed; None until measured (an epoch watermark is no watermark); the QueryInfo pickles."""
+    import pickle
+
+    store = StatisticsStore(alpha=0.5)
+    store.register("q")
+    assert (store.query_info("q").watermark_delay, store.query_info("q").batch_span) == (None, None)
+    store.update(progress(0, event_max="2024-01-01T00:00:10.000Z"))            # watermark 1970: none yet
+    assert store.query_info("q").watermark_delay is None
+    for batch, (event, wm) in enumerate([("00:00:12", "00:00:08"), ("00:00:15", "00:00:09")], start=1):
+        p = progress(batch, event_max=f"2024-01-01T{event}.000Z")
+        p["eventTime"]["watermark"] = f"2024-01-01T{wm}.000Z"
+        store.update(p)
+    info = store.query_info("q")
+    # δ: 10 − 8 = 2 s, then 12 − 9 = 3 s → 2.5; B: 2 s, then 3 s → 2.5 (α = 0.5)
+    assert info.watermark_delay == pytest.approx(2.5) and info.batch_span == pytest.approx(2.5)
+    back = pickle.loads(pickle.dumps(Snapshot(0.0, {"q": info}))).queries["q"]
+    assert (back.watermark_delay, back.batch_span) == (info.watermark_delay, info.batch_span)
+
+
 def test_store_validation():
     store = StatisticsStore()
     with pytest.raises(ValueError, match="alpha"):

@@ -29,6 +29,13 @@ bisection interpolates linearly: a window join's memory is linear in its window 
 join's output bilinear (convex along f), so the chord over-estimates there and the error is bounded by the
 knot spacing. A re-plan is then a handful of vectorised sums over all queries.
 
+Retention (``retention=True``). A Spark operator driven by a watermark keeps ``window + δ + B`` of event
+time, not the window PIPES assumes (docs/cost-model.md, "Validation on Spark"): δ is the watermark delay,
+B the event time of one micro-batch. With ``retention`` every time-based ``Window`` of a query's plan
+(labelled or not) is costed at :func:`pyspark_cq.cost.pipes.watermark_retention` of its size with the
+query's measured ``QueryInfo.watermark_delay`` and ``batch_span`` (0 while unknown); a relative move of
+δ + B beyond ``distance_threshold`` invalidates that query's cached estimates, like d.
+
 Plans and QoS come from :class:`~pyspark_cq.policies.QueryInfo`: ``Window`` and ``Granularity`` nodes that
 carry a label ``"<operator>.<param>"`` present in ``qos`` are adjusted (plan sizes in µs). A label's param
 ``window`` or ``upper`` gives the window size directly; ``lower`` gives ``-lower`` (a bound-form interval
@@ -92,6 +99,8 @@ class _Query:
     window_knots: np.ndarray            # (n_windows, knots+1) µs at f = k/knots
     nodes: tuple                        # the plan in postorder (children first)
     row: int = -1
+    delay: float = 0.0                  # δ (time units) of the cached estimates (retention)
+    span: float = 0.0                   # B (time units) of the cached estimates (retention)
 
     @property
     def gran_dependent(self) -> bool:
@@ -206,6 +215,10 @@ class PipesResourceManager(Policy):
         After each feasible re-plan, evaluate every query at all knots of the chosen granularity level (and
         at the step-1 points), so that later re-plans and admissions find the estimates cached; without it
         estimates are computed when first needed.
+    retention : bool
+        Cost every time-based window of a query as ``window + δ + B``, the event time a watermark-driven
+        Spark operator really keeps (δ, B: the query's ``watermark_delay`` and ``batch_span`` statistics,
+        0 until measured); False (default): the plain PIPES windows.
     """
 
     name = "pipes"
@@ -213,7 +226,7 @@ class PipesResourceManager(Policy):
     def __init__(self, memory=None, cpu=None, *, p: int = 8, knots: int = 16, tolerance: float = 1e-3,
                  reserve: float = 0.1, distance_threshold: float = 0.2, time_unit=1000, profile=None,
                  estimate: Callable | None = None, distances: Mapping[str, float] | None = None,
-                 prefetch: bool = True):
+                 prefetch: bool = True, retention: bool = False):
         self.memory = None if memory is None else parse_size(memory, "memory")
         if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not cpu > 0):
             raise ValueError(f"cpu must be a positive processing-cost bound or None, got {cpu!r}")
@@ -245,6 +258,10 @@ class PipesResourceManager(Policy):
         if not isinstance(prefetch, bool):
             raise TypeError(f"prefetch must be a bool, got {prefetch!r}")
         self.prefetch = prefetch
+        if not isinstance(retention, bool):
+            raise TypeError(f"retention must be a bool (cost windows as window + watermark delay + batch span), "
+                            f"got {retention!r}")
+        self.retention = retention
         self._reset()
 
     def _reset(self) -> None:
@@ -263,7 +280,8 @@ class PipesResourceManager(Policy):
 
     @classmethod
     def _unit_test_params(cls) -> list[dict]:
-        return [{}, {"memory": "2 MB", "p": 4, "knots": 8, "reserve": 0.2}]
+        return [{}, {"memory": "2 MB", "p": 4, "knots": 8, "reserve": 0.2}, {"retention": True},
+                {"memory": "2 MB", "p": 4, "knots": 8, "retention": True}]
 
     # -- configuration helpers -------------------------------------------------------------------
 
@@ -330,6 +348,8 @@ class PipesResourceManager(Policy):
             raise TypeError(f"info must be a QueryInfo, got {type(info).__name__}")
         query = self._model(info)
         if info.name in self._queries:
+            old = self._queries[info.name]
+            query.delay, query.span = old.delay, old.span
             self._drop(info.name)
         query.row = self._table.add()
         self._queries[info.name] = query
@@ -387,6 +407,27 @@ class PipesResourceManager(Policy):
         self._dirty = True
         return True
 
+    def set_retention(self, query: str, watermark_delay, batch_span) -> bool:
+        """Report the measured watermark delay δ and batch span B (seconds; None = unknown = 0) of ``query``.
+
+        Only with ``retention``. Returns True when δ + B moved beyond ``distance_threshold`` (relative) from
+        the value of the cached estimates: the query's estimates are then recomputed at the next re-plan.
+        """
+        if query not in self._queries:
+            raise KeyError(f"query {query!r} is not managed; managed: {sorted(self._queries)}")
+        if not self.retention:
+            return False
+        q = self._queries[query]
+        delay, span = (self._units(_seconds_or_zero(v, n) * _SECOND)
+                       for v, n in ((watermark_delay, "watermark_delay"), (batch_span, "batch_span")))
+        used = q.delay + q.span
+        if abs(delay + span - used) <= self.distance_threshold * used:
+            return False
+        q.delay, q.span = delay, span
+        self._table.invalidate(q.row)
+        self._dirty = True
+        return True
+
     # -- costing ---------------------------------------------------------------------------------
 
     def _window_values(self, q: _Query, f: float) -> np.ndarray:
@@ -397,8 +438,14 @@ class PipesResourceManager(Policy):
 
     def _plan_at(self, q: _Query, windows: np.ndarray, level: int) -> P.Node:
         sizes = {}
+        extend = self.retention and (q.delay > 0 or q.span > 0)
         for lab, value in zip(q.window_labels, windows):
-            sizes[lab] = self._units(_window_size(parse_label(lab)[1], value))
+            param = parse_label(lab)[1]
+            if extend:      # −lower + δ + B, not clipped at 0 before the extension (as join_state_rows)
+                raw = self._units(-value if param == "lower" else value)
+                sizes[lab] = max(pipes.watermark_retention(raw, q.delay, q.span), 0.0)
+            else:
+                sizes[lab] = self._units(_window_size(param, value))
         for lab, value in zip(q.gran_labels, q.gran_values[:, level]):
             sizes[lab] = self._units(value)
         memo: dict[int, P.Node] = {}
@@ -413,7 +460,12 @@ class PipesResourceManager(Policy):
             if node.label in sizes:
                 changes["size" if isinstance(node, P.Window) else "granularity"] = sizes[node.label]
             elif isinstance(node, P.Window):
-                changes["size"] = self._units(node.size) if node.kind == "time" else node.size
+                if node.kind != "time":
+                    changes["size"] = node.size
+                elif extend:
+                    changes["size"] = pipes.watermark_retention(self._units(node.size), q.delay, q.span)
+                else:
+                    changes["size"] = self._units(node.size)
             elif isinstance(node, P.Granularity):
                 changes["granularity"] = self._units(node.granularity)
             memo[id(node)] = node.replace(**changes) if changes else node
@@ -655,6 +707,10 @@ class PipesResourceManager(Policy):
                 self.set_distance(src, float(np.median(measured[src])))
             elif src not in self._d_used and self.distances and src in self.distances:
                 self.set_distance(src, self.distances[src])
+        if self.retention:
+            for name in sorted(self._queries):
+                info = snapshot.queries[name]
+                self.set_retention(name, info.watermark_delay, info.batch_span)
 
     def decide(self, snapshot: Snapshot) -> Decisions:
         """Sync queries, bounds and source distances with ``snapshot``, re-plan if anything moved, and
@@ -687,11 +743,13 @@ class PipesResourceManager(Policy):
                 self.set_distance(src, self.distances[src])
         if not self._ready(query):
             self.add(info)
+            self.set_retention(info.name, info.watermark_delay, info.batch_span)
             unknown = [s for s in query.sources if s not in self._d_used]
             return Admission(True, f"accepted; no rate measured yet for {unknown}: planned once known",
                              Decisions((), self.name))
         previous = self._allocation
         self.add(info)
+        self.set_retention(info.name, info.watermark_delay, info.batch_span)
         allocation = self.replan()
         if not allocation.feasible:
             self._drop(info.name)
@@ -723,4 +781,17 @@ class PipesResourceManager(Policy):
 def _positive(value, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def _seconds_or_zero(value, name: str) -> float:
+    """A measured duration in seconds; None or nan (not measured yet) is 0."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds or None, got {value!r}")
+    if math.isnan(value):
+        return 0.0
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number of seconds >= 0 or None, got {value!r}")
     return float(value)

@@ -30,7 +30,7 @@ __all__ = [
     "aggregation_output", "group_aggregation_output", "window_output", "granularity_output",
     "selection_processing", "projection_processing", "union_processing",
     "window_memory", "window_processing", "granularity_processing",
-    "join_state_sizes", "join_memory", "JoinProcessing", "join_processing",
+    "join_state_sizes", "join_memory", "JoinProcessing", "join_processing", "watermark_retention",
     "aggregation_state_size", "aggregation_memory", "AggregationProcessing", "aggregation_processing",
     "group_aggregation_memory", "group_aggregation_processing",
     "NodeCost", "PlanCost", "cost_plan",
@@ -770,6 +770,15 @@ def _retention(window: float | None, watermark_delay: float, batch_span: float) 
     if watermark_delay == 0 and batch_span == 0:
         return window
     return max((window or 0.0) + watermark_delay + batch_span, 0.0)
+
+
+def watermark_retention(window: float | None, watermark_delay: float = 0.0, batch_span: float = 0.0
+                        ) -> float | None:
+    """The event time a watermark-driven Spark operator keeps for a PIPES window: ``window + δ + B``
+    (:func:`_retention`, the public entry for other modules such as the resource manager; the delay and
+    span must be >= 0). ``None`` stays ``None`` when both are 0; the result is clipped at 0 otherwise."""
+    return _retention(window, chk.non_negative(watermark_delay, "watermark_delay"),
+                      chk.non_negative(batch_span, "batch_span"))
 
 
 def join_state_rows(left: StreamCharacteristics, right: StreamCharacteristics, *,

@@ -95,6 +95,13 @@ class QueryInfo:
         Query-level statistics: micro-batches seen, smoothed input rows/s, smoothed batch duration (s),
         Spark state-store rows and bytes (latest), rows dropped by the watermark since start, latest
         maximum event time (µs since the epoch, or None).
+    watermark_delay : float, optional
+        Smoothed watermark delay δ (seconds): the largest event time of the previous micro-batches minus
+        the batch's ``eventTime.watermark``; None until measured.
+    batch_span : float, optional
+        Smoothed event time B (seconds) one micro-batch advances the largest event time; None until
+        measured. A watermark-driven Spark operator keeps ``window + δ + B`` of event time
+        (:func:`pyspark_cq.cost.pipes.watermark_retention`, docs/cost-model.md "Validation on Spark").
     """
 
     name: str
@@ -110,10 +117,17 @@ class QueryInfo:
     state_bytes: float = NAN
     late_rows_total: int = 0
     event_time: int | None = None
+    watermark_delay: float | None = None
+    batch_span: float | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name:
             raise TypeError(f"name must be a non-empty str, got {self.name!r}")
+        for fname in ("watermark_delay", "batch_span"):
+            value = getattr(self, fname)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not math.isfinite(value) or value < 0):
+                raise ValueError(f"{fname} must be a finite number of seconds >= 0 or None, got {value!r}")
         if self.plan is not None and not isinstance(self.plan, P.Node):
             raise TypeError(f"plan must be a pyspark_cq.plan.Node or None, got {type(self.plan).__name__}")
         for fname in ("qos", "sources", "operators", "control"):

@@ -3,7 +3,9 @@
 Fed with one ``StreamingQueryProgress`` (or its JSON dict) per micro-batch, it keeps:
 
 - per query: micro-batches seen, arrival rate λ (``inputRowsPerSecond``), batch duration, Spark state-store
-  rows and bytes (``stateOperators``), rows dropped by the watermark, the latest maximum event time;
+  rows and bytes (``stateOperators``), rows dropped by the watermark, the latest maximum event time, the
+  event time a batch advances it (B) and the watermark delay δ (the previous batches' largest event time
+  minus the batch's ``eventTime.watermark``);
 - per source (a name of the query's plan, matched to a progress source by a substring of its
   description, or given a fixed d): arrival rate λ and distance d = 1/λ (PIPES §3.2.2: "an online average
   over d with exponential smoothing");
@@ -56,6 +58,10 @@ def _finite(value) -> float | None:
         value = float(value)
     except (TypeError, ValueError):
         return None
+    return value if math.isfinite(value) else None
+
+
+def _optional(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
@@ -115,6 +121,7 @@ class _QueryState:
     rate: _Smoothed = None
     duration: _Smoothed = None
     advance: _Smoothed = None
+    lag: _Smoothed = None
     state_rows: float = math.nan
     state_bytes: float = math.nan
     late_total: int = 0
@@ -123,6 +130,7 @@ class _QueryState:
 
     def __post_init__(self):
         self.rate, self.duration, self.advance = _Smoothed(self.alpha), _Smoothed(self.alpha), _Smoothed(self.alpha)
+        self.lag = _Smoothed(self.alpha)
 
 
 class StatisticsStore:
@@ -234,7 +242,13 @@ class StatisticsStore:
             state.state_rows = float(sum(int(_get(o, "numRowsTotal", 0)) for o in ops))
             state.state_bytes = float(sum(int(_get(o, "memoryUsedBytes", 0)) for o in ops))
             state.late_total += sum(int(_get(o, "numRowsDroppedByWatermark", 0)) for o in ops)
-        event = parse_event_time((_get(progress, "eventTime", {}) or {}).get("max"))
+        event_times = _get(progress, "eventTime", {}) or {}
+        event = parse_event_time(event_times.get("max"))
+        watermark = parse_event_time(event_times.get("watermark"))
+        if event is not None and watermark is not None and watermark > 0 and state.event_time is not None:
+            # δ: Spark's watermark is the largest event time of the previous batches minus the delay (the
+            # batch's own max is then δ + B ahead of it); 0 = no watermark yet (epoch)
+            state.lag.add(max(state.event_time - watermark, 0) / 1e6)
         if event is not None:
             if state.event_time is not None and event > state.event_time:
                 state.advance.add((event - state.event_time) / 1e6)
@@ -293,4 +307,4 @@ class StatisticsStore:
                     last.get("evicted_rows", 0), last.get("late_rows", 0), op.late_total)
             return QueryInfo(query, plan, dict(qos or {}), sources, operators, dict(control or {}),
                              s.batches, s.rate.value, s.duration.value, s.state_rows, s.state_bytes, s.late_total,
-                             s.event_time)
+                             s.event_time, _optional(s.lag.value), _optional(s.advance.value))

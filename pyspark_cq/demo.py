@@ -503,12 +503,16 @@ def run(args) -> int:
             if time.time() >= next_line:
                 print(_line(sample, budget), flush=True)
                 next_line += args.every
+        # A micro-batch cut short by stop() is not committed (the Parquet sink's log leaves it out), but
+        # Spark logs its cancellation as a page of ERROR stack traces: silence the log while stopping.
+        spark.sparkContext.setLogLevel("OFF")
         for q in ("pairs", "traffic"):
             _stop_between_batches(rt.query(q))
     except Exception as exc:  # still write what was recorded
         failed = exc
     finally:
         rt.stop()
+        spark.sparkContext.setLogLevel("ERROR")
         rec.poll()
     decisions = rec.decisions()
     stats = rt.statistics()

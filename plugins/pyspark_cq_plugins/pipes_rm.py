@@ -80,13 +80,6 @@ def pipes_estimate(plan: P.Node, distances: Mapping[str, float], profile: pipes.
     return cost.memory, cost.processing
 
 
-def _window_size(param: str, value: float) -> float:
-    """The PIPES window a control parameter stands for: ``window``/``upper`` as is, ``lower`` negated."""
-    if param == "lower":
-        return max(-value, 0.0)
-    return max(value, 0.0)
-
-
 @dataclass
 class _Query:
     name: str
@@ -437,15 +430,14 @@ class PipesResourceManager(Policy):
         return out
 
     def _plan_at(self, q: _Query, windows: np.ndarray, level: int) -> P.Node:
+        # The event time a window keeps: its size + δ + B with retention (q.delay, q.span stay 0 without it,
+        # and then watermark_retention returns the size itself).
         sizes = {}
-        extend = self.retention and (q.delay > 0 or q.span > 0)
         for lab, value in zip(q.window_labels, windows):
-            param = parse_label(lab)[1]
-            if extend:      # −lower + δ + B, not clipped at 0 before the extension (as join_state_rows)
-                raw = self._units(-value if param == "lower" else value)
-                sizes[lab] = max(pipes.watermark_retention(raw, q.delay, q.span), 0.0)
-            else:
-                sizes[lab] = self._units(_window_size(param, value))
+            # The PIPES window a control parameter stands for: window/upper as is, lower negated; extended
+            # before clipping at 0, as join_state_rows does.
+            raw = self._units(-value if parse_label(lab)[1] == "lower" else value)
+            sizes[lab] = max(pipes.watermark_retention(raw, q.delay, q.span), 0.0)
         for lab, value in zip(q.gran_labels, q.gran_values[:, level]):
             sizes[lab] = self._units(value)
         memo: dict[int, P.Node] = {}
@@ -460,12 +452,8 @@ class PipesResourceManager(Policy):
             if node.label in sizes:
                 changes["size" if isinstance(node, P.Window) else "granularity"] = sizes[node.label]
             elif isinstance(node, P.Window):
-                if node.kind != "time":
-                    changes["size"] = node.size
-                elif extend:
-                    changes["size"] = pipes.watermark_retention(self._units(node.size), q.delay, q.span)
-                else:
-                    changes["size"] = self._units(node.size)
+                changes["size"] = (pipes.watermark_retention(self._units(node.size), q.delay, q.span)
+                                   if node.kind == "time" else node.size)
             elif isinstance(node, P.Granularity):
                 changes["granularity"] = self._units(node.granularity)
             memo[id(node)] = node.replace(**changes) if changes else node

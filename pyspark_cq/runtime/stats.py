@@ -61,10 +61,6 @@ def _finite(value) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _optional(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
 @dataclass
 class _Smoothed:
     alpha: float
@@ -307,4 +303,4 @@ class StatisticsStore:
                     last.get("evicted_rows", 0), last.get("late_rows", 0), op.late_total)
             return QueryInfo(query, plan, dict(qos or {}), sources, operators, dict(control or {}),
                              s.batches, s.rate.value, s.duration.value, s.state_rows, s.state_bytes, s.late_total,
-                             s.event_time, _optional(s.lag.value), _optional(s.advance.value))
+                             s.event_time, _finite(s.lag.value), _finite(s.advance.value))

@@ -217,6 +217,8 @@ def layout_bench(spark, tmp, rows, key_counts=(100, 10_000)):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--files", type=int, default=8,
+                    help="input files of the large stream (one per micro-batch, so rows/files rows per batch)")
     ap.add_argument("--small-rows", type=int, default=200_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--layout-rows", type=int, default=200_000)
@@ -235,6 +237,7 @@ def main(argv=None):
     if not ratios or min(ratios) <= 0:
         ap.error(f"--ratios must be a comma list of positive integers, got {args.ratios!r}")
     result = {"machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
+              "input": {"rows": args.rows, "files": args.files, "rows_per_batch": args.rows // args.files},
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     if "kernel" not in skip:
         result["kernel"] = kernel_rates(ratios=ratios)
@@ -242,7 +245,7 @@ def main(argv=None):
     tmp = tempfile.mkdtemp(prefix="cq-agg-bench-")
     try:
         big, small = os.path.join(tmp, "big"), os.path.join(tmp, "small")
-        write_data(big, args.rows, 8)
+        write_data(big, args.rows, args.files)
         write_data(small, args.small_rows, 4, seed=1)
         spark = session()
         import pyspark

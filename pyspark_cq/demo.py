@@ -37,9 +37,10 @@ WINDOW_QOS = ("10 seconds", "60 seconds")
 GRANULARITY_CHOICES = ("10 seconds", "5 seconds", "2 seconds", "1 second")
 SLIDE = "10 seconds"
 #: Bytes per element / per aggregate the cost model assumes, measured in runs of this demo: the join keeps
-#: ~85–105 B per row of this schema in its serialized state (``state_bytes / state_rows``), the aggregation
-#: ~34 B per slice (docs/demo.md).
-ELEMENT_BYTES, AGGREGATE_BYTES = 85.0, 34.0
+#: ~35 B per row of this schema in its serialized, zstd-compressed state (``state_bytes / state_rows``,
+#: median; 24–59 B from the 10th to the 90th percentile of batches), the aggregation ~6 B per slice
+#: (docs/demo.md).
+ELEMENT_BYTES, AGGREGATE_BYTES = 35.0, 6.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -141,11 +141,18 @@ def spark(master: str | None = None, app_name: str = "pyspark-cq", *, shuffle_pa
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
         "spark.executorEnv.NUMBA_CACHE_DIR": os.environ["NUMBA_CACHE_DIR"],
+        # Int.MaxValue switches off Spark's byte limit on the Arrow batches it feeds Python workers;
+        # the limit is checked once per *row* (ArrowWriter.sizeInBytes walks every vector), ~20 % of the
+        # JVM's time in our operators' input stages. Batches stay bounded by arrow.maxRecordsPerBatch.
+        "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
     }
     if local:
         cores = os.cpu_count() or 2
         settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions or 2 * cores)
         settings["spark.default.parallelism"] = str(2 * cores)
+        # Workers import PySpark from its installed package (cached bytecode), not from pyspark.zip,
+        # which Python recompiles in every new worker (see pyspark_cq/_daemon.py).
+        settings["spark.python.daemon.module"] = "pyspark_cq._daemon"
     elif shuffle_partitions:
         settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
     for key, value in (conf or {}).items():

@@ -19,6 +19,7 @@ from pyspark.sql import types as T
 
 from pyspark_cq._native import load
 from pyspark_cq.operators import _agg_spec as S
+from pyspark_cq.operators import _state_bytes
 from pyspark_cq.operators._agg_worker import HASH, SHARD, TIME, Plan, Slicer, key_name, run_shard, value_name
 
 _ref_spec = importlib.util.spec_from_file_location("aggregate_reference",
@@ -381,7 +382,8 @@ def test_hash_collision_is_detected():
 def test_state_blob_is_checked():
     plan = make_plan(4, 2, mode="append", watermark=True, shards=1)
     res = run_shard(plan, slice_rows(plan, [{"t": 1, "k": 1, "v": 1, "x": 1.0}], tasks=1), None, 0)
-    blob, keys = res.state
+    packed, keys = res.state
+    blob = _state_bytes.unpack(packed)  # GroupState holds the zstd frame of the kernel's image
     kinds, outs = plan.spec.kinds, plan.spec.outputs_array
     assert K.ShardState.from_bytes(blob, kinds, outs, False).num_slices == 1
     with pytest.raises(ValueError, match="truncated|corrupt"):

@@ -94,6 +94,24 @@ def test_stream_equals_spark_join(spark, streams, tmp_path, how, data):
         assert late == dropped
 
 
+def test_stream_in_a_non_utc_session_zone_equals_spark_join(spark, streams, tmp_path):
+    """Timestamp payload columns reach the workers as naive local times; the output must be the same
+    instants as Spark's join whatever the session zone."""
+    root = streams["no_nulls"]
+    old = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        ours = pyspark_cq.interval_join(_source(spark, root, "l"), _source(spark, root, "r"), ["k", "s"], "ts",
+                                        "ts", f"{jd.LOWER_S} seconds", f"{jd.UPPER_S} seconds", how="left",
+                                        suffixes=("_l", "_r"))
+        theirs = jd.spark_reference(_source(spark, root, "l"), _source(spark, root, "r"), "left")
+        _run((ours, "ours_ny", str(tmp_path / "ck_ours")), (theirs, "spark_ny", str(tmp_path / "ck_spark")))
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", old)
+    assert spark.table("ours_ny").count() > 0
+    jd.assert_same_rows(spark.table("ours_ny"), spark.table("spark_ny"))
+
+
 def test_full_outer_null_keys_follow_sql_semantics(spark, streams, tmp_path):
     """Null keys never match (as in Spark's batch join); Spark's streaming full outer join pairs them."""
     root = streams["nulls"]

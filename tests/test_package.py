@@ -95,6 +95,25 @@ def test_spark_fixture_is_configured(spark):
     rows = spark.range(2).rdd.map(lambda _: (sys.executable, sorted(pyspark_cq.check_build()))).collect()
     assert {r[0] for r in rows} == {sys.executable}
     assert rows[0][1] == sorted(_native.NATIVE_MODULES)
+    # workers import PySpark from the installed package (cached bytecode), not from pyspark.zip
+    assert spark.sparkContext.getConf().get("spark.python.daemon.module") == "pyspark_cq._daemon"
+    files = spark.range(2).rdd.map(lambda _: __import__("pyspark.worker").worker.__file__).collect()
+    assert all(".zip" not in f for f in files), files
+
+
+def test_daemon_drops_only_the_zip_of_the_installed_pyspark(tmp_path):
+    from pyspark_cq._daemon import installed_zip_entries
+
+    site = tmp_path / "site"
+    lib = site / "pyspark" / "python" / "lib"
+    lib.mkdir(parents=True)
+    (site / "pyspark" / "__init__.py").write_text("")
+    inside = str(lib / "pyspark.zip")
+    elsewhere = str(tmp_path / "spark-home" / "python" / "lib" / "pyspark.zip")  # a cluster's SPARK_HOME
+    py4j = str(lib / "py4j-0.10.9.9-src.zip")
+    assert installed_zip_entries([inside, py4j, str(site)]) == [inside]
+    assert installed_zip_entries([elsewhere, py4j, str(site)]) == []
+    assert installed_zip_entries([inside, py4j]) == []  # the installed package is not reachable
 
 
 def test_doctor_without_spark():

@@ -21,7 +21,7 @@ from pyspark.sql import types as T
 
 from .._native import load
 from ..runtime.control import ControlHandle, Entry
-from . import _report
+from . import _report, _state_bytes
 from ._agg_spec import AggSpec, KeyColumn, arrow_type, from_int64, nonnull_numpy, to_int64
 from ._agg_spec import OP_COUNT, OP_MAX_F, OP_MIN_F, OP_SUM_F, OUT_AVG_F, OUT_AVG_I, OUT_MAX, OUT_MIN, OUT_SUM_F
 
@@ -336,17 +336,6 @@ def decode_keys(plan: Plan, table: pa.Table, rows: np.ndarray | None = None) -> 
 
 # ---- stateful side ----------------------------------------------------------------------------------
 
-def _ipc_bytes(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def _ipc_table(blob: bytes) -> pa.Table:
-    return pa.ipc.open_stream(pa.py_buffer(blob)).read_all()
-
-
 def _same_keys(a: pa.Array, b: pa.Array) -> np.ndarray:
     """Null-safe equality (NaN equal to NaN) of two key arrays, as a bool numpy array."""
     eq = pc.fill_null(pc.equal(a, b), False)
@@ -387,8 +376,8 @@ def run_shard(plan: Plan, table: pa.Table, state: tuple | None, watermark_us: in
     data = table.take(pa.array(real)) if len(real) != table.num_rows else table
 
     if state is not None:
-        st = kernel.ShardState.from_bytes(state[0], spec.kinds, spec.outputs_array, runs)
-        keys_tbl = _ipc_table(state[1]) if plan.keys else None
+        st = kernel.ShardState.from_bytes(_state_bytes.unpack(state[0]), spec.kinds, spec.outputs_array, runs)
+        keys_tbl = _state_bytes.table_from_bytes(state[1]) if plan.keys else None
         late_end = st.watermark
     else:
         st = kernel.ShardState(spec.kinds, spec.outputs_array, runs)
@@ -471,7 +460,7 @@ def run_shard(plan: Plan, table: pa.Table, state: tuple | None, watermark_us: in
 
     new_state = None
     if plan.mode != "batch":
-        new_state = (st.to_bytes(), _ipc_bytes(keys_tbl) if plan.keys else b"")
+        new_state = (_state_bytes.pack(st.to_bytes()), _state_bytes.table_to_bytes(keys_tbl) if plan.keys else b"")
     metrics = {
         "input_rows": input_rows,
         "output_rows": out.num_rows,
@@ -550,7 +539,7 @@ class StatefulShard:
     def __init__(self, plan: Plan, sliced: T.StructType):
         self.plan = plan
         self.arrow_schema = _arrow_schema(sliced)
-        self.columns = plan.out_names
+        self.out_schema = _report.arrow_schema(plan.output_schema())
 
     def __call__(self, key, pdfs, state):
         plan = self.plan
@@ -568,9 +557,7 @@ class StatefulShard:
         if plan.watermark:
             # Fire at the next watermark advance even without data (no-data batches), so windows close.
             state.setTimeoutTimestamp(max(int(state.getCurrentWatermarkMs()), 1))
-        if result.output.num_rows:
-            yield _report.data_rows(_to_pandas(result.output))
-        yield _report.report_row(list(self.columns), **result.metrics)
+        yield _report.packed_row(result.output, self.out_schema, **result.metrics)
 
 
 def encode_float_partials(plan: Plan, table: pa.Table) -> pa.Table:

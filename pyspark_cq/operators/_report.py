@@ -7,6 +7,13 @@ columns null, the counters in ``__cq_<metric>`` columns). :func:`attach` sums th
 output is unchanged and the driver reads the per-batch numbers from
 ``StreamingQueryProgress.observedMetrics`` (see :func:`read`). Stateless operators (Γ) report the same
 way from a per-row status column.
+
+Streaming stateful operators return their rows *packed* instead (:func:`packed_row`,
+:func:`attach_packed`): one row per group invocation holding the counters and the data rows as an Arrow
+IPC stream, unpacked by a ``mapInArrow`` after the counters are observed. PySpark's
+``applyInPandasWithState`` pads its state frame with four ``None`` cells per returned data row and
+converts every data row from pandas (together ~6-7 µs per row, more than our operators spend per input
+row); one packed row per group costs neither.
 """
 from __future__ import annotations
 
@@ -14,6 +21,7 @@ from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -36,12 +44,17 @@ def report_schema(schema: T.StructType) -> T.StructType:
 
 
 def data_rows(pdf: pd.DataFrame) -> pd.DataFrame:
-    """Mark a pandas frame of data rows (columns of the operator's output schema, in order)."""
+    """Mark a pandas frame of data rows (columns of the operator's output schema, in order).
+
+    The report columns use pandas extension dtypes (``boolean``, ``Int64``), not numpy ones: PySpark's
+    ``applyInPandasWithState`` concatenates the returned frames with an all-``None`` padding frame,
+    which turns every numpy-typed column into an ``object`` column (slow to convert to Arrow, ~10x per
+    column) but leaves extension-typed columns as they are.
+    """
     out = pdf.copy(deep=False)
-    out[REPORT] = False
     n = len(out)
+    out[REPORT] = pd.arrays.BooleanArray(np.zeros(n, dtype=bool), np.zeros(n, dtype=bool))
     for m in METRICS:
-        # Typed all-null columns: Spark converts them to Arrow ~30x faster than object columns of None.
         out[_col(m)] = pd.arrays.IntegerArray(np.zeros(n, dtype=np.int64), np.ones(n, dtype=bool))
     return out
 
@@ -52,10 +65,65 @@ def report_row(columns, **metrics: int) -> pd.DataFrame:
     if unknown:
         raise ValueError(f"metrics: unknown counter(s) {sorted(unknown)}; known: {METRICS}")
     row = {c: [None] for c in columns}
-    row[REPORT] = [True]
+    row[REPORT] = pd.array([True], dtype="boolean")  # extension dtypes: see data_rows
     for m in METRICS:
-        row[_col(m)] = [int(metrics.get(m, 0))]
+        row[_col(m)] = pd.array([int(metrics.get(m, 0))], dtype="Int64")
     return pd.DataFrame(row)
+
+
+PACKED = "__cq_rows"  #: binary: the data rows of one group invocation as an Arrow IPC stream
+
+
+def packed_schema(metrics=METRICS) -> T.StructType:
+    """Output schema of a stateful function that returns :func:`packed_row` frames."""
+    fields = [T.StructField(PACKED, T.BinaryType(), True)]
+    return T.StructType(fields + [T.StructField(_col(m), T.LongType(), True) for m in metrics])
+
+
+def arrow_schema(schema: T.StructType) -> pa.Schema:
+    """The Arrow schema Spark expects from ``mapInArrow`` for a Spark ``schema`` (UTC timestamps)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def packed_row(table: pa.Table | None, schema: pa.Schema, metrics=METRICS, **counters: int) -> pd.DataFrame:
+    """One packed output row: ``table`` (cast to ``schema``, the operator's Arrow output schema) as an
+    IPC stream, or null when there are no rows, and the ``counters`` (others 0)."""
+    unknown = set(counters) - set(metrics)
+    if unknown:
+        raise ValueError(f"counters: unknown counter(s) {sorted(unknown)}; known: {metrics}")
+    blob = None
+    if table is not None and table.num_rows:
+        if table.schema != schema:
+            table = table.rename_columns(schema.names).cast(schema)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, schema) as writer:
+            writer.write_table(table)
+        blob = sink.getvalue().to_pybytes()
+    row = {PACKED: pd.Series([blob], dtype=object)}
+    for m in metrics:
+        row[_col(m)] = pd.array([int(counters.get(m, 0))], dtype="Int64")
+    return pd.DataFrame(row)
+
+
+class _Unpack:
+    """``mapInArrow`` function: the record batches of every packed row, in order."""
+
+    def __call__(self, batches):
+        for batch in batches:
+            for blob in batch.column(0):
+                if blob.is_valid:
+                    yield from pa.ipc.open_stream(blob.as_buffer())
+
+
+def attach_packed(df, name: str, schema: T.StructType, metrics=METRICS):
+    """:func:`attach` for packed output: observe the counters under ``name`` and unpack the data rows,
+    whose Spark ``schema`` is the operator's output schema."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty string, got {name!r}")
+    observed = df.observe(name, *[F.coalesce(F.sum(_col(m)), F.lit(0)).alias(m) for m in metrics])
+    return observed.select(PACKED).mapInArrow(_Unpack(), schema)
 
 
 def attach(df, name: str, counters: Mapping[str, object] | None = None, keep=None, drop=()):

@@ -173,7 +173,6 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         batch_params(plan, control.entry())  # an entry the workers would reject fails here already
 
     group_col = SHARD if layout == "shard" else KHASH
-    out_schema = _report.report_schema(plan.output_schema())
     if streaming:
         # Streaming: Spark's aggregation would be stateful, so the map side is ours (mapInArrow).
         tag = {_validate.WATERMARK_KEY: delay} if delay is not None else None
@@ -181,15 +180,17 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         slicer = Slicer(plan, tag is not None, markers=layout == "shard")
         sliced = df.select(*_projection(df, time, keys, spec)).mapInArrow(slicer, sliced_schema)
         timeout = "EventTimeTimeout" if delay is not None else "NoTimeout"
-        raw = sliced.groupBy(group_col).applyInPandasWithState(
-            StatefulShard(plan, sliced_schema), out_schema, STATE_SCHEMA, output_mode, timeout)
+        packed = sliced.groupBy(group_col).applyInPandasWithState(
+            StatefulShard(plan, sliced_schema), _report.packed_schema(), STATE_SCHEMA, output_mode, timeout)
+        return _report.attach_packed(packed, name, plan.output_schema())
     else:
         # Batch: Spark's own (codegen) hash aggregation computes the slices, so raw rows never cross
         # into Python; only slices reach the sweep.
         sliced_schema = plan.sliced_schema(None, float_partials=True)
         sliced = _native_slices(df, plan, time).select(*sliced_schema.names)
-        raw = sliced.groupBy(group_col).applyInPandas(batch_function(plan, sliced_schema, True), out_schema)
-    return _report.attach(raw, name)
+        raw = sliced.groupBy(group_col).applyInPandas(batch_function(plan, sliced_schema, True),
+                                                      _report.report_schema(plan.output_schema()))
+        return _report.attach(raw, name)
 
 
 def _positive_duration(value, name: str) -> int:

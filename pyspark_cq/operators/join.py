@@ -30,13 +30,13 @@ input rows by a deterministic hash before they are inserted or probed and counts
 """
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -45,7 +45,7 @@ from .._duration import parse_duration
 from .._native import load
 from ..policies.decisions import validate_changes
 from ..runtime.control import ControlHandle
-from . import _report
+from . import _report, _state_bytes
 from ._join_codec import ColumnCodec, codecs_for, encode_keys, normalized_key, to_pandas
 
 LEFT, RIGHT = 0, 1
@@ -332,9 +332,10 @@ def _execute(spec: _JoinSpec):
 
         union = _tagged(spec, LEFT, True).union(_tagged(spec, RIGHT, True))
         union = _report.observe_input(union, spec.name)
-        raw = union.groupBy(*_group_cols(spec)).applyInPandasWithState(
-            worker.streaming, _report_schema(out_schema), _STATE_SCHEMA, "append",
+        packed = union.groupBy(*_group_cols(spec)).applyInPandasWithState(
+            worker.streaming, _report.packed_schema(_METRICS), _STATE_SCHEMA, "append",
             GroupStateTimeout.EventTimeTimeout)
+        return _report.attach_packed(packed, spec.name, out_schema, _METRICS)
     else:
         lt = _tagged(spec, LEFT, False).groupBy(*_group_cols(spec))
         rt = _tagged(spec, RIGHT, False).groupBy(*_group_cols(spec))
@@ -370,6 +371,8 @@ class _WorkerPlan:
     control: ControlHandle | None = None
     drop_ratio: float = 0.0
     seed: int = 0
+    session_tz: str = "UTC"           # pandas holds TIMESTAMP payload columns as naive times in this zone
+    out_arrow: pa.Schema | None = None  # the output's Arrow schema (packed streaming output)
 
     @classmethod
     def of(cls, spec: _JoinSpec) -> _WorkerPlan:
@@ -380,8 +383,12 @@ class _WorkerPlan:
         out = tuple(spec.keys) + tuple(spec.left_out) + tuple(spec.right_out)
         if spec.window:
             out += ("valid_from", "valid_to")
+        try:
+            tz = spec.left.sparkSession.conf.get("spark.sql.session.timeZone")
+        except Exception:  # Spark Connect without conf access
+            tz = "UTC"
         return cls(keys, (lc, rc), out, len(spec.keys), spec.how, spec.lower, spec.upper, spec.window,
-                   spec.control, spec.drop_ratio, spec.seed)
+                   spec.control, spec.drop_ratio, spec.seed, tz, _report.arrow_schema(spec.output_schema()))
 
     def payload_schema(self, side: int) -> pa.Schema:
         codecs = self.key_codecs + self.side_codecs[side]
@@ -539,16 +546,11 @@ class _Side:
         self.table = self.take(kernel.compact_ids(side, total)).combine_chunks()
 
     def to_bytes(self) -> bytes:
-        sink = pa.BufferOutputStream()
-        # LZ4 frames: cheap to (de)compress, and fewer bytes cross the JVM <-> Python boundary.
-        options = pa.ipc.IpcWriteOptions(compression="lz4")
-        with pa.ipc.new_stream(sink, self.table.schema, options=options) as writer:
-            writer.write_table(self.table)
-        return sink.getvalue().to_pybytes()
+        return _state_bytes.table_to_bytes(self.table)
 
     @classmethod
     def from_bytes(cls, schema: pa.Schema, blob: bytes) -> _Side:
-        return cls(schema, pa.ipc.open_stream(pa.py_buffer(blob)).read_all())
+        return cls(schema, _state_bytes.table_from_bytes(blob))
 
 
 class _Worker:
@@ -637,8 +639,10 @@ class _Worker:
         n_evicted = sum(len(e[0]) for e in evicted)
         return parts, n_evicted, malformed, shed
 
-    def _rows(self, sides, left_ids, right_ids) -> pd.DataFrame:
-        """Output rows for matched pairs (both ids), or unmatched rows of one side (other ids None)."""
+    def _rows(self, sides, left_ids, right_ids) -> pa.Table:
+        """Output rows for matched pairs (both ids), or unmatched rows of one side (other ids None).
+
+        Payload types as stored (TIMESTAMP columns naive in the session zone); see :meth:`_packed`."""
         plan = self.plan
         n = len(left_ids) if left_ids is not None else len(right_ids)
         lt = sides[LEFT].take(left_ids) if left_ids is not None else None
@@ -652,8 +656,6 @@ class _Worker:
             for j in range(len(codecs)):
                 pos = plan.n_keys + j
                 cols.append(t.column(pos) if t is not None else pa.nulls(n, schema.field(pos).type))
-        table = pa.Table.from_arrays(cols, names=list(plan.out_columns[:len(cols)]))
-        out = to_pandas(table)
         if plan.window:
             tl = lt.column(_MICROS).to_numpy()
             tr = rt.column(_MICROS).to_numpy()
@@ -661,9 +663,25 @@ class _Worker:
                 wl, wr = lt.column(_WINDOW).to_numpy(), rt.column(_WINDOW).to_numpy()
             else:
                 wl, wr = plan.window
-            out["valid_from"] = pd.to_datetime(np.maximum(tl, tr), unit="us", utc=True)
-            out["valid_to"] = pd.to_datetime(np.minimum(tl + wl, tr + wr), unit="us", utc=True)
-        return out
+            utc = pa.timestamp("us", tz="UTC")
+            cols += [pa.array(np.maximum(tl, tr), type=pa.int64()).cast(utc),
+                     pa.array(np.minimum(tl + wl, tr + wr), type=pa.int64()).cast(utc)]
+        return pa.Table.from_arrays(cols, names=list(plan.out_columns[:len(cols)]))
+
+    def _packed(self, parts) -> pa.Table | None:
+        """The streaming output rows in the output's Arrow schema. pandas gave TIMESTAMP payload columns
+        as naive times in the session zone; they are read back as PySpark does (``tz_localize`` with
+        ``ambiguous=False``: the later instant of a repeated hour)."""
+        if not parts:
+            return None
+        table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        schema = self.plan.out_arrow
+        for i, field in enumerate(schema):
+            col = table.column(i)
+            if pa.types.is_timestamp(field.type) and field.type.tz and not col.type.tz:
+                local = pc.assume_timezone(col, self.plan.session_tz, ambiguous="latest")
+                table = table.set_column(i, field.name, local)
+        return table.cast(schema)
 
     def _split(self, frames) -> list:
         frames = [f for f in frames if len(f)]
@@ -675,7 +693,7 @@ class _Worker:
 
     def _report(self, shed_rows=0, **counters) -> pd.DataFrame:
         row = _report.report_row(self.plan.out_columns, **counters)
-        row[_report.PREFIX + _SHED] = [int(shed_rows)]
+        row[_report.PREFIX + _SHED] = pd.array([int(shed_rows)], dtype="Int64")
         return row
 
     @staticmethod
@@ -692,7 +710,7 @@ class _Worker:
     def _kernel(self, blob):
         """The kernel state restored from ``blob``; format-1 rows get their expiry keys recomputed."""
         join = load("_join")
-        kernel = join.JoinState.deserialize(blob)
+        kernel = join.JoinState.deserialize(_state_bytes.unpack(blob))
         if kernel.restored_format == 1:  # format 1 kept no expiry keys: all rows had the state's bounds
             for side in (LEFT, RIGHT):
                 t, lo, up = kernel.row_bounds(side)
@@ -725,19 +743,17 @@ class _Worker:
         else:
             for side in (LEFT, RIGHT):
                 sides[side].compact(kernel, side)
-            blobs = (kernel.serialize(), sides[LEFT].to_bytes(), sides[RIGHT].to_bytes())
+            blobs = (_state_bytes.pack(kernel.serialize()), sides[LEFT].to_bytes(), sides[RIGHT].to_bytes())
             state_bytes = sum(len(b) for b in blobs)
             state.update(blobs)
             timeout = _timeout_ms(wm_ms, (kernel.min_end(LEFT), kernel.min_end(RIGHT)))
             if timeout is not None:
                 state.setTimeoutTimestamp(timeout)
-        n_out = 0
-        for part in parts:
-            n_out += len(part)
-            yield self._data(part)
-        yield self._report(input_rows=n_in, output_rows=n_out, state_rows=kernel.rows(LEFT) + kernel.rows(RIGHT),
-                           state_bytes=state_bytes, evicted_rows=n_evicted, malformed_rows=malformed,
-                           shed_rows=shed)
+        out = self._packed(parts)
+        yield _report.packed_row(out, plan.out_arrow, _METRICS, input_rows=n_in,
+                                 output_rows=0 if out is None else out.num_rows,
+                                 state_rows=kernel.rows(LEFT) + kernel.rows(RIGHT), state_bytes=state_bytes,
+                                 evicted_rows=n_evicted, malformed_rows=malformed, shed_rows=shed)
 
     # -- batch: one call per shard with both sides; everything expires at the end
 
@@ -746,7 +762,7 @@ class _Worker:
         kernel = load("_join").JoinState(plan.lower, plan.upper)
         sides = [_Side(plan.payload_schema(LEFT)), _Side(plan.payload_schema(RIGHT))]
         parts, _, _, shed = self._process(kernel, sides, [left_pdf, right_pdf], None, self._entry())
-        frames = [self._data(p) for p in parts]
-        n_out = sum(len(p) for p in parts)
+        frames = [self._data(to_pandas(p)) for p in parts]
+        n_out = sum(p.num_rows for p in parts)
         frames.append(self._report(input_rows=len(left_pdf) + len(right_pdf), output_rows=n_out, shed_rows=shed))
         return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]

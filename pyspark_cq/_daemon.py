@@ -1,0 +1,43 @@
+"""Spark's Python worker daemon, importing PySpark from its installed package instead of ``pyspark.zip``.
+
+Spark starts its Python workers with ``SPARK_HOME/python/lib/pyspark.zip`` first on ``PYTHONPATH``.
+Python compiles modules imported from a zip archive from source every time (it never caches their
+bytecode), so every new daemon and every forked worker re-compiles the parts of PySpark it imports:
+about 8 s of CPU on this machine before the first micro-batch of a stateful query can run (measured
+with py-spy; docs/benchmarks.md). When the zip is the one shipped inside the installed ``pyspark``
+package (a pip install, as in local mode), the installed package is the same code with cached bytecode,
+so this module drops the zip from ``sys.path`` and then runs :mod:`pyspark.daemon` unchanged.
+
+``pyspark_cq.spark()`` selects it in local mode (``spark.python.daemon.module``). Any other layout (a
+cluster's own ``SPARK_HOME``) keeps ``sys.path`` as it is.
+"""
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+
+def installed_zip_entries(path: list[str]) -> list[str]:
+    """The ``pyspark.zip`` entries of ``path`` that lie inside an installed ``pyspark`` package which
+    ``path`` also reaches (``<dir>/pyspark/python/lib/pyspark.zip`` with ``<dir>`` on ``path``)."""
+    dirs = {os.path.realpath(p) for p in path if p and not p.endswith(".zip")}
+    out = []
+    for entry in path:
+        if os.path.basename(entry) != "pyspark.zip":
+            continue
+        package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(entry))))
+        if (os.path.basename(package) == "pyspark" and os.path.isfile(os.path.join(package, "__init__.py"))
+                and os.path.dirname(package) in dirs):
+            out.append(entry)
+    return out
+
+
+def main() -> None:
+    for entry in installed_zip_entries(sys.path):
+        sys.path.remove(entry)
+    runpy.run_module("pyspark.daemon", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -93,3 +93,16 @@ class JoinSerde:
 
     def time_deserialize_1m_rows(self):
         self.join.JoinState.deserialize(self.blob)
+
+    def time_pack_1m_rows(self):
+        """zstd framing of the image before it goes into GroupState (operators/_state_bytes.py)."""
+        from pyspark_cq.operators import _state_bytes
+
+        _state_bytes.pack(self.blob)
+
+    def track_packed_bytes_per_row(self):
+        from pyspark_cq.operators import _state_bytes
+
+        return len(_state_bytes.pack(self.blob)) / 1_000_000
+
+    track_packed_bytes_per_row.unit = "bytes"

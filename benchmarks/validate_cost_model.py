@@ -265,6 +265,31 @@ def rel(est: float, meas: float) -> float:
     return (est - meas) / meas if meas else float("nan")
 
 
+def measure(df, root: str, cfg, maxima: list[float], retained_s: float) -> tuple[list[dict], dict]:
+    """Run an operator's query (observed as ``"cv"``) to the end and measure its steady state.
+
+    Returns the steady batches and the record fields every configuration shares: wall time, per-batch
+    state and watermarks, late rows, the mean steady state and the output rate per second of event time.
+    """
+    start = time.perf_counter()
+    progress = run_to_end(df, os.path.join(root, cfg.name + "_ck"))
+    wall = time.perf_counter() - start
+    batches = _batches(progress, "cv", maxima)
+    st = steady(batches, cfg.batch_s, cfg.delay_s, retained_s)
+    if not st:
+        raise RuntimeError(f"{cfg.name}: no steady-state batch (batches {len(batches)})")
+    return st, {
+        "config": asdict(cfg), "wall_s": round(wall, 1),
+        "batches": len(batches), "steady_batches": [b["batch"] for b in st],
+        "state_per_batch": [b["state_rows"] for b in batches],
+        "watermarks_ms": [b.get("watermark_ms") for b in batches],
+        "late_rows": sum(b.get("late_rows", 0) for b in batches),
+        "state_measured": statistics.mean(b["state_rows"] for b in st),
+        "lags_ms": [lag_ms(b, cfg) for b in batches], "anomalous_batches": [b["batch"] for b in st if anomalous(b, cfg)],
+        "output_measured_per_s": sum(b["output_rows"] for b in st) / (len(st) * cfg.batch_s),
+    }
+
+
 def run_join(spark, cfg: JoinConfig, root: str) -> dict:
     """Run one interval-join configuration; measured vs estimated state rows and output rate."""
     import pyspark_cq as cq
@@ -277,15 +302,8 @@ def run_join(spark, cfg: JoinConfig, root: str) -> dict:
                               _source(spark, os.path.join(data, "r"), cfg.delay_s), "k", "ts", "ts",
                               f"{int(cfg.lower_s * 1000)} milliseconds", f"{int(cfg.upper_s * 1000)} milliseconds",
                               suffixes=("_l", "_r"), name="cv")
-    start = time.perf_counter()
-    progress = run_to_end(joined, os.path.join(root, cfg.name + "_ck"))
-    wall = time.perf_counter() - start
-    batches = _batches(progress, "cv", maxima)
-    st = steady(batches, cfg.batch_s, cfg.delay_s, cfg.retained_s)
-    if not st:
-        raise RuntimeError(f"{cfg.name}: no steady-state batch (batches {len(batches)})")
-    measured_state = statistics.mean(b["state_rows"] for b in st)
-    measured_out = sum(b["output_rows"] for b in st) / (len(st) * cfg.batch_s)  # rows per s of event time
+    st, common = measure(joined, root, cfg, maxima, cfg.retained_s)
+    measured_state, measured_out = common["state_measured"], common["output_measured_per_s"]
 
     d_l, d_r = 1000 / cfg.rate_left, 1000 / cfg.rate_right      # ms
     lo, hi = cfg.lower_s * 1000, cfg.upper_s * 1000
@@ -302,19 +320,13 @@ def run_join(spark, cfg: JoinConfig, root: str) -> dict:
     # Viglas & Naughton Eq. 2 with the band length as t and negligible per-arrival costs (rates per ms).
     out_viglas = rate.join_output_rate(1 / d_l, 1 / d_r, sel, 0.0, 0.0, hi - lo, saturate=True) * 1000
     return {
-        "config": asdict(cfg), "kind": "join", "rows": counts, "wall_s": round(wall, 1),
-        "batches": len(batches), "steady_batches": [b["batch"] for b in st],
-        "state_per_batch": [b["state_rows"] for b in batches],
-        "watermarks_ms": [b.get("watermark_ms") for b in batches],
-        "late_rows": sum(b.get("late_rows", 0) for b in batches),
-        "state_measured": measured_state,
+        **common, "kind": "join", "rows": counts,
         "state_pipes": sum(plain), "state_pipes_sides": plain,
         "state_corrected": sum(corrected), "state_corrected_sides": corrected,
         "err_state_pipes": rel(sum(plain), measured_state),
         "err_state_corrected": rel(sum(corrected), measured_state),
         "state_observed_lag": observed, "err_state_observed_lag": rel(observed, measured_state),
-        "lags_ms": [lag_ms(b, cfg) for b in batches], "anomalous_batches": [b["batch"] for b in st if anomalous(b, cfg)],
-        "output_measured_per_s": measured_out, "output_pipes_per_s": out_pipes, "output_viglas_per_s": out_viglas,
+        "output_pipes_per_s": out_pipes, "output_viglas_per_s": out_viglas,
         "err_output_pipes": rel(out_pipes, measured_out), "err_output_viglas": rel(out_viglas, measured_out),
     }
 
@@ -341,15 +353,8 @@ def run_agg(spark, cfg: AggConfig, root: str) -> dict:
                                f"{int(cfg.window_s)} seconds", f"{int(cfg.slide_s)} seconds", by="k", aggs=aggs,
                                granularity=None if cfg.granularity_s is None else f"{int(cfg.granularity_s)} seconds",
                                emit=cfg.emit, name="cv")
-    start = time.perf_counter()
-    progress = run_to_end(out, os.path.join(root, cfg.name + "_ck"))
-    wall = time.perf_counter() - start
-    batches = _batches(progress, "cv", maxima)
-    st = steady(batches, cfg.batch_s, cfg.delay_s, cfg.window_s)
-    if not st:
-        raise RuntimeError(f"{cfg.name}: no steady-state batch (batches {len(batches)})")
-    measured_state = statistics.mean(b["state_rows"] for b in st)
-    measured_out = sum(b["output_rows"] for b in st) / (len(st) * cfg.batch_s)
+    st, common = measure(out, root, cfg, maxima, cfg.window_s)
+    measured_state, measured_out = common["state_measured"], common["output_measured_per_s"]
 
     d = 1000 / cfg.rate
     w, g = cfg.window_s * 1000, cfg.g_s * 1000
@@ -368,18 +373,12 @@ def run_agg(spark, cfg: AggConfig, root: str) -> dict:
         out_model = window_output_rate(cfg)
         out_label = "keys/S · P(window non-empty)"
     return {
-        "config": asdict(cfg), "kind": "aggregate", "rows": n, "wall_s": round(wall, 1),
-        "batches": len(batches), "steady_batches": [b["batch"] for b in st],
-        "state_per_batch": [b["state_rows"] for b in batches],
-        "watermarks_ms": [b.get("watermark_ms") for b in batches],
-        "late_rows": sum(b.get("late_rows", 0) for b in batches),
-        "state_measured": measured_state,
+        **common, "kind": "aggregate", "rows": n,
         "state_pipes": plain + runs, "state_corrected": corrected + runs, "pending_runs_added": runs,
         "err_state_pipes": rel(plain + runs, measured_state),
         "err_state_corrected": rel(corrected + runs, measured_state),
         "state_observed_lag": observed, "err_state_observed_lag": rel(observed, measured_state),
-        "lags_ms": [lag_ms(b, cfg) for b in batches], "anomalous_batches": [b["batch"] for b in st if anomalous(b, cfg)],
-        "output_measured_per_s": measured_out, "output_model_per_s": out_model, "output_model": out_label,
+        "output_model_per_s": out_model, "output_model": out_label,
         "err_output_model": rel(out_model, measured_out),
     }
 

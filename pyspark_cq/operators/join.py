@@ -693,7 +693,7 @@ class _Worker:
 
     def _report(self, shed_rows=0, **counters) -> pd.DataFrame:
         row = _report.report_row(self.plan.out_columns, **counters)
-        row[_report.PREFIX + _SHED] = pd.array([int(shed_rows)], dtype="Int64")
+        row[_report.PREFIX + _SHED] = [int(shed_rows)]
         return row
 
     @staticmethod

@@ -95,7 +95,11 @@ def write_streams(root: str, streams: Streams) -> None:
                               "ts": pa.array(BASE_US + part.t.to_numpy(), pa.int64()).cast(
                                   pa.timestamp("us", tz="UTC")),
                               vcol: pa.array(part.v.to_numpy(), pa.int64())})
-            pq.write_table(table, os.path.join(root, side, f"b{i:05d}.parquet"))
+            path = os.path.join(root, side, f"b{i:05d}.parquet")
+            pq.write_table(table, path)
+            # file order = batch order: the file source sorts by modification time (ms), ties in listing
+            # order, so files written within one millisecond could be read out of order
+            os.utime(path, (1_000_000 + i * 10, 1_000_000 + i * 10))
 
 
 # ---------------------------------------------------------------------------------------------------------

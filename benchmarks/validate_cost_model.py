@@ -164,7 +164,10 @@ def write_stream(directory: str, times_us: np.ndarray, keys: np.ndarray, batch_s
             "ts": pa.array(t, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
             "v": pa.array(rng.random(len(t)), pa.float64()),
         })
-        pq.write_table(table, os.path.join(directory, f"b{i:04d}.parquet"))
+        path = os.path.join(directory, f"b{i:04d}.parquet")
+        pq.write_table(table, path)
+        # file order = batch order: the file source sorts by modification time (ms), ties in listing order
+        os.utime(path, (1_000_000 + i * 10, 1_000_000 + i * 10))
     return maxima
 
 

@@ -53,7 +53,12 @@ def bound_rows(side: str, t0: int, key: int):
 
 def write(directory: str, name: str, table: pa.Table) -> None:
     os.makedirs(directory, exist_ok=True)
-    pq.write_table(table, os.path.join(directory, name))
+    path = os.path.join(directory, name)
+    order = len(os.listdir(directory))
+    pq.write_table(table, path)
+    # The file source takes files in modification-time order (ms resolution; ties in listing order):
+    # distinct times keep one file per micro-batch in the order written.
+    os.utime(path, (1_000_000 + order * 10, 1_000_000 + order * 10))
 
 
 def schema(side: str) -> str:

@@ -37,6 +37,8 @@ def _write(directory, rate, files, batch_s, keys, phase_us=0):
         t = BASE_S * 1_000_000 + j * d_us + phase_us
         pq.write_table(pa.table({"k": pa.array(j % keys), "ts": pa.array(t).cast(pa.timestamp("us", tz="UTC")),
                                  "v": pa.array(np.ones(len(j)))}), os.path.join(directory, f"b{i:03d}.parquet"))
+        # file order = batch order: the file source sorts by modification time (ms), ties in listing order
+        os.utime(os.path.join(directory, f"b{i:03d}.parquet"), (1_000_000 + i * 10, 1_000_000 + i * 10))
         maxima.append((int(j[-1]) * d_us + phase_us) / 1000)
     return maxima
 

@@ -7,7 +7,10 @@ Prints medians and ratios for
 3. streaming end to end on identical file streams (``maxFilesPerTrigger=1``, ``availableNow``, append
    mode, ``noop`` sink), with the state both keep (rows and bytes of the state store, Spark's
    ``numRowsTotal`` / ``memoryUsedBytes`` for both operators, and our own report);
-4. state grouped by hash shard (a native table per shard) vs by raw key, streaming, W/S = 60.
+4. state grouped by hash shard (a native table per shard) vs by raw key, streaming, W/S = 60;
+5. the per-batch floor: queries of our streaming pipeline's shape with no work in them (read into a
+   ``noop`` sink; + a ``mapInArrow`` that counts; + a trivial ``applyInPandasWithState`` over 8 groups),
+   against ours at W/S = 60 -- what any Python stateful operator pays per micro-batch.
 
 Usage::
 
@@ -174,6 +177,9 @@ def stream_run(spark, build, directory, checkpoint):
     return {
         "wall_s": wall, "rows": rows, "rows_per_s": rows / wall, "batches": len(progress),
         "batch_ms": [p["durationMs"].get("triggerExecution") for p in progress],
+        # where each batch went: Spark's phases (addBatch, commits, planning) and the state operator's times
+        "durations": [dict(p["durationMs"], **{k: v for k, v in (p["stateOperators"][0] if p["stateOperators"] else {}).items()
+                                               if k.endswith("TimeMs")}) for p in progress],
         "store_rows_max": max((o["numRowsTotal"] for o in ops), default=0),
         "store_bytes_max": max((o["memoryUsedBytes"] for o in ops), default=0),
         "report_state_rows_max": max((r["state_rows"] for r in reports), default=None),
@@ -214,6 +220,51 @@ def layout_bench(spark, tmp, rows, key_counts=(100, 10_000)):
     return out
 
 
+def _count_rows(batches):
+    n = 0
+    for b in batches:
+        n += b.num_rows
+    yield pa.RecordBatch.from_pydict({"n": [n]})
+
+
+def _eight_rows(batches):
+    n = sum(b.num_rows for b in batches)
+    yield pa.RecordBatch.from_pydict({"s": list(range(8)), "n": [n] * 8})
+
+
+def _trivial_state(key, pdfs, state):
+    import pandas as pd
+
+    n = sum(len(p) for p in pdfs)
+    state.update((n,))
+    yield pd.DataFrame({"n": [n]})
+
+
+def floor_bench(spark, big, tmp):
+    """Median steady batch (ms) of queries of our pipeline's shape with no work in them, and ours."""
+    from pyspark.sql import functions as F
+
+    def project(d):
+        return d.select(F.unix_micros("ts").alias("t"), F.xxhash64("k").alias("h"), "k", "v")
+
+    shapes = {
+        "read (noop sink)": lambda d: d,
+        "+ mapInArrow counting rows": lambda d: project(d).mapInArrow(_count_rows, "n long"),
+        "+ trivial applyInPandasWithState, 8 groups": lambda d: project(d).mapInArrow(_eight_rows, "s long, n long")
+            .groupBy("s").applyInPandasWithState(_trivial_state, "n long", "x long", "append", "NoTimeout"),
+        "ours, W/S = 60": lambda d: ours_agg(d, "60 seconds"),
+    }
+    out = {}
+    for name, build in shapes.items():
+        r = stream_run(spark, build, big, os.path.join(tmp, f"ck_floor_{len(out)}"))
+        steady = r["batch_ms"][1:-1] or r["batch_ms"]
+        out[name] = {"median_batch_ms": statistics.median(steady), "batch_ms": r["batch_ms"],
+                     "durations": r["durations"]}
+        print(f"floor: {name}: median steady batch {statistics.median(steady):,.0f} ms ({r['batch_ms']})",
+              flush=True)
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=2_000_000)
@@ -225,7 +276,7 @@ def main(argv=None):
     ap.add_argument("--json", default=None, help="also write the results to this file")
     ap.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
     ap.add_argument("--ratios", default="1,60,600", help="comma list of W/S values (default 1,60,600)")
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: kernel,batch,stream,layout")
+    ap.add_argument("--skip", default="", help="comma list of parts to skip: kernel,batch,stream,layout,floor")
     args = ap.parse_args(argv)
     if args.quick:
         args.rows, args.small_rows, args.repeats, args.layout_rows = 200_000, 20_000, 1, 20_000
@@ -267,6 +318,9 @@ def main(argv=None):
             save()
         if "layout" not in skip:
             result["layout"] = layout_bench(spark, tmp, args.layout_rows)
+        if "floor" not in skip:
+            result["floor"] = floor_bench(spark, big, tmp)
+            save()
         result["load_after"] = os.getloadavg()
         save()
         print(json.dumps(result, indent=1, default=str))

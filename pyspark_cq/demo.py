@@ -37,10 +37,10 @@ WINDOW_QOS = ("10 seconds", "60 seconds")
 GRANULARITY_CHOICES = ("10 seconds", "5 seconds", "2 seconds", "1 second")
 SLIDE = "10 seconds"
 #: Bytes per element / per aggregate the cost model assumes, measured in runs of this demo: the join keeps
-#: ~35 B per row of this schema in its serialized, zstd-compressed state (``state_bytes / state_rows``,
-#: median; 24–59 B from the 10th to the 90th percentile of batches), the aggregation ~6 B per slice
-#: (docs/demo.md).
-ELEMENT_BYTES, AGGREGATE_BYTES = 35.0, 6.0
+#: ~22.5 B per row of this schema in its serialized, zstd-compressed state (``state_bytes / state_rows``,
+#: median; 21.8–23.9 B from the 10th to the 90th percentile of batches, join state format 3), the
+#: aggregation ~6 B per slice (5.6–6.7 B; docs/demo.md).
+ELEMENT_BYTES, AGGREGATE_BYTES = 22.5, 6.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,8 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--burst", default="0.3,0.6",
                         help="start,end of the burst as fractions of --seconds (default 0.3,0.6)")
     parser.add_argument("--hosts", type=int, default=50, help="number of hosts (aggregation groups, default 50)")
-    parser.add_argument("--budget", default="800 KB",
-                        help="memory budget of the resource manager (default '800 KB')")
+    parser.add_argument("--budget", default="600 KB",
+                        help="memory budget of the resource manager (default '600 KB')")
     parser.add_argument("--output", default=None, help="output directory (default: a temporary one)")
     parser.add_argument("--report", default=None, help="report directory (default: <output>/report)")
     parser.add_argument("--every", type=float, default=5.0, help="seconds between progress lines (default 5)")

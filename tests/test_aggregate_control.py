@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from pyspark_cq.operators._shards import shard_keys
 from pyspark_cq.operators._agg_worker import SHARD, Slicer, batch_params, read_entry, run_shard
 from pyspark_cq.runtime.control import ControlHandle, ControlTable
 
@@ -138,7 +139,7 @@ def run_batches(plan, batches, wms=None):
         table = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
         shard_col = np.asarray(table.column(SHARD).to_numpy())
         emitted, m = {}, {}
-        for s in range(plan.shards):
+        for s in shard_keys(plan.shards):  # the shards' group keys (operators/_shards.py)
             part = table.take(pa.array(np.flatnonzero(shard_col == s)))
             res = run_shard(plan, part, states.get(s), wms[b] if wms else None, read_entry(plan))
             states[s] = res.state

@@ -20,6 +20,7 @@ from pyspark.sql import types as T
 from pyspark_cq._native import load
 from pyspark_cq.operators import _agg_spec as S
 from pyspark_cq.operators import _state_bytes
+from pyspark_cq.operators._shards import shard_keys
 from pyspark_cq.operators._agg_worker import HASH, SHARD, TIME, Plan, Slicer, key_name, run_shard, value_name
 
 _ref_spec = importlib.util.spec_from_file_location("aggregate_reference",
@@ -108,7 +109,7 @@ def run_stream(plan, batches, wms, hash_of=None):
         table = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
         shard_col = np.asarray(table.column(SHARD).to_numpy())
         emitted, m = {}, {}
-        for s in range(plan.shards):
+        for s in shard_keys(plan.shards):  # the shards' group keys (operators/_shards.py)
             part = table.take(pa.array(np.flatnonzero(shard_col == s)))
             res = run_shard(plan, part, states.get(s), wms[b])
             states[s] = res.state
@@ -215,7 +216,7 @@ def test_batch_windows_equal_spark_semantics(rows, ws):
     plan = make_plan(w, s)
     table = slice_rows(plan, rows)
     got = {}
-    for shard in range(plan.shards):
+    for shard in shard_keys(plan.shards):
         part = table.filter(pa.compute.equal(table.column(SHARD), shard))
         got.update(rows_of(run_shard(plan, part, None, None).output, plan))
     assert_same(got, R.spark_windows(rows, "t", "k", w, s, agg_list(ALL_AGGS)))
@@ -228,7 +229,7 @@ def test_coarser_granularity_rounds_times_down(rows, wsg):
     plan = make_plan(w, s, granularity=g)
     got = {}
     table = slice_rows(plan, rows)
-    for shard in range(plan.shards):
+    for shard in shard_keys(plan.shards):
         part = table.filter(pa.compute.equal(table.column(SHARD), shard))
         got.update(rows_of(run_shard(plan, part, None, None).output, plan))
     assert_same(got, R.spark_windows(rows, "t", "k", w, s, agg_list(ALL_AGGS), granularity=g))
@@ -317,7 +318,7 @@ def test_batch_changes_equal_pipes_algorithm1(rows, wg):
     plan = make_plan(w, g, granularity=g, emit="changes")
     table = slice_rows(plan, rows)
     got = {}
-    for shard in range(plan.shards):
+    for shard in shard_keys(plan.shards):
         part = table.filter(pa.compute.equal(table.column(SHARD), shard))
         for (frm, to, key), v in rows_of(run_shard(plan, part, None, None).output, plan).items():
             got[(key, frm, to)] = v
@@ -356,7 +357,7 @@ def test_string_and_null_keys():
     plan = make_plan(4, 2, aggs=aggs, schema=schema, shards=2)
     table = slice_rows(plan, rows, hash_of=lambda k: -5 if k is None else ord(k))
     got = {}
-    for shard in range(plan.shards):
+    for shard in shard_keys(plan.shards):
         part = table.filter(pa.compute.equal(table.column(SHARD), shard))
         got.update(rows_of(run_shard(plan, part, None, None).output, plan))
     assert_same(got, R.spark_windows(rows, "t", "k", 4, 2, agg_list(aggs)))

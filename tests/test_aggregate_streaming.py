@@ -194,6 +194,12 @@ def test_restart_from_checkpoint_gives_identical_output(spark, tmp_dir):
     assert sinks["ours"][0] == sinks["theirs"][0] > 0
     assert sinks["ours"][1].count() > sinks["ours"][0]
     R.assert_same_rows(sinks["ours"][1], sinks["theirs"][1], ["window_start", "k"])
+    # Another shard count would split groups between shards: refused, naming shards.
+    d = tmp_dir / "ours"
+    write_files(d / "in", make_batches(seed=8, n_batches=1, rows=20, keys=15), first=6)
+    with pytest.raises(Exception, match="shards=8"):
+        run_to_parquet(sliding_aggregate(source(spark, d / "in"), "ts", "10 seconds", "2 seconds", by="k", aggs=aggs,
+                                         shards=4), d / "out", d / "ck")
 
 
 def test_changes_stream_equals_algorithm1(spark, tmp_dir):

@@ -127,19 +127,55 @@ def test_evict_at_ms_is_the_smallest_evicting_watermark(t, lower, upper, side, w
     assert (at <= wm) == evicts
 
 
-def _strip_to_format_1(blob: bytes) -> bytes:
-    """A format-2 join blob rewritten as format 1 (no per-row bounds and expiry keys)."""
+def _columns(blob: bytes) -> list[bytes]:
     ncols = struct.unpack_from("<I", blob, 4)[0]
-    assert ncols == 1 + 2 * 9
     pos, cols = 8, []
     for _ in range(ncols):
         code, size, n = struct.unpack_from("<BBQ", blob, pos)
         cols.append(blob[pos:pos + 10 + size * n])
         pos += 10 + size * n
+    return cols
+
+
+def _to_format_2(blob: bytes) -> bytes:
+    """A format-3 join blob rewritten as format 2 (payload ids and expiry keys stored as they are)."""
+    cols = _columns(blob)
+    assert len(cols) == 1 + 2 * 9
+    meta = bytearray(cols[0])
+    struct.pack_into("<q", meta, 10, 2)
+    cols[0] = bytes(meta)
+    for base in (1, 10):  # per side: klen, kdata, count, times, ids, flags, los, ups, ends
+        times = np.frombuffer(cols[base + 3][10:], np.int64)
+        ids = np.cumsum(np.frombuffer(cols[base + 4][10:], np.int64)) - 1
+        ends = times + np.frombuffer(cols[base + 8][10:], np.int64)
+        cols[base + 4] = cols[base + 4][:10] + ids.tobytes()
+        cols[base + 8] = cols[base + 8][:10] + ends.tobytes()
+    return b"CQS1" + struct.pack("<I", len(cols)) + b"".join(cols)
+
+
+def _strip_to_format_1(blob: bytes) -> bytes:
+    """A format-3 join blob rewritten as format 1 (no per-row bounds and expiry keys)."""
+    cols = _columns(_to_format_2(blob))
     meta = bytearray(cols[0])
     struct.pack_into("<q", meta, 10, 1)
     keep = [bytes(meta)] + cols[1:7] + cols[10:16]
     return b"CQS1" + struct.pack("<I", len(keep)) + b"".join(keep)
+
+
+def test_format_2_state_restores_the_same_rows():
+    kernel = join.JoinState(-2_000_000, 3_000_000)
+    offsets, data = _keys(["a", "b", "a", "c"])
+    times = np.array([BASE_US, BASE_US + 500, BASE_US + 7, BASE_US - 3], np.int64)
+    ends = np.array([BASE_US + 10, np.iinfo(np.int64).max, BASE_US, np.iinfo(np.int64).min + 1], np.int64)
+    for side in (LEFT, RIGHT):
+        kernel.insert_probe(side, offsets, data, None, times, np.array([9, 4, 7, 0]) + side, ends=ends)
+    blob = kernel.serialize()
+    old = join.JoinState.deserialize(_to_format_2(blob))
+    assert old.restored_format == 2 and join.JoinState.deserialize(blob).restored_format == 3
+    for side in (LEFT, RIGHT):
+        assert old.min_end(side) == kernel.min_end(side)
+        got, want = old.evict(side, np.iinfo(np.int64).max), kernel.evict(side, np.iinfo(np.int64).max)
+        assert sorted(zip(*(a.tolist() for a in got))) == sorted(zip(*(a.tolist() for a in want)))
 
 
 def test_format_1_state_is_restored_with_recomputed_expiry():
@@ -154,7 +190,7 @@ def test_format_1_state_is_restored_with_recomputed_expiry():
     restored = worker._kernel(_strip_to_format_1(kernel.serialize()))
     for side in (LEFT, RIGHT):
         assert restored.min_end(side) == int(evict_at_ms(times, -2_000_000, 3_000_000, side).min())
-    assert join.JoinState.deserialize(restored.serialize()).restored_format == 2
+    assert join.JoinState.deserialize(restored.serialize()).restored_format == join.FORMAT_VERSION == 3
     bad = bytearray(kernel.serialize())
     struct.pack_into("<q", bad, 18, 7)
     with pytest.raises(ValueError, match="new checkpoint"):
@@ -187,7 +223,9 @@ def _write(root, side, i, keys, times, values):
     table = pa.table({"k": pa.array(keys, pa.int64()),
                       "ts": pa.array(times, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
                       f"{side}v": pa.array(values, pa.int64())})
-    pq.write_table(table, os.path.join(root, side, f"b{i:03d}.parquet"))
+    path = os.path.join(root, side, f"b{i:03d}.parquet")
+    pq.write_table(table, path)
+    os.utime(path, (1_000_000 + i * 10, 1_000_000 + i * 10))  # file order = batch order (see _join_data)
 
 
 def _source(spark, root, side, delay="30 seconds"):

@@ -1,6 +1,8 @@
 """The native join state (pyspark_cq._join) against a plain-Python reference, plus its byte format."""
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -92,17 +94,38 @@ def test_kernel_matches_reference(lower, width, steps):
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 1), st.integers(0, 3), st.integers(0, 40)), max_size=60),
        st.integers(0, 40))
-def test_compact_ids_keeps_rows_and_renumbers_densely(rows, threshold):
-    kernel = join.JoinState(-5, 5)
+def test_canonical_ids_renumber_in_serialization_order(rows, threshold):
+    kernels = [join.JoinState(-5, 5), join.JoinState(-5, 5)]
     for i, (side, key, t) in enumerate(rows):
         offsets, data = _bytes_keys([str(key)])
-        kernel.insert_probe(side, offsets, data, None, np.array([t]), np.array([i]))
-    kernel.evict(0, threshold)
-    live_before = kernel.rows(0)
-    old = kernel.compact_ids(0, len(rows))
-    assert len(old) == live_before and list(old) == sorted(old)
-    ids, _ = kernel.evict(0, 10**6)
-    assert sorted(ids.tolist()) == list(range(live_before))
+        for kernel in kernels:
+            kernel.insert_probe(side, offsets, data, None, np.array([t]), np.array([i]))
+    plain, canon = kernels
+    for kernel in kernels:
+        kernel.evict(0, threshold)
+    old = canon.canonical_ids(0, len(rows))
+    assert sorted(old.tolist()) == sorted(i for i, (side, _, t) in enumerate(rows) if side == 0 and t > threshold)
+    # the image lists the rows in the new id order: its delta-coded ids column is all ones (format 3)
+    assert (_image_columns(canon.serialize())[1][4] == 1).all()
+    ids_plain, flags_plain = plain.evict(0, 10**6)
+    ids_canon, flags_canon = canon.evict(0, 10**6)
+    assert sorted(zip(ids_plain.tolist(), flags_plain.tolist())) == \
+        sorted(zip(old[ids_canon].tolist(), flags_canon.tolist()))
+    with pytest.raises(ValueError, match="payload_len"):
+        join.JoinState(-5, 5).canonical_ids(0, -1)
+
+
+def _image_columns(blob: bytes) -> list[list[np.ndarray]]:
+    """The columns of a kernel image: [meta], then per side klen, kdata, count, times, ids, flags, ..."""
+    ncols = struct.unpack_from("<I", blob, 4)[0]
+    pos, cols = 8, []
+    for _ in range(ncols):
+        code, size, n = struct.unpack_from("<BBQ", blob, pos)
+        dtype = {1: np.uint8, 4: np.uint32, 8: np.int64}[size]
+        cols.append(np.frombuffer(blob, dtype=dtype, count=n, offset=pos + 10))
+        pos += 10 + size * n
+    per = (ncols - 1) // 2
+    return [cols[:1], cols[1:1 + per], cols[1 + per:]]
 
 
 def test_probe_band_is_inclusive_at_both_bounds():

@@ -142,10 +142,10 @@ def test_restart_from_checkpoint_equals_uninterrupted_run(spark, tmp_path):
 
     sink, ck = str(tmp_path / "sink"), str(tmp_path / "ck")
 
-    def run_ours():
+    def run_ours(shards=3):
         df = pyspark_cq.interval_join(_source(spark, root, "l"), _source(spark, root, "r"), ["k", "s"], "ts", "ts",
                                       f"{jd.LOWER_S} seconds", f"{jd.UPPER_S} seconds", how="left",
-                                      suffixes=("_l", "_r"), shards=3)
+                                      suffixes=("_l", "_r"), shards=shards)
         (df.writeStream.format("parquet").option("path", sink).option("checkpointLocation", ck)
          .trigger(availableNow=True).start().awaitTermination())
 
@@ -160,6 +160,10 @@ def test_restart_from_checkpoint_equals_uninterrupted_run(spark, tmp_path):
     theirs = jd.spark_reference(_source(spark, root, "l"), _source(spark, root, "r"), "left")
     _run((theirs, "spark_restart_ref", str(tmp_path / "ck_spark")))
     jd.assert_same_rows(spark.read.parquet(sink), spark.table("spark_restart_ref"))
+    # Another shard count would send keys to shards that do not hold their state: refused, naming shards.
+    write_batch(6)
+    with pytest.raises(Exception, match="shards=3"):
+        run_ours(shards=4)
 
 
 def test_stream_window_join_equals_spark(spark, streams, tmp_path):

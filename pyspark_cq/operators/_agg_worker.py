@@ -22,6 +22,7 @@ from pyspark.sql import types as T
 from .._native import load
 from ..runtime.control import ControlHandle, Entry
 from . import _report, _state_bytes
+from ._shards import check_shard_count, shard_keys, with_shard_count
 from ._agg_spec import AggSpec, KeyColumn, arrow_type, from_int64, nonnull_numpy, to_int64
 from ._agg_spec import OP_COUNT, OP_MAX_F, OP_MIN_F, OP_SUM_F, OUT_AVG_F, OUT_AVG_I, OUT_MAX, OUT_MIN, OUT_SUM_F
 
@@ -85,7 +86,7 @@ class Plan:
         """Spark schema of the sliced rows. With ``float_partials`` the floating partials (sums, and
         min/max of floating columns) are doubles, as Spark's own aggregation computes them, instead of
         the kernel's int64 encoding (see :func:`encode_float_partials`)."""
-        fields = [T.StructField(SHARD, T.IntegerType(), False), T.StructField(KHASH, T.LongType(), False)]
+        fields = [T.StructField(SHARD, T.LongType(), False), T.StructField(KHASH, T.LongType(), False)]
         for i, k in enumerate(self.keys):
             if k.transport == "raw":
                 fields.append(T.StructField(key_name(i), k.dtype, True))
@@ -272,7 +273,7 @@ class Slicer:
     def _rows(self, hashes: np.ndarray, keys, starts, partials, bad=None) -> pa.RecordBatch:
         plan = self.plan
         m = len(hashes)
-        cols = [pa.array((hashes % plan.shards).astype(np.int32)), pa.array(hashes, type=pa.int64())]
+        cols = [pa.array(shard_keys(plan.shards)[hashes % plan.shards]), pa.array(hashes, type=pa.int64())]
         for k, arr in zip(plan.keys, keys):
             cols += encode_key(k, arr)
         cols.append(pa.array(starts, type=pa.int64()))
@@ -378,6 +379,8 @@ def run_shard(plan: Plan, table: pa.Table, state: tuple | None, watermark_us: in
     if state is not None:
         st = kernel.ShardState.from_bytes(_state_bytes.unpack(state[0]), spec.kinds, spec.outputs_array, runs)
         keys_tbl = _state_bytes.table_from_bytes(state[1]) if plan.keys else None
+        if keys_tbl is not None:
+            check_shard_count(keys_tbl, plan.shards, "sliding_aggregate", "the default is 8 when by is given")
         late_end = st.watermark
     else:
         st = kernel.ShardState(spec.kinds, spec.outputs_array, runs)
@@ -460,7 +463,8 @@ def run_shard(plan: Plan, table: pa.Table, state: tuple | None, watermark_us: in
 
     new_state = None
     if plan.mode != "batch":
-        new_state = (_state_bytes.pack(st.to_bytes()), _state_bytes.table_to_bytes(keys_tbl) if plan.keys else b"")
+        new_state = (_state_bytes.pack(st.to_bytes()),
+                     _state_bytes.table_to_bytes(with_shard_count(keys_tbl, plan.shards)) if plan.keys else b"")
     metrics = {
         "input_rows": input_rows,
         "output_rows": out.num_rows,

@@ -11,6 +11,7 @@ from .._duration import parse_duration
 from .._native import load
 from ..runtime.control import ControlHandle
 from . import _report
+from ._shards import shard_key_column
 from ._agg_spec import key_columns, parse_aggs
 from ._agg_spec import OP_COUNT, OP_MAX_F, OP_MAX_I, OP_MIN_F, OP_MIN_I, OP_ROWS, OP_SUM_F, OP_SUM_I
 from ._agg_worker import (BAD, HASH, KHASH, SHARD, START, TIME, Plan, Slicer, StatefulShard, batch_function,
@@ -301,5 +302,5 @@ def _native_slices(df, plan: Plan, time: str):
     fixed = {partial_name(0): F.when(no_time, F.lit(0).cast("long")).otherwise(F.col(partial_name(0))),
              BAD: F.when(no_time, F.col(partial_name(0))).otherwise(F.lit(0).cast("long")),
              START: F.coalesce(F.col(START), F.lit(0).cast("long")),
-             SHARD: F.pmod(F.col(KHASH), F.lit(plan.shards)).cast("int")}
+             SHARD: shard_key_column(F.pmod(F.col(KHASH), F.lit(plan.shards)).cast("int"), plan.shards)}
     return sliced.withColumns(fixed)

@@ -47,6 +47,7 @@ from ..policies.decisions import validate_changes
 from ..runtime.control import ControlHandle
 from . import _report, _state_bytes
 from ._join_codec import ColumnCodec, codecs_for, encode_keys, normalized_key, to_pandas
+from ._shards import check_shard_count, shard_key_column, with_shard_count
 
 LEFT, RIGHT = 0, 1
 _SIDE = "__cq_side"
@@ -305,7 +306,8 @@ def _tagged(spec: _JoinSpec, side: int, streaming_union: bool):
     cols = [F.lit(side).cast("byte").alias(_SIDE)]
     norm = [normalized_key(F.col(k).cast(t), t) for k, t in zip(spec.keys, spec.key_types)]
     if spec.grouping == "shard":
-        cols.append(F.pmod(F.xxhash64(*norm), F.lit(spec.shards)).cast("int").alias(_SHARD))
+        index = F.pmod(F.xxhash64(*norm), F.lit(spec.shards)).cast("int")
+        cols.append(shard_key_column(index, spec.shards).alias(_SHARD))
     else:
         cols += [n.alias(f"__cq_g{i}") for i, n in enumerate(norm)]
     cols += [F.col(time_col).alias(_TIME), F.unix_micros(F.col(time_col)).alias(_MICROS)]
@@ -373,6 +375,7 @@ class _WorkerPlan:
     seed: int = 0
     session_tz: str = "UTC"           # pandas holds TIMESTAMP payload columns as naive times in this zone
     out_arrow: pa.Schema | None = None  # the output's Arrow schema (packed streaming output)
+    shards: int | None = None         # grouping="shard": the shard count, recorded in and checked against the state
 
     @classmethod
     def of(cls, spec: _JoinSpec) -> _WorkerPlan:
@@ -388,7 +391,8 @@ class _WorkerPlan:
         except Exception:  # Spark Connect without conf access
             tz = "UTC"
         return cls(keys, (lc, rc), out, len(spec.keys), spec.how, spec.lower, spec.upper, spec.window,
-                   spec.control, spec.drop_ratio, spec.seed, tz, _report.arrow_schema(spec.output_schema()))
+                   spec.control, spec.drop_ratio, spec.seed, tz, _report.arrow_schema(spec.output_schema()),
+                   spec.shards if spec.grouping == "shard" else None)
 
     def payload_schema(self, side: int) -> pa.Schema:
         codecs = self.key_codecs + self.side_codecs[side]
@@ -533,20 +537,29 @@ class _Side:
     def take(self, ids) -> pa.Table:
         return self.table.take(pa.array(ids, type=pa.int64()))
 
-    def compact(self, kernel, side: int) -> None:
-        """Drop payload rows the kernel no longer references once they exceed a quarter of the live ones.
+    def canonicalize(self, kernel, side: int) -> None:
+        """Reorder the payload to the kernel's serialization order (renumbering the kernel's ids).
 
         Moving the state between the JVM and Python costs far more per byte than this ``take``
-        (see docs/join.md), so the payload is kept nearly free of dead rows.
+        (see docs/join.md): it drops dead rows, puts each key's rows next to each other (the payload's
+        columns compress better) and makes the kernel image's ids implicit (kernel state format 3).
         """
-        live = kernel.rows(side)
-        total = self.table.num_rows
-        if total == 0 or (4 * total <= 5 * live + 4096 and self.table.column(0).num_chunks <= 64):
-            return
-        self.table = self.take(kernel.compact_ids(side, total)).combine_chunks()
+        old = kernel.canonical_ids(side, self.table.num_rows)
+        if len(old) == self.table.num_rows and (len(old) == 0 or (old[0] == 0 and (np.diff(old) == 1).all())):
+            return  # already in order (e.g. a batch without input)
+        self.table = self.take(old).combine_chunks()
 
-    def to_bytes(self) -> bytes:
-        return _state_bytes.table_to_bytes(self.table)
+    def to_bytes(self, shards: int | None = None) -> bytes:
+        """The payload as bytes; ``shards`` (grouping by shard) is recorded for :meth:`check_shards`."""
+        table = self.table if shards is None else with_shard_count(self.table, shards)
+        return _state_bytes.table_to_bytes(table)
+
+    def check_shards(self, shards: int | None) -> None:
+        """Refuse state written with another shard count, e.g. after ``spark.sql.shuffle.partitions``
+        changed under the default ``shards``."""
+        if shards is not None:
+            check_shard_count(self.table, shards, "join",
+                              "the default is twice spark.sql.shuffle.partitions when the query is defined")
 
     @classmethod
     def from_bytes(cls, schema: pa.Schema, blob: bytes) -> _Side:
@@ -730,6 +743,7 @@ class _Worker:
             kernel = self._kernel(blob)
             sides = [_Side.from_bytes(plan.payload_schema(LEFT), lblob),
                      _Side.from_bytes(plan.payload_schema(RIGHT), rblob)]
+            sides[LEFT].check_shards(plan.shards)
         else:
             kernel = join.JoinState(plan.lower, plan.upper)
             sides = [_Side(plan.payload_schema(LEFT)), _Side(plan.payload_schema(RIGHT))]
@@ -742,8 +756,8 @@ class _Worker:
             state.remove()
         else:
             for side in (LEFT, RIGHT):
-                sides[side].compact(kernel, side)
-            blobs = (_state_bytes.pack(kernel.serialize()), sides[LEFT].to_bytes(), sides[RIGHT].to_bytes())
+                sides[side].canonicalize(kernel, side)
+            blobs = (_state_bytes.pack(kernel.serialize()), sides[LEFT].to_bytes(plan.shards), sides[RIGHT].to_bytes())
             state_bytes = sum(len(b) for b in blobs)
             state.update(blobs)
             timeout = _timeout_ms(wm_ms, (kernel.min_end(LEFT), kernel.min_end(RIGHT)))

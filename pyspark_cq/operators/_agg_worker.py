@@ -528,15 +528,6 @@ def _to_arrow(pdf: pd.DataFrame, schema: pa.Schema) -> pa.Table:
 
 #: Masked pandas dtypes for numbers and booleans: they keep NaN apart from null (a float64 numpy column
 #: would turn NaN into null in Spark's conversion) and convert back to plain Arrow arrays.
-_PANDAS_TYPES = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
-                 pa.int64(): pd.Int64Dtype(), pa.float32(): pd.Float32Dtype(), pa.float64(): pd.Float64Dtype(),
-                 pa.bool_(): pd.BooleanDtype()}
-
-
-def _to_pandas(table: pa.Table) -> pd.DataFrame:
-    return table.to_pandas(types_mapper=_PANDAS_TYPES.get)
-
-
 class StatefulShard:
     """``applyInPandasWithState`` function: one shard, one micro-batch."""
 
@@ -600,7 +591,7 @@ class BatchShard:
             table = encode_float_partials(self.plan, table)
         result = run_shard(self.plan, table, None, None, read_entry(self.plan))
         if result.output.num_rows:
-            yield _report.data_rows(_to_pandas(result.output))
+            yield _report.data_rows(_report.to_pandas(result.output))
         yield _report.report_row(list(self.plan.out_names), **result.metrics)
 
 

@@ -94,16 +94,6 @@ def normalized_key(col, dtype: T.DataType):
     return col
 
 
-def to_pandas(table: pa.Table) -> pd.DataFrame:
-    """Arrow -> pandas without losing nulls in numeric columns (nullable extension dtypes)."""
-    mapping = {
-        pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
-        pa.int64(): pd.Int64Dtype(), pa.float32(): pd.Float32Dtype(), pa.float64(): pd.Float64Dtype(),
-        pa.bool_(): pd.BooleanDtype(),
-    }
-    return table.to_pandas(types_mapper=mapping.get, date_as_object=True)
-
-
 def _fixed_width(arr: pa.Array, width: int) -> tuple[np.ndarray, np.ndarray]:
     """(offsets, data) of a fixed-width array's value bytes (null slots hold arbitrary bytes)."""
     n = len(arr)

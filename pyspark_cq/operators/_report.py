@@ -43,6 +43,18 @@ def report_schema(schema: T.StructType) -> T.StructType:
     return T.StructType(fields)
 
 
+# Arrow -> pandas for data rows: nullable extension dtypes, so that numeric nulls survive (a plain
+# int64 column with nulls would become float64, a null double an indistinguishable NaN).
+_PANDAS_TYPES = {pa.int8(): pd.Int8Dtype(), pa.int16(): pd.Int16Dtype(), pa.int32(): pd.Int32Dtype(),
+                 pa.int64(): pd.Int64Dtype(), pa.float32(): pd.Float32Dtype(), pa.float64(): pd.Float64Dtype(),
+                 pa.bool_(): pd.BooleanDtype()}
+
+
+def to_pandas(table: pa.Table) -> pd.DataFrame:
+    """Arrow -> pandas without losing nulls in numeric columns (dates stay ``datetime.date`` objects)."""
+    return table.to_pandas(types_mapper=_PANDAS_TYPES.get, date_as_object=True)
+
+
 def data_rows(pdf: pd.DataFrame) -> pd.DataFrame:
     """Mark a pandas frame of data rows (columns of the operator's output schema, in order)."""
     out = pdf.copy(deep=False)

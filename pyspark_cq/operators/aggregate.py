@@ -84,7 +84,7 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         ``emit="changes"`` supports append only.
     shards : int, optional
         Number of state tables (hash shards of the keys, each a Spark group); default 8, 1 without
-        ``by``. Keep it fixed for the life of a checkpoint.
+        ``by``. Keep it fixed for the life of a checkpoint: restoring with another raises ValueError.
     name : str, optional
         Name of the observed metrics reported per micro-batch (see :func:`pyspark_cq.read_metrics`):
         ``input_rows``, ``output_rows``, ``state_rows`` (slices and pending intervals held),

@@ -46,7 +46,7 @@ from .._native import load
 from ..policies.decisions import validate_changes
 from ..runtime.control import ControlHandle
 from . import _report, _state_bytes
-from ._join_codec import ColumnCodec, codecs_for, encode_keys, normalized_key, to_pandas
+from ._join_codec import ColumnCodec, codecs_for, encode_keys, normalized_key
 from ._shards import check_shard_count, shard_key_column, with_shard_count
 
 LEFT, RIGHT = 0, 1
@@ -96,7 +96,8 @@ def interval_join(left, right, on, left_time, right_time, lower, upper, how="inn
         is an error naming the columns.
     shards : int, optional
         Number of state shards (groups of ``applyInPandasWithState``); default: twice
-        ``spark.sql.shuffle.partitions``. Each shard keeps one native table for many keys.
+        ``spark.sql.shuffle.partitions``. Each shard keeps one native table for many keys. A
+        checkpoint keeps its count: restoring it with another raises ValueError.
     grouping : {"shard", "key"}
         ``"shard"`` groups the state by a hash shard of the key (default, fast); ``"key"`` groups by
         the raw key, one state per key (kept for comparison; see docs/join.md for the numbers).
@@ -515,7 +516,7 @@ def shed_mask(table: pa.Table, micros: np.ndarray, side: int, seed: int, ratio: 
     n = table.num_rows
     if ratio <= 0.0 or n == 0:
         return np.zeros(n, dtype=bool)
-    values = pd.util.hash_pandas_object(to_pandas(table), index=False).to_numpy(dtype=np.uint64)
+    values = pd.util.hash_pandas_object(_report.to_pandas(table), index=False).to_numpy(dtype=np.uint64)
     h = _mix64(np.full(n, (int(seed) * 2 + side) % 2**64, dtype=np.uint64))
     h = _mix64(h ^ np.asarray(micros, dtype=np.int64).view(np.uint64))
     h = _mix64(h ^ values)
@@ -776,7 +777,7 @@ class _Worker:
         kernel = load("_join").JoinState(plan.lower, plan.upper)
         sides = [_Side(plan.payload_schema(LEFT)), _Side(plan.payload_schema(RIGHT))]
         parts, _, _, shed = self._process(kernel, sides, [left_pdf, right_pdf], None, self._entry())
-        frames = [self._data(to_pandas(p)) for p in parts]
+        frames = [self._data(_report.to_pandas(p)) for p in parts]
         n_out = sum(p.num_rows for p in parts)
         frames.append(self._report(input_rows=len(left_pdf) + len(right_pdf), output_rows=n_out, shed_rows=shed))
         return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]

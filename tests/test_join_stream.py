@@ -112,6 +112,36 @@ def test_stream_in_a_non_utc_session_zone_equals_spark_join(spark, streams, tmp_
     jd.assert_same_rows(spark.table("ours_ny"), spark.table("spark_ny"))
 
 
+def test_daylight_saving_fold_keeps_both_instants(spark, tmp_path):
+    """01:00-02:00 on 2026-11-01 happens twice in New York (EDT, then EST). pandas would name both
+    instants by the same naive local time; the output must keep them apart, as Spark's join does."""
+    fold_utc = 1_793_509_200_000_000  # 2026-11-01 05:00 UTC = 01:00 EDT; 06:00 UTC = 01:00 EST
+    root = str(tmp_path / "in")
+    for side in ("l", "r"):
+        times = [fold_utc + m * 60_000_000 + (0 if side == "l" else 2_000_000) for m in (10, 70, 130)]
+        n = len(times)
+        jd.write(os.path.join(root, side), "b000.parquet", pa.table({
+            "k": pa.array([1] * n, pa.int64()), "s": pa.array(["a"] * n),
+            "ts": pa.array(times, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            f"{side}v": pa.array(range(n), pa.int64()), "tag": pa.array([0.5] * n)}))
+    old = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        ours = pyspark_cq.interval_join(_source(spark, root, "l"), _source(spark, root, "r"), ["k", "s"], "ts",
+                                        "ts", f"{jd.LOWER_S} seconds", f"{jd.UPPER_S} seconds", how="full",
+                                        suffixes=("_l", "_r"))
+        theirs = jd.spark_reference(_source(spark, root, "l"), _source(spark, root, "r"), "full")
+        _run((ours, "ours_fold", str(tmp_path / "ck_ours")), (theirs, "spark_fold", str(tmp_path / "ck_spark")))
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", old)
+    got = spark.table("ours_fold")
+    assert got.count() == 3
+    jd.assert_same_rows(got, spark.table("spark_fold"))
+    # the 05:10 and 06:10 UTC rows stay one hour apart (not both at the later instant)
+    micros = sorted(r[0] for r in got.selectExpr("unix_micros(ts_l)").collect())
+    assert micros == [fold_utc + m * 60_000_000 for m in (10, 70, 130)]
+
+
 def test_full_outer_null_keys_follow_sql_semantics(spark, streams, tmp_path):
     """Null keys never match (as in Spark's batch join); Spark's streaming full outer join pairs them."""
     root = streams["nulls"]

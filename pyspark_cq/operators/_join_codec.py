@@ -4,7 +4,10 @@
 a nullable ``long`` with a null becomes ``float64`` (values above 2**53 change) and a null ``double``
 becomes ``NaN`` (indistinguishable from a real NaN). So every numeric column travels as the value with
 nulls replaced by 0 plus a boolean null flag, and is rebuilt as an exact Arrow array on the worker.
-Output frames use pandas' nullable extension dtypes, which Spark converts back without loss.
+A ``TIMESTAMP`` column travels the same way as its epoch microseconds: PySpark would hand it over as a
+naive time in the session zone, in which the repeated hour of a daylight-saving fold names two
+instants. Output frames use pandas' nullable extension dtypes (timestamps as UTC instants), which Spark
+converts back without loss.
 
 Keys are turned into byte strings (:func:`encode_keys`) that the native kernel compares in full, with
 SQL equality: a null never equals anything, ``-0.0 == 0.0`` and ``NaN == NaN`` (as Spark normalises
@@ -23,7 +26,7 @@ from pyspark.sql import types as T
 #: Suffix of the null-flag column that accompanies an encoded numeric column.
 NULL_SUFFIX = "__n"
 
-_FLAGGED = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType)
+_FLAGGED = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType, T.DoubleType, T.TimestampType)
 _FLOATS = (T.FloatType, T.DoubleType)
 
 
@@ -41,8 +44,12 @@ class ColumnCodec:
 
         return to_arrow_type(self.dtype, timezone="UTC")
 
+    @property
+    def _micros(self) -> bool:
+        return isinstance(self.dtype, T.TimestampType)
+
     def transport_fields(self) -> list[T.StructField]:
-        fields = [T.StructField(self.name, self.dtype, True)]
+        fields = [T.StructField(self.name, T.LongType() if self._micros else self.dtype, True)]
         if self.flagged:
             fields.append(T.StructField(self.name + NULL_SUFFIX, T.BooleanType(), True))
         return fields
@@ -53,11 +60,14 @@ class ColumnCodec:
             if not self.flagged:
                 return [F.lit(None).cast(self.dtype).alias(self.name)]
             # A 0, not a null: one null would turn the whole pandas column into float64.
-            return [F.lit(0).cast(self.dtype).alias(self.name), F.lit(True).alias(self.name + NULL_SUFFIX)]
+            zero = F.lit(0).cast("long" if self._micros else self.dtype)
+            return [zero.alias(self.name), F.lit(True).alias(self.name + NULL_SUFFIX)]
         if not self.flagged:
             # An explicit metadata replaces the source's, so no watermark marker is copied along.
             return [source.alias(self.name, metadata={"pyspark_cq": "payload"})]
-        zero = F.lit(0).cast(self.dtype)
+        if self._micros:
+            source = F.unix_micros(source)
+        zero = F.lit(0).cast("long" if self._micros else self.dtype)
         return [F.coalesce(source, zero).alias(self.name, metadata={"pyspark_cq": "payload"}),
                 source.isNull().alias(self.name + NULL_SUFFIX)]
 
@@ -67,12 +77,14 @@ class ColumnCodec:
         atype = self.arrow_type
         if self.flagged:
             mask = pdf[self.name + NULL_SUFFIX].to_numpy(dtype=bool, na_value=True)
+            if self._micros:
+                return pa.array(np.asarray(series, dtype=np.int64), type=pa.int64(), mask=mask).cast(atype)
             # No na_value: a float NaN is a value here (nulls travel in the flag column).
             values = np.asarray(series, dtype=atype.to_pandas_dtype())
             return pa.array(values, type=atype, mask=mask, from_pandas=False)
         if pa.types.is_timestamp(atype):
-            # pandas holds Spark timestamps as naive datetime64 in the session zone; keep them naive
-            # (nanoseconds) so that the way back to Spark is the identity.
+            # TIMESTAMP_NTZ: pandas holds it as naive datetime64; keep it naive (nanoseconds) so that
+            # the way back to Spark is the identity.
             return pa.Array.from_pandas(series, type=pa.timestamp("ns"))
         return pa.Array.from_pandas(series, type=atype)
 

@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -374,7 +373,6 @@ class _WorkerPlan:
     control: ControlHandle | None = None
     drop_ratio: float = 0.0
     seed: int = 0
-    session_tz: str = "UTC"           # pandas holds TIMESTAMP payload columns as naive times in this zone
     out_arrow: pa.Schema | None = None  # the output's Arrow schema (packed streaming output)
     shards: int | None = None         # grouping="shard": the shard count, recorded in and checked against the state
 
@@ -387,17 +385,15 @@ class _WorkerPlan:
         out = tuple(spec.keys) + tuple(spec.left_out) + tuple(spec.right_out)
         if spec.window:
             out += ("valid_from", "valid_to")
-        try:
-            tz = spec.left.sparkSession.conf.get("spark.sql.session.timeZone")
-        except Exception:  # Spark Connect without conf access
-            tz = "UTC"
         return cls(keys, (lc, rc), out, len(spec.keys), spec.how, spec.lower, spec.upper, spec.window,
-                   spec.control, spec.drop_ratio, spec.seed, tz, _report.arrow_schema(spec.output_schema()),
-                   spec.shards if spec.grouping == "shard" else None)
+                   spec.control, spec.drop_ratio, spec.seed, out_arrow=_report.arrow_schema(spec.output_schema()),
+                   shards=spec.shards if spec.grouping == "shard" else None)
 
     def payload_schema(self, side: int) -> pa.Schema:
         codecs = self.key_codecs + self.side_codecs[side]
-        types = [pa.timestamp("ns") if pa.types.is_timestamp(c.arrow_type) else c.arrow_type for c in codecs]
+        # TIMESTAMP travels as exact UTC microseconds; TIMESTAMP_NTZ as pandas' naive nanoseconds
+        types = [pa.timestamp("ns") if pa.types.is_timestamp(c.arrow_type) and c.arrow_type.tz is None
+                 else c.arrow_type for c in codecs]
         fields = [pa.field(c.name, t) for c, t in zip(codecs, types)]
         if self.window:  # valid_from / valid_to need each row's instant; the plain band join does not
             fields.append(pa.field(_MICROS, pa.int64()))
@@ -683,19 +679,12 @@ class _Worker:
         return pa.Table.from_arrays(cols, names=list(plan.out_columns[:len(cols)]))
 
     def _packed(self, parts) -> pa.Table | None:
-        """The streaming output rows in the output's Arrow schema. pandas gave TIMESTAMP payload columns
-        as naive times in the session zone; they are read back as PySpark does (``tz_localize`` with
-        ``ambiguous=False``: the later instant of a repeated hour)."""
+        """The streaming output rows in the output's Arrow schema (TIMESTAMP columns are exact UTC
+        instants already: see _join_codec)."""
         if not parts:
             return None
         table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-        schema = self.plan.out_arrow
-        for i, field in enumerate(schema):
-            col = table.column(i)
-            if pa.types.is_timestamp(field.type) and field.type.tz and not col.type.tz:
-                local = pc.assume_timezone(col, self.plan.session_tz, ambiguous="latest")
-                table = table.set_column(i, field.name, local)
-        return table.cast(schema)
+        return table.cast(self.plan.out_arrow)
 
     def _split(self, frames) -> list:
         frames = [f for f in frames if len(f)]

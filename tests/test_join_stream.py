@@ -94,22 +94,28 @@ def test_stream_equals_spark_join(spark, streams, tmp_path, how, data):
         assert late == dropped
 
 
-def test_stream_in_a_non_utc_session_zone_equals_spark_join(spark, streams, tmp_path):
-    """Timestamp payload columns reach the workers as naive local times; the output must be the same
-    instants as Spark's join whatever the session zone."""
-    root = streams["no_nulls"]
+def _run_in_new_york(spark, root, how, label, tmp_path):
+    """Ours and Spark's join of ``root`` with the session zone America/New_York; returns both tables."""
     old = spark.conf.get("spark.sql.session.timeZone")
     spark.conf.set("spark.sql.session.timeZone", "America/New_York")
     try:
         ours = pyspark_cq.interval_join(_source(spark, root, "l"), _source(spark, root, "r"), ["k", "s"], "ts",
-                                        "ts", f"{jd.LOWER_S} seconds", f"{jd.UPPER_S} seconds", how="left",
+                                        "ts", f"{jd.LOWER_S} seconds", f"{jd.UPPER_S} seconds", how=how,
                                         suffixes=("_l", "_r"))
-        theirs = jd.spark_reference(_source(spark, root, "l"), _source(spark, root, "r"), "left")
-        _run((ours, "ours_ny", str(tmp_path / "ck_ours")), (theirs, "spark_ny", str(tmp_path / "ck_spark")))
+        theirs = jd.spark_reference(_source(spark, root, "l"), _source(spark, root, "r"), how)
+        _run((ours, f"ours_{label}", str(tmp_path / f"ck_ours_{label}")),
+             (theirs, f"spark_{label}", str(tmp_path / f"ck_spark_{label}")))
     finally:
         spark.conf.set("spark.sql.session.timeZone", old)
-    assert spark.table("ours_ny").count() > 0
-    jd.assert_same_rows(spark.table("ours_ny"), spark.table("spark_ny"))
+    return spark.table(f"ours_{label}"), spark.table(f"spark_{label}")
+
+
+def test_stream_in_a_non_utc_session_zone_equals_spark_join(spark, streams, tmp_path):
+    """PySpark hands timestamps to pandas as naive local times; the output must be the same instants as
+    Spark's join whatever the session zone."""
+    ours, theirs = _run_in_new_york(spark, streams["no_nulls"], "left", "ny", tmp_path)
+    assert ours.count() > 0
+    jd.assert_same_rows(ours, theirs)
 
 
 def test_daylight_saving_fold_keeps_both_instants(spark, tmp_path):
@@ -124,19 +130,9 @@ def test_daylight_saving_fold_keeps_both_instants(spark, tmp_path):
             "k": pa.array([1] * n, pa.int64()), "s": pa.array(["a"] * n),
             "ts": pa.array(times, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
             f"{side}v": pa.array(range(n), pa.int64()), "tag": pa.array([0.5] * n)}))
-    old = spark.conf.get("spark.sql.session.timeZone")
-    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
-    try:
-        ours = pyspark_cq.interval_join(_source(spark, root, "l"), _source(spark, root, "r"), ["k", "s"], "ts",
-                                        "ts", f"{jd.LOWER_S} seconds", f"{jd.UPPER_S} seconds", how="full",
-                                        suffixes=("_l", "_r"))
-        theirs = jd.spark_reference(_source(spark, root, "l"), _source(spark, root, "r"), "full")
-        _run((ours, "ours_fold", str(tmp_path / "ck_ours")), (theirs, "spark_fold", str(tmp_path / "ck_spark")))
-    finally:
-        spark.conf.set("spark.sql.session.timeZone", old)
-    got = spark.table("ours_fold")
+    got, theirs = _run_in_new_york(spark, root, "full", "fold", tmp_path)
     assert got.count() == 3
-    jd.assert_same_rows(got, spark.table("spark_fold"))
+    jd.assert_same_rows(got, theirs)
     # the 05:10 and 06:10 UTC rows stay one hour apart (not both at the later instant)
     micros = sorted(r[0] for r in got.selectExpr("unix_micros(ts_l)").collect())
     assert micros == [fold_utc + m * 60_000_000 for m in (10, 70, 130)]

@@ -202,6 +202,28 @@ def test_restart_from_checkpoint_gives_identical_output(spark, tmp_dir):
                                          shards=4), d / "out", d / "ck")
 
 
+def test_daylight_saving_fold_in_a_new_york_session(spark, tmp_dir):
+    """Rows in the hour New York lives twice (2026-11-01 01:00-02:00, EDT then EST): windows and values
+    equal Spark's window() in that session zone, one hour apart where the instants are."""
+    fold_utc = 1_793_509_200_000_000  # 2026-11-01 05:00 UTC = 01:00 EDT; 06:00 UTC = 01:00 EST
+    rows = [{"ts": fold_utc + m * 60_000_000, "k": m % 2, "name": "a", "v": m, "x": 0.5}
+            for m in (5, 10, 35, 65, 70, 95, 125, 130)]
+    write_files(tmp_dir / "in", [rows[:4], rows[4:]])
+    aggs = {"v": ["sum", "max"], "*": ["count"]}
+    old = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        _, ours = run_to_memory(sliding_aggregate(source(spark, tmp_dir / "in"), "ts", "30 minutes", "10 minutes",
+                                                  by="k", aggs=aggs), tmp_dir / "ck_ours")
+        _, theirs = run_to_memory(spark_windows(source(spark, tmp_dir / "in"), "30 minutes", "10 minutes", ["k"], aggs),
+                                  tmp_dir / "ck_theirs")
+        ours, theirs = ours.cache(), theirs.cache()
+        assert ours.count() == theirs.count() > 0
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", old)
+    R.assert_same_rows(ours, theirs, ["window_start", "k"])
+
+
 def test_changes_stream_equals_algorithm1(spark, tmp_dir):
     batches = make_batches(seed=9, n_batches=4, rows=80, keys=4, late=False)
     batches = [sorted(b, key=lambda r: r["ts"]) for b in batches]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
-from pyspark_cq.operators._shards import murmur3_long, shard_keys
+from pyspark_cq.operators._shards import murmur3_long, shard_key_column, shard_key_values, shard_keys
 
 
 def test_murmur3_long_equals_sparks_hash(spark):
@@ -40,3 +40,12 @@ def test_shard_keys_are_stable_distinct_and_validated():
         shard_keys(0)
     with pytest.raises(ValueError, match="shards"):
         shard_keys(True)
+
+
+def test_shard_key_values_equal_the_spark_column(spark):
+    """The slicer (numpy) and the Spark plans must route a key hash to the same group key."""
+    hashes = np.random.default_rng(3).integers(np.iinfo(np.int64).min, np.iinfo(np.int64).max, 200, dtype=np.int64)
+    df = spark.createDataFrame([(int(h),) for h in hashes], "h long")
+    for shards in (1, 3, 8):
+        got = df.select(shard_key_column(F.col("h"), shards).alias("k")).toPandas().k.tolist()
+        assert got == shard_key_values(hashes, shards).tolist()

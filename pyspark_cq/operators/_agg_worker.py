@@ -22,7 +22,7 @@ from pyspark.sql import types as T
 from .._native import load
 from ..runtime.control import ControlHandle, Entry
 from . import _report, _state_bytes
-from ._shards import check_shard_count, shard_keys, with_shard_count
+from ._shards import check_shard_count, shard_key_values, with_shard_count
 from ._agg_spec import AggSpec, KeyColumn, arrow_type, from_int64, nonnull_numpy, to_int64
 from ._agg_spec import OP_COUNT, OP_MAX_F, OP_MIN_F, OP_SUM_F, OUT_AVG_F, OUT_AVG_I, OUT_MAX, OUT_MIN, OUT_SUM_F
 
@@ -273,7 +273,7 @@ class Slicer:
     def _rows(self, hashes: np.ndarray, keys, starts, partials, bad=None) -> pa.RecordBatch:
         plan = self.plan
         m = len(hashes)
-        cols = [pa.array(shard_keys(plan.shards)[hashes % plan.shards]), pa.array(hashes, type=pa.int64())]
+        cols = [pa.array(shard_key_values(hashes, plan.shards)), pa.array(hashes, type=pa.int64())]
         for k, arr in zip(plan.keys, keys):
             cols += encode_key(k, arr)
         cols.append(pa.array(starts, type=pa.int64()))

@@ -48,12 +48,6 @@ class ColumnCodec:
     def _micros(self) -> bool:
         return isinstance(self.dtype, T.TimestampType)
 
-    def transport_fields(self) -> list[T.StructField]:
-        fields = [T.StructField(self.name, T.LongType() if self._micros else self.dtype, True)]
-        if self.flagged:
-            fields.append(T.StructField(self.name + NULL_SUFFIX, T.BooleanType(), True))
-        return fields
-
     def spark_columns(self, source) -> list:
         """Spark columns carrying ``source`` (a Column, or None for an all-null column of this type)."""
         if source is None:

@@ -78,9 +78,16 @@ def shard_keys(shards: int) -> np.ndarray:
     return keys
 
 
-def shard_key_column(index: Column, shards: int) -> Column:
-    """Spark expression: the group key (``long``) of the shard numbered by ``index`` (0-based int)."""
+def shard_key_column(key_hash: Column, shards: int) -> Column:
+    """Spark expression: the group key (``long``) of the shard of a 64-bit key hash (shard
+    ``pmod(key_hash, shards)``); :func:`shard_key_values` is the same on numpy arrays."""
+    index = F.pmod(key_hash, F.lit(shards)).cast("int")
     return F.element_at(F.array(*[F.lit(int(k)) for k in shard_keys(shards)]), index + 1).cast("long")
+
+
+def shard_key_values(key_hashes: np.ndarray, shards: int) -> np.ndarray:
+    """The group keys (int64) of the shards of 64-bit key hashes, as :func:`shard_key_column`."""
+    return shard_keys(shards)[np.mod(np.asarray(key_hashes, dtype=np.int64), shards)]
 
 
 # The shard count a state was written with, kept in the schema metadata of an Arrow table of the state:

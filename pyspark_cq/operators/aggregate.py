@@ -302,5 +302,5 @@ def _native_slices(df, plan: Plan, time: str):
     fixed = {partial_name(0): F.when(no_time, F.lit(0).cast("long")).otherwise(F.col(partial_name(0))),
              BAD: F.when(no_time, F.col(partial_name(0))).otherwise(F.lit(0).cast("long")),
              START: F.coalesce(F.col(START), F.lit(0).cast("long")),
-             SHARD: shard_key_column(F.pmod(F.col(KHASH), F.lit(plan.shards)).cast("int"), plan.shards)}
+             SHARD: shard_key_column(F.col(KHASH), plan.shards)}
     return sliced.withColumns(fixed)

@@ -306,8 +306,7 @@ def _tagged(spec: _JoinSpec, side: int, streaming_union: bool):
     cols = [F.lit(side).cast("byte").alias(_SIDE)]
     norm = [normalized_key(F.col(k).cast(t), t) for k, t in zip(spec.keys, spec.key_types)]
     if spec.grouping == "shard":
-        index = F.pmod(F.xxhash64(*norm), F.lit(spec.shards)).cast("int")
-        cols.append(shard_key_column(index, spec.shards).alias(_SHARD))
+        cols.append(shard_key_column(F.xxhash64(*norm), spec.shards).alias(_SHARD))
     else:
         cols += [n.alias(f"__cq_g{i}") for i, n in enumerate(norm)]
     cols += [F.col(time_col).alias(_TIME), F.unix_micros(F.col(time_col)).alias(_MICROS)]

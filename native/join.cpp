@@ -3,42 +3,61 @@
 // Implements the join status structure of Cammert, Kraemer, Seeger, Vaupel (PIPES, "A Cost Model for
 // Adaptive Resource Management in Data Stream Systems"), section 3.6.3 with the temporal expiration of
 // section 2.4.4 and the implementation note of section 3.4.1: per input a hash table from the join key
-// to its rows, and all rows additionally linked by their expiry timestamp through a separate min-heap,
-// so that purging expired rows costs O(log n) per *removed* row and O(1) when nothing expires, instead
-// of a scan of the whole state (which is what Spark's own stream-stream join does).
+// to its rows, and all rows additionally linked by their expiry timestamp, so that purging expired rows
+// costs O(1) per *removed* row (plus O(number of runs) per purge) and nothing for the rows that stay,
+// instead of a scan of the whole state (which is what Spark's own stream-stream join does).
+//
+// Layout, chosen for memory latency (the state outgrows the CPU caches long before it outgrows RAM):
+// - both inputs share one open-addressing index; a key's entry holds each input's chain head and
+//   bounds of its newest time and largest expiry key, so a row finds its partners and its own chain
+//   with one lookup, and skips a partner chain whose newest row is already out of band unread;
+// - rows and entries are one cache line each; chains are singly linked, newest first, by links that
+//   carry the slot's generation, so storing a row writes only its entry and its own slot, and a row
+//   whose successors all expire with it leaves without touching its chain (State::expire);
+// - the expiry linkage is a few runs of (expiry key, row) sorted by expiry key (one per insert call,
+//   merged when there are too many), not a heap: expiring walks run heads in insertion order;
+// - insert/probe runs as a software pipeline that prefetches index slots, then chain heads;
+// - the big arrays are backed by transparent huge pages where Linux offers them (HugeAlloc).
 //
 // Rows are (key bytes, event time in microseconds, payload id, matched flag, the row's own band
 // [lower, upper] and its expiry key). The kernel never sees payload values: the caller keeps them
-// (Arrow tables) and addresses them by id. Key equality is exact: the hash only selects the bucket,
+// (Arrow tables) and addresses them by id. Key equality is exact: the hash only selects the slot,
 // the encoded key bytes are compared in full.
 //
 // Per-row bounds (PIPES section 4.2: a window change applies to new elements only): every row keeps
 // the band in force at its own timestamp, and a pair (l, r) is decided by the band of the *earlier*
 // element (section 2.4.1: the later element must start inside the earlier one's validity; on a tie,
-// the left row's band): keys equal and b.lower <= r.t - l.t <= b.upper. The expiry heap is ordered by
-// a per-row expiry key chosen by the caller (default: the row's time), so rows with different bands
-// still expire in O(log n) per removed row.
+// the left row's band): keys equal and b.lower <= r.t - l.t <= b.upper. Rows expire by a per-row
+// expiry key chosen by the caller (default: the row's time), so rows with different bands still
+// expire touching only themselves.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
-#include <functional>
+#include <iterator>
 #include <limits>
+#include <new>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "serde.hpp"
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#elif defined(_WIN32)
+#include <malloc.h>
+#endif
+
 namespace py = pybind11;
 
 namespace {
 
 constexpr int64_t kFormatVersion = 3;  // 2: per-row bounds and expiry keys; 3: 2 with delta-coded ids and ends
-constexpr int32_t kFree = -2;     // bucket[] of a free slot
-constexpr int32_t kNullKey = -1;  // bucket[] of a row whose key has a null: stored, never matched
 constexpr int64_t kI64Max = std::numeric_limits<int64_t>::max();
 constexpr int64_t kI64Min = std::numeric_limits<int64_t>::min();
 
@@ -82,30 +101,90 @@ inline int64_t sat_add(int64_t a, int64_t b) {
   return r;
 }
 
-// One row of the state. Array-of-structs so that a chain step touches one cache line.
-struct Slot {
+// Allocator for the large arrays (index, rows): blocks of 1 MiB and more are 2 MiB-aligned and, on Linux,
+// marked for transparent huge pages. Every probe lands on a random line of a state far larger than the
+// TLB covers with 4 KiB pages, so without huge pages each access also pays a page walk (two levels of
+// them in a virtual machine): measured here, huge pages made insert + probe about twice as fast.
+template <class T>
+struct HugeAlloc {
+  using value_type = T;
+  HugeAlloc() = default;
+  template <class U>
+  HugeAlloc(const HugeAlloc<U>&) {}
+  static constexpr size_t kHuge = size_t(2) << 20;
+  T* allocate(size_t n) {
+    const size_t bytes = std::max<size_t>(n * sizeof(T), 1);
+    // Cache-line aligned below 1 MiB (rows and entries are one line each), 2 MiB-aligned above.
+    const size_t align = bytes < (size_t(1) << 20) ? 64 : kHuge;
+    const size_t rounded = (bytes + align - 1) / align * align;
+#if defined(_WIN32)
+    void* p = _aligned_malloc(rounded, align);
+#else
+    void* p = std::aligned_alloc(align, rounded);
+#endif
+    if (!p) throw std::bad_alloc();
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (align == kHuge) madvise(p, rounded, MADV_HUGEPAGE);
+#endif
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) {
+#if defined(_WIN32)
+    _aligned_free(p);
+#else
+    std::free(p);
+#endif
+  }
+  template <class U>
+  bool operator==(const HugeAlloc<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const HugeAlloc<U>&) const { return false; }
+};
+template <class T>
+using HugeVec = std::vector<T, HugeAlloc<T>>;
+
+// A reference to a row: its slot and the slot's generation when the reference was made. A slot's
+// generation changes when its row leaves, so a reference to a row that has left is recognisably stale
+// whatever the slot holds now (32-bit generations: a stale reference would have to survive 2^32 reuses
+// of one slot, and the state is rebuilt from its image at every micro-batch).
+struct Link {
+  int32_t slot = -1;
+  uint32_t gen = 0;
+};
+
+// One row of the state: one cache line.
+struct alignas(64) Row {
   int64_t time;
   int64_t id;
   int64_t lo, up;  // the row's own band (the bounds in force at its timestamp)
-  int32_t next, prev;
-  int32_t bucket;  // kFree, kNullKey or the key's bucket
+  int64_t below;   // >= the expiry key of every row after this one in its chain
+  uint64_t hash;   // of its key: finds the row's index entry on the rare slow path of expiry
+  Link next;       // the next older row of its chain, or a stale link (end of chain)
+  uint32_t gen;
   uint8_t matched;
+  uint8_t kind;  // kFreeRow, kKeyed or kNullRow
+};
+constexpr uint8_t kFreeRow = 0, kKeyed = 1, kNullRow = 2;
+
+// A chain of rows, newest first, singly linked. `newest` and `maxend` are upper bounds of the newest
+// time and the largest expiry key of its live rows (exact after a load, never lowered in between).
+struct Chain {
+  Link head;
+  int64_t newest = kI64Min;
+  int64_t maxend = kI64Min;
 };
 
-// One distinct key: head of its row chain, row count, key bytes (inline when at most 8 bytes, so that
-// the common integer / short string key is compared without touching the arena).
-struct Bucket {
-  int32_t head;
-  int32_t count;
-  uint32_t klen;
-  uint64_t key;  // the bytes themselves (klen <= 8, zero-padded) or the arena offset
+// One distinct key of either input: its bytes (inline when at most 8 bytes, so that the common integer
+// / short string key is compared without touching the arena) and one chain per input. Both inputs share
+// the index, so a row finds its partners and its own chain with one lookup, and `newest` lets a probe
+// skip a partner chain whose rows are all out of band without reading any of them.
+struct alignas(64) Entry {
+  uint32_t tag;   // the hash's low 32 bits
+  uint32_t klen;  // kNoKey for an empty slot
+  uint64_t key;   // the bytes themselves (klen <= 8, zero-padded) or the arena offset
+  Chain chain[2];
 };
-
-// Index entry: the full hash next to the bucket id, so that mismatches are rejected without a miss.
-struct Entry {
-  uint64_t hash;
-  int32_t bucket;  // -1 empty
-};
+constexpr uint32_t kNoKey = 0xFFFFFFFFu;
 
 inline uint64_t load_small(const uint8_t* k, uint32_t n) {
   uint64_t v = 0;
@@ -113,217 +192,350 @@ inline uint64_t load_small(const uint8_t* k, uint32_t n) {
   return v;
 }
 
-// One input's status structure.
+// A run of (expiry key, row) sorted by expiry key; entries before `start` have left.
+struct Run {
+  std::vector<std::pair<int64_t, int32_t>> v;
+  size_t start = 0;
+  size_t size() const { return v.size() - start; }
+};
+
+// Sorts (expiry key, row) pairs by key: they usually arrive nearly sorted and within a narrow range,
+// so an LSD radix sort over the offsets from the smallest key takes a few linear passes.
+void sort_by_end(std::vector<std::pair<int64_t, int32_t>>& v) {
+  const size_t n = v.size();
+  bool sorted = true;
+  int64_t lo = kI64Max, hi = kI64Min;
+  for (size_t i = 0; i < n; ++i) {
+    if (i && v[i].first < v[i - 1].first) sorted = false;
+    lo = std::min(lo, v[i].first);
+    hi = std::max(hi, v[i].first);
+  }
+  if (sorted) return;
+  const uint64_t range = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo);
+  constexpr int kBits = 11;
+  int passes = 0;
+  for (uint64_t r = range; r; r >>= kBits) ++passes;
+  if (n < 256 || passes > 4) {
+    std::sort(v.begin(), v.end());
+    return;
+  }
+  std::vector<std::pair<int64_t, int32_t>> tmp(n);
+  auto* src = &v;
+  auto* dst = &tmp;
+  for (int p = 0; p < passes; ++p) {
+    const int shift = p * kBits;
+    std::vector<size_t> count((1 << kBits) + 1, 0);
+    auto digit = [&](int64_t key) {
+      return ((static_cast<uint64_t>(key) - static_cast<uint64_t>(lo)) >> shift) & ((1u << kBits) - 1);
+    };
+    for (const auto& e : *src) ++count[digit(e.first) + 1];
+    for (size_t d = 0; d < (1u << kBits); ++d) count[d + 1] += count[d];
+    for (const auto& e : *src) (*dst)[count[digit(e.first)]++] = e;
+    std::swap(src, dst);
+  }
+  if (src != &v) v.swap(tmp);
+}
+
+// One input's rows. Keyed rows hang off the shared index; rows whose key has a null component form a
+// chain of their own (stored so that outer joins emit them, never matched).
 struct Side {
-  std::vector<Slot> slots;
-  std::vector<int32_t> free_slots;
-  std::vector<Bucket> buckets;
-  std::vector<int32_t> free_buckets;
-  std::string arena;
-  size_t arena_live = 0;
-  // Open-addressing index (linear probing, backward-shift deletion): hash -> bucket.
-  std::vector<Entry> table;
-  uint64_t mask = 0;
-  size_t nbuckets = 0;
-  // Rows with a null key component: they can never match but must expire (outer joins emit them).
-  int32_t null_head = -1;
+  static constexpr size_t kMaxRuns = 16;
+  HugeVec<Row> rows;
+  std::vector<int32_t> free_rows;
+  Chain nulls_chain;
   size_t nulls = 0;
-  // Expiry linkage (PIPES section 3.4.1): min-heap of (expiry key, slot).
-  std::vector<std::pair<int64_t, int32_t>> heap;
   size_t live = 0;
+  // Expiry linkage (PIPES section 3.4.1): rows ordered by expiry key, as a few sorted runs (one per
+  // insert call). Expiring pops run heads: it touches only the rows that leave, in the order they were
+  // inserted, and never the rest of the state.
+  std::vector<Run> runs;
   // Largest reach (>= 0) of a row stored since the last load: upper for left rows, -lower for right
   // rows. A probe never needs rows older than (probe time - max_reach). Never lowered by eviction
   // (conservative); recomputed when the state is loaded.
   int64_t max_reach = 0;
 
-  bool key_equal(const Bucket& b, const uint8_t* k, uint32_t n) const {
-    if (b.klen != n) return false;
-    if (n <= 8) return b.key == load_small(k, n);
-    return std::memcmp(arena.data() + b.key, k, n) == 0;
+  bool valid(Link l) const { return l.slot >= 0 && rows[l.slot].gen == l.gen; }
+
+  int32_t alloc_row() {
+    if (!free_rows.empty()) {
+      int32_t s = free_rows.back();
+      free_rows.pop_back();
+      return s;
+    }
+    rows.emplace_back();
+    rows.back().gen = 0;
+    return static_cast<int32_t>(rows.size() - 1);
+  }
+
+  // The row that alloc_row() will return `ahead` calls from now, if known (for prefetching).
+  const Row* upcoming(size_t ahead) const {
+    return ahead < free_rows.size() ? &rows[free_rows[free_rows.size() - 1 - ahead]] : nullptr;
+  }
+
+  void release(int32_t s) {
+    Row& r = rows[s];
+    if (r.kind == kNullRow) --nulls;
+    r.kind = kFreeRow;
+    ++r.gen;
+    free_rows.push_back(s);
+    --live;
+  }
+
+  void add_run(std::vector<std::pair<int64_t, int32_t>>&& items) {
+    if (items.empty()) return;
+    sort_by_end(items);
+    runs.emplace_back();
+    runs.back().v = std::move(items);
+    // Up to kMaxRuns runs stay as they are (one per insert call; eviction drains and drops the old
+    // ones, so a steady stream of large calls never merges). Beyond that, the adjacent pair with the
+    // fewest rows is merged: many small calls then merge like a binary counter, O(log n) moves per
+    // row, and expiring or asking for the smallest key costs O(kMaxRuns) on top of the rows it removes.
+    while (runs.size() > kMaxRuns) {
+      size_t best = 0;
+      for (size_t i = 1; i + 1 < runs.size(); ++i)
+        if (runs[i].size() + runs[i + 1].size() < runs[best].size() + runs[best + 1].size()) best = i;
+      Run& a = runs[best];
+      Run& b = runs[best + 1];
+      std::vector<std::pair<int64_t, int32_t>> merged;
+      merged.reserve(a.size() + b.size());
+      std::merge(a.v.begin() + a.start, a.v.end(), b.v.begin() + b.start, b.v.end(), std::back_inserter(merged));
+      a.v.swap(merged);
+      a.start = 0;
+      runs.erase(runs.begin() + best + 1);
+    }
+  }
+
+  // Replaces the expiry runs by one run over the live rows (ends indexed by row; free rows ignored).
+  void rebuild_runs(const std::vector<int64_t>& end_of_row) {
+    runs.clear();
+    std::vector<std::pair<int64_t, int32_t>> items;
+    items.reserve(live);
+    for (size_t s = 0; s < rows.size(); ++s)
+      if (rows[s].kind != kFreeRow) items.emplace_back(end_of_row[s], static_cast<int32_t>(s));
+    add_run(std::move(items));
+  }
+
+  // Expiry key of every row (kI64Min for free rows), read off the runs.
+  std::vector<int64_t> end_of_row() const {
+    std::vector<int64_t> out(rows.size(), kI64Min);
+    for (const Run& r : runs)
+      for (size_t i = r.start; i < r.v.size(); ++i) out[r.v[i].second] = r.v[i].first;
+    return out;
+  }
+
+  std::optional<int64_t> min_end() const {
+    std::optional<int64_t> m;
+    for (const Run& r : runs)
+      if (r.size() && (!m || r.v[r.start].first < *m)) m = r.v[r.start].first;
+    return m;
+  }
+
+  // Calls f(slot) for the live rows of a chain, newest first.
+  template <class F>
+  void walk(const Chain& c, F&& f) const {
+    for (Link l = c.head; valid(l); l = rows[l.slot].next) f(l.slot);
+  }
+
+  size_t nbytes() const {
+    size_t n = rows.capacity() * sizeof(Row) + free_rows.capacity() * 4;
+    for (const Run& r : runs) n += r.v.capacity() * sizeof(r.v[0]);
+    return n;
+  }
+};
+
+// Both inputs' status structures (PIPES section 3.6.3): an open-addressing index (linear probing) from
+// key to one Entry per distinct key, and per input its rows.
+//
+// Rows leave without touching their chain when nothing after them stays (the common case: expiry keys
+// grow with time, and each chain is sorted by time): the predecessor keeps a link that is now stale,
+// which ends the chain for every reader. Only a row with a live successor (possible when bands differ
+// between rows) is unlinked from its predecessor, found from the index. Entries whose chains are both
+// empty are dropped when the index is rebuilt.
+struct State {
+  HugeVec<Entry> table;
+  uint64_t mask = 0;
+  size_t used = 0;
+  std::string arena;
+  Side side[2];
+
+  bool key_equal(const Entry& e, const uint8_t* k, uint32_t n) const {
+    if (e.klen != n) return false;
+    if (n <= 8) return e.key == load_small(k, n);
+    return std::memcmp(arena.data() + e.key, k, n) == 0;
+  }
+
+  const uint8_t* key_bytes(const Entry& e) const {
+    if (e.klen <= 8) return reinterpret_cast<const uint8_t*>(&e.key);
+    return reinterpret_cast<const uint8_t*>(arena.data()) + e.key;
   }
 
   void prefetch(uint64_t h) const {
     if (!table.empty()) __builtin_prefetch(&table[h & mask]);
   }
 
-  int32_t find(uint64_t h, const uint8_t* k, uint32_t n) const {
+  // Position of the key's entry, or -1.
+  int64_t find(uint64_t h, const uint8_t* k, uint32_t n) const {
     if (table.empty()) return -1;
+    const uint32_t tag = static_cast<uint32_t>(h);
     for (uint64_t i = h & mask;; i = (i + 1) & mask) {
       const Entry& e = table[i];
-      if (e.bucket < 0) return -1;
-      if (e.hash == h && key_equal(buckets[e.bucket], k, n)) return e.bucket;
+      if (e.klen == kNoKey) return -1;
+      if (e.tag == tag && key_equal(e, k, n)) return static_cast<int64_t>(i);
     }
   }
 
-  void rehash(size_t capacity) {
-    std::vector<Entry> old;
-    old.swap(table);
-    table.assign(capacity, Entry{0, -1});
+  // The entry an upcoming row will probe, judged by its hash alone (a prefetch hint, never a decision).
+  const Entry* peek(uint64_t h) const {
+    if (table.empty()) return nullptr;
+    const uint32_t tag = static_cast<uint32_t>(h);
+    for (uint64_t i = h & mask;; i = (i + 1) & mask) {
+      const Entry& e = table[i];
+      if (e.klen == kNoKey) return nullptr;
+      if (e.tag == tag) return &e;
+    }
+  }
+
+  // Rebuilds the index with room for `extra` more keys, dropping the keys whose chains are both empty
+  // (and resetting the bounds of an empty chain). Reads each entry's chain heads: O(entries).
+  void rebuild(size_t extra) {
+    std::vector<Entry> keep;
+    keep.reserve(used);
+    std::string fresh;
+    for (const Entry& e : table) {
+      if (e.klen == kNoKey) continue;
+      Entry c = e;
+      bool any = false;
+      for (int sd = 0; sd < 2; ++sd) {
+        if (side[sd].valid(c.chain[sd].head)) any = true;
+        else c.chain[sd] = Chain{};
+      }
+      if (!any) continue;
+      if (c.klen > 8) {
+        const size_t off = fresh.size();
+        fresh.append(arena, c.key, c.klen);
+        c.key = off;
+      }
+      keep.push_back(c);
+    }
+    arena.swap(fresh);
+    size_t capacity = 16;
+    while (capacity < 2 * (keep.size() + extra) + 2) capacity *= 2;
+    table.assign(capacity, Entry{0, kNoKey, 0, {}});
     mask = capacity - 1;
-    for (const Entry& e : old) {
-      if (e.bucket < 0) continue;
-      uint64_t i = e.hash & mask;
-      while (table[i].bucket >= 0) i = (i + 1) & mask;
+    for (const Entry& e : keep) {
+      uint64_t i = hash_bytes(key_bytes(e), e.klen) & mask;
+      while (table[i].klen != kNoKey) i = (i + 1) & mask;
       table[i] = e;
     }
+    used = keep.size();
   }
 
-  int32_t find_or_add(uint64_t h, const uint8_t* k, uint32_t n) {
-    if ((nbuckets + 1) * 2 > table.size()) rehash(std::max<size_t>(16, table.size() * 2));
+  uint64_t find_or_add(uint64_t h, const uint8_t* k, uint32_t n) {
+    if ((used + 1) * 2 > table.size()) rebuild(std::max<size_t>(used / 2, 8));
+    const uint32_t tag = static_cast<uint32_t>(h);
     uint64_t i = h & mask;
     for (;; i = (i + 1) & mask) {
       const Entry& e = table[i];
-      if (e.bucket < 0) break;
-      if (e.hash == h && key_equal(buckets[e.bucket], k, n)) return e.bucket;
+      if (e.klen == kNoKey) break;
+      if (e.tag == tag && key_equal(e, k, n)) return i;
     }
-    int32_t b;
-    if (!free_buckets.empty()) {
-      b = free_buckets.back();
-      free_buckets.pop_back();
-    } else {
-      b = static_cast<int32_t>(buckets.size());
-      buckets.emplace_back();
-    }
-    Bucket& bk = buckets[b];
-    bk.head = -1;
-    bk.count = 0;
-    bk.klen = n;
+    Entry& e = table[i];
+    e = Entry{tag, n, 0, {}};
     if (n <= 8) {
-      bk.key = load_small(k, n);
+      e.key = load_small(k, n);
     } else {
-      bk.key = arena.size();
+      e.key = arena.size();
       arena.append(reinterpret_cast<const char*>(k), n);
-      arena_live += n;
     }
-    table[i] = Entry{h, b};
-    ++nbuckets;
-    return b;
+    ++used;
+    return i;
   }
 
-  void erase_bucket(int32_t b) {
-    const uint8_t* k = key_bytes(b);
-    uint64_t i = hash_bytes(k, buckets[b].klen) & mask;
-    while (table[i].bucket != b) i = (i + 1) & mask;
-    // Backward-shift deletion keeps every probe sequence intact without tombstones.
-    uint64_t j = i;
-    for (;;) {
-      j = (j + 1) & mask;
-      const Entry c = table[j];
-      if (c.bucket < 0) break;
-      uint64_t home = c.hash & mask;
-      bool between = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
-      if (!between) {
-        table[i] = c;
-        i = j;
-      }
-    }
-    table[i] = Entry{0, -1};
-    --nbuckets;
-    if (buckets[b].klen > 8) arena_live -= buckets[b].klen;
-    buckets[b].klen = 0;
-    buckets[b].head = kFree;
-    free_buckets.push_back(b);
-    if (arena.size() > 4096 && arena.size() > 4 * arena_live) compact_arena();
-  }
+  Chain& chain_of(int sd, int64_t pos) { return pos >= 0 ? table[pos].chain[sd] : side[sd].nulls_chain; }
 
-  // Key bytes of a bucket (for inline keys, a pointer into the bucket itself).
-  const uint8_t* key_bytes(int32_t b) const {
-    const Bucket& bk = buckets[b];
-    if (bk.klen <= 8) return reinterpret_cast<const uint8_t*>(&bk.key);
-    return reinterpret_cast<const uint8_t*>(arena.data()) + bk.key;
-  }
-
-  void compact_arena() {
-    std::string fresh;
-    fresh.reserve(arena_live * 2);
-    for (Bucket& bk : buckets) {
-      if (bk.head == kFree || bk.klen <= 8) continue;
-      size_t off = fresh.size();
-      fresh.append(arena, bk.key, bk.klen);
-      bk.key = off;
-    }
-    arena.swap(fresh);
-  }
-
-  int32_t alloc_slot() {
-    if (!free_slots.empty()) {
-      int32_t s = free_slots.back();
-      free_slots.pop_back();
-      return s;
-    }
-    slots.emplace_back();
-    return static_cast<int32_t>(slots.size() - 1);
-  }
-
-  // Links a row into its key chain (or the null-key chain) without touching the heap. Chains are kept
-  // sorted by time, newest first: rows arrive roughly in time order, so the insertion point is found
-  // after O(1) steps, and a probe can stop at the first row older than its band (see probe()).
-  int32_t link(int32_t b, int64_t t, int64_t pid, uint8_t m, int64_t lo, int64_t up) {
-    int32_t s = alloc_slot();
-    int32_t& head = (b >= 0) ? buckets[b].head : null_head;
-    Slot& r = slots[s];
+  // Links a new row into the chain of entry `pos` (or the null chain when pos < 0). Chains are sorted by
+  // time, newest first: rows arrive roughly in time order, so the row usually becomes the head without
+  // reading the chain, and a probe can stop at the first row older than its band (see insert_probe).
+  int32_t link(int sd, int64_t pos, int64_t t, int64_t pid, uint8_t m, int64_t lo, int64_t up, uint64_t h,
+               int64_t end) {
+    Side& me = side[sd];
+    const int32_t s = me.alloc_row();
+    Chain& c = chain_of(sd, pos);
+    Row& r = me.rows[s];
     r.time = t;
     r.id = pid;
     r.lo = lo;
     r.up = up;
+    r.hash = h;
     r.matched = m;
-    r.bucket = b;
-    int32_t before = -1, after = head;
-    while (after >= 0 && slots[after].time > t) {
-      before = after;
-      after = slots[after].next;
+    r.kind = pos >= 0 ? kKeyed : kNullRow;
+    if (pos < 0) ++me.nulls;
+    ++me.live;
+    const Link self{s, r.gen};
+    if (t >= c.newest) {  // the common case: no read of the chain
+      r.next = c.head;
+      r.below = c.maxend;
+      c.head = self;
+      c.newest = t;
+    } else {
+      // Walk past the newer rows; every one of them now has this row after it.
+      Link prev{}, cur = c.head;
+      while (me.valid(cur) && me.rows[cur.slot].time > t) {
+        Row& q = me.rows[cur.slot];
+        q.below = std::max(q.below, end);
+        prev = cur;
+        cur = q.next;
+      }
+      r.next = cur;
+      r.below = prev.slot >= 0 ? me.rows[prev.slot].below : c.maxend;  // an upper bound
+      if (prev.slot >= 0) me.rows[prev.slot].next = self; else c.head = self;
     }
-    r.prev = before;
-    r.next = after;
-    if (before >= 0) slots[before].next = s; else head = s;
-    if (after >= 0) slots[after].prev = s;
-    if (b >= 0) ++buckets[b].count; else ++nulls;
-    ++live;
+    c.maxend = std::max(c.maxend, end);
     return s;
   }
 
-  void insert(int32_t b, int64_t t, int64_t pid, uint8_t m, int64_t lo, int64_t up, int64_t end) {
-    int32_t s = link(b, t, pid, m, lo, up);
-    heap.emplace_back(end, s);
-    std::push_heap(heap.begin(), heap.end(), std::greater<>());
+  // Removes row s of side sd, whose expiry key is <= threshold. When every row after it expires too
+  // (its `below` <= threshold), nothing else is touched: the chain simply ends at the stale link.
+  void expire(int sd, int32_t s, int64_t threshold) {
+    if (side[sd].rows[s].below > threshold) unlink(sd, s);
+    side[sd].release(s);
   }
 
-  // Rebuilds the expiry heap from per-slot keys (indexed by slot; entries of free slots are ignored).
-  void rebuild_heap(const std::vector<int64_t>& end_of_slot) {
-    heap.clear();
-    heap.reserve(live);
-    for (size_t s = 0; s < slots.size(); ++s)
-      if (slots[s].bucket != kFree) heap.emplace_back(end_of_slot[s], static_cast<int32_t>(s));
-    std::make_heap(heap.begin(), heap.end(), std::greater<>());
-  }
-
-  // Expiry key of every slot (kI64Min for free slots), read off the heap.
-  std::vector<int64_t> end_of_slot() const {
-    std::vector<int64_t> out(slots.size(), kI64Min);
-    for (const auto& e : heap) out[e.second] = e.first;
-    return out;
-  }
-
-  void unlink(int32_t s) {
-    Slot& r = slots[s];
-    const int32_t b = r.bucket;
-    int32_t& head = (b >= 0) ? buckets[b].head : null_head;
-    if (r.prev >= 0) slots[r.prev].next = r.next; else head = r.next;
-    if (r.next >= 0) slots[r.next].prev = r.prev;
-    r.bucket = kFree;
-    free_slots.push_back(s);
-    --live;
-    if (b >= 0) {
-      if (--buckets[b].count == 0) erase_bucket(b);
-    } else {
-      --nulls;
+  // The slow path: row s has (or may have) a live row after it, so its predecessor must skip it.
+  void unlink(int sd, int32_t s) {
+    Side& me = side[sd];
+    const Row& r = me.rows[s];
+    const Link self{s, r.gen};
+    auto splice = [&](Chain& c) {
+      Link prev{};
+      for (Link cur = c.head; me.valid(cur); prev = cur, cur = me.rows[cur.slot].next) {
+        if (cur.slot != self.slot) continue;
+        if (prev.slot >= 0) me.rows[prev.slot].next = r.next; else c.head = r.next;
+        return true;
+      }
+      return false;
+    };
+    if (r.kind == kNullRow) {
+      splice(me.nulls_chain);
+      return;
+    }
+    const uint32_t tag = static_cast<uint32_t>(r.hash);
+    for (uint64_t i = r.hash & mask;; i = (i + 1) & mask) {
+      Entry& e = table[i];
+      if (e.klen == kNoKey) return;  // unreachable: a live row is always on its key's chain
+      if (e.tag == tag && splice(e.chain[sd])) return;
     }
   }
 
+  size_t keys(int sd) const {
+    size_t n = 0;
+    for (const Entry& e : table)
+      if (e.klen != kNoKey && side[sd].valid(e.chain[sd].head)) ++n;
+    return n;
+  }
+
   size_t nbytes() const {
-    return slots.capacity() * sizeof(Slot) + free_slots.capacity() * 4 + buckets.capacity() * sizeof(Bucket) +
-           free_buckets.capacity() * 4 + arena.capacity() + table.capacity() * sizeof(Entry) +
-           heap.capacity() * sizeof(heap[0]);
+    return table.capacity() * sizeof(Entry) + arena.capacity() + side[0].nbytes() + side[1].nbytes();
   }
 };
 
@@ -413,21 +625,36 @@ class JoinState {
         throw py::value_error("offsets are not monotone within data at row " + std::to_string(i));
     const int64_t* ts = times.data();
     const int64_t* pid = ids.data();
-    Side& me = s_[side];
-    Side& other = s_[1 - side];
+    const int o = 1 - side;
+    Side& me = st_.side[side];
+    Side& other = st_.side[o];
     const bool left = side == 0;
     std::vector<int64_t> out_in, out_id;
     {
       py::gil_scoped_release release;
-      // Hash every row first so that the index slots of rows a few steps ahead can be prefetched:
-      // at state sizes beyond the CPU caches the probe is bound by memory latency, not arithmetic.
+      // At state sizes beyond the CPU caches the work is bound by memory latency, not arithmetic, so
+      // it runs as a software pipeline: the index slot of row i + kAhead is prefetched, the partner
+      // chain's head (when in band) and the slot to be written for row i + kNear are prefetched once
+      // its index slot has arrived, and row i is processed with its lines already on their way. Storing
+      // a row touches only its index entry and its own new slot.
       std::vector<uint64_t> hashes(static_cast<size_t>(n));
       for (py::ssize_t i = 0; i < n; ++i) hashes[i] = hash_bytes(kd + off[i], static_cast<size_t>(off[i + 1] - off[i]));
-      constexpr py::ssize_t kAhead = 8;
+      std::vector<std::pair<int64_t, int32_t>> fresh;
+      if (store) fresh.reserve(static_cast<size_t>(n));
+      constexpr py::ssize_t kAhead = 16, kNear = 8;
       for (py::ssize_t i = 0; i < n; ++i) {
-        if (i + kAhead < n) {
-          other.prefetch(hashes[i + kAhead]);
-          if (store) me.prefetch(hashes[i + kAhead]);
+        if (i + kAhead < n) st_.prefetch(hashes[i + kAhead]);
+        if (i + kNear < n) {
+          const py::ssize_t j = i + kNear;
+          if (!(nk && nk[j])) {
+            if (const Entry* e = st_.peek(hashes[j])) {
+              const Chain& c = e->chain[o];
+              if (c.head.slot >= 0 && c.newest >= sat_add(ts[j], -other.max_reach))
+                __builtin_prefetch(&other.rows[c.head.slot]);
+            }
+          }
+          if (store)
+            if (const Row* r = me.upcoming(kNear)) __builtin_prefetch(r, 1);
         }
         const uint8_t* k = kd + off[i];
         const uint32_t kn = static_cast<uint32_t>(off[i + 1] - off[i]);
@@ -436,15 +663,17 @@ class JoinState {
         const int64_t lo = los ? los[i] : lower_, up = ups ? ups[i] : upper_;
         const int64_t reach = reach_of(side, lo, up);
         uint8_t m = 0;
-        if (!is_null) {
-          int32_t b = other.find(h, k, kn);
-          if (b >= 0) {
-            // Stored rows newer than t + reach are decided by this row's band and lie beyond it; rows
-            // older than t - max_reach lie beyond their own band. The chain is sorted newest first:
-            // skip the former, test the rows in between, stop at the first of the latter.
-            const int64_t newest = sat_add(ts[i], reach), oldest = sat_add(ts[i], -other.max_reach);
-            for (int32_t s = other.buckets[b].head; s >= 0;) {
-              Slot& r = other.slots[s];
+        int64_t pos = is_null ? -1 : st_.find(h, k, kn);
+        if (pos >= 0) {
+          // Stored rows newer than t + reach are decided by this row's band and lie beyond it; rows
+          // older than t - max_reach lie beyond their own band. The chain is sorted newest first:
+          // skip the former, test the rows in between, stop at the first of the latter (or do not
+          // enter the chain at all when even its newest row is older).
+          const Chain& c = st_.table[pos].chain[o];
+          const int64_t newest = sat_add(ts[i], reach), oldest = sat_add(ts[i], -other.max_reach);
+          if (c.newest >= oldest) {
+            for (Link l = c.head; other.valid(l);) {
+              Row& r = other.rows[l.slot];
               if (r.time < oldest) break;
               if (r.time <= newest &&
                   (left ? pair_matches(ts[i], lo, up, r.time, r.lo, r.up)
@@ -454,35 +683,52 @@ class JoinState {
                 r.matched = 1;
                 m = 1;
               }
-              s = r.next;
+              l = r.next;
             }
           }
         }
         if (store) {
-          me.insert(is_null ? kNullKey : me.find_or_add(h, k, kn), ts[i], pid[i], m, lo, up, ens ? ens[i] : ts[i]);
+          if (!is_null && pos < 0) pos = static_cast<int64_t>(st_.find_or_add(h, k, kn));
+          const int64_t end = ens ? ens[i] : ts[i];
+          fresh.emplace_back(end, st_.link(side, pos, ts[i], pid[i], m, lo, up, h, end));
           me.max_reach = std::max(me.max_reach, reach);
         }
       }
+      me.add_run(std::move(fresh));
     }
     return py::make_tuple(to_numpy(std::move(out_in)), to_numpy(std::move(out_id)));
   }
 
   // Temporal expiration (PIPES section 2.4.4): remove every row of `side` whose expiry key is
   // <= threshold (the key is the row's time unless insert_probe got `ends`). Only the expiring rows
-  // are touched (heap pops). Returns (payload ids, matched flags).
+  // are touched (run heads, then the rows themselves; a row's chain only when a row after it stays).
+  // Returns (payload ids, matched flags).
   py::tuple evict(int side, int64_t threshold) {
-    Side& me = s_[side_index(side)];
+    Side& me = st_.side[side_index(side)];
     std::vector<int64_t> ids;
     std::vector<uint8_t> flags;
     {
       py::gil_scoped_release release;
-      while (!me.heap.empty() && me.heap.front().first <= threshold) {
-        std::pop_heap(me.heap.begin(), me.heap.end(), std::greater<>());
-        int32_t s = me.heap.back().second;
-        me.heap.pop_back();
-        ids.push_back(me.slots[s].id);
-        flags.push_back(me.slots[s].matched);
-        me.unlink(s);
+      std::vector<int32_t> gone;
+      for (Run& r : me.runs) {
+        while (r.start < r.v.size() && r.v[r.start].first <= threshold) gone.push_back(r.v[r.start++].second);
+        if (r.start >= 1024 && 2 * r.start >= r.v.size()) {  // release what has left
+          r.v.erase(r.v.begin(), r.v.begin() + static_cast<py::ssize_t>(r.start));
+          r.start = 0;
+        }
+      }
+      me.runs.erase(std::remove_if(me.runs.begin(), me.runs.end(), [](const Run& r) { return r.size() == 0; }),
+                    me.runs.end());
+      const size_t n = gone.size();
+      ids.reserve(n);
+      flags.reserve(n);
+      constexpr size_t kAhead = 16;
+      for (size_t j = 0; j < n; ++j) {
+        if (j + kAhead < n) __builtin_prefetch(&me.rows[gone[j + kAhead]], 1);
+        const Row& r = me.rows[gone[j]];
+        ids.push_back(r.id);
+        flags.push_back(r.matched);
+        st_.expire(side, gone[j], threshold);
       }
     }
     return py::make_tuple(to_numpy(std::move(ids)), to_numpy(std::move(flags)));
@@ -490,17 +736,17 @@ class JoinState {
 
   // Smallest expiry key of a side (the next row to expire), or None when the side is empty.
   py::object min_end(int side) const {
-    const Side& me = s_[side_index(side)];
-    if (me.heap.empty()) return py::none();
-    return py::int_(me.heap.front().first);
+    const auto m = st_.side[side_index(side)].min_end();
+    if (!m) return py::none();
+    return py::int_(*m);
   }
 
-  // (times, lowers, uppers) of the live rows of a side in slot order (the order set_ends expects).
+  // (times, lowers, uppers) of the live rows of a side in row order (the order set_ends expects).
   py::tuple row_bounds(int side) const {
-    const Side& me = s_[side_index(side)];
+    const Side& me = st_.side[side_index(side)];
     std::vector<int64_t> t, lo, up;
-    for (const Slot& r : me.slots) {
-      if (r.bucket == kFree) continue;
+    for (const Row& r : me.rows) {
+      if (r.kind == kFreeRow) continue;
       t.push_back(r.time);
       lo.push_back(r.lo);
       up.push_back(r.up);
@@ -508,17 +754,17 @@ class JoinState {
     return py::make_tuple(to_numpy(std::move(t)), to_numpy(std::move(lo)), to_numpy(std::move(up)));
   }
 
-  // Replace the expiry keys of the live rows of a side (in the order of row_bounds) and re-heapify.
+  // Replace the expiry keys of the live rows of a side (in the order of row_bounds).
   void set_ends(int side, const I64& ends) {
-    Side& me = s_[side_index(side)];
+    Side& me = st_.side[side_index(side)];
     if (static_cast<size_t>(ends.size()) != me.live)
       throw py::value_error("ends must have one key per live row (" + std::to_string(me.live) + ")");
-    std::vector<int64_t> end_of_slot(me.slots.size(), kI64Min);
+    std::vector<int64_t> end_of_row(me.rows.size(), kI64Min);
     const int64_t* e = ends.data();
     size_t j = 0;
-    for (size_t s = 0; s < me.slots.size(); ++s)
-      if (me.slots[s].bucket != kFree) end_of_slot[s] = e[j++];
-    me.rebuild_heap(end_of_slot);
+    for (size_t s = 0; s < me.rows.size(); ++s)
+      if (me.rows[s].kind != kFreeRow) end_of_row[s] = e[j++];
+    me.rebuild_runs(end_of_row);
   }
 
   // Renumber the payload ids of a side 0, 1, 2, ... in the order serialize() writes the rows (key by key,
@@ -527,31 +773,32 @@ class JoinState {
   // each key's rows are adjacent (so its columns compress better) and the ids column of the image is
   // all ones once delta-coded (format 3).
   py::array_t<int64_t> canonical_ids(int side, int64_t payload_len) {
-    Side& me = s_[side_index(side)];
+    Side& me = st_.side[side_index(side)];
     if (payload_len < 0) throw py::value_error("payload_len must be >= 0");
     std::vector<int64_t> old;
     old.reserve(me.live);
-    auto renumber = [&](int32_t head) {
-      for (int32_t s = head; s >= 0; s = me.slots[s].next) {
-        Slot& r = me.slots[s];
-        if (r.id < 0 || r.id >= payload_len) throw py::value_error("a stored payload id is outside [0, payload_len)");
-        old.push_back(r.id);
-        r.id = static_cast<int64_t>(old.size()) - 1;
-      }
+    bool bad = false;
+    auto renumber = [&](int32_t s) {
+      Row& r = me.rows[s];
+      if (r.id < 0 || r.id >= payload_len) bad = true;
+      old.push_back(r.id);
+      r.id = static_cast<int64_t>(old.size()) - 1;
     };
-    for (const Entry& e : me.table)
-      if (e.bucket >= 0) renumber(me.buckets[e.bucket].head);
-    renumber(me.null_head);
+    for (const Entry& e : st_.table)
+      if (e.klen != kNoKey) me.walk(e.chain[side], renumber);
+    me.walk(me.nulls_chain, renumber);
+    if (bad) throw py::value_error("a stored payload id is outside [0, payload_len)");
     return to_numpy(std::move(old));
   }
 
-  size_t rows(int side) const { return s_[side_index(side)].live; }
-  size_t keys(int side) const { return s_[side_index(side)].nbuckets; }
-  size_t nbytes() const { return s_[0].nbytes() + s_[1].nbytes(); }
+  size_t rows(int side) const { return st_.side[side_index(side)].live; }
+  size_t keys(int side) const { return st_.keys(side_index(side)); }
+  size_t nbytes() const { return st_.nbytes(); }
 
   // Byte image (cq::Writer, format CQS1, state format 3): meta, then per side the distinct keys with
   // their row counts and the rows grouped by key, null-key rows last, each row with its time, payload
-  // id, matched flag, band and expiry key. Loading rebuilds the index and heapifies in O(n).
+  // id, matched flag, band and expiry key. Loading rebuilds the index and the expiry runs in
+  // O(n log n) at worst (one sort).
   // Format 3 stores each payload id as the difference to the previous row's (the first to -1) and each
   // expiry key as the difference to the row's time, both modulo 2^64: after canonical_ids the ids are
   // all ones and the expiry offsets repeat, so the compressed image shrinks by about 60 %.
@@ -560,16 +807,15 @@ class JoinState {
   // them with set_ends). Both are still read.
   py::bytes serialize() const {
     cq::Writer w(1 + 2 * kCols2);
-    std::vector<int64_t> meta = {kFormatVersion, lower_, upper_, static_cast<int64_t>(s_[0].nulls),
-                                 static_cast<int64_t>(s_[1].nulls)};
+    std::vector<int64_t> meta = {kFormatVersion, lower_, upper_, static_cast<int64_t>(st_.side[0].nulls),
+                                 static_cast<int64_t>(st_.side[1].nulls)};
     w.column(cq::kI64, meta);
-    for (const Side& me : s_) {
+    for (int sd = 0; sd < 2; ++sd) {
+      const Side& me = st_.side[sd];
       std::vector<uint32_t> klen, count;
       std::vector<uint8_t> kdata, flags;
       std::vector<int64_t> times, ids, los, ups, ends;
-      const std::vector<int64_t> end_of_slot = me.end_of_slot();
-      klen.reserve(me.nbuckets);
-      count.reserve(me.nbuckets);
+      const std::vector<int64_t> end_of_row = me.end_of_row();
       times.reserve(me.live);
       ids.reserve(me.live);
       flags.reserve(me.live);
@@ -577,28 +823,29 @@ class JoinState {
       ups.reserve(me.live);
       ends.reserve(me.live);
       int64_t prev_id = -1;
-      auto rows_from = [&](int32_t head) {
-        for (int32_t s = head; s >= 0; s = me.slots[s].next) {
-          const Slot& r = me.slots[s];
-          times.push_back(r.time);
-          ids.push_back(wrap_sub(r.id, prev_id));
-          prev_id = r.id;
-          flags.push_back(r.matched);
-          los.push_back(r.lo);
-          ups.push_back(r.up);
-          ends.push_back(wrap_sub(end_of_slot[s], r.time));
-        }
+      uint32_t c = 0;
+      auto put = [&](int32_t s) {
+        const Row& r = me.rows[s];
+        times.push_back(r.time);
+        ids.push_back(wrap_sub(r.id, prev_id));
+        prev_id = r.id;
+        flags.push_back(r.matched);
+        los.push_back(r.lo);
+        ups.push_back(r.up);
+        ends.push_back(wrap_sub(end_of_row[s], r.time));
+        ++c;
       };
-      for (const Entry& e : me.table) {
-        if (e.bucket < 0) continue;
-        const Bucket& bk = me.buckets[e.bucket];
-        klen.push_back(bk.klen);
-        count.push_back(static_cast<uint32_t>(bk.count));
-        const uint8_t* k = me.key_bytes(e.bucket);
-        kdata.insert(kdata.end(), k, k + bk.klen);
-        rows_from(bk.head);
+      for (const Entry& e : st_.table) {
+        if (e.klen == kNoKey) continue;
+        c = 0;
+        me.walk(e.chain[sd], put);
+        if (!c) continue;
+        klen.push_back(e.klen);
+        const uint8_t* k = st_.key_bytes(e);
+        kdata.insert(kdata.end(), k, k + e.klen);
+        count.push_back(c);
       }
-      rows_from(me.null_head);
+      me.walk(me.nulls_chain, put);
       w.column(cq::kU32, klen);
       w.column(cq::kU8, kdata);
       w.column(cq::kU32, count);
@@ -629,8 +876,9 @@ class JoinState {
           std::to_string(kFormatVersion) + "; start the query with a new checkpoint location)");
     JoinState js(meta[1], meta[2]);
     js.restored_format_ = version;
-    for (int side = 0; side < 2; ++side) {
-      Side& me = js.s_[side];
+    State& st = js.st_;
+    for (int sd = 0; sd < 2; ++sd) {
+      Side& me = st.side[sd];
       auto klen = r.column<uint32_t>(cq::kU32);
       auto kdata = r.column<uint8_t>(cq::kU8);
       auto count = r.column<uint32_t>(cq::kU32);
@@ -654,7 +902,7 @@ class JoinState {
           ends[i] = wrap_add(times[i], ends[i]);
         }
       }
-      const uint64_t nnull = static_cast<uint64_t>(meta[3 + side]);
+      const uint64_t nnull = static_cast<uint64_t>(meta[3 + sd]);
       if (klen.size() != count.size() || times.size() != ids.size() || times.size() != flags.size() ||
           times.size() != los.size() || times.size() != ups.size() || times.size() != ends.size())
         throw std::invalid_argument("join state blob is corrupt (column lengths differ)");
@@ -665,25 +913,26 @@ class JoinState {
       }
       if (key_total != kdata.size() || row_total != times.size())
         throw std::invalid_argument("join state blob is corrupt (key or row counts do not add up)");
-      me.slots.reserve(times.size());
-      std::vector<int64_t> end_of_slot(times.size(), kI64Min);
-      auto add = [&](int32_t bi, size_t row) {
-        const int32_t s = me.link(bi, times[row], ids[row], flags[row], los[row], ups[row]);
-        if (static_cast<size_t>(s) >= end_of_slot.size()) end_of_slot.resize(s + 1, kI64Min);
-        end_of_slot[s] = ends[row];
-        me.max_reach = std::max(me.max_reach, reach_of(side, los[row], ups[row]));
+      me.rows.reserve(times.size());
+      std::vector<int64_t> end_of_row(times.size(), kI64Min);
+      auto add = [&](int64_t pos, uint64_t h, size_t row) {
+        const int32_t s = st.link(sd, pos, times[row], ids[row], flags[row], los[row], ups[row], h, ends[row]);
+        if (static_cast<size_t>(s) >= end_of_row.size()) end_of_row.resize(s + 1, kI64Min);
+        end_of_row[s] = ends[row];
+        me.max_reach = std::max(me.max_reach, reach_of(sd, los[row], ups[row]));
       };
       size_t koff = 0, row = 0;
       for (size_t b = 0; b < klen.size(); ++b) {
         const uint8_t* k = kdata.data() + koff;
-        int32_t bi = me.find_or_add(hash_bytes(k, klen[b]), k, klen[b]);
+        const uint64_t h = hash_bytes(k, klen[b]);
+        const int64_t pos = static_cast<int64_t>(st.find_or_add(h, k, klen[b]));
         // Rows were written newest first: link them oldest first so each lands at the head in O(1).
-        for (uint32_t c = count[b]; c-- > 0;) add(bi, row + c);
+        for (uint32_t c = count[b]; c-- > 0;) add(pos, h, row + c);
         row += count[b];
         koff += klen[b];
       }
-      for (size_t c = times.size(); c-- > row;) add(kNullKey, c);
-      me.rebuild_heap(end_of_slot);
+      for (size_t c = times.size(); c-- > row;) add(-1, 0, c);
+      me.rebuild_runs(end_of_row);
     }
     if (!r.done()) throw std::invalid_argument("join state blob has trailing bytes");
     return js;
@@ -693,7 +942,7 @@ class JoinState {
   static constexpr uint32_t kCols1 = 6, kCols2 = 9;  // columns per side in formats 1 and 2
   int64_t lower_, upper_;
   int64_t restored_format_ = 0;
-  Side s_[2];
+  State st_;
 };
 
 // Concatenate several per-row byte encodings into one injective key encoding: each component is

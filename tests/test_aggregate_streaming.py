@@ -96,13 +96,15 @@ def run_to_memory(df, checkpoint, mode="append"):
     return q, df.sparkSession.table(name)
 
 
-@pytest.mark.parametrize("window", ["1 second", "3 seconds", "60 seconds"])
-def test_stream_equals_spark_window(spark, tmp_dir, window):
+# W/S = 1, 3, 60, and a window that is not a multiple of its slide (Spark's windows then overlap unevenly).
+@pytest.mark.parametrize("window, slide", [("1 second", "1 second"), ("3 seconds", "1 second"),
+                                           ("60 seconds", "1 second"), ("10 seconds", "4 seconds")])
+def test_stream_equals_spark_window(spark, tmp_dir, window, slide):
     batches = make_batches(seed=len(window))
     write_files(tmp_dir / "in", batches)
-    q1, ours = run_to_memory(sliding_aggregate(source(spark, tmp_dir / "in"), "ts", window, "1 second",
+    q1, ours = run_to_memory(sliding_aggregate(source(spark, tmp_dir / "in"), "ts", window, slide,
                                                by=["k", "name"], aggs=AGGS, name="agg"), tmp_dir / "ck1")
-    q2, theirs = run_to_memory(spark_windows(source(spark, tmp_dir / "in"), window, "1 second", ["k", "name"], AGGS),
+    q2, theirs = run_to_memory(spark_windows(source(spark, tmp_dir / "in"), window, slide, ["k", "name"], AGGS),
                                tmp_dir / "ck2")
     assert ours.count() > 0
     R.assert_same_rows(ours, theirs, ["window_start", "k", "name"])

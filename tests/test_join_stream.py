@@ -2,8 +2,8 @@
 
 Each side is a directory of parquet files read with ``maxFilesPerTrigger=1``, so both queries see the
 same micro-batches: out-of-order rows within the watermark, late rows, duplicates, a hot key, many keys,
-null keys, an empty file, and rows exactly at the band's bounds. After ``availableNow`` processing the
-final sink contents must be equal multisets.
+null keys, an empty file on each side, and rows exactly at the band's bounds. After ``availableNow``
+processing the final sink contents must be equal multisets.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def _write_streams(root: str, *, null_keys: bool, seed: int) -> None:
     for i in range(BATCHES):
         t0 = jd.BASE_US + i * 10_000_000
         for side in ("l", "r"):
-            if side == "r" and i == 3:
+            if (side, i) in (("l", 2), ("r", 3)):
                 table = jd.side_table(rng, side, 4, t0).slice(0, 0)  # an empty micro-batch file
             else:
                 table = jd.side_table(rng, side, 60, t0, null_keys=null_keys, late=3 if i >= 2 else 0)

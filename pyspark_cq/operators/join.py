@@ -2,8 +2,8 @@
 
 The join state follows Cammert, Krämer, Seeger and Vaupel, "A Cost Model for Adaptive Resource
 Management in Data Stream Systems" (PIPES): per input a hash table from the join key to its rows, and
-the rows linked by expiry time (a heap, §3.4.1), so temporal expiration (§2.4.4) touches only the rows
-it removes. The kernel is :mod:`pyspark_cq._join` (C++); this module wires it into Spark.
+the rows linked by expiry time (sorted runs, §3.4.1), so temporal expiration (§2.4.4) touches only the
+rows it removes. The kernel is :mod:`pyspark_cq._join` (C++); this module wires it into Spark.
 
 Streaming plan (one micro-batch)::
 

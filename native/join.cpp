@@ -395,21 +395,38 @@ struct State {
     }
   }
 
-  // Rebuilds the index with room for `extra` more keys, dropping the keys whose chains are both empty
-  // (and resetting the bounds of an empty chain). Reads each entry's chain heads: O(entries).
+  bool has_rows(const Entry& e) const { return side[0].valid(e.chain[0].head) || side[1].valid(e.chain[1].head); }
+
+  // Whether a quarter or more of the keys have no rows left, judged from 64 entries spread over the
+  // index (reading every entry's chain heads costs a random access each).
+  bool mostly_stale() const {
+    if (used < 256) return true;
+    size_t seen = 0, stale = 0;
+    for (uint64_t k = 0; k < 64; ++k) {
+      uint64_t i = (k * 0x9E3779B97F4A7C15ULL) & mask;
+      while (table[i].klen == kNoKey) i = (i + 1) & mask;
+      ++seen;
+      stale += !has_rows(table[i]);
+    }
+    return 4 * stale >= seen;
+  }
+
+  // Rebuilds the index with room for `extra` more keys. When a sample says enough keys have no rows
+  // left, it drops them (reading each entry's chain heads: O(entries) random accesses) and resets the
+  // bounds of empty chains; otherwise it only re-places the entries.
   void rebuild(size_t extra) {
+    const bool purge = mostly_stale();
     std::vector<Entry> keep;
     keep.reserve(used);
     std::string fresh;
     for (const Entry& e : table) {
       if (e.klen == kNoKey) continue;
       Entry c = e;
-      bool any = false;
-      for (int sd = 0; sd < 2; ++sd) {
-        if (side[sd].valid(c.chain[sd].head)) any = true;
-        else c.chain[sd] = Chain{};
+      if (purge) {
+        if (!has_rows(c)) continue;
+        for (int sd = 0; sd < 2; ++sd)
+          if (!side[sd].valid(c.chain[sd].head)) c.chain[sd] = Chain{};
       }
-      if (!any) continue;
       if (c.klen > 8) {
         const size_t off = fresh.size();
         fresh.append(arena, c.key, c.klen);
@@ -524,6 +541,18 @@ struct State {
       Entry& e = table[i];
       if (e.klen == kNoKey) return;  // unreachable: a live row is always on its key's chain
       if (e.tag == tag && splice(e.chain[sd])) return;
+    }
+  }
+
+  // Calls f(entry) for every key in index order: the one order of the state image, which serialize()
+  // and canonical_ids() must share. Prefetches the chain heads of side sd a few keys ahead.
+  template <class F>
+  void for_each_key(int sd, F&& f) const {
+    const size_t n = table.size();
+    for (size_t i = 0; i < n; ++i) {
+      if (i + 16 < n && table[i + 16].klen != kNoKey && table[i + 16].chain[sd].head.slot >= 0)
+        __builtin_prefetch(&side[sd].rows[table[i + 16].chain[sd].head.slot]);
+      if (table[i].klen != kNoKey) f(table[i]);
     }
   }
 
@@ -784,8 +813,7 @@ class JoinState {
       old.push_back(r.id);
       r.id = static_cast<int64_t>(old.size()) - 1;
     };
-    for (const Entry& e : st_.table)
-      if (e.klen != kNoKey) me.walk(e.chain[side], renumber);
+    st_.for_each_key(side, [&](const Entry& e) { me.walk(e.chain[side], renumber); });
     me.walk(me.nulls_chain, renumber);
     if (bad) throw py::value_error("a stored payload id is outside [0, payload_len)");
     return to_numpy(std::move(old));
@@ -835,16 +863,15 @@ class JoinState {
         ends.push_back(wrap_sub(end_of_row[s], r.time));
         ++c;
       };
-      for (const Entry& e : st_.table) {
-        if (e.klen == kNoKey) continue;
+      st_.for_each_key(sd, [&](const Entry& e) {
         c = 0;
         me.walk(e.chain[sd], put);
-        if (!c) continue;
+        if (!c) return;
         klen.push_back(e.klen);
         const uint8_t* k = st_.key_bytes(e);
         kdata.insert(kdata.end(), k, k + e.klen);
         count.push_back(c);
-      }
+      });
       me.walk(me.nulls_chain, put);
       w.column(cq::kU32, klen);
       w.column(cq::kU8, kdata);

@@ -544,16 +544,56 @@ struct State {
     }
   }
 
-  // Calls f(entry) for every key in index order: the one order of the state image, which serialize()
-  // and canonical_ids() must share. Prefetches the chain heads of side sd a few keys ahead.
-  template <class F>
-  void for_each_key(int sd, F&& f) const {
-    const size_t n = table.size();
-    for (size_t i = 0; i < n; ++i) {
-      if (i + 16 < n && table[i + 16].klen != kNoKey && table[i + 16].chain[sd].head.slot >= 0)
-        __builtin_prefetch(&side[sd].rows[table[i + 16].chain[sd].head.slot]);
-      if (table[i].klen != kNoKey) f(table[i]);
+  // The order of the state image, which serialize() and canonical_ids() share: the keys of side sd
+  // that have rows, in index order, each with its rows newest first. The chains are walked a level
+  // at a time across all keys (the first rows of every chain, then the second rows, ...), so that the
+  // random accesses of many chains are in flight together, then grouped by key with a stable
+  // counting sort.
+  struct ImageOrder {
+    std::vector<uint64_t> pos;    // index positions of the keys with rows
+    std::vector<uint32_t> count;  // their row counts
+    std::vector<int32_t> rows;    // their rows, key by key
+  };
+  ImageOrder image_order(int sd) const {
+    const Side& me = side[sd];
+    std::vector<uint32_t> ord;  // ordinal of each active chain's key among all keys
+    std::vector<Link> cur;
+    std::vector<uint64_t> all;
+    for (uint64_t i = 0; i < table.size(); ++i) {
+      if (table[i].klen == kNoKey) continue;
+      ord.push_back(static_cast<uint32_t>(all.size()));
+      all.push_back(i);
+      cur.push_back(table[i].chain[sd].head);
     }
+    std::vector<std::pair<uint32_t, int32_t>> found;  // (key ordinal, row), level by level
+    found.reserve(me.live);
+    constexpr size_t kAhead = 16;
+    while (!ord.empty()) {
+      size_t w = 0;
+      for (size_t j = 0; j < ord.size(); ++j) {
+        if (j + kAhead < ord.size() && cur[j + kAhead].slot >= 0) __builtin_prefetch(&me.rows[cur[j + kAhead].slot]);
+        if (!me.valid(cur[j])) continue;
+        found.emplace_back(ord[j], cur[j].slot);
+        ord[w] = ord[j];
+        cur[w] = me.rows[cur[j].slot].next;
+        ++w;
+      }
+      ord.resize(w);
+      cur.resize(w);
+    }
+    std::vector<uint32_t> start(all.size() + 1, 0);
+    for (const auto& f : found) ++start[f.first + 1];
+    ImageOrder out;
+    for (size_t k = 0; k < all.size(); ++k) {
+      if (start[k + 1]) {
+        out.pos.push_back(all[k]);
+        out.count.push_back(start[k + 1]);
+      }
+      start[k + 1] += start[k];
+    }
+    out.rows.resize(found.size());
+    for (const auto& f : found) out.rows[start[f.first]++] = f.second;
+    return out;
   }
 
   size_t keys(int sd) const {
@@ -813,7 +853,11 @@ class JoinState {
       old.push_back(r.id);
       r.id = static_cast<int64_t>(old.size()) - 1;
     };
-    st_.for_each_key(side, [&](const Entry& e) { me.walk(e.chain[side], renumber); });
+    const std::vector<int32_t> order = st_.image_order(side).rows;
+    for (size_t j = 0; j < order.size(); ++j) {
+      if (j + 16 < order.size()) __builtin_prefetch(&me.rows[order[j + 16]], 1);
+      renumber(order[j]);
+    }
     me.walk(me.nulls_chain, renumber);
     if (bad) throw py::value_error("a stored payload id is outside [0, payload_len)");
     return to_numpy(std::move(old));
@@ -851,7 +895,6 @@ class JoinState {
       ups.reserve(me.live);
       ends.reserve(me.live);
       int64_t prev_id = -1;
-      uint32_t c = 0;
       auto put = [&](int32_t s) {
         const Row& r = me.rows[s];
         times.push_back(r.time);
@@ -861,17 +904,23 @@ class JoinState {
         los.push_back(r.lo);
         ups.push_back(r.up);
         ends.push_back(wrap_sub(end_of_row[s], r.time));
-        ++c;
       };
-      st_.for_each_key(sd, [&](const Entry& e) {
-        c = 0;
-        me.walk(e.chain[sd], put);
-        if (!c) return;
+      const State::ImageOrder order = st_.image_order(sd);
+      size_t next = 0;
+      for (size_t k = 0; k < order.pos.size(); ++k) {
+        const Entry& e = st_.table[order.pos[k]];
         klen.push_back(e.klen);
-        const uint8_t* k = st_.key_bytes(e);
-        kdata.insert(kdata.end(), k, k + e.klen);
-        count.push_back(c);
-      });
+        const uint8_t* kb = st_.key_bytes(e);
+        kdata.insert(kdata.end(), kb, kb + e.klen);
+        count.push_back(order.count[k]);
+        for (uint32_t c = 0; c < order.count[k]; ++c, ++next) {
+          if (next + 16 < order.rows.size()) {  // the rows are random accesses again in key order
+            __builtin_prefetch(&me.rows[order.rows[next + 16]]);
+            __builtin_prefetch(&end_of_row[order.rows[next + 16]]);
+          }
+          put(order.rows[next]);
+        }
+      }
       me.walk(me.nulls_chain, put);
       w.column(cq::kU32, klen);
       w.column(cq::kU8, kdata);

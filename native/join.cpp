@@ -596,6 +596,26 @@ struct State {
     return out;
   }
 
+  // Recomputes each chain's `below` and `maxend` of side sd from new expiry keys (indexed by row): they
+  // are upper bounds of the keys *after* each row, and new keys may be larger than the old ones.
+  void recompute_bounds(int sd, const std::vector<int64_t>& end_of_row) {
+    Side& me = side[sd];
+    std::vector<int32_t> chain;
+    auto redo = [&](Chain& c) {
+      chain.clear();
+      me.walk(c, [&](int32_t s) { chain.push_back(s); });
+      int64_t after = kI64Min;
+      for (size_t j = chain.size(); j-- > 0;) {
+        me.rows[chain[j]].below = after;
+        after = std::max(after, end_of_row[chain[j]]);
+      }
+      c.maxend = after;
+    };
+    for (Entry& e : table)
+      if (e.klen != kNoKey) redo(e.chain[sd]);
+    redo(me.nulls_chain);
+  }
+
   size_t keys(int sd) const {
     size_t n = 0;
     for (const Entry& e : table)
@@ -834,6 +854,7 @@ class JoinState {
     for (size_t s = 0; s < me.rows.size(); ++s)
       if (me.rows[s].kind != kFreeRow) end_of_row[s] = e[j++];
     me.rebuild_runs(end_of_row);
+    st_.recompute_bounds(side, end_of_row);
   }
 
   // Renumber the payload ids of a side 0, 1, 2, ... in the order serialize() writes the rows (key by key,

@@ -275,3 +275,17 @@ def test_a_row_leaving_before_an_older_row_keeps_the_older_row_reachable():
     assert ids.tolist() == [2] and kernel.rows(0) == 1 and kernel.keys(0) == 1
     idx, other = kernel.insert_probe(1, offsets, key, None, np.array([15]), np.array([3]))
     assert other.tolist() == [1]
+
+
+def test_new_expiry_keys_keep_older_rows_reachable():
+    # set_ends (used when restoring a format-1 image) may give an older row a later expiry key than a
+    # newer row of its chain; the newer row leaving must not take the older one with it.
+    kernel = join.JoinState(-20, 30)
+    offsets, key = np.arange(3, dtype=np.int64) * 8, np.array([7, 7], dtype=np.int64).view(np.uint8)
+    kernel.insert_probe(0, offsets, key, None, np.array([10, 20]), np.array([1, 2]))
+    times, _, _ = kernel.row_bounds(0)
+    kernel.set_ends(0, np.where(times == 10, 100, 50).astype(np.int64))
+    ids, _ = kernel.evict(0, 60)
+    assert ids.tolist() == [2] and kernel.rows(0) == 1
+    idx, other = kernel.insert_probe(1, offsets[:2], key[:8], None, np.array([15]), np.array([3]))
+    assert other.tolist() == [1]

@@ -226,7 +226,7 @@ def test_kernel_matches_reference_at_scale(seed, nkeys, ordered_ends):
     ref = ({}, {})  # per side: key -> [[t, id, matched, end], ...]
     next_id, clock = 0, 0
     for _ in range(60):
-        op = rng.choice(["insert", "insert", "insert", "evict", "roundtrip"], p=[.3, .3, .2, .15, .05])
+        op = rng.choice(["insert", "insert", "insert", "evict", "roundtrip", "rekey"], p=[.3, .3, .15, .15, .05, .05])
         side = int(rng.integers(0, 2))
         if op == "insert":
             n = int(rng.choice([1, 3, 20, 300, 700]))
@@ -255,6 +255,16 @@ def test_kernel_matches_reference_at_scale(seed, nkeys, ordered_ends):
             for k in list(ref[side]):
                 ref[side][k] = [r for r in ref[side][k] if r[3] > threshold]
             assert sorted(zip(got_ids.tolist(), (got_flags != 0).tolist())) == gone
+        elif op == "rekey":  # new expiry keys for a side's rows, a function of their times (set_ends)
+            a = int(rng.integers(1, 1000))
+
+            def rekey(t):
+                return t + (t * a) % 97 - 20
+            times, _, _ = kernel.row_bounds(side)
+            kernel.set_ends(side, np.array([rekey(t) for t in times.tolist()], dtype=np.int64))
+            for rows in ref[side].values():
+                for r in rows:
+                    r[3] = rekey(r[0])
         else:
             kernel = join.JoinState.deserialize(kernel.serialize())
         for s in (0, 1):

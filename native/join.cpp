@@ -262,8 +262,7 @@ struct Side {
       free_rows.pop_back();
       return s;
     }
-    rows.emplace_back();
-    rows.back().gen = 0;
+    rows.emplace_back();  // value-initialized: generation 0
     return static_cast<int32_t>(rows.size() - 1);
   }
 

@@ -17,30 +17,37 @@ join = load("_join")
 
 
 class Reference:
-    """Symmetric band join state as lists: the obviously-correct version of the kernel."""
+    """Symmetric band join state as per-key lists: the obviously-correct version of the kernel."""
 
     def __init__(self, lower, upper):
         self.lower, self.upper = lower, upper
-        self.rows = ([], [])  # per side: [key, time, id, matched]
+        self.rows = ({}, {})  # per side: key (None for a null key) -> [[time, id, matched, expiry key], ...]
 
-    def insert_probe(self, side, keys, nulls, times, ids):
+    def insert_probe(self, side, keys, nulls, times, ids, ends=None):
         out = []
         for i, (k, null, t, pid) in enumerate(zip(keys, nulls, times, ids)):
             matched = False
             if not null:
-                for r in self.rows[1 - side]:
-                    lt, rt = (t, r[1]) if side == 0 else (r[1], t)
-                    if r[0] is not None and r[0] == k and lt + self.lower <= rt <= lt + self.upper:
-                        out.append((i, r[2]))
-                        r[3] = True
+                for r in self.rows[1 - side].get(k, []):
+                    lt, rt = (t, r[0]) if side == 0 else (r[0], t)
+                    if lt + self.lower <= rt <= lt + self.upper:
+                        out.append((i, r[1]))
+                        r[2] = True
                         matched = True
-            self.rows[side].append([None if null else k, t, pid, matched])
+            self.rows[side].setdefault(None if null else k, []).append([t, pid, matched, t if ends is None else ends[i]])
         return out
 
     def evict(self, side, threshold):
-        gone = [r for r in self.rows[side] if r[1] <= threshold]
-        self.rows[side][:] = [r for r in self.rows[side] if r[1] > threshold]
-        return sorted((r[2], r[3]) for r in gone)
+        gone = sorted((r[1], r[2]) for r in self.live(side) if r[3] <= threshold)
+        for rows in self.rows[side].values():
+            rows[:] = [r for r in rows if r[3] > threshold]
+        return gone
+
+    def live(self, side):
+        return [r for rows in self.rows[side].values() for r in rows]
+
+    def keys(self, side):
+        return sum(1 for k, rows in self.rows[side].items() if k is not None and rows)
 
 
 def _bytes_keys(keys):
@@ -86,8 +93,8 @@ def test_kernel_matches_reference(lower, width, steps):
         else:
             kernel = join.JoinState.deserialize(kernel.serialize())
         for s in (0, 1):
-            assert kernel.rows(s) == len(ref.rows[s])
-            times = [r[1] for r in ref.rows[s]]
+            assert kernel.rows(s) == len(ref.live(s))
+            times = [r[0] for r in ref.live(s)]
             assert kernel.min_time(s) == (min(times) if times else None)
 
 
@@ -223,7 +230,7 @@ def test_kernel_matches_reference_at_scale(seed, nkeys, ordered_ends):
     rng = np.random.default_rng(seed)
     lower, upper = -20, 30
     kernel = join.JoinState(lower, upper)
-    ref = ({}, {})  # per side: key -> [[t, id, matched, end], ...]
+    ref = Reference(lower, upper)
     next_id, clock = 0, 0
     for _ in range(60):
         op = rng.choice(["insert", "insert", "insert", "evict", "roundtrip", "rekey"], p=[.3, .3, .15, .15, .05, .05])
@@ -238,23 +245,12 @@ def test_kernel_matches_reference_at_scale(seed, nkeys, ordered_ends):
             clock += int(rng.integers(0, 40))
             idx, other = kernel.insert_probe(side, np.arange(n + 1, dtype=np.int64) * 8, keys.view(np.uint8), None,
                                              times, ids, ends=ends)
-            expected = []
-            for i, (k, t) in enumerate(zip(keys.tolist(), times.tolist())):
-                matched = False
-                for r in ref[1 - side].get(k, []):
-                    lt, rt = (t, r[0]) if side == 0 else (r[0], t)
-                    if lt + lower <= rt <= lt + upper:
-                        expected.append((i, r[1]))
-                        r[2] = matched = True
-                ref[side].setdefault(k, []).append([t, int(ids[i]), matched, int(ends[i])])
+            expected = ref.insert_probe(side, keys.tolist(), [False] * n, times.tolist(), ids.tolist(), ends.tolist())
             assert sorted(zip(idx.tolist(), other.tolist())) == sorted(expected)
         elif op == "evict":
             threshold = clock + int(rng.integers(-100, 100))
             got_ids, got_flags = kernel.evict(side, threshold)
-            gone = sorted((r[1], r[2]) for rows in ref[side].values() for r in rows if r[3] <= threshold)
-            for k in list(ref[side]):
-                ref[side][k] = [r for r in ref[side][k] if r[3] > threshold]
-            assert sorted(zip(got_ids.tolist(), (got_flags != 0).tolist())) == gone
+            assert sorted(zip(got_ids.tolist(), (got_flags != 0).tolist())) == ref.evict(side, threshold)
         elif op == "rekey":  # new expiry keys for a side's rows, a function of their times (set_ends)
             a = int(rng.integers(1, 1000))
 
@@ -262,15 +258,14 @@ def test_kernel_matches_reference_at_scale(seed, nkeys, ordered_ends):
                 return t + (t * a) % 97 - 20
             times, _, _ = kernel.row_bounds(side)
             kernel.set_ends(side, np.array([rekey(t) for t in times.tolist()], dtype=np.int64))
-            for rows in ref[side].values():
-                for r in rows:
-                    r[3] = rekey(r[0])
+            for r in ref.live(side):
+                r[3] = rekey(r[0])
         else:
             kernel = join.JoinState.deserialize(kernel.serialize())
         for s in (0, 1):
-            live = [r for rows in ref[s].values() for r in rows]
+            live = ref.live(s)
             assert kernel.rows(s) == len(live)
-            assert kernel.keys(s) == sum(1 for rows in ref[s].values() if rows)
+            assert kernel.keys(s) == ref.keys(s)
             assert kernel.min_end(s) == (min(r[3] for r in live) if live else None)
 
 

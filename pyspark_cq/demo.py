@@ -16,7 +16,7 @@ During the burst the cost-model estimate at the largest windows exceeds the budg
 shrinks the join bound and the aggregation window and coarsens the granularity; after the burst it grows
 them back. A line of progress is printed every few seconds; at the end a summary, the integrity checks
 (rows written = rows reported; every malformed row injected is counted by both operators) and a report
-(``report.html`` with PNG plots and ``timeseries.json``, :mod:`pyspark_cq.report`).
+(``report.html`` with PNG plots and ``timeseries.json``, :mod:`pyspark_cq.demo_report`).
 """
 from __future__ import annotations
 
@@ -429,7 +429,7 @@ def run(args) -> int:
     """Run the demo; returns the exit code (0: ran and every check passed)."""
     burst_start, burst_end = _check(args)
     import pyspark_cq as cq
-    from pyspark_cq import report as R
+    from pyspark_cq import demo_report as R
     from pyspark_cq.demo_source import BurstProfile, PacketSource, injected, write_clock
     from pyspark_cq.runtime import CQRuntime
 

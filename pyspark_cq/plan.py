@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .estimators import _checks as chk
+from . import _args as chk
 
 __all__ = [
     "Node", "Source", "Select", "Project", "Join", "Aggregate", "Window", "Granularity", "Union",

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .. import plan as P
-from ..estimators import _checks as chk
+from .. import _args as chk
 from . import rate as _rate
 
 __all__ = [

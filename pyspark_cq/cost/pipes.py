@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import plan as P
-from ..estimators import _checks as chk
+from .. import _args as chk
 from ..estimators._formulas import ses_step
 
 __all__ = [

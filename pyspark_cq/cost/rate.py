@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .. import plan as P
-from ..estimators import _checks as chk
+from .. import _args as chk
 
 __all__ = [
     "JoinCosts", "projection_output_rate", "selection_output_rate", "join_arrival_costs", "join_output_rate",

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .. import plan as P
-from ..estimators import _checks as chk
+from .. import _args as chk
 
 __all__ = [
     "selection_tuple_cost", "join_processing_time", "chain_time", "plan_execution_time",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _checks as chk
+from .. import _args as chk
 from . import _formulas
 from ._base import Mergeable
 

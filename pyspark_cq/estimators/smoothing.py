@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from . import _checks as chk
+from .. import _args as chk
 from . import _formulas
 from ._base import Estimator
 

@@ -49,7 +49,7 @@ class _Plugin:
 _state: dict = {"plugins": None, "classes": {}, "broken": {}, "problems": []}
 
 
-def _report(message: str) -> None:
+def _warn(message: str) -> None:
     with _lock:
         if message in _state["problems"]:
             return
@@ -65,7 +65,7 @@ def _discover() -> dict[str, _Plugin]:
     try:
         eps = _metadata.entry_points(group=GROUP)
     except Exception as exc:  # a corrupt installation must not take the runtime down
-        _report(f"policy plugins: reading entry points of group {GROUP!r} failed: {exc!r}")
+        _warn(f"policy plugins: reading entry points of group {GROUP!r} failed: {exc!r}")
         eps = []
     found: dict[str, list[_Plugin]] = {}
     for ep in eps:
@@ -77,7 +77,7 @@ def _discover() -> dict[str, _Plugin]:
         targets = list(dict.fromkeys(p.target for p in candidates))
         if len(targets) > 1:
             listing = "; ".join(f"{p.target} (from {p.distribution})" for p in candidates)
-            _report(f"policy plugin name {name!r} is registered more than once: {listing}; "
+            _warn(f"policy plugin name {name!r} is registered more than once: {listing}; "
                     f"using {candidates[0].target}")
         plugins[name] = candidates[0]
     with _lock:
@@ -137,7 +137,7 @@ def load(name: str) -> type[Policy]:
     if message is not None:
         with _lock:
             _state["broken"][name] = message
-        _report(message + "; skipped")
+        _warn(message + "; skipped")
         raise PolicyLoadError(message)
     with _lock:
         _state["classes"][name] = cls

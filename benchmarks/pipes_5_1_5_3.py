@@ -108,7 +108,7 @@ def write_streams(root: str, streams: Streams) -> None:
 
 def window_schedule(changes=(), initial_s: float = 10.0):
     """A :class:`Schedule` of the window (µs, relative event time): ``changes`` = [(at_s, window_s), ...]."""
-    from pyspark_cq.runtime.transitions import Schedule
+    from pyspark_cq.control.schedule import Schedule
 
     pts = [(None, int(initial_s * S))] + [(int(at * S), int(w * S)) for at, w in changes]
     return Schedule("window", tuple(pts))
@@ -509,7 +509,7 @@ SCHEDULE_5_1 = ((80.0, 30.0), (150.0, 60.0))   # (application time s, new window
 
 
 def part_5_1(spark, args, work: str) -> dict:
-    from pyspark_cq.runtime.control import ControlTable
+    from pyspark_cq.control import ControlTable
 
     duration = args.duration_5_1
     streams = make_streams(duration, args.rate_5_1, args.keys_5_1, file_s=args.file_s_5_1, seed=args.seed)

@@ -20,7 +20,7 @@ The memory bound is set relative to the workload (our cost model in bytes with 6
 allocation sits at f ≈ 0.5. Memory over time is the resource manager's steady-state estimate and, to show
 adaptation delays (§4.2), the estimate during transitions: a query whose window changes from w to w′ at t
 moves linearly between its old and new estimate from t + min(w, w′) to t + max(w, w′)
-(:meth:`pyspark_cq.runtime.transitions.Transition.progress`); a new query fills its state during its first
+(:meth:`pyspark_cq.control.schedule.Transition.progress`); a new query fills its state during its first
 window. The reserve (10 %) absorbs these delays.
 
 Usage::
@@ -40,7 +40,7 @@ import time
 
 import numpy as np
 
-from pyspark_cq.runtime.transitions import Schedule
+from pyspark_cq.control.schedule import Schedule
 from pyspark_cq_plugins import pipes_workload as W
 from pyspark_cq_plugins.pipes_rm import PipesResourceManager
 

@@ -42,7 +42,7 @@ _EXPORTS = {
     # adaptive runtime and policies
     "CQRuntime": ".runtime.core",
     "QueryRejected": ".runtime.core",
-    "ControlTable": ".runtime.control",
+    "ControlTable": ".control",
     "QoSRange": ".policies",
     "Policy": ".policies",
 }

@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyspark_cq.policies import Decision, Decisions
-from pyspark_cq.runtime import control
-from pyspark_cq.runtime.control import ControlHandle, ControlTable, Schedule, granularity_effective_at
+from pyspark_cq import control
+from pyspark_cq.control import ControlHandle, ControlTable, Schedule, granularity_effective_at
 
 S = 1_000_000
 
@@ -166,7 +166,7 @@ def test_reader_parses_only_when_file_changes(table):
     table.register("a", window=S)
     control.clear_cache()
     assert control.entry(table.path, "a").version == 1
-    store = control._STORES[table.path]          # the reader's store (what a worker uses)
+    store = control.reader._STORES[table.path]          # the reader's store (what a worker uses)
     reads = []
     real = store.read
     store.read = lambda: reads.append(1) or real()
@@ -373,6 +373,6 @@ def test_reader_module_does_not_import_spark():
     import subprocess
     import sys
 
-    code = ("import sys, pyspark_cq.runtime.control as c; "
+    code = ("import sys, pyspark_cq.control as c; "
             "assert 'pyspark' not in sys.modules, sorted(m for m in sys.modules if m.startswith('pyspark.'))")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

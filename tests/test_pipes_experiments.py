@@ -136,7 +136,7 @@ def test_5_3_load_shedding_on_spark(spark, streams_5_3):
 
 def test_5_1_window_change_on_spark(spark, tmp_dir):
     _needs("control")
-    from pyspark_cq.runtime.control import ControlTable
+    from pyspark_cq.control import ControlTable
 
     changes = ((6.0, 2.0), (12.0, 4.0))        # §5.1 scaled by 1/15: 60 → 30 s at 80 s, back at 150 s
     sched = B.window_schedule(changes, initial_s=4)

@@ -1,157 +1,29 @@
-"""The vocabulary shared by policies, the control table and the operators: parameters, QoS ranges, decisions.
+"""What policies trade in besides decisions: QoS ranges (PIPES §4.3), admission answers, bound checks, sizes.
 
-A control-table entry (STREAM's control table, Motwani et al., §6.1) holds, per operator, the parameters
-below. A policy's :class:`Decision` changes some of them; :class:`~pyspark_cq.runtime.control.ControlTable`
-accepts exactly what :func:`validate_changes` accepts, so a decision that constructs is a decision the
-control table can apply. This module is pure (standard library and :mod:`pyspark_cq._duration`): the
-operators reach it through the control-table reader on Spark's Python workers.
-
-=============  ==============================  ==================================================
-parameter      value                           meaning
-=============  ==============================  ==================================================
-window         duration > 0 (µs)               window size ω (PIPES §2.4.2); a transition
-                                               parameter: new elements only (§4.2)
-lower, upper   duration (µs, any sign)         bounds of an interval join,
-                                               ``right.t ∈ [left.t + lower, left.t + upper]``;
-                                               transition parameters like ``window``
-granularity    duration > 0 (µs)               time granularity Γ / slide (PIPES §2.4.3);
-                                               refined only at instants of the coarser one
-drop_ratio     float in [0, 1)                 share of input dropped by load shedding
-                                               (STREAM §4, RTStream §4.4)
-plan_id        non-empty str                   the physical plan to run (plan choice)
-params         dict str -> JSON value          free-form operator parameters; ``None`` deletes
-=============  ==============================  ==================================================
-
-Durations are integer microseconds (Spark's timestamp resolution); strings such as ``"30 seconds"``,
-``datetime.timedelta`` and ``numpy.timedelta64`` are accepted and converted (:mod:`pyspark_cq._duration`).
+A policy returns :class:`~pyspark_cq.control.Decisions`; the parameters they change and their validation
+are the control vocabulary (:mod:`pyspark_cq.control.schema`). Those names are re-exported here, so a
+policy imports everything it needs from :mod:`pyspark_cq.policies`. This module is pure (standard library,
+numpy and :mod:`pyspark_cq.control`).
 """
 from __future__ import annotations
 
-import json
 import math
 import numbers
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._duration import parse_duration
+from ..control.decision import Decision, Decisions
+from ..control.schema import PARAMETERS, TRANSITION_PARAMETERS, duration_value, validate_changes, validate_operator_id
 
 __all__ = [
+    "QoSRange", "qos_values", "Admission", "parse_size", "bound_violations",
+    # the control vocabulary, re-exported for policies
     "PARAMETERS", "TRANSITION_PARAMETERS", "validate_changes", "validate_operator_id", "duration_value",
-    "QoSRange", "qos_values", "Decision", "Decisions", "Admission", "parse_size", "bound_violations",
+    "Decision", "Decisions",
 ]
-
-#: Parameters with PIPES transition semantics (§4.2): a change applies to elements from an instant on.
-TRANSITION_PARAMETERS = ("window", "lower", "upper", "granularity")
-#: Every parameter a control-table entry holds.
-PARAMETERS = TRANSITION_PARAMETERS + ("drop_ratio", "plan_id", "params")
-
-_OPERATOR_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-:/]*$")
-
-
-def validate_operator_id(operator, name: str = "operator") -> str:
-    """Check an operator id: a non-empty str of letters, digits, ``_ - : /`` (no dots: ``op.param``
-    labels a parameter)."""
-    if not isinstance(operator, str) or not _OPERATOR_ID.match(operator):
-        raise ValueError(f"{name} must be a non-empty operator id of letters, digits and _-:/ (no dots), "
-                         f"got {operator!r}")
-    return operator
-
-
-def duration_value(value, name: str, *, allow_negative: bool = True, allow_zero: bool = True) -> int:
-    """A duration as integer microseconds: an int is taken as microseconds, anything else goes through
-    :func:`pyspark_cq._duration.parse_duration`."""
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a duration (int microseconds or e.g. '30 seconds'), got {value!r}")
-    if isinstance(value, numbers.Integral):
-        micros = int(value)
-        if micros < 0 and not allow_negative:
-            raise ValueError(f"{name} must be a positive duration, got {value!r}")
-        if micros == 0 and not allow_zero:
-            raise ValueError(f"{name} must be a positive duration, got {value!r}")
-        return micros
-    if isinstance(value, float) and value.is_integer():
-        return duration_value(int(value), name, allow_negative=allow_negative, allow_zero=allow_zero)
-    return parse_duration(value, name, allow_negative=allow_negative, allow_zero=allow_zero)
-
-
-def _json_value(value, name: str):
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{name} must be JSON-serialisable (str, number, bool, None, list, dict), "
-                        f"got {value!r}: {exc}") from None
-    return value
-
-
-def _one(param: str, value, where: str):
-    name = f"{where}{param}"
-    if param == "window":
-        return duration_value(value, name, allow_negative=False, allow_zero=False)
-    if param in ("lower", "upper"):
-        return duration_value(value, name)
-    if param == "granularity":
-        return duration_value(value, name, allow_negative=False, allow_zero=False)
-    if param == "drop_ratio":
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-            raise TypeError(f"{name} must be a real number in [0, 1), got {value!r}")
-        value = float(value)
-        if not 0.0 <= value < 1.0:
-            raise ValueError(f"{name} must be in [0, 1), got {value}")
-        return value
-    if param == "plan_id":
-        if not isinstance(value, str) or not value:
-            raise TypeError(f"{name} must be a non-empty str, got {value!r}")
-        return value
-    # params
-    if not isinstance(value, Mapping):
-        raise TypeError(f"{name} must be a dict of str -> JSON value, got {value!r}")
-    out = {}
-    for key, item in value.items():
-        if not isinstance(key, str) or not key:
-            raise TypeError(f"{name} keys must be non-empty str, got {key!r}")
-        out[key] = _json_value(item, f"{name}[{key!r}]")
-    return out
-
-
-def validate_changes(changes: Mapping, *, where: str = "") -> dict:
-    """Validate and normalise parameter changes for one operator.
-
-    Parameters
-    ----------
-    changes : mapping str -> value
-        Parameter name (one of :data:`PARAMETERS`) to new value.
-    where : str
-        Prefix of error messages (e.g. ``"decision for 'join1': "``).
-
-    Returns
-    -------
-    dict
-        The changes with durations as integer microseconds and ``drop_ratio`` as float.
-
-    Raises
-    ------
-    TypeError, ValueError
-        Naming the bad key or value and the expected form.
-    """
-    if not isinstance(changes, Mapping):
-        raise TypeError(f"{where}changes must be a mapping of parameter -> value, got {changes!r}")
-    if not changes:
-        raise ValueError(f"{where}changes must change at least one parameter of {PARAMETERS}")
-    out = {}
-    for param, value in changes.items():
-        if param not in PARAMETERS:
-            raise ValueError(f"{where}unknown parameter {param!r}; known parameters: {', '.join(PARAMETERS)}")
-        if value is None:
-            raise ValueError(f"{where}{param} must not be None (set a value; for params, None inside the "
-                             f"dict deletes a key)")
-        out[param] = _one(param, value, where)
-    lower, upper = out.get("lower"), out.get("upper")
-    if lower is not None and upper is not None and lower > upper:
-        raise ValueError(f"{where}lower must be <= upper, got lower={lower} µs, upper={upper} µs")
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,98 +168,6 @@ class QoSRange:
 
 # ---------------------------------------------------------------------------------------------
 # decisions
-
-
-@dataclass(frozen=True)
-class Decision:
-    """One change of one operator's control-table entry.
-
-    Parameters
-    ----------
-    operator : str
-        The operator id (its control-table key).
-    changes : mapping str -> value
-        Parameter changes, validated by :func:`validate_changes`.
-    reason : str
-        Why (logged with the change).
-    query : str, optional
-        The query the operator belongs to.
-    at : int, optional
-        Application time (µs) from which a window / bound / granularity change applies to new
-        elements (PIPES §4.2); default: the control table's clock when the change is applied.
-    """
-
-    operator: str
-    changes: Mapping = field(default_factory=dict)
-    reason: str = ""
-    query: str | None = None
-    at: int | None = None
-
-    def __post_init__(self):
-        validate_operator_id(self.operator)
-        where = f"decision for {self.operator!r}: "
-        object.__setattr__(self, "changes", validate_changes(self.changes, where=where))
-        if not isinstance(self.reason, str):
-            raise TypeError(f"{where}reason must be a str, got {self.reason!r}")
-        if self.query is not None and not isinstance(self.query, str):
-            raise TypeError(f"{where}query must be a str or None, got {self.query!r}")
-        if self.at is not None:
-            object.__setattr__(self, "at", duration_value(self.at, f"{where}at"))
-
-    def to_dict(self) -> dict:
-        """A JSON-able form."""
-        return {"operator": self.operator, "changes": dict(self.changes), "reason": self.reason,
-                "query": self.query, "at": self.at}
-
-
-class Decisions(Sequence):
-    """An immutable, ordered collection of :class:`Decision` made by one policy in one round.
-
-    Equal when the decisions and the policy name are equal (the check suite compares them for
-    determinism). Two decisions for the same operator are allowed; they are applied in order.
-    """
-
-    __slots__ = ("_items", "policy")
-
-    def __init__(self, items: Iterable[Decision] = (), policy: str | None = None):
-        items = tuple(items)
-        for i, d in enumerate(items):
-            if not isinstance(d, Decision):
-                raise TypeError(f"items[{i}] must be a Decision, got {type(d).__name__}")
-        if policy is not None and not isinstance(policy, str):
-            raise TypeError(f"policy must be a str or None, got {policy!r}")
-        self._items = items
-        self.policy = policy
-
-    def __getitem__(self, i):
-        return self._items[i]
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __iter__(self) -> Iterator[Decision]:
-        return iter(self._items)
-
-    def __eq__(self, other) -> bool:
-        if not isinstance(other, Decisions):
-            return NotImplemented
-        return self._items == other._items and self.policy == other.policy
-
-    __hash__ = None  # decisions hold dicts of changes: compared, never hashed
-
-    def __repr__(self) -> str:
-        return f"Decisions({list(self._items)!r}, policy={self.policy!r})"
-
-    def __reduce__(self):
-        return (Decisions, (self._items, self.policy))
-
-    def operators(self) -> list[str]:
-        """Operator ids touched, in order of first appearance."""
-        return list(dict.fromkeys(d.operator for d in self._items))
-
-    def to_list(self) -> list[dict]:
-        """A JSON-able form."""
-        return [d.to_dict() for d in self._items]
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .. import plan as P
-from .decisions import PARAMETERS, QoSRange, validate_operator_id
+from ..control.schema import PARAMETERS, validate_operator_id
+from .decisions import QoSRange
 
 __all__ = ["OperatorStats", "SourceStats", "QueryInfo", "Snapshot", "parse_label", "label"]
 

@@ -4,20 +4,19 @@
 name                what
 ==================  =======================================================================
 `CQRuntime`         registers and starts queries, watches them, runs the policies
-`ControlTable`      versioned per-operator parameters (STREAM §6.1), driver side
-`control`           the worker-side reader operators use (``control.entry``, ``ControlHandle``)
+`ControlTable`      versioned per-operator parameters (STREAM §6.1), from :mod:`pyspark_cq.control`
 `StatisticsStore`   per-query / per-operator statistics fed by query progress
 `PolicyLoop`        one round: snapshot -> policies -> decisions -> control table
 ==================  =======================================================================
 
-Importing :mod:`pyspark_cq.runtime.control` stays cheap on Spark's workers: the Spark-facing
-:class:`CQRuntime` is imported only when first used.
+The control table itself (and the reader operators use on Spark's workers) is :mod:`pyspark_cq.control`;
+the runtime is the one place that ties operators, statistics, policies and the control table together.
+The Spark-facing :class:`CQRuntime` is imported only when first used.
 """
-from . import control
-from .control import ControlHandle, ControlTable, Entry
+from ..control import ControlHandle, ControlTable, Entry
 
 __all__ = ["CQRuntime", "QueryRejected", "ControlTable", "ControlHandle", "Entry", "StatisticsStore",
-           "PolicyLoop", "control"]
+           "PolicyLoop"]
 
 _LAZY = {"CQRuntime": ".core", "QueryRejected": ".core", "StatisticsStore": ".stats", "PolicyLoop": ".loop"}
 

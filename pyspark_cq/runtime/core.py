@@ -29,7 +29,7 @@ from ..policies import registry
 from ..policies.base import Policy
 from ..policies.decisions import Admission, QoSRange, duration_value, parse_size, validate_operator_id
 from ..policies.snapshot import QueryInfo, Snapshot, parse_label
-from .control import ControlHandle, ControlTable
+from ..control import ControlHandle, ControlTable
 from .loop import PolicyLoop
 from .stats import StatisticsStore
 

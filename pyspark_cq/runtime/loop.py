@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from ..policies.base import Policy
 from ..policies.decisions import Decisions, bound_violations
 from ..policies.snapshot import Snapshot
-from .control import ControlTable
+from ..control import ControlTable
 
 __all__ = ["PolicyLoop"]
 

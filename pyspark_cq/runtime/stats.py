@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from ..estimators import ExponentialSmoothing
 from ..operators._report import read as read_report
-from ..policies.decisions import validate_operator_id
+from ..control import validate_operator_id
 from ..policies.snapshot import OperatorStats, QueryInfo, SourceStats
 
 __all__ = ["StatisticsStore", "parse_event_time"]

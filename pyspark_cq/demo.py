@@ -150,12 +150,11 @@ def estimate(d_scans: float, d_packets: float, upper: float, window: float, gran
     in seconds (None: 0); every window is then costed as window + δ + B, as the resource manager does with
     ``retention=True`` (:func:`pyspark_cq.cost.pipes.watermark_retention`).
 
-    Returns the memory in bytes of each query (:func:`pyspark_cq_plugins.pipes_rm.pipes_estimate`, in
+    Returns the memory in bytes of each query (:func:`pyspark_cq.cost.pipes.cost_from_distances`, in
     milliseconds as the resource manager costs it) and the state rows by
     :func:`pyspark_cq.cost.pipes.join_state_rows` / :func:`~pyspark_cq.cost.pipes.aggregation_state_rows`.
     """
     from pyspark_cq.cost import pipes as C
-    from pyspark_cq_plugins.pipes_rm import pipes_estimate
 
     out = {}
     unit = 1000.0   # ms, the resource manager's time unit
@@ -174,13 +173,13 @@ def estimate(d_scans: float, d_packets: float, upper: float, window: float, gran
         left, right = C.join_state_rows(C.SC(4 * d, 1.0, 1.0), C.SC(4 * d, 1.0, 1.0),
                                         left_window=upper / unit, right_window=-LOWER / unit,
                                         watermark_delay=delay, batch_span=span)
-        out.update(join_bytes=pipes_estimate(pairs, {"scans": d}, profile)[0], join_rows=left + right)
+        out.update(join_bytes=C.cost_from_distances(pairs, {"scans": d}, profile)[0], join_rows=left + right)
     if d_packets is not None and math.isfinite(d_packets) and d_packets > 0:
         d = d_packets * unit
         delay, span = extra("traffic")
         _, traffic = plans(upper, C.watermark_retention(window / unit, delay, span) * unit, granularity, hosts,
                            unit=unit, labels=False)
-        out.update(agg_bytes=pipes_estimate(traffic, {"packets": d}, profile)[0],
+        out.update(agg_bytes=C.cost_from_distances(traffic, {"packets": d}, profile)[0],
                    agg_rows=C.aggregation_state_rows(C.SC(d, 1.0, 1.0), window=window / unit,
                                                      granularity=granularity / unit, groups=hosts,
                                                      watermark_delay=delay, batch_span=span))

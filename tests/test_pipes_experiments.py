@@ -15,18 +15,13 @@ No timing assertions.
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
-import sys
 
 import numpy as np
 import pytest
 
-_PATH = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks", "pipes_5_1_5_3.py")
-_spec = importlib.util.spec_from_file_location("pipes_5_1_5_3", _PATH)
-B = sys.modules.setdefault("pipes_5_1_5_3", importlib.util.module_from_spec(_spec))
-_spec.loader.exec_module(B)
+import pipes_5_1_5_3 as B   # benchmarks/ is on pytest's pythonpath (pyproject.toml)
 
 S = B.S
 

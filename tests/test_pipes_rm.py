@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pyspark_cq import plan as P
 from pyspark_cq.cost import pipes
 from pyspark_cq.policies import QoSRange, QueryInfo, Snapshot, SourceStats
-from pyspark_cq_plugins import pipes_workload as W
+from helpers import pipes_workload as W
 from pyspark_cq_plugins.pipes_rm import DEFAULT_PROFILE, PipesResourceManager, pipes_estimate
 
 S, MS = 1_000_000, 1_000

@@ -65,19 +65,9 @@ _SECOND = 1_000_000
 
 def pipes_estimate(plan: P.Node, distances: Mapping[str, float], profile: pipes.CostProfile = DEFAULT_PROFILE
                    ) -> tuple[float, float]:
-    """Memory and processing cost of ``plan`` by the PIPES cost model (Cammert et al., §3.3.1, §3.4).
-
-    Source streams get characteristics ``(d, 1, 1)`` (§3.2.2: a source element is valid for one instant of
-    the finest granularity); the plan's sizes and the distances are in the same time unit.
-
-    Returns
-    -------
-    (memory, processing) : tuple of float
-        ``PlanCost.memory`` and ``PlanCost.processing`` of :func:`pyspark_cq.cost.pipes.cost_plan`.
-    """
-    sources = {name: pipes.StreamCharacteristics(d, 1.0, 1.0) for name, d in distances.items()}
-    cost = pipes.cost_plan(plan, sources, profile=profile)
-    return cost.memory, cost.processing
+    """The resource manager's default estimate: :func:`pyspark_cq.cost.pipes.cost_from_distances` with the
+    manager's :data:`DEFAULT_PROFILE` (64-byte elements and aggregates)."""
+    return pipes.cost_from_distances(plan, distances, profile)
 
 
 @dataclass

@@ -33,7 +33,7 @@ __all__ = [
     "join_state_sizes", "join_memory", "JoinProcessing", "join_processing", "watermark_retention",
     "aggregation_state_size", "aggregation_memory", "AggregationProcessing", "aggregation_processing",
     "group_aggregation_memory", "group_aggregation_processing",
-    "NodeCost", "PlanCost", "cost_plan",
+    "NodeCost", "PlanCost", "cost_plan", "cost_from_distances",
     "window_change_delay", "granularity_change_delay",
     "join_state_rows", "aggregation_state_rows",
 ]
@@ -728,6 +728,26 @@ def cost_plan(plan: P.Node, sources: Mapping[str, StreamCharacteristics], *,
         done[id(node)] = nc
         order.append(nc)
     return PlanCost(tuple(order))
+
+
+def cost_from_distances(plan: P.Node, distances: Mapping[str, float], profile: CostProfile = CostProfile()
+                        ) -> tuple[float, float]:
+    """Memory and processing cost of ``plan`` given only its sources' mean distances (Cammert et al.,
+    §3.3.1, §3.4).
+
+    Source streams get characteristics ``(d, 1, 1)`` (§3.2.2: a source element is valid for one instant
+    of the finest granularity); the plan's sizes and the distances are in the same time unit.
+
+    Returns
+    -------
+    (memory, processing) : tuple of float
+        ``PlanCost.memory`` and ``PlanCost.processing`` of :func:`cost_plan`.
+    """
+    if not isinstance(distances, Mapping):
+        raise TypeError("distances must be a mapping {source name: mean distance d}")
+    sources = {name: StreamCharacteristics(d, 1.0, 1.0) for name, d in distances.items()}
+    cost = cost_plan(plan, sources, profile=profile)
+    return cost.memory, cost.processing
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,36 +9,19 @@
 #include <pybind11/stl.h>
 
 #include "aggregate_core.hpp"
+#include "bindings_common.hpp"
 #include "serde.hpp"
 
 namespace py = pybind11;
 using cq::agg::Emitted;
 using cq::agg::OutSpec;
 using cq::agg::ShardState;
+using cq::bind::as_array;
+using cq::bind::to_numpy;
 
 namespace {
 
 constexpr std::int64_t kFormatVersion = 2;
-
-template <class T>
-py::array_t<T> to_numpy(const std::vector<T>& v) {
-  py::array_t<T> a(static_cast<py::ssize_t>(v.size()));
-  if (!v.empty()) std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(T));
-  return a;
-}
-
-// A 1-D C-contiguous view of `obj` as T, with a readable error naming `what`.
-template <class T>
-py::array_t<T, py::array::c_style | py::array::forcecast> as_array(const py::handle& obj, const char* what,
-                                                                   py::ssize_t expect = -1) {
-  auto a = py::array_t<T, py::array::c_style | py::array::forcecast>::ensure(obj);
-  if (!a) throw py::type_error(std::string(what) + " must be a 1-D numeric array");
-  if (a.ndim() != 1) throw py::value_error(std::string(what) + " must be 1-D");
-  if (expect >= 0 && a.shape(0) != expect)
-    throw py::value_error(std::string(what) + " has length " + std::to_string(a.shape(0)) + ", expected " +
-                          std::to_string(expect));
-  return a;
-}
 
 std::vector<OutSpec> parse_outs(const py::handle& outs) {
   auto a = as_array<std::int32_t>(outs, "outputs");
@@ -187,11 +170,9 @@ py::bytes state_to_bytes(ShardState& st) {
 
 std::unique_ptr<ShardState> state_from_bytes(const py::bytes& blob, const py::handle& kinds, const py::handle& outs,
                                              bool runs) {
-  char* data;
-  Py_ssize_t size;
-  if (PyBytes_AsStringAndSize(blob.ptr(), &data, &size) != 0) throw py::error_already_set();
+  const auto [data, size] = cq::bind::bytes_view(blob);
   auto st = std::make_unique<ShardState>(parse_kinds(kinds), parse_outs(outs), runs);
-  cq::Reader r(data, static_cast<std::size_t>(size));
+  cq::Reader r(data, size);
   auto meta = r.column<std::int64_t>(cq::kI64);
   if (meta.size() != 9 || meta[0] != kFormatVersion)
     throw std::invalid_argument("state blob has an unknown format version");

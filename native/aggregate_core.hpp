@@ -23,11 +23,13 @@
 #include <string>
 #include <vector>
 
+#include "common.hpp"
+
 namespace cq {
 namespace agg {
 
-constexpr std::int64_t kI64Max = std::numeric_limits<std::int64_t>::max();
-constexpr std::int64_t kI64Min = std::numeric_limits<std::int64_t>::min();
+using cq::kI64Max;
+using cq::kI64Min;
 
 // ---- partial aggregates ---------------------------------------------------------------------------
 
@@ -113,14 +115,7 @@ inline std::int64_t floor_div(std::int64_t a, std::int64_t b) {  // b > 0
 
 // ---- open-addressing index from int64 to dense ids ---------------------------------------------------
 
-inline std::uint64_t mix64(std::uint64_t x) {  // splitmix64 finalizer
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ULL;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebULL;
-  x ^= x >> 31;
-  return x;
-}
+// Keys are placed by splitmix64_finalize (common.hpp).
 
 // Maps int64 keys to ids 0..n-1 in insertion order (linear probing, power-of-two capacity).
 class I64Index {
@@ -130,7 +125,7 @@ class I64Index {
   const std::vector<std::int64_t>& keys() const { return keys_; }
   // Returns the id of `key`, inserting it when absent; *inserted tells which.
   std::int32_t find_or_insert(std::int64_t key, bool* inserted) {
-    std::size_t pos = mix64(static_cast<std::uint64_t>(key)) & mask_;
+    std::size_t pos = splitmix64_finalize(static_cast<std::uint64_t>(key)) & mask_;
     while (true) {
       std::int32_t id = slots_[pos];
       if (id < 0) break;
@@ -158,7 +153,7 @@ class I64Index {
     slots_.assign(cap, -1);
     mask_ = cap - 1;
     for (std::size_t id = 0; id < keys_.size(); ++id) {
-      std::size_t pos = mix64(static_cast<std::uint64_t>(keys_[id])) & mask_;
+      std::size_t pos = splitmix64_finalize(static_cast<std::uint64_t>(keys_[id])) & mask_;
       while (slots_[pos] >= 0) pos = (pos + 1) & mask_;
       slots_[pos] = static_cast<std::int32_t>(id);
     }
@@ -214,7 +209,7 @@ inline Slices preaggregate(std::size_t n, const std::int64_t* hash, const std::i
       gid[i] = last_id;
       continue;
     }
-    std::size_t pos = mix64(static_cast<std::uint64_t>(h) ^ mix64(static_cast<std::uint64_t>(s))) & mask;
+    std::size_t pos = splitmix64_finalize(static_cast<std::uint64_t>(h) ^ splitmix64_finalize(static_cast<std::uint64_t>(s))) & mask;
     std::int32_t id;
     while (true) {
       id = slots[pos];
@@ -232,8 +227,8 @@ inline Slices preaggregate(std::size_t n, const std::int64_t* hash, const std::i
         mask = cap - 1;
         slots.assign(cap, -1);
         for (std::size_t j = 0; j < out.hash.size(); ++j) {
-          std::size_t p = mix64(static_cast<std::uint64_t>(out.hash[j]) ^
-                                mix64(static_cast<std::uint64_t>(out.start[j]))) & mask;
+          std::size_t p = splitmix64_finalize(static_cast<std::uint64_t>(out.hash[j]) ^
+                                splitmix64_finalize(static_cast<std::uint64_t>(out.start[j]))) & mask;
           while (slots[p] >= 0) p = (p + 1) & mask;
           slots[p] = static_cast<std::int32_t>(j);
         }

@@ -2,6 +2,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include "bindings_common.hpp"
 #include "serde.hpp"
 
 namespace py = pybind11;
@@ -48,10 +49,8 @@ py::bytes pack(const py::sequence& columns) {
 }
 
 py::list unpack(const py::bytes& blob) {
-  char* data;
-  Py_ssize_t size;
-  if (PyBytes_AsStringAndSize(blob.ptr(), &data, &size) != 0) throw py::error_already_set();
-  cq::Reader r(data, static_cast<std::size_t>(size));
+  const auto [data, size] = cq::bind::bytes_view(blob);
+  cq::Reader r(data, size);
   py::list out;
   for (std::uint32_t c = 0; c < r.ncols(); ++c) {
     std::uint8_t code, itemsize;

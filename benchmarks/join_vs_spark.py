@@ -119,8 +119,9 @@ def run_query(spark, df, checkpoint):
 
 
 def end_to_end(spark, root, files, rows, delay, grouping="shard", shards=None):
-    import pyspark_cq
     from pyspark.sql import functions as F
+
+    import pyspark_cq
 
     def source(side):
         return (spark.readStream.schema(f"k long, ts timestamp, {side}v long").option("maxFilesPerTrigger", 1)

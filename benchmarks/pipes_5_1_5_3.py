@@ -239,6 +239,7 @@ def run_spark_join(spark, root: str, work: str, *, window_s: float, delay_s: flo
                    drop_ratio: float = 0.0, seed: int = 0, shards: int | None = None) -> dict:
     """Run ``window_join`` over ``root/l`` and ``root/r``; returns per-batch records and the output pairs."""
     import pyarrow.dataset as ds
+
     import pyspark_cq
 
     def source(side):
@@ -423,7 +424,7 @@ def summarize_5_3(streams, res, expected, args) -> dict:
                            "a non-shed row without any partner is invisible to this check")
         out["runs"][name] = run
     base = out["runs"].get("baseline")
-    for name, run in out["runs"].items():
+    for run in out["runs"].values():
         if base:
             run["state_ratio_to_baseline"] = run["state_rows_steady_mean"] / base["state_rows_steady_mean"]
             run["state_valid_at_wm_ratio_to_baseline"] = (run["state_valid_at_watermark_steady_mean"]

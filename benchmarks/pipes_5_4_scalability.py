@@ -41,9 +41,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from pyspark_cq_plugins.pipes_rm import PipesResourceManager
 
 from pyspark_cq.control.schedule import Schedule
-from pyspark_cq_plugins.pipes_rm import PipesResourceManager
 
 # the §5.4 workload generator is test data: it lives with the tests, not in the installed packages
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))

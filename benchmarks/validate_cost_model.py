@@ -553,7 +553,7 @@ def calibrate_aggregate(repeats: int = 3) -> tuple[list[dict], list[float], list
                     st = K.ShardState(kinds, outs, False)
                     new = merged = emitted = evicted = 0
                     spent = np.zeros(3)
-                    late, wm = None, None
+                    late = None
                     for b0 in range(0, n_slices, batch_slices):
                         sl = np.arange(b0, min(b0 + batch_slices, n_slices), dtype=np.int64)
                         starts = np.repeat(sl * s, keys * dup)
@@ -568,7 +568,7 @@ def calibrate_aggregate(repeats: int = 3) -> tuple[list[dict], list[float], list
                         _kept, n_ev, _ = st.evict(w, s, wm_new)
                         spent += (t1 - t0, t2 - t1, time.perf_counter() - t2)
                         st.watermark = wm_new
-                        late, wm = wm_new, wm_new
+                        late = wm_new
                         new += len(sl) * keys
                         merged += len(sl) * keys * (dup - 1)
                         emitted += len(em[0])

@@ -2,8 +2,9 @@
 
 Every check names the argument and the expected form in its message, and returns the checked value
 (converted to ``float`` / ``int`` where that is the expected form). This module depends on the standard
-library and numpy only, so the leaf modules of :mod:`pyspark_cq.estimators` can use it without loading each other, and so can
-:mod:`pyspark_cq.cost` and :mod:`pyspark_cq.plan` (the Spark-facing checks live in ``pyspark_cq._validate``).
+library and numpy only, so the leaf modules of :mod:`pyspark_cq.estimators` can use it, and so can
+:mod:`pyspark_cq.cost`, :mod:`pyspark_cq.plan` and :mod:`pyspark_cq.control` without loading the estimators
+(the Spark-facing checks live in ``pyspark_cq._validate``).
 """
 from __future__ import annotations
 

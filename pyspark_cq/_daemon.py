@@ -20,7 +20,8 @@ import sys
 
 def installed_zip_entries(path: list[str]) -> list[str]:
     """The ``pyspark.zip`` entries of ``path`` that lie inside an installed ``pyspark`` package which
-    ``path`` also reaches (``<dir>/pyspark/python/lib/pyspark.zip`` with ``<dir>`` on ``path``)."""
+    ``path`` also reaches (``<dir>/pyspark/python/lib/pyspark.zip`` with ``<dir>`` on ``path``).
+    """
     dirs = {os.path.realpath(p) for p in path if p and not p.endswith(".zip")}
     out = []
     for entry in path:

@@ -99,6 +99,7 @@ def doctor(args) -> int:
 
 
 def main(argv=None) -> int:
+    """Run the ``pyspark-cq`` command line (``doctor``, ``demo``); returns the exit status."""
     parser = argparse.ArgumentParser(prog="pyspark-cq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_doc = sub.add_parser("doctor", help="check the installation and a Spark worker")

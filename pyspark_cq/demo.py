@@ -370,7 +370,8 @@ def _line(rec, budget) -> str:
 
 def _stop_between_batches(query, timeout: float = 15.0) -> None:
     """Stop ``query``, preferably while no micro-batch runs (an interrupted batch is not committed: the
-    Parquet sink's log keeps it out of the output, and its progress is never reported)."""
+    Parquet sink's log keeps it out of the output, and its progress is never reported).
+    """
     deadline = time.time() + timeout
     while time.time() < deadline and query.status.get("isTriggerActive"):
         time.sleep(0.05)
@@ -492,7 +493,8 @@ def run(args) -> int:
                 b["t"], b["t_end"] = b["t"] + old - t0, b["t_end"] + old - t0
         print(f"warm; the clock starts now (burst from {burst_start * args.seconds:.0f} s to "
               f"{burst_end * args.seconds:.0f} s). Every {args.every:g} s: time, offered and measured input "
-              f"packet rates (pairs|traffic, smoothed), state memory / budget (cost-model estimate), settings, decisions",
+              f"packet rates (pairs|traffic, smoothed), state memory / budget (cost-model estimate), settings, "
+              f"decisions",
               flush=True)
         next_line = t0 + args.every
         while time.time() - t0 < args.seconds:

@@ -65,7 +65,8 @@ def _memory_plot(path, samples, batches, budget, reserve, burst, decisions, plt)
     _shade(ax, burst, t_max)
     kb = 1e3
     for q, op, color in (("pairs", "join1", "tab:blue"), ("traffic", "agg1", "tab:green")):
-        pts = [(b.get("t_end", b["t"]), b["state_bytes"]) for b in batches.get(q, []) if b.get("state_bytes") is not None]
+        pts = [(b.get("t_end", b["t"]), b["state_bytes"]) for b in batches.get(q, [])
+               if b.get("state_bytes") is not None]
         if pts:
             ax.plot([p[0] for p in pts], [p[1] / kb for p in pts], ".-", ms=4, lw=0.8, color=color, alpha=0.7,
                     label=f"measured {op} ({q}), after each micro-batch")
@@ -84,7 +85,8 @@ def _memory_plot(path, samples, batches, budget, reserve, burst, decisions, plt)
                    label=f"bound after {reserve:.0%} reserve")
     for d in decisions:
         ax.axvline(d["t"], color="grey", lw=0.5, alpha=0.5)
-    _finish(fig, ax, path, t_max, "state memory (KB)", "State memory against the budget (vertical lines: resource-manager decisions)", "upper left", plt)
+    _finish(fig, ax, path, t_max, "state memory (KB)",
+            "State memory against the budget (vertical lines: resource-manager decisions)", "upper left", plt)
 
 
 def _rates_plot(path, samples, batches, burst, plt):
@@ -123,7 +125,8 @@ def _settings_plot(path, samples, decisions, burst, plt):
                                                         if isinstance(v, (int, float))) for d in group)
         ax.annotate(text, (t, 0.98), xycoords=("data", "axes fraction"), rotation=90, va="top", ha="right",
                     fontsize=7, color="dimgrey")
-    _finish(fig, ax, path, t_max, "seconds", "Windows and granularity set by the PIPES resource manager (grey: decisions)", "lower left", plt)
+    _finish(fig, ax, path, t_max, "seconds",
+            "Windows and granularity set by the PIPES resource manager (grey: decisions)", "lower left", plt)
 
 
 def _fmt(v) -> str:

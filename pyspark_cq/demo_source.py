@@ -1,6 +1,7 @@
 """The generated packet stream of ``pyspark-cq demo``: requests and responses with a burst.
 
-A Spark Python streaming data source (``spark.readStream.format("cq_demo_packets").options(**profile.options(clock_path))``) whose rows are a
+A Spark Python streaming data source
+(``spark.readStream.format("cq_demo_packets").options(**profile.options(clock_path))``) whose rows are a
 deterministic function of time, so that every query reading it sees the same stream and the demo can
 count what it injected:
 
@@ -30,8 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["BurstProfile", "generate", "injected", "delays", "write_clock", "read_clock", "PacketSource", "SOURCE_NAME", "MALFORMED_EVERY", "SKEWED_EVERY",
-           "SKEW_SECONDS"]
+__all__ = ["BurstProfile", "generate", "injected", "delays", "write_clock", "read_clock", "PacketSource", "SOURCE_NAME",
+           "MALFORMED_EVERY", "SKEWED_EVERY", "SKEW_SECONDS"]
 
 SOURCE_NAME = "cq_demo_packets"
 MALFORMED_EVERY, MALFORMED_AT = 1009, 7
@@ -69,8 +70,8 @@ class BurstProfile:
         if not (isinstance(self.hosts, int) and self.hosts > 0):
             raise ValueError(f"hosts must be a positive int, got {self.hosts!r}")
 
-    def with_burst(self, start: float, end: float) -> "BurstProfile":
-        """This profile with the burst in ``[start, end)`` (epoch seconds)."""
+    def with_burst(self, start: float, end: float) -> BurstProfile:
+        """A copy of this profile with the burst in ``[start, end)`` (epoch seconds)."""
         return dataclasses.replace(self, burst_start=float(start), burst_end=float(end))
 
     def count(self, t) -> np.ndarray:
@@ -99,13 +100,14 @@ class BurstProfile:
 
     def options(self, clock: str) -> dict[str, str]:
         """The data source options for this profile; the burst is read from the JSON file ``clock``
-        (``{"burst_start": …, "burst_end": …}``, written with :func:`write_clock`) at every micro-batch."""
+        (``{"burst_start": …, "burst_end": …}``, written with :func:`write_clock`) at every micro-batch.
+        """
         out = {k: repr(getattr(self, k)) for k in ("quiet", "burst", "hosts", "mean_delay", "max_delay")}
         out["clock"] = str(clock)
         return out
 
     @classmethod
-    def from_options(cls, options) -> "BurstProfile":
+    def from_options(cls, options) -> BurstProfile:
         """Inverse of :meth:`options` (without the burst)."""
         kw = {k: float(options[k]) for k in ("quiet", "burst", "mean_delay", "max_delay")}
         return cls(hosts=int(options["hosts"]), **kw)
@@ -179,7 +181,8 @@ def generate(profile: BurstProfile, start_ms: int, end_ms: int) -> dict[str, np.
 
 def injected(profile: BurstProfile, start_ms: int, end_ms: int) -> dict[str, int]:
     """Counts of what :func:`generate` produces in ``[start_ms, end_ms)``: rows, requests, responses,
-    malformed (null time) and skewed (60 s in the past) requests."""
+    malformed (null time) and skewed (60 s in the past) requests.
+    """
     g = generate(profile, start_ms, end_ms)
     req = g["kind"] == 0
     return {"rows": int(g["kind"].size), "requests": int(req.sum()), "responses": int((~req).sum()),
@@ -240,10 +243,13 @@ class PacketSource(DataSource):
 
     @classmethod
     def name(cls):
+        """The format name Spark registers the source under."""
         return SOURCE_NAME
 
     def schema(self):
+        """The packets' schema."""
         return _SCHEMA
 
     def streamReader(self, schema):
+        """The reader of one streaming query."""
         return _Reader(self.options)

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyspark_cq.policies import Decision, Decisions
 from pyspark_cq import control
 from pyspark_cq.control import ControlHandle, ControlTable, Schedule, granularity_effective_at
+from pyspark_cq.policies import Decision, Decisions
 
 S = 1_000_000
 

@@ -12,8 +12,15 @@ import pytest
 
 from pyspark_cq import demo
 from pyspark_cq.cli import main
-from pyspark_cq.demo_source import (MALFORMED_AT, MALFORMED_EVERY, BurstProfile, generate, injected, read_clock,
-                                    write_clock)
+from pyspark_cq.demo_source import (
+    MALFORMED_AT,
+    MALFORMED_EVERY,
+    BurstProfile,
+    generate,
+    injected,
+    read_clock,
+    write_clock,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = str(Path(sys.executable).parent / "pyspark-cq")

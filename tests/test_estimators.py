@@ -2,8 +2,8 @@
 import math
 import os
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import pytest
@@ -11,8 +11,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyspark_cq.estimators import (
-    ArrivalRate, DecayedMean, Estimator, ExponentialSmoothing, JoinSelectivityHistogram, MeanDistance, Mergeable,
-    SampledSelectivity, sample_mask)
+    ArrivalRate,
+    DecayedMean,
+    Estimator,
+    ExponentialSmoothing,
+    JoinSelectivityHistogram,
+    MeanDistance,
+    Mergeable,
+    SampledSelectivity,
+    sample_mask,
+)
 
 
 @pytest.fixture(scope="module", autouse=True)

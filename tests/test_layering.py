@@ -19,10 +19,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyspark_cq_plugins
 import pytest
 
 import pyspark_cq
-import pyspark_cq_plugins
 
 ROOTS = {"pyspark_cq": Path(pyspark_cq.__file__).parent, "pyspark_cq_plugins": Path(pyspark_cq_plugins.__file__).parent}
 

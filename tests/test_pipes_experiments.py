@@ -19,9 +19,8 @@ import math
 import os
 
 import numpy as np
+import pipes_5_1_5_3 as B  # benchmarks/ is on pytest's pythonpath (pyproject.toml)
 import pytest
-
-import pipes_5_1_5_3 as B   # benchmarks/ is on pytest's pythonpath (pyproject.toml)
 
 S = B.S
 

@@ -13,8 +13,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pyspark_cq import policies
-from pyspark_cq.policies import (Admission, Decision, Decisions, Policy, PolicyLoadError, PolicyPluginWarning,
-                                 QoSRange, Snapshot, parse_size)
+from pyspark_cq.policies import (
+    Admission,
+    Decision,
+    Decisions,
+    Policy,
+    PolicyLoadError,
+    PolicyPluginWarning,
+    QoSRange,
+    Snapshot,
+    parse_size,
+)
 from pyspark_cq.policies.checks import check_policy, example_snapshots
 from pyspark_cq.policies.decisions import bound_violations, qos_values
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from pyspark_cq.policies import Decision, Decisions, Policy, QoSRange, QueryInfo, Snapshot
 from pyspark_cq import control
+from pyspark_cq.policies import Decision, Decisions, Policy, QoSRange, QueryInfo, Snapshot
 from pyspark_cq.runtime import ControlTable, PolicyLoop, StatisticsStore
 from pyspark_cq.runtime.stats import parse_event_time
 

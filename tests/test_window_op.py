@@ -99,7 +99,8 @@ def test_streaming_time_based_window_keeps_watermark_and_counts_nulls(spark, tmp
          .trigger(availableNow=True).start())
     q.awaitTermination()
     rows = spark.table(name).collect()
-    assert [(micros(r.valid_from), micros(r.valid_to)) for r in rows] == [(1_000_000, 1_000_000 + 2 * 86_400_000_000 + 3_000_000)]
+    assert [(micros(r.valid_from), micros(r.valid_to)) for r in rows] == [
+        (1_000_000, 1_000_000 + 2 * 86_400_000_000 + 3_000_000)]
     assert pyspark_cq.read_metrics(q.recentProgress[0], "omega")["malformed_rows"] == 1
 
 

@@ -11,7 +11,13 @@ import numpy as np
 from pyspark_cq import plan as P
 from pyspark_cq.cost import om, pipes, rate, rtstream
 from pyspark_cq.estimators import (
-    ArrivalRate, DecayedMean, ExponentialSmoothing, JoinSelectivityHistogram, SampledSelectivity, sample_mask)
+    ArrivalRate,
+    DecayedMean,
+    ExponentialSmoothing,
+    JoinSelectivityHistogram,
+    SampledSelectivity,
+    sample_mask,
+)
 
 STREAMS = ("A", "B", "C", "D", "E")
 RATES = {"A": 50.0, "B": 500.0, "C": 100.0, "D": 200.0, "E": 1000.0}

@@ -51,8 +51,17 @@ import numpy as np
 
 from pyspark_cq import plan as P
 from pyspark_cq.cost import pipes
-from pyspark_cq.policies import (Admission, Decision, Decisions, Policy, QoSRange, QueryInfo, Snapshot,
-                                 parse_label, parse_size)
+from pyspark_cq.policies import (
+    Admission,
+    Decision,
+    Decisions,
+    Policy,
+    QoSRange,
+    QueryInfo,
+    Snapshot,
+    parse_label,
+    parse_size,
+)
 from pyspark_cq.policies.decisions import duration_value, qos_values
 
 __all__ = ["PipesResourceManager", "Allocation", "pipes_estimate", "DEFAULT_PROFILE"]
@@ -66,7 +75,8 @@ _SECOND = 1_000_000
 def pipes_estimate(plan: P.Node, distances: Mapping[str, float], profile: pipes.CostProfile = DEFAULT_PROFILE
                    ) -> tuple[float, float]:
     """The resource manager's default estimate: :func:`pyspark_cq.cost.pipes.cost_from_distances` with the
-    manager's :data:`DEFAULT_PROFILE` (64-byte elements and aggregates)."""
+    manager's :data:`DEFAULT_PROFILE` (64-byte elements and aggregates).
+    """
     return pipes.cost_from_distances(plan, distances, profile)
 
 
@@ -473,7 +483,8 @@ class PipesResourceManager(Policy):
 
     def _row_costs(self, level: int, f: float, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Estimated memory and CPU of ``rows`` with granularities at ``level`` and windows at fraction ``f``:
-        exact cost-model values at the knots, linear in between."""
+        exact cost-model values at the knots, linear in between.
+        """
         x = f * self.knots
         k = int(math.floor(x + 1e-12))
         w = x - k
@@ -594,7 +605,8 @@ class PipesResourceManager(Policy):
 
     def estimates(self, allocation: Allocation | None = None) -> dict[str, tuple[float, float]]:
         """Estimated (memory, cpu) of every planned query at ``allocation`` (default: the current one), with
-        the current distances d — e.g. an old allocation after a rate change, before the windows adapt."""
+        the current distances d — e.g. an old allocation after a rate change, before the windows adapt.
+        """
         allocation = allocation or self._allocation
         if allocation is None:
             raise RuntimeError("no allocation yet: call replan() first")
@@ -606,7 +618,8 @@ class PipesResourceManager(Policy):
 
     def exact_estimate(self, query: str) -> tuple[float, float]:
         """Memory and CPU of ``query`` at the current allocation, evaluated by the cost model directly (no
-        interpolation between knots)."""
+        interpolation between knots).
+        """
         if query not in self._queries:
             raise KeyError(f"query {query!r} is not managed; managed: {sorted(self._queries)}")
         if self._allocation is None:
@@ -692,7 +705,8 @@ class PipesResourceManager(Policy):
 
     def decide(self, snapshot: Snapshot) -> Decisions:
         """Sync queries, bounds and source distances with ``snapshot``, re-plan if anything moved, and
-        return the changes that bring the control table to the allocation."""
+        return the changes that bring the control table to the allocation.
+        """
         self._sync(snapshot)
         if self._dirty or self._allocation is None:
             self.replan()

@@ -17,8 +17,16 @@ name                     what
 from .decision import Decision, Decisions
 from .reader import FORMAT, ControlHandle, Entry, clear_cache, entry, read_table
 from .schedule import Schedule, Transition, granularity_effective_at
-from .schema import (OPERATOR_PARAMETERS, PARAMETERS, TRANSITION_PARAMETERS, check_reads, duration_value,
-                     unread_parameters, validate_changes, validate_operator_id)
+from .schema import (
+                     OPERATOR_PARAMETERS,
+                     PARAMETERS,
+                     TRANSITION_PARAMETERS,
+                     check_reads,
+                     duration_value,
+                     unread_parameters,
+                     validate_changes,
+                     validate_operator_id,
+)
 from .table import Change, ControlTable
 
 __all__ = ["ControlTable", "Change", "ControlHandle", "Entry", "entry", "read_table", "clear_cache", "FORMAT",

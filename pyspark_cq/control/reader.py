@@ -41,6 +41,7 @@ FORMAT_VERSION = 1
 
 
 def parse_document(data: bytes, where: str) -> dict:
+    """The control-table document in ``data`` (JSON), checked for its format; ``where`` names it in errors."""
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -80,7 +81,7 @@ class Entry:
     history: Mapping = field(default_factory=dict)
 
     @classmethod
-    def _from_doc(cls, operator: str, raw: Mapping, table_version: int) -> "Entry":
+    def _from_doc(cls, operator: str, raw: Mapping, table_version: int) -> Entry:
         history = {p: Schedule(p, tuple(tuple(pt) for pt in pts)) for p, pts in raw.get("history", {}).items()}
         return cls(operator, int(raw["version"]), table_version, raw.get("query"), dict(raw["params"]), history)
 
@@ -210,8 +211,8 @@ class ControlHandle:
         if self.kind is not None and self.kind not in OPERATOR_PARAMETERS:
             raise ValueError(f"kind must be one of {sorted(OPERATOR_PARAMETERS)} or None, got {self.kind!r}")
 
-    def bind(self, kind: str) -> "ControlHandle":
-        """This handle for an operator of ``kind``, its current entry checked now (on the driver).
+    def bind(self, kind: str) -> ControlHandle:
+        """A copy of this handle for an operator of ``kind``, its current entry checked now (on the driver).
 
         Raises ValueError naming the operator when the entry sets a parameter the operator does not read.
         """

@@ -146,7 +146,7 @@ class Schedule:
         object.__setattr__(self, "points", tuple(pts))
 
     @classmethod
-    def constant(cls, param: str, value: int) -> "Schedule":
+    def constant(cls, param: str, value: int) -> Schedule:
         """A schedule that never changed."""
         return cls(param, ((None, value),))
 
@@ -189,7 +189,7 @@ class Schedule:
                 out.append(Transition(self.param, at, old, new, int(start), int(complete)))
         return out
 
-    def with_change(self, at: int, value: int, *, keep: int = 32) -> "Schedule":
+    def with_change(self, at: int, value: int, *, keep: int = 32) -> Schedule:
         """A new schedule with ``value`` from ``at`` on.
 
         ``at`` earlier than the last point is moved to it (the past of a pending change is not

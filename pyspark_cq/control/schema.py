@@ -62,7 +62,8 @@ _OPERATOR_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-:/]*$")
 
 def validate_operator_id(operator, name: str = "operator") -> str:
     """Check an operator id: a non-empty str of letters, digits, ``_ - : /`` (no dots: ``op.param``
-    labels a parameter)."""
+    labels a parameter).
+    """
     if not isinstance(operator, str) or not _OPERATOR_ID.match(operator):
         raise ValueError(f"{name} must be a non-empty operator id of letters, digits and _-:/ (no dots), "
                          f"got {operator!r}")
@@ -71,7 +72,8 @@ def validate_operator_id(operator, name: str = "operator") -> str:
 
 def duration_value(value, name: str, *, allow_negative: bool = True, allow_zero: bool = True) -> int:
     """A duration as integer microseconds: an int is taken as microseconds, anything else goes through
-    :func:`pyspark_cq._duration.parse_duration`."""
+    :func:`pyspark_cq._duration.parse_duration`.
+    """
     if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a duration (int microseconds or e.g. '30 seconds'), got {value!r}")
     if isinstance(value, numbers.Integral):

@@ -96,7 +96,7 @@ class Policy(abc.ABC):
         """The constructor arguments (read back from attributes of the same name)."""
         return {name: getattr(self, name) for name in self._param_names()}
 
-    def clone(self) -> "Policy":
+    def clone(self) -> Policy:
         """A fresh policy with the same constructor arguments and no state."""
         return type(self)(**copy.deepcopy(self.params()))
 

@@ -67,7 +67,8 @@ def example_query(name: str, kind: str = "join", *, rate: float | None = 100.0, 
 
 def example_snapshots() -> list[Snapshot]:
     """A deterministic sequence of snapshots: empty, without statistics, loose and tight budgets, a rate
-    change, a query leaving."""
+    change, a query leaving.
+    """
     q1, q2 = example_query("q1", "join"), example_query("q2", "aggregate")
     fast = example_query("q1", "join", rate=400.0)
     return [

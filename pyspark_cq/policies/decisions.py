@@ -124,7 +124,7 @@ class QoSRange:
             object.__setattr__(self, "choices", choices)
 
     @classmethod
-    def window(cls, min, max, *, step=1) -> "QoSRange":  # noqa: A002 - the paper's names
+    def window(cls, min, max, *, step=1) -> QoSRange:  # noqa: A002 - the paper's names
         """A window-size range: ``min <= max`` durations (µs or strings such as ``"1 minute"``)."""
         lo = duration_value(min, "min", allow_negative=False, allow_zero=False)
         hi = duration_value(max, "max", allow_negative=False, allow_zero=False)
@@ -133,7 +133,7 @@ class QoSRange:
         return cls(lo, hi, duration_value(step, "step", allow_negative=False, allow_zero=False))
 
     @classmethod
-    def granularity(cls, coarsest, finest, *, choices=None) -> "QoSRange":
+    def granularity(cls, coarsest, finest, *, choices=None) -> QoSRange:
         """A granularity range from ``coarsest`` (QoS min) to ``finest`` (QoS max), durations.
 
         Allowed values are the multiples of ``finest`` (every such granularity is coarser than the

@@ -168,7 +168,8 @@ def available(*, load: bool = False) -> list[str]:
 
 def create(policy, **options) -> Policy:
     """A policy instance: ``policy`` is a registered name (instantiated with ``options``), a
-    :class:`Policy` subclass, or an instance (returned as is; ``options`` must then be empty)."""
+    :class:`Policy` subclass, or an instance (returned as is; ``options`` must then be empty).
+    """
     if isinstance(policy, Policy):
         if options:
             raise TypeError(f"options {sorted(options)} given with a policy instance; configure the instance")

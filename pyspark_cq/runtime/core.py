@@ -25,11 +25,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .. import plan as P
+from ..control import ControlHandle, ControlTable
 from ..policies import registry
 from ..policies.base import Policy
 from ..policies.decisions import Admission, QoSRange, duration_value, parse_size, validate_operator_id
 from ..policies.snapshot import QueryInfo, Snapshot, parse_label
-from ..control import ControlHandle, ControlTable
 from .loop import PolicyLoop
 from .stats import StatisticsStore
 
@@ -53,7 +53,7 @@ class QueryContext:
     spark: object
     name: str
     control_path: str
-    _runtime: "CQRuntime" = field(repr=False)
+    _runtime: CQRuntime = field(repr=False)
 
     def control(self, operator: str, **params) -> ControlHandle:
         """Register ``operator`` of this query in the control table with initial ``params`` (kept if the
@@ -321,7 +321,8 @@ class CQRuntime:
 
     def deregister(self, name: str) -> None:
         """Stop ``name`` (if running), tell the policies (they may release its resources to the others at
-        the next round) and remove its control-table entries."""
+        the next round) and remove its control-table entries.
+        """
         query = self.query(name)
         if query is not None and query.isActive:
             query.stop()
@@ -339,7 +340,7 @@ class CQRuntime:
         else:
             reg.query = built.queryName(reg.name).start()
 
-    def start(self) -> "CQRuntime":
+    def start(self) -> CQRuntime:
         """Start watching (listener and monitor thread) and start every registered query."""
         if self.running:
             return self
@@ -393,7 +394,7 @@ class CQRuntime:
                 _log.warning("removing the listener failed: %r", exc)
             self._listener = None
 
-    def __enter__(self) -> "CQRuntime":
+    def __enter__(self) -> CQRuntime:
         return self.start()
 
     def __exit__(self, *exc) -> None:

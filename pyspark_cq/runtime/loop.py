@@ -15,10 +15,10 @@ import warnings
 from collections import deque
 from collections.abc import Iterable
 
+from ..control import ControlTable
 from ..policies.base import Policy
 from ..policies.decisions import Decisions, bound_violations
 from ..policies.snapshot import Snapshot
-from ..control import ControlTable
 
 __all__ = ["PolicyLoop"]
 

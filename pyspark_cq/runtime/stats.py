@@ -24,9 +24,9 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ..control import validate_operator_id
 from ..estimators import ExponentialSmoothing
 from ..operators._report import read as read_report
-from ..control import validate_operator_id
 from ..policies.snapshot import OperatorStats, QueryInfo, SourceStats
 
 __all__ = ["StatisticsStore", "parse_event_time"]
@@ -208,7 +208,8 @@ class StatisticsStore:
         ``progress`` is a ``StreamingQueryProgress`` or its JSON dict; ``query`` defaults to its ``name``.
         """
         if not hasattr(progress, "__getitem__"):
-            raise TypeError(f"progress must be a StreamingQueryProgress or its JSON dict, got {type(progress).__name__}")
+            raise TypeError(f"progress must be a StreamingQueryProgress or its JSON dict, "
+                            f"got {type(progress).__name__}")
         name = query if query is not None else _get(progress, "name")
         with self._lock:
             state = self._queries.get(name)

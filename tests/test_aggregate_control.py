@@ -127,7 +127,7 @@ def control_table(tmp, window, granularity, w_changes=(), g_changes=()):
 
 
 def plan_with(plan, handle):
-    return KT.Plan(**{**plan.__dict__, "control": handle})
+    return KT.AggConfig(**{**plan.__dict__, "control": handle})
 
 
 def run_batches(plan, batches, wms=None):

@@ -21,7 +21,7 @@ from pyspark_cq._native import load
 from pyspark_cq.operators import _agg_spec as S
 from pyspark_cq.operators import _state_bytes
 from pyspark_cq.operators._shards import shard_keys
-from pyspark_cq.operators._agg_worker import HASH, SHARD, TIME, Plan, Slicer, key_name, run_shard, value_name
+from pyspark_cq.operators._agg_worker import HASH, SHARD, TIME, AggConfig, Slicer, key_name, run_shard, value_name
 
 _ref_spec = importlib.util.spec_from_file_location("aggregate_reference",
                                                    Path(__file__).with_name("test_aggregate_reference.py"))
@@ -60,7 +60,7 @@ def make_plan(window, slide, granularity=None, aggs=None, emit="windows", mode="
     g = granularity or math.gcd(window, slide)
     bounds = ("window_start", "window_end") if emit == "windows" else ("valid_from", "valid_to")
     names = bounds + tuple(by) + tuple(o.name for o in spec.outputs)
-    return Plan(spec, keys, T.TimestampType(), window, slide, g, emit, mode, watermark, shards, names)
+    return AggConfig(spec, keys, T.TimestampType(), window, slide, g, emit, mode, watermark, shards, names)
 
 
 def input_batch(rows, plan, hash_of=None):

@@ -199,7 +199,7 @@ def _check_type(column: str, dtype: T.DataType, name: str) -> None:
 
 
 def key_columns(df, by: Sequence[str]) -> tuple[KeyColumn, ...]:
-    """Transport plan of the ``by`` columns (see module docstring)."""
+    """How the ``by`` columns travel (see module docstring)."""
     out = []
     for name in by:
         field = df.schema[name]

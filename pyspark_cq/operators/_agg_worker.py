@@ -1,6 +1,6 @@
 """Worker side of :func:`pyspark_cq.sliding_aggregate`: the map-side slicer and the per-shard step.
 
-Both run in Spark's Python workers; they only hold a picklable :class:`Plan` and load the compiled
+Both run in Spark's Python workers; they only hold a picklable :class:`AggConfig` and load the compiled
 kernel lazily (``pyspark_cq._aggregate``), so nothing here needs a SparkSession.
 
 Column names of the intermediate (sliced) rows all start with ``__cq_`` so they cannot clash with user
@@ -20,9 +20,9 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from .._native import load
-from ..runtime.control import ControlHandle, Entry
+from ..control import ControlHandle, Entry
 from . import _report, _state_bytes
-from ._shards import check_shard_count, shard_key_values, with_shard_count
+from ._shards import AGGREGATE, check_shard_count, default_rule, shard_key_values, with_shard_count
 from ._agg_spec import AggSpec, KeyColumn, arrow_type, from_int64, nonnull_numpy, to_int64
 from ._agg_spec import OP_COUNT, OP_MAX_F, OP_MIN_F, OP_SUM_F, OUT_AVG_F, OUT_AVG_I, OUT_MAX, OUT_MIN, OUT_SUM_F
 
@@ -56,7 +56,7 @@ def partial_name(j: int) -> str:
 
 
 @dataclass(frozen=True)
-class Plan:
+class AggConfig:
     """Everything a worker needs, fixed when the query is defined (shipped with the closures).
 
     ``window``, ``slide`` and ``granularity`` are plain values in microseconds read at every batch by
@@ -147,12 +147,12 @@ class BatchParams:
     version: int | None
 
 
-def read_entry(plan: Plan) -> Entry | None:
+def read_entry(config: AggConfig) -> Entry | None:
     """The operator's control entry (None without a handle, a table or an entry): one read per call."""
-    return None if plan.control is None else plan.control.entry()
+    return None if config.control is None else config.control.entry()
 
 
-def batch_params(plan: Plan, entry: Entry | None) -> BatchParams:
+def batch_params(config: AggConfig, entry: Entry | None) -> BatchParams:
     """Parameters of this micro-batch (see :class:`BatchParams`).
 
     Granularity changes take effect at the instant the control table recorded for them, which
@@ -167,28 +167,28 @@ def batch_params(plan: Plan, entry: Entry | None) -> BatchParams:
         ``slide <= window``), or when ``emit="changes"`` meets a window-size change (not supported).
     """
     if entry is None:
-        return BatchParams(((None, None, plan.window),), plan.window, None, plan.granularity, None)
+        return BatchParams(((None, None, config.window),), config.window, None, config.granularity, None)
     wsched = entry.schedule("window")
     gsched = entry.schedule("granularity")
-    points = wsched.points if wsched is not None else ((None, plan.window),)
+    points = wsched.points if wsched is not None else ((None, config.window),)
     segments = []
     for i, (at, w) in enumerate(points):
         lo = None if i == 0 else at
         hi = points[i + 1][0] if i + 1 < len(points) else None
         if lo is not None and hi is not None and hi <= lo:
             continue
-        if plan.emit == "windows" and w < plan.slide:
+        if config.emit == "windows" and w < config.slide:
             raise ValueError(
                 f"sliding_aggregate: control table entry {entry.operator!r} sets window={w} µs "
-                f"(from {'always' if lo is None else f'{lo} µs'}), smaller than the slide {plan.slide} µs; "
+                f"(from {'always' if lo is None else f'{lo} µs'}), smaller than the slide {config.slide} µs; "
                 f"windows [k·S, k·S + W) need W >= S (Spark's rule)")
         segments.append((lo, hi, int(w)))
     sizes = {w for _, _, w in segments}
-    if plan.emit == "changes" and len(sizes) > 1:
+    if config.emit == "changes" and len(sizes) > 1:
         raise ValueError(
             f"sliding_aggregate: control table entry {entry.operator!r} changes the window size "
             f"({sorted(sizes)} µs); emit='changes' supports granularity changes only (docs/aggregate.md)")
-    grans = [v for _, v in gsched.points] if gsched is not None else [plan.granularity]
+    grans = [v for _, v in gsched.points] if gsched is not None else [config.granularity]
     grid = 0
     for v in list(sizes) + grans:
         grid = math.gcd(grid, int(v))
@@ -227,12 +227,12 @@ class Slicer:
     knows the previous batch's watermark (see :func:`run_shard`).
     """
 
-    def __init__(self, plan: Plan, tag: bool, markers: bool = True):
-        self.plan, self.tag, self.emit_markers = plan, tag, markers
+    def __init__(self, config: AggConfig, tag: bool, markers: bool = True):
+        self.config, self.tag, self.emit_markers = config, tag, markers
 
     def __call__(self, batches):
         kernel = load("_aggregate")
-        entry = read_entry(self.plan)  # once per task: one micro-batch sees one version
+        entry = read_entry(self.config)  # once per task: one micro-batch sees one version
         gsched = entry.schedule("granularity") if entry is not None else None
         bad = 0
         for batch in batches:
@@ -248,7 +248,7 @@ class Slicer:
     def slice(self, kernel, batch: pa.RecordBatch, gsched=None):
         """Slices of one Arrow batch; with a granularity schedule each row is rounded down with the
         granularity in effect at its time (so slices of several granularities may come out)."""
-        plan, spec = self.plan, self.plan.spec
+        config, spec = self.config, self.config.spec
         t, tv = nonnull_numpy(to_int64(batch.column(TIME)), np.int64)
         h = np.ascontiguousarray(batch.column(HASH).to_numpy(zero_copy_only=False), dtype=np.int64)
         values, valids = [], []
@@ -263,36 +263,36 @@ class Slicer:
                 values.append(v)
                 valids.append(m)
         if gsched is None:
-            r = kernel.preaggregate(h, t, tv, plan.granularity, spec.ops_array, values, valids)
+            r = kernel.preaggregate(h, t, tv, config.granularity, spec.ops_array, values, valids)
         else:
             r = kernel.preaggregate(h, round_starts(t, gsched), tv, 1, spec.ops_array, values, valids)
         first = pa.array(r["first_row"])
-        keys = [batch.column(key_name(i)).take(first) for i in range(len(plan.keys))]
+        keys = [batch.column(key_name(i)).take(first) for i in range(len(config.keys))]
         return self._rows(r["hash"], keys, r["start"], r["partials"]), int(r["null_time"])
 
     def _rows(self, hashes: np.ndarray, keys, starts, partials, bad=None) -> pa.RecordBatch:
-        plan = self.plan
+        config = self.config
         m = len(hashes)
-        cols = [pa.array(shard_key_values(hashes, plan.shards)), pa.array(hashes, type=pa.int64())]
-        for k, arr in zip(plan.keys, keys):
+        cols = [pa.array(shard_key_values(hashes, config.shards)), pa.array(hashes, type=pa.int64())]
+        for k, arr in zip(config.keys, keys):
             cols += encode_key(k, arr)
         cols.append(pa.array(starts, type=pa.int64()))
         cols += [pa.array(p, type=pa.int64()) for p in partials]
         cols.append(pa.array(np.zeros(m, dtype=np.int64) if bad is None else bad, type=pa.int64()))
         if self.tag:
-            cols.append(pa.nulls(m, type=arrow_type(plan.time_type)))
-        names = plan.sliced_schema({} if self.tag else None).names
+            cols.append(pa.nulls(m, type=arrow_type(config.time_type)))
+        names = config.sliced_schema({} if self.tag else None).names
         return pa.RecordBatch.from_arrays(cols, names=names)
 
     def markers(self, bad: int) -> pa.RecordBatch:
         """One row per shard with count(*) = 0 (never a slice); shard 0's carries the null-time count."""
-        k = self.plan.shards
+        k = self.config.shards
         hashes = np.arange(k, dtype=np.int64)
-        keys = [pa.nulls(k, type=arrow_type(kc.dtype)) for kc in self.plan.keys]
+        keys = [pa.nulls(k, type=arrow_type(kc.dtype)) for kc in self.config.keys]
         zeros = np.zeros(k, dtype=np.int64)
         badcol = zeros.copy()
         badcol[0] = bad
-        return self._rows(hashes, keys, zeros, [zeros] * len(self.plan.spec.ops), badcol)
+        return self._rows(hashes, keys, zeros, [zeros] * len(self.config.spec.ops), badcol)
 
 
 def encode_key(k: KeyColumn, arr: pa.Array) -> list[pa.Array]:
@@ -309,10 +309,10 @@ def encode_key(k: KeyColumn, arr: pa.Array) -> list[pa.Array]:
     return out
 
 
-def decode_keys(plan: Plan, table: pa.Table, rows: np.ndarray | None = None) -> list[pa.Array]:
+def decode_keys(config: AggConfig, table: pa.Table, rows: np.ndarray | None = None) -> list[pa.Array]:
     """Key columns of sliced rows (optionally only ``rows``) back in their Spark types."""
     out = []
-    for i, k in enumerate(plan.keys):
+    for i, k in enumerate(config.keys):
         col = table.column(key_name(i))
         if rows is not None:
             col = col.take(pa.array(rows))
@@ -354,127 +354,179 @@ class StepResult:
     metrics: dict
 
 
-def run_shard(plan: Plan, table: pa.Table, state: tuple | None, watermark_us: int | None,
+def run_shard(config: AggConfig, table: pa.Table, state: tuple | None, watermark_us: int | None,
               entry: Entry | None = None) -> StepResult:
-    """Process one shard for one micro-batch (or a whole batch DataFrame when ``plan.mode == 'batch'``).
+    """Process one shard for one micro-batch (or a whole batch DataFrame when ``config.mode == 'batch'``).
 
     ``table`` holds sliced rows (markers included), ``state`` the ``(blob, keys)`` saved by the previous
     batch, ``watermark_us`` the eviction watermark of this batch. The previous batch's watermark, used
     to filter late (slice, window) pairs exactly as Spark filters (window, key) rows, is kept in the
     state: marker rows and event-time timeouts make sure every shard sees every watermark change.
-    ``entry`` is the operator's control entry read for this batch (None: the plan's arguments apply;
-    see :func:`batch_params`).
+    ``entry`` is the operator's control entry read for this batch (None: the arguments apply; see
+    :func:`batch_params`).
+
+    The steps: :func:`_unmarked` (drop the markers), :func:`_restore`, :func:`_drop_late_slices`,
+    :func:`_ingest` (with :func:`_update_keys`), :func:`_emit`, :func:`_evict`, :func:`_save`.
     """
     kernel = load("_aggregate")
-    params = batch_params(plan, entry)
-    segmented = len(params.segments) > 1   # a window-size schedule (emit="windows")
-    spec = plan.spec
-    runs = plan.emit == "changes"
-    n_part = len(spec.ops)
-    bad = int(np.asarray(table.column(BAD).to_numpy(zero_copy_only=False), dtype=np.int64).sum()) if table.num_rows else 0
-    rows = np.asarray(table.column(partial_name(0)).to_numpy(zero_copy_only=False), dtype=np.int64)
-    real = np.flatnonzero(rows > 0)  # markers carry count(*) = 0
-    data = table.take(pa.array(real)) if len(real) != table.num_rows else table
-
-    if state is not None:
-        st = kernel.ShardState.from_bytes(_state_bytes.unpack(state[0]), spec.kinds, spec.outputs_array, runs)
-        keys_tbl = _state_bytes.table_from_bytes(state[1]) if plan.keys else None
-        if keys_tbl is not None:
-            check_shard_count(keys_tbl, plan.shards, "sliding_aggregate", "the default is 8 when by is given")
-        late_end = st.watermark
-    else:
-        st = kernel.ShardState(spec.kinds, spec.outputs_array, runs)
-        keys_tbl = pa.table([pa.array([], type=arrow_type(k.dtype)) for k in plan.keys],
-                            names=[k.name for k in plan.keys]) if plan.keys else None
-        # A fresh shard exists from the query's first batch on (markers reach every shard), whose
-        # late-event watermark Spark sets to 0.
-        late_end = 0 if plan.watermark else None
-    if not plan.watermark:
-        late_end = None
-    else:
-        late_end = None if late_end is None else int(late_end)
-
-    starts = np.ascontiguousarray(data.column(START).to_numpy(zero_copy_only=False), dtype=np.int64)
-    input_rows = int(np.asarray(data.column(partial_name(0)).to_numpy(zero_copy_only=False), dtype=np.int64).sum())
-    pre_late = 0
-    if segmented and late_end is not None and len(starts):
-        # Window sizes vary by window start: a slice is late when every window containing it ended by
-        # the late-event watermark (exact per slice; the kernel's test assumes one window size).
-        live = last_window_end(starts, params.segments, plan.slide) > late_end
-        if not live.all():
-            counts = np.asarray(data.column(partial_name(0)).to_numpy(zero_copy_only=False), dtype=np.int64)
-            pre_late = int(counts[~live].sum())
-            data = data.take(pa.array(np.flatnonzero(live)))
-            starts = starts[live]
-    hashes = np.ascontiguousarray(data.column(KHASH).to_numpy(zero_copy_only=False), dtype=np.int64)
-    partials = [np.ascontiguousarray(data.column(partial_name(j)).to_numpy(zero_copy_only=False), dtype=np.int64)
-                for j in range(n_part)]
-    grid = params.grid
-    if runs and entry is not None and len(starts):
-        # The slicer may have read a newer entry (a granularity this read does not know yet): keep
-        # every incoming start on the sweep grid.
-        grid = int(np.gcd.reduce(np.append(np.mod(starts, grid), grid)))
-    step = grid if runs else plan.slide
-    w_ingest = params.w_max
-    slot, new_rows, late_rows, _late_slices = st.ingest(hashes, starts, partials, w_ingest, step,
-                                                        None if segmented else late_end)
-    late_rows += pre_late
-
-    if plan.keys:
-        accepted = np.flatnonzero(slot >= 0)
-        if len(new_rows):
-            fresh = pa.table(decode_keys(plan, data, new_rows), names=keys_tbl.column_names)
-            keys_tbl = pa.concat_tables([keys_tbl, fresh]) if keys_tbl.num_rows else fresh
-        if len(accepted):
-            incoming = decode_keys(plan, data, accepted)
-            stored = keys_tbl.take(pa.array(slot[accepted]))
-            for i, k in enumerate(plan.keys):
-                ok = _same_keys(incoming[i], stored.column(i).combine_chunks())
-                if not ok.all():
-                    raise RuntimeError(
-                        f"sliding_aggregate: two different values of the key {[k.name for k in plan.keys]} share "
-                        f"the 64-bit hash {int(hashes[accepted][~ok][0])}; this has a probability of about "
-                        f"n^2/2^65 for n keys. Rename or re-encode a key column to change the hash.")
-
+    params = batch_params(config, entry)
+    data, bad, input_rows = _unmarked(table)
+    st, keys_tbl, late_end = _restore(kernel, config, state)
+    data, pre_late = _drop_late_slices(config, params, data, late_end)
+    grid = _sweep_grid(config, params, entry, _int64(data, START))
+    step = grid if config.emit == "changes" else config.slide
+    keys_tbl, late_rows = _ingest(st, config, params, data, keys_tbl, step, late_end)
     wm = watermark_us
-    if plan.mode == "batch":
-        lo, hi = None, None
-    elif plan.mode == "append":
-        lo, hi = late_end, wm
-    else:  # update: every window a non-late slice of this batch falls into
-        lo, hi = late_end, None
-    if runs:
-        emitted = st.emit_changes(params.w_max, grid, lo, hi)
-    elif not segmented:
-        emitted = st.emit_windows(params.w_max, plan.slide, lo, hi, plan.mode == "update")
-    else:  # each window with the size in effect at its start: one pass per size segment
-        parts = [st.emit_windows(w, plan.slide, lo, hi, plan.mode == "update", seg_lo, seg_hi)
-                 for seg_lo, seg_hi, w in params.segments]
-        emitted = _concat_emitted(parts)
-    out = _output_table(plan, emitted, keys_tbl)  # before eviction renumbers the key slots
-
-    evicted = 0
-    if plan.watermark and wm is not None:
-        # With several window sizes the largest decides: no slice an open window needs is dropped.
-        kept, evicted, _evicted_rows = st.evict(params.w_max, step, wm)
-        if plan.keys and len(kept) != keys_tbl.num_rows:
-            keys_tbl = keys_tbl.take(pa.array(kept))
-        st.watermark = wm
-
-    new_state = None
-    if plan.mode != "batch":
-        new_state = (_state_bytes.pack(st.to_bytes()),
-                     _state_bytes.table_to_bytes(with_shard_count(keys_tbl, plan.shards)) if plan.keys else b"")
+    out = _emit(st, config, params, grid, late_end, wm, keys_tbl)  # before eviction renumbers the key slots
+    evicted, keys_tbl = _evict(st, config, params, step, wm, keys_tbl)
+    new_state = _save(st, config, keys_tbl)
     metrics = {
         "input_rows": input_rows,
         "output_rows": out.num_rows,
         "state_rows": st.num_slices + st.num_runs,
         "state_bytes": (len(new_state[0]) + len(new_state[1])) if new_state else st.payload_bytes,
         "evicted_rows": int(evicted),
-        "late_rows": int(late_rows),
+        "late_rows": int(late_rows + pre_late),
         "malformed_rows": bad,
     }
     return StepResult(out, new_state, metrics)
+
+
+def _int64(table: pa.Table, name: str) -> np.ndarray:
+    """A column of ``table`` as a contiguous int64 numpy array."""
+    return np.ascontiguousarray(table.column(name).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _unmarked(table: pa.Table) -> tuple[pa.Table, int, int]:
+    """The slices of ``table`` without the marker rows (count(*) = 0), the null-time rows the markers
+    carry, and the input rows the slices stand for."""
+    bad = int(_int64(table, BAD).sum()) if table.num_rows else 0
+    rows = _int64(table, partial_name(0))
+    real = np.flatnonzero(rows > 0)  # markers carry count(*) = 0
+    data = table.take(pa.array(real)) if len(real) != table.num_rows else table
+    return data, bad, int(_int64(data, partial_name(0)).sum())
+
+
+def _restore(kernel, config: AggConfig, state: tuple | None):
+    """The shard's kernel state, its key table (None without ``by``) and the late-event watermark (the
+    previous batch's; None without a watermark), from the saved ``state`` or new."""
+    spec = config.spec
+    runs = config.emit == "changes"
+    if state is not None:
+        st = kernel.ShardState.from_bytes(_state_bytes.unpack(state[0]), spec.kinds, spec.outputs_array, runs)
+        keys_tbl = _state_bytes.table_from_bytes(state[1]) if config.keys else None
+        if keys_tbl is not None:
+            check_shard_count(keys_tbl, config.shards, "sliding_aggregate", default_rule(AGGREGATE))
+        late_end = st.watermark
+    else:
+        st = kernel.ShardState(spec.kinds, spec.outputs_array, runs)
+        keys_tbl = pa.table([pa.array([], type=arrow_type(k.dtype)) for k in config.keys],
+                            names=[k.name for k in config.keys]) if config.keys else None
+        # A fresh shard exists from the query's first batch on (markers reach every shard), whose
+        # late-event watermark Spark sets to 0.
+        late_end = 0 if config.watermark else None
+    if not config.watermark or late_end is None:
+        return st, keys_tbl, None
+    return st, keys_tbl, int(late_end)
+
+
+def _drop_late_slices(config: AggConfig, params: BatchParams, data: pa.Table, late_end: int | None):
+    """``data`` without the slices every window of which ended by the late-event watermark, and the rows
+    they stand for. Only with a window-size schedule: window sizes then vary by window start, and the
+    test is exact per slice; with one size the kernel's ingest decides (per slice and window)."""
+    starts = _int64(data, START)
+    if len(params.segments) <= 1 or late_end is None or not len(starts):
+        return data, 0
+    live = last_window_end(starts, params.segments, config.slide) > late_end
+    if live.all():
+        return data, 0
+    counts = _int64(data, partial_name(0))
+    return data.take(pa.array(np.flatnonzero(live))), int(counts[~live].sum())
+
+
+def _sweep_grid(config: AggConfig, params: BatchParams, entry: Entry | None, starts: np.ndarray) -> int:
+    """The sweep step of ``emit="changes"``: the entry's grid, refined so that every incoming slice
+    start lies on it (the slicer may have read a newer entry, with a granularity this read does not
+    know yet)."""
+    grid = params.grid
+    if config.emit == "changes" and entry is not None and len(starts):
+        grid = int(np.gcd.reduce(np.append(np.mod(starts, grid), grid)))
+    return grid
+
+
+def _ingest(st, config: AggConfig, params: BatchParams, data: pa.Table, keys_tbl, step: int, late_end):
+    """Merge the slices into the state (the kernel drops late (slice, window) pairs when one window
+    size applies); returns the updated key table and the late rows the kernel counted."""
+    segmented = len(params.segments) > 1   # a window-size schedule: _drop_late_slices decided
+    hashes = _int64(data, KHASH)
+    partials = [_int64(data, partial_name(j)) for j in range(len(config.spec.ops))]
+    slot, new_rows, late_rows, _late_slices = st.ingest(hashes, _int64(data, START), partials, params.w_max, step,
+                                                        None if segmented else late_end)
+    if config.keys:
+        keys_tbl = _update_keys(config, data, keys_tbl, slot, new_rows, hashes)
+    return keys_tbl, late_rows
+
+
+def _update_keys(config: AggConfig, data: pa.Table, keys_tbl: pa.Table, slot, new_rows, hashes) -> pa.Table:
+    """The key table with the keys of new slots appended; raises RuntimeError when an accepted slice's
+    key differs from its slot's key (two keys sharing a 64-bit hash)."""
+    accepted = np.flatnonzero(slot >= 0)
+    if len(new_rows):
+        fresh = pa.table(decode_keys(config, data, new_rows), names=keys_tbl.column_names)
+        keys_tbl = pa.concat_tables([keys_tbl, fresh]) if keys_tbl.num_rows else fresh
+    if len(accepted):
+        incoming = decode_keys(config, data, accepted)
+        stored = keys_tbl.take(pa.array(slot[accepted]))
+        for i, k in enumerate(config.keys):
+            ok = _same_keys(incoming[i], stored.column(i).combine_chunks())
+            if not ok.all():
+                raise RuntimeError(
+                    f"sliding_aggregate: two different values of the key {[k.name for k in config.keys]} share "
+                    f"the 64-bit hash {int(hashes[accepted][~ok][0])}; this has a probability of about "
+                    f"n^2/2^65 for n keys. Rename or re-encode a key column to change the hash.")
+    return keys_tbl
+
+
+def _emit(st, config: AggConfig, params: BatchParams, grid: int, late_end, wm, keys_tbl) -> pa.Table:
+    """The output rows of this batch: windows (or change intervals) whose end lies in the batch's range
+    -- (late_end, wm] in append mode, every touched one in update mode, all of them in batch mode."""
+    if config.mode == "batch":
+        lo, hi = None, None
+    elif config.mode == "append":
+        lo, hi = late_end, wm
+    else:  # update: every window a non-late slice of this batch falls into
+        lo, hi = late_end, None
+    if config.emit == "changes":
+        emitted = st.emit_changes(params.w_max, grid, lo, hi)
+    elif len(params.segments) <= 1:
+        emitted = st.emit_windows(params.w_max, config.slide, lo, hi, config.mode == "update")
+    else:  # each window with the size in effect at its start: one pass per size segment
+        parts = [st.emit_windows(w, config.slide, lo, hi, config.mode == "update", seg_lo, seg_hi)
+                 for seg_lo, seg_hi, w in params.segments]
+        emitted = _concat_emitted(parts)
+    return _output_table(config, emitted, keys_tbl)
+
+
+def _evict(st, config: AggConfig, params: BatchParams, step: int, wm, keys_tbl):
+    """Drop the slices whose windows all ended by the watermark (and their keys' rows of the key table
+    when keys leave); returns (slices evicted, key table). Records ``wm`` as the next batch's
+    late-event watermark."""
+    if not config.watermark or wm is None:
+        return 0, keys_tbl
+    # With several window sizes the largest decides: no slice an open window needs is dropped.
+    kept, evicted, _evicted_rows = st.evict(params.w_max, step, wm)
+    if config.keys and len(kept) != keys_tbl.num_rows:
+        keys_tbl = keys_tbl.take(pa.array(kept))
+    st.watermark = wm
+    return evicted, keys_tbl
+
+
+def _save(st, config: AggConfig, keys_tbl) -> tuple[bytes, bytes] | None:
+    """The ``(blob, keys)`` state to keep (None in batch mode); the key table records the shard count."""
+    if config.mode == "batch":
+        return None
+    return (_state_bytes.pack(st.to_bytes()),
+            _state_bytes.table_to_bytes(with_shard_count(keys_tbl, config.shards)) if config.keys else b"")
 
 
 def _concat_emitted(parts):
@@ -486,14 +538,14 @@ def _concat_emitted(parts):
     return slot, frm, to, values, valids
 
 
-def _output_table(plan: Plan, emitted, keys_tbl: pa.Table | None) -> pa.Table:
+def _output_table(config: AggConfig, emitted, keys_tbl: pa.Table | None) -> pa.Table:
     slot, frm, to, values, valids = emitted
-    cols = [from_int64(frm, None, plan.time_type), from_int64(to, None, plan.time_type)]
-    if plan.keys:
+    cols = [from_int64(frm, None, config.time_type), from_int64(to, None, config.time_type)]
+    if config.keys:
         taken = keys_tbl.take(pa.array(slot))
-        cols += [taken.column(i).combine_chunks() for i in range(len(plan.keys))]
+        cols += [taken.column(i).combine_chunks() for i in range(len(config.keys))]
     f64_keys = None
-    for o, v, ok in zip(plan.spec.outputs, values, valids):
+    for o, v, ok in zip(config.spec.outputs, values, valids):
         valid = None if ok.all() else ok
         if o.kind in (OUT_SUM_F, OUT_AVG_I, OUT_AVG_F):
             cols.append(pa.array(v.view(np.float64), mask=None if valid is None else valid == 0, type=pa.float64()))
@@ -503,7 +555,7 @@ def _output_table(plan: Plan, emitted, keys_tbl: pa.Table | None) -> pa.Table:
             cols.append(arr.cast(arrow_type(o.dtype)))
         else:
             cols.append(from_int64(v, valid, o.dtype))
-    return pa.Table.from_arrays(cols, names=list(plan.out_names))
+    return pa.Table.from_arrays(cols, names=list(config.out_names))
 
 
 # ---- Spark-facing wrappers --------------------------------------------------------------------------
@@ -531,34 +583,34 @@ def _to_arrow(pdf: pd.DataFrame, schema: pa.Schema) -> pa.Table:
 class StatefulShard:
     """``applyInPandasWithState`` function: one shard, one micro-batch."""
 
-    def __init__(self, plan: Plan, sliced: T.StructType):
-        self.plan = plan
+    def __init__(self, config: AggConfig, sliced: T.StructType):
+        self.config = config
         self.arrow_schema = _arrow_schema(sliced)
-        self.out_schema = _report.arrow_schema(plan.output_schema())
+        self.out_schema = _report.arrow_schema(config.output_schema())
 
     def __call__(self, key, pdfs, state):
-        plan = self.plan
+        config = self.config
         frames = [p for p in pdfs if len(p)]
         if frames:
             table = pa.concat_tables([_to_arrow(p, self.arrow_schema) for p in frames])
         else:
             table = self.arrow_schema.empty_table()
         wm_us = None
-        if plan.watermark:
+        if config.watermark:
             wm_us = int(state.getCurrentWatermarkMs()) * 1000
         saved = state.get if state.exists else None
-        result = run_shard(plan, table, saved, wm_us, read_entry(plan))
+        result = run_shard(config, table, saved, wm_us, read_entry(config))
         state.update(result.state)
-        if plan.watermark:
+        if config.watermark:
             # Fire at the next watermark advance even without data (no-data batches), so windows close.
             state.setTimeoutTimestamp(max(int(state.getCurrentWatermarkMs()), 1))
         yield _report.packed_row(result.output, self.out_schema, **result.metrics)
 
 
-def encode_float_partials(plan: Plan, table: pa.Table) -> pa.Table:
+def encode_float_partials(config: AggConfig, table: pa.Table) -> pa.Table:
     """Turn partials computed by Spark's aggregation (doubles, null without values) into the kernel's
     int64 encoding: sums bit-cast, min/max as order keys, identities where the column had no value."""
-    ops = plan.spec.ops
+    ops = config.spec.ops
     count_of = {col: j for j, (op, col) in enumerate(ops) if op == OP_COUNT}
     kernel = load("_aggregate")
     for j, (op, col) in enumerate(ops):
@@ -579,8 +631,8 @@ def encode_float_partials(plan: Plan, table: pa.Table) -> pa.Table:
 class BatchShard:
     """``applyInPandas`` function for batch DataFrames: all slices of one shard at once, no state."""
 
-    def __init__(self, plan: Plan, sliced: T.StructType, float_partials: bool = False):
-        self.plan = plan
+    def __init__(self, config: AggConfig, sliced: T.StructType, float_partials: bool = False):
+        self.config = config
         self.arrow_schema = _arrow_schema(sliced)
         self.float_partials = float_partials
 
@@ -588,17 +640,17 @@ class BatchShard:
         frames = [_to_arrow(p, self.arrow_schema) for p in pdfs if len(p)]
         table = pa.concat_tables(frames) if frames else self.arrow_schema.empty_table()
         if self.float_partials:
-            table = encode_float_partials(self.plan, table)
-        result = run_shard(self.plan, table, None, None, read_entry(self.plan))
+            table = encode_float_partials(self.config, table)
+        result = run_shard(self.config, table, None, None, read_entry(self.config))
         if result.output.num_rows:
             yield _report.data_rows(_report.to_pandas(result.output))
-        yield _report.report_row(list(self.plan.out_names), **result.metrics)
+        yield _report.report_row(list(self.config.out_names), **result.metrics)
 
 
-def batch_function(plan: Plan, sliced: T.StructType, float_partials: bool = False):
+def batch_function(config: AggConfig, sliced: T.StructType, float_partials: bool = False):
     """The iterator form of ``applyInPandas`` (inferred from the type hints), so data and report rows
     are converted to Arrow separately."""
-    runner = BatchShard(plan, sliced, float_partials)
+    runner = BatchShard(config, sliced, float_partials)
 
     def apply_shard(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
         yield from runner(batches)

@@ -112,3 +112,81 @@ def check_shard_count(table: pa.Table, shards: int, operator: str, default: str)
         raise ValueError(f"shards: this checkpoint's {operator} state was written with shards={int(saved)}, the query "
                          f"now has shards={shards}. Pass shards={int(saved)} ({default}) or start with a new "
                          f"checkpoint location.")
+
+
+# --- the ``shards`` argument of the stateful operators -----------------------------------------------------
+
+#: Operators whose ``shards=`` this module resolves (the names their checkpoint errors use).
+JOIN, AGGREGATE = "join", "sliding_aggregate"
+
+#: ``shards=None`` with grouping keys: the aggregation's fixed count.
+AGGREGATE_DEFAULT_SHARDS = 8
+#: ``shards=None``: the join's count is this many times ``spark.sql.shuffle.partitions``.
+JOIN_SHARDS_PER_PARTITION = 2
+#: The partition count assumed when the session's configuration cannot be read (Spark Connect without
+#: conf access).
+FALLBACK_PARTITIONS = 8
+
+
+def resolve_shards(shards, operator: str, *, keyed: bool = True, df=None) -> tuple[str, int]:
+    """The state layout and shard count of an operator's ``shards`` argument, the one spelling of both
+    stateful operators (:func:`~pyspark_cq.interval_join`, :func:`~pyspark_cq.sliding_aggregate`).
+
+    Parameters
+    ----------
+    shards : int, None or "key"
+        A positive int: that many shards (hash shards of the key, each one Spark group holding one
+        native table for many keys). None: :func:`default_shard_count`. ``"key"``: one group per raw
+        key, kept to measure the shard layout against (docs/join.md, docs/aggregate.md).
+    operator : {"join", "sliding_aggregate"}
+        Whose default applies.
+    keyed : bool
+        Whether the operator has grouping keys (``by``); without them one shard holds everything.
+    df : DataFrame, optional
+        An input, whose session's configuration the join's default reads.
+
+    Returns
+    -------
+    tuple of (str, int)
+        ``("shard", count)``, or ``("key", 1)``: the per-key layout keeps one table per group, and the
+        aggregation records 1 as its count (checkpoints of that layout carry it).
+    """
+    if isinstance(shards, str) and shards == "key":
+        return "key", 1
+    if shards is None:
+        return "shard", default_shard_count(operator, keyed=keyed, df=df)
+    if isinstance(shards, bool) or not isinstance(shards, (int, np.integer)) or shards < 1:
+        raise ValueError(f"shards must be a positive int, None or 'key', got {shards!r}")
+    return "shard", int(shards)
+
+
+def default_shard_count(operator: str, *, keyed: bool = True, df=None) -> int:
+    """The shard count of ``shards=None``: one function for both operators, two historical rules.
+
+    - ``"join"``: twice ``spark.sql.shuffle.partitions`` of ``df``'s session when the query is defined
+      (``2 * 8`` when the configuration cannot be read);
+    - ``"sliding_aggregate"``: 8 with grouping keys, 1 without.
+
+    Why the rules differ and stay so: a state records the shard count it was written with and a restore
+    with another count is refused (:func:`check_shard_count`; keys would meet their state in the wrong
+    shard). Each operator's existing checkpoints were written under its own default, so unifying the two
+    (either way) would make every checkpoint written under the other rule unrestorable without an
+    explicit ``shards=``. A new operator should take the aggregation's fixed rule: it does not depend on
+    the session's configuration at definition time, which is what makes the join's default fragile.
+    """
+    if operator == AGGREGATE:
+        return AGGREGATE_DEFAULT_SHARDS if keyed else 1
+    if operator == JOIN:
+        try:
+            partitions = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
+        except Exception:  # Spark Connect without conf access (or no DataFrame): a sensible default
+            partitions = FALLBACK_PARTITIONS
+        return max(1, JOIN_SHARDS_PER_PARTITION * partitions)
+    raise ValueError(f"operator must be {JOIN!r} or {AGGREGATE!r}, got {operator!r}")
+
+
+def default_rule(operator: str) -> str:
+    """How ``shards=None`` picks the count of ``operator``, in words (for :func:`check_shard_count`)."""
+    if operator == AGGREGATE:
+        return f"the default is {AGGREGATE_DEFAULT_SHARDS} when by is given"
+    return "the default is twice spark.sql.shuffle.partitions when the query is defined"

@@ -9,19 +9,16 @@ from pyspark.sql import types as T
 from .. import _validate
 from .._duration import parse_duration
 from .._native import load
-from ..runtime.control import ControlHandle
+from ..control import ControlHandle
 from . import _report
-from ._shards import shard_key_column
+from ._shards import AGGREGATE, resolve_shards, shard_key_column
 from ._agg_spec import key_columns, parse_aggs
 from ._agg_spec import OP_COUNT, OP_MAX_F, OP_MAX_I, OP_MIN_F, OP_MIN_I, OP_ROWS, OP_SUM_F, OP_SUM_I
-from ._agg_worker import (BAD, HASH, KHASH, SHARD, START, TIME, Plan, Slicer, StatefulShard, batch_function,
+from ._agg_worker import (BAD, HASH, KHASH, SHARD, START, TIME, AggConfig, Slicer, StatefulShard, batch_function,
                           batch_params, key_name, null_name, partial_name, value_name)
 
 EMIT_MODES = ("windows", "changes")
 OUTPUT_MODES = ("append", "update")
-#: Default number of shards: state tables per query. It must stay the same across restarts of a query
-#: (keys are assigned to shards by hash), so it does not follow the cluster size.
-DEFAULT_SHARDS = 8
 #: Name of the per-batch report when neither ``name`` nor ``control`` is given.
 DEFAULT_NAME = "cq_sliding_aggregate"
 STATE_SCHEMA = "blob binary, keys binary"
@@ -82,9 +79,11 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         the watermark passes its end (as Spark); ``"update"`` emits every window that changed in the
         micro-batch (as Spark's update mode; a watermark is optional and bounds the state).
         ``emit="changes"`` supports append only.
-    shards : int, optional
-        Number of state tables (hash shards of the keys, each a Spark group); default 8, 1 without
-        ``by``. Keep it fixed for the life of a checkpoint: restoring with another raises ValueError.
+    shards : int, "key" or None
+        Number of state tables (hash shards of the keys, each a Spark group); None (default): 8, 1
+        without ``by``. ``"key"`` groups the state by the raw key instead, one group per key (kept for
+        comparison; see docs/aggregate.md). The same knob as :func:`~pyspark_cq.interval_join`'s. Keep
+        it fixed for the life of a checkpoint: restoring with another raises ValueError.
     name : str, optional
         Name of the observed metrics reported per micro-batch (see :func:`pyspark_cq.read_metrics`):
         ``input_rows``, ``output_rows``, ``state_rows`` (slices and pending intervals held),
@@ -134,13 +133,7 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         raise ValueError(f"emit must be one of {EMIT_MODES}, got {emit!r}")
     if output_mode not in OUTPUT_MODES:
         raise ValueError(f"output_mode must be one of {OUTPUT_MODES}, got {output_mode!r}")
-    layout = "shard"
-    if shards == "key":  # per raw key groups: kept to measure the shard layout against (docs/aggregate.md)
-        layout, shards = "key", 0
-    elif shards is None:
-        shards = DEFAULT_SHARDS if by else 1
-    elif isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
-        raise ValueError(f"shards must be a positive int, got {shards!r}")
+    layout, shards = resolve_shards(shards, AGGREGATE, keyed=bool(by))
     if control is not None and not isinstance(control, ControlHandle):
         raise TypeError(f"control must be a pyspark_cq.runtime.control.ControlHandle (from ctx.control(op_id), "
                         f"ControlTable(path).handle(op_id) or ControlHandle(path, op_id)) or None; "
@@ -166,31 +159,31 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
             raise ValueError("emit='changes' needs output_mode='append': change intervals are final once "
                              "emitted (PIPES streams are insert-only)")
     mode = output_mode if streaming else "batch"
-    plan = Plan(spec=spec, keys=keys, time_type=time_type, window=w, slide=s, granularity=g, emit=emit,
-                mode=mode, watermark=delay is not None, shards=max(shards, 1), out_names=out_names,
+    config = AggConfig(spec=spec, keys=keys, time_type=time_type, window=w, slide=s, granularity=g, emit=emit,
+                mode=mode, watermark=delay is not None, shards=shards, out_names=out_names,
                 control=control)
     load("_aggregate")  # fail on the driver, readably, if the build is broken
     if control is not None:
-        batch_params(plan, control.entry())  # an entry the workers would reject fails here already
+        batch_params(config, control.entry())  # an entry the workers would reject fails here already
 
     group_col = SHARD if layout == "shard" else KHASH
     if streaming:
         # Streaming: Spark's aggregation would be stateful, so the map side is ours (mapInArrow).
         tag = {_validate.WATERMARK_KEY: delay} if delay is not None else None
-        sliced_schema = plan.sliced_schema(tag)
-        slicer = Slicer(plan, tag is not None, markers=layout == "shard")
+        sliced_schema = config.sliced_schema(tag)
+        slicer = Slicer(config, tag is not None, markers=layout == "shard")
         sliced = df.select(*_projection(df, time, keys, spec)).mapInArrow(slicer, sliced_schema)
         timeout = "EventTimeTimeout" if delay is not None else "NoTimeout"
         packed = sliced.groupBy(group_col).applyInPandasWithState(
-            StatefulShard(plan, sliced_schema), _report.packed_schema(), STATE_SCHEMA, output_mode, timeout)
-        return _report.attach_packed(packed, name, plan.output_schema())
+            StatefulShard(config, sliced_schema), _report.packed_schema(), STATE_SCHEMA, output_mode, timeout)
+        return _report.attach_packed(packed, name, config.output_schema())
     else:
         # Batch: Spark's own (codegen) hash aggregation computes the slices, so raw rows never cross
         # into Python; only slices reach the sweep.
-        sliced_schema = plan.sliced_schema(None, float_partials=True)
-        sliced = _native_slices(df, plan, time).select(*sliced_schema.names)
-        raw = sliced.groupBy(group_col).applyInPandas(batch_function(plan, sliced_schema, True),
-                                                      _report.report_schema(plan.output_schema()))
+        sliced_schema = config.sliced_schema(None, float_partials=True)
+        sliced = _native_slices(df, config, time).select(*sliced_schema.names)
+        raw = sliced.groupBy(group_col).applyInPandas(batch_function(config, sliced_schema, True),
+                                                      _report.report_schema(config.output_schema()))
         return _report.attach(raw, name)
 
 
@@ -243,26 +236,26 @@ def _as_long(c, dtype):
     return c.cast("long")
 
 
-def _granularity_expr(plan: Plan, micros):
+def _granularity_expr(config: AggConfig, micros):
     """The granularity of each row: the argument, or (batch input under control) the entry's schedule
     as read when the query is defined -- the value in effect at the row's time (PIPES §2.4.3)."""
-    entry = plan.control.entry() if plan.control is not None else None
+    entry = config.control.entry() if config.control is not None else None
     sched = entry.schedule("granularity") if entry is not None else None
     if sched is None:
-        return F.lit(plan.granularity)
+        return F.lit(config.granularity)
     expr = F.lit(sched.points[0][1]).cast("long")
     for at, g in sched.points[1:]:
         expr = F.when(micros >= F.lit(at), F.lit(g).cast("long")).otherwise(expr)
     return expr
 
 
-def _native_slices(df, plan: Plan, time: str):
+def _native_slices(df, config: AggConfig, time: str):
     """Slices of a batch DataFrame computed by Spark's hash aggregation, in the sliced-row layout of
-    :meth:`Plan.sliced_schema` (floating partials as doubles). Rows with a null time form one slice per
+    :meth:`AggConfig.sliced_schema` (floating partials as doubles). Rows with a null time form one slice per
     key whose count(*) is moved to the malformed counter."""
-    keys, spec = plan.keys, plan.spec
-    micros = _as_long(F.col(time), plan.time_type)
-    start = micros - F.pmod(micros, _granularity_expr(plan, micros))
+    keys, spec = config.keys, config.spec
+    micros = _as_long(F.col(time), config.time_type)
+    start = micros - F.pmod(micros, _granularity_expr(config, micros))
     key_exprs = _key_exprs(keys)
     cols = [start.alias(START), _hash_expr(keys, key_exprs).alias(KHASH)]
     group = [START, KHASH]
@@ -302,5 +295,5 @@ def _native_slices(df, plan: Plan, time: str):
     fixed = {partial_name(0): F.when(no_time, F.lit(0).cast("long")).otherwise(F.col(partial_name(0))),
              BAD: F.when(no_time, F.col(partial_name(0))).otherwise(F.lit(0).cast("long")),
              START: F.coalesce(F.col(START), F.lit(0).cast("long")),
-             SHARD: shard_key_column(F.col(KHASH), plan.shards)}
+             SHARD: shard_key_column(F.col(KHASH), config.shards)}
     return sliced.withColumns(fixed)

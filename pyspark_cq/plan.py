@@ -425,6 +425,19 @@ class Query:
         Method of joins that have a predicate.
     aggregate : AggregateSpec, optional
         Aggregation applied last.
+
+    Examples
+    --------
+    A single predicate becomes a one-element tuple and a join key a frozenset of the two streams:
+
+    >>> from pyspark_cq.plan import JoinPredicate, Predicate, Query
+    >>> q = Query(streams=["A", "B"], selections={"A": Predicate(0.5)}, joins={("A", "B"): JoinPredicate(0.1)})
+    >>> q.streams
+    ('A', 'B')
+    >>> q.selections["A"]
+    (Predicate(selectivity=0.5, cost=0.0, name=None),)
+    >>> q.joins[frozenset({"A", "B"})]
+    JoinPredicate(selectivity=0.1, arrival_cost=0.0, pair_cost=0.0, name=None)
     """
 
     streams: tuple[str, ...]
@@ -632,6 +645,32 @@ def enumerate_plans(query: Query, *, shape: str = "left_deep", group_selections:
     model) is a candidate; the aggregate, if any, is applied last (step 4), above Γ when the query
     gives a granularity. Join trees that need a Cartesian product are skipped unless
     ``allow_cartesian``.
+
+    Examples
+    --------
+    Three streams joined in a chain A–B–C, with a selection on A pushed down to it: 3!/2 = 3 left-deep
+    join orders, as OM's 3-way join (§5.3); the one starting with A ⋈ C needs a Cartesian product.
+
+    >>> from pyspark_cq.plan import AggregateSpec, JoinPredicate, Predicate, Query, enumerate_plans
+    >>> q = Query(streams=("A", "B", "C"), selections={"A": [Predicate(0.5)]},
+    ...           joins={("A", "B"): JoinPredicate(0.1), ("B", "C"): JoinPredicate(0.2)})
+    >>> for plan in enumerate_plans(q):
+    ...     print(plan)
+    ((σ[0.5](A) ⋈ B) ⋈ C)
+    ((σ[0.5](A) ⋈ C) ⋈ B)
+    ((B ⋈ C) ⋈ σ[0.5](A))
+    >>> len(enumerate_plans(q, allow_cartesian=False))
+    2
+
+    The selections over one stream are grouped into one of selectivity ``0.5·0.2 = 0.1`` (step 1), σ and π
+    are tried in both orders (step 2) and the aggregate comes last (step 4):
+
+    >>> q = Query(streams=("A",), selections={"A": [Predicate(0.5), Predicate(0.2)]}, projections={"A": 0.5},
+    ...           windows={"A": 60}, aggregate=AggregateSpec(groups=10))
+    >>> for plan in enumerate_plans(q):
+    ...     print(plan)
+    γ[10](π(σ[0.1](ω[60](A))))
+    γ[10](σ[0.1](π(ω[60](A))))
     """
     chk.instance(query, "query", Query, "a Query")
     chk.one_of(shape, "shape", ("left_deep", "bushy"))

@@ -34,6 +34,18 @@ def utility(output_rate: float, memory: float, w_r: float, w_m: float) -> float:
     Lower is better: the optimizer picks the plan of minimum cost. §3.2's example: C_r = 5.0, C_m = 775
     and C_r = 2.5, C_m = 575 cost 697.52 and 517.54 with (w_r, w_m) = (0.1, 0.9), 5550 and 9150 with
     (20000, 2).
+
+    Examples
+    --------
+    §3.2's example: plan 1 (C_r = 5.0, C_m = 775) and plan 2 (C_r = 2.5, C_m = 575) cost
+    ``0.1/5 + 0.9·775 = 697.52`` and ``0.1/2.5 + 0.9·575 = 517.54`` with (w_r, w_m) = (0.1, 0.9), so plan 2
+    is chosen, and ``4000 + 1550 = 5550`` and ``8000 + 1150 = 9150`` with (20000, 2), so plan 1 is.
+
+    >>> from pyspark_cq.cost.om import utility
+    >>> utility(5.0, 775, 0.1, 0.9), utility(2.5, 575, 0.1, 0.9)
+    (697.52, 517.54)
+    >>> utility(5.0, 775, 20000, 2), utility(2.5, 575, 20000, 2)
+    (5550.0, 9150.0)
     """
     c_r = chk.positive(output_rate, "output_rate", allow_inf=True)
     c_m = chk.non_negative(memory, "memory", allow_inf=True)
@@ -51,6 +63,18 @@ def selection_output_rate(arrival_rate: float, selectivity: float, tpr: float = 
     The cap at the processing rate is the rate-based model's second regime (Viglas & Naughton §3.2, with
     C_σ = 1/tpr), which OM follows: it is what gives Figure 2's plans the output rates 5.0 and 2.5 of
     §3.2's example (see docs/cost-model.md).
+
+    Examples
+    --------
+    The operators of §1.2's example (Figure 2): o_1 with selectivity 0.5 and tpr 500, o_2 with 0.1 and 50.
+    At λ = 100 o_1 keeps up, ``0.5·100 = 50``; o_2 handles only 50 of the 100 tuples arriving per time
+    unit and emits ``0.1·50 = 5``.
+
+    >>> from pyspark_cq.cost.om import selection_output_rate
+    >>> selection_output_rate(100, 0.5, tpr=500)
+    50.0
+    >>> selection_output_rate(100, 0.1, tpr=50)
+    5.0
     """
     tpr = _tpr(tpr, "tpr")
     return _rate.selection_output_rate(arrival_rate, selectivity, 1.0 / tpr)
@@ -65,6 +89,14 @@ def aggregate_output_rate(arrival_rate: float, window: float, cost: float) -> fl
     """Output rate of an aggregate: ``1/(C_Ω × λ × W)`` (Kulkarni & Ravishankar, §4.1).
 
     One result per window of ``λ·W`` tuples, each taking C_Ω to aggregate.
+
+    Examples
+    --------
+    λ = 10 tuples per time unit, W = 5 and C_Ω = 0.01: ``1/(0.01·10·5) = 2``.
+
+    >>> from pyspark_cq.cost.om import aggregate_output_rate
+    >>> aggregate_output_rate(10, 5, 0.01)
+    2.0
     """
     lam = chk.positive(arrival_rate, "arrival_rate")
     w = chk.positive(window, "window")
@@ -78,6 +110,18 @@ def join_output_rate(left_rate: float, right_rate: float, selectivity: float, wi
 
     ``sel × λ_L × λ_R × W / (C_L⋈ × λ_L + C_R⋈ × λ_R)``: Viglas & Naughton's Equation 2 at t = W,
     without its floor of 1 on the denominator.
+
+    Examples
+    --------
+    sel = 0.5, λ_L = 2, λ_R = 4, W = 10, C_L⋈ = 0.5 and C_R⋈ = 0.25:
+    ``0.5·2·4·10/(0.5·2 + 0.25·4) = 40/2 = 20``. Unlike Equation 2 a denominator below 1 is kept:
+    ``40/(0.1·2 + 0.1·4) = 66.67``.
+
+    >>> from pyspark_cq.cost.om import join_output_rate
+    >>> join_output_rate(2, 4, 0.5, 10, 0.5, 0.25)
+    20.0
+    >>> round(join_output_rate(2, 4, 0.5, 10, 0.1, 0.1), 2)
+    66.67
     """
     w = chk.positive(window, "window")
     return _rate.join_output_rate(left_rate, right_rate, selectivity, left_cost, right_cost, w, saturate=False)
@@ -88,6 +132,15 @@ def input_buffer(arrival_rate: float, window: float, tpr: float) -> float:
 
     Kulkarni & Ravishankar, §4.1: processing the window's ``λ·W`` tuples takes ``λ·W/tpr``, during which
     λ tuples arrive per time unit.
+
+    Examples
+    --------
+    λ = 100, W = 2 and tpr = 500: the window's 200 tuples take 0.4 time units, during which
+    ``100·0.4 = 40`` tuples arrive.
+
+    >>> from pyspark_cq.cost.om import input_buffer
+    >>> input_buffer(100, 2, 500)
+    40.0
     """
     lam = chk.non_negative(arrival_rate, "arrival_rate")
     w = chk.non_negative(window, "window")
@@ -177,6 +230,26 @@ def cost_plan(plan: P.Node, rates: Mapping[str, float], window: float) -> PlanCo
         Arrival rate λ of each source stream (e.g. from :class:`pyspark_cq.estimators.DecayedMean`).
     window : float
         W, the window of the query Q[W].
+
+    Examples
+    --------
+    Figure 2's plan 1 (o_1 below o_2, §1.2) at λ = 100 and W = 2. OM labels the root o1, so the operator
+    the paper calls o_2 comes first. The bottom selection buffers ``100·(100·2/500) = 40`` tuples and
+    queues ``50·2 = 100``; the top one buffers ``50·(50·2/50) = 100`` and queues ``5·2 = 10``: C_r = 5.0,
+    the paper's value, and C_m = 250. Plan 2 (o_2 below o_1) reaches the paper's C_r = 2.5.
+
+    >>> from pyspark_cq import plan as P
+    >>> from pyspark_cq.cost.om import cost_plan
+    >>> s = P.Source("S")
+    >>> plan_1 = P.Select(P.Select(s, 0.5, cost=1 / 500, label="o1"), 0.1, cost=1 / 50, label="o2")
+    >>> cost = cost_plan(plan_1, {"S": 100}, 2.0)
+    >>> [(op.label, op.node.label, op.input_buffer, op.intermediate_queue) for op in cost.operators]
+    [('o1', 'o2', 100.0, 10.0), ('o2', 'o1', 40.0, 100.0)]
+    >>> cost.output_rate, cost.memory
+    (5.0, 250.0)
+    >>> plan_2 = P.Select(P.Select(s, 0.1, cost=1 / 50, label="o2"), 0.5, cost=1 / 500, label="o1")
+    >>> cost_plan(plan_2, {"S": 100}, 2.0).output_rate
+    2.5
     """
     chk.instance(plan, "plan", P.Node, "a plan node (pyspark_cq.plan.Node)")
     rates = chk.instance(rates, "rates", Mapping, "a mapping {stream name: arrival rate}")

@@ -152,7 +152,20 @@ def cartesian_output(s1: StreamCharacteristics, s2: StreamCharacteristics) -> St
 
 def join_output(s1: StreamCharacteristics, s2: StreamCharacteristics, selectivity: float) -> StreamCharacteristics:
     """A join with selectivity σ⋈: a Cartesian product followed by a selection (Cammert et al., §3.3.3,
-    end of Cost Formula 4's discussion), i.e. Formula 2 applied to Formula 4."""
+    end of Cost Formula 4's discussion), i.e. Formula 2 applied to Formula 4.
+
+    Examples
+    --------
+    Formula 4 gives ``d' = 2·4/(10 + 30) = 0.2`` and ``l' = 10·30/(10 + 30) = 7.5``; a join selectivity of
+    0.5 then doubles d' (Formula 2).
+
+    >>> from pyspark_cq.cost.pipes import StreamCharacteristics, cartesian_output, join_output
+    >>> left, right = StreamCharacteristics(d=2, l=10), StreamCharacteristics(d=4, l=30)
+    >>> cartesian_output(left, right)
+    StreamCharacteristics(d=0.2, l=7.5, g=1.0)
+    >>> join_output(left, right, 0.5)
+    StreamCharacteristics(d=0.4, l=7.5, g=1.0)
+    """
     return selection_output(cartesian_output(s1, s2), selectivity)
 
 
@@ -207,6 +220,21 @@ def window_output(s: StreamCharacteristics, size: float, *, kind: str = "time") 
 
     ``d' = g·d/l``, ``l' = ⌊(w+1)/g⌋·g``. A tuple-based window of c elements is costed as a time-based
     window of ``w = c/λ = c·d`` (§2.4.2). A window shorter than one granule gives the empty stream.
+
+    Examples
+    --------
+    A source of 100 elements per second with times in milliseconds (d = 10, l = 1: one instant,
+    §3.2.2) behind a 10 s window: ``d' = g·d/l = 10`` and ``l' = ⌊(10000 + 1)/1⌋·1 = 10001``.
+
+    >>> from pyspark_cq.cost.pipes import StreamCharacteristics, window_output
+    >>> source = StreamCharacteristics(d=10, l=1)
+    >>> window_output(source, 10_000)
+    StreamCharacteristics(d=10.0, l=10001.0, g=1.0)
+
+    A tuple-based window of 50 elements is costed as a time-based window of ``w = c·d = 500``:
+
+    >>> window_output(source, 50, kind="tuple")
+    StreamCharacteristics(d=10.0, l=501.0, g=1.0)
     """
     _sc(s, "s")
     chk.one_of(kind, "kind", P.WINDOW_KINDS)
@@ -227,6 +255,20 @@ def granularity_output(s: StreamCharacteristics, granularity: float) -> StreamCh
 
     ``(d, l - ĝ, ĝ)`` if ``l >= 2ĝ``; ``(d·ĝ/(l - ĝ), ĝ, ĝ)`` if ``ĝ < l < 2ĝ``; the empty stream
     otherwise. ``ĝ = g`` changes nothing (no rounding happens).
+
+    Examples
+    --------
+    The three cases of Formula 8 with ``ĝ = 1000``: ``l >= 2ĝ`` shortens the intervals by ĝ;
+    ``ĝ < l < 2ĝ`` keeps the share ``(l - ĝ)/ĝ = 1/2`` of the elements, which doubles d; a shorter l gives
+    the empty stream.
+
+    >>> from pyspark_cq.cost.pipes import StreamCharacteristics, granularity_output
+    >>> granularity_output(StreamCharacteristics(d=10, l=10_001), 1000)
+    StreamCharacteristics(d=10.0, l=9001.0, g=1000.0)
+    >>> granularity_output(StreamCharacteristics(d=10, l=1500), 1000)
+    StreamCharacteristics(d=20.0, l=1000.0, g=1000.0)
+    >>> granularity_output(StreamCharacteristics(d=10, l=800), 1000)
+    StreamCharacteristics(d=inf, l=0.0, g=1000.0)
     """
     _sc(s, "s")
     gh = chk.positive(granularity, "granularity")
@@ -480,7 +522,27 @@ def join_state_sizes(s1: StreamCharacteristics, s2: StreamCharacteristics) -> tu
 
 def join_memory(s1: StreamCharacteristics, s2: StreamCharacteristics, *,
                 sizes: tuple[float, float] = (1.0, 1.0)) -> float:
-    """Equation (9): ``M_⋈ ≈ (⌈l1/d1⌉ + d2/(2d1))·s1 + (⌈l2/d2⌉ + d1/(2d2))·s2`` (Cammert et al., §3.6.3)."""
+    """Equation (9): ``M_⋈ ≈ (⌈l1/d1⌉ + d2/(2d1))·s1 + (⌈l2/d2⌉ + d1/(2d2))·s2`` (Cammert et al., §3.6.3).
+
+    Examples
+    --------
+    Status structure 1 holds ``⌈10/2⌉ + 4/(2·2) = 6`` elements on average, structure 2
+    ``⌈30/4⌉ + 2/(2·4) = 8.25``; with elements of 100 and 40 bytes that is ``6·100 + 8.25·40 = 930`` bytes.
+
+    >>> from pyspark_cq.cost.pipes import StreamCharacteristics, join_memory, join_state_sizes
+    >>> left, right = StreamCharacteristics(d=2, l=10), StreamCharacteristics(d=4, l=30)
+    >>> join_state_sizes(left, right)
+    (6.0, 8.25)
+    >>> join_memory(left, right, sizes=(100, 40))
+    930.0
+
+    The join of PIPES's third experiment (§5.3): two streams of 100 elements per second (d = 10 ms) behind
+    10 s windows (Formula 7: l = 10001 ms) hold ``2·(⌈10001/10⌉ + 10/20) = 2003`` elements.
+
+    >>> windowed = StreamCharacteristics(d=10, l=10_001)
+    >>> join_memory(windowed, windowed)
+    2003.0
+    """
     if not isinstance(sizes, Sequence) or len(sizes) != 2:
         raise TypeError(f"sizes must be a pair (s1, s2) of element sizes, got {sizes!r}")
     sz1, sz2 = chk.positive(sizes[0], "sizes[0]"), chk.positive(sizes[1], "sizes[1]")
@@ -713,6 +775,26 @@ def cost_plan(plan: P.Node, sources: Mapping[str, StreamCharacteristics], *,
     sizes : mapping str -> float, optional
         Element size of each source stream (default ``profile.element_size``); a join's output elements
         are as large as the two inputs' together, aggregates are ``profile.aggregate_size``.
+
+    Examples
+    --------
+    A join with selectivity 0.5 of two sources of one element every 2 time units, each behind a window of
+    9 (Formula 7: ``d = 1·2/1 = 2``, ``l = ⌊10/1⌋·1 = 10``). Formulas 4 and 2 give the output
+    ``d = 2·2/(10 + 10)/0.5 = 0.4``, ``l = 10·10/(10 + 10) = 5``; eq. (9) the memory
+    ``2·(⌈10/2⌉ + 2/(2·2)) = 11`` elements. With every cost constant 1 (one hash bucket) each window costs
+    ``C_S/d = 0.5`` and the join ``3 + 6 + 2.5 + 4 = 15.5`` (eqs. 11–14: ``(1/2 + 1/2)·3``,
+    ``(10 + 10)/(2·2) + 1``, ``0.5·(10 + 10)/(2·2)``, ``(1/2 + 1/2)·4``), 16.5 in all.
+
+    >>> from pyspark_cq import plan as P
+    >>> from pyspark_cq.cost.pipes import StreamCharacteristics, cost_plan
+    >>> plan = P.Join(P.Window(P.Source("A"), 9), P.Window(P.Source("B"), 9), selectivity=0.5)
+    >>> cost = cost_plan(plan, {"A": StreamCharacteristics(2, 1), "B": StreamCharacteristics(2, 1)})
+    >>> cost.output
+    StreamCharacteristics(d=0.4, l=5.0, g=1.0)
+    >>> cost.memory, cost.processing
+    (11.0, 16.5)
+    >>> cost.nodes[-1].detail
+    JoinProcessing(insert=3.0, probe=6.0, result=2.5, reorg=4.0)
     """
     chk.instance(plan, "plan", P.Node, "a plan node (pyspark_cq.plan.Node)")
     if not isinstance(sources, Mapping):
@@ -759,6 +841,17 @@ def window_change_delay(t: float, old_size: float, new_size: float) -> tuple[flo
 
     Cammert et al., §4.2: the change "starts to be observable at t + min{l'_1, l_1} and reaches its full
     impact at t + max{l'_1, l_1}" (§5.1: 60 s → 30 s at 80 s shows from 110 s, fully at 140 s).
+
+    Examples
+    --------
+    PIPES's first experiment (§5.1): the windows shrink from 60 s to 30 s at 80 s, which shows from 110 s
+    and is complete at 140 s; back to 60 s at 150 s shows from 180 s and is complete at 210 s.
+
+    >>> from pyspark_cq.cost.pipes import window_change_delay
+    >>> window_change_delay(80, 60, 30)
+    (110.0, 140.0)
+    >>> window_change_delay(150, 30, 60)
+    (180.0, 210.0)
     """
     t = chk.real(t, "t")
     old, new = chk.non_negative(old_size, "old_size"), chk.non_negative(new_size, "new_size")

@@ -66,6 +66,18 @@ def selection_output_rate(input_rate: float, selectivity: float, cost: float = 0
     """Output rate of a selection with selectivity f (Viglas & Naughton, §3.2).
 
     ``r_o = f·r_i`` if ``C_σ <= 1/r_i``, else ``r_o = f/C_σ``.
+
+    Examples
+    --------
+    100 inputs per time unit and selectivity 0.2: while ``C_σ <= 1/r_i = 0.01`` the output rate is
+    ``f·r_i = 20``; with ``C_σ = 0.025`` the selection handles only 40 inputs per time unit and emits
+    ``f/C_σ = 8``.
+
+    >>> from pyspark_cq.cost.rate import selection_output_rate
+    >>> selection_output_rate(100, 0.2)
+    20.0
+    >>> selection_output_rate(100, 0.2, cost=0.025)
+    8.0
     """
     return _unary_output_rate(chk.non_negative(input_rate, "input_rate"),
                               chk.probability(selectivity, "selectivity"), chk.non_negative(cost, "cost"))
@@ -78,6 +90,18 @@ def join_arrival_costs(method: str, left_rate: float, right_rate: float, t: floa
     - nested loops: ``C_l = move + r_S·t·comp``, ``C_r = move + r_R·t·comp`` (compare with all inputs
       of the other stream read so far)
     - symmetric hash join: ``C_l = C_r = move + hash + probe``
+
+    Examples
+    --------
+    Table 3 at t = 10 with r_l = 2 and r_r = 4: nested loops compares a left arrival with the
+    ``r_r·t = 40`` right inputs read so far, ``C_l = 1 + 40·0.5 = 21``, and a right arrival with the 20 left
+    ones, ``C_r = 1 + 20·0.5 = 11``; the symmetric hash join costs ``move + hash + probe`` on both sides.
+
+    >>> from pyspark_cq.cost.rate import JoinCosts, join_arrival_costs
+    >>> join_arrival_costs("nested_loops", 2, 4, 10, JoinCosts(move=1, comp=0.5))
+    (21.0, 11.0)
+    >>> join_arrival_costs("hash", 2, 4, 10, JoinCosts(move=1, hash=2, probe=3))
+    (6.0, 6.0)
     """
     chk.one_of(method, "method", P.JOIN_METHODS)
     r_l, r_r = chk.non_negative(left_rate, "left_rate"), chk.non_negative(right_rate, "right_rate")
@@ -102,6 +126,20 @@ def join_output_rate(left_rate: float, right_rate: float, selectivity: float, le
     ``t - 1 ≈ t`` (``exact=True`` keeps ``max(t - 1, 0)``). When ``r_l·C_l + r_r·C_r < 1`` the
     denominator "needs to be replaced by 1" (outputs cannot precede their inputs): ``saturate``
     (default) applies that floor. A Cartesian product is the case ``f = 1``.
+
+    Examples
+    --------
+    f = 0.5, r_l = 2, r_r = 4, C_l = 0.5 and C_r = 0.25 at t = 10:
+    ``0.5·2·4·10/(2·0.5 + 4·0.25) = 40/2 = 20`` (with ``exact``, ``0.5·2·4·9/2 = 18``). With
+    C_l = C_r = 0.1 the denominator 0.6 is below 1 and is replaced by 1.
+
+    >>> from pyspark_cq.cost.rate import join_output_rate
+    >>> join_output_rate(2, 4, 0.5, 0.5, 0.25, 10)
+    20.0
+    >>> join_output_rate(2, 4, 0.5, 0.5, 0.25, 10, exact=True)
+    18.0
+    >>> join_output_rate(2, 4, 0.5, 0.1, 0.1, 10)
+    40.0
     """
     r_l, r_r = chk.non_negative(left_rate, "left_rate"), chk.non_negative(right_rate, "right_rate")
     f = chk.probability(selectivity, "selectivity")
@@ -141,6 +179,21 @@ def join_outputs_by_time(left_rate: float, right_rate: float, selectivity: float
     symmetric hash join, ``2·r_l·r_r·comp`` for nested loops), so the integral of
     ``K·t / max(1, A + B·t)`` (K = f·r_l·r_r) is elementary: ``K·t²/2`` while ``A + B·t <= 1``, and
     ``∫ K·t/(A + B·t) dt = K·(t/B - A/B²·ln(A + B·t))`` after.
+
+    Examples
+    --------
+    Without costs the rate is ``K·t`` with ``K = f·r_l·r_r = 0.5·2·4 = 4``, so the first 10 time units
+    give ``K·10²/2 = 200`` outputs, as the numerical integral of Equation 2 (:func:`outputs_by_time`) does.
+    A symmetric hash join with ``move = 1`` over two streams of rate 1 is busy ``A = 2`` per time unit:
+    ``∫_0^10 t/2 dt = 25``.
+
+    >>> from pyspark_cq.cost.rate import JoinCosts, join_output_rate, join_outputs_by_time, outputs_by_time
+    >>> join_outputs_by_time(2, 4, 0.5, 10)
+    200.0
+    >>> round(outputs_by_time(lambda t: join_output_rate(2, 4, 0.5, 0, 0, t), 10), 6)
+    200.0
+    >>> join_outputs_by_time(1, 1, 1.0, 10, costs=JoinCosts(move=1))
+    25.0
     """
     r_l, r_r = chk.non_negative(left_rate, "left_rate"), chk.non_negative(right_rate, "right_rate")
     f = chk.probability(selectivity, "selectivity")
@@ -401,6 +454,20 @@ def local_rate_estimate(plan: P.Node, rates: Mapping[str, float], t_p: float, *,
     Each join's time variable is fixed at ``t_p/2`` — overestimating the rate at x as much as it
     underestimates it at ``t_p - x`` (Fig. 3) — and the estimates are combined bottom up (Fig. 4):
     the plan's output rate (:func:`plan_output_rate`) at ``t = t_p/2``.
+
+    Examples
+    --------
+    A hash join of A (rate 2) and B (rate 4) with selectivity 0.5 and arrival costs 0.5 and 0.25
+    (``r_l·C_l + r_r·C_r = 2``): for the horizon ``t_p = 20`` Equation 2 is taken at ``t = 10``,
+    ``0.5·2·4·10/2 = 20``, the plan's output rate at that time.
+
+    >>> from pyspark_cq import plan as P
+    >>> from pyspark_cq.cost.rate import local_rate_estimate, plan_output_rate
+    >>> join = P.Join(P.Source("A"), P.Source("B"), selectivity=0.5, left_cost=0.5, right_cost=0.25)
+    >>> local_rate_estimate(join, {"A": 2, "B": 4}, 20)
+    20.0
+    >>> plan_output_rate(join, {"A": 2, "B": 4}, 10)
+    20.0
     """
     t_p = chk.non_negative(t_p, "t_p")
     return plan_output_rate(plan, rates, t_p / 2.0, costs=costs)
@@ -451,6 +518,16 @@ def split_required_outputs(n: float, selectivity: float, left_size: float, right
     ``f·n_L·n_R = n``. For 25% of ``A ⋈ (B ⋈ C)`` this reads half of A and half of ``B ⋈ C``
     (the paper's example, whose square roots are garbled in the text; see docs/cost-model.md). Passing
     rates as sizes splits by equal reading time instead.
+
+    Examples
+    --------
+    The paper's example, 25 % of the output of ``A ⋈ (B ⋈ C)``: with ``|A| = 100``, ``|B ⋈ C| = 400`` and
+    ``f_AB = 0.01`` the join has ``0.01·100·400 = 400`` outputs, and 100 of them need the fraction
+    ``sqrt(0.25) = 0.5`` of each input.
+
+    >>> from pyspark_cq.cost.rate import split_required_outputs
+    >>> split_required_outputs(100, 0.01, 100, 400)
+    (50.0, 200.0)
     """
     n = chk.non_negative(n, "n")
     f = chk.probability(selectivity, "selectivity", allow_zero=False)

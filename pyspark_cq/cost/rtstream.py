@@ -28,6 +28,14 @@ def selection_tuple_cost(predicate_cost: float, insert_cost: float, selectivity:
     """Average cost per tuple of a selection: ``C_p + s × C_i`` (Wei et al., §4.1.1).
 
     ``(n·C_p + n·s·C_i)/n``: every tuple is evaluated, the selected ones are inserted into the output.
+
+    Examples
+    --------
+    C_p = 1, C_i = 0.5 and s = 0.2: ``1 + 0.2·0.5 = 1.1`` per tuple.
+
+    >>> from pyspark_cq.cost.rtstream import selection_tuple_cost
+    >>> selection_tuple_cost(1.0, 0.5, 0.2)
+    1.1
     """
     return (chk.non_negative(predicate_cost, "predicate_cost")
             + chk.probability(selectivity, "selectivity") * chk.non_negative(insert_cost, "insert_cost"))
@@ -41,6 +49,15 @@ def join_processing_time(n_left: float, n_right: float, selectivity: float, *, p
     into the left index and probes the right one (and vice versa); each result is inserted into the
     output buffer. (The paper's total repeats ``C_RProbe + C_LHash`` for the right input, a typo against
     its own line before; see docs/cost-model.md.)
+
+    Examples
+    --------
+    n_L = 100, n_R = 200, s = 0.01: ``100·(5 + 1) + 200·(4 + 1) + 100·200·0.01·0.5 = 600 + 1000 + 100``.
+
+    >>> from pyspark_cq.cost.rtstream import join_processing_time
+    >>> join_processing_time(100, 200, 0.01, probe_left=4, probe_right=5, hash_left=1, hash_right=1,
+    ...                      insert=0.5)
+    1700.0
     """
     n_l, n_r = chk.non_negative(n_left, "n_left"), chk.non_negative(n_right, "n_right")
     s = chk.probability(selectivity, "selectivity")
@@ -63,6 +80,18 @@ def chain_time(n: float, times: Sequence[float], selectivities: Sequence[float],
     Equation (1) of Wei et al. (§4.3), ``T = n·t_1 + Σ_{j>=2} n·t_j·Π_{k<j} s_k``, and with ``start = j``
     (0-based) equation (2) (§4.4), the time left when operator j is scheduled with n tuples at its input:
     ``T = n·t_j + Σ_{p>j} n·t_p·Π_{k=j}^{p-1} s_k``.
+
+    Examples
+    --------
+    Three operators with t = (1, 2, 4) and s = (0.5, 0.25, 1) over n = 1000 tuples, equation (1):
+    ``1000·1 + 1000·2·0.5 + 1000·4·0.5·0.25 = 2500``; equation (2) when the second operator is scheduled
+    with 1000 tuples at its input: ``1000·2 + 1000·4·0.25 = 3000``.
+
+    >>> from pyspark_cq.cost.rtstream import chain_time
+    >>> chain_time(1000, [1, 2, 4], [0.5, 0.25, 1.0])
+    2500.0
+    >>> chain_time(1000, [1, 2, 4], [0.5, 0.25, 1.0], start=1)
+    3000.0
     """
     n = chk.non_negative(n, "n")
     t = _sequence(times, "times", chk.non_negative)
@@ -132,6 +161,21 @@ def plan_execution_time(plan: P.Node, counts: Mapping[str, float]) -> float:
         The plan (node costs as in the module docstring).
     counts : mapping str -> float
         Number of input tuples n of each source stream in this instance.
+
+    Examples
+    --------
+    Figure 5's plan with n_1 = n_2 = n_3 = 100; the selections s_11 = s_12 = 0.1 and s_14 = 0.5 cost
+    t_11 = t_12 = t_14 = 1, the first join (s_13 = 0.5) t_13 = 2 per pair, the second t_15 = 0.1:
+    ``100 + 100 + 100 + (10·10)·2 + ((10·10)·0.5)·50·0.1 = 750``.
+
+    >>> from pyspark_cq import plan as P
+    >>> from pyspark_cq.cost.rtstream import plan_execution_time
+    >>> def selection(name, s):
+    ...     return P.Select(P.Source(name), s, cost=1)
+    >>> first = P.Join(selection("S1", 0.1), selection("S2", 0.1), selectivity=0.5, cost=2)
+    >>> plan = P.Join(first, selection("S3", 0.5), cost=0.1)
+    >>> plan_execution_time(plan, {"S1": 100, "S2": 100, "S3": 100})
+    750.0
     """
     chk.instance(plan, "plan", P.Node, "a plan node (pyspark_cq.plan.Node)")
     return _branch(plan, _counts(counts))[0]
@@ -147,6 +191,20 @@ def kept_fraction(estimated_time: float, remaining: float) -> float:
 
     For a plan without joins T is linear in the number of input tuples, so keeping ``ε·n`` tuples takes
     exactly D. ``remaining <= 0`` gives 0.
+
+    Examples
+    --------
+    An instance estimated at T = 4 with deadline d_i = 10 at τ = 7 (D_i = 3) keeps ε = 3/4 of its input;
+    one estimated at T = 2 keeps all of it.
+
+    >>> from pyspark_cq.cost.rtstream import kept_fraction, remaining_deadline
+    >>> remaining = remaining_deadline(10, 7)
+    >>> remaining
+    3.0
+    >>> kept_fraction(4, remaining)
+    0.75
+    >>> kept_fraction(2, remaining)
+    1.0
     """
     t = chk.non_negative(estimated_time, "estimated_time")
     d = chk.real(remaining, "remaining")
@@ -163,6 +221,22 @@ def plan_kept_fraction(plan: P.Node, counts: Mapping[str, float], remaining: flo
     faster than linearly in ε (join work is per pair), so ε solves ``T(ε·n) = D`` (by bisection):
     an extension of §4.4, dropping the same fraction from every input (the paper then lets its
     input/quality table set per-stream ratios).
+
+    Examples
+    --------
+    Two selections in a chain, t = 1 then t = 2, the first keeping half of its input, take
+    ``1000·1 + 1000·0.5·2 = 2000`` for 1000 tuples; to finish in 1500 they keep ``1500/2000 = 0.75``. A join
+    of 10 by 10 tuples costing 1 per pair takes 100; to finish in 25 it keeps ε with ``(10ε)² = 25``,
+    ε = 0.5, not 25/100.
+
+    >>> from pyspark_cq import plan as P
+    >>> from pyspark_cq.cost.rtstream import plan_kept_fraction
+    >>> chain = P.Select(P.Select(P.Source("A"), 0.5, cost=1), 0.25, cost=2)
+    >>> plan_kept_fraction(chain, {"A": 1000}, 1500)
+    0.75
+    >>> join = P.Join(P.Source("A"), P.Source("B"), cost=1)
+    >>> plan_kept_fraction(join, {"A": 10, "B": 10}, 25)
+    0.5
     """
     counts = _counts(counts)
     total = plan_execution_time(plan, counts)

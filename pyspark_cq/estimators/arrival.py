@@ -19,6 +19,21 @@ class ArrivalRate(Mergeable):
     order (only the first, the last and the count matter), so estimators of disjoint parts of one
     stream — e.g. Spark partitions of a micro-batch — merge exactly. For a rate that follows changes,
     feed per-batch values into :class:`ExponentialSmoothing`.
+
+    Examples
+    --------
+    Timestamps 0, 2, 4, 6, 8 lie on average ``d = (8 - 0)/4 = 2`` apart: the rate is ``1/d = 0.5``. Two
+    estimators of disjoint parts of the stream, fed in any order, merge into the same estimate.
+
+    >>> from pyspark_cq.estimators import ArrivalRate
+    >>> first, second = ArrivalRate(), ArrivalRate()
+    >>> for t in [0, 2, 4]:
+    ...     _ = first.update(t)
+    >>> for t in [8, 6]:
+    ...     _ = second.update(t)
+    >>> both = first + second
+    >>> both.n, both.span, both.mean_distance, both.value
+    (5, 8.0, 2.0, 0.5)
     """
 
     def __init__(self):
@@ -72,7 +87,17 @@ class ArrivalRate(Mergeable):
 
 
 class MeanDistance(ArrivalRate):
-    """The same statistic as :class:`ArrivalRate`, with ``value`` the mean distance d (PIPES §3.2)."""
+    """The same statistic as :class:`ArrivalRate`, with ``value`` the mean distance d (PIPES §3.2).
+
+    Examples
+    --------
+    >>> from pyspark_cq.estimators import MeanDistance
+    >>> est = MeanDistance()
+    >>> for t in [0, 2, 4, 6, 8]:
+    ...     _ = est.update(t)
+    >>> est.value
+    2.0
+    """
 
     @property
     def value(self) -> float:

@@ -30,6 +30,29 @@ class JoinSelectivityHistogram(Mergeable):
     distinct_per_bin : float, optional
         V, the number of distinct key values in a bin; by default the bin width (integer keys),
         at least 1.
+
+    Examples
+    --------
+    Integer keys in [0, 4), one value per bin (V = 1), so the estimate is exact: of the 4·4 pairs of the
+    left keys 0, 1, 1, 2 and the right keys 1, 2, 2, 3, ``2·1 + 1·2 = 4`` match.
+
+    >>> from pyspark_cq.estimators import JoinSelectivityHistogram
+    >>> hist = JoinSelectivityHistogram(low=0, high=4, bins=4)
+    >>> for key in [0, 1, 1, 2]:
+    ...     _ = hist.update(key, side="left")
+    >>> for key in [1, 2, 2, 3]:
+    ...     _ = hist.update(key, side="right")
+    >>> hist.counts["left"], hist.counts["right"]
+    (array([1, 2, 1, 0]), array([0, 1, 2, 1]))
+    >>> hist.value
+    0.25
+
+    Histograms over the same bins merge by adding their counts; one more left key 2 makes 6 matching
+    pairs of 5·4:
+
+    >>> more = JoinSelectivityHistogram(low=0, high=4, bins=4).update(2, side="left")
+    >>> (hist + more).value
+    0.3
     """
 
     _params = ("low", "high", "bins", "distinct_per_bin")

@@ -39,6 +39,20 @@ def sample_mask(population: int, *, ratio: float | None = None, size: int | None
         m in [0, N].
     rng : None, int or numpy.random.Generator
         Source of randomness.
+
+    Examples
+    --------
+    The sample ratio S_r = 0.3 of 10 elements selects exactly 3 of them; which ones depends on ``rng``,
+    and the same seed draws the same sample.
+
+    >>> from pyspark_cq.estimators import sample_mask
+    >>> mask = sample_mask(10, ratio=0.3, rng=0)
+    >>> mask.dtype, len(mask), int(mask.sum())
+    (dtype('bool'), 10, 3)
+    >>> bool((sample_mask(10, ratio=0.3, rng=0) == mask).all())
+    True
+    >>> int(sample_mask(10, size=4, rng=1).sum())
+    4
     """
     population = chk.integer(population, "population", minimum=0)
     if (ratio is None) == (size is None):
@@ -73,6 +87,31 @@ class SampledSelectivity(Mergeable):
     ----------
     population : int, optional
         N, the size of the population the sample is drawn from.
+
+    Examples
+    --------
+    3 of 10 inputs sampled from N = 100 produced output: p̂ = 0.3, with the standard error
+    ``sqrt((1 - 10/100)·0.3·0.7/9) = sqrt(0.021) ≈ 0.1449`` and the interval ``0.3 ± 1.96·0.1449``.
+
+    >>> from pyspark_cq.estimators import SampledSelectivity
+    >>> est = SampledSelectivity(population=100)
+    >>> for x in [1, 0, 0, 1, 0, 0, 1, 0, 0, 0]:
+    ...     _ = est.update(x)
+    >>> est.value, est.n
+    (0.3, 10)
+    >>> round(est.stderr, 4)
+    0.1449
+    >>> [round(bound, 3) for bound in est.interval()]
+    [0.016, 0.584]
+
+    A sample of 10 from another 100 inputs (the same fraction) merges into the estimate 5/20:
+
+    >>> other = SampledSelectivity(population=100)
+    >>> for x in [1, 1, 0, 0, 0, 0, 0, 0, 0, 0]:
+    ...     _ = other.update(x)
+    >>> merged = est + other
+    >>> merged.value, merged.n, merged.population
+    (0.25, 20, 200)
     """
 
     _params = ("population",)

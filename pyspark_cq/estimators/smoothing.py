@@ -25,6 +25,17 @@ class ExponentialSmoothing(Estimator):
         Weight of a new observation, in (0, 1).
     initial : float, optional
         Initial level; by default the first observation is taken as the level.
+
+    Examples
+    --------
+    With α = 0.5 the first observation becomes the level, then ``C = C·0.5 + C_new·0.5``: 10, 15, 22.5.
+    Starting from the level 0 instead: 5, 12.5, 21.25.
+
+    >>> from pyspark_cq.estimators import ExponentialSmoothing
+    >>> ExponentialSmoothing(alpha=0.5).update(10).update(20).update(30).value
+    22.5
+    >>> ExponentialSmoothing(alpha=0.5, initial=0.0).update(10).update(20).update(30).value
+    21.25
     """
 
     _params = ("alpha", "initial")
@@ -77,6 +88,27 @@ class DecayedMean(Estimator):
         d, the number of observations kept (>= 1).
     decay : float
         a >= 0, the decay rate per observation.
+
+    Examples
+    --------
+    With ``a = ln 2`` the newest three observations weigh 1, 1/2 and 1/4: after 1, 2, 3, 4 in a window of
+    3 the estimate is ``(4 + 3/2 + 2/4)/(1 + 1/2 + 1/4) = 6/1.75 ≈ 3.4286``. ``decay = 0`` gives the plain
+    mean of the window, 3.
+
+    >>> import math
+    >>> from pyspark_cq.estimators import DecayedMean
+    >>> est = DecayedMean(window=3, decay=math.log(2))
+    >>> for x in [1, 2, 3, 4]:
+    ...     _ = est.update(x)
+    >>> est.observations()
+    array([4., 3., 2.])
+    >>> round(est.value, 4)
+    3.4286
+    >>> plain = DecayedMean(window=3, decay=0.0)
+    >>> for x in [1, 2, 3, 4]:
+    ...     _ = plain.update(x)
+    >>> plain.value
+    3.0
     """
 
     _params = ("window", "decay")

@@ -7,6 +7,8 @@ import platform
 import sys
 import time
 
+__all__ = ["main", "doctor"]
+
 
 def _ok(label: str, value: str) -> None:
     print(f"  [ok]   {label:<22} {value}")

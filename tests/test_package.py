@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import pyspark_cq
+import pyspark_cq_plugins
 from pyspark_cq import _native
 from pyspark_cq.session import find_java
 
@@ -53,6 +54,35 @@ def _fake_java(tmp_path: Path) -> Path:
     java.write_text("#!/bin/sh\necho 'openjdk version \"99\"' >&2\n")
     java.chmod(0o755)
     return home
+
+
+def _public_modules():
+    """Every module of the installed packages whose dotted name has no private (``_``) part."""
+    out = []
+    for top in (pyspark_cq, pyspark_cq_plugins):
+        root = Path(top.__file__).parent
+        for path in sorted(root.rglob("*.py")):
+            parts = [top.__name__] + list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            if not any(p.startswith("_") for p in parts[1:]):
+                out.append(".".join(parts))
+    return out
+
+
+@pytest.mark.parametrize("name", _public_modules())
+def test_public_module_declares_all(name):
+    """Every public module says what it exports, and exports only what exists."""
+    import importlib
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)   # the deprecated alias module warns on import
+        module = importlib.import_module(name)
+    names = getattr(module, "__all__", None)
+    assert isinstance(names, (list, tuple)), f"{name} has no __all__"
+    missing = [n for n in names if not hasattr(module, n)]
+    assert not missing, f"{name}.__all__ names what it lacks: {missing}"
 
 
 def test_find_java_prefers_java_home(tmp_path, monkeypatch):

@@ -13,3 +13,6 @@ name        class                                     what
 
 Nothing here is imported by ``pyspark_cq`` itself; the registry loads a plugin on first use.
 """
+
+# The policies are loaded through their entry points (or `import pyspark_cq_plugins.pipes_rm`).
+__all__: list[str] = []

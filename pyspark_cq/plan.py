@@ -53,7 +53,7 @@ JOIN_METHODS = ("hash", "nested_loops")
 WINDOW_KINDS = ("time", "tuple")
 
 
-def _node(value, name: str) -> "Node":
+def _node(value, name: str) -> Node:
     return chk.instance(value, name, Node, "a plan node (pyspark_cq.plan.Node)")
 
 
@@ -71,11 +71,11 @@ class Node:
     symbol = "?"
 
     @property
-    def children(self) -> tuple["Node", ...]:
+    def children(self) -> tuple[Node, ...]:
         """The input nodes, left to right."""
         return ()
 
-    def replace(self, **changes) -> "Node":
+    def replace(self, **changes) -> Node:
         """A copy of this node with ``changes`` applied (validated again)."""
         return dataclasses.replace(self, **changes)
 
@@ -102,6 +102,7 @@ class _Unary(Node):
 
     @property
     def children(self):
+        """The node's inputs."""
         return (self.child,)
 
     def _check(self):
@@ -155,6 +156,7 @@ class Aggregate(_Unary):
 
     @property
     def symbol(self):  # type: ignore[override]
+        """α for a scalar aggregation, γ for a grouped one."""
         return "α" if self.groups == 1 else "γ"
 
 
@@ -229,6 +231,7 @@ class Join(Node):
 
     @property
     def children(self):
+        """The node's inputs."""
         return (self.left, self.right)
 
 
@@ -254,6 +257,7 @@ class Union(Node):
 
     @property
     def children(self):
+        """The node's inputs."""
         return self.inputs
 
 

@@ -18,8 +18,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .. import plan as P
 from .. import _args as chk
+from .. import plan as P
 from . import rate as _rate
 
 __all__ = [

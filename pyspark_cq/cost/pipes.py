@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import plan as P
 from .. import _args as chk
+from .. import plan as P
 from ..estimators._formulas import ses_step
 
 __all__ = [
@@ -75,7 +75,7 @@ class StreamCharacteristics:
         object.__setattr__(self, "g", g)
 
     @classmethod
-    def empty_stream(cls, g: float = 1.0) -> "StreamCharacteristics":
+    def empty_stream(cls, g: float = 1.0) -> StreamCharacteristics:
         """The empty stream ``(inf, 0, g)``."""
         return cls(math.inf, 0.0, g)
 
@@ -361,7 +361,7 @@ class CostProfile:
         return tuple(f.name for f in dataclasses.fields(cls)
                      if f.name not in ("element_size", "aggregate_size", "hash_buckets"))
 
-    def replace(self, **changes) -> "CostProfile":
+    def replace(self, **changes) -> CostProfile:
         """A copy with ``changes`` applied (validated)."""
         unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
         if unknown:
@@ -369,7 +369,7 @@ class CostProfile:
         return dataclasses.replace(self, **changes)
 
     def calibrate(self, counts: Sequence[Mapping[str, float]], times: Sequence[float], *,
-                  smoothing: float | None = None) -> "CostProfile":
+                  smoothing: float | None = None) -> CostProfile:
         """Fit the per-event constants to measurements.
 
         PIPES "determined concrete values for the cost variables … and counted the corresponding events at
@@ -668,7 +668,8 @@ def group_aggregation_memory(s: StreamCharacteristics, groups: int, *, size: flo
 def group_aggregation_processing(s: StreamCharacteristics, groups: int,
                                  profile: CostProfile = CostProfile()) -> AggregationProcessing:
     """Processing cost of γ with n groups: n times eqs. (16)–(19) for the per-group stream (see
-    :func:`group_aggregation_memory`)."""
+    :func:`group_aggregation_memory`).
+    """
     _sc(s, "s")
     part = aggregation_processing(_per_group(s, groups), profile)
     return AggregationProcessing(groups * part.update, groups * part.new, groups * part.reorg)
@@ -860,7 +861,8 @@ def window_change_delay(t: float, old_size: float, new_size: float) -> tuple[flo
 
 def granularity_change_delay(t: float, s: StreamCharacteristics) -> tuple[float, float]:
     """When a granularity change at time t shows in an aggregation over ``s``: ``(t, t + l)`` for
-    ``d < l``, else ``(t, t)`` (full effect at the next arrival), Cammert et al., §4.2."""
+    ``d < l``, else ``(t, t)`` (full effect at the next arrival), Cammert et al., §4.2.
+    """
     t = chk.real(t, "t")
     _sc(s, "s")
     return t, (t + s.l if s.d < s.l else t)
@@ -889,7 +891,8 @@ def watermark_retention(window: float | None, watermark_delay: float = 0.0, batc
                         ) -> float | None:
     """The event time a watermark-driven Spark operator keeps for a PIPES window: ``window + δ + B``
     (:func:`_retention`, the public entry for other modules such as the resource manager; the delay and
-    span must be >= 0). ``None`` stays ``None`` when both are 0; the result is clipped at 0 otherwise."""
+    span must be >= 0). ``None`` stays ``None`` when both are 0; the result is clipped at 0 otherwise.
+    """
     return _retention(window, chk.non_negative(watermark_delay, "watermark_delay"),
                       chk.non_negative(batch_span, "batch_span"))
 

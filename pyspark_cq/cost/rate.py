@@ -19,8 +19,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .. import plan as P
 from .. import _args as chk
+from .. import plan as P
 
 __all__ = [
     "JoinCosts", "projection_output_rate", "selection_output_rate", "join_arrival_costs", "join_output_rate",
@@ -406,7 +406,8 @@ def plan_outputs_by_time(plan: P.Node, rates: Mapping[str, float], t_p: float, *
 
 def _invert_integral(rate: Callable[[float], float], n: float, rtol: float, t_max: float = 1e12) -> float:
     """The t with ``∫_0^t rate = n``, for a non-negative rate: a bracket by doubling, then Newton steps
-    (the derivative of the integral is the rate) guarded by bisection, integrating only new pieces."""
+    (the derivative of the integral is the rate) guarded by bisection, integrating only new pieces.
+    """
     if n == 0:
         return 0.0
     lo, f_lo, hi = 0.0, 0.0, 1.0

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .. import plan as P
 from .. import _args as chk
+from .. import plan as P
 
 __all__ = [
     "selection_tuple_cost", "join_processing_time", "chain_time", "plan_execution_time",

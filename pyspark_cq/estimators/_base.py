@@ -19,11 +19,11 @@ class Estimator(abc.ABC):
     _params: tuple[str, ...] = ()
 
     @abc.abstractmethod
-    def update(self, x) -> "Estimator":
+    def update(self, x) -> Estimator:
         """Add one observation; return ``self``."""
 
     @abc.abstractmethod
-    def update_many(self, xs) -> "Estimator":
+    def update_many(self, xs) -> Estimator:
         """Add a batch of observations (a 1-d array), in order; return ``self``."""
 
     @property
@@ -40,7 +40,7 @@ class Estimator(abc.ABC):
         """The constructor parameters."""
         return {name: getattr(self, name) for name in self._params}
 
-    def clone(self) -> "Estimator":
+    def clone(self) -> Estimator:
         """A new estimator with the same parameters and no observations."""
         return type(self)(**self.params())
 
@@ -62,7 +62,7 @@ class Mergeable(Estimator):
         if other.params() != self.params():
             raise ValueError(f"other must have the same parameters {self.params()}, got {other.params()}")
 
-    def merge(self, other) -> "Mergeable":
+    def merge(self, other) -> Mergeable:
         """A new estimator for the observations of ``self`` and ``other`` together."""
         self._check_compatible(other)
         out = copy.deepcopy(self)

@@ -42,6 +42,7 @@ class ArrivalRate(Mergeable):
         self._n = 0
 
     def update(self, x):
+        """Add the observation ``x``; returns self."""
         x = chk.real(x, "x")
         self._first = min(self._first, x)
         self._last = max(self._last, x)
@@ -49,6 +50,7 @@ class ArrivalRate(Mergeable):
         return self
 
     def update_many(self, xs):
+        """Add the observations ``xs`` in order; returns self."""
         xs = chk.real_array(xs, "xs")
         if xs.size:
             from . import _kernels
@@ -66,6 +68,7 @@ class ArrivalRate(Mergeable):
 
     @property
     def n(self) -> int:
+        """The number of observations so far."""
         return self._n
 
     @property
@@ -80,6 +83,7 @@ class ArrivalRate(Mergeable):
 
     @property
     def value(self) -> float:
+        """The arrival rate, 1 / mean distance (nan before two observations)."""
         d = self.mean_distance
         if math.isnan(d):
             return math.nan
@@ -101,4 +105,5 @@ class MeanDistance(ArrivalRate):
 
     @property
     def value(self) -> float:
+        """The mean distance between arrivals (nan before two observations)."""
         return self.mean_distance

@@ -70,12 +70,14 @@ class JoinSelectivityHistogram(Mergeable):
         self.counts = {side: np.zeros(self.bins, dtype=np.int64) for side in SIDES}
 
     def update(self, key, side: str = "left"):
+        """Count the join key ``key`` arriving on ``side``; returns self."""
         chk.one_of(side, "side", SIDES)
         key = chk.real(key, "key")
         self.counts[side][_formulas.bin_index(key, self.low, self.width, self.bins)] += 1
         return self
 
     def update_many(self, keys, side: str = "left"):
+        """Count the join keys ``keys`` arriving on ``side``; returns self."""
         chk.one_of(side, "side", SIDES)
         keys = chk.real_array(keys, "keys")
         if keys.size:

@@ -133,6 +133,7 @@ class SampledSelectivity(Mergeable):
         self._m += n
 
     def update(self, x):
+        """Add the observation ``x``; returns self."""
         if isinstance(x, (bool, np.bool_)):
             x = int(x)
         if chk.real(x, "x") not in (0.0, 1.0):
@@ -141,6 +142,7 @@ class SampledSelectivity(Mergeable):
         return self
 
     def update_many(self, xs):
+        """Add the observations ``xs`` in order; returns self."""
         arr = np.asarray(xs)
         if arr.dtype == np.bool_ and arr.ndim == 1:
             arr = np.ascontiguousarray(arr).view(np.uint8)  # counted as is, without a float copy
@@ -176,6 +178,7 @@ class SampledSelectivity(Mergeable):
 
     @property
     def value(self) -> float:
+        """The estimated selectivity k / m of the sampled rows (nan before any)."""
         return self._k / self._m if self._m else math.nan
 
     @property

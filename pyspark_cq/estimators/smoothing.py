@@ -47,6 +47,7 @@ class ExponentialSmoothing(Estimator):
         self._n = 0
 
     def update(self, x):
+        """Add the observation ``x``; returns self."""
         x = chk.real(x, "x")
         if self._n == 0 and self.initial is None:
             self._level = x
@@ -56,6 +57,7 @@ class ExponentialSmoothing(Estimator):
         return self
 
     def update_many(self, xs):
+        """Add the observations ``xs`` in order; returns self."""
         xs = chk.real_array(xs, "xs")
         if xs.size:
             from . import _kernels
@@ -67,10 +69,12 @@ class ExponentialSmoothing(Estimator):
 
     @property
     def value(self) -> float:
+        """The smoothed level (the initial value, or nan, before any observation)."""
         return self._level
 
     @property
     def n(self) -> int:
+        """The number of observations so far."""
         return self._n
 
 
@@ -122,6 +126,7 @@ class DecayedMean(Estimator):
         self._n = 0
 
     def update(self, x):
+        """Add the observation ``x``; returns self."""
         self._buf[self._pos] = chk.real(x, "x")
         self._pos = (self._pos + 1) % self.window
         self._count = min(self.window, self._count + 1)
@@ -129,6 +134,7 @@ class DecayedMean(Estimator):
         return self
 
     def update_many(self, xs):
+        """Add the observations ``xs`` in order; returns self."""
         xs = chk.real_array(xs, "xs")
         if xs.size:
             from . import _kernels
@@ -145,8 +151,10 @@ class DecayedMean(Estimator):
 
     @property
     def value(self) -> float:
+        """The decay-weighted mean of the observations in the window (nan before any)."""
         return _formulas.decay_weighted_mean(self.observations(), self.decay)
 
     @property
     def n(self) -> int:
+        """The number of observations so far."""
         return self._n

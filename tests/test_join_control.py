@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import pyspark_cq
 from pyspark_cq._native import load
 from pyspark_cq.operators._join_codec import encode_keys
-from pyspark_cq.operators.join import LEFT, RIGHT, _Worker, evict_at_ms, shed_mask, state_watermarks
+from pyspark_cq.operators._join_worker import LEFT, RIGHT, JoinWorker, evict_at_ms, shed_mask, state_watermarks
 from pyspark_cq.runtime.control import ControlHandle, ControlTable
 
 join = load("_join")
@@ -186,7 +186,7 @@ def test_format_1_state_is_restored_with_recomputed_expiry():
         kernel.insert_probe(side, offsets, data, None, times, np.arange(2))
     old = join.JoinState.deserialize(_strip_to_format_1(kernel.serialize()))
     assert old.restored_format == 1 and old.rows(LEFT) == 2 and old.min_end(LEFT) == BASE_US
-    worker = _Worker(None)
+    worker = JoinWorker(None)
     restored = worker._kernel(_strip_to_format_1(kernel.serialize()))
     for side in (LEFT, RIGHT):
         assert restored.min_end(side) == int(evict_at_ms(times, -2_000_000, 3_000_000, side).min())

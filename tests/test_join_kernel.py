@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pyspark_cq._native import load
 from pyspark_cq.operators._join_codec import encode_keys
-from pyspark_cq.operators.join import state_watermarks
+from pyspark_cq.operators._join_worker import state_watermarks
 
 join = load("_join")
 

@@ -12,6 +12,11 @@ The keys depend on the shard count only, never on the session's configuration, s
 from its checkpoint finds its state under the same keys (Spark keeps the checkpoint's partition count).
 Keys are ``long`` where the earlier layout grouped by an ``int`` shard index: Spark's state schema check
 rejects a checkpoint of that layout on restart instead of silently starting from empty state.
+
+Both stateful operators also take their ``shards`` argument from here (:func:`resolve_shards`: an int,
+None for the default, or ``"key"`` for one group per raw key) and record / check the count a state was
+written with (:func:`with_shard_count`, :func:`check_shard_count`). Their default counts differ, for the
+reason :func:`default_shard_count` gives.
 """
 from __future__ import annotations
 

@@ -115,6 +115,18 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
     before the previous micro-batch's watermark (Spark's late-event watermark; eviction uses the
     current one). Work per batch also includes rewriting each shard's state snapshot (the state lives
     in ``GroupState``), proportional to the state size.
+
+    Examples
+    --------
+    >>> import pyspark_cq as cq
+    >>> from datetime import datetime
+    >>> readings = spark.createDataFrame(
+    ...     [("a", datetime(2024, 1, 1, 0, 0, 10), 1.0), ("a", datetime(2024, 1, 1, 0, 0, 13), 3.0),
+    ...      ("b", datetime(2024, 1, 1, 0, 0, 11), 5.0)], "sensor string, ts timestamp, value double")
+    >>> out = cq.sliding_aggregate(readings, "ts", "4 seconds", "2 seconds", by="sensor", aggs={"value": ["max"]})
+    >>> [(r.sensor, r.window_start.second, r.window_end.second, r.max_value)
+    ...  for r in out.orderBy("sensor", "window_start").collect()]
+    [('a', 8, 12, 1.0), ('a', 10, 14, 3.0), ('a', 12, 16, 3.0), ('b', 8, 12, 5.0), ('b', 10, 14, 5.0)]
     """
     _validate.dataframe(df, "df")
     time_type = _validate.time_column(df, time, "time")

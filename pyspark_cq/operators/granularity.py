@@ -40,6 +40,13 @@ def granularity(df, start: str, end: str, granularity, *, name: str = "cq_granul
     -------
     DataFrame
         Same schema as ``df``, bounds rounded, empty and malformed intervals removed.
+
+    Examples
+    --------
+    >>> import pyspark_cq as cq
+    >>> df = spark.createDataFrame([(3, 25), (12, 18), (0, 10)], "start long, end long")
+    >>> [(r.start, r.end) for r in cq.granularity(df, "start", "end", 10).orderBy("start").collect()]
+    [(0, 10), (10, 20)]
     """
     _validate.dataframe(df, "df")
     start_type = _validate.time_column(df, start, "start", allow_integer=True)

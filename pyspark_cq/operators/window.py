@@ -52,6 +52,15 @@ def window(df, time, size=None, rows=None, *, start="valid_from", end="valid_to"
     -------
     DataFrame
         ``df`` with the ``start`` and ``end`` columns added (same type as ``time``).
+
+    Examples
+    --------
+    >>> import pyspark_cq as cq
+    >>> df = spark.createDataFrame([(1, "a"), (4, "b"), (9, "c")], "t long, v string")
+    >>> [(r.v, r.valid_from, r.valid_to) for r in cq.window(df, "t", size=5).orderBy("t").collect()]
+    [('a', 1, 6), ('b', 4, 9), ('c', 9, 14)]
+    >>> [(r.v, r.valid_to) for r in cq.window(df, "t", rows=1).orderBy("t").collect()]
+    [('a', 4), ('b', 9), ('c', None)]
     """
     _validate.dataframe(df, "df")
     ttype = _validate.time_column(df, time, "time", allow_integer=True)

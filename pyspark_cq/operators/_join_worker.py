@@ -1,0 +1,500 @@
+"""Worker side of :func:`pyspark_cq.interval_join` and :func:`pyspark_cq.window_join`.
+
+Everything here runs in Spark's Python workers (``applyInPandasWithState`` per shard and micro-batch,
+``cogroup().applyInPandas`` per shard of a batch join): the per-group function :class:`JoinWorker`
+with the payload tables of both inputs (:class:`PayloadSide`), the watermark arithmetic that gives each
+stored row its expiry key (:func:`state_watermarks`, :func:`evict_at_ms`) and the load-shedding
+decision (:func:`shed_mask`). It holds only a picklable :class:`JoinConfig` and loads the compiled
+kernel lazily (``pyspark_cq._join``), so nothing here needs a SparkSession.
+
+Column names of the transport layout (the tagged union of both inputs) all start with ``__cq_``.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from .._native import load
+from ..control import ControlHandle
+from . import _report, _state_bytes
+from ._join_codec import ColumnCodec, codecs_for, encode_keys
+from ._shards import JOIN, check_shard_count, default_rule, with_shard_count
+
+if TYPE_CHECKING:
+    from ._join_spec import JoinSpec
+
+LEFT, RIGHT = 0, 1
+SIDE = "__cq_side"
+SHARD = "__cq_shard"
+TIME = "__cq_t"          # the event-time column, carrying the watermark marker (Spark drops late rows)
+MICROS = "__cq_tus"      # the same instant as epoch microseconds, for the kernel
+WINDOW = "__cq_w"        # window join under a control table: the row's own window (µs)
+SHED = "shed_rows"       # the join's own counter next to _report.METRICS
+METRICS = _report.METRICS + (SHED,)
+_I64_MAX = np.iinfo(np.int64).max
+
+
+@dataclass(frozen=True)
+class JoinConfig:
+    """The picklable subset of a :class:`~pyspark_cq.operators._join_spec.JoinSpec` the workers need
+    (fixed when the query is defined, shipped with the closures)."""
+
+    key_codecs: tuple[ColumnCodec, ...]
+    side_codecs: tuple[tuple[ColumnCodec, ...], tuple[ColumnCodec, ...]]
+    out_columns: tuple[str, ...]
+    n_keys: int
+    how: str
+    lower: int
+    upper: int
+    window: tuple[int, int] | None
+    control: ControlHandle | None = None
+    drop_ratio: float = 0.0
+    seed: int = 0
+    out_arrow: pa.Schema | None = None  # the output's Arrow schema (packed streaming output)
+    shards: int | None = None         # layout "shard": the shard count, recorded in and checked against the state
+
+    @classmethod
+    def of(cls, spec: JoinSpec) -> JoinConfig:
+        keys = tuple(ColumnCodec(c.name, t, c.flagged)
+                     for c, t in zip(codecs_for(spec.left.schema, spec.keys, "__cq_k"), spec.key_types))
+        lc = tuple(codecs_for(spec.left.schema, spec.left_others, f"__cq_p{LEFT}_"))
+        rc = tuple(codecs_for(spec.right.schema, spec.right_others, f"__cq_p{RIGHT}_"))
+        out = tuple(spec.keys) + tuple(spec.left_out) + tuple(spec.right_out)
+        if spec.window:
+            out += ("valid_from", "valid_to")
+        return cls(keys, (lc, rc), out, len(spec.keys), spec.how, spec.lower, spec.upper, spec.window,
+                   spec.control, spec.drop_ratio, spec.seed, out_arrow=_report.arrow_schema(spec.output_schema()),
+                   shards=spec.shards if spec.layout == "shard" else None)
+
+    def payload_schema(self, side: int) -> pa.Schema:
+        codecs = self.key_codecs + self.side_codecs[side]
+        # TIMESTAMP travels as exact UTC microseconds; TIMESTAMP_NTZ as pandas' naive nanoseconds
+        types = [pa.timestamp("ns") if pa.types.is_timestamp(c.arrow_type) and c.arrow_type.tz is None
+                 else c.arrow_type for c in codecs]
+        fields = [pa.field(c.name, t) for c, t in zip(codecs, types)]
+        if self.window:  # valid_from / valid_to need each row's instant; the plain band join does not
+            fields.append(pa.field(MICROS, pa.int64()))
+            if self.control is not None:  # ... and, when windows can change, each row's own window
+                fields.append(pa.field(WINDOW, pa.int64()))
+        return pa.schema(fields)
+
+    def row_bounds(self, entry, side: int, micros: np.ndarray):
+        """Per-row ``(lower, upper, window)`` in force at each row's timestamp (PIPES §4.2), from the
+        control-table ``entry``; ``(None, None, None)`` when no entry (the kernel's own bounds apply).
+
+        Interval join: the ``lower`` / ``upper`` schedules. Window join: the ``window`` schedule sets both
+        inputs' windows, ``lower = -w_right + 1``, ``upper = w_left - 1`` (§2.4.1: validities
+        ``[t, t + w)`` intersect); ``window`` is this side's own window, for ``valid_to``.
+        """
+        if entry is None:
+            if self.window and self.control is not None:
+                return None, None, np.full(len(micros), self.window[side], dtype=np.int64)
+            return None, None, None
+        if not self.window:
+            return (entry.values_at("lower", micros, default=self.lower),
+                    entry.values_at("upper", micros, default=self.upper), None)
+        wl = entry.values_at("window", micros, default=self.window[LEFT])
+        wr = entry.values_at("window", micros, default=self.window[RIGHT])
+        return -wr + 1, wl - 1, (wl if side == LEFT else wr)
+
+
+def state_watermarks(wm_ms, lower, upper):
+    """Eviction thresholds (µs, inclusive) of the left and right state for watermark ``wm_ms``.
+
+    Reproduces Spark's ``StreamingJoinHelper.getStateValueWatermark`` for the condition
+    ``left.t + lower <= right.t <= left.t + upper``: the constraint ``wm*1000 - upper`` (left) or
+    ``wm*1000 + lower`` (right) in double microseconds, divided by 1000 and truncated to milliseconds,
+    minus 1 ms for the non-strict inequality; rows with ``t <= that * 1000 µs`` are removed.
+    Vectorised: array arguments (broadcast together) give int64 arrays, scalars give ints.
+    """
+    wm = np.asarray(wm_ms, dtype=np.float64)
+    left_ms = np.trunc((wm * 1000.0 - np.asarray(upper, dtype=np.float64)) / 1000.0) - 1
+    right_ms = np.trunc((wm * 1000.0 + np.asarray(lower, dtype=np.float64)) / 1000.0) - 1
+    if left_ms.ndim == 0 and right_ms.ndim == 0:
+        return int(left_ms) * 1000, int(right_ms) * 1000
+    return left_ms.astype(np.int64) * 1000, right_ms.astype(np.int64) * 1000
+
+
+def evict_at_ms(times, lower, upper, side: int, *, guard: bool = False) -> np.ndarray:
+    """Per row, the smallest watermark (ms) at which :func:`state_watermarks` evicts it: the row's expiry
+    key in the kernel (rows with key <= the batch's watermark are evicted).
+
+    ``lower`` / ``upper`` are the rows' own bounds (arrays or scalars). With ``guard`` (bounds that may
+    change, PIPES §4.2) a row is also kept until the watermark reaches its own time: a later-arriving
+    row with an earlier timestamp is decided by *its* bounds (the earlier element's, §2.4.1), which may
+    differ, so only rows no future (non-late, ``t > watermark``) row can precede may go.
+    """
+    t = np.asarray(times, dtype=np.int64)
+    reach = np.asarray(upper if side == LEFT else -np.asarray(lower), dtype=np.int64)
+    # First guess from the continuous formula, then step to the exact smallest watermark.
+    guess = (t + reach) // 1000 + 2
+    for step, moves in ((-1, lambda g: state_watermarks(g - 1, lower, upper)[side] >= t),
+                        (1, lambda g: state_watermarks(g, lower, upper)[side] < t)):
+        for _ in range(64):
+            move = moves(guess)
+            if not np.any(move):
+                break
+            guess = np.where(move, guess + step, guess)
+        else:  # pragma: no cover - the guess is within a few ms of the answer
+            raise RuntimeError("evict_at_ms did not converge")
+    if guard:
+        guess = np.maximum(guess, -(-t // 1000))
+    return np.asarray(guess, dtype=np.int64)
+
+
+def timeout_ms(wm_ms: int, min_ends) -> int | None:
+    """The event-time timeout (ms) at which the earliest stored row becomes evictable, or None.
+
+    ``min_ends`` are the kernel's smallest expiry keys per side (:func:`evict_at_ms`), or None.
+    """
+    ends = [e for e in min_ends if e is not None]
+    if not ends:
+        return None
+    # Spark fires an event-time timeout when timeout < watermark, so fire at watermark >= min(ends).
+    return max(min(ends) - 1, wm_ms, 1)
+
+
+_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _splitmix64_finalize(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser on a uint64 array (wrapping arithmetic); native/common.hpp's
+    ``splitmix64_finalize``."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * _MIX1
+    x = x ^ (x >> np.uint64(27))
+    x = x * _MIX2
+    return x ^ (x >> np.uint64(31))
+
+
+def shed_mask(table: pa.Table, micros: np.ndarray, side: int, seed: int, ratio: float) -> np.ndarray:
+    """Which rows load shedding drops (PIPES §5.3, random load shedding): True with probability ``ratio``.
+
+    The decision is a hash of (seed, side, the row's time, its key and payload values), not of its
+    position, so a restart from a checkpoint (or another split into micro-batches) drops the same rows.
+    Equal rows get equal decisions.
+
+    Parameters
+    ----------
+    table : pyarrow.Table
+        The decoded rows of one side (keys first, then payload).
+    micros : numpy.ndarray
+        Their times (int64 µs).
+    side : int
+        0 left, 1 right.
+    seed : int
+        Any int.
+    ratio : float
+        Drop probability in [0, 1).
+    """
+    n = table.num_rows
+    if ratio <= 0.0 or n == 0:
+        return np.zeros(n, dtype=bool)
+    values = pd.util.hash_pandas_object(_report.to_pandas(table), index=False).to_numpy(dtype=np.uint64)
+    h = _splitmix64_finalize(np.full(n, (int(seed) * 2 + side) % 2**64, dtype=np.uint64))
+    h = _splitmix64_finalize(h ^ np.asarray(micros, dtype=np.int64).view(np.uint64))
+    h = _splitmix64_finalize(h ^ values)
+    return (h >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53) < ratio
+
+
+class PayloadSide:
+    """One input's payload rows (Arrow) addressed by the kernel's payload ids."""
+
+    def __init__(self, schema: pa.Schema, table: pa.Table | None = None):
+        self.schema = schema
+        self.table = table if table is not None else schema.empty_table()
+
+    def append(self, table: pa.Table) -> np.ndarray:
+        start = self.table.num_rows
+        self.table = pa.concat_tables([self.table, table]) if start else table
+        return np.arange(start, start + table.num_rows, dtype=np.int64)
+
+    def take(self, ids) -> pa.Table:
+        return self.table.take(pa.array(ids, type=pa.int64()))
+
+    def canonicalize(self, kernel, side: int) -> None:
+        """Reorder the payload to the kernel's serialization order (renumbering the kernel's ids).
+
+        Moving the state between the JVM and Python costs far more per byte than this ``take``
+        (see docs/join.md): it drops dead rows, puts each key's rows next to each other (the payload's
+        columns compress better) and makes the kernel image's ids implicit (kernel state format 3).
+        """
+        old = kernel.canonical_ids(side, self.table.num_rows)
+        if len(old) == self.table.num_rows and (len(old) == 0 or (old[0] == 0 and (np.diff(old) == 1).all())):
+            return  # already in order (e.g. a batch without input)
+        self.table = self.take(old).combine_chunks()
+
+    def to_bytes(self, shards: int | None = None) -> bytes:
+        """The payload as bytes; ``shards`` (the shard layout) is recorded for :meth:`check_shards`."""
+        table = self.table if shards is None else with_shard_count(self.table, shards)
+        return _state_bytes.table_to_bytes(table)
+
+    def check_shards(self, shards: int | None) -> None:
+        """Refuse state written with another shard count, e.g. after ``spark.sql.shuffle.partitions``
+        changed under the default ``shards``."""
+        if shards is not None:
+            check_shard_count(self.table, shards, JOIN, default_rule(JOIN))
+
+    @classmethod
+    def from_bytes(cls, schema: pa.Schema, blob: bytes) -> PayloadSide:
+        return cls(schema, _state_bytes.table_from_bytes(blob))
+
+
+class JoinWorker:
+    """The per-group function: kernel + payload tables, driven as Spark's join drives its state.
+
+    One micro-batch of one group (:meth:`streaming`) goes through named steps: :meth:`_restore` the
+    kernel and payload, and per input side (left first, as Spark) :meth:`_side_input` (decode, drop
+    rows without a time, shed) and :meth:`_insert_probe`; then :meth:`_evict`, :meth:`_emit` the
+    matched and the expired unmatched rows, and :meth:`_save`. Rows behind the watermark never get
+    here: Spark drops them before the stateful operator (they are ``late_rows``).
+    """
+
+    def __init__(self, config: JoinConfig):
+        self.config = config
+
+    # -- input decoding
+
+    def _decode(self, pdf: pd.DataFrame, side: int) -> tuple[pa.Table, np.ndarray]:
+        """Arrow payload table (keys, side's columns, micros) and the micros of the rows of one side."""
+        config = self.config
+        codecs = config.key_codecs + config.side_codecs[side]
+        arrays = [c.to_arrow(pdf) for c in codecs]
+        micros = pdf[MICROS].to_numpy(dtype=np.int64, na_value=np.iinfo(np.int64).min)
+        if config.window:
+            arrays.append(pa.array(micros, type=pa.int64()))
+        schema = config.payload_schema(side)
+        if WINDOW in schema.names:  # appended once the row's window is known (_insert_probe)
+            schema = schema.remove(schema.get_field_index(WINDOW))
+        return pa.Table.from_arrays(arrays, schema=schema), micros
+
+    def _side_input(self, pdf: pd.DataFrame, side: int, streaming: bool, ratio: float):
+        """One side's rows of this batch, decoded: ``(table, micros, null_time, malformed, shed)``.
+
+        Streaming drops (and counts as malformed) rows without a time: Spark keeps them in its state
+        forever and never emits them. Load shedding (PIPES §5.3) then drops rows by :func:`shed_mask`;
+        they are not part of the input.
+        """
+        table, micros = self._decode(pdf, side)
+        null_time = pdf[MICROS].isna().to_numpy()
+        malformed = shed = 0
+        if streaming and null_time.any():
+            malformed = int(null_time.sum())
+            keep = ~null_time
+            table, micros = table.filter(pa.array(keep)), micros[keep]
+            null_time = np.zeros(len(micros), dtype=bool)
+        drop = shed_mask(table, micros, side, self.config.seed, ratio)
+        if drop.any():
+            shed = int(drop.sum())
+            keep = ~drop
+            table, micros, null_time = table.filter(pa.array(keep)), micros[keep], null_time[keep]
+        return table, micros, null_time, malformed, shed
+
+    # -- one batch through the kernel
+
+    def _insert_probe(self, kernel, sides, side: int, table: pa.Table, micros: np.ndarray, null_time: np.ndarray,
+                      wm_ms: int | None, entry):
+        """Probe the other side's state with one side's rows and store them (kernel ``insert_probe``);
+        returns the matched pairs as (left payload ids, right payload ids)."""
+        config = self.config
+        lower, upper, window = config.row_bounds(entry, side, micros)
+        if window is not None:
+            table = table.append_column(WINDOW, pa.array(window, type=pa.int64()))
+        ids = sides[side].append(table)
+        key_arrays = [table.column(i).combine_chunks() for i in range(config.n_keys)]
+        offsets, data, null_key = encode_keys(key_arrays, load("_join").concat_keys)
+        if null_time.any():  # batch: a row without time never matches, but outer joins keep it
+            null_key = (null_time if null_key is None else (null_key.astype(bool) | null_time)).astype(np.uint8)
+            micros = np.where(null_time, 0, micros)
+        ends = None
+        if wm_ms is not None:  # streaming: expiry keys = the watermark (ms) that evicts each row
+            ends = evict_at_ms(micros, config.lower if lower is None else lower,
+                               config.upper if upper is None else upper, side, guard=entry is not None)
+        idx, other = kernel.insert_probe(side, offsets, data, null_key, micros, ids, lower=lower, upper=upper,
+                                         ends=ends)
+        return (ids[idx], other) if side == LEFT else (other, ids[idx])
+
+    @staticmethod
+    def _evict(kernel, wm_ms: int | None) -> list:
+        """Per side, the (payload ids, matched flags) of the rows the watermark evicts (all in batch mode)."""
+        threshold = _I64_MAX if wm_ms is None else wm_ms
+        return [kernel.evict(side, threshold) for side in (LEFT, RIGHT)]
+
+    def _emit(self, sides, pairs, evicted) -> list:
+        """Output tables: the matched pairs, then (outer joins) the evicted rows that never matched."""
+        parts = [self._rows(sides, p[0], p[1]) for p in pairs if p is not None and len(p[0])]
+        for side, hows in ((LEFT, ("left", "full")), (RIGHT, ("right", "full"))):
+            if self.config.how in hows:
+                ids, matched = evicted[side]
+                lonely = ids[matched == 0]
+                if len(lonely):
+                    parts.append(self._rows(sides, lonely, None) if side == LEFT else self._rows(sides, None, lonely))
+        return parts
+
+    def _process(self, kernel, sides, inputs, wm_ms: int | None, entry=None):
+        """Run one batch through the kernel.
+
+        ``entry`` is the operator's control-table entry of this batch (None: the arguments apply).
+        Returns (output tables, evicted rows, malformed rows, shed rows).
+        """
+        config = self.config
+        pairs = [None, None]
+        malformed = shed = 0
+        ratio = config.drop_ratio if entry is None else float(entry.get("drop_ratio", config.drop_ratio))
+        for side in (LEFT, RIGHT):  # Spark's order: left input first, then right input
+            pdf = inputs[side]
+            if pdf is None or len(pdf) == 0:
+                continue
+            table, micros, null_time, bad, dropped = self._side_input(pdf, side, wm_ms is not None, ratio)
+            malformed, shed = malformed + bad, shed + dropped
+            if len(micros):
+                pairs[side] = self._insert_probe(kernel, sides, side, table, micros, null_time, wm_ms, entry)
+        evicted = self._evict(kernel, wm_ms)
+        return self._emit(sides, pairs, evicted), sum(len(e[0]) for e in evicted), malformed, shed
+
+    # -- output
+
+    def _rows(self, sides, left_ids, right_ids) -> pa.Table:
+        """Output rows for matched pairs (both ids), or unmatched rows of one side (other ids None).
+
+        Payload types as stored (TIMESTAMP columns naive in the session zone); see :meth:`_packed`."""
+        config = self.config
+        n = len(left_ids) if left_ids is not None else len(right_ids)
+        lt = sides[LEFT].take(left_ids) if left_ids is not None else None
+        rt = sides[RIGHT].take(right_ids) if right_ids is not None else None
+        cols = []
+        for i in range(config.n_keys):
+            cols.append((lt if lt is not None else rt).column(i))
+        for side, t in ((LEFT, lt), (RIGHT, rt)):
+            codecs = config.side_codecs[side]
+            schema = sides[side].schema
+            for j in range(len(codecs)):
+                pos = config.n_keys + j
+                cols.append(t.column(pos) if t is not None else pa.nulls(n, schema.field(pos).type))
+        if config.window:
+            cols += self._validity(lt, rt)
+        return pa.Table.from_arrays(cols, names=list(config.out_columns[:len(cols)]))
+
+    def _validity(self, lt: pa.Table, rt: pa.Table) -> list:
+        """``valid_from`` / ``valid_to`` of window-join pairs: the intersection of the rows' validities."""
+        config = self.config
+        tl = lt.column(MICROS).to_numpy()
+        tr = rt.column(MICROS).to_numpy()
+        if config.control is not None:  # each row's own window (PIPES §4.2)
+            wl, wr = lt.column(WINDOW).to_numpy(), rt.column(WINDOW).to_numpy()
+        else:
+            wl, wr = config.window
+        utc = pa.timestamp("us", tz="UTC")
+        return [pa.array(np.maximum(tl, tr), type=pa.int64()).cast(utc),
+                pa.array(np.minimum(tl + wl, tr + wr), type=pa.int64()).cast(utc)]
+
+    def _packed(self, parts) -> pa.Table | None:
+        """The streaming output rows in the output's Arrow schema (TIMESTAMP columns are exact UTC
+        instants already: see _join_codec)."""
+        if not parts:
+            return None
+        table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        return table.cast(self.config.out_arrow)
+
+    def _split(self, frames) -> list:
+        frames = [f for f in frames if len(f)]
+        if not frames:
+            return [None, None]
+        pdf = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        side = pdf[SIDE].to_numpy()
+        return [pdf[side == LEFT].reset_index(drop=True), pdf[side == RIGHT].reset_index(drop=True)]
+
+    def _report(self, shed_rows=0, **counters) -> pd.DataFrame:
+        row = _report.report_row(self.config.out_columns, **counters)
+        row[_report.PREFIX + SHED] = [int(shed_rows)]
+        return row
+
+    @staticmethod
+    def _data(part: pd.DataFrame) -> pd.DataFrame:
+        out = _report.data_rows(part)
+        out[_report.PREFIX + SHED] = pd.arrays.IntegerArray(np.zeros(len(out), dtype=np.int64),
+                                                            np.ones(len(out), dtype=bool))
+        return out
+
+    # -- state
+
+    def _entry(self):
+        """This batch's control-table entry (one stat when unchanged), or None."""
+        return None if self.config.control is None else self.config.control.entry()
+
+    def _kernel(self, blob):
+        """The kernel state restored from ``blob``; format-1 rows get their expiry keys recomputed."""
+        join = load("_join")
+        kernel = join.JoinState.deserialize(_state_bytes.unpack(blob))
+        if kernel.restored_format == 1:  # format 1 kept no expiry keys: all rows had the state's bounds
+            for side in (LEFT, RIGHT):
+                t, lo, up = kernel.row_bounds(side)
+                kernel.set_ends(side, evict_at_ms(t, lo, up, side))
+        return kernel
+
+    def _new(self):
+        """An empty kernel and payload tables."""
+        config = self.config
+        kernel = load("_join").JoinState(config.lower, config.upper)
+        return kernel, [PayloadSide(config.payload_schema(LEFT)), PayloadSide(config.payload_schema(RIGHT))]
+
+    def _restore(self, state):
+        """The kernel and payload tables of this group: from its GroupState, or new."""
+        if not state.exists:
+            return self._new()
+        config = self.config
+        blob, lblob, rblob = state.get
+        kernel = self._kernel(blob)
+        sides = [PayloadSide.from_bytes(config.payload_schema(LEFT), lblob),
+                 PayloadSide.from_bytes(config.payload_schema(RIGHT), rblob)]
+        sides[LEFT].check_shards(config.shards)
+        return kernel, sides
+
+    def _save(self, state, kernel, sides, wm_ms: int) -> int:
+        """Keep the state in the GroupState (remove it when empty), set the timeout at which its first row
+        expires; returns the bytes kept."""
+        if kernel.rows(LEFT) + kernel.rows(RIGHT) == 0:
+            state.remove()
+            return 0
+        for side in (LEFT, RIGHT):
+            sides[side].canonicalize(kernel, side)
+        blobs = (_state_bytes.pack(kernel.serialize()), sides[LEFT].to_bytes(self.config.shards),
+                 sides[RIGHT].to_bytes())
+        state.update(blobs)
+        timeout = timeout_ms(wm_ms, (kernel.min_end(LEFT), kernel.min_end(RIGHT)))
+        if timeout is not None:
+            state.setTimeoutTimestamp(timeout)
+        return sum(len(b) for b in blobs)
+
+    # -- streaming: one call per shard (or key) and micro-batch
+
+    def streaming(self, key, pdf_iter, state):
+        # Spark's worker concatenates our frames with all-null padding frames; pandas warns about it.
+        warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty")
+        entry = self._entry()
+        kernel, sides = self._restore(state)
+        inputs = [None, None] if state.hasTimedOut else self._split(list(pdf_iter))
+        n_in = sum(len(x) for x in inputs if x is not None)
+        wm_ms = state.getCurrentWatermarkMs()
+        parts, n_evicted, malformed, shed = self._process(kernel, sides, inputs, wm_ms, entry)
+        state_bytes = self._save(state, kernel, sides, wm_ms)
+        out = self._packed(parts)
+        yield _report.packed_row(out, self.config.out_arrow, METRICS, input_rows=n_in,
+                                 output_rows=0 if out is None else out.num_rows,
+                                 state_rows=kernel.rows(LEFT) + kernel.rows(RIGHT), state_bytes=state_bytes,
+                                 evicted_rows=n_evicted, malformed_rows=malformed, shed_rows=shed)
+
+    # -- batch: one call per shard with both sides; everything expires at the end
+
+    def batch(self, left_pdf, right_pdf):
+        kernel, sides = self._new()
+        parts, _, _, shed = self._process(kernel, sides, [left_pdf, right_pdf], None, self._entry())
+        frames = [self._data(_report.to_pandas(p)) for p in parts]
+        n_out = sum(p.num_rows for p in parts)
+        frames.append(self._report(input_rows=len(left_pdf) + len(right_pdf), output_rows=n_out, shed_rows=shed))
+        return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]

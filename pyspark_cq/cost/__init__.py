@@ -18,7 +18,7 @@ module            paper and what it estimates
 Plans come from :mod:`pyspark_cq.plan`; statistics from :mod:`pyspark_cq.estimators`.
 See ``docs/cost-model.md`` for the formulas and the reconstructions of garbled ones.
 """
-from . import om, pipes, rate, rtstream
+from . import chain, om, pipes, rate, rtstream
 from .pipes import CostProfile, StreamCharacteristics
 
-__all__ = ["om", "pipes", "rate", "rtstream", "StreamCharacteristics", "CostProfile"]
+__all__ = ["chain", "om", "pipes", "rate", "rtstream", "StreamCharacteristics", "CostProfile"]

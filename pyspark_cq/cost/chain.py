@@ -106,8 +106,10 @@ def _chart(ops: _Ops) -> list[tuple[Fraction, Fraction]]:
 
 
 def _slope(p, q) -> Fraction:
-    """Slope from chart point ``p`` to a later point ``q``; 0 when no time passes (nothing is left of the
-    tuple after a selectivity-0 operator, so ``q`` has the same size too).
+    """Slope from chart point ``p`` to a later point ``q``.
+
+    0 when no time passes: that only happens after a selectivity-0 operator, where ``p`` and ``q`` both
+    have size 0 (a guard: the envelope never starts a segment there, ties going to the farthest point).
     """
     dx, dy = q[0] - p[0], q[1] - p[1]
     return dy / dx if dx else Fraction(0)
@@ -213,8 +215,10 @@ def priorities(operators) -> list[float]:
     Babcock et al.'s Chain (summarised in STREAM §5.3): an operator's priority is the rate at which the
     envelope segment containing it reduces the size of a tuple per unit of processing time; operators
     before a steep drop inherit that drop's priority ("we also consider chains of operators", §5.3).
-    Higher means scheduled first. A priority is negative when the segment rises (selectivities > 1),
-    and 0 past a selectivity-0 operator.
+    Higher means scheduled first. Priorities are never negative: the chart ends at size 0, its lowest
+    point, so the envelope only descends (a selectivity above 1 lowers the priority of the operators
+    sharing its segment instead). Operators after a selectivity-0 operator share its segment (they never
+    receive tuples).
 
     Parameters
     ----------

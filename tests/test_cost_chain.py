@@ -65,6 +65,15 @@ def test_paper_chain_is_pointwise_optimal_on_the_example():
     assert _all_schedules_minimum(PAPER_PATH, PAPER_ARRIVALS, 8) == STRATEGY_2
 
 
+def test_chain_is_not_pointwise_below_fifo_in_general():
+    """Chain is near-optimal (Babcock et al.), not pointwise optimal: with whole time units, a convex chart
+    and bursts can give it a higher peak than FIFO (what docs/cost-model.md says the model does not promise)."""
+    path, arrivals = [(2, 0.5), (0.5, 0.5)], {0: 1, 1: 1, 2: 1, 3: 2}
+    assert chain.priorities(path) == [1.0, 0.5]
+    assert chain.simulate(path, arrivals, "chain", 8) == [1, 1.5, 2, 3.5, 2.5, 2, 1.5, 1, 0.5]
+    assert chain.simulate(path, arrivals, "fifo", 8) == [1, 1.5, 2, 3, 2.5, 2, 1, 0.5, 0]
+
+
 def test_paper_chart_envelope_priorities():
     assert chain.progress_chart(PAPER_PATH) == [(0.0, 1.0), (1.0, 0.2), (2.0, 0.0)]
     assert chain.lower_envelope(PAPER_PATH) == [(0.0, 1.0), (1.0, 0.2), (2.0, 0.0)]

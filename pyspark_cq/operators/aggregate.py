@@ -17,6 +17,8 @@ from ._agg_spec import OP_COUNT, OP_MAX_F, OP_MAX_I, OP_MIN_F, OP_MIN_I, OP_ROWS
 from ._agg_worker import (BAD, HASH, KHASH, SHARD, START, TIME, AggConfig, Slicer, StatefulShard, batch_function,
                           batch_params, key_name, null_name, partial_name, value_name)
 
+__all__ = ["sliding_aggregate"]
+
 EMIT_MODES = ("windows", "changes")
 OUTPUT_MODES = ("append", "update")
 #: Name of the per-batch report when neither ``name`` nor ``control`` is given.

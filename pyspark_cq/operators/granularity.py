@@ -11,6 +11,8 @@ from .._duration import parse_duration
 from .._native import load
 from . import _report
 
+__all__ = ["granularity"]
+
 _STATUS = "__cq_status"
 
 

@@ -44,6 +44,8 @@ from ._join_worker import LEFT, METRICS, MICROS, RIGHT, SHARD, SHED, SIDE, TIME,
 from ._join_worker import state_watermarks  # noqa: F401  (documented here: docs/cost-model.md)
 from ._shards import shard_key_column
 
+__all__ = ["interval_join", "window_join"]
+
 _STATE_SCHEMA = T.StructType([T.StructField("kernel", T.BinaryType(), True),
                               T.StructField("left", T.BinaryType(), True),
                               T.StructField("right", T.BinaryType(), True)])

@@ -11,6 +11,8 @@ from .. import _validate
 from .._duration import parse_duration
 from . import _report
 
+__all__ = ["window"]
+
 _ORDERABLE = (T.NumericType, T.StringType, T.BinaryType, T.BooleanType, T.DateType, T.TimestampType,
               T.TimestampNTZType)
 

@@ -35,7 +35,7 @@ S = 1_000_000
 
 
 def test_decision_normalises_and_validates():
-    d = Decision("join1", {"window": "30 seconds", "drop_ratio": 0}, "why", query="q", at="80 s")
+    d = Decision("join1", {"window": "30 seconds", "drop_ratio": 0}, "why", query="q", at="80 seconds")
     assert d.changes == {"window": 30 * S, "drop_ratio": 0.0} and d.at == 80 * S
     with pytest.raises(ValueError, match="unknown parameter 'size'"):
         Decision("join1", {"size": 1})

@@ -47,7 +47,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .._duration import parse_duration
+from .._duration import LONG_MAX, LONG_MIN, parse_duration
 
 __all__ = ["PARAMETERS", "TRANSITION_PARAMETERS", "OPERATOR_PARAMETERS", "validate_changes",
            "validate_operator_id", "duration_value", "unread_parameters", "check_reads"]
@@ -78,6 +78,8 @@ def duration_value(value, name: str, *, allow_negative: bool = True, allow_zero:
         raise TypeError(f"{name} must be a duration (int microseconds or e.g. '30 seconds'), got {value!r}")
     if isinstance(value, numbers.Integral):
         micros = int(value)
+        if not LONG_MIN <= micros <= LONG_MAX:   # Spark's timestamps and intervals are longs of µs
+            raise ValueError(f"{name} must fit in a 64-bit long of microseconds, got {value!r}")
         if micros < 0 and not allow_negative:
             raise ValueError(f"{name} must be a positive duration, got {value!r}")
         if micros == 0 and not allow_zero:

@@ -28,6 +28,7 @@ _EXPORTS = {
     "window_join": ".operators.join",
     "sliding_aggregate": ".operators.aggregate",
     "window": ".operators.window",
+    "select_chain": ".operators.select_chain",
     # cost models, plans and estimators (pure: no Spark)
     "StreamCharacteristics": ".cost.pipes",
     "CostProfile": ".cost.pipes",

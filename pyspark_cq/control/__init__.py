@@ -12,9 +12,11 @@ name                     what
 `reader`                 worker side: ``ControlHandle``, ``Entry``, ``entry``, ``read_table``
 `table`                  driver side: ``ControlTable`` (register, set, apply, change log)
 `decision`               ``Decision`` / ``Decisions``: validated changes a policy returns
+`plans`                  what ``plan_id`` names for each plan-switchable operator
 =======================  ===================================================================
 """
 from .decision import Decision, Decisions
+from .plans import chain_plan_id, parse_chain_plan
 from .reader import FORMAT, ControlHandle, Entry, clear_cache, entry, read_table
 from .schedule import Schedule, Transition, granularity_effective_at
 from .schema import (
@@ -32,4 +34,4 @@ from .table import Change, ControlTable
 __all__ = ["ControlTable", "Change", "ControlHandle", "Entry", "entry", "read_table", "clear_cache", "FORMAT",
            "Schedule", "Transition", "granularity_effective_at", "Decision", "Decisions", "PARAMETERS",
            "TRANSITION_PARAMETERS", "OPERATOR_PARAMETERS", "validate_changes", "validate_operator_id",
-           "duration_value", "unread_parameters", "check_reads"]
+           "duration_value", "unread_parameters", "check_reads", "chain_plan_id", "parse_chain_plan"]

@@ -170,11 +170,12 @@ def validate_changes(changes: Mapping, *, where: str = "") -> dict:
 
 
 #: The parameters each pyspark-cq operator reads from its entry (``params`` is free-form: always allowed).
-#: ``plan_id`` is read by no operator yet; the plan-switchable operators will read it.
+#: ``plan_id`` is read by the plan-switchable operators (:mod:`pyspark_cq.control.plans`).
 OPERATOR_PARAMETERS = {
     "interval_join": ("lower", "upper", "drop_ratio", "params"),
     "window_join": ("window", "drop_ratio", "params"),
     "sliding_aggregate": ("window", "granularity", "params"),
+    "select_chain": ("plan_id", "params"),
 }
 
 #: Values of a parameter that mean "do nothing": drop no input.

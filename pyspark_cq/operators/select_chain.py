@@ -1,0 +1,243 @@
+"""Selection predicates evaluated in an order chosen while the query runs (a plan-switchable operator).
+
+OM (Kulkarni & Ravishankar, §4.4: the sel-λ chart's plans are orders of selections) and rate-based
+optimization (Viglas & Naughton, §4.2: local rate maximization over the orders of a chain of selections)
+choose an evaluation order from measured selectivities and costs. The result of a conjunction does not
+depend on the order; its cost does: each predicate sees only the rows the ones before it passed, so an
+expensive predicate placed after a selective cheap one runs on few rows.
+
+Spark fixes a query's plan when it starts. Here the order is the operator's ``plan_id`` in the control
+table (:mod:`pyspark_cq.control.plans`: ``"cheap>model"``), read by every task at every micro-batch, and the
+operator reports per predicate and batch the rows in, the rows passed and the time spent — the
+selectivity and cost-per-row estimates those policies need.
+
+Data path (one micro-batch)::
+
+    df ─► select(columns, Column predicates as booleans) ─► mapInArrow(chain in plan order) ─► observe ─► out
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from .. import _validate
+from ..control import ControlHandle, parse_chain_plan
+from ..control.plans import check_predicate_name
+from . import _report
+
+__all__ = ["select_chain", "DEFAULT_NAME"]
+
+#: Name of the per-batch report when neither ``name`` nor ``control`` is given.
+DEFAULT_NAME = "cq_select_chain"
+_KIND = "select_chain"
+_COLUMN = "__cq_pred_"        # a Column predicate's value, computed by Spark before the chain
+_METRICS = ("rows_in", "rows_passed", "nanos")
+
+
+def _metric(kind: str, name: str) -> str:
+    return f"{kind}_{name}"
+
+
+def select_chain(df, predicates, *, control=None, name=None):
+    """Keep the rows that pass every predicate, evaluating the predicates in a run-time order.
+
+    Parameters
+    ----------
+    df : DataFrame
+        Batch or streaming input.
+    predicates : mapping of str to callable or Column
+        Name -> predicate, in the default evaluation order. A callable is vectorised: it takes a
+        ``pyarrow.RecordBatch`` of ``df``'s columns (only the rows the earlier predicates passed) and
+        returns a boolean array of the same length (pyarrow, numpy or pandas); it runs in Spark's Python
+        workers, so it must be picklable. A Spark boolean Column is evaluated by Spark on every row before
+        the chain (it is cheap and vectorised there); its place in the order decides which rows the later
+        predicates see. A null result rejects the row, as in SQL's ``WHERE``. Names are letters, digits and
+        ``_`` (they name the metrics).
+    control : pyspark_cq.control.ControlHandle, optional
+        The operator's control-table entry. Its ``plan_id`` is the evaluation order, predicate names joined
+        by ``>`` (``"cheap>model"``, see :func:`pyspark_cq.control.chain_plan_id`), read at every
+        micro-batch; without one the order of ``predicates`` applies.
+    name : str, optional
+        Name of the per-batch report (``cq.read_metrics(query, name)``); default the control handle's
+        operator id, else ``"cq_select_chain"``.
+
+    Returns
+    -------
+    DataFrame
+        The rows of ``df`` that pass every predicate, with ``df``'s columns. The per-batch report holds
+        ``input_rows``, ``output_rows`` and, for every predicate ``p``, ``rows_in_p``, ``rows_passed_p``
+        and ``nanos_p`` (time spent in it): ``rows_passed_p / rows_in_p`` is its observed selectivity and
+        ``nanos_p / rows_in_p`` its cost per row.
+
+    Examples
+    --------
+    >>> import pyarrow.compute as pc
+    >>> import pyspark_cq as cq
+    >>> from pyspark.sql import functions as F
+    >>> df = spark.createDataFrame([(1, "a"), (2, "bb"), (3, "ccc"), (4, "dd")], "x long, s string")
+    >>> preds = {"even": F.col("x") % 2 == 0, "short": lambda b: pc.less(pc.utf8_length(b["s"]), 3)}
+    >>> sorted(r.x for r in cq.select_chain(df, preds).collect())
+    [2, 4]
+    """
+    _validate.dataframe(df, "df")
+    names, callables, columns = _check_predicates(df, predicates)
+    if control is not None:
+        if not isinstance(control, ControlHandle):
+            raise TypeError(f"control must be a pyspark_cq.control.ControlHandle (from ctx.control(op_id) or "
+                            f"ControlTable(path).handle(op_id)), got {type(control).__name__}")
+        control = control.bind(_KIND)
+    if name is None:
+        name = control.operator if control is not None else DEFAULT_NAME
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"name must be a non-empty string, got {name!r}")
+    label = f"select_chain {name!r}"
+    entry = control.entry(when="when the operator was defined") if control is not None else None
+    if entry is not None and entry.get("plan_id") is not None:
+        parse_chain_plan(entry.get("plan_id"), names, operator=label)   # a bad plan fails here, not in a task
+
+    data_fields = [T.StructField(f.name, f.dataType, True) for f in df.schema.fields]
+    counters = [_metric(k, n) for n in names for k in _METRICS] + ["input_rows", "output_rows"]
+    raw_schema = T.StructType(data_fields + [T.StructField(_report.REPORT, T.BooleanType(), False)]
+                              + [T.StructField(_report.PREFIX + c, T.LongType(), True) for c in counters])
+    worker = _Chain(label, tuple(names), callables, tuple(df.columns), control,
+                    _report.arrow_schema(raw_schema), tuple(counters))
+    staged = df.select(*[F.col(_quoted(c)) for c in df.columns],
+                       *[col.alias(_COLUMN + n) for n, col in columns.items()])
+    raw = staged.mapInArrow(worker, raw_schema)
+    return _report.attach(raw, name, {c: F.sum(_report.PREFIX + c) for c in counters},
+                          keep=~F.col(_report.REPORT),
+                          drop=[_report.REPORT] + [_report.PREFIX + c for c in counters])
+
+
+def _quoted(column: str) -> str:
+    return "`" + column.replace("`", "``") + "`"
+
+
+def _is_column(obj) -> bool:
+    from pyspark.sql import Column
+
+    if isinstance(obj, Column):
+        return True
+    try:
+        from pyspark.sql.connect.column import Column as ConnectColumn
+    except Exception:  # Spark Connect extras not installed
+        return False
+    return isinstance(obj, ConnectColumn)
+
+
+def _check_predicates(df, predicates) -> tuple[list[str], dict[str, Callable], dict]:
+    if not isinstance(predicates, Mapping) or not predicates:
+        raise TypeError(f"predicates must be a non-empty mapping of name -> callable(pyarrow.RecordBatch) or "
+                        f"boolean Column, got {predicates!r}")
+    names, callables, columns = [], {}, {}
+    for key, pred in predicates.items():
+        check_predicate_name(key, "predicates")
+        if _is_column(pred):
+            dtype = df.select(pred.alias("p")).schema["p"].dataType
+            if not isinstance(dtype, T.BooleanType):
+                raise TypeError(f"predicates[{key!r}] must be a boolean Column, got a {dtype.simpleString()} one")
+            columns[key] = pred
+        elif callable(pred):
+            callables[key] = pred
+        else:
+            raise TypeError(f"predicates[{key!r}] must be a callable(pyarrow.RecordBatch) -> boolean array or a "
+                            f"boolean Column, got {type(pred).__name__}")
+        names.append(key)
+    return names, callables, columns
+
+
+def _batch_id() -> str:
+    """The streaming micro-batch id of this task (Spark's local property), or ``"?"`` outside one."""
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        value = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+    except Exception:   # not in a Spark task (direct calls in tests)
+        value = None
+    return value if value is not None else "?"
+
+
+class _Chain:
+    """The worker side: every Arrow batch through the predicates in the plan's order, then one report row."""
+
+    def __init__(self, label: str, names: tuple, callables: dict, columns: tuple, control, schema: pa.Schema,
+                 counters: tuple):
+        self.label, self.names, self.callables, self.columns = label, names, callables, columns
+        self.control, self.schema, self.counters = control, schema, counters
+
+    def order(self) -> tuple[str, ...]:
+        """The evaluation order of this batch: the entry's ``plan_id``, else the order of ``predicates``."""
+        entry = self.control.entry() if self.control is not None else None
+        plan = entry.get("plan_id") if entry is not None else None
+        if plan is None:
+            return self.names
+        try:
+            return parse_chain_plan(plan, self.names, operator=self.label)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (micro-batch {_batch_id()})") from None
+
+    def __call__(self, batches):
+        order = self.order()
+        totals = dict.fromkeys(self.counters, 0)
+        for batch in batches:
+            kept = self.run(batch, order, totals)
+            yield self._data(kept)
+        yield self._report(totals)
+
+    def run(self, batch: pa.RecordBatch, order, totals: dict) -> pa.RecordBatch:
+        """The rows of ``batch`` that pass every predicate, evaluated in ``order``; counts into ``totals``."""
+        totals["input_rows"] += batch.num_rows
+        for name in order:
+            n = batch.num_rows
+            if n == 0:
+                break
+            start = time.perf_counter_ns()
+            mask = self._evaluate(name, batch)
+            batch = batch.filter(mask)   # nulls are dropped: a null result rejects the row
+            totals[_metric("nanos", name)] += time.perf_counter_ns() - start
+            totals[_metric("rows_in", name)] += n
+            totals[_metric("rows_passed", name)] += batch.num_rows
+        totals["output_rows"] += batch.num_rows
+        return batch
+
+    def _evaluate(self, name: str, batch: pa.RecordBatch) -> pa.Array:
+        fn = self.callables.get(name)
+        if fn is None:   # a Column predicate: Spark computed it already
+            return batch.column(batch.schema.get_field_index(_COLUMN + name))
+        view = batch.select(list(self.columns)) if batch.num_columns != len(self.columns) else batch
+        return self._mask(name, fn(view), batch.num_rows)
+
+    def _mask(self, name: str, result, n: int) -> pa.Array:
+        try:
+            if isinstance(result, pa.ChunkedArray):
+                result = result.combine_chunks()
+            elif not isinstance(result, pa.Array):
+                result = pa.array(np.asarray(result))
+        except (TypeError, ValueError, pa.ArrowException) as exc:
+            raise TypeError(f"{self.label}: predicate {name!r} must return a boolean array, got "
+                            f"{type(result).__name__} ({exc}) (micro-batch {_batch_id()})") from None
+        if not pa.types.is_boolean(result.type) or len(result) != n:
+            raise TypeError(f"{self.label}: predicate {name!r} must return a boolean array of {n} values (one per "
+                            f"row of its input batch), got {len(result)} values of type {result.type} "
+                            f"(micro-batch {_batch_id()})")
+        return result
+
+    def _data(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        n = batch.num_rows
+        cols = [batch.column(batch.schema.get_field_index(c)) for c in self.columns]
+        cols = [c if c.type == f.type else c.cast(f.type) for c, f in zip(cols, self.schema)]
+        cols.append(pa.array(np.zeros(n, dtype=bool)))
+        cols += [pa.nulls(n, pa.int64()) for _ in self.counters]
+        return pa.RecordBatch.from_arrays(cols, schema=self.schema)
+
+    def _report(self, totals: dict) -> pa.RecordBatch:
+        cols = [pa.nulls(1, f.type) for f in self.schema][: len(self.columns)]
+        cols.append(pa.array([True]))
+        cols += [pa.array([int(totals[c])], pa.int64()) for c in self.counters]
+        return pa.RecordBatch.from_arrays(cols, schema=self.schema)

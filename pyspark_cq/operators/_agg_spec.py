@@ -129,7 +129,7 @@ def parse_aggs(df, aggs, by: Sequence[str]) -> AggSpec:
                 _check_type(column, schema[column].dataType, name)
             requested.append((column, name))
     # Value columns and their classes.
-    for column, name in requested:
+    for column, _agg in requested:
         if column == "*":
             continue
         dtype = schema[column].dataType

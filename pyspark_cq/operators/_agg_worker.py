@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Iterator  # typing.Iterator: what PySpark inspects to pick the iterator form
+from collections.abc import Iterator  # typing.Iterator: what PySpark inspects to pick the iterator form
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,9 +22,24 @@ from pyspark.sql import types as T
 from .._native import load
 from ..control import ControlHandle, Entry
 from . import _report, _state_bytes
+from ._agg_spec import (
+    OP_COUNT,
+    OP_MAX_F,
+    OP_MIN_F,
+    OP_SUM_F,
+    OUT_AVG_F,
+    OUT_AVG_I,
+    OUT_MAX,
+    OUT_MIN,
+    OUT_SUM_F,
+    AggSpec,
+    KeyColumn,
+    arrow_type,
+    from_int64,
+    nonnull_numpy,
+    to_int64,
+)
 from ._shards import AGGREGATE, check_shard_count, default_rule, shard_key_values, with_shard_count
-from ._agg_spec import AggSpec, KeyColumn, arrow_type, from_int64, nonnull_numpy, to_int64
-from ._agg_spec import OP_COUNT, OP_MAX_F, OP_MIN_F, OP_SUM_F, OUT_AVG_F, OUT_AVG_I, OUT_MAX, OUT_MIN, OUT_SUM_F
 
 _FLOAT_OPS = (OP_SUM_F, OP_MIN_F, OP_MAX_F)
 
@@ -85,7 +100,8 @@ class AggConfig:
     def sliced_schema(self, tag_metadata: dict | None, float_partials: bool = False) -> T.StructType:
         """Spark schema of the sliced rows. With ``float_partials`` the floating partials (sums, and
         min/max of floating columns) are doubles, as Spark's own aggregation computes them, instead of
-        the kernel's int64 encoding (see :func:`encode_float_partials`)."""
+        the kernel's int64 encoding (see :func:`encode_float_partials`).
+        """
         fields = [T.StructField(SHARD, T.LongType(), False), T.StructField(KHASH, T.LongType(), False)]
         for i, k in enumerate(self.keys):
             if k.transport == "raw":
@@ -95,7 +111,8 @@ class AggConfig:
                 if k.nullable:
                     fields.append(T.StructField(null_name(i), T.BooleanType(), False))
         fields.append(T.StructField(START, T.LongType(), False))
-        fields += [T.StructField(partial_name(j), T.DoubleType() if float_partials and op in _FLOAT_OPS else T.LongType(),
+        fields += [T.StructField(partial_name(j),
+                                 T.DoubleType() if float_partials and op in _FLOAT_OPS else T.LongType(),
                                  True) for j, (op, _) in enumerate(self.spec.ops)]
         fields.append(T.StructField(BAD, T.LongType(), False))
         if tag_metadata is not None:
@@ -204,7 +221,8 @@ def round_starts(times: np.ndarray, gsched) -> np.ndarray:
 def last_window_end(starts: np.ndarray, segments, slide: int) -> np.ndarray:
     """Per slice start ``r``: the largest end of a window ``[k·S, k·S + W(k·S))`` containing ``r``
     (int64 min when none does). In a segment of constant ``W`` the latest window containing ``r`` ends
-    last, so one candidate per segment suffices."""
+    last, so one candidate per segment suffices.
+    """
     best = np.full(len(starts), np.iinfo(np.int64).min, dtype=np.int64)
     for lo, hi, w in segments:
         top = starts if hi is None else np.minimum(starts, hi - 1)
@@ -247,7 +265,8 @@ class Slicer:
 
     def slice(self, kernel, batch: pa.RecordBatch, gsched=None):
         """Slices of one Arrow batch; with a granularity schedule each row is rounded down with the
-        granularity in effect at its time (so slices of several granularities may come out)."""
+        granularity in effect at its time (so slices of several granularities may come out).
+        """
         config, spec = self.config, self.config.spec
         t, tv = nonnull_numpy(to_int64(batch.column(TIME)), np.int64)
         h = np.ascontiguousarray(batch.column(HASH).to_numpy(zero_copy_only=False), dtype=np.int64)
@@ -256,7 +275,8 @@ class Slicer:
             col = batch.column(value_name(i))
             if vc.cls == "c":
                 values.append(None)
-                valids.append(col.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8) if col.null_count else None)
+                valids.append(col.is_valid().to_numpy(zero_copy_only=False).astype(np.uint8)
+                              if col.null_count else None)
             else:
                 v, m = nonnull_numpy(to_int64(col) if vc.cls == "i" else col.cast(pa.float64()),
                                      np.int64 if vc.cls == "i" else np.float64)
@@ -399,7 +419,8 @@ def _int64(table: pa.Table, name: str) -> np.ndarray:
 
 def _unmarked(table: pa.Table) -> tuple[pa.Table, int, int]:
     """The slices of ``table`` without the marker rows (count(*) = 0), the null-time rows the markers
-    carry, and the input rows the slices stand for."""
+    carry, and the input rows the slices stand for.
+    """
     bad = int(_int64(table, BAD).sum()) if table.num_rows else 0
     rows = _int64(table, partial_name(0))
     real = np.flatnonzero(rows > 0)  # markers carry count(*) = 0
@@ -409,7 +430,8 @@ def _unmarked(table: pa.Table) -> tuple[pa.Table, int, int]:
 
 def _restore(kernel, config: AggConfig, state: tuple | None):
     """The shard's kernel state, its key table (None without ``by``) and the late-event watermark (the
-    previous batch's; None without a watermark), from the saved ``state`` or new."""
+    previous batch's; None without a watermark), from the saved ``state`` or new.
+    """
     spec = config.spec
     runs = config.emit == "changes"
     if state is not None:
@@ -433,7 +455,8 @@ def _restore(kernel, config: AggConfig, state: tuple | None):
 def _drop_late_slices(config: AggConfig, params: BatchParams, data: pa.Table, late_end: int | None):
     """``data`` without the slices every window of which ended by the late-event watermark, and the rows
     they stand for. Only with a window-size schedule: window sizes then vary by window start, and the
-    test is exact per slice; with one size the kernel's ingest decides (per slice and window)."""
+    test is exact per slice; with one size the kernel's ingest decides (per slice and window).
+    """
     starts = _int64(data, START)
     if len(params.segments) <= 1 or late_end is None or not len(starts):
         return data, 0
@@ -447,7 +470,8 @@ def _drop_late_slices(config: AggConfig, params: BatchParams, data: pa.Table, la
 def _sweep_grid(config: AggConfig, params: BatchParams, entry: Entry | None, starts: np.ndarray) -> int:
     """The sweep step of ``emit="changes"``: the entry's grid, refined so that every incoming slice
     start lies on it (the slicer may have read a newer entry, with a granularity this read does not
-    know yet)."""
+    know yet).
+    """
     grid = params.grid
     if config.emit == "changes" and entry is not None and len(starts):
         grid = int(np.gcd.reduce(np.append(np.mod(starts, grid), grid)))
@@ -456,7 +480,8 @@ def _sweep_grid(config: AggConfig, params: BatchParams, entry: Entry | None, sta
 
 def _ingest(st, config: AggConfig, params: BatchParams, data: pa.Table, keys_tbl, step: int, late_end):
     """Merge the slices into the state (the kernel drops late (slice, window) pairs when one window
-    size applies); returns the updated key table and the late rows the kernel counted."""
+    size applies); returns the updated key table and the late rows the kernel counted.
+    """
     segmented = len(params.segments) > 1   # a window-size schedule: _drop_late_slices decided
     hashes = _int64(data, KHASH)
     partials = [_int64(data, partial_name(j)) for j in range(len(config.spec.ops))]
@@ -469,7 +494,8 @@ def _ingest(st, config: AggConfig, params: BatchParams, data: pa.Table, keys_tbl
 
 def _update_keys(config: AggConfig, data: pa.Table, keys_tbl: pa.Table, slot, new_rows, hashes) -> pa.Table:
     """The key table with the keys of new slots appended; raises RuntimeError when an accepted slice's
-    key differs from its slot's key (two keys sharing a 64-bit hash)."""
+    key differs from its slot's key (two keys sharing a 64-bit hash).
+    """
     accepted = np.flatnonzero(slot >= 0)
     if len(new_rows):
         fresh = pa.table(decode_keys(config, data, new_rows), names=keys_tbl.column_names)
@@ -489,7 +515,8 @@ def _update_keys(config: AggConfig, data: pa.Table, keys_tbl: pa.Table, slot, ne
 
 def _emit(st, config: AggConfig, params: BatchParams, grid: int, late_end, wm, keys_tbl) -> pa.Table:
     """The output rows of this batch: windows (or change intervals) whose end lies in the batch's range
-    -- (late_end, wm] in append mode, every touched one in update mode, all of them in batch mode."""
+    -- (late_end, wm] in append mode, every touched one in update mode, all of them in batch mode.
+    """
     if config.mode == "batch":
         lo, hi = None, None
     elif config.mode == "append":
@@ -510,7 +537,8 @@ def _emit(st, config: AggConfig, params: BatchParams, grid: int, late_end, wm, k
 def _evict(st, config: AggConfig, params: BatchParams, step: int, wm, keys_tbl):
     """Drop the slices whose windows all ended by the watermark (and their keys' rows of the key table
     when keys leave); returns (slices evicted, key table). Records ``wm`` as the next batch's
-    late-event watermark."""
+    late-event watermark.
+    """
     if not config.watermark or wm is None:
         return 0, keys_tbl
     # With several window sizes the largest decides: no slice an open window needs is dropped.
@@ -567,7 +595,8 @@ def _arrow_schema(sliced: T.StructType) -> pa.Schema:
 
 def _to_arrow(pdf: pd.DataFrame, schema: pa.Schema) -> pa.Table:
     """Sliced rows from pandas. Floating columns keep NaN as NaN (``Table.from_pandas`` would make it
-    null): Spark already turned their nulls into NaN, and the partials' nulls are told apart by counts."""
+    null): Spark already turned their nulls into NaN, and the partials' nulls are told apart by counts.
+    """
     arrays = []
     for field in schema:
         series = pdf[field.name]
@@ -609,7 +638,8 @@ class StatefulShard:
 
 def encode_float_partials(config: AggConfig, table: pa.Table) -> pa.Table:
     """Turn partials computed by Spark's aggregation (doubles, null without values) into the kernel's
-    int64 encoding: sums bit-cast, min/max as order keys, identities where the column had no value."""
+    int64 encoding: sums bit-cast, min/max as order keys, identities where the column had no value.
+    """
     ops = config.spec.ops
     count_of = {col: j for j, (op, col) in enumerate(ops) if op == OP_COUNT}
     kernel = load("_aggregate")
@@ -617,7 +647,7 @@ def encode_float_partials(config: AggConfig, table: pa.Table) -> pa.Table:
         if op not in _FLOAT_OPS:
             continue
         name = partial_name(j)
-        empty = np.asarray(table.column(partial_name(count_of[col])).to_numpy(zero_copy_only=False), dtype=np.int64) == 0
+        empty = _int64(table, partial_name(count_of[col])) == 0
         values = np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
         if op == OP_SUM_F:
             encoded = np.where(empty, 0.0, values).view(np.int64)  # all-null slice: Spark's sum is null
@@ -649,7 +679,8 @@ class BatchShard:
 
 def batch_function(config: AggConfig, sliced: T.StructType, float_partials: bool = False):
     """The iterator form of ``applyInPandas`` (inferred from the type hints), so data and report rows
-    are converted to Arrow separately."""
+    are converted to Arrow separately.
+    """
     runner = BatchShard(config, sliced, float_partials)
 
     def apply_shard(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:

@@ -42,7 +42,8 @@ _I64_MAX = np.iinfo(np.int64).max
 @dataclass(frozen=True)
 class JoinConfig:
     """The picklable subset of a :class:`~pyspark_cq.operators._join_spec.JoinSpec` the workers need
-    (fixed when the query is defined, shipped with the closures)."""
+    (fixed when the query is defined, shipped with the closures).
+    """
 
     key_codecs: tuple[ColumnCodec, ...]
     side_codecs: tuple[tuple[ColumnCodec, ...], tuple[ColumnCodec, ...]]
@@ -164,7 +165,8 @@ _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
 def _splitmix64_finalize(x: np.ndarray) -> np.ndarray:
     """splitmix64's finaliser on a uint64 array (wrapping arithmetic); native/common.hpp's
-    ``splitmix64_finalize``."""
+    ``splitmix64_finalize``.
+    """
     x = x ^ (x >> np.uint64(30))
     x = x * _MIX1
     x = x ^ (x >> np.uint64(27))
@@ -236,7 +238,8 @@ class PayloadSide:
 
     def check_shards(self, shards: int | None) -> None:
         """Refuse state written with another shard count, e.g. after ``spark.sql.shuffle.partitions``
-        changed under the default ``shards``."""
+        changed under the default ``shards``.
+        """
         if shards is not None:
             check_shard_count(self.table, shards, JOIN, default_rule(JOIN))
 
@@ -300,7 +303,8 @@ class JoinWorker:
     def _insert_probe(self, kernel, sides, side: int, table: pa.Table, micros: np.ndarray, null_time: np.ndarray,
                       wm_ms: int | None, entry):
         """Probe the other side's state with one side's rows and store them (kernel ``insert_probe``);
-        returns the matched pairs as (left payload ids, right payload ids)."""
+        returns the matched pairs as (left payload ids, right payload ids).
+        """
         config = self.config
         lower, upper, window = config.row_bounds(entry, side, micros)
         if window is not None:
@@ -362,7 +366,8 @@ class JoinWorker:
     def _rows(self, sides, left_ids, right_ids) -> pa.Table:
         """Output rows for matched pairs (both ids), or unmatched rows of one side (other ids None).
 
-        Payload types as stored (TIMESTAMP columns naive in the session zone); see :meth:`_packed`."""
+        Payload types as stored (TIMESTAMP columns naive in the session zone); see :meth:`_packed`.
+        """
         config = self.config
         n = len(left_ids) if left_ids is not None else len(right_ids)
         lt = sides[LEFT].take(left_ids) if left_ids is not None else None
@@ -395,7 +400,8 @@ class JoinWorker:
 
     def _packed(self, parts) -> pa.Table | None:
         """The streaming output rows in the output's Arrow schema (TIMESTAMP columns are exact UTC
-        instants already: see _join_codec)."""
+        instants already: see _join_codec).
+        """
         if not parts:
             return None
         table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
@@ -424,7 +430,7 @@ class JoinWorker:
     # -- state
 
     def _entry(self):
-        """This batch's control-table entry (one stat when unchanged), or None."""
+        """The control-table entry of this batch (one stat when unchanged), or None."""
         return None if self.config.control is None else self.config.control.entry()
 
     def _kernel(self, blob):
@@ -457,7 +463,8 @@ class JoinWorker:
 
     def _save(self, state, kernel, sides, wm_ms: int) -> int:
         """Keep the state in the GroupState (remove it when empty), set the timeout at which its first row
-        expires; returns the bytes kept."""
+        expires; returns the bytes kept.
+        """
         if kernel.rows(LEFT) + kernel.rows(RIGHT) == 0:
             state.remove()
             return 0

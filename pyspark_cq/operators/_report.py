@@ -96,7 +96,8 @@ def arrow_schema(schema: T.StructType) -> pa.Schema:
 
 def packed_row(table: pa.Table | None, schema: pa.Schema, metrics=METRICS, **counters: int) -> pd.DataFrame:
     """One packed output row: ``table`` (cast to ``schema``, the operator's Arrow output schema) as an
-    IPC stream, or null when there are no rows, and the ``counters`` (others 0)."""
+    IPC stream, or null when there are no rows, and the ``counters`` (others 0).
+    """
     unknown = set(counters) - set(metrics)
     if unknown:
         raise ValueError(f"counters: unknown counter(s) {sorted(unknown)}; known: {metrics}")
@@ -126,7 +127,8 @@ class _Unpack:
 
 def attach_packed(df, name: str, schema: T.StructType, metrics=METRICS):
     """:func:`attach` for packed output: observe the counters under ``name`` and unpack the data rows,
-    whose Spark ``schema`` is the operator's output schema."""
+    whose Spark ``schema`` is the operator's output schema.
+    """
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty string, got {name!r}")
     observed = df.observe(name, *[F.coalesce(F.sum(_col(m)), F.lit(0)).alias(m) for m in metrics])

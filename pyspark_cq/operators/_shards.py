@@ -64,7 +64,8 @@ def murmur3_long(values: np.ndarray, seed: int = _SEED) -> np.ndarray:
 @functools.lru_cache(maxsize=64)
 def shard_keys(shards: int) -> np.ndarray:
     """The group key of each shard ``0 .. shards-1`` (int64, read-only): the smallest non-negative
-    value whose murmur3 hash has the shard index in its low ``ceil(log2(shards))`` bits."""
+    value whose murmur3 hash has the shard index in its low ``ceil(log2(shards))`` bits.
+    """
     if isinstance(shards, bool) or not isinstance(shards, (int, np.integer)) or shards < 1:
         raise ValueError(f"shards must be a positive int, got {shards!r}")
     bits = max(1, int(shards - 1).bit_length())
@@ -85,7 +86,8 @@ def shard_keys(shards: int) -> np.ndarray:
 
 def shard_key_column(key_hash: Column, shards: int) -> Column:
     """Spark expression: the group key (``long``) of the shard of a 64-bit key hash (shard
-    ``pmod(key_hash, shards)``); :func:`shard_key_values` is the same on numpy arrays."""
+    ``pmod(key_hash, shards)``); :func:`shard_key_values` is the same on numpy arrays.
+    """
     index = F.pmod(key_hash, F.lit(shards)).cast("int")
     return F.element_at(F.array(*[F.lit(int(k)) for k in shard_keys(shards)]), index + 1).cast("long")
 

@@ -11,11 +11,36 @@ from .._duration import parse_duration
 from .._native import load
 from ..control import ControlHandle
 from . import _report
+from ._agg_spec import (
+    OP_COUNT,
+    OP_MAX_F,
+    OP_MAX_I,
+    OP_MIN_F,
+    OP_MIN_I,
+    OP_ROWS,
+    OP_SUM_F,
+    OP_SUM_I,
+    key_columns,
+    parse_aggs,
+)
+from ._agg_worker import (
+    BAD,
+    HASH,
+    KHASH,
+    SHARD,
+    START,
+    TIME,
+    AggConfig,
+    Slicer,
+    StatefulShard,
+    batch_function,
+    batch_params,
+    key_name,
+    null_name,
+    partial_name,
+    value_name,
+)
 from ._shards import AGGREGATE, resolve_shards, shard_key_column
-from ._agg_spec import key_columns, parse_aggs
-from ._agg_spec import OP_COUNT, OP_MAX_F, OP_MAX_I, OP_MIN_F, OP_MIN_I, OP_ROWS, OP_SUM_F, OP_SUM_I
-from ._agg_worker import (BAD, HASH, KHASH, SHARD, START, TIME, AggConfig, Slicer, StatefulShard, batch_function,
-                          batch_params, key_name, null_name, partial_name, value_name)
 
 __all__ = ["sliding_aggregate"]
 
@@ -238,7 +263,8 @@ def _hash_expr(keys, key_exprs):
 
 def _as_long(c, dtype):
     """Spark expression of an integral / boolean / date / timestamp value as int64 (microseconds for
-    timestamps, the wall clock for timestamp_ntz), the kernel's encoding of ordered values."""
+    timestamps, the wall clock for timestamp_ntz), the kernel's encoding of ordered values.
+    """
     if isinstance(dtype, T.TimestampType):
         return F.unix_micros(c)
     if isinstance(dtype, T.TimestampNTZType):
@@ -252,7 +278,8 @@ def _as_long(c, dtype):
 
 def _granularity_expr(config: AggConfig, micros):
     """The granularity of each row: the argument, or (batch input under control) the entry's schedule
-    as read when the query is defined -- the value in effect at the row's time (PIPES §2.4.3)."""
+    as read when the query is defined -- the value in effect at the row's time (PIPES §2.4.3).
+    """
     entry = config.control.entry() if config.control is not None else None
     sched = entry.schedule("granularity") if entry is not None else None
     if sched is None:
@@ -266,7 +293,8 @@ def _granularity_expr(config: AggConfig, micros):
 def _native_slices(df, config: AggConfig, time: str):
     """Slices of a batch DataFrame computed by Spark's hash aggregation, in the sliced-row layout of
     :meth:`AggConfig.sliced_schema` (floating partials as doubles). Rows with a null time form one slice per
-    key whose count(*) is moved to the malformed counter."""
+    key whose count(*) is moved to the malformed counter.
+    """
     keys, spec = config.keys, config.spec
     micros = _as_long(F.col(time), config.time_type)
     start = micros - F.pmod(micros, _granularity_expr(config, micros))

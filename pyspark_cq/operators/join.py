@@ -40,8 +40,19 @@ from .._native import load
 from . import _report
 from ._join_codec import ColumnCodec, codecs_for, normalized_key
 from ._join_spec import JoinSpec
-from ._join_worker import LEFT, METRICS, MICROS, RIGHT, SHARD, SHED, SIDE, TIME, JoinConfig, JoinWorker
-from ._join_worker import state_watermarks  # noqa: F401  (documented here: docs/cost-model.md)
+from ._join_worker import (
+    LEFT,
+    METRICS,
+    MICROS,
+    RIGHT,
+    SHARD,
+    SHED,
+    SIDE,
+    TIME,
+    JoinConfig,
+    JoinWorker,
+    state_watermarks,  # noqa: F401  (documented here: docs/cost-model.md)
+)
 from ._shards import shard_key_column
 
 __all__ = ["interval_join", "window_join"]

@@ -22,6 +22,7 @@ CFLAGS = ["-O3"] if sys.platform != "win32" else ["/O2"]
 
 
 def cython_extensions():
+    """Every ``native/<name>.pyx`` as the Cython extension ``pyspark_cq._<name>``."""
     exts = []
     for pyx in sorted(NATIVE.glob("*.pyx")):
         exts.append(
@@ -37,6 +38,7 @@ def cython_extensions():
 
 
 def pybind_extensions():
+    """Every ``native/<name>.cpp`` with a ``PYBIND11_MODULE`` as the extension ``pyspark_cq._<name>``."""
     exts = []
     for cpp in sorted(NATIVE.glob("*.cpp")):
         if not re.search(r"PYBIND11_MODULE\s*\(", cpp.read_text()):

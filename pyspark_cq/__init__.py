@@ -22,7 +22,7 @@ _EXPORTS = {
     "parse_duration": "._duration",
     "spark": ".session",
     "find_java": ".session",
-    "read_metrics": ".operators._report",
+    "read_metrics": ".operators._metrics",
     "granularity": ".operators.granularity",
     "interval_join": ".operators.join",
     "window_join": ".operators.join",

@@ -3,23 +3,17 @@ change intervals against Algorithm 1, granularity, types, and argument checks.""
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import aggregate_reference as R
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 import pyspark_cq
 from pyspark_cq import sliding_aggregate
-
-_ref_spec = importlib.util.spec_from_file_location("aggregate_reference",
-                                                   Path(__file__).with_name("test_aggregate_reference.py"))
-R = importlib.util.module_from_spec(_ref_spec)
-_ref_spec.loader.exec_module(R)
 
 EPOCH = dt.datetime(1970, 1, 1)
 

@@ -7,7 +7,6 @@ while the query runs, driven batch by batch (no timing).
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 import uuid
 from pathlib import Path
@@ -15,23 +14,16 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from helpers import aggregate_pipeline, aggregate_reference
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pyspark_cq.operators._shards import shard_keys
+from pyspark_cq.control import ControlHandle, ControlTable
 from pyspark_cq.operators._agg_worker import SHARD, Slicer, batch_params, read_entry, run_shard
-from pyspark_cq.runtime.control import ControlHandle, ControlTable
+from pyspark_cq.operators._shards import shard_keys
 
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(name + ".py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-R = _load("test_aggregate_reference")
-KT = _load("test_aggregate_kernel")
+R = aggregate_reference
+KT = aggregate_pipeline
 AGGS = KT.ALL_AGGS
 AGG_LIST = KT.agg_list(AGGS)
 
@@ -338,7 +330,7 @@ def test_control_argument_is_validated(spark, tmp_dir):
     from pyspark_cq import sliding_aggregate
 
     df = spark.createDataFrame([(1,)], "k long").selectExpr("timestamp_seconds(k) AS ts", "k")
-    with pytest.raises(TypeError, match="control must be a pyspark_cq.runtime.control.ControlHandle"):
+    with pytest.raises(TypeError, match="control must be a pyspark_cq.control.ControlHandle"):
         sliding_aggregate(df, "ts", "10 seconds", control="control.json")
     table = control_table(tmp_dir, 10 * SEC, SEC, w_changes=[(20 * SEC, 2 * SEC)])
     with pytest.raises(TypeError, match="got ControlTable"):
@@ -351,6 +343,12 @@ def test_control_argument_is_validated(spark, tmp_dir):
     # No name: the report is filed under the operator id.
     out = sliding_aggregate(df, "ts", "10 seconds", control=ControlHandle(str(tmp_dir / "absent.json"), "agg7"))
     assert "agg7" in out._jdf.queryExecution().analyzed().toString()
+    # An entry that sets what the aggregation does not read (load shedding, a plan) is refused, naming it.
+    table.register("agg8", drop_ratio=0.3, plan_id="p1")
+    with pytest.raises(ValueError, match=r"sliding_aggregate 'agg8'.*drop_ratio, plan_id.*does not read"):
+        sliding_aggregate(df, "ts", "10 seconds", control=table.handle("agg8"))
+    table.register("agg9", drop_ratio=0.0)    # drops nothing: accepted
+    sliding_aggregate(df, "ts", "10 seconds", control=table.handle("agg9"))
 
 
 def test_window_below_slide_and_window_change_in_changes_mode_are_errors(tmp_path):

@@ -2,144 +2,42 @@
 
 Rows go through the real map-side slicer and the real per-shard step (``run_shard``), batch by batch,
 with the state serialized between batches exactly as in ``applyInPandasWithState``; only Spark itself
-is replaced (its watermarks are computed as Spark computes them, see test_aggregate_reference.py).
+is replaced (its watermarks are computed as Spark computes them, see tests/helpers/aggregate_reference.py).
 """
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from helpers import aggregate_reference as R
+from helpers.aggregate_pipeline import (
+    ALL_AGGS,
+    K,
+    agg_list,
+    arrival_order,
+    assert_same,
+    floats,
+    make_plan,
+    rows_of,
+    rows_st,
+    run_stream,
+    slice_rows,
+    split_batches,
+    stream_st,
+    values,
+    window_slide,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import types as T
 
-from pyspark_cq._native import load
 from pyspark_cq.operators import _agg_spec as S
 from pyspark_cq.operators import _state_bytes
+from pyspark_cq.operators._agg_worker import SHARD, run_shard
 from pyspark_cq.operators._shards import shard_keys
-from pyspark_cq.operators._agg_worker import HASH, SHARD, TIME, AggConfig, Slicer, key_name, run_shard, value_name
 
-_ref_spec = importlib.util.spec_from_file_location("aggregate_reference",
-                                                   Path(__file__).with_name("test_aggregate_reference.py"))
-R = importlib.util.module_from_spec(_ref_spec)
-_ref_spec.loader.exec_module(R)
-
-K = load("_aggregate")
-
-
-class _Schema:
-    """Stands in for a DataFrame where only ``.schema`` is read (spec parsing)."""
-
-    def __init__(self, schema: T.StructType):
-        self.schema = schema
-
-
-SCHEMA = T.StructType([
-    T.StructField("t", T.TimestampType()),
-    T.StructField("k", T.LongType()),
-    T.StructField("v", T.LongType()),
-    T.StructField("x", T.DoubleType()),
-])
-ALL_AGGS = {"v": ["sum", "min", "max", "avg", "count"], "x": ["sum", "max", "min", "avg"], "*": ["count"]}
-
-
-def agg_list(aggs):
-    return [(c, a) for c, names in aggs.items() for a in names]
-
-
-def make_plan(window, slide, granularity=None, aggs=None, emit="windows", mode="batch", shards=3,
-              watermark=False, schema=SCHEMA, by=("k",)):
-    df = _Schema(schema)
-    aggs = aggs or ALL_AGGS
-    spec = S.parse_aggs(df, aggs, list(by))
-    keys = S.key_columns(df, list(by))
-    g = granularity or math.gcd(window, slide)
-    bounds = ("window_start", "window_end") if emit == "windows" else ("valid_from", "valid_to")
-    names = bounds + tuple(by) + tuple(o.name for o in spec.outputs)
-    return AggConfig(spec, keys, T.TimestampType(), window, slide, g, emit, mode, watermark, shards, names)
-
-
-def input_batch(rows, plan, hash_of=None):
-    """The slicer's input as Spark would send it: time, key hash, keys, values."""
-    hash_of = hash_of or (lambda k: -1 if k is None else k * 7919 + 3)
-    cols = {TIME: pa.array([r["t"] for r in rows], type=pa.timestamp("us", tz="UTC")),
-            HASH: pa.array([hash_of(r.get("k")) for r in rows], type=pa.int64())}
-    for i, k in enumerate(plan.keys):
-        cols[key_name(i)] = pa.array([r[k.name] for r in rows], type=S.arrow_type(k.dtype))
-    for i, vc in enumerate(plan.spec.values):
-        cols[value_name(i)] = pa.array([r[vc.name] for r in rows], type=S.arrow_type(vc.dtype))
-    return pa.RecordBatch.from_pydict(cols)
-
-
-def slice_rows(plan, rows, tasks=2, hash_of=None):
-    """Sliced rows of one micro-batch, produced by ``tasks`` map tasks (so slices of one key and granule
-    may arrive twice and must merge)."""
-    out = []
-    for part in range(tasks):
-        chunk = rows[part::tasks]
-        batches = [input_batch(chunk, plan, hash_of)] if chunk else []
-        out += list(Slicer(plan, tag=False)(batches))
-    return pa.Table.from_batches(out)
-
-
-def rows_of(table: pa.Table, plan):
-    """{(from, to, key): aggregates} of an output table, times in microseconds."""
-    d = table.to_pydict()
-    names = plan.out_names
-    out = {}
-    for i in range(table.num_rows):
-        frm = table.column(0)[i].cast(pa.int64()).as_py()
-        to = table.column(1)[i].cast(pa.int64()).as_py()
-        key = d[names[2]][i] if plan.keys else None
-        vals = tuple(d[n][i] for n in names[2 + len(plan.keys):])
-        out[(frm, to, key)] = vals
-    return out
-
-
-def run_stream(plan, batches, wms, hash_of=None):
-    """Drive run_shard over micro-batches like applyInPandasWithState; returns (outputs per batch, metrics)."""
-    states = {}
-    outputs, metrics = [], []
-    for b, batch in enumerate(batches + [[]]):
-        table = slice_rows(plan, batch, hash_of=hash_of) if batch else Slicer(plan, tag=False).markers(0)
-        table = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
-        shard_col = np.asarray(table.column(SHARD).to_numpy())
-        emitted, m = {}, {}
-        for s in shard_keys(plan.shards):  # the shards' group keys (operators/_shards.py)
-            part = table.take(pa.array(np.flatnonzero(shard_col == s)))
-            res = run_shard(plan, part, states.get(s), wms[b])
-            states[s] = res.state
-            emitted.update(rows_of(res.output, plan))
-            for name, value in res.metrics.items():
-                m[name] = m.get(name, 0) + value
-        outputs.append(emitted)
-        metrics.append(m)
-    return outputs, metrics
-
-
-def assert_same(got: dict, want: dict):
-    assert set(got) == set(want), (sorted(set(got) - set(want))[:5], sorted(set(want) - set(got))[:5])
-    for key in want:
-        for g, w in zip(got[key], want[key]):
-            if isinstance(w, float) and isinstance(g, float):
-                assert (math.isnan(w) and math.isnan(g)) or g == pytest.approx(w, rel=1e-9, abs=1e-9), (key, got[key], want[key])
-            else:
-                assert g == w, (key, got[key], want[key])
-
-
-values = st.one_of(st.none(), st.integers(-1000, 1000))
-floats = st.one_of(st.none(), st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from([math.nan, 0.0, -0.0, math.inf]))
-rows_st = st.lists(st.fixed_dictionaries({
-    "t": st.integers(0, 200), "k": st.one_of(st.none(), st.integers(0, 6)), "v": values, "x": floats}),
-    max_size=60)
-window_slide = st.sampled_from([(1, 1), (3, 1), (12, 4), (10, 4), (6, 6), (60, 1), (7, 3), (9, 2)])
-
-
-# ---- constants and small kernels ---------------------------------------------------------------------
 
 def test_codes_match_the_compiled_module():
     assert (S.OP_ROWS, S.OP_COUNT, S.OP_SUM_I, S.OP_SUM_F) == (K.OP_ROWS, K.OP_COUNT, K.OP_SUM_I, K.OP_SUM_F)
@@ -233,29 +131,6 @@ def test_coarser_granularity_rounds_times_down(rows, wsg):
         part = table.filter(pa.compute.equal(table.column(SHARD), shard))
         got.update(rows_of(run_shard(plan, part, None, None).output, plan))
     assert_same(got, R.spark_windows(rows, "t", "k", w, s, agg_list(ALL_AGGS), granularity=g))
-
-
-def split_batches(rows, cuts):
-    """Rows in arrival order cut into micro-batches (some empty)."""
-    bounds = sorted(set(min(c, len(rows)) for c in cuts))
-    out, prev = [], 0
-    for b in bounds + [len(rows)]:
-        out.append(rows[prev:b])
-        prev = b
-    return out
-
-
-stream_st = st.tuples(
-    st.lists(st.fixed_dictionaries({"t": st.integers(0, 300), "k": st.integers(0, 9), "v": values, "x": floats}),
-             max_size=80),
-    st.lists(st.integers(0, 80), max_size=5),
-    st.sampled_from([0, 5, 20]),
-)
-
-
-def arrival_order(rows):
-    """Mostly increasing times with disorder: sort by time plus a jitter, so late rows occur."""
-    return sorted(rows, key=lambda r: r["t"] + ((r["k"] * 37 + (r["v"] or 0)) % 41) - 20)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -4,7 +4,6 @@ restart from a checkpoint, change intervals, and the per-batch metrics."""
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import os
 import uuid
 from pathlib import Path
@@ -13,15 +12,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers import aggregate_reference as R
 from pyspark.sql import functions as F
 
 import pyspark_cq
 from pyspark_cq import sliding_aggregate
-
-_ref_spec = importlib.util.spec_from_file_location("aggregate_reference",
-                                                   Path(__file__).with_name("test_aggregate_reference.py"))
-R = importlib.util.module_from_spec(_ref_spec)
-_ref_spec.loader.exec_module(R)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -160,7 +155,7 @@ def test_update_mode_last_values_equal_spark(spark, tmp_dir):
 
     def last_values(label):
         last = {}
-        for batch_id, pdf in sorted(collected[label], key=lambda item: item[0]):
+        for _batch_id, pdf in sorted(collected[label], key=lambda item: item[0]):
             for r in pdf.itertuples(index=False):
                 last[(r.window_start, r.k)] = (r.sum_v if r.sum_v == r.sum_v else None, r.max_v if r.max_v == r.max_v else None, r.count)
         return last

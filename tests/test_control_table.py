@@ -376,3 +376,26 @@ def test_reader_module_does_not_import_spark():
     code = ("import sys, pyspark_cq.control as c; "
             "assert 'pyspark' not in sys.modules, sorted(m for m in sys.modules if m.startswith('pyspark.'))")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_operators_reject_parameters_they_do_not_read(table):
+    from pyspark_cq.control import OPERATOR_PARAMETERS, operator_handle, unread_parameters
+
+    assert unread_parameters("sliding_aggregate", {"window": S, "drop_ratio": 0.5, "plan_id": "x"}) == [
+        "drop_ratio", "plan_id"]
+    assert unread_parameters("sliding_aggregate", {"drop_ratio": 0.0}) == []     # drops nothing
+    assert unread_parameters("interval_join", {"lower": -S, "drop_ratio": 0.5, "params": {}}) == []
+    assert set(OPERATOR_PARAMETERS) >= {"interval_join", "window_join", "sliding_aggregate", "select_chain"}
+    with pytest.raises(ValueError, match="operator_kind must be one of"):
+        unread_parameters("sort", {})
+    table.register("j1", lower=-S, upper=S)
+    handle = operator_handle(table.handle("j1"), "interval_join")
+    assert handle.kind == "interval_join" and handle.entry().params["upper"] == S
+    table.set("j1", window=5 * S, reason="a window on an interval join")
+    with pytest.raises(ValueError, match=r"interval_join 'j1'.*sets window.*at a micro-batch"):
+        handle.entry()
+    with pytest.raises(ValueError, match=r"when the operator was defined"):
+        operator_handle(table.handle("j1"), "interval_join")
+    with pytest.raises(TypeError, match="control must be a pyspark_cq.control.ControlHandle"):
+        operator_handle(table, "interval_join")
+    assert operator_handle(None, "interval_join") is None

@@ -2,19 +2,14 @@
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
-import os
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from helpers import join_data as jd
 from pyspark.sql import functions as F
 
 import pyspark_cq
-
-_spec = importlib.util.spec_from_file_location("_join_data", os.path.join(os.path.dirname(__file__), "_join_data.py"))
-jd = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(jd)
 
 pytestmark = pytest.mark.spark
 

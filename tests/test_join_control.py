@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 import pyspark_cq
 from pyspark_cq._native import load
+from pyspark_cq.control import ControlHandle, ControlTable
 from pyspark_cq.operators._join_codec import encode_keys
 from pyspark_cq.operators._join_worker import LEFT, RIGHT, JoinWorker, evict_at_ms, shed_mask, state_watermarks
-from pyspark_cq.runtime.control import ControlHandle, ControlTable
 
 join = load("_join")
 S = 1_000_000
@@ -225,7 +225,7 @@ def _write(root, side, i, keys, times, values):
                       f"{side}v": pa.array(values, pa.int64())})
     path = os.path.join(root, side, f"b{i:03d}.parquet")
     pq.write_table(table, path)
-    os.utime(path, (1_000_000 + i * 10, 1_000_000 + i * 10))  # file order = batch order (see _join_data)
+    os.utime(path, (1_000_000 + i * 10, 1_000_000 + i * 10))  # file order = batch order (see helpers/join_data.py)
 
 
 def _source(spark, root, side, delay="30 seconds"):
@@ -374,7 +374,7 @@ def test_bad_control_arguments_are_named(spark, tmp_dir):
         return pyspark_cq.interval_join(left, right, "k", "ts", "ts", "-1 second", "1 second",
                                         suffixes=("_l", "_r"), **kw)
 
-    with pytest.raises(TypeError, match="control must be a pyspark_cq.runtime.control.ControlHandle"):
+    with pytest.raises(TypeError, match="control must be a pyspark_cq.control.ControlHandle"):
         call(control=str(tmp_dir / "control.json"))
     for ratio in (1.0, -0.1):
         with pytest.raises(ValueError, match=r"drop_ratio must be in \[0, 1\)"):

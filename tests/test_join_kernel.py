@@ -254,7 +254,7 @@ def test_kernel_matches_reference_at_scale(seed, nkeys, ordered_ends):
         elif op == "rekey":  # new expiry keys for a side's rows, a function of their times (set_ends)
             a = int(rng.integers(1, 1000))
 
-            def rekey(t):
+            def rekey(t, a=a):
                 return t + (t * a) % 97 - 20
             times, _, _ = kernel.row_bounds(side)
             kernel.set_ends(side, np.array([rekey(t) for t in times.tolist()], dtype=np.int64))

@@ -7,10 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyspark_cq_plugins
 import pytest
 
 import pyspark_cq
-import pyspark_cq_plugins
 from pyspark_cq import _native
 from pyspark_cq.session import find_java
 

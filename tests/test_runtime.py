@@ -188,7 +188,7 @@ def _filter_builder(values_seen):
         import pyarrow as pa
         from pyspark.sql import functions as F
 
-        from pyspark_cq.operators import _report
+        from pyspark_cq.operators import _metrics
 
         handle = ctx.control("shed1", drop_ratio=0.0)
 
@@ -206,7 +206,7 @@ def _filter_builder(values_seen):
 
         src = ctx.spark.readStream.format("rate").option("rowsPerSecond", 200).option("numPartitions", 1).load()
         raw = src.select("value").mapInArrow(shed, "value long, keep boolean, ctl_version long")
-        out = _report.attach(raw, "shed1", {"input_rows": F.count(F.lit(1)),
+        out = _metrics.attach(raw, "shed1", {"input_rows": F.count(F.lit(1)),
                                             "output_rows": F.sum(F.col("keep").cast("long"))},
                              keep=F.col("keep"), drop=["keep"])
 

@@ -49,3 +49,38 @@ def test_shard_key_values_equal_the_spark_column(spark):
     for shards in (1, 3, 8):
         got = df.select(shard_key_column(F.col("h"), shards).alias("k")).toPandas().k.tolist()
         assert got == shard_key_values(hashes, shards).tolist()
+
+
+# ---- the one sharding knob (shards=) and its defaults ----------------------------------------------------
+
+
+def test_resolve_shards_spellings(spark):
+    from pyspark_cq.operators._shards import AGGREGATE, JOIN, resolve_shards
+
+    df = spark.createDataFrame([(1,)], "k long")
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    assert resolve_shards(None, JOIN, df=df) == ("shard", 2 * partitions)
+    assert resolve_shards(None, AGGREGATE, keyed=True) == ("shard", 8)
+    assert resolve_shards(None, AGGREGATE, keyed=False)[1] == 1
+    assert resolve_shards(5, JOIN, df=df) == ("shard", 5) and resolve_shards(3, AGGREGATE) == ("shard", 3)
+    assert resolve_shards("key", AGGREGATE)[0] == "key" and resolve_shards("key", JOIN, df=df)[0] == "key"
+    for bad in (0, -2, "keys", 2.5, True):
+        with pytest.raises((TypeError, ValueError), match="shards"):
+            resolve_shards(bad, JOIN, df=df)
+
+
+def test_grouping_is_a_deprecated_alias_of_shards(spark):
+    import pyspark_cq as cq
+
+    left = spark.createDataFrame([(1, 10)], "k long, v long").selectExpr("k", "v", "timestamp_seconds(v) AS ts")
+    right = spark.createDataFrame([(1, 11)], "k long, w long").selectExpr("k", "w", "timestamp_seconds(w) AS ts2")
+    args = (left, right, "k", "ts", "ts2", "-5 seconds", "5 seconds")
+    want = sorted(cq.interval_join(*args, shards="key").collect())
+    with pytest.warns(DeprecationWarning, match="shards='key'") as caught:
+        got = sorted(cq.interval_join(*args, grouping="key").collect())
+    assert got == want and len(got) == 1
+    assert caught[0].filename == __file__          # the warning points at the caller's line
+    with pytest.raises(ValueError, match="grouping must be 'shard' or 'key'"):
+        cq.interval_join(*args, grouping="rows")
+    with pytest.raises(ValueError, match="grouping"):
+        cq.interval_join(*args, grouping="shard", shards="key")

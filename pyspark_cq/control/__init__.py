@@ -17,7 +17,7 @@ name                     what
 """
 from .decision import Decision, Decisions
 from .plans import chain_plan_id, parse_chain_plan
-from .reader import FORMAT, ControlHandle, Entry, clear_cache, entry, read_table
+from .reader import FORMAT, ControlHandle, Entry, clear_cache, entry, operator_handle, read_table
 from .schedule import Schedule, Transition, granularity_effective_at
 from .schema import (
                      OPERATOR_PARAMETERS,
@@ -31,7 +31,7 @@ from .schema import (
 )
 from .table import Change, ControlTable
 
-__all__ = ["ControlTable", "Change", "ControlHandle", "Entry", "entry", "read_table", "clear_cache", "FORMAT",
-           "Schedule", "Transition", "granularity_effective_at", "Decision", "Decisions", "PARAMETERS",
-           "TRANSITION_PARAMETERS", "OPERATOR_PARAMETERS", "validate_changes", "validate_operator_id",
+__all__ = ["ControlTable", "Change", "ControlHandle", "operator_handle", "Entry", "entry", "read_table",
+           "clear_cache", "FORMAT", "Schedule", "Transition", "granularity_effective_at", "Decision", "Decisions",
+           "PARAMETERS", "TRANSITION_PARAMETERS", "OPERATOR_PARAMETERS", "validate_changes", "validate_operator_id",
            "duration_value", "unread_parameters", "check_reads", "chain_plan_id", "parse_chain_plan"]

@@ -33,8 +33,8 @@ from ._stores import reader_store
 from .schedule import Schedule, Transition
 from .schema import OPERATOR_PARAMETERS, PARAMETERS, TRANSITION_PARAMETERS, check_reads, validate_operator_id
 
-__all__ = ["Entry", "ControlHandle", "entry", "read_table", "clear_cache", "parse_document", "FORMAT",
-           "FORMAT_VERSION"]
+__all__ = ["Entry", "ControlHandle", "operator_handle", "entry", "read_table", "clear_cache", "parse_document",
+           "FORMAT", "FORMAT_VERSION"]
 
 FORMAT = "pyspark-cq/control-table"
 FORMAT_VERSION = 1
@@ -230,3 +230,18 @@ class ControlHandle:
         if e is not None and self.kind is not None:
             check_reads(self.kind, self.operator, e.params, when=when)
         return e
+
+
+def operator_handle(control, kind: str) -> ControlHandle | None:
+    """An operator's ``control=`` argument, checked and bound to the operator (``None`` stays None).
+
+    Raises TypeError naming ``control`` when it is not a :class:`ControlHandle`, and ValueError naming the
+    operator when its entry already sets a parameter an operator of ``kind`` does not read.
+    """
+    if control is None:
+        return None
+    if not isinstance(control, ControlHandle):
+        raise TypeError(f"control must be a pyspark_cq.control.ControlHandle (from ctx.control(op_id), "
+                        f"ControlTable(path).handle(op_id) or ControlHandle(path, op_id)) or None, got "
+                        f"{type(control).__name__}: {control!r}")
+    return control.bind(kind)

@@ -21,7 +21,7 @@ from pyspark.sql import types as T
 
 from .._native import load
 from ..control import ControlHandle, Entry
-from . import _report, _state_bytes
+from . import _metrics, _state_bytes
 from ._agg_spec import (
     OP_COUNT,
     OP_MAX_F,
@@ -173,8 +173,8 @@ def batch_params(config: AggConfig, entry: Entry | None) -> BatchParams:
     """Parameters of this micro-batch (see :class:`BatchParams`).
 
     Granularity changes take effect at the instant the control table recorded for them, which
-    :meth:`pyspark_cq.runtime.transitions.Schedule.with_change` already moved to
-    :func:`~pyspark_cq.runtime.transitions.granularity_effective_at` (PIPES §2.4.3: an instant of the
+    :meth:`pyspark_cq.control.schedule.Schedule.with_change` already moved to
+    :func:`~pyspark_cq.control.schedule.granularity_effective_at` (PIPES §2.4.3: an instant of the
     coarser granularity); nothing is re-derived here.
 
     Raises
@@ -615,7 +615,7 @@ class StatefulShard:
     def __init__(self, config: AggConfig, sliced: T.StructType):
         self.config = config
         self.arrow_schema = _arrow_schema(sliced)
-        self.out_schema = _report.arrow_schema(config.output_schema())
+        self.out_schema = _metrics.arrow_schema(config.output_schema())
 
     def __call__(self, key, pdfs, state):
         config = self.config
@@ -633,7 +633,7 @@ class StatefulShard:
         if config.watermark:
             # Fire at the next watermark advance even without data (no-data batches), so windows close.
             state.setTimeoutTimestamp(max(int(state.getCurrentWatermarkMs()), 1))
-        yield _report.packed_row(result.output, self.out_schema, **result.metrics)
+        yield _metrics.packed_row(result.output, self.out_schema, **result.metrics)
 
 
 def encode_float_partials(config: AggConfig, table: pa.Table) -> pa.Table:
@@ -673,8 +673,8 @@ class BatchShard:
             table = encode_float_partials(self.config, table)
         result = run_shard(self.config, table, None, None, read_entry(self.config))
         if result.output.num_rows:
-            yield _report.data_rows(_report.to_pandas(result.output))
-        yield _report.report_row(list(self.config.out_names), **result.metrics)
+            yield _metrics.data_rows(_metrics.to_pandas(result.output))
+        yield _metrics.metrics_row(list(self.config.out_names), **result.metrics)
 
 
 def batch_function(config: AggConfig, sliced: T.StructType, float_partials: bool = False):

@@ -13,7 +13,7 @@ import numpy as np
 from pyspark.sql import types as T
 
 from .. import _validate
-from ..control import ControlHandle, validate_changes
+from ..control import ControlHandle, operator_handle, validate_changes
 from ._shards import JOIN, resolve_shards
 
 #: Accepted spellings of ``how`` and the join type each means.
@@ -92,6 +92,7 @@ class JoinSpec:
         # stacklevel 4: the user's call of interval_join / window_join (-> build -> shards_argument).
         shards = shards_argument(shards, grouping, function, stacklevel=4)
         default_name = "cq_" + function
+        control = operator_handle(control, function)
         name, drop_ratio, seed = _check_control(control, name, drop_ratio, seed, default_name)
         if left.isStreaming != right.isStreaming:
             raise ValueError("left and right must both be streaming or both be batch DataFrames; got "
@@ -138,11 +139,7 @@ def _check_inputs(left, right, on, left_time, right_time) -> list[str]:
 
 
 def _check_control(control, name, drop_ratio, seed, default_name) -> tuple[str, float, int]:
-    """The report name, drop ratio and seed, checked (``control`` must be a ControlHandle or None)."""
-    if control is not None and not isinstance(control, ControlHandle):
-        raise TypeError("control must be a pyspark_cq.runtime.control.ControlHandle (from ctx.control(op_id), "
-                        "ControlTable(path).handle(op_id) or ControlHandle(path, op_id)) or None, got "
-                        f"{type(control).__name__}: {control!r}")
+    """The metrics name, drop ratio and seed, checked (``control``: a bound ControlHandle or None)."""
     drop_ratio = validate_changes({"drop_ratio": drop_ratio})["drop_ratio"]
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int, got {seed!r}")

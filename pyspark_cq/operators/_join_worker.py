@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from .._native import load
 from ..control import ControlHandle
-from . import _report, _state_bytes
+from . import _metrics, _state_bytes
 from ._join_codec import ColumnCodec, codecs_for, encode_keys
 from ._shards import JOIN, check_shard_count, default_rule, with_shard_count
 
@@ -34,8 +34,8 @@ SHARD = "__cq_shard"
 TIME = "__cq_t"          # the event-time column, carrying the watermark marker (Spark drops late rows)
 MICROS = "__cq_tus"      # the same instant as epoch microseconds, for the kernel
 WINDOW = "__cq_w"        # window join under a control table: the row's own window (µs)
-SHED = "shed_rows"       # the join's own counter next to _report.METRICS
-METRICS = _report.METRICS + (SHED,)
+SHED = "shed_rows"       # the join's own counter next to _metrics.METRICS
+METRICS = _metrics.METRICS + (SHED,)
 _I64_MAX = np.iinfo(np.int64).max
 
 
@@ -69,7 +69,7 @@ class JoinConfig:
         if spec.window:
             out += ("valid_from", "valid_to")
         return cls(keys, (lc, rc), out, len(spec.keys), spec.how, spec.lower, spec.upper, spec.window,
-                   spec.control, spec.drop_ratio, spec.seed, out_arrow=_report.arrow_schema(spec.output_schema()),
+                   spec.control, spec.drop_ratio, spec.seed, out_arrow=_metrics.arrow_schema(spec.output_schema()),
                    shards=spec.shards if spec.layout == "shard" else None)
 
     def payload_schema(self, side: int) -> pa.Schema:
@@ -197,7 +197,7 @@ def shed_mask(table: pa.Table, micros: np.ndarray, side: int, seed: int, ratio: 
     n = table.num_rows
     if ratio <= 0.0 or n == 0:
         return np.zeros(n, dtype=bool)
-    values = pd.util.hash_pandas_object(_report.to_pandas(table), index=False).to_numpy(dtype=np.uint64)
+    values = pd.util.hash_pandas_object(_metrics.to_pandas(table), index=False).to_numpy(dtype=np.uint64)
     h = _splitmix64_finalize(np.full(n, (int(seed) * 2 + side) % 2**64, dtype=np.uint64))
     h = _splitmix64_finalize(h ^ np.asarray(micros, dtype=np.int64).view(np.uint64))
     h = _splitmix64_finalize(h ^ values)
@@ -415,15 +415,15 @@ class JoinWorker:
         side = pdf[SIDE].to_numpy()
         return [pdf[side == LEFT].reset_index(drop=True), pdf[side == RIGHT].reset_index(drop=True)]
 
-    def _report(self, shed_rows=0, **counters) -> pd.DataFrame:
-        row = _report.report_row(self.config.out_columns, **counters)
-        row[_report.PREFIX + SHED] = [int(shed_rows)]
+    def _metrics_row(self, shed_rows=0, **counters) -> pd.DataFrame:
+        row = _metrics.metrics_row(self.config.out_columns, **counters)
+        row[_metrics.PREFIX + SHED] = [int(shed_rows)]
         return row
 
     @staticmethod
     def _data(part: pd.DataFrame) -> pd.DataFrame:
-        out = _report.data_rows(part)
-        out[_report.PREFIX + SHED] = pd.arrays.IntegerArray(np.zeros(len(out), dtype=np.int64),
+        out = _metrics.data_rows(part)
+        out[_metrics.PREFIX + SHED] = pd.arrays.IntegerArray(np.zeros(len(out), dtype=np.int64),
                                                             np.ones(len(out), dtype=bool))
         return out
 
@@ -491,7 +491,7 @@ class JoinWorker:
         parts, n_evicted, malformed, shed = self._process(kernel, sides, inputs, wm_ms, entry)
         state_bytes = self._save(state, kernel, sides, wm_ms)
         out = self._packed(parts)
-        yield _report.packed_row(out, self.config.out_arrow, METRICS, input_rows=n_in,
+        yield _metrics.packed_row(out, self.config.out_arrow, METRICS, input_rows=n_in,
                                  output_rows=0 if out is None else out.num_rows,
                                  state_rows=kernel.rows(LEFT) + kernel.rows(RIGHT), state_bytes=state_bytes,
                                  evicted_rows=n_evicted, malformed_rows=malformed, shed_rows=shed)
@@ -501,7 +501,7 @@ class JoinWorker:
     def batch(self, left_pdf, right_pdf):
         kernel, sides = self._new()
         parts, _, _, shed = self._process(kernel, sides, [left_pdf, right_pdf], None, self._entry())
-        frames = [self._data(_report.to_pandas(p)) for p in parts]
+        frames = [self._data(_metrics.to_pandas(p)) for p in parts]
         n_out = sum(p.num_rows for p in parts)
-        frames.append(self._report(input_rows=len(left_pdf) + len(right_pdf), output_rows=n_out, shed_rows=shed))
+        frames.append(self._metrics_row(input_rows=len(left_pdf) + len(right_pdf), output_rows=n_out, shed_rows=shed))
         return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]

@@ -9,8 +9,8 @@ from pyspark.sql import types as T
 from .. import _validate
 from .._duration import parse_duration
 from .._native import load
-from ..control import ControlHandle
-from . import _report
+from ..control import operator_handle
+from . import _metrics
 from ._agg_spec import (
     OP_COUNT,
     OP_MAX_F,
@@ -118,7 +118,7 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         had closed: dropped, as Spark drops them) and ``malformed_rows`` (null time). Default: the
         operator id of ``control`` (so the runtime files the report under it), else
         ``"cq_sliding_aggregate"``.
-    control : pyspark_cq.runtime.control.ControlHandle, optional
+    control : pyspark_cq.control.ControlHandle, optional
         The operator's control-table entry (``ctx.control(op_id, ...)``, ``ControlTable(path).handle(op_id)``
         or ``ControlHandle(path, op_id)``), read at every micro-batch by the map-side slicer and the
         stateful step; None, or no entry in the table, means the arguments above apply. The entry's
@@ -173,10 +173,7 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
     if output_mode not in OUTPUT_MODES:
         raise ValueError(f"output_mode must be one of {OUTPUT_MODES}, got {output_mode!r}")
     layout, shards = resolve_shards(shards, AGGREGATE, keyed=bool(by))
-    if control is not None and not isinstance(control, ControlHandle):
-        raise TypeError(f"control must be a pyspark_cq.runtime.control.ControlHandle (from ctx.control(op_id), "
-                        f"ControlTable(path).handle(op_id) or ControlHandle(path, op_id)) or None; "
-                        f"got {type(control).__name__}")
+    control = operator_handle(control, "sliding_aggregate")
     if name is None:
         name = control.operator if control is not None else DEFAULT_NAME
     if not isinstance(name, str) or not name:
@@ -214,16 +211,16 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         sliced = df.select(*_projection(df, time, keys, spec)).mapInArrow(slicer, sliced_schema)
         timeout = "EventTimeTimeout" if delay is not None else "NoTimeout"
         packed = sliced.groupBy(group_col).applyInPandasWithState(
-            StatefulShard(config, sliced_schema), _report.packed_schema(), STATE_SCHEMA, output_mode, timeout)
-        return _report.attach_packed(packed, name, config.output_schema())
+            StatefulShard(config, sliced_schema), _metrics.packed_schema(), STATE_SCHEMA, output_mode, timeout)
+        return _metrics.attach_packed(packed, name, config.output_schema())
     else:
         # Batch: Spark's own (codegen) hash aggregation computes the slices, so raw rows never cross
         # into Python; only slices reach the sweep.
         sliced_schema = config.sliced_schema(None, float_partials=True)
         sliced = _native_slices(df, config, time).select(*sliced_schema.names)
         raw = sliced.groupBy(group_col).applyInPandas(batch_function(config, sliced_schema, True),
-                                                      _report.report_schema(config.output_schema()))
-        return _report.attach(raw, name)
+                                                      _metrics.metrics_schema(config.output_schema()))
+        return _metrics.attach(raw, name)
 
 
 def _positive_duration(value, name: str) -> int:

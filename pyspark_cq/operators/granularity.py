@@ -9,7 +9,7 @@ from pyspark.sql import types as T
 from .. import _validate
 from .._duration import parse_duration
 from .._native import load
-from . import _report
+from . import _metrics
 
 __all__ = ["granularity"]
 
@@ -77,7 +77,7 @@ def granularity(df, start: str, end: str, granularity, *, name: str = "cq_granul
         "dropped_empty": F.sum((F.col(_STATUS) == 1).cast("long")),
         "malformed_rows": F.sum((F.col(_STATUS) == 2).cast("long")),
     }
-    return _report.attach(raw, name, counters, keep=F.col(_STATUS) == 0, drop=[_STATUS])
+    return _metrics.attach(raw, name, counters, keep=F.col(_STATUS) == 0, drop=[_STATUS])
 
 
 class _RoundBatches:

@@ -24,7 +24,7 @@ Semantics are those of Spark's built-in stream-stream join with the condition
   watermarks Spark derives from the condition (``StreamingJoinHelper.getStateValueWatermark``);
   outer joins emit the evicted rows that never matched, null-padded.
 
-With a control table (``control=``, :mod:`pyspark_cq.runtime.control`) the bounds (or the window) may
+With a control table (``control=``, :mod:`pyspark_cq.control`) the bounds (or the window) may
 change while the query runs. Following PIPES §4.2 a change applies to elements whose timestamp is at
 or after its application time; every stored row keeps the band of its own timestamp and a pair is
 decided by the band of the earlier element (§2.4.1). Load shedding (``drop_ratio``, PIPES §5.3) drops
@@ -37,7 +37,7 @@ from pyspark.sql import types as T
 
 from .._duration import parse_duration
 from .._native import load
-from . import _report
+from . import _metrics
 from ._join_codec import ColumnCodec, codecs_for, normalized_key
 from ._join_spec import JoinSpec
 from ._join_worker import (
@@ -103,7 +103,7 @@ def interval_join(left, right, on, left_time, right_time, lower, upper, how="inn
         Name under which the per-batch counters are observed (``pyspark_cq.read_metrics``):
         input_rows, output_rows, state_rows, state_bytes, evicted_rows, late_rows, malformed_rows,
         shed_rows. Default: the control handle's operator id, else ``"cq_interval_join"``.
-    control : pyspark_cq.runtime.control.ControlHandle, optional
+    control : pyspark_cq.control.ControlHandle, optional
         The operator's control-table entry (``ctx.control(op_id)``, ``ControlTable(path).handle(op_id)``
         or ``ControlHandle(path, op_id)``), read at every micro-batch. Its ``lower`` / ``upper``
         schedules override the arguments per element (PIPES §4.2: a change applies to rows whose
@@ -165,7 +165,7 @@ def window_join(left, right, on, left_time, right_time, left_window, right_windo
     name : str, optional
         As for :func:`interval_join`; default the control handle's operator id, else
         ``"cq_window_join"``.
-    control : pyspark_cq.runtime.control.ControlHandle, optional
+    control : pyspark_cq.control.ControlHandle, optional
         As for :func:`interval_join`, with the parameter ``window``: when the entry has it, its schedule
         sets the window of *both* inputs per element (§4.2: a row keeps the window in force at its
         timestamp; the earlier row of a pair decides whether the validities intersect, and
@@ -233,24 +233,24 @@ def _execute(spec: JoinSpec):
         from pyspark.sql.streaming.state import GroupStateTimeout
 
         union = _tagged(spec, LEFT, True).union(_tagged(spec, RIGHT, True))
-        union = _report.observe_input(union, spec.name)
+        union = _metrics.observe_input(union, spec.name)
         packed = union.groupBy(*_group_cols(spec)).applyInPandasWithState(
-            worker.streaming, _report.packed_schema(METRICS), _STATE_SCHEMA, "append",
+            worker.streaming, _metrics.packed_schema(METRICS), _STATE_SCHEMA, "append",
             GroupStateTimeout.EventTimeTimeout)
-        return _report.attach_packed(packed, spec.name, out_schema, METRICS)
+        return _metrics.attach_packed(packed, spec.name, out_schema, METRICS)
     else:
         lt = _tagged(spec, LEFT, False).groupBy(*_group_cols(spec))
         rt = _tagged(spec, RIGHT, False).groupBy(*_group_cols(spec))
         # A plain 3-argument function: Spark picks (key, left, right) by counting parameters.
         raw = lt.cogroup(rt).applyInPandas(lambda key, lpdf, rpdf: worker.batch(lpdf, rpdf),
-                                           _report_schema(out_schema))
-    cols = [_report.PREFIX + m for m in METRICS]
-    return _report.attach(raw, spec.name, counters={m: F.sum(c) for m, c in zip(METRICS, cols)},
-                          keep=~F.col(_report.REPORT), drop=[_report.REPORT] + cols)
+                                           _metrics_schema(out_schema))
+    cols = [_metrics.PREFIX + m for m in METRICS]
+    return _metrics.attach(raw, spec.name, counters={m: F.sum(c) for m, c in zip(METRICS, cols)},
+                          keep=~F.col(_metrics.METRICS_ROW), drop=[_metrics.METRICS_ROW] + cols)
 
 
-def _report_schema(out_schema: T.StructType) -> T.StructType:
+def _metrics_schema(out_schema: T.StructType) -> T.StructType:
     """The shared report columns plus the join's own ``shed_rows``."""
-    schema = _report.report_schema(out_schema)
-    return T.StructType(list(schema.fields) + [T.StructField(_report.PREFIX + SHED, T.LongType(), True)])
+    schema = _metrics.metrics_schema(out_schema)
+    return T.StructType(list(schema.fields) + [T.StructField(_metrics.PREFIX + SHED, T.LongType(), True)])
 

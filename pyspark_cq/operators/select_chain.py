@@ -26,9 +26,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from .. import _validate
-from ..control import ControlHandle, parse_chain_plan
+from ..control import operator_handle, parse_chain_plan
 from ..control.plans import check_predicate_name
-from . import _report
+from . import _metrics
 
 __all__ = ["select_chain", "DEFAULT_NAME"]
 
@@ -86,11 +86,7 @@ def select_chain(df, predicates, *, control=None, name=None):
     """
     _validate.dataframe(df, "df")
     names, callables, columns = _check_predicates(df, predicates)
-    if control is not None:
-        if not isinstance(control, ControlHandle):
-            raise TypeError(f"control must be a pyspark_cq.control.ControlHandle (from ctx.control(op_id) or "
-                            f"ControlTable(path).handle(op_id)), got {type(control).__name__}")
-        control = control.bind(_KIND)
+    control = operator_handle(control, _KIND)
     if name is None:
         name = control.operator if control is not None else DEFAULT_NAME
     if not isinstance(name, str) or not name:
@@ -102,16 +98,16 @@ def select_chain(df, predicates, *, control=None, name=None):
 
     data_fields = [T.StructField(f.name, f.dataType, True) for f in df.schema.fields]
     counters = [_metric(k, n) for n in names for k in _METRICS] + ["input_rows", "output_rows"]
-    raw_schema = T.StructType(data_fields + [T.StructField(_report.REPORT, T.BooleanType(), False)]
-                              + [T.StructField(_report.PREFIX + c, T.LongType(), True) for c in counters])
+    raw_schema = T.StructType(data_fields + [T.StructField(_metrics.METRICS_ROW, T.BooleanType(), False)]
+                              + [T.StructField(_metrics.PREFIX + c, T.LongType(), True) for c in counters])
     worker = _Chain(label, tuple(names), callables, tuple(df.columns), control,
-                    _report.arrow_schema(raw_schema), tuple(counters))
+                    _metrics.arrow_schema(raw_schema), tuple(counters))
     staged = df.select(*[F.col(_quoted(c)) for c in df.columns],
                        *[col.alias(_COLUMN + n) for n, col in columns.items()])
     raw = staged.mapInArrow(worker, raw_schema)
-    return _report.attach(raw, name, {c: F.sum(_report.PREFIX + c) for c in counters},
-                          keep=~F.col(_report.REPORT),
-                          drop=[_report.REPORT] + [_report.PREFIX + c for c in counters])
+    return _metrics.attach(raw, name, {c: F.sum(_metrics.PREFIX + c) for c in counters},
+                          keep=~F.col(_metrics.METRICS_ROW),
+                          drop=[_metrics.METRICS_ROW] + [_metrics.PREFIX + c for c in counters])
 
 
 def _quoted(column: str) -> str:
@@ -188,7 +184,7 @@ class _Chain:
         for batch in batches:
             kept = self.run(batch, order, totals)
             yield self._data(kept)
-        yield self._report(totals)
+        yield self._metrics_row(totals)
 
     def run(self, batch: pa.RecordBatch, order, totals: dict) -> pa.RecordBatch:
         """The rows of ``batch`` that pass every predicate, evaluated in ``order``; counts into ``totals``."""
@@ -236,7 +232,7 @@ class _Chain:
         cols += [pa.nulls(n, pa.int64()) for _ in self.counters]
         return pa.RecordBatch.from_arrays(cols, schema=self.schema)
 
-    def _report(self, totals: dict) -> pa.RecordBatch:
+    def _metrics_row(self, totals: dict) -> pa.RecordBatch:
         cols = [pa.nulls(1, f.type) for f in self.schema][: len(self.columns)]
         cols.append(pa.array([True]))
         cols += [pa.array([int(totals[c])], pa.int64()) for c in self.counters]

@@ -9,7 +9,7 @@ from pyspark.sql import types as T
 
 from .. import _validate
 from .._duration import parse_duration
-from . import _report
+from . import _metrics
 
 __all__ = ["window"]
 
@@ -103,7 +103,7 @@ def window(df, time, size=None, rows=None, *, start="valid_from", end="valid_to"
         # are removed (and counted) below.
         order = Window.orderBy(t.asc_nulls_first(), *[F.col(c).asc_nulls_first() for c in ties])
         out = df.withColumn(start, t).withColumn(end, F.lead(t, rows).over(order))
-    return _report.attach(out.withColumn(_NULLS, (~valid).cast("long")), name,
+    return _metrics.attach(out.withColumn(_NULLS, (~valid).cast("long")), name,
                           {"malformed_rows": F.sum(F.col(_NULLS))}, keep=F.col(_NULLS) == 0, drop=[_NULLS])
 
 

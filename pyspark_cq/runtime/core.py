@@ -59,7 +59,7 @@ class QueryContext:
         """Register ``operator`` of this query in the control table with initial ``params`` (kept if the
         entry exists) and return the handle its worker-side function reads at every micro-batch.
 
-        The operator id is also the name its per-batch report is observed under (``_report.attach``).
+        The operator id is also the name its per-batch report is observed under (``_metrics.attach``).
         """
         return self._runtime._register_operator(self.name, operator, params)
 

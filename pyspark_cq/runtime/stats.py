@@ -9,7 +9,7 @@ Fed with one ``StreamingQueryProgress`` (or its JSON dict) per micro-batch, it k
 - per source (a name of the query's plan, matched to a progress source by a substring of its
   description, or given a fixed d): arrival rate λ and distance d = 1/λ (PIPES §3.2.2: "an online average
   over d with exponential smoothing");
-- per pyspark-cq operator (its per-batch report in ``observedMetrics``, :func:`pyspark_cq.operators._report.read`):
+- per pyspark-cq operator (its per-batch report in ``observedMetrics``, :func:`pyspark_cq.operators._metrics.read`):
   input and output rows, λ, selectivity (output/input), state rows and bytes, evicted and late rows.
 
 Smoothed values use :class:`pyspark_cq.estimators.ExponentialSmoothing` (single exponential smoothing,
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from ..control import validate_operator_id
 from ..estimators import ExponentialSmoothing
-from ..operators._report import read as read_report
+from ..operators._metrics import read as read_metrics
 from ..policies.snapshot import OperatorStats, QueryInfo, SourceStats
 
 __all__ = ["StatisticsStore", "parse_event_time"]
@@ -252,7 +252,7 @@ class StatisticsStore:
             state.event_time = max(event, state.event_time or event)
         self._update_sources(state, _get(progress, "sources", []) or [])
         for op in state.operators.values():
-            report = read_report(progress, op.name)
+            report = read_metrics(progress, op.name)
             if report is None:
                 continue
             op.batches += 1

@@ -1,9 +1,9 @@
-"""Per-batch operator reports, one mechanism for every pyspark-cq operator.
+"""Per-batch operator metrics, one mechanism for every pyspark-cq operator.
 
-Operators run in Spark's Python workers, so they report through the data itself: next to its data rows
-a stateful operator emits one *report row* per group invocation (``REPORT`` column true, the data
-columns null, the counters in ``__cq_<metric>`` columns). :func:`attach` sums the counters with
-``DataFrame.observe`` under the operator's name and removes report rows and columns, so the user's
+Operators run in Spark's Python workers, so they report their counters through the data itself: next to
+its data rows a stateful operator emits one *metrics row* per group invocation (``METRICS_ROW`` column
+true, the data columns null, the counters in ``__cq_<metric>`` columns). :func:`attach` sums the counters
+with ``DataFrame.observe`` under the operator's name and removes metrics rows and columns, so the user's
 output is unchanged and the driver reads the per-batch numbers from
 ``StreamingQueryProgress.observedMetrics`` (see :func:`read`). Stateless operators (Γ) report the same
 way from a per-row status column.
@@ -25,7 +25,7 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-REPORT = "__cq_report"
+METRICS_ROW = "__cq_report"
 #: Counters every stateful operator reports per micro-batch (sums over the invoked groups).
 METRICS = ("input_rows", "output_rows", "state_rows", "state_bytes", "evicted_rows", "late_rows",
            "malformed_rows")
@@ -36,9 +36,9 @@ def _col(metric: str) -> str:
     return PREFIX + metric
 
 
-def report_schema(schema: T.StructType) -> T.StructType:
-    """``schema`` plus the report columns, for the operator's ``outputStructType``."""
-    fields = list(schema.fields) + [T.StructField(REPORT, T.BooleanType(), False)]
+def metrics_schema(schema: T.StructType) -> T.StructType:
+    """``schema`` plus the metrics columns, for the operator's ``outputStructType``."""
+    fields = list(schema.fields) + [T.StructField(METRICS_ROW, T.BooleanType(), False)]
     fields += [T.StructField(_col(m), T.LongType(), True) for m in METRICS]
     return T.StructType(fields)
 
@@ -58,7 +58,7 @@ def to_pandas(table: pa.Table) -> pd.DataFrame:
 def data_rows(pdf: pd.DataFrame) -> pd.DataFrame:
     """Mark a pandas frame of data rows (columns of the operator's output schema, in order)."""
     out = pdf.copy(deep=False)
-    out[REPORT] = False
+    out[METRICS_ROW] = False
     n = len(out)
     for m in METRICS:
         # Typed all-null columns: Spark converts them to Arrow ~30x faster than object columns of None.
@@ -66,13 +66,13 @@ def data_rows(pdf: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def report_row(columns, **metrics: int) -> pd.DataFrame:
-    """One report row: the data ``columns`` null, the given counters set (others 0)."""
+def metrics_row(columns, **metrics: int) -> pd.DataFrame:
+    """One metrics row: the data ``columns`` null, the given counters set (others 0)."""
     unknown = set(metrics) - set(METRICS)
     if unknown:
         raise ValueError(f"metrics: unknown counter(s) {sorted(unknown)}; known: {METRICS}")
     row = {c: [None] for c in columns}
-    row[REPORT] = [True]
+    row[METRICS_ROW] = [True]
     for m in METRICS:
         row[_col(m)] = [int(metrics.get(m, 0))]
     return pd.DataFrame(row)
@@ -141,8 +141,8 @@ def attach(df, name: str, counters: Mapping[str, object] | None = None, keep=Non
     Parameters
     ----------
     df : DataFrame
-        The operator's output. Without ``counters`` it must carry the report columns of
-        :func:`report_schema`.
+        The operator's output. Without ``counters`` it must carry the metrics columns of
+        :func:`metrics_schema`.
     name : str
         The observed-metrics name (unique within a query).
     counters : mapping of str to Column, optional
@@ -156,8 +156,8 @@ def attach(df, name: str, counters: Mapping[str, object] | None = None, keep=Non
         raise TypeError(f"name must be a non-empty string, got {name!r}")
     if counters is None:
         exprs = [F.coalesce(F.sum(_col(m)), F.lit(0)).alias(m) for m in METRICS]
-        keep = ~F.col(REPORT)
-        drop = [REPORT] + [_col(m) for m in METRICS]
+        keep = ~F.col(METRICS_ROW)
+        drop = [METRICS_ROW] + [_col(m) for m in METRICS]
     else:
         exprs = [F.coalesce(c, F.lit(0)).alias(m) for m, c in counters.items()]
     observed = df.observe(name, *exprs)
@@ -170,7 +170,7 @@ def read(progress, name: str) -> dict[str, int] | None:
     """The counters an operator named ``name`` reported in one batch.
 
     ``progress`` is a ``StreamingQuery`` (its last progress is read), a ``StreamingQueryProgress`` or
-    its JSON dict. Returns None when the batch has no report under that name.
+    its JSON dict. Returns None when the batch has no metrics under that name.
     """
     if hasattr(progress, "lastProgress"):
         progress = progress.lastProgress
@@ -193,7 +193,7 @@ def _as_ints(row) -> dict[str, int]:
     return {k: (int(v) if v is not None else 0) for k, v in values.items()}
 
 
-#: Suffix of the observation :func:`observe_input` registers next to an operator's own report.
+#: Suffix of the observation :func:`observe_input` registers next to an operator's own metrics.
 INPUT_SUFFIX = "__input"
 
 

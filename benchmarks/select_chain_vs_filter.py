@@ -94,7 +94,8 @@ def main(argv=None):
             "chain worst (model>cheap)": lambda: cq.select_chain(df, preds, control=table.handle("worst")),
             "plain mapInArrow (cheap, model)": lambda: df.mapInArrow(Plain(), df.schema),
         }
-        timed(runs["plain mapInArrow (cheap, model)"]())   # warm the workers
+        for make in runs.values():   # warm the workers: each first use imports its modules in every worker
+            timed(make())
         results = {}
         for label, make in runs.items():
             samples = [timed(make()) for _ in range(args.repeats)]

@@ -9,7 +9,7 @@ import importlib
 from types import ModuleType
 
 #: Compiled modules built from ``native/`` by ``setup.py``.
-NATIVE_MODULES = ("_aggregate", "_granularity", "_join", "_serde")
+NATIVE_MODULES = ("_aggregate", "_granularity", "_join", "_mjoin", "_serde")
 
 _HELP = """\
 pyspark-cq could not import its compiled module {module!r}: {error}

@@ -1,0 +1,121 @@
+// pybind11 module pyspark_cq._mjoin: the multi-way join's state kernel (issue 15, MJoin: one
+// symmetric hash state per input, no intermediate state).
+//
+// The algorithm lives in mjoin_core.hpp (MultiJoinState); this file only checks arguments and converts
+// between numpy and C++, releasing the GIL around the kernel.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "bindings_common.hpp"
+#include "mjoin_core.hpp"
+
+namespace py = pybind11;
+using cq::bind::I64;
+using cq::bind::to_numpy;
+using cq::bind::U8;
+using cq::mjoin::Bound;
+using cq::mjoin::MultiJoinState;
+
+namespace {
+
+MultiJoinState make_state(int n_inputs, const py::sequence& bounds) {
+  std::vector<Bound> bs;
+  for (size_t b = 0; b < bounds.size(); ++b) {
+    py::sequence t = bounds[b].cast<py::sequence>();
+    if (t.size() != 4)
+      throw py::value_error("bounds[" + std::to_string(b) + "] must be (i, j, lower, upper)");
+    bs.push_back({t[0].cast<int>(), t[1].cast<int>(), t[2].cast<int64_t>(), t[3].cast<int64_t>()});
+  }
+  return MultiJoinState(n_inputs, std::move(bs));
+}
+
+py::list bounds_of(const MultiJoinState& st) {
+  py::list out;
+  for (const Bound& b : st.bounds()) out.append(py::make_tuple(b.i, b.j, b.lower, b.upper));
+  return out;
+}
+
+py::tuple insert_probe(MultiJoinState& st, int input, py::handle keys, py::handle times, py::handle ids,
+                       py::object null_key, const std::vector<int>& order, py::object ends) {
+  st.check_order(input, order);
+  const I64 k = cq::bind::as_array<int64_t>(keys, "keys");
+  const py::ssize_t n = k.shape(0);
+  const I64 t = cq::bind::as_array<int64_t>(times, "times", n);
+  const I64 id = cq::bind::as_array<int64_t>(ids, "ids", n);
+  U8 nk;
+  const uint8_t* nkp = nullptr;
+  if (!null_key.is_none()) {
+    nk = cq::bind::as_array<uint8_t>(null_key, "null_key", n);
+    nkp = nk.data();
+  }
+  I64 en;
+  const int64_t* enp = nullptr;
+  if (!ends.is_none()) {
+    en = cq::bind::as_array<int64_t>(ends, "ends", n);
+    enp = en.data();
+  }
+  cq::mjoin::Result r;
+  {
+    py::gil_scoped_release release;
+    r = st.insert_probe(input, n, k.data(), t.data(), id.data(), nkp, enp, order);
+  }
+  const py::ssize_t cols = st.n_inputs();
+  py::array_t<int64_t> flat = to_numpy(std::move(r.ids));
+  py::object matches = flat.attr("reshape")(py::make_tuple(flat.shape(0) / cols, cols));
+  return py::make_tuple(matches, to_numpy(std::move(r.probed)), to_numpy(std::move(r.matched)));
+}
+
+py::array_t<int64_t> evict(MultiJoinState& st, int input, int64_t threshold) {
+  std::vector<int64_t> out;
+  {
+    py::gil_scoped_release release;
+    out = st.evict(input, threshold);
+  }
+  return to_numpy(std::move(out));
+}
+
+py::object min_end(const MultiJoinState& st, int input) {
+  int64_t v;
+  if (!st.min_end(input, &v)) return py::none();
+  return py::int_(v);
+}
+
+py::bytes serialize(const MultiJoinState& st) { return py::bytes(st.serialize()); }
+
+MultiJoinState deserialize(const py::bytes& blob) {
+  const auto [data, size] = cq::bind::bytes_view(blob);
+  return MultiJoinState::deserialize(data, size);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_mjoin, m) {
+  m.doc() = "Multi-way join state kernel (MJoin): one symmetric hash state per input, no intermediate state.";
+  py::class_<MultiJoinState>(m, "MultiJoinState")
+      .def(py::init(&make_state), py::arg("n_inputs"), py::arg("bounds"),
+           "Empty state for n_inputs (2 to 6) inputs sharing one int64 key; bounds are (i, j, lower, upper):\n"
+           "times[j] - times[i] in [lower, upper], inclusive (integer ticks, e.g. microseconds).")
+      .def_property_readonly("n_inputs", &MultiJoinState::n_inputs)
+      .def_property_readonly("bounds", &bounds_of)
+      .def("insert_probe", &insert_probe, py::arg("input"), py::arg("keys"), py::arg("times"), py::arg("ids"),
+           py::arg("null_key"), py::arg("order"), py::arg("ends") = py::none(),
+           "Probe the other inputs in `order` (a permutation of them) with each row of `input`, then store\n"
+           "the rows (rows of one call never see each other). null_key (uint8 mask or None) marks rows that\n"
+           "never match and are not stored; ends (int64 or None: the times) are the expiry keys for evict().\n"
+           "Returns (matches: (n_matches, n_inputs) payload ids, probed, matched): per probe step the\n"
+           "partial matches entering it and leaving it.")
+      .def("evict", &evict, py::arg("input"), py::arg("threshold"),
+           "Remove the rows of `input` whose expiry key is <= threshold; returns their payload ids.")
+      .def("min_end", &min_end, py::arg("input"), "Smallest expiry key of `input`, or None.")
+      .def("rows", &MultiJoinState::rows, py::arg("input"), "Number of stored rows of `input`.")
+      .def("keys", &MultiJoinState::keys, py::arg("input"), "Number of distinct keys of `input`.")
+      .def("serialize", &serialize, "The state as bytes (format CQS1, see serde.hpp).")
+      .def_static("deserialize", &deserialize, py::arg("blob"),
+                  "Rebuild a state from serialize(); raises ValueError on a corrupt blob.");
+  m.attr("FORMAT_VERSION") = cq::mjoin::kFormatVersion;
+}

@@ -1,0 +1,318 @@
+// The multi-way join's state kernel (issue 15, MJoin): one symmetric hash state per input, no
+// intermediate state.
+//
+// n inputs (2 to 6) share one equi-join key; `bounds` are temporal constraints (i, j, lower, upper):
+// times[j] - times[i] in [lower, upper], inclusive. Per input the state is a hash table from the key
+// to a doubly linked chain of that input's rows (oldest first) plus a min-heap of (expiry key, row), so
+// evict() removes exactly the rows whose expiry key is <= the threshold with O(log n) work per removed
+// row and none for the rows that stay.
+//
+// A row arriving on input a probes the other inputs one after another in the probe order given for
+// that call (a permutation of the other inputs), extending a partial match {a: row} by every stored row
+// of the next input with the same key that satisfies every bound between the inputs already bound and
+// the new one. Partial matches exist only on the stack (depth-first), never in the state. Complete
+// matches are emitted as n payload ids (column i = input i's row). The output is the same multiset for
+// every probe order; only the work (the per-step counters) differs.
+//
+// Within one insert_probe call the arriving rows first all probe the state as it was before the call,
+// then are all stored: rows of the same call never see each other. A caller that feeds the inputs one
+// call at a time therefore emits every qualifying tuple exactly once, in the call that inserted its
+// last row.
+//
+// Representation of this first kernel: keys are int64 values (the caller hashes or dictionary-encodes
+// wider keys injectively) plus a null mask; null-keyed rows never match and are neither probed nor
+// stored. Times, expiry keys and payload ids are int64. The kernel never sees payload values.
+//
+// Plain C++17, no Python: mjoin.cpp is the pybind11 module pyspark_cq._mjoin.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <queue>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common.hpp"
+#include "serde.hpp"
+
+namespace cq {
+namespace mjoin {
+
+constexpr int64_t kFormatVersion = 1;
+constexpr int kMaxInputs = 6;
+
+struct Bound {
+  int i, j;
+  int64_t lower, upper;
+};
+
+struct KeyHash {
+  size_t operator()(int64_t k) const { return static_cast<size_t>(splitmix64_finalize(static_cast<uint64_t>(k))); }
+};
+
+// One input's rows: slots with a free list, per-key chains, an expiry heap.
+struct Side {
+  struct Chain {
+    int64_t head = -1, tail = -1;
+  };
+  std::vector<int64_t> key, time, id, end, prev, next;
+  std::vector<int64_t> free_slots;
+  std::unordered_map<int64_t, Chain, KeyHash> index;
+  using HeapItem = std::pair<int64_t, int64_t>;  // (expiry key, slot)
+  std::priority_queue<HeapItem, std::vector<HeapItem>, std::greater<HeapItem>> heap;
+  int64_t live = 0;
+
+  void store(int64_t k, int64_t t, int64_t pid, int64_t e) {
+    int64_t s;
+    if (!free_slots.empty()) {
+      s = free_slots.back();
+      free_slots.pop_back();
+      key[s] = k, time[s] = t, id[s] = pid, end[s] = e;
+    } else {
+      s = static_cast<int64_t>(key.size());
+      key.push_back(k), time.push_back(t), id.push_back(pid), end.push_back(e);
+      prev.push_back(-1), next.push_back(-1);
+    }
+    Chain& c = index[k];
+    prev[s] = c.tail;
+    next[s] = -1;
+    if (c.tail >= 0) next[c.tail] = s; else c.head = s;
+    c.tail = s;
+    heap.emplace(e, s);
+    ++live;
+  }
+
+  void remove(int64_t s) {
+    auto it = index.find(key[s]);
+    Chain& c = it->second;
+    if (prev[s] >= 0) next[prev[s]] = next[s]; else c.head = next[s];
+    if (next[s] >= 0) prev[next[s]] = prev[s]; else c.tail = prev[s];
+    if (c.head < 0) index.erase(it);
+    free_slots.push_back(s);
+    --live;
+  }
+
+  int64_t chain_head(int64_t k) const {
+    auto it = index.find(k);
+    return it == index.end() ? -1 : it->second.head;
+  }
+};
+
+// The result of one insert_probe call.
+struct Result {
+  std::vector<int64_t> ids;      // n_matches * n_inputs payload ids, row-major
+  std::vector<int64_t> probed;   // per probe step: partial matches entering the step
+  std::vector<int64_t> matched;  // per probe step: partial matches leaving it (extended)
+};
+
+class MultiJoinState {
+ public:
+  MultiJoinState(int n_inputs, std::vector<Bound> bounds) : n_(n_inputs), bounds_(std::move(bounds)), sides_() {
+    if (n_inputs < 2 || n_inputs > kMaxInputs)
+      throw std::invalid_argument("n_inputs must be between 2 and 6, got " + std::to_string(n_inputs));
+    for (const Bound& b : bounds_) {
+      if (b.i < 0 || b.i >= n_ || b.j < 0 || b.j >= n_ || b.i == b.j)
+        throw std::invalid_argument("bounds: (i, j) must be two different inputs in [0, n_inputs)");
+      if (b.lower > b.upper) throw std::invalid_argument("bounds: lower must be <= upper");
+    }
+    sides_.resize(n_);
+  }
+
+  int n_inputs() const { return n_; }
+  const std::vector<Bound>& bounds() const { return bounds_; }
+
+  void input_index(int input) const {
+    if (input < 0 || input >= n_)
+      throw std::invalid_argument("input must be in [0, " + std::to_string(n_) + "), got " + std::to_string(input));
+  }
+
+  int64_t rows(int input) const {
+    input_index(input);
+    return sides_[input].live;
+  }
+  int64_t keys(int input) const {
+    input_index(input);
+    return static_cast<int64_t>(sides_[input].index.size());
+  }
+
+  // Checks that `order` is a permutation of the inputs other than `input`.
+  void check_order(int input, const std::vector<int>& order) const {
+    input_index(input);
+    if (static_cast<int>(order.size()) != n_ - 1)
+      throw std::invalid_argument("order must list the " + std::to_string(n_ - 1) + " other inputs, got " +
+                                  std::to_string(order.size()) + " entries");
+    std::vector<bool> seen(n_, false);
+    seen[input] = true;
+    for (int o : order) {
+      if (o < 0 || o >= n_ || seen[o])
+        throw std::invalid_argument("order must be a permutation of the inputs other than " +
+                                    std::to_string(input) + " (bad or repeated entry " + std::to_string(o) + ")");
+      seen[o] = true;
+    }
+  }
+
+  // Probe with n rows arriving on `input` (null_key may be null: no null keys; ends may be null: the
+  // times), then store them. See the file comment for the semantics.
+  Result insert_probe(int input, int64_t n, const int64_t* keys, const int64_t* times, const int64_t* ids,
+                      const uint8_t* null_key, const int64_t* ends, const std::vector<int>& order) {
+    check_order(input, order);
+    const int steps = n_ - 1;
+    // Per step k: the constraints between order[k] and the inputs bound before it, as
+    // t_new - t_other in [lo, hi] (128-bit so negating a bound cannot overflow).
+    std::vector<std::vector<Check>> checks(steps);
+    std::vector<int> pos(n_, -1);  // step at which an input is bound (-1: the arriving input)
+    for (int k = 0; k < steps; ++k) pos[order[k]] = k;
+    pos[input] = -1;
+    for (const Bound& b : bounds_) {
+      // t_j - t_i in [lower, upper]; the later-bound of i, j is the "new" one.
+      if (pos[b.j] > pos[b.i]) {
+        checks[pos[b.j]].push_back({b.i, static_cast<__int128>(b.lower), static_cast<__int128>(b.upper)});
+      } else {
+        checks[pos[b.i]].push_back({b.j, -static_cast<__int128>(b.upper), -static_cast<__int128>(b.lower)});
+      }
+    }
+    Result res;
+    res.probed.assign(steps, 0);
+    res.matched.assign(steps, 0);
+    Ctx ctx{order.data(), checks.data(), &res, {}, {}};
+    for (int64_t r = 0; r < n; ++r) {
+      if (null_key && null_key[r]) continue;
+      ctx.bound_id[input] = ids[r];
+      ctx.bound_time[input] = times[r];
+      extend(ctx, 0, keys[r]);
+    }
+    Side& s = sides_[input];
+    for (int64_t r = 0; r < n; ++r) {
+      if (null_key && null_key[r]) continue;
+      s.store(keys[r], times[r], ids[r], ends ? ends[r] : times[r]);
+    }
+    return res;
+  }
+
+  // Remove the rows of `input` whose expiry key is <= threshold; returns their payload ids.
+  std::vector<int64_t> evict(int input, int64_t threshold) {
+    input_index(input);
+    Side& s = sides_[input];
+    std::vector<int64_t> out;
+    while (!s.heap.empty() && s.heap.top().first <= threshold) {
+      const int64_t slot = s.heap.top().second;
+      s.heap.pop();
+      out.push_back(s.id[slot]);
+      s.remove(slot);
+    }
+    return out;
+  }
+
+  // Smallest expiry key of `input`, or false when empty.
+  bool min_end(int input, int64_t* out) const {
+    input_index(input);
+    const Side& s = sides_[input];
+    if (s.heap.empty()) return false;
+    *out = s.heap.top().first;
+    return true;
+  }
+
+  // Byte image (cq::Writer, CQS1): meta [version, n, nbounds, (i, j, lower, upper)...], then per input
+  // the live rows as key, time, id, end columns, oldest first within each key.
+  std::string serialize() const {
+    cq::Writer w(static_cast<uint32_t>(1 + 4 * n_));
+    std::vector<int64_t> meta{kFormatVersion, int64_t{n_}, static_cast<int64_t>(bounds_.size())};
+    for (const Bound& b : bounds_) meta.insert(meta.end(), {int64_t{b.i}, int64_t{b.j}, b.lower, b.upper});
+    w.column(cq::kI64, meta);
+    for (const Side& s : sides_) {
+      std::vector<int64_t> k, t, id, e;
+      k.reserve(s.live), t.reserve(s.live), id.reserve(s.live), e.reserve(s.live);
+      // Keys in ascending order so equal states give equal images.
+      std::vector<int64_t> ks;
+      ks.reserve(s.index.size());
+      for (const auto& kv : s.index) ks.push_back(kv.first);
+      std::sort(ks.begin(), ks.end());
+      for (int64_t key : ks) {
+        for (int64_t x = s.index.at(key).head; x >= 0; x = s.next[x]) {
+          k.push_back(key), t.push_back(s.time[x]), id.push_back(s.id[x]), e.push_back(s.end[x]);
+        }
+      }
+      w.column(cq::kI64, k), w.column(cq::kI64, t), w.column(cq::kI64, id), w.column(cq::kI64, e);
+    }
+    return std::move(w.str());
+  }
+
+  static MultiJoinState deserialize(const char* data, size_t size) {
+    cq::Reader r(data, size);
+    const auto meta = r.column<int64_t>(cq::kI64);
+    if (meta.size() < 3 || meta[0] != kFormatVersion)
+      throw std::invalid_argument("state blob is not a multi-join state of format " + std::to_string(kFormatVersion));
+    const int64_t n = meta[1], nb = meta[2];
+    if (n < 2 || n > kMaxInputs || nb < 0 || meta.size() != static_cast<size_t>(3 + 4 * nb) ||
+        r.ncols() != static_cast<uint32_t>(1 + 4 * n))
+      throw std::invalid_argument("state blob is truncated or corrupt (multi-join meta)");
+    std::vector<Bound> bounds;
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t* m = &meta[3 + 4 * b];
+      bounds.push_back({static_cast<int>(m[0]), static_cast<int>(m[1]), m[2], m[3]});
+    }
+    MultiJoinState st(static_cast<int>(n), std::move(bounds));
+    for (int in = 0; in < n; ++in) {
+      const auto k = r.column<int64_t>(cq::kI64);
+      const auto t = r.column<int64_t>(cq::kI64);
+      const auto id = r.column<int64_t>(cq::kI64);
+      const auto e = r.column<int64_t>(cq::kI64);
+      if (t.size() != k.size() || id.size() != k.size() || e.size() != k.size())
+        throw std::invalid_argument("state blob is truncated or corrupt (column lengths differ)");
+      for (size_t x = 0; x < k.size(); ++x) st.sides_[in].store(k[x], t[x], id[x], e[x]);
+    }
+    if (!r.done()) throw std::invalid_argument("state blob has trailing bytes");
+    return st;
+  }
+
+ private:
+  struct Check {
+    int other;
+    __int128 lo, hi;
+  };
+  struct Ctx {
+    const int* order;
+    const std::vector<Check>* checks;
+    Result* res;
+    int64_t bound_id[kMaxInputs];
+    int64_t bound_time[kMaxInputs];
+  };
+
+  void extend(Ctx& c, int k, int64_t key) const {
+    const int steps = n_ - 1;
+    c.res->probed[k] += 1;
+    const int in = c.order[k];
+    const Side& s = sides_[in];
+    const std::vector<Check>& ck = c.checks[k];
+    for (int64_t x = s.chain_head(key); x >= 0; x = s.next[x]) {
+      const int64_t t = s.time[x];
+      bool ok = true;
+      for (const Check& ch : ck) {
+        const __int128 d = static_cast<__int128>(t) - c.bound_time[ch.other];
+        if (d < ch.lo || d > ch.hi) {
+          ok = false;
+          break;
+        }
+      }
+      if (!ok) continue;
+      c.res->matched[k] += 1;
+      c.bound_id[in] = s.id[x];
+      c.bound_time[in] = t;
+      if (k + 1 < steps) {
+        extend(c, k + 1, key);
+      } else {
+        c.res->ids.insert(c.res->ids.end(), c.bound_id, c.bound_id + n_);
+      }
+    }
+  }
+
+  int n_;
+  std::vector<Bound> bounds_;
+  std::vector<Side> sides_;
+};
+
+}  // namespace mjoin
+}  // namespace cq

@@ -1,0 +1,210 @@
+"""The multi-way join kernel (pyspark_cq._mjoin, issue 15 part 1) against a plain-Python reference.
+
+No Spark. The reference keeps every stored row and, for the rows of each call, enumerates by nested loops
+all tuples (one row per input, the arriving row among them) with equal non-null keys that satisfy every
+bound, where the other rows were stored by earlier calls: over a run each qualifying tuple is emitted
+exactly once, by the call that inserted its last row.
+"""
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyspark_cq._native import load
+
+mj = load("_mjoin")
+
+
+class Reference:
+    def __init__(self, n, bounds):
+        self.n, self.bounds = n, bounds
+        self.rows = [[] for _ in range(n)]  # (key, time, id, end)
+
+    def ok(self, tup):
+        return all(lo <= tup[j][1] - tup[i][1] <= up for i, j, lo, up in self.bounds)
+
+    def insert_probe(self, inp, keys, times, ids, nulls, ends):
+        out = []
+        for k, t, i, nl in zip(keys, times, ids, nulls):
+            if nl:
+                continue
+            others = [[r for r in self.rows[o] if r[0] == k] if o != inp else [(k, t, i, None)]
+                      for o in range(self.n)]
+            for tup in itertools.product(*others):
+                if self.ok(tup):
+                    out.append(tuple(r[2] for r in tup))
+        for k, t, i, nl, e in zip(keys, times, ids, nulls, ends):
+            if not nl:
+                self.rows[inp].append((k, t, i, e))
+        return out
+
+    def evict(self, inp, threshold):
+        gone = [r[2] for r in self.rows[inp] if r[3] <= threshold]
+        self.rows[inp] = [r for r in self.rows[inp] if r[3] > threshold]
+        return gone
+
+
+def _tuples(matches):
+    return Counter(map(tuple, matches.tolist()))
+
+
+@st.composite
+def scenarios(draw):
+    n = draw(st.integers(2, 4))
+    # a spanning tree of bounds (connected), plus a few extra ones
+    bounds = []
+    for j in range(1, n):
+        i = draw(st.integers(0, j - 1))
+        a, b = draw(st.integers(-8, 8)), draw(st.integers(0, 10))
+        pair = (i, j) if draw(st.booleans()) else (j, i)
+        bounds.append((pair[0], pair[1], a, a + b))
+    for _ in range(draw(st.integers(0, 2))):
+        i, j = draw(st.permutations(range(n)))[:2]
+        a, b = draw(st.integers(-8, 8)), draw(st.integers(0, 10))
+        bounds.append((i, j, a, a + b))
+    calls = []
+    next_id = 0
+    for _ in range(draw(st.integers(1, 10))):
+        inp = draw(st.integers(0, n - 1))
+        m = draw(st.integers(0, 6))
+        keys = draw(st.lists(st.integers(0, 3), min_size=m, max_size=m))
+        times = draw(st.lists(st.integers(0, 20), min_size=m, max_size=m))
+        nulls = draw(st.lists(st.sampled_from([False, False, False, True]), min_size=m, max_size=m))
+        ends = [t + draw(st.integers(0, 5)) for t in times]
+        ids = list(range(next_id, next_id + m))
+        next_id += m
+        order = draw(st.permutations([o for o in range(n) if o != inp]))
+        evict = draw(st.none() | st.tuples(st.integers(0, n - 1), st.integers(-1, 25)))
+        calls.append((inp, keys, times, ids, nulls, ends, list(order), evict))
+    roundtrip_at = draw(st.integers(0, len(calls)))
+    return n, bounds, calls, roundtrip_at
+
+
+def _arrays(keys, times, ids, nulls, ends):
+    return (np.array(keys, np.int64), np.array(times, np.int64), np.array(ids, np.int64),
+            np.array(nulls, np.uint8), np.array(ends, np.int64))
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenarios())
+def test_against_reference(sc):
+    n, bounds, calls, roundtrip_at = sc
+    state = mj.MultiJoinState(n, bounds)
+    ref = Reference(n, bounds)
+    for c, (inp, keys, times, ids, nulls, ends, order, evict) in enumerate(calls):
+        if c == roundtrip_at:
+            blob = state.serialize()
+            state = mj.MultiJoinState.deserialize(blob)
+            assert state.serialize() == blob
+            assert state.n_inputs == n and state.bounds == bounds
+        k, t, i, nl, e = _arrays(keys, times, ids, nulls, ends)
+        matches, probed, matched = state.insert_probe(inp, k, t, i, nl, order, ends=e)
+        expect = ref.insert_probe(inp, keys, times, ids, nulls, ends)
+        assert matches.shape == (len(expect), n)
+        assert _tuples(matches) == Counter(expect)
+        # per-step counters
+        assert len(probed) == len(matched) == n - 1
+        assert probed[0] == sum(1 for x in nulls if not x)
+        assert list(matched[:-1]) == list(probed[1:])
+        assert matched[-1] == len(expect)
+        for o in range(n):
+            assert state.rows(o) == len(ref.rows[o])
+        if evict is not None:
+            eo, thr = evict
+            got = state.evict(eo, thr)
+            assert sorted(got.tolist()) == sorted(ref.evict(eo, thr))
+            assert state.rows(eo) == len(ref.rows[eo])
+            me = state.min_end(eo)
+            assert me == (min(r[3] for r in ref.rows[eo]) if ref.rows[eo] else None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios(), st.randoms(use_true_random=False))
+def test_order_does_not_change_output(sc, rnd):
+    n, bounds, calls, _ = sc
+    a, b = mj.MultiJoinState(n, bounds), mj.MultiJoinState(n, bounds)
+    for inp, keys, times, ids, nulls, ends, order, _ in calls:
+        other = list(order)
+        rnd.shuffle(other)
+        arrs = _arrays(keys, times, ids, nulls, ends)
+        ma = a.insert_probe(inp, *arrs[:4], order, ends=arrs[4])[0]
+        mb = b.insert_probe(inp, *arrs[:4], other, ends=arrs[4])[0]
+        assert _tuples(ma) == _tuples(mb)
+
+
+def test_each_tuple_once_in_the_call_of_its_last_row():
+    s = mj.MultiJoinState(3, [(0, 1, 0, 10), (0, 2, 0, 10)])
+    one = np.ones(1, np.int64)
+    assert s.insert_probe(0, one, [0], [100], None, [1, 2])[0].shape == (0, 3)
+    assert s.insert_probe(1, one, [5], [200], None, [0, 2])[0].shape == (0, 3)
+    m, probed, matched = s.insert_probe(2, one, [7], [300], None, [1, 0])
+    assert m.tolist() == [[100, 200, 300]]
+    assert probed.tolist() == [1, 1] and matched.tolist() == [1, 1]
+    # rows of one call do not see each other
+    s2 = mj.MultiJoinState(2, [(0, 1, -5, 5)])
+    assert s2.insert_probe(0, [1, 1], [0, 0], [1, 2], None, [1])[0].shape == (0, 2)
+
+
+def test_null_keys_never_match_and_are_not_stored():
+    s = mj.MultiJoinState(2, [(0, 1, -5, 5)])
+    s.insert_probe(0, [0, 0], [0, 0], [1, 2], np.array([1, 0], np.uint8), [1])
+    assert s.rows(0) == 1
+    m, probed, _ = s.insert_probe(1, [0, 0], [0, 0], [3, 4], np.array([0, 1], np.uint8), [0])
+    assert m.tolist() == [[2, 3]] and probed.tolist() == [1]
+
+
+def test_evict_by_expiry_key():
+    s = mj.MultiJoinState(2, [])
+    s.insert_probe(0, [1, 2, 3], [0, 1, 2], [10, 11, 12], None, [1], ends=[5, 3, 9])
+    assert s.min_end(0) == 3
+    assert sorted(s.evict(0, 5).tolist()) == [10, 11]
+    assert s.rows(0) == 1 and s.keys(0) == 1
+    assert s.evict(0, 5).tolist() == []
+    assert s.evict(1, 100).tolist() == []
+
+
+@pytest.mark.parametrize(
+    ("call", "word"),
+    [
+        (lambda s: s.insert_probe(0, [1], [0], [0], None, [1]), "order"),
+        (lambda s: s.insert_probe(0, [1], [0], [0], None, [1, 1]), "order"),
+        (lambda s: s.insert_probe(0, [1], [0], [0], None, [0, 1]), "order"),
+        (lambda s: s.insert_probe(0, [1], [0], [0], None, [1, 5]), "order"),
+        (lambda s: s.insert_probe(3, [1], [0], [0], None, [0, 1]), "input"),
+        (lambda s: s.insert_probe(0, [1], [0, 1], [0], None, [1, 2]), "times"),
+        (lambda s: s.insert_probe(0, [1], [0], [0, 2], None, [1, 2]), "ids"),
+        (lambda s: s.insert_probe(0, [1], [0], [0], [0, 0], [1, 2]), "null_key"),
+        (lambda s: s.insert_probe(0, [1], [0], [0], None, [1, 2], ends=[1, 2]), "ends"),
+        (lambda s: s.insert_probe(0, [[1]], [0], [0], None, [1, 2]), "keys"),
+        (lambda s: s.evict(-1, 0), "input"),
+        (lambda s: s.rows(7), "input"),
+    ],
+)
+def test_bad_arguments_name_the_argument(call, word):
+    s = mj.MultiJoinState(3, [(0, 1, 0, 1)])
+    with pytest.raises(ValueError, match=word):
+        call(s)
+
+
+@pytest.mark.parametrize(
+    ("n", "bounds", "word"),
+    [(1, [], "n_inputs"), (7, [], "n_inputs"), (2, [(0, 0, 0, 1)], "bounds"), (2, [(0, 2, 0, 1)], "bounds"),
+     (2, [(0, 1, 2, 1)], "bounds"), (2, [(0, 1, 2)], "bounds")],
+)
+def test_bad_constructor_arguments(n, bounds, word):
+    with pytest.raises(ValueError, match=word):
+        mj.MultiJoinState(n, bounds)
+
+
+def test_corrupt_blob_raises():
+    s = mj.MultiJoinState(2, [(0, 1, 0, 1)])
+    s.insert_probe(0, [1], [0], [0], None, [1])
+    blob = s.serialize()
+    for bad in (blob[:-3], b"nope", blob + b"x"):
+        with pytest.raises(ValueError):
+            mj.MultiJoinState.deserialize(bad)

@@ -60,26 +60,27 @@ def scenarios(draw):
     bounds = []
     for j in range(1, n):
         i = draw(st.integers(0, j - 1))
-        a, b = draw(st.integers(-8, 8)), draw(st.integers(0, 10))
+        a, b = draw(st.integers(-10, 2)), draw(st.integers(0, 20))
         pair = (i, j) if draw(st.booleans()) else (j, i)
         bounds.append((pair[0], pair[1], a, a + b))
     for _ in range(draw(st.integers(0, 2))):
         i, j = draw(st.permutations(range(n)))[:2]
-        a, b = draw(st.integers(-8, 8)), draw(st.integers(0, 10))
+        a, b = draw(st.integers(-10, 2)), draw(st.integers(0, 20))
         bounds.append((i, j, a, a + b))
     calls = []
     next_id = 0
-    for _ in range(draw(st.integers(1, 10))):
-        inp = draw(st.integers(0, n - 1))
+    for c in range(draw(st.integers(1, 12))):
+        # mostly round robin, so that every input holds rows and n-way matches occur
+        inp = c % n if draw(st.integers(0, 3)) else draw(st.integers(0, n - 1))
         m = draw(st.integers(0, 6))
-        keys = draw(st.lists(st.integers(0, 3), min_size=m, max_size=m))
-        times = draw(st.lists(st.integers(0, 20), min_size=m, max_size=m))
+        keys = draw(st.lists(st.integers(0, 1), min_size=m, max_size=m))
+        times = draw(st.lists(st.integers(0, 12), min_size=m, max_size=m))
         nulls = draw(st.lists(st.sampled_from([False, False, False, True]), min_size=m, max_size=m))
         ends = [t + draw(st.integers(0, 5)) for t in times]
         ids = list(range(next_id, next_id + m))
         next_id += m
         order = draw(st.permutations([o for o in range(n) if o != inp]))
-        evict = draw(st.none() | st.tuples(st.integers(0, n - 1), st.integers(-1, 25)))
+        evict = draw(st.none() | st.none() | st.tuples(st.integers(0, n - 1), st.integers(-1, 17)))
         calls.append((inp, keys, times, ids, nulls, ends, list(order), evict))
     roundtrip_at = draw(st.integers(0, len(calls)))
     return n, bounds, calls, roundtrip_at
@@ -90,12 +91,11 @@ def _arrays(keys, times, ids, nulls, ends):
             np.array(nulls, np.uint8), np.array(ends, np.int64))
 
 
-@settings(max_examples=150, deadline=None)
-@given(scenarios())
-def test_against_reference(sc):
-    n, bounds, calls, roundtrip_at = sc
+def _check_run(n, bounds, calls, roundtrip_at):
+    """Run `calls` through the kernel and the reference; returns the number of emitted tuples."""
     state = mj.MultiJoinState(n, bounds)
     ref = Reference(n, bounds)
+    emitted = 0
     for c, (inp, keys, times, ids, nulls, ends, order, evict) in enumerate(calls):
         if c == roundtrip_at:
             blob = state.serialize()
@@ -105,6 +105,7 @@ def test_against_reference(sc):
         k, t, i, nl, e = _arrays(keys, times, ids, nulls, ends)
         matches, probed, matched = state.insert_probe(inp, k, t, i, nl, order, ends=e)
         expect = ref.insert_probe(inp, keys, times, ids, nulls, ends)
+        emitted += len(expect)
         assert matches.shape == (len(expect), n)
         assert _tuples(matches) == Counter(expect)
         # per-step counters
@@ -121,6 +122,35 @@ def test_against_reference(sc):
             assert state.rows(eo) == len(ref.rows[eo])
             me = state.min_end(eo)
             assert me == (min(r[3] for r in ref.rows[eo]) if ref.rows[eo] else None)
+    return emitted
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenarios())
+def test_against_reference(sc):
+    _check_run(*sc)
+
+
+@pytest.mark.parametrize("n", [3, 4, 5])
+@pytest.mark.parametrize("seed", range(4))
+def test_dense_runs_against_reference(n, seed):
+    """Many rows, few keys, wide bounds: n-way matches in numbers (hypothesis favours small cases)."""
+    rng = np.random.default_rng(seed)
+    bounds = [(int(rng.integers(0, j)), j, int(lo), int(lo) + int(rng.integers(8, 25)))
+              for j, lo in zip(range(1, n), rng.integers(-12, 0, n - 1))]
+    bounds.append((0, n - 1, -20, 20))
+    calls, next_id = [], 0
+    for c in range(30):
+        inp = c % n if c < 2 * n else int(rng.integers(0, n))
+        m = int(rng.integers(0, 8))
+        times = [int(x) for x in rng.integers(c, c + 15, m)]
+        others = [o for o in range(n) if o != inp]
+        calls.append((inp, [int(x) for x in rng.integers(0, 3, m)], times, list(range(next_id, next_id + m)),
+                      [bool(x) for x in rng.random(m) < 0.1], [x + int(rng.integers(0, 6)) for x in times],
+                      [int(x) for x in rng.permutation(others)],
+                      (int(rng.integers(0, n)), c - 12) if c % 5 == 4 else None))
+        next_id += m
+    assert _check_run(n, bounds, calls, roundtrip_at=15) > 0
 
 
 @settings(max_examples=60, deadline=None)

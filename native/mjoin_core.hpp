@@ -2,8 +2,9 @@
 // intermediate state.
 //
 // n inputs (2 to 6) share one equi-join key; `bounds` are temporal constraints (i, j, lower, upper):
-// times[j] - times[i] in [lower, upper], inclusive. Per input the state is a hash table from the key
-// to a doubly linked chain of that input's rows (oldest first) plus a min-heap of (expiry key, row), so
+// times[j] - times[i] in [lower, upper], inclusive. Per input the state is an open-addressing hash
+// table from the key to a doubly linked chain of that input's rows (oldest first) plus a min-heap of
+// (expiry key, row), so
 // evict() removes exactly the rows whose expiry key is <= the threshold with O(log n) work per removed
 // row and none for the rows that stay.
 //
@@ -31,7 +32,6 @@
 #include <queue>
 #include <stdexcept>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -49,18 +49,83 @@ struct Bound {
   int64_t lower, upper;
 };
 
-struct KeyHash {
-  size_t operator()(int64_t k) const { return static_cast<size_t>(splitmix64_finalize(static_cast<uint64_t>(k))); }
+// Open-addressing (linear probing, load <= 1/2) map from a key to its chain (head, tail slots); erase
+// shifts later entries back, so there are no tombstones and lookups stay short under churn.
+class KeyIndex {
+ public:
+  struct Entry {
+    int64_t key, head, tail;
+  };
+  KeyIndex() { rehash(16); }
+  size_t size() const { return size_; }
+  // The entry of `key`, or nullptr.
+  Entry* find(int64_t key) {
+    for (size_t i = home(key);; i = (i + 1) & mask_) {
+      if (!used_[i]) return nullptr;
+      if (e_[i].key == key) return &e_[i];
+    }
+  }
+  const Entry* find(int64_t key) const { return const_cast<KeyIndex*>(this)->find(key); }
+  // The entry of `key`, inserted with an empty chain when missing (valid until the next insert).
+  Entry& get_or_insert(int64_t key) {
+    if (2 * (size_ + 1) > e_.size()) rehash(2 * e_.size());
+    size_t i = home(key);
+    for (; used_[i]; i = (i + 1) & mask_)
+      if (e_[i].key == key) return e_[i];
+    used_[i] = 1;
+    e_[i] = {key, -1, -1};
+    ++size_;
+    return e_[i];
+  }
+  void erase(Entry* ent) {
+    size_t i = static_cast<size_t>(ent - e_.data());
+    used_[i] = 0;
+    --size_;
+    for (size_t j = (i + 1) & mask_; used_[j]; j = (j + 1) & mask_) {
+      const size_t h = home(e_[j].key);
+      // move e_[j] back to the hole i unless its home lies cyclically in (i, j]
+      if (((j - h) & mask_) >= ((j - i) & mask_)) {
+        e_[i] = e_[j];
+        used_[i] = 1;
+        used_[j] = 0;
+        i = j;
+      }
+    }
+  }
+  template <class F>
+  void for_each(F f) const {
+    for (size_t i = 0; i < e_.size(); ++i)
+      if (used_[i]) f(e_[i]);
+  }
+
+ private:
+  size_t home(int64_t key) const {
+    return static_cast<size_t>(splitmix64_finalize(static_cast<uint64_t>(key))) & mask_;
+  }
+  void rehash(size_t cap) {
+    std::vector<Entry> old = std::move(e_);
+    std::vector<uint8_t> old_used = std::move(used_);
+    e_.assign(cap, Entry{0, -1, -1});
+    used_.assign(cap, 0);
+    mask_ = cap - 1;
+    for (size_t i = 0; i < old.size(); ++i) {
+      if (!old_used[i]) continue;
+      size_t j = home(old[i].key);
+      while (used_[j]) j = (j + 1) & mask_;
+      e_[j] = old[i];
+      used_[j] = 1;
+    }
+  }
+  std::vector<Entry> e_;
+  std::vector<uint8_t> used_;
+  size_t mask_ = 0, size_ = 0;
 };
 
 // One input's rows: slots with a free list, per-key chains, an expiry heap.
 struct Side {
-  struct Chain {
-    int64_t head = -1, tail = -1;
-  };
   std::vector<int64_t> key, time, id, end, prev, next;
   std::vector<int64_t> free_slots;
-  std::unordered_map<int64_t, Chain, KeyHash> index;
+  KeyIndex index;
   using HeapItem = std::pair<int64_t, int64_t>;  // (expiry key, slot)
   std::priority_queue<HeapItem, std::vector<HeapItem>, std::greater<HeapItem>> heap;
   int64_t live = 0;
@@ -76,7 +141,7 @@ struct Side {
       key.push_back(k), time.push_back(t), id.push_back(pid), end.push_back(e);
       prev.push_back(-1), next.push_back(-1);
     }
-    Chain& c = index[k];
+    KeyIndex::Entry& c = index.get_or_insert(k);
     prev[s] = c.tail;
     next[s] = -1;
     if (c.tail >= 0) next[c.tail] = s; else c.head = s;
@@ -86,18 +151,17 @@ struct Side {
   }
 
   void remove(int64_t s) {
-    auto it = index.find(key[s]);
-    Chain& c = it->second;
-    if (prev[s] >= 0) next[prev[s]] = next[s]; else c.head = next[s];
-    if (next[s] >= 0) prev[next[s]] = prev[s]; else c.tail = prev[s];
-    if (c.head < 0) index.erase(it);
+    KeyIndex::Entry* c = index.find(key[s]);
+    if (prev[s] >= 0) next[prev[s]] = next[s]; else c->head = next[s];
+    if (next[s] >= 0) prev[next[s]] = prev[s]; else c->tail = prev[s];
+    if (c->head < 0) index.erase(c);
     free_slots.push_back(s);
     --live;
   }
 
   int64_t chain_head(int64_t k) const {
-    auto it = index.find(k);
-    return it == index.end() ? -1 : it->second.head;
+    const KeyIndex::Entry* c = index.find(k);
+    return c ? c->head : -1;
   }
 };
 
@@ -228,10 +292,10 @@ class MultiJoinState {
       // Keys in ascending order so equal states give equal images.
       std::vector<int64_t> ks;
       ks.reserve(s.index.size());
-      for (const auto& kv : s.index) ks.push_back(kv.first);
+      s.index.for_each([&](const KeyIndex::Entry& en) { ks.push_back(en.key); });
       std::sort(ks.begin(), ks.end());
       for (int64_t key : ks) {
-        for (int64_t x = s.index.at(key).head; x >= 0; x = s.next[x]) {
+        for (int64_t x = s.chain_head(key); x >= 0; x = s.next[x]) {
           k.push_back(key), t.push_back(s.time[x]), id.push_back(s.id[x]), e.push_back(s.end[x]);
         }
       }

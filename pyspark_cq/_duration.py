@@ -51,7 +51,7 @@ class _Overflow(_Invalid):
     """A string Spark's cast maps to NULL because a number overflows."""
 
 
-def parse_duration(value, name: str, *, allow_negative: bool = True, allow_zero: bool = True) -> int:
+def parse_duration(value, name: str = "duration", *, allow_negative: bool = True, allow_zero: bool = True) -> int:
     """Return ``value`` as integer microseconds.
 
     Parameters
@@ -59,8 +59,8 @@ def parse_duration(value, name: str, *, allow_negative: bool = True, allow_zero:
     value : str, datetime.timedelta or numpy.timedelta64
         The duration. A string is read as Spark's ``CAST(value AS INTERVAL)`` reads it (see
         ``docs/errors.md``, *Durations*); a string Spark maps to NULL is rejected.
-    name : str
-        The argument's name, used in error messages.
+    name : str, optional
+        The argument's name, used in error messages (default ``"duration"``).
     allow_negative, allow_zero : bool
         Whether negative / zero durations are accepted.
 

@@ -34,7 +34,7 @@ def window_query(name, source="A", w=(1 * S, 10 * S), d_s=1e-4, gran=None):
     """One window (QoS ``w``) over ``source``, optionally under Γ with QoS ``gran`` = (coarsest, finest)."""
     wl = f"{name}-w.window"
     node = P.Window(P.Source(source), w[1], label=wl)
-    qos = {wl: QoSRange.window(*w)}
+    qos = {wl: QoSRange.window(*w, step=1)}  # 1 µs explicitly: the brute-force checks model windows as continuous
     if gran is not None:
         gl = f"{name}-g.granularity"
         node = P.Aggregate(P.Granularity(node, gran[1], label=gl))

@@ -62,7 +62,7 @@ def test_admission_rejection_needs_reason():
 
 
 def test_qos_range_constructors():
-    w = QoSRange.window("1 minute", "30 minutes")
+    w = QoSRange.window("1 minute", "30 minutes", step=1)  # the 1 µs step explicitly (default: 1 s)
     assert (w.min, w.max, w.step) == (60 * S, 1800 * S, 1)
     g = QoSRange.granularity("10 seconds", "1 second")
     assert (g.min, g.max, g.step) == (10 * S, S, S)

@@ -411,7 +411,15 @@ class JoinWorker:
         frames = [f for f in frames if len(f)]
         if not frames:
             return [None, None]
-        pdf = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        if len(frames) > 1:
+            # Column by column: a DataFrame concat in which one frame's column is all-NA (e.g. the other
+            # side's payload, or a column null throughout one Arrow batch) makes pandas warn that it will
+            # stop ignoring such entries when choosing the dtype; a Series concat of non-empty pieces
+            # already keeps every piece's dtype, which is what the kernel's codecs are given anyway.
+            pdf = pd.DataFrame({c: pd.concat([f[c] for f in frames], ignore_index=True)
+                                for c in frames[0].columns})
+        else:
+            pdf = frames[0]
         side = pdf[SIDE].to_numpy()
         return [pdf[side == LEFT].reset_index(drop=True), pdf[side == RIGHT].reset_index(drop=True)]
 
@@ -501,7 +509,12 @@ class JoinWorker:
     def batch(self, left_pdf, right_pdf):
         kernel, sides = self._new()
         parts, _, _, shed = self._process(kernel, sides, [left_pdf, right_pdf], None, self._entry())
-        frames = [self._data(_metrics.to_pandas(p)) for p in parts]
         n_out = sum(p.num_rows for p in parts)
-        frames.append(self._metrics_row(input_rows=len(left_pdf) + len(right_pdf), output_rows=n_out, shed_rows=shed))
-        return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        row = self._metrics_row(input_rows=len(left_pdf) + len(right_pdf), output_rows=n_out, shed_rows=shed)
+        if not parts:
+            return row
+        data = self._data(_metrics.to_pandas(pa.concat_tables(parts) if len(parts) > 1 else parts[0]))
+        # The metrics row in the data rows' dtypes: pandas warns (FutureWarning) when a concat meets an
+        # all-NA entry of another dtype (the row's null data columns, the data rows' null counters).
+        row = row.astype({c: data[c].dtype for c in data.columns})
+        return pd.concat([data, row], ignore_index=True)

@@ -224,8 +224,8 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
 
 
 def _positive_duration(value, name: str) -> int:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        raise TypeError(f"{name} must be a duration such as '10 seconds' or a datetime.timedelta, got {value!r}")
+    # a plain number (no unit) is refused by parse_duration, with the same message as every other
+    # duration argument (e.g. the join's lower / upper)
     return parse_duration(value, name, allow_negative=False, allow_zero=False)
 
 

@@ -92,8 +92,10 @@ class QoSRange:
     min, max : float
         The bounds.
     step : float, optional
-        Allowed values are multiples of ``step`` (default: 1 µs for windows and bounds, the finest
-        granularity for granularities).
+        Allowed values are multiples of ``step`` (the bounds themselves are allowed too). Default here:
+        none (any value); :meth:`window` defaults to whole seconds when both bounds are at least 1 s,
+        else whole milliseconds when both are at least 1 ms, else 1 µs; :meth:`granularity` to the
+        multiples of the finest granularity.
     choices : tuple of float, optional
         Explicit allowed values instead of multiples of ``step``.
     """
@@ -124,12 +126,19 @@ class QoSRange:
             object.__setattr__(self, "choices", choices)
 
     @classmethod
-    def window(cls, min, max, *, step=1) -> QoSRange:  # noqa: A002 - the paper's names
-        """A window-size range: ``min <= max`` durations (µs or strings such as ``"1 minute"``)."""
+    def window(cls, min, max, *, step=None) -> QoSRange:  # noqa: A002 - the paper's names
+        """A window-size range: ``min <= max`` durations (µs or strings such as ``"1 minute"``).
+
+        ``step`` (a duration) spaces the allowed sizes; by default it is 1 second when both bounds are
+        at least 1 second, else 1 millisecond when both are at least 1 millisecond, else 1 µs, so that a
+        policy picks e.g. ``48 s`` rather than ``48.28125 s``. The bounds themselves are always allowed.
+        """
         lo = duration_value(min, "min", allow_negative=False, allow_zero=False)
         hi = duration_value(max, "max", allow_negative=False, allow_zero=False)
         if lo > hi:
             raise ValueError(f"a window QoS range needs min <= max, got min={lo} µs, max={hi} µs")
+        if step is None:
+            step = next(s for s in (1_000_000, 1_000, 1) if lo >= s)
         return cls(lo, hi, duration_value(step, "step", allow_negative=False, allow_zero=False))
 
     @classmethod

@@ -13,6 +13,7 @@ the statistics and runs a policy round every ``every_batches`` micro-batches and
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -36,6 +37,47 @@ from .stats import StatisticsStore
 __all__ = ["CQRuntime", "QueryRejected", "QueryContext"]
 
 _log = logging.getLogger("pyspark_cq.runtime")
+
+
+def _is_active(query) -> bool:
+    try:
+        return bool(query.isActive)
+    except Exception:
+        return False
+
+
+def _jvm_root_log_level(spark) -> str | None:
+    """The JVM's root log4j level (e.g. ``"ERROR"``), or None when it cannot be read."""
+    try:
+        return str(spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getRootLogger().getLevel().toString())
+    except Exception:
+        return None
+
+
+@contextlib.contextmanager
+def _quiet_jvm_log(spark, *, active: bool = True):
+    """Turn the JVM's log off inside the block (when ``active``), then restore its level.
+
+    Spark logs an interrupted micro-batch at ``stop()`` as ERROR stack traces (``FileFormatWriter:
+    Aborting job``, ``InterruptedException``) though the shutdown is clean.
+    """
+    previous = _jvm_root_log_level(spark) if active else None
+    if previous is None:  # nothing running, or no log4j to read: leave the log alone
+        yield
+        return
+    try:
+        spark.sparkContext.setLogLevel("OFF")
+    except Exception as exc:
+        _log.debug("silencing the JVM log failed: %r", exc)
+        yield
+        return
+    try:
+        yield
+    finally:
+        try:
+            spark.sparkContext.setLogLevel(previous)
+        except Exception as exc:
+            _log.warning("restoring the JVM log level %s failed: %r", previous, exc)
 
 
 class QueryRejected(RuntimeError):
@@ -373,16 +415,22 @@ class CQRuntime:
         return self
 
     def stop(self, *, stop_queries: bool = True) -> None:
-        """Stop the monitor thread and the listener, and (by default) the registered queries."""
+        """Stop the monitor thread and the listener, and (by default) the registered queries.
+
+        While the queries stop, the JVM's log is silenced: Spark logs the cancellation of a running
+        micro-batch (e.g. ``FileFormatWriter: Aborting job ... InterruptedException`` of a file sink) as
+        a page of ERROR stack traces although the stop is clean; the log level is restored afterwards.
+        """
         if stop_queries:
             with self._lock:
                 queries = [r.query for r in self._queries.values() if r.query is not None]
-            for q in queries:
-                try:
-                    if q.isActive:
-                        q.stop()
-                except Exception as exc:  # keep stopping the others
-                    _log.warning("stopping query %s failed: %r", q.name, exc)
+            with _quiet_jvm_log(self.spark, active=any(_is_active(q) for q in queries)):
+                for q in queries:
+                    try:
+                        if q.isActive:
+                            q.stop()
+                    except Exception as exc:  # keep stopping the others
+                        _log.warning("stopping query %s failed: %r", q.name, exc)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)

@@ -1,0 +1,162 @@
+"""Defects of issue 17 ("What a Spark user trips over"): items 3, 4, 5 and 9 (part)."""
+from __future__ import annotations
+
+import datetime as dt
+import time
+import warnings
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import pyspark_cq as cq
+from pyspark_cq.policies import QoSRange
+
+S = 1_000_000
+
+
+# --- 9: parse_duration's name, one message for a plain number --------------------------------------
+
+
+def test_parse_duration_name_defaults():
+    assert cq.parse_duration("1 hour") == 3600 * S
+    with pytest.raises(ValueError, match="^duration "):  # Spark's interval syntax has no "1h"
+        cq.parse_duration("1h")
+    with pytest.raises(TypeError, match=r"^duration must be a duration such as '10 seconds'"):
+        cq.parse_duration(10)
+
+
+@pytest.mark.spark
+def test_plain_int_duration_is_one_message(spark):
+    left = spark.createDataFrame([(1, dt.datetime(2024, 1, 1))], "k long, ts timestamp")
+    right = spark.createDataFrame([(1, dt.datetime(2024, 1, 1))], "k long, ts timestamp")
+    messages = {}
+    with pytest.raises(TypeError) as join_err:
+        cq.interval_join(left, right, "k", "ts", "ts", 10, "10 seconds", suffixes=("_l", "_r"))
+    messages["lower"] = str(join_err.value)
+    with pytest.raises(TypeError) as agg_err:
+        cq.sliding_aggregate(left, "ts", 10)
+    messages["window"] = str(agg_err.value)
+    for name, msg in messages.items():
+        assert msg.startswith(f"{name} must be a duration such as '10 seconds'"), msg
+        assert msg.endswith("got int 10"), msg
+    # the same wording, only the argument's name differs
+    assert messages["lower"].replace("lower", "X", 1) == messages["window"].replace("window", "X", 1)
+
+
+# --- 5: QoSRange.window default step -----------------------------------------------------------------
+
+
+def test_qos_window_default_step():
+    assert QoSRange.window("10 seconds", "60 seconds").step == S
+    assert QoSRange.window("10 milliseconds", "60 seconds").step == 1_000
+    assert QoSRange.window(500, 60 * S).step == 1
+    assert QoSRange.window("10 seconds", "60 seconds", step=1).step == 1
+    # the resource manager's 48.28125 s: a whole second now
+    w = QoSRange.window("10 seconds", "60 seconds")
+    assert w.value_at((48.28125 - 10) / 50) == 48 * S
+    assert w.value_at(0) == 10 * S and w.value_at(1) == 60 * S
+
+
+# --- 3: no pandas FutureWarning from the join's worker -----------------------------------------------
+
+
+def _worker_inputs(spark, left_rows, right_rows, how):
+    from pyspark_cq.operators._join_spec import JoinSpec
+    from pyspark_cq.operators._join_worker import LEFT, RIGHT, JoinConfig, JoinWorker
+    from pyspark_cq.operators.join import _tagged
+
+    schema = "k long, ts timestamp, v long, s string"
+    left = spark.createDataFrame(left_rows, schema)
+    right = spark.createDataFrame(right_rows, schema)
+    spec = JoinSpec.build(left, right, "k", "ts", "ts", how, ("_l", "_r"), None, None, None, None)
+    spec.lower, spec.upper = -10 * S, 10 * S
+    worker = JoinWorker(JoinConfig.of(spec))
+    return worker, _tagged(spec, LEFT, False).toPandas(), _tagged(spec, RIGHT, False).toPandas(), (LEFT, RIGHT)
+
+
+def _future_warnings(fn):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = fn()
+    return result, [w for w in caught if issubclass(w.category, FutureWarning)]
+
+
+T0 = dt.datetime(2024, 1, 1, 12, 0)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("how", ["inner", "left", "full"])
+def test_join_worker_batch_no_future_warning(spark, how):
+    from pyspark_cq.operators import _metrics
+
+    rows_l = [(1, T0, 5, "a"), (2, T0, None, None), (3, None, None, None)]
+    rows_r = [(1, T0 + dt.timedelta(seconds=3), None, None), (4, T0, 7, "x")]
+    worker, lpdf, rpdf, _ = _worker_inputs(spark, rows_l, rows_r, how)
+    out, caught = _future_warnings(lambda: worker.batch(lpdf, rpdf))
+    assert not caught, [str(w.message) for w in caught]
+    data = out[~out[_metrics.METRICS_ROW].astype(bool)]
+    assert len(out) >= 2 and len(data) >= 1
+    # all-NA payload on one side only, and an empty side
+    for lp, rp in ((lpdf, rpdf.iloc[:0]), (lpdf.iloc[:0], rpdf.iloc[:0]), (lpdf.iloc[1:2], rpdf.iloc[:1])):
+        _, caught = _future_warnings(lambda lp=lp, rp=rp: worker.batch(lp, rp))
+        assert not caught, [str(w.message) for w in caught]
+
+
+def test_join_worker_split_no_future_warning():
+    from pyspark_cq.operators._join_worker import SIDE, JoinWorker
+
+    worker = JoinWorker(None)
+    a = pd.DataFrame({SIDE: np.array([0, 1], np.int8), "x": pd.array([1, 2], dtype="Int64"),
+                      "t": pd.to_datetime(["2024-01-01", "2024-01-02"])})
+    b = pd.DataFrame({SIDE: np.array([1], np.int8), "x": [None], "t": [None]})  # all-NA, other dtypes
+    empty = a.iloc[:0]
+    for frames in ([a, b], [b, a], [empty, a, b], [empty], []):
+        parts, caught = _future_warnings(lambda frames=frames: worker._split(list(frames)))
+        assert not caught, [str(w.message) for w in caught]
+        n = sum(len(f) for f in frames)
+        assert sum(0 if p is None else len(p) for p in parts) == n
+    left, right = worker._split([a, b])
+    assert list(left["x"]) == [1] and len(right) == 2 and right["x"].isna().tolist() == [False, True]
+
+
+# --- 4: leaving the runtime does not print Spark's stop-time stack traces ----------------------------
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_runtime_stop_silences_jvm_log(spark, tmp_path, monkeypatch):
+    from pyspark.sql.streaming.query import StreamingQuery
+
+    from pyspark_cq.runtime import CQRuntime
+
+    def _jvm_root_log_level(session):
+        return str(session.sparkContext._jvm.org.apache.logging.log4j.LogManager.getRootLogger().getLevel())
+
+    before = _jvm_root_log_level(spark)
+    assert before == "ERROR"  # the fixture's level
+    levels = []
+    original = StreamingQuery.stop
+
+    def stop(self):
+        levels.append(_jvm_root_log_level(spark))
+        return original(self)
+
+    monkeypatch.setattr(StreamingQuery, "stop", stop)
+
+    def build(ctx):
+        src = spark.readStream.format("rate").option("rowsPerSecond", 50).load()
+        return (src.writeStream.format("parquet").option("path", str(tmp_path / "out"))
+                .option("checkpointLocation", str(tmp_path / "ck")).trigger(processingTime="200 milliseconds"))
+
+    rt = CQRuntime(spark, policies=[], control_path=str(tmp_path / "ct.json"), every_batches=1)
+    rt.register("files", build, sources={"rate": "Rate"})
+    with rt:
+        query = rt.query("files")
+        deadline = time.monotonic() + 120
+        while query.lastProgress is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert query.isActive
+    assert not query.isActive
+    assert levels == ["OFF"]                      # Spark's cancellation traces are not logged
+    assert _jvm_root_log_level(spark) == before   # and the level is restored afterwards

@@ -23,6 +23,19 @@ def is_dataframe(obj) -> bool:
     return isinstance(obj, ConnectDataFrame)
 
 
+def is_column(obj) -> bool:
+    """True for classic and Spark Connect Columns."""
+    from pyspark.sql import Column
+
+    if isinstance(obj, Column):
+        return True
+    try:
+        from pyspark.sql.connect.column import Column as ConnectColumn
+    except Exception:  # Spark Connect extras not installed
+        return False
+    return isinstance(obj, ConnectColumn)
+
+
 def dataframe(obj, name: str):
     """Check that ``obj`` is a PySpark DataFrame."""
     if not is_dataframe(obj):

@@ -114,18 +114,6 @@ def _quoted(column: str) -> str:
     return "`" + column.replace("`", "``") + "`"
 
 
-def _is_column(obj) -> bool:
-    from pyspark.sql import Column
-
-    if isinstance(obj, Column):
-        return True
-    try:
-        from pyspark.sql.connect.column import Column as ConnectColumn
-    except Exception:  # Spark Connect extras not installed
-        return False
-    return isinstance(obj, ConnectColumn)
-
-
 def _check_predicates(df, predicates) -> tuple[list[str], dict[str, Callable], dict]:
     if not isinstance(predicates, Mapping) or not predicates:
         raise TypeError(f"predicates must be a non-empty mapping of name -> callable(pyarrow.RecordBatch) or "
@@ -133,7 +121,7 @@ def _check_predicates(df, predicates) -> tuple[list[str], dict[str, Callable], d
     names, callables, columns = [], {}, {}
     for key, pred in predicates.items():
         check_predicate_name(key, "predicates")
-        if _is_column(pred):
+        if _validate.is_column(pred):
             dtype = df.select(pred.alias("p")).schema["p"].dataType
             if not isinstance(dtype, T.BooleanType):
                 raise TypeError(f"predicates[{key!r}] must be a boolean Column, got a {dtype.simpleString()} one")

@@ -10,30 +10,29 @@ TIME_TYPES = (T.TimestampType, T.TimestampNTZType)
 WATERMARK_KEY = "spark.watermarkDelayMs"
 
 
+def _classic_or_connect(obj, classic: type, connect_module: str, name: str) -> bool:
+    """True when ``obj`` is a ``classic`` instance or the Spark Connect class ``connect_module.name``."""
+    if isinstance(obj, classic):
+        return True
+    try:
+        connect = getattr(__import__(connect_module, fromlist=[name]), name)
+    except Exception:  # Spark Connect extras not installed
+        return False
+    return isinstance(obj, connect)
+
+
 def is_dataframe(obj) -> bool:
     """True for classic and Spark Connect DataFrames."""
     from pyspark.sql import DataFrame
 
-    if isinstance(obj, DataFrame):
-        return True
-    try:
-        from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
-    except Exception:  # Spark Connect extras not installed
-        return False
-    return isinstance(obj, ConnectDataFrame)
+    return _classic_or_connect(obj, DataFrame, "pyspark.sql.connect.dataframe", "DataFrame")
 
 
 def is_column(obj) -> bool:
     """True for classic and Spark Connect Columns."""
     from pyspark.sql import Column
 
-    if isinstance(obj, Column):
-        return True
-    try:
-        from pyspark.sql.connect.column import Column as ConnectColumn
-    except Exception:  # Spark Connect extras not installed
-        return False
-    return isinstance(obj, ConnectColumn)
+    return _classic_or_connect(obj, Column, "pyspark.sql.connect.column", "Column")
 
 
 def dataframe(obj, name: str):

@@ -116,9 +116,9 @@ def exported_names(module: types.ModuleType) -> set[str]:
     return {n for n in public(dir(module)) if not isinstance(getattr(module, n), types.ModuleType)}
 
 
-def split_top_level(text: str) -> list[str]:
-    """Split a parameter list at the commas outside brackets and quotes."""
-    parts, depth, quote, start = [], 0, None, 0
+def _top_level(text: str):
+    """``(index, char)`` of the characters of ``text`` outside brackets and quotes."""
+    depth, quote = 0, None
     for i, ch in enumerate(text):
         if quote:
             if ch == quote and text[i - 1] != "\\":
@@ -129,7 +129,15 @@ def split_top_level(text: str) -> list[str]:
             depth += 1
         elif ch in ")]}":
             depth -= 1
-        elif ch == "," and depth == 0:
+        elif depth == 0:
+            yield i, ch
+
+
+def split_top_level(text: str) -> list[str]:
+    """Split a parameter list at the commas outside brackets and quotes."""
+    parts, start = [], 0
+    for i, ch in _top_level(text):
+        if ch == ",":
             parts.append(text[start:i])
             start = i + 1
     parts.append(text[start:])
@@ -143,20 +151,8 @@ def _param_from_text(text: str) -> Param:
     if text.startswith("*"):
         return Param(text[1:].split(":")[0].strip(), "var_positional", None)
     name = re.match(r"\s*(\w+)", text).group(1)
-    depth, quote, default = 0, None, None
-    for i, ch in enumerate(text):  # the first '=' outside brackets starts the default
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "=" and depth == 0:
-            default = text[i + 1:].strip()
-            break
+    # the first '=' outside brackets and quotes starts the default
+    default = next((text[i + 1:].strip() for i, ch in _top_level(text) if ch == "="), None)
     return Param(name, "positional", default)
 
 

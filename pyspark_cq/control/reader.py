@@ -8,9 +8,9 @@ the application time from which they apply; :class:`Entry` answers which value a
 
 Operator contract (what a pyspark-cq operator calls in its micro-batch function)::
 
-    from pyspark_cq.control import ControlHandle
+    from pyspark_cq.control import operator_handle
 
-    handle = handle.bind("interval_join")              # on the driver: checks what the entry sets
+    handle = operator_handle(control, "interval_join") # on the driver: checks the argument and the entry
     def per_batch(batches):                            # runs on a worker
         e = handle.entry()                             # None: no entry, use the operator's arguments
         upper = e.values_at("upper", ts) if e else ... # per-element bound (new elements only)

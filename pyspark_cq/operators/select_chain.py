@@ -92,16 +92,14 @@ def select_chain(df, predicates, *, control=None, name=None):
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty string, got {name!r}")
     label = f"select_chain {name!r}"
-    entry = control.entry(when="when the operator was defined") if control is not None else None
-    if entry is not None and entry.get("plan_id") is not None:
-        parse_chain_plan(entry.get("plan_id"), names, operator=label)   # a bad plan fails here, not in a task
-
     data_fields = [T.StructField(f.name, f.dataType, True) for f in df.schema.fields]
     counters = [_metric(k, n) for n in names for k in _METRICS] + ["input_rows", "output_rows"]
     raw_schema = T.StructType(data_fields + [T.StructField(_metrics.METRICS_ROW, T.BooleanType(), False)]
                               + [T.StructField(_metrics.PREFIX + c, T.LongType(), True) for c in counters])
     worker = _Chain(label, tuple(names), callables, tuple(df.columns), control,
                     _metrics.arrow_schema(raw_schema), tuple(counters))
+    if control is not None:   # a bad plan fails here, not in a task
+        worker.order(control.entry(when="when the operator was defined"))
     staged = df.select(*[F.col(_quoted(c)) for c in df.columns],
                        *[col.alias(_COLUMN + n) for n, col in columns.items()])
     raw = staged.mapInArrow(worker, raw_schema)
@@ -155,19 +153,16 @@ class _Chain:
         self.label, self.names, self.callables, self.columns = label, names, callables, columns
         self.control, self.schema, self.counters = control, schema, counters
 
-    def order(self) -> tuple[str, ...]:
-        """The evaluation order of this batch: the entry's ``plan_id``, else the order of ``predicates``."""
-        entry = self.control.entry() if self.control is not None else None
+    def order(self, entry) -> tuple[str, ...]:
+        """The evaluation order under ``entry``: its ``plan_id``, else the order of ``predicates``."""
         plan = entry.get("plan_id") if entry is not None else None
-        if plan is None:
-            return self.names
-        try:
-            return parse_chain_plan(plan, self.names, operator=self.label)
-        except ValueError as exc:
-            raise ValueError(f"{exc} (micro-batch {_batch_id()})") from None
+        return self.names if plan is None else parse_chain_plan(plan, self.names, operator=self.label)
 
     def __call__(self, batches):
-        order = self.order()
+        try:
+            order = self.order(self.control.entry() if self.control is not None else None)
+        except ValueError as exc:
+            raise ValueError(f"{exc} (micro-batch {_batch_id()})") from None
         totals = dict.fromkeys(self.counters, 0)
         for batch in batches:
             kept = self.run(batch, order, totals)
@@ -221,7 +216,7 @@ class _Chain:
         return pa.RecordBatch.from_arrays(cols, schema=self.schema)
 
     def _metrics_row(self, totals: dict) -> pa.RecordBatch:
-        cols = [pa.nulls(1, f.type) for f in self.schema][: len(self.columns)]
+        cols = [pa.nulls(1, self.schema.field(i).type) for i in range(len(self.columns))]
         cols.append(pa.array([True]))
         cols += [pa.array([int(totals[c])], pa.int64()) for c in self.counters]
         return pa.RecordBatch.from_arrays(cols, schema=self.schema)

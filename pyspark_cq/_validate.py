@@ -66,6 +66,15 @@ def column_list(df, cols, name: str, *, allow_empty: bool = True) -> list[str]:
     return cols
 
 
+def ref(name: str):
+    """A Column that refers to the column called exactly ``name`` (dots, spaces and backticks are part
+    of the name: ``F.col("user.id")`` would read a struct field ``id`` of a column ``user``).
+    """
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
+
+
 def column(df, col, name: str) -> str:
     """Check a single column name."""
     if not isinstance(col, str):

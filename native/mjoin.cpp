@@ -79,6 +79,15 @@ py::array_t<int64_t> evict(MultiJoinState& st, int input, int64_t threshold) {
   return to_numpy(std::move(out));
 }
 
+py::array_t<int64_t> canonical_ids(MultiJoinState& st, int input) {
+  std::vector<int64_t> out;
+  {
+    py::gil_scoped_release release;
+    out = st.canonical_ids(input);
+  }
+  return to_numpy(std::move(out));
+}
+
 py::object min_end(const MultiJoinState& st, int input) {
   int64_t v;
   if (!st.min_end(input, &v)) return py::none();
@@ -111,6 +120,9 @@ PYBIND11_MODULE(_mjoin, m) {
            "partial matches entering it and leaving it.")
       .def("evict", &evict, py::arg("input"), py::arg("threshold"),
            "Remove the rows of `input` whose expiry key is <= threshold; returns their payload ids.")
+      .def("canonical_ids", &canonical_ids, py::arg("input"),
+           "Renumber `input`'s payload ids to 0..rows-1 in serialization order; returns the old ids in that\n"
+           "order (compact the payload table with take(old)).")
       .def("min_end", &min_end, py::arg("input"), "Smallest expiry key of `input`, or None.")
       .def("rows", &MultiJoinState::rows, py::arg("input"), "Number of stored rows of `input`.")
       .def("keys", &MultiJoinState::keys, py::arg("input"), "Number of distinct keys of `input`.")

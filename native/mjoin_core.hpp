@@ -279,6 +279,23 @@ class MultiJoinState {
     return true;
   }
 
+  // Renumber `input`'s payload ids to 0..rows-1 in serialization order (keys ascending, oldest first
+  // within a key) and return the old ids in that order, so that the caller can compact its payload
+  // table with one take() and drop the rows evicted since the last call.
+  std::vector<int64_t> canonical_ids(int input) {
+    input_index(input);
+    Side& s = sides_[input];
+    std::vector<int64_t> old;
+    old.reserve(s.live);
+    for (int64_t key : sorted_keys(s)) {
+      for (int64_t x = s.chain_head(key); x >= 0; x = s.next[x]) {
+        old.push_back(s.id[x]);
+        s.id[x] = static_cast<int64_t>(old.size()) - 1;
+      }
+    }
+    return old;
+  }
+
   // Byte image (cq::Writer, CQS1): meta [version, n, nbounds, (i, j, lower, upper)...], then per input
   // the live rows as key, time, id, end columns, oldest first within each key.
   std::string serialize() const {
@@ -289,12 +306,7 @@ class MultiJoinState {
     for (const Side& s : sides_) {
       std::vector<int64_t> k, t, id, e;
       k.reserve(s.live), t.reserve(s.live), id.reserve(s.live), e.reserve(s.live);
-      // Keys in ascending order so equal states give equal images.
-      std::vector<int64_t> ks;
-      ks.reserve(s.index.size());
-      s.index.for_each([&](const KeyIndex::Entry& en) { ks.push_back(en.key); });
-      std::sort(ks.begin(), ks.end());
-      for (int64_t key : ks) {
+      for (int64_t key : sorted_keys(s)) {
         for (int64_t x = s.chain_head(key); x >= 0; x = s.next[x]) {
           k.push_back(key), t.push_back(s.time[x]), id.push_back(s.id[x]), e.push_back(s.end[x]);
         }
@@ -333,6 +345,15 @@ class MultiJoinState {
   }
 
  private:
+  // Keys in ascending order, so that equal states give equal images.
+  static std::vector<int64_t> sorted_keys(const Side& s) {
+    std::vector<int64_t> ks;
+    ks.reserve(s.index.size());
+    s.index.for_each([&](const KeyIndex::Entry& en) { ks.push_back(en.key); });
+    std::sort(ks.begin(), ks.end());
+    return ks;
+  }
+
   struct Check {
     int other;
     __int128 lo, hi;

@@ -29,6 +29,7 @@ _EXPORTS = {
     "sliding_aggregate": ".operators.aggregate",
     "window": ".operators.window",
     "select_chain": ".operators.select_chain",
+    "multi_join": ".operators.multi_join",
     # cost models, plans and estimators (pure: no Spark)
     "StreamCharacteristics": ".cost.pipes",
     "CostProfile": ".cost.pipes",

@@ -16,7 +16,7 @@ name                     what
 =======================  ===================================================================
 """
 from .decision import Decision, Decisions
-from .plans import chain_plan_id, parse_chain_plan
+from .plans import chain_plan_id, join_plan_id, parse_chain_plan, parse_join_plan
 from .reader import FORMAT, ControlHandle, Entry, clear_cache, entry, operator_handle, read_table
 from .schedule import Schedule, Transition, granularity_effective_at
 from .schema import (
@@ -34,4 +34,5 @@ from .table import Change, ControlTable
 __all__ = ["ControlTable", "Change", "ControlHandle", "operator_handle", "Entry", "entry", "read_table",
            "clear_cache", "FORMAT", "Schedule", "Transition", "granularity_effective_at", "Decision", "Decisions",
            "PARAMETERS", "TRANSITION_PARAMETERS", "OPERATOR_PARAMETERS", "validate_changes", "validate_operator_id",
-           "duration_value", "unread_parameters", "check_reads", "chain_plan_id", "parse_chain_plan"]
+           "duration_value", "unread_parameters", "check_reads", "chain_plan_id", "parse_chain_plan",
+           "join_plan_id", "parse_join_plan"]

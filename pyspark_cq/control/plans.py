@@ -6,6 +6,8 @@ the choice as a ``plan_id`` string into the operator's control-table entry; the 
 every micro-batch. The id is readable and canonical, so the change log says which plan ran:
 
 - ``select_chain``: the evaluation order of its predicates, names joined by ``>``: ``"cheap>regex>model"``.
+- ``multi_join``: for every input (by index) the order in which its arriving rows probe the other inputs,
+  ``<input>:<first>><second>...`` per input, in input order, joined by ``;``: ``"0:1>2;1:0>2;2:1>0"``.
 
 Examples
 --------
@@ -13,13 +15,18 @@ Examples
 'cheap>model'
 >>> parse_chain_plan("model>cheap", ["cheap", "model"])
 ('model', 'cheap')
+>>> join_plan_id([[1, 2], [2, 0], [1, 0]])
+'0:1>2;1:2>0;2:1>0'
+>>> parse_join_plan("0:1>2; 1:2>0; 2:1>0", 3)
+((1, 2), (2, 0), (1, 0))
 """
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
 
-__all__ = ["PREDICATE_NAME", "check_predicate_name", "chain_plan_id", "parse_chain_plan"]
+__all__ = ["PREDICATE_NAME", "check_predicate_name", "chain_plan_id", "parse_chain_plan", "join_plan_id",
+           "parse_join_plan"]
 
 #: A predicate's name: letters, digits and ``_``, not starting with a digit (it also names its metrics).
 PREDICATE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -76,3 +83,70 @@ def parse_chain_plan(plan_id: str, names: Sequence[str], *, operator: str = "sel
         raise ValueError(f"{operator}: plan_id {plan_id!r} is not a permutation of its predicates "
                          f"{list(names)} ({detail}); write e.g. {_SEP.join(names)!r}")
     return order
+
+
+_INPUTS = ";"
+
+
+def _check_probe_order(i: int, order, n: int, where: str) -> tuple[int, ...]:
+    others = [j for j in range(n) if j != i]
+    if sorted(order) != others:
+        raise ValueError(f"{where}: the probe order of input {i} must be a permutation of the other inputs "
+                         f"{others}, got {list(order)}")
+    return tuple(order)
+
+
+def join_plan_id(orders: Sequence[Sequence[int]]) -> str:
+    """The plan id of a multi-way join's probe orders: ``orders[i]`` lists the other inputs in the order
+    in which rows arriving on input ``i`` probe them.
+    """
+    if isinstance(orders, str) or not isinstance(orders, Sequence) or not 2 <= len(orders) <= 6:
+        raise TypeError(f"orders must be a list with one probe order per input (2 to 6 inputs), got {orders!r}")
+    n = len(orders)
+    parts = []
+    for i, order in enumerate(orders):
+        if isinstance(order, str) or not isinstance(order, Sequence) or not all(
+                isinstance(j, int) and not isinstance(j, bool) for j in order):
+            raise TypeError(f"orders[{i}] must be a list of input indexes, got {order!r}")
+        parts.append(f"{i}:" + _SEP.join(map(str, _check_probe_order(i, order, n, "orders"))))
+    return _INPUTS.join(parts)
+
+
+def parse_join_plan(plan_id: str, n_inputs: int, *, operator: str = "multi_join") -> tuple[tuple[int, ...], ...]:
+    """The probe orders a multi-way join's ``plan_id`` names (see :func:`join_plan_id`).
+
+    Parameters
+    ----------
+    plan_id : str
+        E.g. ``"0:1>2;1:0>2;2:1>0"``; whitespace around the parts is ignored.
+    n_inputs : int
+        The join's number of inputs.
+    operator : str
+        Named in errors.
+
+    Raises
+    ------
+    ValueError
+        When the id does not give every input exactly one permutation of the other inputs.
+    """
+    example = join_plan_id([[j for j in range(n_inputs) if j != i] for i in range(n_inputs)])
+    if not isinstance(plan_id, str) or not plan_id.strip():
+        raise ValueError(f"{operator}: plan_id must give each input's probe order, e.g. {example!r}, got {plan_id!r}")
+    orders: dict[int, tuple[int, ...]] = {}
+    for part in plan_id.split(_INPUTS):
+        head, colon, tail = part.partition(":")
+        try:
+            i = int(head.strip())
+            order = tuple(int(x.strip()) for x in tail.split(_SEP))
+        except ValueError:
+            raise ValueError(f"{operator}: plan_id part {part.strip()!r} is not '<input>:<input>>...'; "
+                             f"write e.g. {example!r}") from None
+        if not colon or not 0 <= i < n_inputs or i in orders:
+            raise ValueError(f"{operator}: plan_id {plan_id!r} must give each input 0..{n_inputs - 1} "
+                             f"exactly one probe order; write e.g. {example!r}")
+        orders[i] = _check_probe_order(i, order, n_inputs, f"{operator}: plan_id {plan_id!r}")
+    if len(orders) != n_inputs:
+        missing = sorted(set(range(n_inputs)) - set(orders))
+        raise ValueError(f"{operator}: plan_id {plan_id!r} gives no probe order for input(s) {missing}; "
+                         f"write e.g. {example!r}")
+    return tuple(orders[i] for i in range(n_inputs))

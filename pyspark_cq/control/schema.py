@@ -176,6 +176,7 @@ OPERATOR_PARAMETERS = {
     "window_join": ("window", "drop_ratio", "params"),
     "sliding_aggregate": ("window", "granularity", "params"),
     "select_chain": ("plan_id", "params"),
+    "multi_join": ("plan_id", "params"),
 }
 
 #: Values of a parameter that mean "do nothing": drop no input.

@@ -181,10 +181,14 @@ def read(progress, name: str) -> dict[str, int] | None:
         return None
     values = _as_ints(observed[name])
     arrived = observed.get(name + INPUT_SUFFIX) if hasattr(observed, "get") else None
-    if arrived is not None and "input_rows" in values:
-        # Rows that reached the stateful operator but not its function were dropped by Spark as late.
-        values["late_rows"] = values.get("late_rows", 0) + max(
-            0, _as_ints(arrived).get("rows", 0) - values["input_rows"])
+    if arrived is not None:
+        # Rows that reached the stateful operator but not its function were dropped by Spark as late
+        # (in all: ``rows``; per input of a multi-input operator: ``rows_<i>``).
+        for key, count in _as_ints(arrived).items():
+            suffix = key[len("rows"):]
+            if "input_rows" + suffix in values:
+                late = "late_rows" + suffix
+                values[late] = values.get(late, 0) + max(0, count - values["input_rows" + suffix])
     return values
 
 

@@ -124,7 +124,7 @@ def check_shard_count(table: pa.Table, shards: int, operator: str, default: str)
 # --- the ``shards`` argument of the stateful operators -----------------------------------------------------
 
 #: Operators whose ``shards=`` this module resolves (the names their checkpoint errors use).
-JOIN, AGGREGATE = "join", "sliding_aggregate"
+JOIN, AGGREGATE, MULTI_JOIN = "join", "sliding_aggregate", "multi_join"
 
 #: ``shards=None`` with grouping keys: the aggregation's fixed count.
 AGGREGATE_DEFAULT_SHARDS = 8
@@ -172,7 +172,8 @@ def default_shard_count(operator: str, *, keyed: bool = True, df=None) -> int:
 
     - ``"join"``: twice ``spark.sql.shuffle.partitions`` of ``df``'s session when the query is defined
       (``2 * 8`` when the configuration cannot be read);
-    - ``"sliding_aggregate"``: 8 with grouping keys, 1 without.
+    - ``"sliding_aggregate"``: 8 with grouping keys, 1 without;
+    - ``"multi_join"``: 8 (the fixed rule, as a new operator should).
 
     Why the rules differ and stay so: a state records the shard count it was written with and a restore
     with another count is refused (:func:`check_shard_count`; keys would meet their state in the wrong
@@ -181,7 +182,7 @@ def default_shard_count(operator: str, *, keyed: bool = True, df=None) -> int:
     explicit ``shards=``. A new operator should take the aggregation's fixed rule: it does not depend on
     the session's configuration at definition time, which is what makes the join's default fragile.
     """
-    if operator == AGGREGATE:
+    if operator in (AGGREGATE, MULTI_JOIN):
         return AGGREGATE_DEFAULT_SHARDS if keyed else 1
     if operator == JOIN:
         try:
@@ -189,11 +190,13 @@ def default_shard_count(operator: str, *, keyed: bool = True, df=None) -> int:
         except Exception:  # Spark Connect without conf access (or no DataFrame): a sensible default
             partitions = FALLBACK_PARTITIONS
         return max(1, JOIN_SHARDS_PER_PARTITION * partitions)
-    raise ValueError(f"operator must be {JOIN!r} or {AGGREGATE!r}, got {operator!r}")
+    raise ValueError(f"operator must be {JOIN!r}, {AGGREGATE!r} or {MULTI_JOIN!r}, got {operator!r}")
 
 
 def default_rule(operator: str) -> str:
     """How ``shards=None`` picks the count of ``operator``, in words (for :func:`check_shard_count`)."""
     if operator == AGGREGATE:
         return f"the default is {AGGREGATE_DEFAULT_SHARDS} when by is given"
+    if operator == MULTI_JOIN:
+        return f"it always uses {AGGREGATE_DEFAULT_SHARDS}"
     return "the default is twice spark.sql.shuffle.partitions when the query is defined"

@@ -1,0 +1,299 @@
+"""Worker side of :func:`pyspark_cq.multi_join` (MJoin: one state per input, no intermediate state).
+
+Runs in Spark's Python workers, once per shard and micro-batch (``applyInPandasWithState``) or once per
+shard of a batch join (``applyInPandas``). The kernel is :mod:`pyspark_cq._mjoin` (``native/mjoin_core.hpp``);
+it sees only int64 keys, times and payload ids. The rows themselves stay here, in one Arrow table per input
+(:class:`~pyspark_cq.operators._join_worker.PayloadSide`), compacted to the kernel's live rows before the
+state is saved.
+
+Keys reach the kernel as int64 (:data:`DIRECT` key types: the value itself, which is injective) or as
+Spark's 64-bit ``xxhash64`` of the normalised key (other types); a hashed key's matches are checked on the
+key values themselves (:meth:`MultiJoinWorker._verified`), so a hash collision never joins rows.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .._native import load
+from ..control import ControlHandle, parse_join_plan
+from . import _metrics, _state_bytes
+from ._join_codec import ColumnCodec
+from ._join_worker import PayloadSide, timeout_ms
+from ._shards import MULTI_JOIN, check_shard_count, default_rule
+
+SIDE = "__cq_side"
+SHARD = "__cq_shard"
+TIME = "__cq_t"         # the event-time column, carrying the watermark marker (Spark drops late rows)
+MICROS = "__cq_tus"     # the same instant as epoch microseconds (TIMESTAMP_NTZ: of its wall-clock time)
+KEY = "__cq_key"        # the kernel's int64 key (0 when the key is null)
+KEY_NULL = "__cq_keynull"
+_I64_MAX = np.iinfo(np.int64).max
+
+
+def metric_names(n: int) -> tuple[str, ...]:
+    """The counters of an ``n``-input join: the shared ones, per input ``input_rows_<i>`` and
+    ``state_rows_<i>``, and per probe step ``probed_<i>_<j>`` / ``matched_<i>_<j>``: partial matches of
+    rows arriving on input ``i`` that entered / left the step probing input ``j``.
+    """
+    per_input = [f"{m}_{i}" for i in range(n) for m in ("input_rows", "state_rows")]
+    steps = [f"{m}_{i}_{j}" for i in range(n) for j in range(n) if i != j for m in ("probed", "matched")]
+    return _metrics.METRICS + tuple(per_input) + tuple(steps)
+
+
+def closure(n: int, bounds) -> np.ndarray:
+    """``D[i][j]``: the largest ``t_j - t_i`` the bounds allow (Floyd-Warshall over the difference
+    constraints ``t_j - t_i <= upper`` and ``t_i - t_j <= -lower`` of every bound ``(i, j, lower, upper)``);
+    ``inf`` where unconstrained. A negative ``D[i][i]`` means the bounds contradict each other.
+    """
+    d = np.full((n, n), math.inf)
+    np.fill_diagonal(d, 0.0)
+    for i, j, lo, up in bounds:
+        d[i][j] = min(d[i][j], float(up))
+        d[j][i] = min(d[j][i], -float(lo))
+    for k in range(n):
+        d = np.minimum(d, d[:, k:k + 1] + d[k:k + 1, :])
+    return d
+
+
+def default_orders(n: int, bounds) -> tuple[tuple[int, ...], ...]:
+    """The static probe order of every input: greedily the input whose implied time band to the inputs
+    already bound is narrowest (fewest candidate rows per probe at a steady rate), ties by index.
+    """
+    d = closure(n, bounds)
+    width = d + d.T  # width of the band of t_j - t_i
+    orders = []
+    for a in range(n):
+        bound, order = [a], []
+        while len(order) < n - 1:
+            nxt = min((j for j in range(n) if j not in bound), key=lambda j: (min(width[b][j] for b in bound), j))
+            bound.append(nxt)
+            order.append(nxt)
+        orders.append(tuple(order))
+    return tuple(orders)
+
+
+def reach(n: int, bounds) -> tuple[int, ...]:
+    """Per input ``i``, ``max_j D[i][j]``: a row of ``i`` at time ``t`` can only join rows of other inputs
+    with times up to ``t + reach[i]``.
+    """
+    d = closure(n, bounds)
+    return tuple(int(max(d[i][j] for j in range(n) if j != i)) for i in range(n))
+
+
+def expiry_ms(micros: np.ndarray, reach_us: int) -> np.ndarray:
+    """Per row, the watermark (ms) from which it can be evicted: every row that can still arrive has a time
+    ``> watermark`` (later ones are late and dropped), so a row whose partners must all be at or before
+    ``t + reach`` is dead once ``watermark * 1000 >= t + reach``.
+    """
+    return -((-(np.asarray(micros, dtype=np.int64) + np.int64(reach_us))) // 1000)
+
+
+@dataclass(frozen=True)
+class MultiJoinConfig:
+    """What the workers need, fixed when the query is defined (picklable)."""
+
+    n: int
+    codecs: tuple[tuple[ColumnCodec, ...], ...]   # per input: its columns, in order
+    key_pos: tuple[int, ...]                      # per input: position of its key among its columns
+    out: tuple[tuple[int, int], ...]              # per output column: (input, column position)
+    out_arrow: pa.Schema
+    bounds: tuple[tuple[int, int, int, int], ...]
+    reach: tuple[int, ...]
+    orders: tuple[tuple[int, ...], ...]           # the default plan
+    hashed: bool                                   # keys are hashes: verify matches on the values
+    name: str
+    control: ControlHandle | None = None
+    shards: int = 1
+
+    def payload_schema(self, i: int) -> pa.Schema:
+        # TIMESTAMP travels as exact UTC microseconds; TIMESTAMP_NTZ as pandas' naive nanoseconds
+        types = [pa.timestamp("ns") if pa.types.is_timestamp(c.arrow_type) and c.arrow_type.tz is None
+                 else c.arrow_type for c in self.codecs[i]]
+        return pa.schema([pa.field(c.name, t) for c, t in zip(self.codecs[i], types)])
+
+
+class MultiJoinWorker:
+    """The per-group function. One micro-batch of one shard: restore the kernel and the payload tables,
+    feed the inputs in input order (each call probes the state as it was before it, so every result tuple
+    is emitted once, by the batch and input that brought its last row), evict what the watermark
+    guarantees can no longer match, compact and save.
+    """
+
+    def __init__(self, config: MultiJoinConfig):
+        self.config = config
+        self.metrics = metric_names(config.n)
+
+    # -- plan
+
+    def orders(self, entry) -> tuple[tuple[int, ...], ...]:
+        """The probe orders of this batch: the entry's ``plan_id``, else the default."""
+        plan = entry.get("plan_id") if entry is not None else None
+        if plan is None:
+            return self.config.orders
+        return parse_join_plan(plan, self.config.n, operator=f"multi_join {self.config.name!r}")
+
+    # -- state
+
+    def _new(self):
+        config = self.config
+        kernel = load("_mjoin").MultiJoinState(config.n, [list(b) for b in config.bounds])
+        return kernel, [PayloadSide(config.payload_schema(i)) for i in range(config.n)]
+
+    def _restore(self, state):
+        if not state.exists:
+            return self._new()
+        config = self.config
+        blobs = state.get
+        kernel = load("_mjoin").MultiJoinState.deserialize(_state_bytes.unpack(blobs[0]))
+        sides = [PayloadSide.from_bytes(config.payload_schema(i), blobs[1 + i]) for i in range(config.n)]
+        check_shard_count(sides[0].table, config.shards, MULTI_JOIN, default_rule(MULTI_JOIN))
+        return kernel, sides
+
+    def _save(self, state, kernel, sides, wm_ms: int) -> int:
+        """Compact the payload tables to the live rows, keep the state (or remove it when empty) and set the
+        timeout at which its first row expires; returns the bytes kept.
+        """
+        n = self.config.n
+        if sum(kernel.rows(i) for i in range(n)) == 0:
+            state.remove()
+            return 0
+        for i in range(n):
+            old = kernel.canonical_ids(i)
+            if len(old) != sides[i].table.num_rows or (len(old) and not (np.diff(old) == 1).all()) or \
+                    (len(old) and old[0] != 0):
+                sides[i].table = sides[i].take(old).combine_chunks()
+        blobs = (_state_bytes.pack(kernel.serialize()),) + tuple(
+            s.to_bytes(self.config.shards if i == 0 else None) for i, s in enumerate(sides))
+        state.update(blobs)
+        timeout = timeout_ms(wm_ms, [kernel.min_end(i) for i in range(n)])
+        if timeout is not None:
+            state.setTimeoutTimestamp(timeout)
+        return sum(len(b) for b in blobs)
+
+    # -- one batch
+
+    def _split(self, frames) -> list:
+        frames = [f for f in frames if len(f)]
+        if not frames:
+            return [None] * self.config.n
+        pdf = frames[0] if len(frames) == 1 else pd.DataFrame(
+            {c: pd.concat([f[c] for f in frames], ignore_index=True) for c in frames[0].columns})
+        side = pdf[SIDE].to_numpy()
+        return [pdf[side == i].reset_index(drop=True) for i in range(self.config.n)]
+
+    def _input(self, pdf: pd.DataFrame, i: int, streaming: bool):
+        """Input ``i``'s rows of this batch: ``(payload table, keys, micros, malformed)``. Rows without a time
+        are malformed in a stream (Spark keeps them in its state forever and never emits them); rows without
+        a time or a key never match, so they are not kept.
+        """
+        config = self.config
+        table = pa.Table.from_arrays([c.to_arrow(pdf) for c in config.codecs[i]], schema=config.payload_schema(i))
+        null_time = pdf[MICROS].isna().to_numpy()
+        micros = pdf[MICROS].to_numpy(dtype=np.int64, na_value=0)
+        keys = pdf[KEY].to_numpy(dtype=np.int64, na_value=0)
+        keep = ~(null_time | pdf[KEY_NULL].to_numpy(dtype=bool, na_value=True))
+        malformed = int(null_time.sum()) if streaming else 0
+        if not keep.all():
+            table, micros, keys = table.filter(pa.array(keep)), micros[keep], keys[keep]
+        return table, keys, micros, malformed
+
+    def _verified(self, sides, matches: np.ndarray) -> np.ndarray:
+        """The matches whose key values are equal in every input (hashed keys only: drops hash collisions)."""
+        config = self.config
+        if not config.hashed or len(matches) == 0:
+            return matches
+        first = sides[0].take(matches[:, 0]).column(config.key_pos[0])
+        ok = np.ones(len(matches), dtype=bool)
+        for i in range(1, config.n):
+            other = sides[i].take(matches[:, i]).column(config.key_pos[i])
+            ok &= _same_key(first, other)
+        return matches if ok.all() else matches[ok]
+
+    def _rows(self, sides, matches: np.ndarray) -> pa.Table:
+        config = self.config
+        taken = [sides[i].take(matches[:, i]) for i in range(config.n)]
+        # Payload types as stored (TIMESTAMP_NTZ in ns); _metrics.packed_row casts to the output schema.
+        return pa.Table.from_arrays([taken[i].column(p) for i, p in config.out], names=config.out_arrow.names)
+
+    def _process(self, kernel, sides, inputs, wm_ms: int | None, orders, counters: dict) -> list:
+        """Feed the inputs (in input order) through the kernel; returns the output tables."""
+        config = self.config
+        parts = []
+        for i in range(config.n):
+            pdf = inputs[i]
+            if pdf is None or len(pdf) == 0:
+                continue
+            table, keys, micros, malformed = self._input(pdf, i, wm_ms is not None)
+            counters["input_rows"] += len(pdf)
+            counters[f"input_rows_{i}"] += len(pdf)
+            counters["malformed_rows"] += malformed
+            if not len(keys):
+                continue
+            ids = sides[i].append(table)
+            ends = None if wm_ms is None else expiry_ms(micros, config.reach[i])
+            matches, probed, matched = kernel.insert_probe(i, keys, micros, ids, None, list(orders[i]), ends)
+            for step, j in enumerate(orders[i]):
+                counters[f"probed_{i}_{j}"] += int(probed[step])
+                counters[f"matched_{i}_{j}"] += int(matched[step])
+            matches = self._verified(sides, matches)
+            if len(matches):
+                parts.append(self._rows(sides, matches))
+        if wm_ms is not None:
+            counters["evicted_rows"] += sum(len(kernel.evict(i, wm_ms)) for i in range(config.n))
+        return parts
+
+    def _report(self, parts, counters: dict, kernel) -> pd.DataFrame:
+        out = None
+        if parts:
+            out = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        counters["output_rows"] = 0 if out is None else out.num_rows
+        for i in range(self.config.n):
+            counters[f"state_rows_{i}"] = kernel.rows(i)
+        counters["state_rows"] = sum(kernel.rows(i) for i in range(self.config.n))
+        return _metrics.packed_row(out, self.config.out_arrow, self.metrics, **counters)
+
+    def _counters(self) -> dict:
+        return dict.fromkeys(self.metrics, 0)
+
+    def _entry(self):
+        return None if self.config.control is None else self.config.control.entry()
+
+    # -- streaming: one call per shard and micro-batch
+
+    def streaming(self, key, pdf_iter, state):
+        warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty")
+        orders = self.orders(self._entry())
+        kernel, sides = self._restore(state)
+        inputs = [None] * self.config.n if state.hasTimedOut else self._split(list(pdf_iter))
+        wm_ms = state.getCurrentWatermarkMs()
+        counters = self._counters()
+        parts = self._process(kernel, sides, inputs, wm_ms, orders, counters)
+        counters["state_bytes"] = self._save(state, kernel, sides, wm_ms)
+        yield self._report(parts, counters, kernel)
+
+    # -- batch: one call per shard with every input; nothing is kept
+
+    def batch(self, pdf: pd.DataFrame) -> pd.DataFrame:
+        orders = self.orders(self._entry())
+        kernel, sides = self._new()
+        counters = self._counters()
+        parts = self._process(kernel, sides, self._split([pdf]), None, orders, counters)
+        return self._report(parts, counters, kernel)
+
+
+def _same_key(a: pa.ChunkedArray, b: pa.ChunkedArray) -> np.ndarray:
+    """Element-wise SQL join equality of two non-null key columns (floats: ``-0.0 == 0.0``, ``NaN == NaN``)."""
+    if pa.types.is_floating(a.type):
+        x = a.to_numpy().astype(np.float64)
+        y = b.to_numpy().astype(np.float64)
+        return (x == y) | (np.isnan(x) & np.isnan(y))
+    if a.type != b.type:
+        b = b.cast(a.type)
+    return pc.equal(a, b).to_numpy(zero_copy_only=False)

@@ -1,0 +1,346 @@
+"""A multi-way stream join with one state per input and a probe order chosen while the query runs (MJoin).
+
+Spark joins n streams as a chain of binary stream-stream joins, each keeping its inputs as state, so
+every intermediate result is stored and another join order means another query with lost state. This
+operator follows the MJoin design that OM (Kulkarni & Ravishankar, §4.4) and rate-based optimization
+(Viglas & Naughton, §4) choose plans for: one symmetric hash state per input (the binary join's native
+design, PIPES §2.4.4: expiry ordered by end timestamp, so eviction touches only the rows it removes) and no
+intermediate state. A row arriving on input i probes the other inputs one after another in its **probe
+order**, extending partial matches that live only on the kernel's stack. The probe orders are the plan:
+read from the control table (``plan_id``, :mod:`pyspark_cq.control.plans`) at every micro-batch, they
+change the work, never the result.
+
+Data path (one streaming micro-batch)::
+
+    input 0 ─► tag (side, shard, time, key, payload) ─┐
+    input 1 ─► tag ...                                 ├─ union ─► groupBy(shard).applyInPandasWithState
+    input n ─► tag ...                                 ┘             └ per shard: kernel + payload tables
+
+The kernel is :mod:`pyspark_cq._mjoin` (``native/mjoin_core.hpp``), the per-shard function
+:mod:`._mjoin_worker`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from .. import _validate
+from .._duration import parse_duration
+from .._native import load
+from ..control import ControlHandle, operator_handle, parse_join_plan
+from . import _metrics
+from ._join_codec import codecs_for, normalized_key
+from ._mjoin_worker import (
+    KEY,
+    KEY_NULL,
+    MICROS,
+    SHARD,
+    SIDE,
+    TIME,
+    MultiJoinConfig,
+    MultiJoinWorker,
+    closure,
+    default_orders,
+    metric_names,
+    reach,
+)
+from ._shards import MULTI_JOIN, resolve_shards, shard_key_column
+
+__all__ = ["multi_join"]
+
+MAX_INPUTS = 6
+#: Key types the kernel takes by value (as int64): equal values, equal keys. Others are hashed and the
+#: matches checked on the values.
+DIRECT = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.BooleanType, T.DateType, T.TimestampType)
+
+
+def multi_join(inputs, on, times, bounds, *, control=None, name=None):
+    """Join 2 to 6 DataFrames on one equal key and time bounds, with one state per input (MJoin).
+
+    A tuple of rows, one per input, joins when all its keys are equal (SQL equality: a null key never
+    matches) and every bound holds. On streaming inputs each input keeps one native hash table per shard
+    keyed by the join key, with expiry by end timestamp (PIPES, Cammert et al., §2.4.4); a row arriving on
+    input i probes the other inputs in its probe order and no partial result is stored. The result is the
+    multiset Spark's chain of binary stream-stream inner joins with the same conditions gives.
+
+    Parameters
+    ----------
+    inputs : list of DataFrame
+        2 to 6 DataFrames, all streaming (each with a watermark on its time column) or all batch.
+    on : str or list of str
+        A key column present in every input (it then appears once in the output, first, with the first
+        input's value), or one key column per input (all kept). Integral keys of different widths
+        compare as ``long``; other key types must be the same in every input.
+    times : list of str
+        One event-time column per input, all TIMESTAMP or all TIMESTAMP_NTZ.
+    bounds : list of (int, int, duration, duration)
+        ``(i, j, lower, upper)``: ``times[j]`` BETWEEN ``times[i] + lower`` AND ``times[i] + upper``
+        (inclusive; durations as for :func:`~pyspark_cq.interval_join`, e.g. ``"10 minutes"``). The bounds
+        must connect all inputs.
+    control : pyspark_cq.control.ControlHandle, optional
+        The operator's control-table entry, read at every micro-batch. Its ``plan_id`` gives every input's
+        probe order (``"0:1>2;1:0>2;2:1>0"``, see :func:`pyspark_cq.control.join_plan_id`); a change
+        applies from the next batch. Without it, a static order: the input with the narrowest implied time
+        band to the inputs bound so far first.
+    name : str, optional
+        Name under which the per-batch counters are observed (:func:`pyspark_cq.read_metrics`): the
+        shared ones (input_rows, output_rows, state_rows, state_bytes, evicted_rows, late_rows,
+        malformed_rows), per input ``input_rows_<i>``, ``state_rows_<i>`` and ``late_rows_<i>``, and per
+        probe step ``probed_<i>_<j>`` / ``matched_<i>_<j>`` (partial matches of rows arriving on input i
+        entering / leaving the step that probes input j: the step's observed selectivity is their ratio).
+        Default: the control handle's operator id, else ``"cq_multi_join"``.
+
+    Returns
+    -------
+    DataFrame
+        Every column of every input, in input order (with ``on`` a string: the key once, first). Column
+        names other than a shared key must not clash: rename them first.
+
+    Examples
+    --------
+    >>> import pyspark_cq as cq
+    >>> from datetime import datetime
+    >>> views = spark.createDataFrame([(1, datetime(2024, 1, 1, 12, 0))], "user long, view_ts timestamp")
+    >>> clicks = spark.createDataFrame([(1, datetime(2024, 1, 1, 12, 3))], "user long, click_ts timestamp")
+    >>> buys = spark.createDataFrame([(1, datetime(2024, 1, 1, 12, 30), 9.5)],
+    ...                              "user long, buy_ts timestamp, amount double")
+    >>> out = cq.multi_join([views, clicks, buys], "user", ["view_ts", "click_ts", "buy_ts"],
+    ...                     [(0, 1, "0 seconds", "10 minutes"), (1, 2, "0 seconds", "1 hour")])
+    >>> out.columns
+    ['user', 'view_ts', 'click_ts', 'buy_ts', 'amount']
+    >>> [(r.user, r.amount) for r in out.collect()]
+    [(1, 9.5)]
+    """
+    spec = MultiJoinSpec.build(inputs, on, times, bounds, control, name)
+    return _execute(spec)
+
+
+@dataclass
+class MultiJoinSpec:
+    """What the driver decided when the query was defined."""
+
+    inputs: list = field(repr=False)
+    keys: list[str]
+    key_type: T.DataType
+    times: list[str]
+    bounds: tuple[tuple[int, int, int, int], ...]
+    out: list[tuple[int, str]]            # output columns: (input, column)
+    streaming: bool
+    shards: int
+    name: str
+    control: ControlHandle | None
+
+    @classmethod
+    def build(cls, inputs, on, times, bounds, control, name) -> MultiJoinSpec:
+        """Check the arguments (TypeError / ValueError naming the argument) and decide."""
+        inputs = _check_inputs(inputs)
+        n = len(inputs)
+        keys = _check_on(inputs, on)
+        times = _check_times(inputs, times)
+        streaming = inputs[0].isStreaming
+        mixed = [i for i, df in enumerate(inputs) if df.isStreaming != streaming]
+        if mixed:
+            raise ValueError(f"inputs must be all streaming or all batch DataFrames; inputs[0].isStreaming="
+                             f"{streaming} but inputs{mixed} differ")
+        if streaming:
+            for i, (df, t) in enumerate(zip(inputs, times)):
+                _validate.require_watermark(df, t, f"times[{i}]")
+        checked = _check_bounds(bounds, n)
+        control = operator_handle(control, "multi_join")
+        if name is None:
+            name = control.operator if control is not None else "cq_multi_join"
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty string, got {name!r}")
+        if control is not None:  # a bad plan fails here, not in a task
+            entry = control.entry(when="when the operator was defined")
+            if entry is not None and entry.get("plan_id") is not None:
+                parse_join_plan(entry.get("plan_id"), n, operator=f"multi_join {name!r}")
+        out = _output_columns(inputs, on, keys)
+        _, shards = resolve_shards(None, MULTI_JOIN)
+        return cls(inputs, keys, _key_type(inputs, keys), times, checked, out, streaming, shards, name, control)
+
+    @property
+    def n(self) -> int:
+        return len(self.inputs)
+
+    def output_schema(self) -> T.StructType:
+        return T.StructType([T.StructField(c, self.inputs[i].schema[c].dataType, True) for i, c in self.out])
+
+    def config(self) -> MultiJoinConfig:
+        codecs = tuple(tuple(codecs_for(df.schema, df.columns, f"__cq_p{i}_")) for i, df in enumerate(self.inputs))
+        key_pos = tuple(df.columns.index(k) for df, k in zip(self.inputs, self.keys))
+        out = tuple((i, self.inputs[i].columns.index(c)) for i, c in self.out)
+        return MultiJoinConfig(self.n, codecs, key_pos, out, _metrics.arrow_schema(self.output_schema()),
+                               self.bounds, reach(self.n, self.bounds), default_orders(self.n, self.bounds),
+                               hashed=not isinstance(self.key_type, DIRECT), name=self.name,
+                               control=self.control, shards=self.shards)
+
+
+# --- argument checks -----------------------------------------------------------------------------------
+
+
+def _check_inputs(inputs) -> list:
+    if _validate.is_dataframe(inputs) or isinstance(inputs, (str, bytes)) or not isinstance(inputs, (list, tuple)):
+        raise TypeError(f"inputs must be a list of 2 to {MAX_INPUTS} DataFrames, got {type(inputs).__name__}")
+    if not 2 <= len(inputs) <= MAX_INPUTS:
+        raise ValueError(f"inputs must be a list of 2 to {MAX_INPUTS} DataFrames, got {len(inputs)}")
+    for i, df in enumerate(inputs):
+        _validate.dataframe(df, f"inputs[{i}]")
+    return list(inputs)
+
+
+def _check_on(inputs, on) -> list[str]:
+    n = len(inputs)
+    if isinstance(on, str):
+        for i, df in enumerate(inputs):
+            _validate.column(df, on, f"on (inputs[{i}])")
+        return [on] * n
+    if _validate.is_column(on) or not isinstance(on, (list, tuple)):
+        raise TypeError(f"on must be a column name (str) or a list of {n} column names, one per input, got {on!r}")
+    if len(on) != n:
+        raise ValueError(f"on must list one key column per input ({n}), got {len(on)}: {list(on)}")
+    return [_validate.column(df, k, f"on[{i}]") for i, (df, k) in enumerate(zip(inputs, on))]
+
+
+def _check_times(inputs, times) -> list[str]:
+    n = len(inputs)
+    if isinstance(times, str) or not isinstance(times, (list, tuple)):
+        raise TypeError(f"times must be a list of {n} column names, one per input, got {times!r}")
+    if len(times) != n:
+        raise ValueError(f"times must list one time column per input ({n}), got {len(times)}: {list(times)}")
+    kinds = [type(_validate.time_column(df, t, f"times[{i}]")) for i, (df, t) in enumerate(zip(inputs, times))]
+    if len(set(kinds)) > 1:
+        types = [inputs[i].schema[t].dataType.simpleString() for i, t in enumerate(times)]
+        raise TypeError(f"times: the time columns must be all TIMESTAMP or all TIMESTAMP_NTZ, got {types}; cast "
+                        f"them to one type first")
+    return list(times)
+
+
+def _check_bounds(bounds, n: int) -> tuple[tuple[int, int, int, int], ...]:
+    if isinstance(bounds, (str, bytes)) or not isinstance(bounds, (list, tuple)) or not bounds:
+        raise TypeError(f"bounds must be a non-empty list of (i, j, lower, upper), got {bounds!r}")
+    out = []
+    for b, item in enumerate(bounds):
+        if isinstance(item, (str, bytes)) or not isinstance(item, (list, tuple)) or len(item) != 4:
+            raise TypeError(f"bounds[{b}] must be (i, j, lower, upper), got {item!r}")
+        i, j, lower, upper = item
+        for pos, v in (("i", i), ("j", j)):
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < n:
+                raise ValueError(f"bounds[{b}]: {pos} must be an input index in 0..{n - 1}, got {v!r}")
+        if i == j:
+            raise ValueError(f"bounds[{b}]: i and j must be two different inputs, got {i} twice")
+        lo = parse_duration(lower, f"bounds[{b}] lower")
+        hi = parse_duration(upper, f"bounds[{b}] upper")
+        if lo > hi:
+            raise ValueError(f"bounds[{b}]: lower must be <= upper, got lower={lower!r} and upper={upper!r}")
+        out.append((i, j, lo, hi))
+    d = closure(n, out)
+    unreached = [j for j in range(n) if d[0][j] == float("inf") or d[j][0] == float("inf")]
+    if unreached:
+        raise ValueError(f"bounds must connect all inputs: no bound links inputs {unreached} to input 0 "
+                         f"(directly or through other inputs); add a bound for each")
+    if any(d[i][i] < 0 for i in range(n)):
+        raise ValueError("bounds contradict each other: no tuple of times satisfies all of them")
+    return tuple(out)
+
+
+def _key_type(inputs, keys) -> T.DataType:
+    types = [df.schema[k].dataType for df, k in zip(inputs, keys)]
+    if all(isinstance(t, T.IntegralType) for t in types):
+        return T.LongType()
+    if any(t != types[0] for t in types):
+        raise TypeError(f"on: the key columns have different types {[t.simpleString() for t in types]}; cast "
+                        f"them to one type first")
+    if isinstance(types[0], (T.ArrayType, T.MapType, T.StructType, T.NullType)):
+        raise TypeError(f"on: key columns of type {types[0].simpleString()} are not supported")
+    return types[0]
+
+
+def _output_columns(inputs, on, keys) -> list[tuple[int, str]]:
+    """(input, column) of every output column; raises on names that clash."""
+    shared = isinstance(on, str)
+    out = [(0, on)] if shared else []
+    for i, df in enumerate(inputs):
+        out += [(i, c) for c in df.columns if not (shared and c == on)]
+    names = [c for _, c in out]
+    clash = sorted({c for c in names if names.count(c) > 1})
+    if clash:
+        where = {c: [i for i, x in out if x == c] for c in clash}
+        c0 = clash[0]
+        raise ValueError(f"inputs: the output would have the column(s) {clash} more than once (in inputs "
+                         f"{where}); rename them first, e.g. inputs[{where[c0][1]}].withColumnRenamed("
+                         f"{c0!r}, {c0 + '_' + str(where[c0][1])!r})")
+    return out
+
+
+# --- Spark wiring --------------------------------------------------------------------------------------
+
+
+def _micros(col, dtype):
+    """Epoch microseconds of a time column (TIMESTAMP_NTZ: of its wall-clock time, no time zone)."""
+    if isinstance(dtype, T.TimestampNTZType):
+        return F.timestamp_diff("MICROSECOND", F.lit("1970-01-01 00:00:00").cast("timestamp_ntz"), col)
+    return F.unix_micros(col)
+
+
+def _kernel_key(col, key_type):
+    """The int64 the kernel compares: the value itself for :data:`DIRECT` types, else Spark's xxhash64
+    of the normalised key (matches are then checked on the values).
+    """
+    col = col.cast(key_type)
+    if isinstance(key_type, T.DateType):
+        return F.unix_date(col).cast("long")
+    if isinstance(key_type, T.TimestampType):
+        return F.unix_micros(col)
+    if isinstance(key_type, DIRECT):
+        return col.cast("long")
+    return F.xxhash64(normalized_key(col, key_type))
+
+
+def _tagged(spec: MultiJoinSpec, config: MultiJoinConfig, i: int):
+    df = spec.inputs[i]
+    ref = _validate.ref
+    key = ref(spec.keys[i])
+    kernel_key = F.coalesce(_kernel_key(key, spec.key_type), F.lit(0).cast("long"))
+    cols = [F.lit(i).cast("byte").alias(SIDE),
+            shard_key_column(F.xxhash64(kernel_key), spec.shards).alias(SHARD),
+            ref(spec.times[i]).alias(TIME),
+            _micros(ref(spec.times[i]), df.schema[spec.times[i]].dataType).alias(MICROS),
+            kernel_key.alias(KEY), key.isNull().alias(KEY_NULL)]
+    for s, codecs in enumerate(config.codecs):
+        src = spec.inputs[s]
+        for codec, c in zip(codecs, src.columns):
+            cols += codec.spark_columns(ref(c) if s == i else None)
+    return df.select(*cols)
+
+
+def _observe_arrivals(df, spec: MultiJoinSpec):
+    """Count the rows reaching the stateful stage, in all and per input: :func:`pyspark_cq.read_metrics`
+    reports those Spark dropped as late (``late_rows``, ``late_rows_<i>``).
+    """
+    per_input = [F.sum(F.when(F.col(SIDE) == i, 1).otherwise(0)).alias(f"rows_{i}") for i in range(spec.n)]
+    return df.observe(spec.name + _metrics.INPUT_SUFFIX, F.count(F.lit(1)).alias("rows"), *per_input)
+
+
+def _execute(spec: MultiJoinSpec):
+    load("_mjoin")  # fail on the driver, readably, if the build is broken
+    config = spec.config()
+    worker = MultiJoinWorker(config)
+    metrics = metric_names(spec.n)
+    union = _tagged(spec, config, 0)
+    for i in range(1, spec.n):
+        union = union.union(_tagged(spec, config, i))
+    if spec.streaming:
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
+        state_schema = T.StructType([T.StructField("kernel", T.BinaryType(), True)] + [
+            T.StructField(f"input{i}", T.BinaryType(), True) for i in range(spec.n)])
+        packed = _observe_arrivals(union, spec).groupBy(SHARD).applyInPandasWithState(
+            worker.streaming, _metrics.packed_schema(metrics), state_schema, "append",
+            GroupStateTimeout.EventTimeTimeout)
+    else:
+        # A plain 1-argument function: Spark picks (pdf) or (key, pdf) by counting parameters.
+        packed = union.groupBy(SHARD).applyInPandas(lambda pdf: worker.batch(pdf), _metrics.packed_schema(metrics))
+    return _metrics.attach_packed(packed, spec.name, spec.output_schema(), metrics)

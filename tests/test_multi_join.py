@@ -1,0 +1,373 @@
+"""cq.multi_join against Spark's own chain of binary joins with the same conditions (batch and streaming).
+
+Input i has columns ``k<i>`` (key: skewed, duplicates, nulls), ``t<i>`` (event time) and ``v<i>``; the
+oracle joins input 0 with 1, the result with 2, ... with ``k0 = k<i>`` and the bounds written as SQL.
+Streams are parquet directories read one file per trigger, so both queries see the same micro-batches.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from helpers import join_data as jd
+
+import pyspark_cq as cq
+from pyspark_cq.control import ControlTable, join_plan_id, parse_join_plan
+from pyspark_cq.operators._mjoin_worker import closure, default_orders, expiry_ms, reach
+
+DELAY = "20 seconds"
+#: Bounds per number of inputs: (i, j, lower s, upper s), t_j in [t_i + lower, t_i + upper].
+BOUNDS = {
+    2: [(0, 1, -5, 10)],
+    3: [(0, 1, -5, 10), (1, 2, 0, 15)],
+    4: [(0, 1, -5, 10), (1, 2, 0, 15), (0, 3, -10, 0), (2, 3, -30, 5)],
+}
+
+
+def _bounds(n):
+    return [(i, j, f"{lo} seconds", f"{up} seconds") for i, j, lo, up in BOUNDS[n]]
+
+
+def _table(rng, i, n_rows, t0_us, *, nkeys=12):
+    keys = np.where(rng.random(n_rows) < 0.3, 0, rng.integers(0, nkeys, n_rows))   # key 0 is hot
+    kcol = [None if rng.random() < 0.05 else int(k) for k in keys]
+    times = t0_us + rng.integers(0, 10_000_000, n_rows)
+    times = (times // 1000) * 1000 + np.where(rng.random(n_rows) < 0.5, 0, rng.integers(0, 1000, n_rows))
+    vcol = [None if rng.random() < 0.1 else int(v) for v in rng.integers(-2**62, 2**62, n_rows)]
+    table = pa.table({f"k{i}": pa.array(kcol, pa.int64()),
+                      f"t{i}": pa.array(times, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+                      f"v{i}": pa.array(vcol, pa.int64())})
+    return pa.concat_tables([table, table.slice(0, 2)])  # exact duplicates
+
+
+def _schema(i):
+    return f"k{i} long, t{i} timestamp, v{i} long"
+
+
+def _spark_chain(dfs, n):
+    """Spark's chain of binary inner joins with the same conditions."""
+    from pyspark.sql import functions as F
+
+    out = dfs[0]
+    for j in range(1, n):
+        conds = [f"k0 = k{j}"]
+        for a, b, lo, up in BOUNDS[n]:
+            if max(a, b) == j:
+                conds.append(f"t{b} BETWEEN t{a} + INTERVAL {lo} SECONDS AND t{a} + INTERVAL {up} SECONDS")
+        out = out.join(dfs[j], F.expr(" AND ".join(conds)), "inner")
+        if out.isStreaming:  # Spark allows one event-time column per stream: keep t0's watermark only
+            out = out.select(*[F.col(c).alias(c, metadata={}) if c.startswith("t") and c != "t0" else F.col(c)
+                               for c in out.columns])
+    return out
+
+
+def _python_oracle(tables, n):
+    """Every tuple (one row per input) with equal non-null keys and all bounds satisfied: per key, a
+    depth-first search over the inputs in index order that checks each bound once both rows are chosen.
+    """
+    by_key = []
+    for i, t in enumerate(tables):
+        groups = {}
+        for r in t.to_pylist():
+            if r[f"k{i}"] is not None:
+                us = round(r[f"t{i}"].timestamp() * 1e6)
+                # Spark returns TIMESTAMP values as naive datetimes in the session zone (UTC in the tests)
+                groups.setdefault(r[f"k{i}"], []).append(
+                    (us, tuple(v.replace(tzinfo=None) if hasattr(v, "tzinfo") else v for v in r.values())))
+        by_key.append(groups)
+    checks = [[(a, b, lo * 1_000_000, up * 1_000_000) for a, b, lo, up in BOUNDS[n] if max(a, b) == j]
+              for j in range(n)]
+    out = []
+
+    def extend(key, chosen):
+        j = len(chosen)
+        if j == n:
+            out.append(tuple(v for _, values in chosen for v in values))
+            return
+        for row in by_key[j].get(key, ()):
+            times = [c[0] for c in chosen] + [row[0]]
+            if all(lo <= times[b] - times[a] <= up for a, b, lo, up in checks[j]):
+                extend(key, chosen + [row])
+
+    for key in by_key[0]:
+        extend(key, [])
+    return sorted(out, key=repr)
+
+
+def _batch_dfs(spark, tmp_dir, tables):
+    """Batch DataFrames of exactly these rows (via parquet: pandas would turn nullable longs into floats)."""
+    dfs = []
+    for i, t in enumerate(tables):
+        path = str(tmp_dir / f"batch{i}.parquet")
+        pq.write_table(t, path)
+        dfs.append(spark.read.parquet(path))
+    return dfs
+
+
+def _rows(df):
+    return sorted((tuple(r) for r in df.collect()), key=repr)
+
+
+def _cols(n):
+    return [c for i in range(n) for c in (f"k{i}", f"t{i}", f"v{i}")]
+
+
+# --- pure parts ---------------------------------------------------------------------------------------
+
+
+def test_plan_ids_round_trip_and_refuse_non_permutations():
+    orders = [[1, 2], [2, 0], [1, 0]]
+    assert join_plan_id(orders) == "0:1>2;1:2>0;2:1>0"
+    assert parse_join_plan(" 2:1>0; 0:1>2 ;1:2>0", 3) == ((1, 2), (2, 0), (1, 0))
+    for bad, why in [("0:1>2;1:2>0", "no probe order for input"), ("0:1>1;1:0>2;2:0>1", "permutation"),
+                     ("0:1>2;0:2>1;2:0>1", "exactly one"), ("x", "not '<input>"), ("", "plan_id must"),
+                     ("0:1>2;1:2>0;2:1>0;3:0>1", "exactly one")]:
+        with pytest.raises(ValueError, match=why):
+            parse_join_plan(bad, 3)
+    with pytest.raises(ValueError, match="permutation"):
+        join_plan_id([[1], [1]])
+
+
+def test_closure_reach_and_default_orders():
+    b = [(0, 1, -5, 10), (1, 2, 0, 15)]
+    d = closure(3, b)
+    assert d[0][2] == 25 and d[2][0] == 5 and d[0][1] == 10 and d[1][0] == 5
+    assert reach(3, b) == (25, 15, 5)
+    # input 2 is narrowest to 1 (band 15) before 0 (band 30); input 0 probes 1 (band 15) first
+    assert default_orders(3, b) == ((1, 2), (0, 2), (1, 0))
+    # a row at t with reach r is dead once the watermark (ms) * 1000 >= t + r
+    assert list(expiry_ms(np.array([0, 1, 999, 1000]), 0)) == [0, 1, 1, 1]
+
+
+# --- batch --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_batch_equals_spark_chain(spark, tmp_dir, n):
+    rng = np.random.default_rng(n)
+    tables = [_table(rng, i, 40, jd.BASE_US) for i in range(n)]
+    dfs = _batch_dfs(spark, tmp_dir, tables)
+    want = _rows(_spark_chain(dfs, n).select(*_cols(n)))
+    assert want == _python_oracle(tables, n)
+    assert len(want) > 5  # the data joins
+    ours = cq.multi_join(dfs, [f"k{i}" for i in range(n)], [f"t{i}" for i in range(n)], _bounds(n))
+    assert ours.columns == _cols(n)
+    assert _rows(ours) == want
+
+
+@pytest.mark.spark
+def test_batch_every_probe_order_gives_the_same_rows(spark, tmp_dir):
+    n = 3
+    rng = np.random.default_rng(5)
+    tables = [_table(rng, i, 30, jd.BASE_US) for i in range(n)]
+    dfs = _batch_dfs(spark, tmp_dir, tables)
+    want = _python_oracle(tables, n)
+    table = ControlTable(str(tmp_dir / "control.json"))
+    table.register("mj", plan_id="0:1>2;1:0>2;2:0>1")
+    for orders in itertools.product(*[list(itertools.permutations([j for j in range(n) if j != i]))
+                                      for i in range(n)]):
+        table.set("mj", plan_id=join_plan_id(orders), reason="test: every plan")
+        out = cq.multi_join(dfs, [f"k{i}" for i in range(n)], [f"t{i}" for i in range(n)], _bounds(n),
+                            control=table.handle("mj"))
+        assert _rows(out) == want, orders
+
+
+@pytest.mark.spark
+def test_batch_shared_key_string_keys_and_hash_collisions_checked(spark):
+    from datetime import datetime, timedelta
+
+    b = datetime(2024, 1, 1)
+    views = spark.createDataFrame([("a", b), ("a", b + timedelta(minutes=1)), ("b", b), (None, b), ("c.d", b)],
+                                  "user string, vts timestamp")
+    clicks = spark.createDataFrame([("a", b + timedelta(minutes=3)), ("b", b + timedelta(minutes=20)),
+                                    ("c.d", b + timedelta(minutes=2)), (None, b)], "user string, cts timestamp")
+    buys = spark.createDataFrame([("a", b + timedelta(minutes=30), 9.5), ("c.d", b + timedelta(minutes=5), 1.0),
+                                  ("a", b + timedelta(hours=3), 1.0)], "user string, pts timestamp, amount double")
+    bounds = [(0, 1, "0 seconds", "10 minutes"), (1, 2, "0 seconds", "1 hour")]
+    out = cq.multi_join([views, clicks, buys], "user", ["vts", "cts", "pts"], bounds)
+    assert out.columns == ["user", "vts", "cts", "pts", "amount"]
+    want = (views.join(clicks, "user").where("cts BETWEEN vts AND vts + INTERVAL 10 MINUTES")
+            .join(buys, "user").where("pts BETWEEN cts AND cts + INTERVAL 1 HOUR"))
+    assert _rows(out) == _rows(want.select(*out.columns))
+    assert len(_rows(out)) == 3
+
+
+def test_hashed_keys_are_verified_on_their_values():
+    """A hash collision (two keys, one kernel key) never joins rows: matches are checked on the values."""
+    from pyspark_cq.operators._mjoin_worker import MultiJoinWorker
+    from pyspark_cq.operators._join_worker import PayloadSide
+
+    worker = MultiJoinWorker.__new__(MultiJoinWorker)
+    worker.config = type("C", (), {"hashed": True, "n": 2, "key_pos": (0, 0)})()
+    sides = [PayloadSide(pa.schema([("k", pa.string())]), pa.table({"k": ["x", "y"]})),
+             PayloadSide(pa.schema([("k", pa.string())]), pa.table({"k": ["x", "x"]}))]
+    matches = np.array([[0, 0], [1, 1], [0, 1]])
+    assert worker._verified(sides, matches).tolist() == [[0, 0], [0, 1]]
+
+
+# --- bad input ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_bad_arguments_name_the_argument(spark):
+    a = spark.createDataFrame([(1, jd.BASE_US)], "k long, ta long").selectExpr("k", "timestamp_micros(ta) ta")
+    b = a.withColumnRenamed("ta", "tb")
+    c = a.withColumnRenamed("ta", "tc")
+    ok = [(0, 1, "0 seconds", "1 minute")]
+    cases = [
+        (dict(inputs=[a]), ValueError, "inputs must be a list of 2 to 6"),
+        (dict(inputs=a), TypeError, "inputs must be a list"),
+        (dict(inputs=[a, "x"]), TypeError, r"inputs\[1\] must be a pyspark.sql.DataFrame"),
+        (dict(on=["k"]), ValueError, "on must list one key column per input"),
+        (dict(on="nope"), ValueError, r"on \(inputs\[0\]\): unknown column"),
+        (dict(times=["ta"]), ValueError, "times must list one time column per input"),
+        (dict(times=["ta", "k"]), TypeError, r"times\[1\] must be a timestamp column"),
+        (dict(times=["ta", "zz"]), ValueError, r"times\[1\]: unknown column"),
+        (dict(bounds=[]), TypeError, "bounds must be a non-empty list"),
+        (dict(bounds=[(0, 2, "0 seconds", "1 second")]), ValueError, r"bounds\[0\]: j must be an input index"),
+        (dict(bounds=[(0, 0, "0 seconds", "1 second")]), ValueError, "two different inputs"),
+        (dict(bounds=[(0, 1, "1 minute", "0 seconds")]), ValueError, r"bounds\[0\]: lower must be <= upper"),
+        (dict(bounds=[(0, 1, "10", "1 minute")]), (TypeError, ValueError), r"bounds\[0\] lower"),
+        (dict(bounds=[(0, 1, "0 seconds")]), TypeError, r"bounds\[0\] must be \(i, j, lower, upper\)"),
+        (dict(inputs=[a, b, c], times=["ta", "tb", "tc"]), ValueError, r"bounds must connect all inputs.*\[2\]"),
+        (dict(inputs=[a, a], times=["ta", "ta"]), ValueError,
+         r"column\(s\) \['ta'\] more than once.*withColumnRenamed"),
+    ]
+    for change, exc, match in cases:
+        args = dict(inputs=[a, b], on="k", times=["ta", "tb"], bounds=ok) | change
+        with pytest.raises(exc, match=match):
+            cq.multi_join(args["inputs"], args["on"], args["times"], args["bounds"])
+    with pytest.raises(TypeError, match="different types"):
+        cq.multi_join([a, b.selectExpr("cast(k as string) k", "tb")], "k", ["ta", "tb"], ok)
+
+
+@pytest.mark.spark
+def test_streaming_inputs_need_watermarks_and_no_mixing(spark, tmp_dir):
+    os.makedirs(tmp_dir / "s0")
+    jd.write(str(tmp_dir / "s0"), "a.parquet", _table(np.random.default_rng(0), 0, 3, jd.BASE_US))
+    s0 = spark.readStream.schema(_schema(0)).parquet(str(tmp_dir / "s0"))
+    s1 = s0.selectExpr("k0 k1", "t0 t1", "v0 v1")
+    b1 = spark.createDataFrame([], _schema(1))
+    bounds = _bounds(2)
+    with pytest.raises(ValueError, match=r"times\[0\]: the streaming input needs a watermark"):
+        cq.multi_join([s0, s1], ["k0", "k1"], ["t0", "t1"], bounds)
+    with pytest.raises(ValueError, match=r"all streaming or all batch.*inputs\[1\]"):
+        cq.multi_join([s0.withWatermark("t0", DELAY), b1], ["k0", "k1"], ["t0", "t1"], bounds)
+
+
+@pytest.mark.spark
+def test_a_bad_plan_fails_when_defined(spark, tmp_dir):
+    a = spark.createDataFrame([], _schema(0))
+    b = spark.createDataFrame([], _schema(1))
+    table = ControlTable(str(tmp_dir / "control.json"))
+    table.register("mj", plan_id="0:1;1:1")
+    with pytest.raises(ValueError, match=r"multi_join 'mj': plan_id '0:1;1:1'.*permutation"):
+        cq.multi_join([a, b], ["k0", "k1"], ["t0", "t1"], _bounds(2), control=table.handle("mj"))
+
+
+# --- streaming ----------------------------------------------------------------------------------------
+
+BATCHES = 5
+
+
+def _write_stream(root, n, seed):
+    rng = np.random.default_rng(seed)
+    tables = [[] for _ in range(n)]
+    for b in range(BATCHES):
+        for i in range(n):
+            t = _table(rng, i, 30, jd.BASE_US + b * 10_000_000)
+            if (i, b) == (1, 2):
+                t = t.slice(0, 0)  # an empty micro-batch file
+            tables[i].append(t)
+            jd.write(os.path.join(root, f"in{i}"), f"b{b:03d}.parquet", t)
+    return [pa.concat_tables(ts) for ts in tables]
+
+
+def _sources(spark, root, n):
+    return [spark.readStream.schema(_schema(i)).option("maxFilesPerTrigger", 1)
+            .parquet(os.path.join(root, f"in{i}")).withWatermark(f"t{i}", DELAY) for i in range(n)]
+
+
+def _run(df, name, checkpoint):
+    q = (df.writeStream.format("memory").queryName(name).outputMode("append").trigger(availableNow=True)
+         .option("checkpointLocation", checkpoint).start())
+    q.awaitTermination()
+    return q
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_stream_equals_spark_chain(spark, tmp_dir, n):
+    root = str(tmp_dir / "in")
+    tables = _write_stream(root, n, seed=10 + n)
+    name = f"mj{n}"
+    ours = cq.multi_join(_sources(spark, root, n), [f"k{i}" for i in range(n)], [f"t{i}" for i in range(n)],
+                         _bounds(n), name=name)
+    q = _run(ours, f"ours_mj{n}", str(tmp_dir / "ck_ours"))
+    _run(_spark_chain(_sources(spark, root, n), n).select(*_cols(n)), f"spark_mj{n}", str(tmp_dir / "ck_spark"))
+    got = _rows(spark.table(f"ours_mj{n}"))
+    assert got == _rows(spark.table(f"spark_mj{n}"))
+    assert got == _python_oracle(tables, n)
+    reports = [r for r in (cq.read_metrics(p, name) for p in q.recentProgress) if r]
+    assert sum(r["output_rows"] for r in reports) == len(got)
+    assert sum(r["input_rows"] for r in reports) == sum(t.num_rows for t in tables)
+    for i in range(n):
+        assert sum(r[f"input_rows_{i}"] for r in reports) == tables[i].num_rows
+        assert all(r[f"late_rows_{i}"] == 0 for r in reports)
+    assert any(r["evicted_rows"] > 0 for r in reports)  # state is bounded
+    last = reports[-1]
+    assert last["state_rows"] == sum(last[f"state_rows_{i}"] for i in range(n))
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_stream_plan_switch_and_restart_from_checkpoint(spark, tmp_dir):
+    """Half the batches under one plan, stop, switch the plan, restart from the checkpoint: the same rows
+    as an uninterrupted run, and each step's counters follow the plan in force.
+    """
+    n = 3
+    root = str(tmp_dir / "in")
+    tables = _write_stream(root, n, seed=3)
+    control = ControlTable(str(tmp_dir / "control.json"))
+    plans = ["0:1>2;1:0>2;2:1>0", "0:2>1;1:2>0;2:0>1"]
+    control.register("mj", plan_id=plans[0])
+    keys, times = [f"k{i}" for i in range(n)], [f"t{i}" for i in range(n)]
+    # the files reach the query's directory in two steps: 3 batches, stop, switch the plan, 2 more
+    import shutil
+
+    live = str(tmp_dir / "live")
+    for i in range(n):
+        os.makedirs(os.path.join(live, f"in{i}"))
+    names = sorted(os.listdir(os.path.join(root, "in0")))
+
+    def publish(files):
+        for f in files:
+            for i in range(n):
+                shutil.copy2(os.path.join(root, f"in{i}", f), os.path.join(live, f"in{i}", f))
+
+    ck = str(tmp_dir / "ck")
+    reports = []
+    for step, files in enumerate((names[:3], names[3:])):
+        if step:
+            control.set("mj", plan_id=plans[1], reason="test: switch the plan between runs")
+        publish(files)
+        out = cq.multi_join(_sources(spark, live, n), keys, times, _bounds(n), control=control.handle("mj"))
+        # a file sink: the memory sink cannot restart from a checkpoint
+        q = (out.writeStream.format("parquet").option("path", str(tmp_dir / "out")).trigger(availableNow=True)
+             .option("checkpointLocation", ck).start())
+        q.awaitTermination()
+        reports += [(step, r) for r in (cq.read_metrics(p, "mj") for p in q.recentProgress) if r]
+    got = _rows(spark.read.parquet(str(tmp_dir / "out")).select(*_cols(n)))
+    assert got == _python_oracle(tables, n)
+    for step, r in reports:
+        for i, order in enumerate(parse_join_plan(plans[step], n)):
+            first_step = f"probed_{i}_{order[0]}"
+            assert r[first_step] <= r[f"input_rows_{i}"]
+            assert r[f"probed_{i}_{order[1]}"] == r[f"matched_{i}_{order[0]}"], (step, i, r)
+    assert {s for s, _ in reports} == {0, 1}

@@ -199,8 +199,8 @@ def test_batch_shared_key_string_keys_and_hash_collisions_checked(spark):
 
 def test_hashed_keys_are_verified_on_their_values():
     """A hash collision (two keys, one kernel key) never joins rows: matches are checked on the values."""
-    from pyspark_cq.operators._mjoin_worker import MultiJoinWorker
     from pyspark_cq.operators._join_worker import PayloadSide
+    from pyspark_cq.operators._mjoin_worker import MultiJoinWorker
 
     worker = MultiJoinWorker.__new__(MultiJoinWorker)
     worker.config = type("C", (), {"hashed": True, "n": 2, "key_pos": (0, 0)})()

@@ -115,11 +115,15 @@ PYBIND11_MODULE(_mjoin, m) {
            py::arg("null_key"), py::arg("order"), py::arg("ends") = py::none(),
            "Probe the other inputs in `order` (a permutation of them) with each row of `input`, then store\n"
            "the rows (rows of one call never see each other). null_key (uint8 mask or None) marks rows that\n"
-           "never match and are not stored; ends (int64 or None: the times) are the expiry keys for evict().\n"
+           "never match and are not stored; ends (int64 or None) are explicit expiry keys for evict(); without\n"
+           "them rows expire in stages from the bounds' closure (see evict).\n"
            "Returns (matches: (n_matches, n_inputs) payload ids, probed, matched): per probe step the\n"
            "partial matches entering it and leaving it.")
       .def("evict", &evict, py::arg("input"), py::arg("threshold"),
-           "Remove the rows of `input` whose expiry key is <= threshold; returns their payload ids.")
+           "Remove the rows of `input` that can no longer join; returns their payload ids. Rows with explicit\n"
+           "ends go when their end is <= threshold; the others (threshold: a time every future row is later\n"
+           "than, e.g. the watermark) when no future row can meet them, or earlier when some input they can no\n"
+           "longer meet from the future has no stored row they could join.")
       .def("canonical_ids", &canonical_ids, py::arg("input"),
            "Renumber `input`'s payload ids to 0..rows-1 in serialization order; returns the old ids in that\n"
            "order (compact the payload table with take(old)).")

@@ -4,9 +4,11 @@
 // n inputs (2 to 6) share one equi-join key; `bounds` are temporal constraints (i, j, lower, upper):
 // times[j] - times[i] in [lower, upper], inclusive. Per input the state is an open-addressing hash
 // table from the key to a doubly linked chain of that input's rows (oldest first) plus a min-heap of
-// (expiry key, row), so
-// evict() removes exactly the rows whose expiry key is <= the threshold with O(log n) work per removed
-// row and none for the rows that stay.
+// (deadline, row), so evict() touches only the rows whose deadline has passed, with O(log n) work each
+// and none for the rows that stay. Rows expire in stages (see evict()): a row whose required partner
+// input has no stored row it could join, and can get none any more, goes before the full reach of the
+// bounds has passed; this keeps MJoin's base state near what a chain of binary joins keeps, without
+// storing intermediate results.
 //
 // A row arriving on input a probes the other inputs one after another in the probe order given for
 // that call (a permutation of the other inputs), extending a partial match {a: row} by every stored row
@@ -29,6 +31,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <queue>
 #include <stdexcept>
 #include <string>
@@ -41,7 +44,7 @@
 namespace cq {
 namespace mjoin {
 
-constexpr int64_t kFormatVersion = 1;
+constexpr int64_t kFormatVersion = 2;  // 2: per row the expiry stage (1: none, explicit ends only)
 constexpr int kMaxInputs = 6;
 
 struct Bound {
@@ -123,22 +126,23 @@ class KeyIndex {
 
 // One input's rows: slots with a free list, per-key chains, an expiry heap.
 struct Side {
-  std::vector<int64_t> key, time, id, end, prev, next;
+  std::vector<int64_t> key, time, id, end, stage, prev, next;
   std::vector<int64_t> free_slots;
   KeyIndex index;
   using HeapItem = std::pair<int64_t, int64_t>;  // (expiry key, slot)
   std::priority_queue<HeapItem, std::vector<HeapItem>, std::greater<HeapItem>> heap;
   int64_t live = 0;
 
-  void store(int64_t k, int64_t t, int64_t pid, int64_t e) {
+  // `st` is the row's expiry stage (see MultiJoinState::evict), -1 for an explicit expiry key `e`.
+  void store(int64_t k, int64_t t, int64_t pid, int64_t e, int64_t st) {
     int64_t s;
     if (!free_slots.empty()) {
       s = free_slots.back();
       free_slots.pop_back();
-      key[s] = k, time[s] = t, id[s] = pid, end[s] = e;
+      key[s] = k, time[s] = t, id[s] = pid, end[s] = e, stage[s] = st;
     } else {
       s = static_cast<int64_t>(key.size());
-      key.push_back(k), time.push_back(t), id.push_back(pid), end.push_back(e);
+      key.push_back(k), time.push_back(t), id.push_back(pid), end.push_back(e), stage.push_back(st);
       prev.push_back(-1), next.push_back(-1);
     }
     KeyIndex::Entry& c = index.get_or_insert(k);
@@ -183,6 +187,7 @@ class MultiJoinState {
       if (b.lower > b.upper) throw std::invalid_argument("bounds: lower must be <= upper");
     }
     sides_.resize(n_);
+    close_bounds();
   }
 
   int n_inputs() const { return n_; }
@@ -251,12 +256,26 @@ class MultiJoinState {
     Side& s = sides_[input];
     for (int64_t r = 0; r < n; ++r) {
       if (null_key && null_key[r]) continue;
-      s.store(keys[r], times[r], ids[r], ends ? ends[r] : times[r]);
+      if (ends) {
+        s.store(keys[r], times[r], ids[r], ends[r], -1);
+      } else {
+        s.store(keys[r], times[r], ids[r], deadline(input, times[r], 0), 0);
+      }
     }
     return res;
   }
 
-  // Remove the rows of `input` whose expiry key is <= threshold; returns their payload ids.
+  // Remove the rows of `input` that can no longer join; returns their payload ids.
+  //
+  // Rows stored with explicit expiry keys (`ends`) go when their key is <= threshold. Rows stored without
+  // them expire in stages, with `threshold` a time such that every row still to come is later than it
+  // (the watermark): with D[i][j] the largest t_j - t_i the bounds allow (their closure), a row of input i
+  // at time t can meet future rows of input j only while threshold < t + D[i][j]. At each stage's deadline
+  // (the distinct D[i][j] in ascending order) the row is removed if some input j it can no longer meet
+  // from the future has no stored row it could join (same key, t_j - t within [-D[j][i], D[i][j]]): every
+  // result tuple needs a row of j, and none can come. Otherwise it waits for the next stage; after the
+  // last one no row it can meet is still to come, and it goes. Work is proportional to the rows whose
+  // deadline passes (plus the partner chains they check), never to the rows that stay.
   std::vector<int64_t> evict(int input, int64_t threshold) {
     input_index(input);
     Side& s = sides_[input];
@@ -264,6 +283,14 @@ class MultiJoinState {
     while (!s.heap.empty() && s.heap.top().first <= threshold) {
       const int64_t slot = s.heap.top().second;
       s.heap.pop();
+      const int64_t st = s.stage[slot];
+      const std::vector<int64_t>& stages = stage_reach_[input];
+      if (st >= 0 && st + 1 < static_cast<int64_t>(stages.size()) && !lacks_partner(input, slot, stages[st])) {
+        s.stage[slot] = st + 1;
+        s.end[slot] = deadline(input, s.time[slot], st + 1);
+        s.heap.emplace(s.end[slot], slot);
+        continue;
+      }
       out.push_back(s.id[slot]);
       s.remove(slot);
     }
@@ -299,19 +326,21 @@ class MultiJoinState {
   // Byte image (cq::Writer, CQS1): meta [version, n, nbounds, (i, j, lower, upper)...], then per input
   // the live rows as key, time, id, end columns, oldest first within each key.
   std::string serialize() const {
-    cq::Writer w(static_cast<uint32_t>(1 + 4 * n_));
+    cq::Writer w(static_cast<uint32_t>(1 + 5 * n_));
     std::vector<int64_t> meta{kFormatVersion, int64_t{n_}, static_cast<int64_t>(bounds_.size())};
     for (const Bound& b : bounds_) meta.insert(meta.end(), {int64_t{b.i}, int64_t{b.j}, b.lower, b.upper});
     w.column(cq::kI64, meta);
     for (const Side& s : sides_) {
-      std::vector<int64_t> k, t, id, e;
-      k.reserve(s.live), t.reserve(s.live), id.reserve(s.live), e.reserve(s.live);
+      std::vector<int64_t> k, t, id, e, st;
+      k.reserve(s.live), t.reserve(s.live), id.reserve(s.live), e.reserve(s.live), st.reserve(s.live);
       for (int64_t key : sorted_keys(s)) {
         for (int64_t x = s.chain_head(key); x >= 0; x = s.next[x]) {
           k.push_back(key), t.push_back(s.time[x]), id.push_back(s.id[x]), e.push_back(s.end[x]);
+          st.push_back(s.stage[x]);
         }
       }
       w.column(cq::kI64, k), w.column(cq::kI64, t), w.column(cq::kI64, id), w.column(cq::kI64, e);
+      w.column(cq::kI64, st);
     }
     return std::move(w.str());
   }
@@ -319,11 +348,13 @@ class MultiJoinState {
   static MultiJoinState deserialize(const char* data, size_t size) {
     cq::Reader r(data, size);
     const auto meta = r.column<int64_t>(cq::kI64);
-    if (meta.size() < 3 || meta[0] != kFormatVersion)
-      throw std::invalid_argument("state blob is not a multi-join state of format " + std::to_string(kFormatVersion));
-    const int64_t n = meta[1], nb = meta[2];
+    if (meta.size() < 3 || meta[0] < 1 || meta[0] > kFormatVersion)
+      throw std::invalid_argument("state blob is not a multi-join state of format 1 to " +
+                                  std::to_string(kFormatVersion));
+    const int64_t version = meta[0], n = meta[1], nb = meta[2];
+    const int64_t per_input = version == 1 ? 4 : 5;
     if (n < 2 || n > kMaxInputs || nb < 0 || meta.size() != static_cast<size_t>(3 + 4 * nb) ||
-        r.ncols() != static_cast<uint32_t>(1 + 4 * n))
+        r.ncols() != static_cast<uint32_t>(1 + per_input * n))
       throw std::invalid_argument("state blob is truncated or corrupt (multi-join meta)");
     std::vector<Bound> bounds;
     for (int64_t b = 0; b < nb; ++b) {
@@ -336,15 +367,85 @@ class MultiJoinState {
       const auto t = r.column<int64_t>(cq::kI64);
       const auto id = r.column<int64_t>(cq::kI64);
       const auto e = r.column<int64_t>(cq::kI64);
-      if (t.size() != k.size() || id.size() != k.size() || e.size() != k.size())
+      const auto sg = version == 1 ? std::vector<int64_t>(k.size(), -1) : r.column<int64_t>(cq::kI64);
+      if (t.size() != k.size() || id.size() != k.size() || e.size() != k.size() || sg.size() != k.size())
         throw std::invalid_argument("state blob is truncated or corrupt (column lengths differ)");
-      for (size_t x = 0; x < k.size(); ++x) st.sides_[in].store(k[x], t[x], id[x], e[x]);
+      const int64_t nstages = static_cast<int64_t>(st.stage_reach_[in].size());
+      for (size_t x = 0; x < k.size(); ++x) {
+        if (sg[x] < -1 || sg[x] >= nstages)
+          throw std::invalid_argument("state blob is corrupt (expiry stage out of range)");
+        st.sides_[in].store(k[x], t[x], id[x], e[x], sg[x]);
+      }
     }
     if (!r.done()) throw std::invalid_argument("state blob has trailing bytes");
     return st;
   }
 
  private:
+  static constexpr __int128 kUnbounded = static_cast<__int128>(1) << 100;
+
+  // reach_[i][j] = D[i][j], the largest t_j - t_i the bounds allow (Floyd-Warshall over the difference
+  // constraints t_j - t_i <= upper, t_i - t_j <= -lower; kUnbounded where none); stage_reach_[i] the
+  // distinct finite D[i][j] (j != i) in ascending order: the deadlines of the expiry stages.
+  void close_bounds() {
+    std::vector<std::vector<__int128>> d(n_, std::vector<__int128>(n_, kUnbounded));
+    for (int i = 0; i < n_; ++i) d[i][i] = 0;
+    for (const Bound& b : bounds_) {
+      d[b.i][b.j] = std::min(d[b.i][b.j], static_cast<__int128>(b.upper));
+      d[b.j][b.i] = std::min(d[b.j][b.i], -static_cast<__int128>(b.lower));
+    }
+    for (int k = 0; k < n_; ++k)
+      for (int i = 0; i < n_; ++i)
+        for (int j = 0; j < n_; ++j)
+          if (d[i][k] < kUnbounded && d[k][j] < kUnbounded) d[i][j] = std::min(d[i][j], d[i][k] + d[k][j]);
+    reach_ = d;
+    stage_reach_.assign(n_, {});
+    for (int i = 0; i < n_; ++i) {
+      std::vector<int64_t> st;
+      bool unbounded = false;
+      for (int j = 0; j < n_; ++j) {
+        if (j == i) continue;
+        if (d[i][j] >= kUnbounded) unbounded = true;
+        else st.push_back(clamp(d[i][j]));
+      }
+      std::sort(st.begin(), st.end());
+      st.erase(std::unique(st.begin(), st.end()), st.end());
+      // Bounds that do not connect every input: a row may meet some input's future rows forever.
+      if (unbounded) st.push_back(std::numeric_limits<int64_t>::max());
+      stage_reach_[i] = st;
+    }
+  }
+
+  static int64_t clamp(__int128 v) {
+    if (v > std::numeric_limits<int64_t>::max()) return std::numeric_limits<int64_t>::max();
+    if (v < std::numeric_limits<int64_t>::min()) return std::numeric_limits<int64_t>::min();
+    return static_cast<int64_t>(v);
+  }
+
+  // The deadline of expiry stage `st` of a row of `input` at time t (saturating).
+  int64_t deadline(int input, int64_t t, int64_t st) const {
+    return clamp(static_cast<__int128>(t) + stage_reach_[input][st]);
+  }
+
+  // True when some input j with D[input][j] <= passed has no stored row that the row in `slot` could
+  // join with: same key and t_j - t within [-D[j][input], D[input][j]].
+  bool lacks_partner(int input, int64_t slot, int64_t passed) const {
+    const Side& s = sides_[input];
+    const int64_t key = s.key[slot];
+    const __int128 t = s.time[slot];
+    for (int j = 0; j < n_; ++j) {
+      if (j == input || reach_[input][j] > passed) continue;
+      const Side& o = sides_[j];
+      bool found = false;
+      for (int64_t x = o.chain_head(key); x >= 0 && !found; x = o.next[x]) {
+        const __int128 dt = static_cast<__int128>(o.time[x]) - t;
+        found = dt >= -reach_[j][input] && dt <= reach_[input][j];
+      }
+      if (!found) return true;
+    }
+    return false;
+  }
+
   // Keys in ascending order, so that equal states give equal images.
   static std::vector<int64_t> sorted_keys(const Side& s) {
     std::vector<int64_t> ks;
@@ -397,6 +498,8 @@ class MultiJoinState {
   int n_;
   std::vector<Bound> bounds_;
   std::vector<Side> sides_;
+  std::vector<std::vector<__int128>> reach_;
+  std::vector<std::vector<int64_t>> stage_reach_;
 };
 
 }  // namespace mjoin

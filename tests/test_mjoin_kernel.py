@@ -238,3 +238,70 @@ def test_corrupt_blob_raises():
     for bad in (blob[:-3], b"nope", blob + b"x"):
         with pytest.raises(ValueError):
             mj.MultiJoinState.deserialize(bad)
+
+
+# --- staged expiry (no explicit ends): never loses a result, keeps less than the full reach -------------
+
+
+@st.composite
+def watermarked_runs(draw):
+    """Batches whose rows are all later than the previous threshold (the watermark), with the threshold
+    advancing between batches; contradictory bound sets are avoided by drawing a spanning tree first.
+    """
+    n = draw(st.integers(2, 4))
+    bounds = []
+    for j in range(1, n):
+        i = draw(st.integers(0, j - 1))
+        a, b = draw(st.integers(-8, 4)), draw(st.integers(0, 10))
+        bounds.append((i, j, a, a + b) if draw(st.booleans()) else (j, i, -(a + b), -a))
+    batches, wm = [], 0
+    for _ in range(draw(st.integers(1, 8))):
+        rows = []
+        for _ in range(n):
+            m = draw(st.integers(0, 5))
+            rows.append((draw(st.lists(st.integers(0, 2), min_size=m, max_size=m)),
+                         draw(st.lists(st.integers(wm + 1, wm + 12), min_size=m, max_size=m))))
+        wm += draw(st.integers(0, 8))
+        batches.append((rows, wm))
+    return n, bounds, batches
+
+
+def _run_staged(n, bounds, batches, *, evict, roundtrip):
+    state = mj.MultiJoinState(n, bounds)
+    out, next_id, peak = Counter(), 0, 0
+    for b, (rows, wm) in enumerate(batches):
+        for inp, (keys, times) in enumerate(rows):
+            ids = np.arange(next_id, next_id + len(keys), dtype=np.int64)
+            next_id += len(keys)
+            order = [o for o in range(n) if o != inp]
+            matches, _, _ = state.insert_probe(inp, np.array(keys, np.int64), np.array(times, np.int64), ids,
+                                               None, order)
+            out += _tuples(matches)
+        if evict:
+            for inp in range(n):
+                state.evict(inp, wm)
+        peak = max(peak, sum(state.rows(i) for i in range(n)))
+        if roundtrip and b % 2:
+            state = mj.MultiJoinState.deserialize(state.serialize())
+    return out, peak
+
+
+@settings(max_examples=300, deadline=None)
+@given(watermarked_runs(), st.booleans())
+def test_staged_expiry_never_loses_a_result(run, roundtrip):
+    n, bounds, batches = run
+    kept, _ = _run_staged(n, bounds, batches, evict=False, roundtrip=False)
+    evicted, _ = _run_staged(n, bounds, batches, evict=True, roundtrip=roundtrip)
+    assert evicted == kept
+
+
+def test_staged_expiry_drops_rows_without_a_partner_before_the_full_reach():
+    # funnel: t1 in [t0, t0 + 10], t2 in [t1, t1 + 60]; an impression (input 0) reaches purchases 70 later
+    state = mj.MultiJoinState(3, [(0, 1, 0, 10), (1, 2, 0, 60)])
+    order = {0: [1, 2], 1: [0, 2], 2: [1, 0]}
+    state.insert_probe(0, np.array([1, 2]), np.array([0, 0]), np.array([0, 1]), None, order[0])
+    state.insert_probe(1, np.array([1]), np.array([5]), np.array([2]), None, order[1])  # a click for key 1
+    assert list(state.evict(0, 10)) == [1]   # key 2: no click stored, none can come: gone at 10, not 70
+    assert state.rows(0) == 1
+    assert list(state.evict(0, 69)) == []    # key 1 has its click: kept until purchases can no longer come
+    assert list(state.evict(0, 70)) == [0]

@@ -17,7 +17,7 @@ from helpers import join_data as jd
 
 import pyspark_cq as cq
 from pyspark_cq.control import ControlTable, join_plan_id, parse_join_plan
-from pyspark_cq.operators._mjoin_worker import closure, default_orders, expiry_ms, reach
+from pyspark_cq.operators._mjoin_worker import closure, default_orders, timeout_at
 
 DELAY = "20 seconds"
 #: Bounds per number of inputs: (i, j, lower s, upper s), t_j in [t_i + lower, t_i + upper].
@@ -136,11 +136,10 @@ def test_closure_reach_and_default_orders():
     b = [(0, 1, -5, 10), (1, 2, 0, 15)]
     d = closure(3, b)
     assert d[0][2] == 25 and d[2][0] == 5 and d[0][1] == 10 and d[1][0] == 5
-    assert reach(3, b) == (25, 15, 5)
     # input 2 is narrowest to 1 (band 15) before 0 (band 30); input 0 probes 1 (band 15) first
     assert default_orders(3, b) == ((1, 2), (0, 2), (1, 0))
-    # a row at t with reach r is dead once the watermark (ms) * 1000 >= t + r
-    assert list(expiry_ms(np.array([0, 1, 999, 1000]), 0)) == [0, 1, 1, 1]
+    # a shard times out when the watermark (ms) reaches its first deadline (µs)
+    assert timeout_at(5, [None, 7_001, 9_000]) == 7 and timeout_at(5, [None]) is None
 
 
 # --- batch --------------------------------------------------------------------------------------------
@@ -195,6 +194,24 @@ def test_batch_shared_key_string_keys_and_hash_collisions_checked(spark):
             .join(buys, "user").where("pts BETWEEN cts AND cts + INTERVAL 1 HOUR"))
     assert _rows(out) == _rows(want.select(*out.columns))
     assert len(_rows(out)) == 3
+
+
+@pytest.mark.spark
+def test_batch_ntz_times_and_double_keys_follow_spark(spark):
+    """TIMESTAMP_NTZ times; double keys with -0.0 / 0.0 and NaN (equal in Spark's joins) and nulls."""
+    from datetime import datetime, timedelta
+
+    from pyspark.sql import functions as F
+
+    b = datetime(2024, 3, 31, 1, 59)
+    rows = [(0.0, b, 1), (-0.0, b + timedelta(seconds=30), 2), (float("nan"), b, 3), (1.5, b, 4), (None, b, 5)]
+    a = spark.createDataFrame(rows, "ka double, ta timestamp_ntz, va int")
+    c = spark.createDataFrame([(k, t + timedelta(seconds=20), v * 10) for k, t, v in rows],
+                              "kc double, tc timestamp_ntz, vc int")
+    want = a.join(c, F.expr("ka = kc AND tc BETWEEN ta AND ta + INTERVAL 1 MINUTE"))
+    out = cq.multi_join([a, c], ["ka", "kc"], ["ta", "tc"], [(0, 1, "0 seconds", "1 minute")])
+    assert list(map(repr, _rows(out))) == list(map(repr, _rows(want)))  # repr: NaN != NaN
+    assert len(_rows(want)) == 5  # zeros: 3 pairs within the band; NaN; 1.5
 
 
 def test_hashed_keys_are_verified_on_their_values():

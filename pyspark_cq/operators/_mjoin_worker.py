@@ -79,20 +79,11 @@ def default_orders(n: int, bounds) -> tuple[tuple[int, ...], ...]:
     return tuple(orders)
 
 
-def reach(n: int, bounds) -> tuple[int, ...]:
-    """Per input ``i``, ``max_j D[i][j]``: a row of ``i`` at time ``t`` can only join rows of other inputs
-    with times up to ``t + reach[i]``.
+def timeout_at(wm_ms: int, min_ends_us) -> int | None:
+    """The event-time timeout (ms) of a shard: when the watermark (every row still to come is later than
+    it) reaches the earliest expiry deadline of its rows (µs, the kernel's ``min_end``), or None.
     """
-    d = closure(n, bounds)
-    return tuple(int(max(d[i][j] for j in range(n) if j != i)) for i in range(n))
-
-
-def expiry_ms(micros: np.ndarray, reach_us: int) -> np.ndarray:
-    """Per row, the watermark (ms) from which it can be evicted: every row that can still arrive has a time
-    ``> watermark`` (later ones are late and dropped), so a row whose partners must all be at or before
-    ``t + reach`` is dead once ``watermark * 1000 >= t + reach``.
-    """
-    return -((-(np.asarray(micros, dtype=np.int64) + np.int64(reach_us))) // 1000)
+    return timeout_ms(wm_ms, [None if e is None else -(-e // 1000) for e in min_ends_us])
 
 
 @dataclass(frozen=True)
@@ -105,7 +96,6 @@ class MultiJoinConfig:
     out: tuple[tuple[int, int], ...]              # per output column: (input, column position)
     out_arrow: pa.Schema
     bounds: tuple[tuple[int, int, int, int], ...]
-    reach: tuple[int, ...]
     orders: tuple[tuple[int, ...], ...]           # the default plan
     hashed: bool                                   # keys are hashes: verify matches on the values
     name: str
@@ -172,7 +162,7 @@ class MultiJoinWorker:
         blobs = (_state_bytes.pack(kernel.serialize()),) + tuple(
             s.to_bytes(self.config.shards if i == 0 else None) for i, s in enumerate(sides))
         state.update(blobs)
-        timeout = timeout_ms(wm_ms, [kernel.min_end(i) for i in range(n)])
+        timeout = timeout_at(wm_ms, [kernel.min_end(i) for i in range(n)])
         if timeout is not None:
             state.setTimeoutTimestamp(timeout)
         return sum(len(b) for b in blobs)
@@ -237,16 +227,15 @@ class MultiJoinWorker:
             if not len(keys):
                 continue
             ids = sides[i].append(table)
-            ends = None if wm_ms is None else expiry_ms(micros, config.reach[i])
-            matches, probed, matched = kernel.insert_probe(i, keys, micros, ids, None, list(orders[i]), ends)
+            matches, probed, matched = kernel.insert_probe(i, keys, micros, ids, None, list(orders[i]))
             for step, j in enumerate(orders[i]):
                 counters[f"probed_{i}_{j}"] += int(probed[step])
                 counters[f"matched_{i}_{j}"] += int(matched[step])
             matches = self._verified(sides, matches)
             if len(matches):
                 parts.append(self._rows(sides, matches))
-        if wm_ms is not None:
-            counters["evicted_rows"] += sum(len(kernel.evict(i, wm_ms)) for i in range(config.n))
+        if wm_ms is not None:  # every row still to come is later than the watermark (later ones are late)
+            counters["evicted_rows"] += sum(len(kernel.evict(i, wm_ms * 1000)) for i in range(config.n))
         return parts
 
     def _report(self, parts, counters: dict, kernel) -> pd.DataFrame:

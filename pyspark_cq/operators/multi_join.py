@@ -44,7 +44,6 @@ from ._mjoin_worker import (
     closure,
     default_orders,
     metric_names,
-    reach,
 )
 from ._shards import MULTI_JOIN, resolve_shards, shard_key_column
 
@@ -173,7 +172,7 @@ class MultiJoinSpec:
         key_pos = tuple(df.columns.index(k) for df, k in zip(self.inputs, self.keys))
         out = tuple((i, self.inputs[i].columns.index(c)) for i, c in self.out)
         return MultiJoinConfig(self.n, codecs, key_pos, out, _metrics.arrow_schema(self.output_schema()),
-                               self.bounds, reach(self.n, self.bounds), default_orders(self.n, self.bounds),
+                               self.bounds, default_orders(self.n, self.bounds),
                                hashed=not isinstance(self.key_type, DIRECT), name=self.name,
                                control=self.control, shards=self.shards)
 

@@ -232,16 +232,16 @@ def _positive_duration(value, name: str) -> int:
 def _projection(df, time, keys, spec):
     """Columns fed to the slicer: time, key hash, normalised keys, aggregated values."""
     key_exprs = _key_exprs(keys)
-    cols = [F.col(time).alias(TIME), _hash_expr(keys, key_exprs).alias(HASH)]
+    cols = [_validate.ref(time).alias(TIME), _hash_expr(keys, key_exprs).alias(HASH)]
     cols += [e.alias(key_name(i)) for i, e in enumerate(key_exprs)]
-    cols += [F.col(v.name).alias(value_name(i)) for i, v in enumerate(spec.values)]
+    cols += [_validate.ref(v.name).alias(value_name(i)) for i, v in enumerate(spec.values)]
     return cols
 
 
 def _key_exprs(keys):
     out = []
     for k in keys:
-        c = F.col(k.name)
+        c = _validate.ref(k.name)
         if isinstance(k.dtype, (T.FloatType, T.DoubleType)):
             # Spark groups -0.0 with 0.0 and all NaNs together (NormalizeFloatingNumbers); hash and keep
             # the normalised value so groups and their output keys match Spark's.
@@ -254,7 +254,7 @@ def _hash_expr(keys, key_exprs):
     if not keys:
         return F.lit(0).cast("long")
     # Null flags make (null, 1) and (1, null) hash differently (xxhash64 skips nulls).
-    flags = [F.isnull(F.col(k.name)) for k in keys if k.nullable]
+    flags = [F.isnull(_validate.ref(k.name)) for k in keys if k.nullable]
     return F.xxhash64(*key_exprs, *flags)
 
 
@@ -293,7 +293,7 @@ def _native_slices(df, config: AggConfig, time: str):
     key whose count(*) is moved to the malformed counter.
     """
     keys, spec = config.keys, config.spec
-    micros = _as_long(F.col(time), config.time_type)
+    micros = _as_long(_validate.ref(time), config.time_type)
     start = micros - F.pmod(micros, _granularity_expr(config, micros))
     key_exprs = _key_exprs(keys)
     cols = [start.alias(START), _hash_expr(keys, key_exprs).alias(KHASH)]
@@ -307,9 +307,9 @@ def _native_slices(df, config: AggConfig, time: str):
         cols.append(F.coalesce(value, F.lit(0).cast("long" if k.transport == "i" else "double")).alias(key_name(i)))
         group.append(key_name(i))
         if k.nullable:
-            cols.append(F.isnull(F.col(k.name)).alias(null_name(i)))
+            cols.append(F.isnull(_validate.ref(k.name)).alias(null_name(i)))
             group.append(null_name(i))
-    cols += [F.col(v.name).alias(value_name(i)) for i, v in enumerate(spec.values)]
+    cols += [_validate.ref(v.name).alias(value_name(i)) for i, v in enumerate(spec.values)]
     partials = []
     for j, (op, ci) in enumerate(spec.ops):
         if op == OP_ROWS:

@@ -64,7 +64,7 @@ py::dict preaggregate_py(const py::handle& hash, const py::handle& time, const p
   std::vector<std::pair<std::uint8_t, int>> op_list;
   for (py::ssize_t i = 0; i < op_arr.shape(0); i += 2) {
     const int op = op_arr.at(i), col = op_arr.at(i + 1);
-    if (op < cq::agg::kOpRows || op > cq::agg::kOpMaxF) throw py::value_error("unknown op code " + std::to_string(op));
+    if (op < cq::agg::kOpRows || op > cq::agg::kOpSumHi) throw py::value_error("unknown op code " + std::to_string(op));
     if (op != cq::agg::kOpRows && (col < 0 || col >= static_cast<int>(values.size())))
       throw py::value_error("op refers to a missing value column " + std::to_string(col));
     op_list.emplace_back(static_cast<std::uint8_t>(op), col);
@@ -182,7 +182,8 @@ std::unique_ptr<ShardState> state_from_bytes(const py::bytes& blob, const py::ha
   for (const auto& o : st->outs()) outs_now.insert(outs_now.end(), {o.kind, o.value, o.count});
   if (kinds_in != st->kinds() || outs_in != outs_now || (meta[3] != 0) != runs)
     throw std::invalid_argument(
-        "the saved state was written by a different aggregation (aggs or emit changed); "
+        "the saved state was written by a different aggregation (aggs, emit or, with an integral sum, "
+        "spark.sql.ansi.enabled changed; or by a pyspark-cq release with another state layout); "
         "restart the query with a new checkpoint location");
   const std::size_t P = st->num_partials(), Q = st->num_suffixes(), O = st->num_outputs();
   if (r.ncols() != 3 + 5 + 2 * P + 1 + Q + (runs ? 2 + 2 * O : 0) || static_cast<std::size_t>(meta[8]) != Q)
@@ -382,6 +383,7 @@ int64 arrays, floats bit-cast) and null_time (rows skipped for a null time).)doc
   m.attr("OP_MIN_F") = static_cast<int>(cq::agg::kOpMinF);
   m.attr("OP_MAX_I") = static_cast<int>(cq::agg::kOpMaxI);
   m.attr("OP_MAX_F") = static_cast<int>(cq::agg::kOpMaxF);
+  m.attr("OP_SUM_HI") = static_cast<int>(cq::agg::kOpSumHi);
   m.attr("KIND_ADD_I64") = static_cast<int>(cq::agg::kAddI64);
   m.attr("KIND_ADD_F64") = static_cast<int>(cq::agg::kAddF64);
   m.attr("KIND_MIN") = static_cast<int>(cq::agg::kMin);
@@ -393,4 +395,5 @@ int64 arrays, floats bit-cast) and null_time (rows skipped for a null time).)doc
   m.attr("OUT_AVG_F") = static_cast<int>(cq::agg::kOutAvgF);
   m.attr("OUT_MIN") = static_cast<int>(cq::agg::kOutMin);
   m.attr("OUT_MAX") = static_cast<int>(cq::agg::kOutMax);
+  m.attr("OUT_SUM_I_CHECKED") = static_cast<int>(cq::agg::kOutSumIChecked);
 }

@@ -52,11 +52,13 @@ enum Op : std::uint8_t {
   kOpMinF = 5,
   kOpMaxI = 6,
   kOpMaxF = 7,
+  kOpSumHi = 8,  // sum of the high halves (v >> 32) of an integral column: with its wrapped sum, the
+                 // exact sum (exact_sum), for overflow checks and avg
 };
 
 inline Kind kind_of(std::uint8_t op) {
   switch (op) {
-    case kOpRows: case kOpCount: case kOpSumI: return kAddI64;
+    case kOpRows: case kOpCount: case kOpSumI: case kOpSumHi: return kAddI64;
     case kOpSumF: return kAddF64;
     case kOpMinI: case kOpMinF: return kMin;
     case kOpMaxI: case kOpMaxF: return kMax;
@@ -263,6 +265,10 @@ inline Slices preaggregate(std::size_t n, const std::int64_t* hash, const std::i
         for (std::size_t i = 0; i < n; ++i)
           if (gid[i] >= 0 && (!v || v[i])) acc[gid[i]] = combine(kAddI64, acc[gid[i]], c.i64[i]);
         break;
+      case kOpSumHi:
+        for (std::size_t i = 0; i < n; ++i)
+          if (gid[i] >= 0 && (!v || v[i])) acc[gid[i]] = combine(kAddI64, acc[gid[i]], c.i64[i] >> 32);
+        break;
       case kOpSumF: {
         // accumulate in doubles, store bits once
         std::vector<double> sums(m, 0.0);
@@ -305,11 +311,26 @@ enum OutKind : std::int32_t {
   kOutCount = 1,  // int64 partial, never null (count(*), count(col))
   kOutSumI = 2,   // int64 sum, null when the column had no non-null value
   kOutSumF = 3,   // double sum, idem
-  kOutAvgI = 4,   // double(sum of int64) / count, idem
+  kOutAvgI = 4,   // double(exact sum of int64) / count, idem; the high-half sum is partial value + 1
   kOutAvgF = 5,   // double sum / count, idem
   kOutMin = 6,    // order key, idem
   kOutMax = 7,
+  kOutSumIChecked = 8,  // kOutSumI with the high-half sum at partial value + 1: valid is 2 when the
+                        // exact sum is outside int64 (the value is then the wrapped sum, Spark's non-ANSI one)
 };
+
+// Whether an output reads the high-half sum partial (kOpSumHi) at its value partial + 1.
+inline bool uses_high_half(std::int32_t kind) { return kind == kOutAvgI || kind == kOutSumIChecked; }
+
+// The exact sum of an integral column from its wrapped sum `w` (mod 2^64) and the sum `h` of its values'
+// high halves (v >> 32). Both partials are exact modulo 2^64 (subtract-on-evict keeps them so), and for
+// fewer than 2^32 values the sum of the low halves, sum - h * 2^32, lies in [0, 2^64): it is
+// w - h * 2^32 modulo 2^64.
+__extension__ typedef __int128 i128;
+inline i128 exact_sum(std::int64_t w, std::int64_t h) {
+  const std::uint64_t low = static_cast<std::uint64_t>(w) - (static_cast<std::uint64_t>(h) << 32);
+  return static_cast<i128>(h) * 4294967296LL + static_cast<i128>(low);
+}
 
 struct OutSpec {
   std::int32_t kind;
@@ -337,7 +358,16 @@ inline void finalize(const OutSpec& o, const std::int64_t* combined, std::int64_
   switch (o.kind) {
     case kOutSumI: case kOutMin: case kOutMax: *value = v; break;
     case kOutSumF: *value = canonical_double_bits(bits_f64(v)); break;
-    case kOutAvgI: *value = canonical_double_bits(static_cast<double>(v) / static_cast<double>(cnt)); break;
+    case kOutSumIChecked: {
+      const i128 s = exact_sum(v, combined[o.value + 1]);
+      *value = v;
+      if (s > static_cast<i128>(kI64Max) || s < static_cast<i128>(kI64Min)) *valid = 2;
+      break;
+    }
+    case kOutAvgI:
+      *value = canonical_double_bits(static_cast<double>(exact_sum(v, combined[o.value + 1])) /
+                                     static_cast<double>(cnt));
+      break;
     case kOutAvgF: *value = canonical_double_bits(bits_f64(v) / static_cast<double>(cnt)); break;
     default: throw std::invalid_argument("unknown output aggregate kind " + std::to_string(o.kind));
   }
@@ -399,7 +429,10 @@ class ShardState {
       suf_of_.push_back(k == kAddI64 ? -1 : static_cast<int>(Q_++));
     }
     for (const auto& o : outs_) {
-      if (o.kind < kOutCount || o.kind > kOutMax) throw std::invalid_argument("unknown output kind");
+      if (o.kind < kOutCount || o.kind > kOutSumIChecked) throw std::invalid_argument("unknown output kind");
+      if (uses_high_half(o.kind) && (o.value + 1 >= static_cast<std::int32_t>(kinds_.size()) ||
+                                     kinds_[o.value + 1] != kAddI64))
+        throw std::invalid_argument("an integral sum or avg needs its high-half sum partial right after it");
       if (o.value < 0 || o.value >= static_cast<std::int32_t>(kinds_.size()) ||
           (o.kind != kOutCount && (o.count < 0 || o.count >= static_cast<std::int32_t>(kinds_.size()))))
         throw std::invalid_argument("output aggregate refers to a missing partial");

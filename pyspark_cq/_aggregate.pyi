@@ -13,6 +13,7 @@ OP_MIN_I: Final[int]
 OP_MIN_F: Final[int]
 OP_MAX_I: Final[int]
 OP_MAX_F: Final[int]
+OP_SUM_HI: Final[int]
 KIND_ADD_I64: Final[int]
 KIND_ADD_F64: Final[int]
 KIND_MIN: Final[int]
@@ -24,6 +25,7 @@ OUT_AVG_I: Final[int]
 OUT_AVG_F: Final[int]
 OUT_MIN: Final[int]
 OUT_MAX: Final[int]
+OUT_SUM_I_CHECKED: Final[int]
 
 @type_check_only
 class _Slices(TypedDict):

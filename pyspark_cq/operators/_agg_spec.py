@@ -23,12 +23,12 @@ from pyspark.sql import types as T
 AGG_NAMES = ("count", "sum", "min", "max", "avg")
 
 # Op / kind / output codes of native/aggregate_core.hpp (checked against the module in tests).
-OP_ROWS, OP_COUNT, OP_SUM_I, OP_SUM_F, OP_MIN_I, OP_MIN_F, OP_MAX_I, OP_MAX_F = range(8)
+OP_ROWS, OP_COUNT, OP_SUM_I, OP_SUM_F, OP_MIN_I, OP_MIN_F, OP_MAX_I, OP_MAX_F, OP_SUM_HI = range(9)
 KIND_ADD_I64, KIND_ADD_F64, KIND_MIN, KIND_MAX = 1, 2, 3, 4
-OUT_COUNT, OUT_SUM_I, OUT_SUM_F, OUT_AVG_I, OUT_AVG_F, OUT_MIN, OUT_MAX = range(1, 8)
+OUT_COUNT, OUT_SUM_I, OUT_SUM_F, OUT_AVG_I, OUT_AVG_F, OUT_MIN, OUT_MAX, OUT_SUM_I_CHECKED = range(1, 9)
 
 _KIND_OF_OP = {OP_ROWS: KIND_ADD_I64, OP_COUNT: KIND_ADD_I64, OP_SUM_I: KIND_ADD_I64, OP_SUM_F: KIND_ADD_F64,
-               OP_MIN_I: KIND_MIN, OP_MIN_F: KIND_MIN, OP_MAX_I: KIND_MAX, OP_MAX_F: KIND_MAX}
+               OP_MIN_I: KIND_MIN, OP_MIN_F: KIND_MIN, OP_MAX_I: KIND_MAX, OP_MAX_F: KIND_MAX, OP_SUM_HI: KIND_ADD_I64}
 
 _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 _FLOATING = (T.FloatType, T.DoubleType)
@@ -88,8 +88,13 @@ class AggSpec:
         return np.array([x for o in self.outputs for x in (o.kind, o.value, o.count)], dtype=np.int32)
 
 
-def parse_aggs(df, aggs, by: Sequence[str]) -> AggSpec:
+def parse_aggs(df, aggs, by: Sequence[str], ansi: bool = True) -> AggSpec:
     """Validate ``aggs`` against ``df``'s schema and lay out partials and outputs.
+
+    An integral column's ``sum`` partial is followed by the sum of its values' high halves
+    (``OP_SUM_HI``) when the column has an ``avg`` (computed from the exact sum, as Spark's avg of longs
+    sums in doubles and never wraps) or, with ``ansi`` (Spark's ``spark.sql.ansi.enabled``), a ``sum``
+    (then ``OUT_SUM_I_CHECKED``: the kernel flags a window whose exact sum leaves the long range).
 
     Raises
     ------
@@ -149,6 +154,8 @@ def parse_aggs(df, aggs, by: Sequence[str]) -> AggSpec:
         if names & {"sum", "avg"}:
             where[(vc.name, "sum")] = len(ops)
             ops.append((OP_SUM_F if f else OP_SUM_I, ci))
+            if not f and ("avg" in names or ansi):
+                ops.append((OP_SUM_HI, ci))
         if "min" in names:
             where[(vc.name, "min")] = len(ops)
             ops.append((OP_MIN_F if f else OP_MIN_I, ci))
@@ -171,8 +178,9 @@ def parse_aggs(df, aggs, by: Sequence[str]) -> AggSpec:
         if name == "count":
             outputs.append(Output(out_name, name, column, OUT_COUNT, cnt, -1, T.LongType()))
         elif name == "sum":
-            outputs.append(Output(out_name, name, column, OUT_SUM_F if f else OUT_SUM_I, where[(column, "sum")], cnt,
-                                  T.DoubleType() if f else T.LongType()))
+            s = where[(column, "sum")]
+            kind = OUT_SUM_F if f else (OUT_SUM_I_CHECKED if has_high_half(ops, s) else OUT_SUM_I)
+            outputs.append(Output(out_name, name, column, kind, s, cnt, T.DoubleType() if f else T.LongType()))
         elif name == "avg":
             outputs.append(Output(out_name, name, column, OUT_AVG_F if f else OUT_AVG_I, where[(column, "sum")], cnt,
                                   T.DoubleType()))
@@ -180,6 +188,11 @@ def parse_aggs(df, aggs, by: Sequence[str]) -> AggSpec:
             outputs.append(Output(out_name, name, column, OUT_MIN if name == "min" else OUT_MAX,
                                   where[(column, name)], cnt, dtype))
     return AggSpec(tuple(values), tuple(ops), tuple(outputs))
+
+
+def has_high_half(ops, j: int) -> bool:
+    """Whether partial ``j`` (an integral sum) is followed by its high-half sum (``OP_SUM_HI``)."""
+    return j + 1 < len(ops) and ops[j + 1][0] == OP_SUM_HI
 
 
 def _check_type(column: str, dtype: T.DataType, name: str) -> None:

@@ -27,11 +27,13 @@ from ._agg_spec import (
     OP_MAX_F,
     OP_MIN_F,
     OP_SUM_F,
+    OP_SUM_HI,
     OUT_AVG_F,
     OUT_AVG_I,
     OUT_MAX,
     OUT_MIN,
     OUT_SUM_F,
+    OUT_SUM_I_CHECKED,
     AggSpec,
     KeyColumn,
     arrow_type,
@@ -91,6 +93,8 @@ class AggConfig:
     shards: int
     out_names: tuple[str, ...]   # user-visible output columns, in order
     control: ControlHandle | None = None   # read at every micro-batch (see :func:`batch_params`)
+    name: str = "cq_sliding_aggregate"     # the operator's metrics name (named by its errors)
+    ansi: bool = True    # spark.sql.ansi.enabled when the query was defined: a long sum overflow raises
 
     @property
     def step(self) -> int:
@@ -566,6 +570,34 @@ def _concat_emitted(parts):
     return slot, frm, to, values, valids
 
 
+def check_overflow(config: AggConfig, output, valid: np.ndarray, slot, frm, to, keys_tbl) -> None:
+    """Raise Spark's ARITHMETIC_OVERFLOW (ANSI mode) for the first emitted window whose exact long sum
+    ``output`` left the long range (the kernel marks it with validity 2).
+
+    Raises
+    ------
+    OverflowError
+        Naming the operator (its metrics name), the aggregate, the group key and the window.
+    """
+    bad = np.flatnonzero(valid == 2)
+    if not len(bad):
+        return
+    i = int(bad[0])
+    bounds = [from_int64(np.array([x[i]]), None, config.time_type)[0].as_py() for x in (frm, to)]
+    key = {}
+    if config.keys:
+        row = keys_tbl.take(pa.array([slot[i]])).to_pylist()[0]
+        key = {k.name: row[k.name] for k in config.keys}
+    lo, hi = config.out_names[0], config.out_names[1]
+    raise OverflowError(
+        f"[ARITHMETIC_OVERFLOW] long overflow in sliding_aggregate {config.name!r}: {output.name} "
+        f"(sum of the long column {output.column!r}) for the group {key} in the window "
+        f"[{lo}={bounds[0]}, {hi}={bounds[1]}) is outside the long range; Spark's sum raises this error "
+        f"with spark.sql.ansi.enabled=true (the setting when the query was defined). Cast the column to "
+        f"decimal or double first, or set spark.sql.ansi.enabled to false to get Spark's wrapped-around "
+        f"value (the query must be defined again). SQLSTATE: 22003")
+
+
 def _output_table(config: AggConfig, emitted, keys_tbl: pa.Table | None) -> pa.Table:
     slot, frm, to, values, valids = emitted
     cols = [from_int64(frm, None, config.time_type), from_int64(to, None, config.time_type)]
@@ -574,6 +606,8 @@ def _output_table(config: AggConfig, emitted, keys_tbl: pa.Table | None) -> pa.T
         cols += [taken.column(i).combine_chunks() for i in range(len(config.keys))]
     f64_keys = None
     for o, v, ok in zip(config.spec.outputs, values, valids):
+        if o.kind == OUT_SUM_I_CHECKED and config.ansi:
+            check_overflow(config, o, ok, slot, frm, to, keys_tbl)
         valid = None if ok.all() else ok
         if o.kind in (OUT_SUM_F, OUT_AVG_I, OUT_AVG_F):
             cols.append(pa.array(v.view(np.float64), mask=None if valid is None else valid == 0, type=pa.float64()))
@@ -658,6 +692,23 @@ def encode_float_partials(config: AggConfig, table: pa.Table) -> pa.Table:
     return table
 
 
+def join_sum_halves(config: AggConfig, table: pa.Table) -> pa.Table:
+    """Turn an integral sum computed by Spark's aggregation as the sum of the low halves
+    (``v & 0xFFFFFFFF``, see ``_native_slices``) into the kernel's wrapped sum, ``high * 2**32 + low``
+    modulo 2**64, where its high-half partial (``OP_SUM_HI``) follows it. Summing halves never
+    overflows (fewer than 2**31 rows per slice), so Spark's ANSI mode cannot raise its own error first.
+    """
+    for j, (op, _col) in enumerate(config.spec.ops):
+        if op != OP_SUM_HI:
+            continue
+        low, high = _int64(table, partial_name(j - 1)), _int64(table, partial_name(j))
+        wrapped = (high.view(np.uint64) << np.uint64(32)) + low.view(np.uint64)
+        name = partial_name(j - 1)
+        table = table.set_column(table.schema.get_field_index(name), name,
+                                 pa.array(wrapped.view(np.int64), type=pa.int64()))
+    return table
+
+
 class BatchShard:
     """``applyInPandas`` function for batch DataFrames: all slices of one shard at once, no state."""
 
@@ -670,7 +721,7 @@ class BatchShard:
         frames = [_to_arrow(p, self.arrow_schema) for p in pdfs if len(p)]
         table = pa.concat_tables(frames) if frames else self.arrow_schema.empty_table()
         if self.float_partials:
-            table = encode_float_partials(self.config, table)
+            table = join_sum_halves(self.config, encode_float_partials(self.config, table))
         result = run_shard(self.config, table, None, None, read_entry(self.config))
         if result.output.num_rows:
             yield _metrics.data_rows(_metrics.to_pandas(result.output))

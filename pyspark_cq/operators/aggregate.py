@@ -19,7 +19,9 @@ from ._agg_spec import (
     OP_MIN_I,
     OP_ROWS,
     OP_SUM_F,
+    OP_SUM_HI,
     OP_SUM_I,
+    has_high_half,
     key_columns,
     parse_aggs,
 )
@@ -140,8 +142,14 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
     -----
     Late data follows Spark exactly: a slice contributes to a window unless the window's end is at or
     before the previous micro-batch's watermark (Spark's late-event watermark; eviction uses the
-    current one). Work per batch also includes rewriting each shard's state snapshot (the state lives
-    in ``GroupState``), proportional to the state size.
+    current one). A long ``sum`` follows ``spark.sql.ansi.enabled`` as read when the operator is
+    defined: with ANSI (Spark 4's default) a window whose exact sum leaves the long range raises
+    ``[ARITHMETIC_OVERFLOW]`` naming ``name``, the group and the window; without it the sum wraps as
+    Spark's. ``avg`` of integral columns is the exact sum over the count and never wraps (Spark sums it
+    in doubles). See docs/errors.md, "Arithmetic overflow".
+
+    Work per batch also includes rewriting each shard's state snapshot (the state lives in
+    ``GroupState``), proportional to the state size.
 
     Examples
     --------
@@ -178,7 +186,8 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         name = control.operator if control is not None else DEFAULT_NAME
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty string, got {name!r}")
-    spec = parse_aggs(df, aggs, by)
+    ansi = ansi_enabled(df)
+    spec = parse_aggs(df, aggs, by, ansi)
     keys = key_columns(df, by)
     bounds = ("window_start", "window_end") if emit == "windows" else ("valid_from", "valid_to")
     out_names = bounds + tuple(by) + tuple(o.name for o in spec.outputs)
@@ -197,7 +206,7 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
     mode = output_mode if streaming else "batch"
     config = AggConfig(spec=spec, keys=keys, time_type=time_type, window=w, slide=s, granularity=g, emit=emit,
                 mode=mode, watermark=delay is not None, shards=shards, out_names=out_names,
-                control=control)
+                control=control, name=name, ansi=ansi)
     load("_aggregate")  # fail on the driver, readably, if the build is broken
     if control is not None:
         batch_params(config, control.entry())  # an entry the workers would reject fails here already
@@ -223,6 +232,15 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         return _metrics.attach(raw, name)
 
 
+def ansi_enabled(df) -> bool:
+    """``spark.sql.ansi.enabled`` of ``df``'s session (Spark 4's default: true). With it a long ``sum``
+    whose window value leaves the long range raises ARITHMETIC_OVERFLOW, as Spark's own sum does; without
+    it the sum wraps around, as Spark's.
+    """
+    value = df.sparkSession.conf.get("spark.sql.ansi.enabled", "true")
+    return str(value).strip().lower() == "true"
+
+
 def _positive_duration(value, name: str) -> int:
     # a plain number (no unit) is refused by parse_duration, with the same message as every other
     # duration argument (e.g. the join's lower / upper)
@@ -232,16 +250,16 @@ def _positive_duration(value, name: str) -> int:
 def _projection(df, time, keys, spec):
     """Columns fed to the slicer: time, key hash, normalised keys, aggregated values."""
     key_exprs = _key_exprs(keys)
-    cols = [F.col(time).alias(TIME), _hash_expr(keys, key_exprs).alias(HASH)]
+    cols = [_validate.ref(time).alias(TIME), _hash_expr(keys, key_exprs).alias(HASH)]
     cols += [e.alias(key_name(i)) for i, e in enumerate(key_exprs)]
-    cols += [F.col(v.name).alias(value_name(i)) for i, v in enumerate(spec.values)]
+    cols += [_validate.ref(v.name).alias(value_name(i)) for i, v in enumerate(spec.values)]
     return cols
 
 
 def _key_exprs(keys):
     out = []
     for k in keys:
-        c = F.col(k.name)
+        c = _validate.ref(k.name)
         if isinstance(k.dtype, (T.FloatType, T.DoubleType)):
             # Spark groups -0.0 with 0.0 and all NaNs together (NormalizeFloatingNumbers); hash and keep
             # the normalised value so groups and their output keys match Spark's.
@@ -254,7 +272,7 @@ def _hash_expr(keys, key_exprs):
     if not keys:
         return F.lit(0).cast("long")
     # Null flags make (null, 1) and (1, null) hash differently (xxhash64 skips nulls).
-    flags = [F.isnull(F.col(k.name)) for k in keys if k.nullable]
+    flags = [F.isnull(_validate.ref(k.name)) for k in keys if k.nullable]
     return F.xxhash64(*key_exprs, *flags)
 
 
@@ -293,7 +311,7 @@ def _native_slices(df, config: AggConfig, time: str):
     key whose count(*) is moved to the malformed counter.
     """
     keys, spec = config.keys, config.spec
-    micros = _as_long(F.col(time), config.time_type)
+    micros = _as_long(_validate.ref(time), config.time_type)
     start = micros - F.pmod(micros, _granularity_expr(config, micros))
     key_exprs = _key_exprs(keys)
     cols = [start.alias(START), _hash_expr(keys, key_exprs).alias(KHASH)]
@@ -307,9 +325,9 @@ def _native_slices(df, config: AggConfig, time: str):
         cols.append(F.coalesce(value, F.lit(0).cast("long" if k.transport == "i" else "double")).alias(key_name(i)))
         group.append(key_name(i))
         if k.nullable:
-            cols.append(F.isnull(F.col(k.name)).alias(null_name(i)))
+            cols.append(F.isnull(_validate.ref(k.name)).alias(null_name(i)))
             group.append(null_name(i))
-    cols += [F.col(v.name).alias(value_name(i)) for i, v in enumerate(spec.values)]
+    cols += [_validate.ref(v.name).alias(value_name(i)) for i, v in enumerate(spec.values)]
     partials = []
     for j, (op, ci) in enumerate(spec.ops):
         if op == OP_ROWS:
@@ -319,6 +337,12 @@ def _native_slices(df, config: AggConfig, time: str):
             dtype = spec.values[ci].dtype
             if op == OP_COUNT:
                 expr = F.count(v)
+            elif op == OP_SUM_I and has_high_half(spec.ops, j):
+                # the low halves; BatchShard joins them with the high ones (join_sum_halves), so that a
+                # long overflow is the operator's error (naming group and window), not Spark's
+                expr = F.coalesce(F.sum(v.cast("long").bitwiseAND(F.lit(0xFFFFFFFF))), F.lit(0).cast("long"))
+            elif op == OP_SUM_HI:
+                expr = F.coalesce(F.sum(F.shiftright(v.cast("long"), 32)), F.lit(0).cast("long"))
             elif op == OP_SUM_I:
                 expr = F.coalesce(F.sum(v.cast("long")), F.lit(0).cast("long"))
             elif op in (OP_MIN_I, OP_MAX_I):

@@ -14,6 +14,7 @@ from . import _metrics
 __all__ = ["granularity"]
 
 _STATUS = "__cq_status"
+_DATA = "__cq_col_"  # the input columns in transport, by position
 
 
 def granularity(df, start: str, end: str, granularity, *, name: str = "cq_granularity"):
@@ -70,14 +71,22 @@ def granularity(df, start: str, end: str, granularity, *, name: str = "cq_granul
         g = parse_duration(granularity, "granularity", allow_negative=False, allow_zero=False)
     load("_granularity")  # fail on the driver, readably, if the build is broken
 
-    schema = T.StructType(list(df.schema.fields) + [T.StructField(_STATUS, T.ByteType(), False)])
-    fn = _RoundBatches(start, end, g)
-    raw = df.mapInArrow(fn, schema)
+    # The columns travel under internal names: PySpark's mapInArrow refers to its input's columns by
+    # unquoted name, which a name with a backtick (or a dot) would break.
+    names = df.columns
+    transport = [f"{_DATA}{i}" for i in range(len(names))]
+    staged = df.select(*[_validate.ref(c).alias(t) for c, t in zip(names, transport)])
+    schema = T.StructType([T.StructField(t, f.dataType, f.nullable, f.metadata)
+                           for t, f in zip(transport, df.schema.fields)]
+                          + [T.StructField(_STATUS, T.ByteType(), False)])
+    fn = _RoundBatches(transport[names.index(start)], transport[names.index(end)], g)
+    raw = staged.mapInArrow(fn, schema)
     counters = {
         "dropped_empty": F.sum((F.col(_STATUS) == 1).cast("long")),
         "malformed_rows": F.sum((F.col(_STATUS) == 2).cast("long")),
     }
-    return _metrics.attach(raw, name, counters, keep=F.col(_STATUS) == 0, drop=[_STATUS])
+    out = _metrics.attach(raw, name, counters, keep=F.col(_STATUS) == 0, drop=[_STATUS])
+    return out.select(*[F.col(t).alias(c) for t, c in zip(transport, names)])
 
 
 class _RoundBatches:

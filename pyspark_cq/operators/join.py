@@ -37,6 +37,7 @@ from pyspark.sql import types as T
 
 from .._duration import parse_duration
 from .._native import load
+from .._validate import ref
 from . import _metrics
 from ._join_codec import ColumnCodec, codecs_for, normalized_key
 from ._join_spec import JoinSpec
@@ -205,19 +206,19 @@ def _tagged(spec: JoinSpec, side: int, streaming_union: bool):
     time_col = spec.left_time if side == LEFT else spec.right_time
     key_codecs = codecs_for(df.schema, spec.keys, "__cq_k")
     cols = [F.lit(side).cast("byte").alias(SIDE)]
-    norm = [normalized_key(F.col(k).cast(t), t) for k, t in zip(spec.keys, spec.key_types)]
+    norm = [normalized_key(ref(k).cast(t), t) for k, t in zip(spec.keys, spec.key_types)]
     if spec.layout == "shard":
         cols.append(shard_key_column(F.xxhash64(*norm), spec.shards).alias(SHARD))
     else:
         cols += [n.alias(f"__cq_g{i}") for i, n in enumerate(norm)]
-    cols += [F.col(time_col).alias(TIME), F.unix_micros(F.col(time_col)).alias(MICROS)]
+    cols += [ref(time_col).alias(TIME), F.unix_micros(ref(time_col)).alias(MICROS)]
     for codec, k, t in zip(key_codecs, spec.keys, spec.key_types):
-        cols += ColumnCodec(codec.name, t, codec.flagged).spark_columns(F.col(k).cast(t))
+        cols += ColumnCodec(codec.name, t, codec.flagged).spark_columns(ref(k).cast(t))
     for s in ((LEFT, RIGHT) if streaming_union else (side,)):
         src = spec.left if s == LEFT else spec.right
         others = spec.left_others if s == LEFT else spec.right_others
         for codec, c in zip(codecs_for(src.schema, others, f"__cq_p{s}_"), others):
-            cols += codec.spark_columns(F.col(c) if s == side else None)
+            cols += codec.spark_columns(ref(c) if s == side else None)
     return df.select(*cols)
 
 

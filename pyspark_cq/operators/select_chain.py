@@ -36,6 +36,7 @@ __all__ = ["select_chain", "DEFAULT_NAME"]
 DEFAULT_NAME = "cq_select_chain"
 _KIND = "select_chain"
 _COLUMN = "__cq_pred_"        # a Column predicate's value, computed by Spark before the chain
+_DATA = "__cq_col_"           # the data columns in transport, by position
 _METRICS = ("rows_in", "rows_passed", "nanos")
 
 
@@ -92,24 +93,24 @@ def select_chain(df, predicates, *, control=None, name=None):
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty string, got {name!r}")
     label = f"select_chain {name!r}"
-    data_fields = [T.StructField(f.name, f.dataType, True) for f in df.schema.fields]
+    # The data travel under internal names: PySpark's mapInArrow refers to its input's columns by
+    # unquoted name, which a name with a backtick (or a dot) would break.
+    transport = tuple(_DATA + str(i) for i in range(len(df.columns)))
+    data_fields = [T.StructField(t, f.dataType, True) for t, f in zip(transport, df.schema.fields)]
     counters = [_metric(k, n) for n in names for k in _METRICS] + ["input_rows", "output_rows"]
     raw_schema = T.StructType(data_fields + [T.StructField(_metrics.METRICS_ROW, T.BooleanType(), False)]
                               + [T.StructField(_metrics.PREFIX + c, T.LongType(), True) for c in counters])
     worker = _Chain(label, tuple(names), callables, tuple(df.columns), control,
-                    _metrics.arrow_schema(raw_schema), tuple(counters))
+                    _metrics.arrow_schema(raw_schema), tuple(counters), transport)
     if control is not None:   # a bad plan fails here, not in a task
         worker.order(control.entry(when="when the operator was defined"))
-    staged = df.select(*[F.col(_quoted(c)) for c in df.columns],
+    staged = df.select(*[_validate.ref(c).alias(t) for c, t in zip(df.columns, transport)],
                        *[col.alias(_COLUMN + n) for n, col in columns.items()])
     raw = staged.mapInArrow(worker, raw_schema)
-    return _metrics.attach(raw, name, {c: F.sum(_metrics.PREFIX + c) for c in counters},
+    out = _metrics.attach(raw, name, {c: F.sum(_metrics.PREFIX + c) for c in counters},
                           keep=~F.col(_metrics.METRICS_ROW),
                           drop=[_metrics.METRICS_ROW] + [_metrics.PREFIX + c for c in counters])
-
-
-def _quoted(column: str) -> str:
-    return "`" + column.replace("`", "``") + "`"
+    return out.select(*[F.col(t).alias(c) for t, c in zip(transport, df.columns)])
 
 
 def _check_predicates(df, predicates) -> tuple[list[str], dict[str, Callable], dict]:
@@ -149,9 +150,11 @@ class _Chain:
     """The worker side: every Arrow batch through the predicates in the plan's order, then one report row."""
 
     def __init__(self, label: str, names: tuple, callables: dict, columns: tuple, control, schema: pa.Schema,
-                 counters: tuple):
+                 counters: tuple, transport: tuple | None = None):
         self.label, self.names, self.callables, self.columns = label, names, callables, columns
         self.control, self.schema, self.counters = control, schema, counters
+        # the data columns' names in the batches (default: the user's); predicates see the user's names
+        self.transport = columns if transport is None else transport
 
     def order(self, entry) -> tuple[str, ...]:
         """The evaluation order under ``entry``: its ``plan_id``, else the order of ``predicates``."""
@@ -189,7 +192,9 @@ class _Chain:
         fn = self.callables.get(name)
         if fn is None:   # a Column predicate: Spark computed it already
             return batch.column(batch.schema.get_field_index(_COLUMN + name))
-        view = batch.select(list(self.columns)) if batch.num_columns != len(self.columns) else batch
+        view = batch.select(list(self.transport)) if batch.num_columns != len(self.columns) else batch
+        if self.transport != self.columns:
+            view = view.rename_columns(list(self.columns))
         return self._mask(name, fn(view), batch.num_rows)
 
     def _mask(self, name: str, result, n: int) -> pa.Array:
@@ -209,7 +214,7 @@ class _Chain:
 
     def _data(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         n = batch.num_rows
-        cols = [batch.column(batch.schema.get_field_index(c)) for c in self.columns]
+        cols = [batch.column(batch.schema.get_field_index(c)) for c in self.transport]
         cols = [c if c.type == f.type else c.cast(f.type) for c, f in zip(cols, self.schema)]
         cols.append(pa.array(np.zeros(n, dtype=bool)))
         cols += [pa.nulls(n, pa.int64()) for _ in self.counters]

@@ -78,7 +78,7 @@ def window(df, time, size=None, rows=None, *, start="valid_from", end="valid_to"
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty string, got {name!r}")
     integer = isinstance(ttype, (T.LongType, T.IntegerType))
-    t = F.col(time)
+    t = _validate.ref(time)
     valid = t.isNotNull()
     if size is not None:
         if integer:
@@ -101,7 +101,7 @@ def window(df, time, size=None, rows=None, *, start="valid_from", end="valid_to"
         ties = [c for c in df.columns if c != time and isinstance(df.schema[c].dataType, _ORDERABLE)]
         # Ascending order puts null times first, so they never count as a successor of a timed row; they
         # are removed (and counted) below.
-        order = Window.orderBy(t.asc_nulls_first(), *[F.col(c).asc_nulls_first() for c in ties])
+        order = Window.orderBy(t.asc_nulls_first(), *[_validate.ref(c).asc_nulls_first() for c in ties])
         out = df.withColumn(start, t).withColumn(end, F.lead(t, rows).over(order))
     return _metrics.attach(out.withColumn(_NULLS, (~valid).cast("long")), name,
                           {"malformed_rows": F.sum(F.col(_NULLS))}, keep=F.col(_NULLS) == 0, drop=[_NULLS])

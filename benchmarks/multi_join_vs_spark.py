@@ -79,6 +79,19 @@ def run(df, checkpoint):
     return time.perf_counter() - start, [json.loads(p.json) for p in q.recentProgress]
 
 
+def _phases(progress) -> dict:
+    """Medians over the batches after the first of Spark's per-batch phases (ms): triggerExecution, addBatch,
+    and the stateful operators' update / removal / commit times (summed over operators and tasks).
+    """
+    rest = progress[1:] or progress
+    out = {}
+    for key in ("triggerExecution", "addBatch"):
+        out[key] = statistics.median(p["durationMs"].get(key, 0) for p in rest)
+    for key in ("allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs"):
+        out[key] = statistics.median(sum(o.get(key, 0) for o in p["stateOperators"]) for p in rest)
+    return out
+
+
 def ours(spark, root, delay, ck, plan=None):
     import pyspark_cq as cq
     from pyspark_cq.control import ControlTable
@@ -93,7 +106,7 @@ def ours(spark, root, delay, ck, plan=None):
     wall, progress = run(df, os.path.join(ck, "ours"))
     reports = [cq.read_metrics(p, "funnel") or {} for p in progress]
     return {"wall_s": wall, "batch_ms": [p["durationMs"].get("triggerExecution", 0) for p in progress],
-            "state_rows": [r.get("state_rows", 0) for r in reports],
+            "phases": _phases(progress), "state_rows": [r.get("state_rows", 0) for r in reports],
             "state_bytes": [r.get("state_bytes", 0) for r in reports],
             "output_rows": sum(r.get("output_rows", 0) for r in reports),
             "probe_steps": sum(v for r in reports for k, v in r.items() if k.startswith("probed_"))}
@@ -102,7 +115,7 @@ def ours(spark, root, delay, ck, plan=None):
 def theirs(spark, root, delay, ck):
     wall, progress = run(spark_chain(*_sources(spark, root, delay)), os.path.join(ck, "spark"))
     return {"wall_s": wall, "batch_ms": [p["durationMs"].get("triggerExecution", 0) for p in progress],
-            "state_rows": [sum(o.get("numRowsTotal", 0) for o in p["stateOperators"]) for p in progress],
+            "phases": _phases(progress), "state_rows": [sum(o.get("numRowsTotal", 0) for o in p["stateOperators"]) for p in progress],
             "state_bytes": [sum(o.get("memoryUsedBytes", 0) for o in p["stateOperators"]) for p in progress],
             "output_rows": sum(p.get("sink", {}).get("numOutputRows", 0) or 0 for p in progress)}
 
@@ -116,6 +129,9 @@ def main(argv=None):
     ap.add_argument("--hot", type=float, default=0.02,
                     help="share of impressions and clicks on one user (skewed case)")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rocksdb", action="store_true",
+                    help="RocksDB state store with changelog checkpointing (both queries) instead of the default")
+    ap.add_argument("--skip-plans", action="store_true", help="leave out the every-plan runs")
     args = ap.parse_args(argv)
     if args.quick:
         args.files, args.impressions, args.users = 4, 5_000, 20_000
@@ -125,9 +141,14 @@ def main(argv=None):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import pyspark_cq
 
-    spark = pyspark_cq.spark("local[2]", "multi-join-bench", shuffle_partitions=2, conf={
-        "spark.sql.adaptive.enabled": "false", "spark.sql.execution.arrow.maxRecordsPerBatch": "200000",
-        "spark.driver.memory": "6g", "spark.sql.streaming.metricsEnabled": "false"})
+    conf = {"spark.sql.adaptive.enabled": "false", "spark.sql.execution.arrow.maxRecordsPerBatch": "200000",
+            "spark.driver.memory": "6g", "spark.sql.streaming.metricsEnabled": "false"}
+    if args.rocksdb:
+        conf["spark.sql.streaming.stateStore.providerClass"] = (
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+        conf["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] = "true"
+    print(f"# state store: {'RocksDB, changelog checkpointing' if args.rocksdb else 'default (HDFS-backed)'}")
+    spark = pyspark_cq.spark("local[2]", "multi-join-bench", shuffle_partitions=2, conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
     root = tempfile.mkdtemp(prefix="cqmjoin_")
     try:
@@ -152,9 +173,13 @@ def main(argv=None):
         mo, ms = max(o["state_bytes"]), max(s["state_bytes"])
         print(f"  state memory max: multi_join {mo / 2**20:.1f} MiB (serialized state), Spark {ms / 2**20:.1f} MiB "
               f"(memoryUsedBytes, both joins) -> 1/{ms / max(mo, 1):.1f}")
+        print(f"  medians of Spark's phases (ms) multi_join: {o['phases']}")
+        print(f"  medians of Spark's phases (ms)      Spark: {s['phases']}")
         print(f"  per batch ms multi_join: {o['batch_ms']}")
         print(f"  per batch ms      Spark: {s['batch_ms']}")
 
+        if args.skip_plans:
+            return
         write_streams(os.path.join(root, "hot"), args.files // 2, args.impressions, args.users, hot=args.hot)
         import itertools
 

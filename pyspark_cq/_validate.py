@@ -66,6 +66,20 @@ def column_list(df, cols, name: str, *, allow_empty: bool = True) -> list[str]:
     return cols
 
 
+def micro_batch_id() -> str:
+    """The streaming micro-batch id of the running task (Spark's local property), or ``"?"`` outside one:
+    worker-side errors name the batch.
+    """
+    try:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        value = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+    except Exception:   # not in a Spark task (direct calls in tests)
+        value = None
+    return value if value is not None else "?"
+
+
 def ref(name: str):
     """A Column that refers to the column called exactly ``name`` (dots, spaces and backticks are part
     of the name: ``F.col("user.id")`` would read a struct field ``id`` of a column ``user``).

@@ -388,3 +388,44 @@ def test_stream_plan_switch_and_restart_from_checkpoint(spark, tmp_dir):
             assert r[first_step] <= r[f"input_rows_{i}"]
             assert r[f"probed_{i}_{order[1]}"] == r[f"matched_{i}_{order[0]}"], (step, i, r)
     assert {s for s, _ in reports} == {0, 1}
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_stream_counts_late_and_malformed_rows_per_input(spark, tmp_dir):
+    n = 2
+    root = str(tmp_dir / "in")
+    rng = np.random.default_rng(9)
+    first = [_table(rng, i, 20, jd.BASE_US + 60_000_000) for i in range(n)]
+    late = _table(rng, 0, 3, jd.BASE_US - 600_000_000).slice(0, 3)                 # far behind the watermark
+    t1 = _table(rng, 1, 5, jd.BASE_US + 70_000_000).slice(0, 5)
+    no_time = t1.set_column(1, "t1", pa.nulls(5, pa.timestamp("us", tz="UTC")))   # malformed: no time
+    second = [pa.concat_tables([_table(rng, 0, 20, jd.BASE_US + 70_000_000), late]),
+              pa.concat_tables([_table(rng, 1, 20, jd.BASE_US + 70_000_000), no_time])]
+    for b, tables in enumerate((first, second)):
+        for i in range(n):
+            jd.write(os.path.join(root, f"in{i}"), f"b{b:03d}.parquet", tables[i])
+    q = _run(cq.multi_join(_sources(spark, root, n), ["k0", "k1"], ["t0", "t1"], _bounds(n), name="mjl"),
+             "mj_late", str(tmp_dir / "ck"))
+    reports = [r for r in (cq.read_metrics(p, "mjl") for p in q.recentProgress) if r]
+    assert sum(r["late_rows_0"] for r in reports) == 3 and sum(r["late_rows_1"] for r in reports) == 0
+    assert sum(r["malformed_rows_1"] for r in reports) == 5 and sum(r["malformed_rows_0"] for r in reports) == 0
+    assert sum(r["late_rows"] for r in reports) == 3 and sum(r["malformed_rows"] for r in reports) == 5
+    kept = [pa.concat_tables([first[0], second[0].slice(0, second[0].num_rows - 3)]),
+            pa.concat_tables([first[1], second[1].slice(0, second[1].num_rows - 5)])]
+    assert _rows(spark.table("mj_late")) == _python_oracle(kept, n)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_stream_bad_plan_set_while_running_names_operator_and_batch(spark, tmp_dir):
+    n = 2
+    root = str(tmp_dir / "in")
+    _write_stream(root, n, seed=4)
+    table = ControlTable(str(tmp_dir / "control.json"))
+    table.register("mjbad", plan_id="0:1;1:0")
+    out = cq.multi_join(_sources(spark, root, n), ["k0", "k1"], ["t0", "t1"], _bounds(n),
+                        control=table.handle("mjbad"))
+    table.set("mjbad", plan_id="0:1;1:1", reason="test: a bad plan after the definition check")
+    with pytest.raises(Exception, match=r"multi_join 'mjbad': plan_id '0:1;1:1'.*micro-batch \d+"):
+        _run(out, "mj_bad", str(tmp_dir / "ck"))

@@ -56,6 +56,7 @@ def test_store_smooths_rates_and_distances():
     assert (op.state_rows, op.state_bytes, op.late_rows, op.late_rows_total) == (9, 900, 2, 3)
     assert (info.state_rows, info.state_bytes, info.late_rows_total) == (11, 1100, 3)
     assert info.batch_duration == pytest.approx(0.2)
+    assert op.report == {"input_rows": 200, "output_rows": 100, "state_rows": 9, "state_bytes": 900, "late_rows": 2}
 
 
 def test_store_ignores_unknown_queries_and_repeated_batches():

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .._native import load
+from .._validate import micro_batch_id
 from ..control import ControlHandle, parse_join_plan
 from . import _metrics, _state_bytes
 from ._join_codec import ColumnCodec
@@ -38,11 +39,12 @@ _I64_MAX = np.iinfo(np.int64).max
 
 
 def metric_names(n: int) -> tuple[str, ...]:
-    """The counters of an ``n``-input join: the shared ones, per input ``input_rows_<i>`` and
-    ``state_rows_<i>``, and per probe step ``probed_<i>_<j>`` / ``matched_<i>_<j>``: partial matches of
-    rows arriving on input ``i`` that entered / left the step probing input ``j``.
+    """The counters of an ``n``-input join: the shared ones, per input ``input_rows_<i>``,
+    ``state_rows_<i>`` and ``malformed_rows_<i>``, and per probe step ``probed_<i>_<j>`` /
+    ``matched_<i>_<j>``: partial matches of rows arriving on input ``i`` that entered / left the step
+    probing input ``j``.
     """
-    per_input = [f"{m}_{i}" for i in range(n) for m in ("input_rows", "state_rows")]
+    per_input = [f"{m}_{i}" for i in range(n) for m in ("input_rows", "state_rows", "malformed_rows")]
     steps = [f"{m}_{i}_{j}" for i in range(n) for j in range(n) if i != j for m in ("probed", "matched")]
     return _metrics.METRICS + tuple(per_input) + tuple(steps)
 
@@ -127,7 +129,10 @@ class MultiJoinWorker:
         plan = entry.get("plan_id") if entry is not None else None
         if plan is None:
             return self.config.orders
-        return parse_join_plan(plan, self.config.n, operator=f"multi_join {self.config.name!r}")
+        try:
+            return parse_join_plan(plan, self.config.n, operator=f"multi_join {self.config.name!r}")
+        except ValueError as exc:
+            raise ValueError(f"{exc} (micro-batch {micro_batch_id()})") from None
 
     # -- state
 
@@ -224,6 +229,7 @@ class MultiJoinWorker:
             counters["input_rows"] += len(pdf)
             counters[f"input_rows_{i}"] += len(pdf)
             counters["malformed_rows"] += malformed
+            counters[f"malformed_rows_{i}"] += malformed
             if not len(keys):
                 continue
             ids = sides[i].append(table)

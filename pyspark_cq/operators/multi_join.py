@@ -86,7 +86,8 @@ def multi_join(inputs, on, times, bounds, *, control=None, name=None):
     name : str, optional
         Name under which the per-batch counters are observed (:func:`pyspark_cq.read_metrics`): the
         shared ones (input_rows, output_rows, state_rows, state_bytes, evicted_rows, late_rows,
-        malformed_rows), per input ``input_rows_<i>``, ``state_rows_<i>`` and ``late_rows_<i>``, and per
+        malformed_rows), per input ``input_rows_<i>``, ``state_rows_<i>``, ``late_rows_<i>`` and
+        ``malformed_rows_<i>``, and per
         probe step ``probed_<i>_<j>`` / ``matched_<i>_<j>`` (partial matches of rows arriving on input i
         entering / leaving the step that probes input j: the step's observed selectivity is their ratio).
         Default: the control handle's operator id, else ``"cq_multi_join"``.

@@ -134,18 +134,6 @@ def _check_predicates(df, predicates) -> tuple[list[str], dict[str, Callable], d
     return names, callables, columns
 
 
-def _batch_id() -> str:
-    """The streaming micro-batch id of this task (Spark's local property), or ``"?"`` outside one."""
-    try:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        value = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
-    except Exception:   # not in a Spark task (direct calls in tests)
-        value = None
-    return value if value is not None else "?"
-
-
 class _Chain:
     """The worker side: every Arrow batch through the predicates in the plan's order, then one report row."""
 
@@ -165,7 +153,7 @@ class _Chain:
         try:
             order = self.order(self.control.entry() if self.control is not None else None)
         except ValueError as exc:
-            raise ValueError(f"{exc} (micro-batch {_batch_id()})") from None
+            raise ValueError(f"{exc} (micro-batch {_validate.micro_batch_id()})") from None
         totals = dict.fromkeys(self.counters, 0)
         for batch in batches:
             kept = self.run(batch, order, totals)
@@ -205,11 +193,11 @@ class _Chain:
                 result = pa.array(np.asarray(result))
         except (TypeError, ValueError, pa.ArrowException) as exc:
             raise TypeError(f"{self.label}: predicate {name!r} must return a boolean array, got "
-                            f"{type(result).__name__} ({exc}) (micro-batch {_batch_id()})") from None
+                            f"{type(result).__name__} ({exc}) (micro-batch {_validate.micro_batch_id()})") from None
         if not pa.types.is_boolean(result.type) or len(result) != n:
             raise TypeError(f"{self.label}: predicate {name!r} must return a boolean array of {n} values (one per "
                             f"row of its input batch), got {len(result)} values of type {result.type} "
-                            f"(micro-batch {_batch_id()})")
+                            f"(micro-batch {_validate.micro_batch_id()})")
         return result
 
     def _data(self, batch: pa.RecordBatch) -> pa.RecordBatch:

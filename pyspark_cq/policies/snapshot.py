@@ -48,6 +48,9 @@ class OperatorStats:
 
     Smoothed values (``input_rate``, ``selectivity``) use single exponential smoothing (PIPES §3.2.2);
     ``state_rows`` / ``state_bytes`` are the latest report; ``late_rows_total`` counts since start.
+    ``report`` is the latest report in full: every counter the operator emits, e.g. a ``multi_join``'s
+    per-step ``probed_<i>_<j>`` / ``matched_<i>_<j>`` or a ``select_chain``'s ``rows_in_<p>`` /
+    ``nanos_<p>``, from which plan policies estimate selectivities and costs.
     """
 
     operator: str
@@ -61,6 +64,7 @@ class OperatorStats:
     evicted_rows: int = 0
     late_rows: int = 0
     late_rows_total: int = 0
+    report: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -301,7 +301,7 @@ class StatisticsStore:
                     op.name, op.batches, last.get("input_rows", 0), last.get("output_rows", 0), op.rate.value,
                     op.selectivity.value, float(last["state_rows"]) if "state_rows" in last else math.nan,
                     float(last["state_bytes"]) if "state_bytes" in last else math.nan,
-                    last.get("evicted_rows", 0), last.get("late_rows", 0), op.late_total)
+                    last.get("evicted_rows", 0), last.get("late_rows", 0), op.late_total, dict(last))
             return QueryInfo(query, plan, dict(qos or {}), sources, operators, dict(control or {}),
                              s.batches, s.rate.value, s.duration.value, s.state_rows, s.state_bytes, s.late_total,
                              s.event_time, _finite(s.lag.value), _finite(s.advance.value))

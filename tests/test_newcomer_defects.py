@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
 import warnings
 
@@ -160,3 +161,96 @@ def test_runtime_stop_silences_jvm_log(spark, tmp_path, monkeypatch):
     assert not query.isActive
     assert levels == ["OFF"]                      # Spark's cancellation traces are not logged
     assert _jvm_root_log_level(spark) == before   # and the level is restored afterwards
+
+
+# --- 1: read_metrics on Spark Connect ----------------------------------------------------------------
+
+# The entry of StreamingQueryProgress.observedMetrics as a Spark Connect server sends it (recorded from a
+# local Connect server of pyspark 4.3: the progress JSON writes a row as its values and its schema).
+_CONNECT_ENTRY = {
+    "values": [300, 2, 7, 164, 0, 0, None],
+    "schema": {"type": "struct", "fields": [
+        {"name": m, "type": "long", "nullable": False, "metadata": {}}
+        for m in ("input_rows", "output_rows", "state_rows", "state_bytes", "evicted_rows", "late_rows",
+                  "malformed_rows")]},
+}
+_CONNECT_INPUT = {"values": [305], "schema": {"type": "struct", "fields": [
+    {"name": "rows", "type": "long", "nullable": False, "metadata": {}}]}}
+_EXPECTED = {"input_rows": 300, "output_rows": 2, "state_rows": 7, "state_bytes": 164, "evicted_rows": 0,
+             "late_rows": 5, "malformed_rows": 0}
+
+
+def _progress_json(observed):
+    return {"id": "8c4f8bd4-6a43-4c2a-9f36-5e0c2a3e4b11", "runId": "0d0c7c4e-7f7e-4f33-bb1e-1c6a6b8b3e29",
+            "name": None, "timestamp": "2026-11-24T20:00:00.000Z", "batchId": 3, "batchDuration": 120,
+            "durationMs": {}, "eventTime": {}, "stateOperators": [], "sources": [],
+            "sink": {"description": "noop", "numOutputRows": 2, "metrics": {}},
+            "numInputRows": 305, "inputRowsPerSecond": 0.0, "processedRowsPerSecond": 0.0,
+            "observedMetrics": observed}
+
+
+def test_read_metrics_connect_shapes():
+    """The shapes pyspark.sql.connect builds (StreamingQueryProgress.fromJson on the server's JSON)."""
+    import json
+
+    from pyspark.sql import Row
+    from pyspark.sql import types as T
+    from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+    observed = {"agg": _CONNECT_ENTRY, "agg__input": _CONNECT_INPUT}
+    raw = json.loads(json.dumps(_progress_json(observed)))
+    progress = StreamingQueryProgress.fromJson(raw)          # what Connect's lastProgress returns
+    assert progress.observedMetrics["agg"].values == _CONNECT_ENTRY["values"]  # Row(values=, schema=)
+    assert cq.read_metrics(progress, "agg") == _EXPECTED
+    assert cq.read_metrics(raw, "agg") == _EXPECTED          # the JSON dict itself
+
+    class _Query:                                            # a StreamingQuery: its last progress
+        lastProgress = progress
+
+    assert cq.read_metrics(_Query(), "agg") == _EXPECTED
+    # schema as a StructType or a JSON string; classic rows keep working
+    schema = T.StructType.fromJson(_CONNECT_ENTRY["schema"])
+    for s in (schema, json.dumps(_CONNECT_ENTRY["schema"])):
+        shaped = {"agg": Row(values=_CONNECT_ENTRY["values"], schema=s), "agg__input": Row(rows=305)}
+        assert cq.read_metrics({"observedMetrics": shaped}, "agg") == _EXPECTED
+    classic = {"agg": Row(**{k: (v if k != "late_rows" else 0) for k, v in _EXPECTED.items()}),
+               "agg__input": Row(rows=305)}
+    assert cq.read_metrics({"observedMetrics": classic}, "agg") == _EXPECTED
+
+
+_CONNECT_SCRIPT = r"""
+import json, os, sys, time
+os.environ["SPARK_TESTING"] = "1"     # an ephemeral port for the local Connect server
+from pyspark.sql import SparkSession
+import pyspark_cq as cq
+spark = SparkSession.builder.remote("local[2]").config("spark.sql.shuffle.partitions", "2").getOrCreate()
+assert "connect" in type(spark).__module__, type(spark)
+src = spark.readStream.format("rate").option("rowsPerSecond", 50).load().withWatermark("timestamp", "1 second")
+out = cq.sliding_aggregate(src, "timestamp", "2 seconds", "1 second", aggs={"value": ["count"]}, name="agg")
+q = out.writeStream.format("noop").outputMode("append").trigger(processingTime="1 second").start()
+metrics, deadline = None, time.monotonic() + 120
+while time.monotonic() < deadline and not (metrics and metrics["input_rows"] > 0):
+    time.sleep(0.5)
+    metrics = cq.read_metrics(q, "agg")
+q.stop()
+print("METRICS " + json.dumps(metrics))
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_read_metrics_real_connect_server(tmp_path):
+    """End to end on a local Spark Connect server (its own process: the test session is classic)."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("grpc", reason="Spark Connect needs pyspark[connect] (grpcio)")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env.pop("SPARK_REMOTE", None)
+    proc = subprocess.run([sys.executable, "-c", _CONNECT_SCRIPT], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("METRICS ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    metrics = json.loads(lines[-1][len("METRICS "):])
+    assert set(metrics) == set(_EXPECTED) and metrics["input_rows"] > 0

@@ -103,7 +103,10 @@ def interval_join(left, right, on, left_time, right_time, lower, upper, how="inn
     name : str, optional
         Name under which the per-batch counters are observed (``pyspark_cq.read_metrics``):
         input_rows, output_rows, state_rows, state_bytes, evicted_rows, late_rows, malformed_rows,
-        shed_rows. Default: the control handle's operator id, else ``"cq_interval_join"``.
+        shed_rows. Default: the control handle's operator id, else ``"cq_interval_join"``. Read them
+        with ``cq.read_metrics``: ``late_rows`` is only complete there (Spark drops late rows before the
+        operator's function, so ``progress.observedMetrics[name]["late_rows"]`` is always 0;
+        ``read_metrics`` adds the rows counted under ``<name>__input`` that never reached it).
     control : pyspark_cq.control.ControlHandle, optional
         The operator's control-table entry (``ctx.control(op_id)``, ``ControlTable(path).handle(op_id)``
         or ``ControlHandle(path, op_id)``), read at every micro-batch. Its ``lower`` / ``upper``

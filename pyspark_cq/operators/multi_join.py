@@ -89,7 +89,9 @@ def multi_join(inputs, on, times, bounds, *, control=None, name=None):
         malformed_rows), per input ``input_rows_<i>``, ``state_rows_<i>`` and ``late_rows_<i>``, and per
         probe step ``probed_<i>_<j>`` / ``matched_<i>_<j>`` (partial matches of rows arriving on input i
         entering / leaving the step that probes input j: the step's observed selectivity is their ratio).
-        Default: the control handle's operator id, else ``"cq_multi_join"``.
+        Default: the control handle's operator id, else ``"cq_multi_join"``. ``late_rows`` and
+        ``late_rows_<i>`` are only complete through ``cq.read_metrics`` (the raw counters under
+        ``progress.observedMetrics[name]`` are always 0: Spark drops late rows before the operator).
 
     Returns
     -------

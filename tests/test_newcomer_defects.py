@@ -254,3 +254,25 @@ def test_read_metrics_real_connect_server(tmp_path):
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     metrics = json.loads(lines[-1][len("METRICS "):])
     assert set(metrics) == set(_EXPECTED) and metrics["input_rows"] > 0
+
+
+# --- 2: the joins' raw late_rows is 0: the docs send users to cq.read_metrics -------------------------
+
+
+def test_docs_say_late_rows_only_through_read_metrics():
+    import pathlib
+    import re
+
+    from pyspark_cq.operators import join, multi_join
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    texts = {p.name: p.read_text() for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))]}
+    texts["interval_join"] = join.interval_join.__doc__
+    texts["multi_join"] = multi_join.multi_join.__doc__
+    for where in ("join.md", "multi_join.md", "index.md", "interval_join", "multi_join"):
+        text = " ".join(texts[where].split())
+        assert re.search(r"late_rows.{0,60}(is|are) only complete", text) and "cq.read_metrics" in text, where
+    # every page that shows the raw observedMetrics entry says to prefer cq.read_metrics
+    for where, text in texts.items():
+        if "observedMetrics[" in text:
+            assert "only complete" in " ".join(text.split()) and "cq.read_metrics" in text, where

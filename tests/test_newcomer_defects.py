@@ -276,3 +276,64 @@ def test_docs_say_late_rows_only_through_read_metrics():
     for where, text in texts.items():
         if "observedMetrics[" in text:
             assert "only complete" in " ".join(text.split()) and "cq.read_metrics" in text, where
+
+
+# --- 9 (rest): Columns where names are expected; plain ints for granularity / window size --------------
+
+
+@pytest.mark.spark
+def test_column_objects_name_the_argument(spark):
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame([(1, dt.datetime(2024, 1, 1), dt.datetime(2024, 1, 2), 1.0)],
+                               "user long, ts timestamp, te timestamp, v double")
+    cases = {
+        "on": lambda: cq.interval_join(df, df, F.col("user"), "ts", "ts", "-1 second", "1 second",
+                                       suffixes=("_l", "_r")),
+        "on ": lambda: cq.interval_join(df, df, ["user", F.col("user")], "ts", "ts", "-1 second", "1 second",
+                                        suffixes=("_l", "_r")),
+        "left_time": lambda: cq.window_join(df, df, "user", F.col("ts"), "ts", "1 second", "1 second",
+                                            suffixes=("_l", "_r")),
+        "by": lambda: cq.sliding_aggregate(df, "ts", "2 seconds", by=F.col("user")),
+        "time": lambda: cq.sliding_aggregate(df, F.col("ts"), "2 seconds"),
+        "start": lambda: cq.granularity(df, F.col("ts"), "te", "1 second"),
+        "on  ": lambda: cq.multi_join([df, df], F.col("user"), ["ts", "ts"], [(0, 1, "-1 second", "1 second")]),
+    }
+    for arg, call in cases.items():
+        arg = arg.strip()
+        with pytest.raises(TypeError) as err:
+            call()
+        msg = str(err.value)
+        assert type(err.value) is TypeError, (arg, type(err.value))    # not PySpark's [NOT_ITERABLE]
+        assert msg.startswith(f"{arg} must be a column name"), msg
+        assert "pass column names as strings" in msg, msg
+    with pytest.raises(TypeError, match=r"pass column names as strings \(e\.g\. on='user'\)"):
+        cases["on"]()
+
+
+@pytest.mark.spark
+def test_plain_int_granularity_and_size_one_message(spark):
+    df = spark.createDataFrame([(dt.datetime(2024, 1, 1), dt.datetime(2024, 1, 2))], "ts timestamp, te timestamp")
+    with pytest.raises(TypeError) as agg:
+        cq.sliding_aggregate(df, "ts", "10 seconds", granularity=10)
+    with pytest.raises(TypeError) as gran:
+        cq.granularity(df, "ts", "te", 10)
+    with pytest.raises(TypeError) as size:
+        cq.window(df, "ts", size=10)
+    expected = str(pytest.raises(TypeError, cq.parse_duration, 10, "granularity").value)
+    assert str(agg.value) == str(gran.value) == expected
+    assert str(size.value) == expected.replace("granularity", "size", 1)
+    # integer (tick) columns still take plain ints
+    ticks = spark.createDataFrame([(3, 25)], "s long, e long")
+    assert [tuple(r) for r in cq.granularity(ticks, "s", "e", 10).collect()] == [(10, 20)]
+    assert [tuple(r) for r in cq.window(ticks, "s", size=5).collect()] == [(3, 25, 3, 8)]
+
+
+def test_docs_state_the_output_modes():
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "docs"
+    for page, mode in (("join.md", 'outputMode("append")'), ("multi_join.md", 'outputMode("append")'),
+                       ("aggregate.md", 'outputMode("update")'), ("errors.md", "## Output modes")):
+        text = (root / page).read_text()
+        assert mode in text and "not supported with Update output mode" in text, page

@@ -123,7 +123,9 @@ def interval_join(left, right, on, left_time, right_time, lower, upper, how="inn
     Returns
     -------
     DataFrame
-        The ``on`` columns once, then the other left columns, then the other right columns.
+        The ``on`` columns once, then the other left columns, then the other right columns. A stream is
+        append-only: write it with ``outputMode("append")`` (Spark rejects another mode at ``start()``,
+        docs/join.md, *Output mode*).
 
     Examples
     --------

@@ -97,7 +97,8 @@ def multi_join(inputs, on, times, bounds, *, control=None, name=None):
     -------
     DataFrame
         Every column of every input, in input order (with ``on`` a string: the key once, first). Column
-        names other than a shared key must not clash: rename them first.
+        names other than a shared key must not clash: rename them first. A stream is append-only: write
+        it with ``outputMode("append")``.
 
     Examples
     --------
@@ -199,7 +200,7 @@ def _check_on(inputs, on) -> list[str]:
             _validate.column(df, on, f"on (inputs[{i}])")
         return [on] * n
     if _validate.is_column(on) or not isinstance(on, (list, tuple)):
-        raise TypeError(f"on must be a column name (str) or a list of {n} column names, one per input, got {on!r}")
+        raise _validate.not_a_name(on, "on", f"a column name (str) or a list of {n} column names, one per input")
     if len(on) != n:
         raise ValueError(f"on must list one key column per input ({n}), got {len(on)}: {list(on)}")
     return [_validate.column(df, k, f"on[{i}]") for i, (df, k) in enumerate(zip(inputs, on))]

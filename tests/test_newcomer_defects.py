@@ -337,3 +337,80 @@ def test_docs_state_the_output_modes():
                        ("aggregate.md", 'outputMode("update")'), ("errors.md", "## Output modes")):
         text = (root / page).read_text()
         assert mode in text and "not supported with Update output mode" in text, page
+
+
+# --- 7: a session of one's own with Spark's 200 shuffle partitions -----------------------------------
+
+
+def _user_warnings(fn):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn()
+    return [w for w in caught if issubclass(w.category, UserWarning) and "shuffle.partitions" in str(w.message)]
+
+
+@pytest.mark.spark
+def test_many_shuffle_partitions_warn_once(spark, monkeypatch):
+    from pyspark_cq import session as session_module
+
+    monkeypatch.setattr(session_module, "_warned_sessions", set())
+    cores = spark.sparkContext.defaultParallelism
+    src = spark.readStream.format("rate").option("rowsPerSecond", 1).load().withWatermark("timestamp", "1 second")
+    define_agg = lambda: cq.sliding_aggregate(src, "timestamp", "2 seconds", aggs={"value": ["count"]})  # noqa: E731
+    define_join = lambda: cq.interval_join(src, src, "value", "timestamp", "timestamp", "-1 second",  # noqa: E731
+                                           "1 second", suffixes=("_l", "_r"))
+    assert not _user_warnings(define_agg)                  # the fixture's 2 partitions: no advice
+    old = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "200")
+    try:
+        caught = _user_warnings(define_agg)
+        assert len(caught) == 1, [str(w.message) for w in caught]
+        msg = str(caught[0].message)
+        assert "spark.sql.shuffle.partitions is 200" in msg and f"{cores} cores" in msg
+        assert f"spark.conf.set('spark.sql.shuffle.partitions', {2 * cores})" in msg
+        assert caught[0].filename == __file__                # points at the user's call
+        assert not _user_warnings(define_join)               # once per session
+        assert not _user_warnings(define_agg)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", old)
+
+
+def test_shuffle_partition_check_unreadable_conf():
+    """Spark Connect has no sparkContext; an unreadable setting gives no advice and no error."""
+    from pyspark_cq.session import warn_shuffle_partitions
+
+    class _Conf:
+        def get(self, key, default=None):
+            return "200" if key == "spark.sql.shuffle.partitions" else default
+
+    class _ConnectLike:
+        conf = _Conf()
+
+        @property
+        def sparkContext(self):
+            raise RuntimeError("[JVM_ATTRIBUTE_NOT_SUPPORTED] sparkContext is not supported in Spark Connect")
+
+    class _Broken:
+        @property
+        def conf(self):
+            raise RuntimeError("no conf")
+
+    for session in (_ConnectLike(), _Broken()):
+        df = type("DF", (), {"sparkSession": session, "isStreaming": True})()
+        assert not _user_warnings(lambda df=df: warn_shuffle_partitions(df))
+
+
+def test_installation_lists_the_session_settings():
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "installation.md").read_text()
+    section = text[text.index("## A session of your own"):]
+    section = section[:section.index("\n## ", 1)]
+    # every setting cq.spark() makes (pyspark_cq/session.py) that changes what our operators do or cost
+    for key in ("spark.sql.shuffle.partitions", "spark.default.parallelism", "spark.sql.session.timeZone",
+                "spark.sql.execution.arrow.pyspark.enabled", "spark.sql.execution.arrow.maxBytesPerBatch",
+                "spark.python.daemon.module", "spark.executorEnv.NUMBA_CACHE_DIR",
+                "spark.sql.streaming.forceDeleteTempCheckpointLocation", "PYSPARK_PYTHON",
+                "PYSPARK_DRIVER_PYTHON", "PYTHONSAFEPATH", "NUMBA_CACHE_DIR", "SPARK_LOCAL_IP"):
+        assert re.search(r"\b" + re.escape(key) + r"\b", section), key

@@ -10,6 +10,7 @@ from .. import _validate
 from .._duration import parse_duration
 from .._native import load
 from ..control import operator_handle
+from ..session import warn_shuffle_partitions
 from . import _metrics
 from ._agg_spec import (
     OP_COUNT,
@@ -214,6 +215,7 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
     if control is not None:
         batch_params(config, control.entry())  # an entry the workers would reject fails here already
 
+    warn_shuffle_partitions(df)
     group_col = SHARD if layout == "shard" else KHASH
     if streaming:
         # Streaming: Spark's aggregation would be stateful, so the map side is ours (mapInArrow).

@@ -38,6 +38,7 @@ from pyspark.sql import types as T
 from .._duration import parse_duration
 from .._native import load
 from .._validate import ref
+from ..session import warn_shuffle_partitions
 from . import _metrics
 from ._join_codec import ColumnCodec, codecs_for, normalized_key
 from ._join_spec import JoinSpec
@@ -150,6 +151,7 @@ def interval_join(left, right, on, left_time, right_time, lower, upper, how="inn
     if lo > hi:
         raise ValueError(f"lower must be <= upper, got lower={lower!r} and upper={upper!r}")
     spec.lower, spec.upper = lo, hi
+    warn_shuffle_partitions(left)
     return _execute(spec)
 
 
@@ -199,6 +201,7 @@ def window_join(left, right, on, left_time, right_time, left_window, right_windo
                           window=(wl, wr), control=control, drop_ratio=drop_ratio, seed=seed,
                           function="window_join")
     spec.lower, spec.upper = -wr + 1, wl - 1
+    warn_shuffle_partitions(left)
     return _execute(spec)
 
 

@@ -30,6 +30,7 @@ from .. import _validate
 from .._duration import parse_duration
 from .._native import load
 from ..control import ControlHandle, operator_handle, parse_join_plan
+from ..session import warn_shuffle_partitions
 from . import _metrics
 from ._join_codec import codecs_for, normalized_key
 from ._mjoin_worker import (
@@ -116,6 +117,7 @@ def multi_join(inputs, on, times, bounds, *, control=None, name=None):
     [(1, 9.5)]
     """
     spec = MultiJoinSpec.build(inputs, on, times, bounds, control, name)
+    warn_shuffle_partitions(spec.inputs[0])
     return _execute(spec)
 
 

@@ -1,4 +1,5 @@
-"""Defects of issue 17 ("What a Spark user trips over"): items 3, 4, 5 and 9 (part)."""
+"""Defects of issue 17 ("What a Spark user trips over"): items 3, 4, 5, 7 and 9, read_metrics on Spark Connect and
+the joins' late_rows (docs)."""
 from __future__ import annotations
 
 import datetime as dt

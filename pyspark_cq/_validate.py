@@ -1,6 +1,7 @@
 """Argument checks shared by the Spark-facing operators: every error names the argument."""
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from pyspark.sql import types as T
@@ -42,19 +43,32 @@ def dataframe(obj, name: str):
     return obj
 
 
+def not_a_name(value, name: str, expected: str) -> TypeError:
+    """The TypeError for an argument that should name a column; a Column gets a hint (PySpark's own
+    error for it would be ``[NOT_ITERABLE] Column is not iterable``, naming no argument).
+    """
+    if is_column(value):
+        match = re.fullmatch(r"Column<'([^'`]+)'>", str(value))
+        example = f" (e.g. {name}={match.group(1)!r})" if match and name.isidentifier() else ""
+        return TypeError(f"{name} must be {expected}, got {value}: pass column names as strings{example}, "
+                         f"not F.col(...) Columns")
+    return TypeError(f"{name} must be {expected}, got {value!r}")
+
+
 def column_list(df, cols, name: str, *, allow_empty: bool = True) -> list[str]:
     """Normalise ``cols`` (a name or an iterable of names) and check each exists in ``df``."""
+    expected = "a column name or a list of column names (str)"
     if isinstance(cols, str):
         cols = [cols]
     elif cols is None:
         cols = []
-    elif isinstance(cols, Iterable):
-        cols = list(cols)
+    elif is_column(cols) or not isinstance(cols, Iterable):  # a Column claims to be iterable, then raises
+        raise not_a_name(cols, name, expected)
     else:
-        raise TypeError(f"{name} must be a column name or a list of column names, got {cols!r}")
+        cols = list(cols)
     for c in cols:
         if not isinstance(c, str):
-            raise TypeError(f"{name} must contain column names (str), got {c!r}")
+            raise not_a_name(c, name, expected)
     if not cols and not allow_empty:
         raise ValueError(f"{name} must name at least one column")
     if len(set(cols)) != len(cols):
@@ -92,7 +106,7 @@ def ref(name: str):
 def column(df, col, name: str) -> str:
     """Check a single column name."""
     if not isinstance(col, str):
-        raise TypeError(f"{name} must be a column name (str), got {col!r}")
+        raise not_a_name(col, name, "a column name (str)")
     return column_list(df, [col], name)[0]
 
 

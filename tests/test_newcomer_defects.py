@@ -1,7 +1,9 @@
-"""Defects of issue 17 ("What a Spark user trips over"): items 3, 4, 5 and 9 (part)."""
+"""Defects of issue 17 ("What a Spark user trips over"): items 3, 4, 5, 7 and 9, read_metrics on Spark Connect and
+the joins' late_rows (docs)."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
 import warnings
 
@@ -160,3 +162,256 @@ def test_runtime_stop_silences_jvm_log(spark, tmp_path, monkeypatch):
     assert not query.isActive
     assert levels == ["OFF"]                      # Spark's cancellation traces are not logged
     assert _jvm_root_log_level(spark) == before   # and the level is restored afterwards
+
+
+# --- 1: read_metrics on Spark Connect ----------------------------------------------------------------
+
+# The entry of StreamingQueryProgress.observedMetrics as a Spark Connect server sends it (recorded from a
+# local Connect server of pyspark 4.3: the progress JSON writes a row as its values and its schema).
+_CONNECT_ENTRY = {
+    "values": [300, 2, 7, 164, 0, 0, None],
+    "schema": {"type": "struct", "fields": [
+        {"name": m, "type": "long", "nullable": False, "metadata": {}}
+        for m in ("input_rows", "output_rows", "state_rows", "state_bytes", "evicted_rows", "late_rows",
+                  "malformed_rows")]},
+}
+_CONNECT_INPUT = {"values": [305], "schema": {"type": "struct", "fields": [
+    {"name": "rows", "type": "long", "nullable": False, "metadata": {}}]}}
+_EXPECTED = {"input_rows": 300, "output_rows": 2, "state_rows": 7, "state_bytes": 164, "evicted_rows": 0,
+             "late_rows": 5, "malformed_rows": 0}
+
+
+def _progress_json(observed):
+    return {"id": "8c4f8bd4-6a43-4c2a-9f36-5e0c2a3e4b11", "runId": "0d0c7c4e-7f7e-4f33-bb1e-1c6a6b8b3e29",
+            "name": None, "timestamp": "2026-11-24T20:00:00.000Z", "batchId": 3, "batchDuration": 120,
+            "durationMs": {}, "eventTime": {}, "stateOperators": [], "sources": [],
+            "sink": {"description": "noop", "numOutputRows": 2, "metrics": {}},
+            "numInputRows": 305, "inputRowsPerSecond": 0.0, "processedRowsPerSecond": 0.0,
+            "observedMetrics": observed}
+
+
+def test_read_metrics_connect_shapes():
+    """The shapes pyspark.sql.connect builds (StreamingQueryProgress.fromJson on the server's JSON)."""
+    import json
+
+    from pyspark.sql import Row
+    from pyspark.sql import types as T
+    from pyspark.sql.streaming.listener import StreamingQueryProgress
+
+    observed = {"agg": _CONNECT_ENTRY, "agg__input": _CONNECT_INPUT}
+    raw = json.loads(json.dumps(_progress_json(observed)))
+    progress = StreamingQueryProgress.fromJson(raw)          # what Connect's lastProgress returns
+    assert progress.observedMetrics["agg"].values == _CONNECT_ENTRY["values"]  # Row(values=, schema=)
+    assert cq.read_metrics(progress, "agg") == _EXPECTED
+    assert cq.read_metrics(raw, "agg") == _EXPECTED          # the JSON dict itself
+
+    class _Query:                                            # a StreamingQuery: its last progress
+        lastProgress = progress
+
+    assert cq.read_metrics(_Query(), "agg") == _EXPECTED
+    # schema as a StructType or a JSON string; classic rows keep working
+    schema = T.StructType.fromJson(_CONNECT_ENTRY["schema"])
+    for s in (schema, json.dumps(_CONNECT_ENTRY["schema"])):
+        shaped = {"agg": Row(values=_CONNECT_ENTRY["values"], schema=s), "agg__input": Row(rows=305)}
+        assert cq.read_metrics({"observedMetrics": shaped}, "agg") == _EXPECTED
+    classic = {"agg": Row(**{k: (v if k != "late_rows" else 0) for k, v in _EXPECTED.items()}),
+               "agg__input": Row(rows=305)}
+    assert cq.read_metrics({"observedMetrics": classic}, "agg") == _EXPECTED
+
+
+_CONNECT_SCRIPT = r"""
+import json, os, sys, time
+os.environ["SPARK_TESTING"] = "1"     # an ephemeral port for the local Connect server
+from pyspark.sql import SparkSession
+import pyspark_cq as cq
+spark = SparkSession.builder.remote("local[2]").config("spark.sql.shuffle.partitions", "2").getOrCreate()
+assert "connect" in type(spark).__module__, type(spark)
+src = spark.readStream.format("rate").option("rowsPerSecond", 50).load().withWatermark("timestamp", "1 second")
+out = cq.sliding_aggregate(src, "timestamp", "2 seconds", "1 second", aggs={"value": ["count"]}, name="agg")
+q = out.writeStream.format("noop").outputMode("append").trigger(processingTime="1 second").start()
+metrics, deadline = None, time.monotonic() + 120
+while time.monotonic() < deadline and not (metrics and metrics["input_rows"] > 0):
+    time.sleep(0.5)
+    metrics = cq.read_metrics(q, "agg")
+q.stop()
+print("METRICS " + json.dumps(metrics))
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_read_metrics_real_connect_server(tmp_path):
+    """End to end on a local Spark Connect server (its own process: the test session is classic)."""
+    import json
+    import subprocess
+    import sys
+
+    pytest.importorskip("grpc", reason="Spark Connect needs pyspark[connect] (grpcio)")
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env.pop("SPARK_REMOTE", None)
+    proc = subprocess.run([sys.executable, "-c", _CONNECT_SCRIPT], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("METRICS ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    metrics = json.loads(lines[-1][len("METRICS "):])
+    assert set(metrics) == set(_EXPECTED) and metrics["input_rows"] > 0
+
+
+# --- 2: the joins' raw late_rows is 0: the docs send users to cq.read_metrics -------------------------
+
+
+def test_docs_say_late_rows_only_through_read_metrics():
+    import pathlib
+    import re
+
+    from pyspark_cq.operators import join, multi_join
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    texts = {p.name: p.read_text() for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))]}
+    texts["interval_join"] = join.interval_join.__doc__
+    texts["multi_join"] = multi_join.multi_join.__doc__
+    for where in ("join.md", "multi_join.md", "index.md", "interval_join", "multi_join"):
+        text = " ".join(texts[where].split())
+        assert re.search(r"late_rows.{0,60}(is|are) only complete", text) and "cq.read_metrics" in text, where
+    # every page that shows the raw observedMetrics entry says to prefer cq.read_metrics
+    for where, text in texts.items():
+        if "observedMetrics[" in text:
+            assert "only complete" in " ".join(text.split()) and "cq.read_metrics" in text, where
+
+
+# --- 9 (rest): Columns where names are expected; plain ints for granularity / window size --------------
+
+
+@pytest.mark.spark
+def test_column_objects_name_the_argument(spark):
+    from pyspark.sql import functions as F
+
+    df = spark.createDataFrame([(1, dt.datetime(2024, 1, 1), dt.datetime(2024, 1, 2), 1.0)],
+                               "user long, ts timestamp, te timestamp, v double")
+    cases = {
+        "on": lambda: cq.interval_join(df, df, F.col("user"), "ts", "ts", "-1 second", "1 second",
+                                       suffixes=("_l", "_r")),
+        "on ": lambda: cq.interval_join(df, df, ["user", F.col("user")], "ts", "ts", "-1 second", "1 second",
+                                        suffixes=("_l", "_r")),
+        "left_time": lambda: cq.window_join(df, df, "user", F.col("ts"), "ts", "1 second", "1 second",
+                                            suffixes=("_l", "_r")),
+        "by": lambda: cq.sliding_aggregate(df, "ts", "2 seconds", by=F.col("user")),
+        "time": lambda: cq.sliding_aggregate(df, F.col("ts"), "2 seconds"),
+        "start": lambda: cq.granularity(df, F.col("ts"), "te", "1 second"),
+        "on  ": lambda: cq.multi_join([df, df], F.col("user"), ["ts", "ts"], [(0, 1, "-1 second", "1 second")]),
+    }
+    for arg, call in cases.items():
+        arg = arg.strip()
+        with pytest.raises(TypeError) as err:
+            call()
+        msg = str(err.value)
+        assert type(err.value) is TypeError, (arg, type(err.value))    # not PySpark's [NOT_ITERABLE]
+        assert msg.startswith(f"{arg} must be a column name"), msg
+        assert "pass column names as strings" in msg, msg
+    with pytest.raises(TypeError, match=r"pass column names as strings \(e\.g\. on='user'\)"):
+        cases["on"]()
+
+
+@pytest.mark.spark
+def test_plain_int_granularity_and_size_one_message(spark):
+    df = spark.createDataFrame([(dt.datetime(2024, 1, 1), dt.datetime(2024, 1, 2))], "ts timestamp, te timestamp")
+    with pytest.raises(TypeError) as agg:
+        cq.sliding_aggregate(df, "ts", "10 seconds", granularity=10)
+    with pytest.raises(TypeError) as gran:
+        cq.granularity(df, "ts", "te", 10)
+    with pytest.raises(TypeError) as size:
+        cq.window(df, "ts", size=10)
+    expected = str(pytest.raises(TypeError, cq.parse_duration, 10, "granularity").value)
+    assert str(agg.value) == str(gran.value) == expected
+    assert str(size.value) == expected.replace("granularity", "size", 1)
+    # integer (tick) columns still take plain ints
+    ticks = spark.createDataFrame([(3, 25)], "s long, e long")
+    assert [tuple(r) for r in cq.granularity(ticks, "s", "e", 10).collect()] == [(10, 20)]
+    assert [tuple(r) for r in cq.window(ticks, "s", size=5).collect()] == [(3, 25, 3, 8)]
+
+
+def test_docs_state_the_output_modes():
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "docs"
+    for page, mode in (("join.md", 'outputMode("append")'), ("multi_join.md", 'outputMode("append")'),
+                       ("aggregate.md", 'outputMode("update")'), ("errors.md", "## Output modes")):
+        text = (root / page).read_text()
+        assert mode in text and "not supported with Update output mode" in text, page
+
+
+# --- 7: a session of one's own with Spark's 200 shuffle partitions -----------------------------------
+
+
+def _user_warnings(fn):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fn()
+    return [w for w in caught if issubclass(w.category, UserWarning) and "shuffle.partitions" in str(w.message)]
+
+
+@pytest.mark.spark
+def test_many_shuffle_partitions_warn_once(spark, monkeypatch):
+    from pyspark_cq import session as session_module
+
+    monkeypatch.setattr(session_module, "_warned_sessions", set())
+    cores = spark.sparkContext.defaultParallelism
+    src = spark.readStream.format("rate").option("rowsPerSecond", 1).load().withWatermark("timestamp", "1 second")
+    define_agg = lambda: cq.sliding_aggregate(src, "timestamp", "2 seconds", aggs={"value": ["count"]})  # noqa: E731
+    define_join = lambda: cq.interval_join(src, src, "value", "timestamp", "timestamp", "-1 second",  # noqa: E731
+                                           "1 second", suffixes=("_l", "_r"))
+    assert not _user_warnings(define_agg)                  # the fixture's 2 partitions: no advice
+    old = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "200")
+    try:
+        caught = _user_warnings(define_agg)
+        assert len(caught) == 1, [str(w.message) for w in caught]
+        msg = str(caught[0].message)
+        assert "spark.sql.shuffle.partitions is 200" in msg and f"{cores} cores" in msg
+        assert f"spark.conf.set('spark.sql.shuffle.partitions', {2 * cores})" in msg
+        assert caught[0].filename == __file__                # points at the user's call
+        assert not _user_warnings(define_join)               # once per session
+        assert not _user_warnings(define_agg)
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", old)
+
+
+def test_shuffle_partition_check_unreadable_conf():
+    """Spark Connect has no sparkContext; an unreadable setting gives no advice and no error."""
+    from pyspark_cq.session import warn_shuffle_partitions
+
+    class _Conf:
+        def get(self, key, default=None):
+            return "200" if key == "spark.sql.shuffle.partitions" else default
+
+    class _ConnectLike:
+        conf = _Conf()
+
+        @property
+        def sparkContext(self):
+            raise RuntimeError("[JVM_ATTRIBUTE_NOT_SUPPORTED] sparkContext is not supported in Spark Connect")
+
+    class _Broken:
+        @property
+        def conf(self):
+            raise RuntimeError("no conf")
+
+    for session in (_ConnectLike(), _Broken()):
+        df = type("DF", (), {"sparkSession": session, "isStreaming": True})()
+        assert not _user_warnings(lambda df=df: warn_shuffle_partitions(df))
+
+
+def test_installation_lists_the_session_settings():
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "installation.md").read_text()
+    section = text[text.index("## A session of your own"):]
+    section = section[:section.index("\n## ", 1)]
+    # every setting cq.spark() makes (pyspark_cq/session.py) that changes what our operators do or cost
+    for key in ("spark.sql.shuffle.partitions", "spark.default.parallelism", "spark.sql.session.timeZone",
+                "spark.sql.execution.arrow.pyspark.enabled", "spark.sql.execution.arrow.maxBytesPerBatch",
+                "spark.python.daemon.module", "spark.executorEnv.NUMBA_CACHE_DIR",
+                "spark.sql.streaming.forceDeleteTempCheckpointLocation", "PYSPARK_PYTHON",
+                "PYSPARK_DRIVER_PYTHON", "PYTHONSAFEPATH", "NUMBA_CACHE_DIR", "SPARK_LOCAL_IP"):
+        assert re.search(r"\b" + re.escape(key) + r"\b", section), key

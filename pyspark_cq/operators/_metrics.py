@@ -5,8 +5,10 @@ its data rows a stateful operator emits one *metrics row* per group invocation (
 true, the data columns null, the counters in ``__cq_<metric>`` columns). :func:`attach` sums the counters
 with ``DataFrame.observe`` under the operator's name and removes metrics rows and columns, so the user's
 output is unchanged and the driver reads the per-batch numbers from
-``StreamingQueryProgress.observedMetrics`` (see :func:`read`). Stateless operators (Γ) report the same
-way from a per-row status column.
+``StreamingQueryProgress.observedMetrics`` with :func:`read` (``cq.read_metrics``), never directly: for
+operators whose late rows Spark drops first (the joins), ``late_rows`` is computed by :func:`read` from a
+second observation (:func:`observe_input`), and Spark Connect delivers each entry in another shape.
+Stateless operators (Γ) report the same way from a per-row status column.
 
 Streaming stateful operators return their rows *packed* instead (:func:`packed_row`,
 :func:`attach_packed`): one row per group invocation holding the counters and the data rows as an Arrow
@@ -17,6 +19,7 @@ row); one packed row per group costs neither.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 import numpy as np
@@ -169,8 +172,20 @@ def attach(df, name: str, counters: Mapping[str, object] | None = None, keep=Non
 def read(progress, name: str) -> dict[str, int] | None:
     """The counters an operator named ``name`` reported in one batch.
 
-    ``progress`` is a ``StreamingQuery`` (its last progress is read), a ``StreamingQueryProgress`` or
-    its JSON dict. Returns None when the batch has no metrics under that name.
+    Parameters
+    ----------
+    progress : StreamingQuery, StreamingQueryProgress or dict
+        A query (its last progress is read), one progress (classic or Spark Connect, e.g.
+        ``event.progress`` in a ``StreamingQueryListener``) or its JSON dict.
+    name : str
+        The operator's ``name``.
+
+    Returns
+    -------
+    dict of str to int or None
+        The counters, None when the batch has no metrics under that name. ``late_rows`` includes the
+        rows Spark dropped before the operator's function (counted under ``<name>__input``), which the
+        raw ``progress.observedMetrics[name]`` does not.
     """
     if hasattr(progress, "lastProgress"):
         progress = progress.lastProgress
@@ -193,7 +208,20 @@ def read(progress, name: str) -> dict[str, int] | None:
 
 
 def _as_ints(row) -> dict[str, int]:
+    """The counters of one observed-metrics entry, in any of the shapes PySpark delivers it.
+
+    Classic PySpark gives a ``Row`` of the named counters (or, in a progress JSON dict, a dict of them).
+    Spark Connect's ``StreamingQueryProgress.fromJson`` reads the server's JSON, in which a row is
+    ``{"values": [...], "schema": {"type": "struct", "fields": [...]}}``, and gives
+    ``Row(values=[...], schema={...})``; the dict itself may come from a progress JSON too.
+    """
     values = row.asDict() if hasattr(row, "asDict") else dict(row)
+    if set(values) == {"values", "schema"} and isinstance(values["values"], (list, tuple)):
+        schema = values["schema"]
+        if isinstance(schema, str):
+            schema = json.loads(schema)
+        names = schema.names if isinstance(schema, T.StructType) else [f["name"] for f in schema["fields"]]
+        values = dict(zip(names, values["values"]))
     return {k: (int(v) if v is not None else 0) for k, v in values.items()}
 
 

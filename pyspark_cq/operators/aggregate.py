@@ -10,6 +10,7 @@ from .. import _validate
 from .._duration import parse_duration
 from .._native import load
 from ..control import operator_handle
+from ..session import warn_shuffle_partitions
 from . import _metrics
 from ._agg_spec import (
     OP_COUNT,
@@ -107,7 +108,10 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         Streaming only; must match the query's output mode. ``"append"`` emits each window once, when
         the watermark passes its end (as Spark); ``"update"`` emits every window that changed in the
         micro-batch (as Spark's update mode; a watermark is optional and bounds the state).
-        ``emit="changes"`` supports append only.
+        ``emit="changes"`` supports append only. Write the result with the same
+        ``writeStream.outputMode(...)``: Spark checks it only at ``start()``, and a mismatch raises its
+        own AnalysisException ("applyInPandasWithState in append mode is not supported with Update
+        output mode", docs/errors.md, *Output modes*).
     shards : int, "key" or None
         Number of state tables (hash shards of the keys, each a Spark group); None (default): 8, 1
         without ``by``. ``"key"`` groups the state by the raw key instead, one group per key (kept for
@@ -136,7 +140,7 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
     Returns
     -------
     DataFrame
-        Batch or streaming, as ``df``.
+        Batch or streaming, as ``df``; a stream is written in ``output_mode``.
 
     Notes
     -----
@@ -211,6 +215,7 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
     if control is not None:
         batch_params(config, control.entry())  # an entry the workers would reject fails here already
 
+    warn_shuffle_partitions(df)
     group_col = SHARD if layout == "shard" else KHASH
     if streaming:
         # Streaming: Spark's aggregation would be stateful, so the map side is ours (mapInArrow).

@@ -64,10 +64,7 @@ def granularity(df, start: str, end: str, granularity, *, name: str = "cq_granul
         if isinstance(granularity, bool) or not isinstance(granularity, int) or granularity <= 0:
             raise ValueError(f"granularity must be a positive int (ticks) for integer columns, got {granularity!r}")
         g = granularity
-    else:
-        if isinstance(granularity, (int, float)) and not isinstance(granularity, bool):
-            raise TypeError(f"granularity must be a duration such as '1 second' or a timedelta for "
-                            f"timestamp columns, got {granularity!r}")
+    else:  # a plain number has no unit: parse_duration's one message for it (docs/errors.md)
         g = parse_duration(granularity, "granularity", allow_negative=False, allow_zero=False)
     load("_granularity")  # fail on the driver, readably, if the build is broken
 

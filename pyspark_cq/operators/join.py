@@ -38,6 +38,7 @@ from pyspark.sql import types as T
 from .._duration import parse_duration
 from .._native import load
 from .._validate import ref
+from ..session import warn_shuffle_partitions
 from . import _metrics
 from ._join_codec import ColumnCodec, codecs_for, normalized_key
 from ._join_spec import JoinSpec
@@ -103,7 +104,10 @@ def interval_join(left, right, on, left_time, right_time, lower, upper, how="inn
     name : str, optional
         Name under which the per-batch counters are observed (``pyspark_cq.read_metrics``):
         input_rows, output_rows, state_rows, state_bytes, evicted_rows, late_rows, malformed_rows,
-        shed_rows. Default: the control handle's operator id, else ``"cq_interval_join"``.
+        shed_rows. Default: the control handle's operator id, else ``"cq_interval_join"``. Read them
+        with ``cq.read_metrics``: ``late_rows`` is only complete there (Spark drops late rows before the
+        operator's function, so ``progress.observedMetrics[name]["late_rows"]`` is always 0;
+        ``read_metrics`` adds the rows counted under ``<name>__input`` that never reached it).
     control : pyspark_cq.control.ControlHandle, optional
         The operator's control-table entry (``ctx.control(op_id)``, ``ControlTable(path).handle(op_id)``
         or ``ControlHandle(path, op_id)``), read at every micro-batch. Its ``lower`` / ``upper``
@@ -120,7 +124,9 @@ def interval_join(left, right, on, left_time, right_time, lower, upper, how="inn
     Returns
     -------
     DataFrame
-        The ``on`` columns once, then the other left columns, then the other right columns.
+        The ``on`` columns once, then the other left columns, then the other right columns. A stream is
+        append-only: write it with ``outputMode("append")`` (Spark rejects another mode at ``start()``,
+        docs/join.md, *Output mode*).
 
     Examples
     --------
@@ -145,6 +151,7 @@ def interval_join(left, right, on, left_time, right_time, lower, upper, how="inn
     if lo > hi:
         raise ValueError(f"lower must be <= upper, got lower={lower!r} and upper={upper!r}")
     spec.lower, spec.upper = lo, hi
+    warn_shuffle_partitions(left)
     return _execute(spec)
 
 
@@ -194,6 +201,7 @@ def window_join(left, right, on, left_time, right_time, left_window, right_windo
                           window=(wl, wr), control=control, drop_ratio=drop_ratio, seed=seed,
                           function="window_join")
     spec.lower, spec.upper = -wr + 1, wl - 1
+    warn_shuffle_partitions(left)
     return _execute(spec)
 
 

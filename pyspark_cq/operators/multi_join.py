@@ -30,6 +30,7 @@ from .. import _validate
 from .._duration import parse_duration
 from .._native import load
 from ..control import ControlHandle, operator_handle, parse_join_plan
+from ..session import warn_shuffle_partitions
 from . import _metrics
 from ._join_codec import codecs_for, normalized_key
 from ._mjoin_worker import (
@@ -90,13 +91,16 @@ def multi_join(inputs, on, times, bounds, *, control=None, name=None):
         ``malformed_rows_<i>``, and per
         probe step ``probed_<i>_<j>`` / ``matched_<i>_<j>`` (partial matches of rows arriving on input i
         entering / leaving the step that probes input j: the step's observed selectivity is their ratio).
-        Default: the control handle's operator id, else ``"cq_multi_join"``.
+        Default: the control handle's operator id, else ``"cq_multi_join"``. ``late_rows`` and
+        ``late_rows_<i>`` are only complete through ``cq.read_metrics`` (the raw counters under
+        ``progress.observedMetrics[name]`` are always 0: Spark drops late rows before the operator).
 
     Returns
     -------
     DataFrame
         Every column of every input, in input order (with ``on`` a string: the key once, first). Column
-        names other than a shared key must not clash: rename them first.
+        names other than a shared key must not clash: rename them first. A stream is append-only: write
+        it with ``outputMode("append")``.
 
     Examples
     --------
@@ -114,6 +118,7 @@ def multi_join(inputs, on, times, bounds, *, control=None, name=None):
     [(1, 9.5)]
     """
     spec = MultiJoinSpec.build(inputs, on, times, bounds, control, name)
+    warn_shuffle_partitions(spec.inputs[0])
     return _execute(spec)
 
 
@@ -198,7 +203,7 @@ def _check_on(inputs, on) -> list[str]:
             _validate.column(df, on, f"on (inputs[{i}])")
         return [on] * n
     if _validate.is_column(on) or not isinstance(on, (list, tuple)):
-        raise TypeError(f"on must be a column name (str) or a list of {n} column names, one per input, got {on!r}")
+        raise _validate.not_a_name(on, "on", f"a column name (str) or a list of {n} column names, one per input")
     if len(on) != n:
         raise ValueError(f"on must list one key column per input ({n}), got {len(on)}: {list(on)}")
     return [_validate.column(df, k, f"on[{i}]") for i, (df, k) in enumerate(zip(inputs, on))]

@@ -85,10 +85,7 @@ def window(df, time, size=None, rows=None, *, start="valid_from", end="valid_to"
             if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
                 raise ValueError(f"size must be a positive int (ticks) for the integer column {time!r}, got {size!r}")
             stop = t + F.lit(size).cast(ttype)
-        else:
-            if isinstance(size, (int, float)) and not isinstance(size, bool):
-                raise TypeError(f"size must be a duration such as '10 minutes' or a timedelta for the timestamp "
-                                f"column {time!r}, got {size!r}")
+        else:  # a plain number has no unit: parse_duration's one message for it (docs/errors.md)
             micros = parse_duration(size, "size", allow_negative=False, allow_zero=False)
             stop = t + _interval(micros)
         out = df.withColumn(start, t).withColumn(end, stop)

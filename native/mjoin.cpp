@@ -124,6 +124,9 @@ PYBIND11_MODULE(_mjoin, m) {
            "ends go when their end is <= threshold; the others (threshold: a time every future row is later\n"
            "than, e.g. the watermark) when no future row can meet them, or earlier when some input they can no\n"
            "longer meet from the future has no stored row they could join.")
+      .def("closure", &MultiJoinState::closure,
+           "D[i][j]: the largest times[j] - times[i] the bounds allow (their shortest-path closure), inf where\n"
+           "unbounded; a negative D[i][i] means the bounds contradict each other.")
       .def("canonical_ids", &canonical_ids, py::arg("input"),
            "Renumber `input`'s payload ids to 0..rows-1 in serialization order; returns the old ids in that\n"
            "order (compact the payload table with take(old)).")

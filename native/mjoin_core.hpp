@@ -306,6 +306,17 @@ class MultiJoinState {
     return true;
   }
 
+  // D[i][j], the largest t_j - t_i the bounds allow (see close_bounds), as doubles; +infinity where the
+  // bounds leave it unbounded. A negative D[i][i] means the bounds contradict each other.
+  std::vector<std::vector<double>> closure() const {
+    std::vector<std::vector<double>> out(n_, std::vector<double>(n_));
+    for (int i = 0; i < n_; ++i)
+      for (int j = 0; j < n_; ++j)
+        out[i][j] = reach_[i][j] >= kUnbounded ? std::numeric_limits<double>::infinity()
+                                                : static_cast<double>(reach_[i][j]);
+    return out;
+  }
+
   // Renumber `input`'s payload ids to 0..rows-1 in serialization order (keys ascending, oldest first
   // within a key) and return the old ids in that order, so that the caller can compact its payload
   // table with one take() and drop the rows evicted since the last call.

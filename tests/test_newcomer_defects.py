@@ -106,19 +106,18 @@ def test_join_worker_batch_no_future_warning(spark, how):
 
 
 def test_join_worker_split_no_future_warning():
-    from pyspark_cq.operators._join_worker import SIDE, JoinWorker
+    from pyspark_cq.operators._join_worker import SIDE, split_sides
 
-    worker = JoinWorker(None)
     a = pd.DataFrame({SIDE: np.array([0, 1], np.int8), "x": pd.array([1, 2], dtype="Int64"),
                       "t": pd.to_datetime(["2024-01-01", "2024-01-02"])})
     b = pd.DataFrame({SIDE: np.array([1], np.int8), "x": [None], "t": [None]})  # all-NA, other dtypes
     empty = a.iloc[:0]
     for frames in ([a, b], [b, a], [empty, a, b], [empty], []):
-        parts, caught = _future_warnings(lambda frames=frames: worker._split(list(frames)))
+        parts, caught = _future_warnings(lambda frames=frames: split_sides(list(frames), 2))
         assert not caught, [str(w.message) for w in caught]
         n = sum(len(f) for f in frames)
         assert sum(0 if p is None else len(p) for p in parts) == n
-    left, right = worker._split([a, b])
+    left, right = split_sides([a, b], 2)
     assert list(left["x"]) == [1] and len(right) == 2 and right["x"].isna().tolist() == [False, True]
 
 

@@ -65,6 +65,17 @@ class ColumnCodec:
         return [F.coalesce(source, zero).alias(self.name, metadata={"pyspark_cq": "payload"}),
                 source.isNull().alias(self.name + NULL_SUFFIX)]
 
+    @property
+    def payload_field(self) -> pa.Field:
+        """The Arrow field of this column in a stored payload table: its type, except that TIMESTAMP_NTZ is
+        kept as pandas' naive nanoseconds (TIMESTAMP travels as exact UTC microseconds) so that the way back
+        to Spark is the identity.
+        """
+        atype = self.arrow_type
+        if pa.types.is_timestamp(atype) and atype.tz is None:
+            atype = pa.timestamp("ns")
+        return pa.field(self.name, atype)
+
     def to_arrow(self, pdf: pd.DataFrame) -> pa.Array:
         """Rebuild the exact Arrow column from a transported pandas frame."""
         series = pdf[self.name]

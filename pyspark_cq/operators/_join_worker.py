@@ -73,11 +73,7 @@ class JoinConfig:
                    shards=spec.shards if spec.layout == "shard" else None)
 
     def payload_schema(self, side: int) -> pa.Schema:
-        codecs = self.key_codecs + self.side_codecs[side]
-        # TIMESTAMP travels as exact UTC microseconds; TIMESTAMP_NTZ as pandas' naive nanoseconds
-        types = [pa.timestamp("ns") if pa.types.is_timestamp(c.arrow_type) and c.arrow_type.tz is None
-                 else c.arrow_type for c in codecs]
-        fields = [pa.field(c.name, t) for c, t in zip(codecs, types)]
+        fields = [c.payload_field for c in self.key_codecs + self.side_codecs[side]]
         if self.window:  # valid_from / valid_to need each row's instant; the plain band join does not
             fields.append(pa.field(MICROS, pa.int64()))
             if self.control is not None:  # ... and, when windows can change, each row's own window
@@ -204,6 +200,25 @@ def shed_mask(table: pa.Table, micros: np.ndarray, side: int, seed: int, ratio: 
     return (h >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53) < ratio
 
 
+def split_sides(frames, n: int) -> list:
+    """The rows of a group's input ``frames`` per input (by the ``SIDE`` column): ``n`` frames, or ``n``
+    Nones when there are no rows.
+    """
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return [None] * n
+    if len(frames) > 1:
+        # Column by column: a DataFrame concat in which one frame's column is all-NA (e.g. the other
+        # side's payload, or a column null throughout one Arrow batch) makes pandas warn that it will
+        # stop ignoring such entries when choosing the dtype; a Series concat of non-empty pieces
+        # already keeps every piece's dtype, which is what the kernel's codecs are given anyway.
+        pdf = pd.DataFrame({c: pd.concat([f[c] for f in frames], ignore_index=True) for c in frames[0].columns})
+    else:
+        pdf = frames[0]
+    side = pdf[SIDE].to_numpy()
+    return [pdf[side == i].reset_index(drop=True) for i in range(n)]
+
+
 class PayloadSide:
     """One input's payload rows (Arrow) addressed by the kernel's payload ids."""
 
@@ -226,10 +241,14 @@ class PayloadSide:
         (see docs/join.md): it drops dead rows, puts each key's rows next to each other (the payload's
         columns compress better) and makes the kernel image's ids implicit (kernel state format 3).
         """
-        old = kernel.canonical_ids(side, self.table.num_rows)
-        if len(old) == self.table.num_rows and (len(old) == 0 or (old[0] == 0 and (np.diff(old) == 1).all())):
+        self.keep(kernel.canonical_ids(side, self.table.num_rows))
+
+    def keep(self, ids) -> None:
+        """Keep only the rows ``ids``, in that order (the kernel's new ids are their positions)."""
+        ids = np.asarray(ids)
+        if len(ids) == self.table.num_rows and (len(ids) == 0 or (ids[0] == 0 and (np.diff(ids) == 1).all())):
             return  # already in order (e.g. a batch without input)
-        self.table = self.take(old).combine_chunks()
+        self.table = self.take(ids).combine_chunks()
 
     def to_bytes(self, shards: int | None = None) -> bytes:
         """The payload as bytes; ``shards`` (the shard layout) is recorded for :meth:`check_shards`."""
@@ -407,21 +426,6 @@ class JoinWorker:
         table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
         return table.cast(self.config.out_arrow)
 
-    def _split(self, frames) -> list:
-        frames = [f for f in frames if len(f)]
-        if not frames:
-            return [None, None]
-        if len(frames) > 1:
-            # Column by column: a DataFrame concat in which one frame's column is all-NA (e.g. the other
-            # side's payload, or a column null throughout one Arrow batch) makes pandas warn that it will
-            # stop ignoring such entries when choosing the dtype; a Series concat of non-empty pieces
-            # already keeps every piece's dtype, which is what the kernel's codecs are given anyway.
-            pdf = pd.DataFrame({c: pd.concat([f[c] for f in frames], ignore_index=True)
-                                for c in frames[0].columns})
-        else:
-            pdf = frames[0]
-        side = pdf[SIDE].to_numpy()
-        return [pdf[side == LEFT].reset_index(drop=True), pdf[side == RIGHT].reset_index(drop=True)]
 
     def _metrics_row(self, shed_rows=0, **counters) -> pd.DataFrame:
         row = _metrics.metrics_row(self.config.out_columns, **counters)
@@ -493,7 +497,7 @@ class JoinWorker:
         warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty")
         entry = self._entry()
         kernel, sides = self._restore(state)
-        inputs = [None, None] if state.hasTimedOut else self._split(list(pdf_iter))
+        inputs = [None, None] if state.hasTimedOut else split_sides(list(pdf_iter), 2)
         n_in = sum(len(x) for x in inputs if x is not None)
         wm_ms = state.getCurrentWatermarkMs()
         parts, n_evicted, malformed, shed = self._process(kernel, sides, inputs, wm_ms, entry)

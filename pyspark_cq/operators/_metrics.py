@@ -229,14 +229,19 @@ def _as_ints(row) -> dict[str, int]:
 INPUT_SUFFIX = "__input"
 
 
-def observe_input(df, name: str):
+def observe_input(df, name: str, per: tuple[str, int] | None = None):
     """Count the rows that reach a stateful operator, for operators whose late rows Spark drops.
 
     Spark's ``applyInPandasWithState`` with event-time timeouts drops rows behind the watermark before
     the operator's function sees them (as its stream-stream join does). Observing the operator's input
     under ``<name>__input`` lets :func:`read` report those rows as ``late_rows``: rows that arrived minus
-    the ``input_rows`` the function reported.
+    the ``input_rows`` the function reported. ``per=(column, n)`` (a multi-input operator whose ``column``
+    holds the input index 0..n-1) also counts ``rows_<i>`` per input, read as ``late_rows_<i>``.
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty string, got {name!r}")
-    return df.observe(name + INPUT_SUFFIX, F.count(F.lit(1)).alias("rows"))
+    counts = [F.count(F.lit(1)).alias("rows")]
+    if per is not None:
+        column, n = per
+        counts += [F.sum(F.when(F.col(column) == i, 1).otherwise(0)).alias(f"rows_{i}") for i in range(n)]
+    return df.observe(name + INPUT_SUFFIX, *counts)

@@ -12,7 +12,6 @@ key values themselves (:meth:`MultiJoinWorker._verified`), so a hash collision n
 """
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass
 
@@ -26,10 +25,9 @@ from .._validate import micro_batch_id
 from ..control import ControlHandle, parse_join_plan
 from . import _metrics, _state_bytes
 from ._join_codec import ColumnCodec
-from ._join_worker import PayloadSide, timeout_ms
+from ._join_worker import PayloadSide, split_sides, timeout_ms
 from ._shards import MULTI_JOIN, check_shard_count, default_rule
 
-SIDE = "__cq_side"
 SHARD = "__cq_shard"
 TIME = "__cq_t"         # the event-time column, carrying the watermark marker (Spark drops late rows)
 MICROS = "__cq_tus"     # the same instant as epoch microseconds (TIMESTAMP_NTZ: of its wall-clock time)
@@ -50,18 +48,11 @@ def metric_names(n: int) -> tuple[str, ...]:
 
 
 def closure(n: int, bounds) -> np.ndarray:
-    """``D[i][j]``: the largest ``t_j - t_i`` the bounds allow (Floyd-Warshall over the difference
-    constraints ``t_j - t_i <= upper`` and ``t_i - t_j <= -lower`` of every bound ``(i, j, lower, upper)``);
-    ``inf`` where unconstrained. A negative ``D[i][i]`` means the bounds contradict each other.
+    """``D[i][j]``: the largest ``t_j - t_i`` the bounds ``(i, j, lower, upper)`` allow (their shortest-path
+    closure, computed by the kernel, which expires rows by it); ``inf`` where unconstrained. A negative
+    ``D[i][i]`` means the bounds contradict each other.
     """
-    d = np.full((n, n), math.inf)
-    np.fill_diagonal(d, 0.0)
-    for i, j, lo, up in bounds:
-        d[i][j] = min(d[i][j], float(up))
-        d[j][i] = min(d[j][i], -float(lo))
-    for k in range(n):
-        d = np.minimum(d, d[:, k:k + 1] + d[k:k + 1, :])
-    return d
+    return np.array(load("_mjoin").MultiJoinState(n, [list(b) for b in bounds]).closure())
 
 
 def default_orders(n: int, bounds) -> tuple[tuple[int, ...], ...]:
@@ -105,10 +96,7 @@ class MultiJoinConfig:
     shards: int = 1
 
     def payload_schema(self, i: int) -> pa.Schema:
-        # TIMESTAMP travels as exact UTC microseconds; TIMESTAMP_NTZ as pandas' naive nanoseconds
-        types = [pa.timestamp("ns") if pa.types.is_timestamp(c.arrow_type) and c.arrow_type.tz is None
-                 else c.arrow_type for c in self.codecs[i]]
-        return pa.schema([pa.field(c.name, t) for c, t in zip(self.codecs[i], types)])
+        return pa.schema([c.payload_field for c in self.codecs[i]])
 
 
 class MultiJoinWorker:
@@ -160,10 +148,7 @@ class MultiJoinWorker:
             state.remove()
             return 0
         for i in range(n):
-            old = kernel.canonical_ids(i)
-            if len(old) != sides[i].table.num_rows or (len(old) and not (np.diff(old) == 1).all()) or \
-                    (len(old) and old[0] != 0):
-                sides[i].table = sides[i].take(old).combine_chunks()
+            sides[i].keep(kernel.canonical_ids(i))
         blobs = (_state_bytes.pack(kernel.serialize()),) + tuple(
             s.to_bytes(self.config.shards if i == 0 else None) for i, s in enumerate(sides))
         state.update(blobs)
@@ -173,15 +158,6 @@ class MultiJoinWorker:
         return sum(len(b) for b in blobs)
 
     # -- one batch
-
-    def _split(self, frames) -> list:
-        frames = [f for f in frames if len(f)]
-        if not frames:
-            return [None] * self.config.n
-        pdf = frames[0] if len(frames) == 1 else pd.DataFrame(
-            {c: pd.concat([f[c] for f in frames], ignore_index=True) for c in frames[0].columns})
-        side = pdf[SIDE].to_numpy()
-        return [pdf[side == i].reset_index(drop=True) for i in range(self.config.n)]
 
     def _input(self, pdf: pd.DataFrame, i: int, streaming: bool):
         """Input ``i``'s rows of this batch: ``(payload table, keys, micros, malformed)``. Rows without a time
@@ -266,7 +242,7 @@ class MultiJoinWorker:
         warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty")
         orders = self.orders(self._entry())
         kernel, sides = self._restore(state)
-        inputs = [None] * self.config.n if state.hasTimedOut else self._split(list(pdf_iter))
+        inputs = [None] * self.config.n if state.hasTimedOut else split_sides(list(pdf_iter), self.config.n)
         wm_ms = state.getCurrentWatermarkMs()
         counters = self._counters()
         parts = self._process(kernel, sides, inputs, wm_ms, orders, counters)
@@ -279,7 +255,7 @@ class MultiJoinWorker:
         orders = self.orders(self._entry())
         kernel, sides = self._new()
         counters = self._counters()
-        parts = self._process(kernel, sides, self._split([pdf]), None, orders, counters)
+        parts = self._process(kernel, sides, split_sides([pdf], self.config.n), None, orders, counters)
         return self._report(parts, counters, kernel)
 
 

@@ -33,12 +33,12 @@ from ..control import ControlHandle, operator_handle, parse_join_plan
 from ..session import warn_shuffle_partitions
 from . import _metrics
 from ._join_codec import codecs_for, normalized_key
+from ._join_worker import SIDE
 from ._mjoin_worker import (
     KEY,
     KEY_NULL,
     MICROS,
     SHARD,
-    SIDE,
     TIME,
     MultiJoinConfig,
     MultiJoinWorker,
@@ -321,14 +321,6 @@ def _tagged(spec: MultiJoinSpec, config: MultiJoinConfig, i: int):
     return df.select(*cols)
 
 
-def _observe_arrivals(df, spec: MultiJoinSpec):
-    """Count the rows reaching the stateful stage, in all and per input: :func:`pyspark_cq.read_metrics`
-    reports those Spark dropped as late (``late_rows``, ``late_rows_<i>``).
-    """
-    per_input = [F.sum(F.when(F.col(SIDE) == i, 1).otherwise(0)).alias(f"rows_{i}") for i in range(spec.n)]
-    return df.observe(spec.name + _metrics.INPUT_SUFFIX, F.count(F.lit(1)).alias("rows"), *per_input)
-
-
 def _execute(spec: MultiJoinSpec):
     load("_mjoin")  # fail on the driver, readably, if the build is broken
     config = spec.config()
@@ -342,7 +334,10 @@ def _execute(spec: MultiJoinSpec):
 
         state_schema = T.StructType([T.StructField("kernel", T.BinaryType(), True)] + [
             T.StructField(f"input{i}", T.BinaryType(), True) for i in range(spec.n)])
-        packed = _observe_arrivals(union, spec).groupBy(SHARD).applyInPandasWithState(
+        # rows reaching the stateful stage, in all and per input: read_metrics reports those Spark dropped
+        # as late (late_rows, late_rows_<i>)
+        arrived = _metrics.observe_input(union, spec.name, per=(SIDE, spec.n))
+        packed = arrived.groupBy(SHARD).applyInPandasWithState(
             worker.streaming, _metrics.packed_schema(metrics), state_schema, "append",
             GroupStateTimeout.EventTimeTimeout)
     else:

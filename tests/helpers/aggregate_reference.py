@@ -48,6 +48,11 @@ def floor_to(t: int, g: int) -> int:
     return (t // g) * g
 
 
+def windows_of(t, window, slide):
+    """The (start, end) of every sliding window (Spark's ``window()``) that holds time ``t``."""
+    return [(k * slide, k * slide + window) for k in range((t - window) // slide + 1, t // slide + 1)]
+
+
 def spark_windows(rows, time, key, window, slide, aggs, granularity=None):
     """{(start, end, key): aggregates} of Spark's windowed aggregation over ``rows`` (dicts).
 
@@ -61,8 +66,8 @@ def spark_windows(rows, time, key, window, slide, aggs, granularity=None):
             continue
         if granularity:
             t = floor_to(t, granularity)
-        for k in range((t - window) // slide + 1, t // slide + 1):
-            buckets.setdefault((k * slide, k * slide + window, r[key] if key else None), []).append(r)
+        for start, end in windows_of(t, window, slide):
+            buckets.setdefault((start, end, r[key] if key else None), []).append(r)
     return {w: finalize(v, aggs) for w, v in buckets.items()}
 
 
@@ -98,8 +103,7 @@ def spark_stream_windows(batches, time, key, window, slide, aggs, delay, granula
                 continue
             if granularity:
                 t = floor_to(t, granularity)
-            wins = [(k * slide, k * slide + window) for k in range((t - window) // slide + 1, t // slide + 1)]
-            live = [w for w in wins if w[1] > late_wm]
+            live = [w for w in windows_of(t, window, slide) if w[1] > late_wm]
             if not live:
                 late_rows += 1
             for w in live:

@@ -175,7 +175,7 @@ OPERATOR_PARAMETERS = {
     "interval_join": ("lower", "upper", "drop_ratio", "params"),
     "window_join": ("window", "drop_ratio", "params"),
     "sliding_aggregate": ("window", "granularity", "params"),
-    "select_chain": ("plan_id", "params"),
+    "select_chain": ("plan_id", "drop_ratio", "params"),
     "multi_join": ("plan_id", "params"),
 }
 

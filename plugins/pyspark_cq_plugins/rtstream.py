@@ -282,13 +282,14 @@ class Profile:
 @dataclass(frozen=True)
 class Prediction:
     """One prediction: made after ``after_batch``, for an instance over ``rows`` rows, all-input time
-    ``time_full``, the kept fraction chosen and the time predicted with it.
+    ``time_full`` (of which ``fixed`` per instance), the kept fraction chosen and the time predicted with it.
     """
 
     query: str
     after_batch: int
     rows: float
     time_full: float
+    fixed: float
     kept: float
     time: float
 
@@ -413,7 +414,7 @@ class RTStreamQoS(Policy):
         out = []
         for n, (q, rows, time_full, fixed, kept) in plans.items():
             predicted = fixed + kept * (time_full - fixed)
-            self.predictions.append(Prediction(n, q.instances[-1].batch, rows, time_full, kept, predicted))
+            self.predictions.append(Prediction(n, q.instances[-1].batch, rows, time_full, fixed, kept, predicted))
             reason = (f"predicted {time_full:.3g} s for {rows:.0f} rows (fixed {fixed:.3g} s) against "
                       f"{self.target:g}·D = {self.target * q.deadline:.3g} s: keep ε = {kept:.3f}")
             d = _drop_decision(q, shedding_operator(q), kept, reason, self.name)

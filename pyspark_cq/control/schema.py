@@ -176,7 +176,7 @@ OPERATOR_PARAMETERS = {
     "window_join": ("window", "drop_ratio", "params"),
     "sliding_aggregate": ("window", "granularity", "drop_ratio", "params"),
     "select_chain": ("plan_id", "drop_ratio", "params"),
-    "multi_join": ("plan_id", "params"),
+    "multi_join": ("plan_id", "drop_ratio", "params"),
 }
 
 #: Values of a parameter that mean "do nothing": drop no input.

@@ -6,9 +6,9 @@ against best effort and feedback control, all through the same runtime, control 
 (``select_chain`` with a scoring predicate of ~``COST · ROUNDS`` sine evaluations per row, a stand-in for a
 model as in benchmarks/select_chain_vs_filter.py).
 
-1. **Capacity.** One query runs a few best-effort instances of two sizes; the fixed per-instance cost c0 and
-   the cost per row c are fitted, and the capacity is the rows per instance that finish within D:
-   ``(D − c0) / c``.
+1. **Capacity.** ``--queries`` queries side by side run a few best-effort instances of two sizes; the fixed
+   per-instance cost c0 and the cost per row c are fitted, and the capacity is the rows per instance that
+   finish within D: ``(D − c0) / c``.
 2. **Runs.** For every load L and strategy, ``--queries`` periodic queries (period P, deadline D) run
    ``--instances`` instances each, every instance reading one file of ``L · capacity`` rows
    (``maxFilesPerTrigger = 1``), the queries side by side on local[2].
@@ -89,14 +89,15 @@ def run(spark, root, tag, policies, sizes_per_query, period, deadline):
     return {n: [i for i in rt.instances(n) if i.input_rows > 0] for n in names}, rt
 
 
-def fit_capacity(spark, root, period, deadline):
-    """Fit ``duration = c0 + c·rows`` on best-effort instances, twice: the second time at sizes around the
-    first estimate of the capacity, where the fit matters."""
+def fit_capacity(spark, root, period, deadline, queries):
+    """Fit ``duration = c0 + c·rows`` on best-effort instances of ``queries`` queries side by side (as the
+    runs will share the cores), twice: the second time at sizes around the first estimate of the capacity,
+    where the fit matters."""
     guess = 10_000
     for stage in range(2):
         sizes = [guess // 2, guess, guess // 2, guess, guess // 2, guess]
-        got, _ = run(spark, root, f"calib{stage}", ["rtstream_best_effort"], [sizes], period, deadline)
-        inst = next(iter(got.values()))[1:]   # the first instance includes the workers' start-up
+        got, _ = run(spark, root, f"calib{stage}", ["rtstream_best_effort"], [sizes] * queries, period, deadline)
+        inst = [i for q in got.values() for i in q[1:]]   # the first instance includes the workers' start-up
         n = np.array([i.input_rows for i in inst], dtype=float)
         d = np.array([i.duration for i in inst])
         per_row, fixed = np.polyfit(n, d, 1)
@@ -142,7 +143,7 @@ def main(argv=None):
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {os.getloadavg()[0]:.2f}")
     try:
-        fixed, per_row, capacity = fit_capacity(spark, root, args.period, args.deadline)
+        fixed, per_row, capacity = fit_capacity(spark, root, args.period, args.deadline, args.queries)
         print(f"# capacity: c0 = {fixed:.3f} s per instance, c = {per_row * 1e6:.1f} µs per row -> "
               f"{capacity} rows per instance within D = {args.deadline} s (P = {args.period} s)")
         strategies = {"best_effort": lambda: ["rtstream_best_effort"], "feedback": lambda: ["rtstream_feedback"],

@@ -20,11 +20,15 @@ outputs (Equation 3 inverted, §4.1) — and switches the operator's ``plan_id``
 running one by more than ``margin`` (hysteresis, so that estimation noise does not flap plans), at most
 once every ``min_batches`` micro-batches of the operator.
 
-Selectivities of join steps the running plan did not measure are estimated from the pair selectivities
-(``matched_i_j / (probed_i_j·state_rows_j)`` of first steps): a ``multi_join`` equates one key over all its
-inputs, so the key predicate is shared by all pairs and the independence product would count it once per
-bound input; the policy takes the most selective bound pair instead (the tightest of the time bands). A
-pair no first step has measured yet is taken as selective as the loosest measured pair.
+A step's selectivity is kept per arriving input i, probed input j and bound set B (``matched / (probed ·
+state_rows_j)``): with time bands the stored rows a probe meets depend on which input arrived last, so a
+pair's selectivity differs by direction. The outputs per arrival (which no order changes) are measured from
+the running plan's last steps; the candidate orders differ in their probes. A step the running plan did not
+measure takes the measurement of the same arriving and probed inputs with the nearest bound set, else the
+most selective bound pair (``matched_i_j / (probed_i_j·state_rows_j)`` of first steps): a ``multi_join``
+equates one key over all its inputs, so the key predicate is shared by all pairs and the independence
+product would count it once per bound input. A pair no first step has measured yet is taken as selective as
+the loosest measured pair.
 
 Join trees of binary ``interval_join`` s are fixed when a query starts (Spark cannot switch them):
 :func:`choose_join_tree` picks one at registration with the same objectives.
@@ -50,6 +54,10 @@ def _positive(value, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > 0:
         raise ValueError(f"{name} must be a positive finite number, got {value!r}")
     return float(value)
+
+
+def _ids(bound) -> str:
+    return ",".join(map(str, sorted(bound)))
 
 
 def choose_join_tree(plans: Sequence[P.Node], rates: Mapping[str, float], *, objective: str = "rate",
@@ -190,7 +198,12 @@ class RateBased(Policy):
                 continue
             order = probes[i]
             bound = frozenset((i,) + order[:order.index(j)])
-            est.add(f"cond:{j}|{','.join(map(str, sorted(bound)))}", step.rows_out / (step.rows_in * states[j]))
+            est.add(f"cond:{i}:{j}|{_ids(bound)}", step.rows_out / (step.rows_in * states[j]))
+        if probes is not None:
+            for i, order in enumerate(probes):
+                arrivals = report.get(f"input_rows_{i}", 0) - report.get(f"malformed_rows_{i}", 0)
+                if arrivals > 0:
+                    est.add(f"out:{i}", report.get(f"matched_{i}_{order[-1]}", 0) / arrivals)
         seen = self._seen.get(key)
         if seen is not None and now > seen[1]:
             for j in range(n):
@@ -217,16 +230,22 @@ class RateBased(Policy):
         for i in range(n):
             for j in range(i + 1, n):
                 pairs.setdefault(frozenset((i, j)), loosest)
+        measured: dict[tuple[int, frozenset], list[tuple[int, frozenset, float]]] = {}
+        for name in est.names():
+            if name.startswith("cond:"):
+                head, _, tail = name[5:].partition("|")
+                i, j = map(int, head.split(":"))
+                bound = frozenset(map(int, tail.split(",")))
+                measured.setdefault((i, j), []).append((len(bound), bound, est.get(name)))
         conditional = {}
-        for j in range(n):
-            others = [b for b in range(n) if b != j]
-            for mask in range(1, 1 << len(others)):
-                bound = frozenset(b for k, b in enumerate(others) if mask >> k & 1)
-                v = est.get(f"cond:{j}|{','.join(map(str, sorted(bound)))}")
-                if not math.isfinite(v):
-                    # one shared key: the most selective bound pair, not the product (module docstring)
-                    v = min(pairs[frozenset((b, j))] for b in bound)
-                conditional[(j, bound)] = min(max(v, 0.0), 1.0)
+        for i in range(n):
+            for j in range(n):
+                if j == i:
+                    continue
+                others = [b for b in range(n) if b not in (i, j)]
+                for mask in range(1 << len(others)):
+                    bound = frozenset([i] + [b for k, b in enumerate(others) if mask >> k & 1])
+                    conditional[(i, j, bound)] = min(max(self._step_estimate(measured, pairs, i, j, bound), 0.0), 1.0)
         states = tuple(float(report.get(f"state_rows_{j}", 0)) for j in range(n))
         growth = tuple(max(est.get(f"growth:{j}", 0.0), 0.0) for j in range(n))
         probe = self.probe_cost
@@ -235,7 +254,20 @@ class RateBased(Policy):
             if not (math.isfinite(batch_duration) and batch_duration > 0 and work > 0):
                 return None
             probe = batch_duration / work
-        return R.MultiJoinModel(tuple(rates), pairs, conditional, states, growth, probe_cost=probe)
+        outputs = [est.get(f"out:{i}") for i in range(n)]
+        outputs = tuple(outputs) if all(math.isfinite(v) for v in outputs) else None
+        return R.MultiJoinModel(tuple(rates), pairs, conditional, states, growth, probe_cost=probe, outputs=outputs)
+
+    @staticmethod
+    def _step_estimate(measured, pairs, i: int, j: int, bound: frozenset) -> float:
+        """f(j | B) for rows arriving on i: measured for this bound set; else the measurement of the nearest
+        bound set of the same arriving input (fewest inputs bound differently; a step with more bound inputs
+        filters at least as much); else the most selective bound pair.
+        """
+        near = measured.get((i, j))
+        if near:
+            return min(near, key=lambda m: (len(m[1] ^ bound), m[0], sorted(m[1])))[2]
+        return min(pairs[frozenset((b, j))] for b in bound)
 
     def _join_scores(self, model: R.MultiJoinModel, stats: OperatorStats, control) -> dict[str, float]:
         n = model.n_inputs

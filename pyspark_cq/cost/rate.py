@@ -706,8 +706,14 @@ class MultiJoinModel:
         Selectivity f_ij in [0, 1] of each join predicate between two inputs (pairs without one: 1, a
         Cartesian product). ``f(j | B) = Π_{b ∈ B} f_bj``, the independence the paper uses for output sizes
         (``f_AB·f_BC·|A|·|B|·|C|``, §4.2.2).
-    conditional : mapping (j, frozenset B) -> float, optional
-        Measured ``f(j | B)`` that replace the product (e.g. from a running operator's probe steps).
+    conditional : mapping (i, j, frozenset B) or (j, frozenset B) -> float, optional
+        Measured ``f(j | B)`` that replace the product (e.g. from a running operator's probe steps): keyed
+        with the arriving input i (in B) — with time bands the rows a probe meets depend on which input
+        arrived last — or for every arriving input.
+    outputs : sequence of float, optional
+        Measured outputs per arrival of each input at t = 0 (``P_i``, which no order changes); at time t
+        they scale with the states, ``P_i(t) = outputs_i·Π_{j≠i} |S_j(t)|/|S_j(0)|``. Default: the product
+        of the fan-outs of the first order evaluated.
     states : sequence of float, optional
         ``|S_j|`` at t = 0 (default 0: an empty join, as in the paper).
     growth : sequence of float, optional
@@ -736,6 +742,7 @@ class MultiJoinModel:
     growth: tuple | None = None
     probe_cost: float = 0.0
     arrival_cost: float = 0.0
+    outputs: tuple | None = None
 
     def __post_init__(self):
         rates = self.rates
@@ -754,15 +761,21 @@ class MultiJoinModel:
             checked[pair] = chk.probability(f, f"selectivities[{set(pair)}]")
         object.__setattr__(self, "selectivities", checked)
         cond = chk.instance(self.conditional, "conditional", Mapping,
-                            "a mapping {(j, frozenset(bound inputs)): selectivity in [0, 1]}")
+                            "a mapping {(i, j, frozenset(bound inputs)) or (j, frozenset(bound)): selectivity}")
         checked = {}
+
+        def index(x) -> bool:
+            return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < n
+
         for key, f in cond.items():
-            ok = (isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], int) and 0 <= key[0] < n
-                  and isinstance(key[1], frozenset) and key[1] and key[0] not in key[1]
-                  and all(isinstance(b, int) and 0 <= b < n for b in key[1]))
+            ok = isinstance(key, tuple) and len(key) in (2, 3) and isinstance(key[-1], frozenset) and key[-1]
+            if ok:
+                j, bound = key[-2], key[-1]
+                ok = index(j) and j not in bound and all(index(b) for b in bound)
+                ok = ok and (len(key) == 2 or (index(key[0]) and key[0] in bound))
             if not ok:
-                raise ValueError(f"conditional keys must be (j, frozenset(bound inputs)) with inputs in 0..{n - 1} "
-                                 f"and j not bound, got {key!r}")
+                raise ValueError(f"conditional keys must be (i, j, frozenset(bound inputs)) or (j, frozenset(bound)) "
+                                 f"with inputs in 0..{n - 1}, i bound and j not, got {key!r}")
             checked[key] = chk.probability(f, f"conditional[{key!r}]")
         object.__setattr__(self, "conditional", checked)
         for name, default in (("states", (0.0,) * n), ("growth", self.rates)):
@@ -774,6 +787,11 @@ class MultiJoinModel:
             object.__setattr__(self, name, tuple(chk.non_negative(v, f"{name}[{i}]") for i, v in enumerate(value)))
         object.__setattr__(self, "probe_cost", chk.non_negative(self.probe_cost, "probe_cost"))
         object.__setattr__(self, "arrival_cost", chk.non_negative(self.arrival_cost, "arrival_cost"))
+        if self.outputs is not None:
+            out = self.outputs
+            if isinstance(out, (str, Mapping)) or not isinstance(out, Sequence) or len(out) != n:
+                raise TypeError(f"outputs must be a sequence of {n} numbers (one per input) or None, got {out!r}")
+            object.__setattr__(self, "outputs", tuple(chk.non_negative(v, f"outputs[{i}]") for i, v in enumerate(out)))
 
     @property
     def n_inputs(self) -> int:
@@ -787,9 +805,13 @@ class MultiJoinModel:
             raise ValueError(f"orders must give one probe order per input ({n} inputs), got {orders!r}")
         return tuple(_order(o, [j for j in range(n) if j != i], f"orders[{i}]") for i, o in enumerate(orders))
 
-    def selectivity(self, j: int, bound: frozenset) -> float:
-        """``f(j | B)``: the measured conditional value if given, else ``Π_{b ∈ B} f_bj``."""
-        f = self.conditional.get((j, bound))
+    def selectivity(self, j: int, bound: frozenset, arriving: int | None = None) -> float:
+        """``f(j | B)``: the measured conditional value if given (for the ``arriving`` input, else for any),
+        else ``Π_{b ∈ B} f_bj``.
+        """
+        f = self.conditional.get((arriving, j, bound)) if arriving is not None else None
+        if f is None:
+            f = self.conditional.get((j, bound))
         if f is not None:
             return f
         return math.prod(self.selectivities.get(frozenset((b, j)), 1.0) for b in bound)
@@ -799,8 +821,12 @@ class MultiJoinModel:
         partial, probes, bound = 1.0, 0.0, {i}
         for j in order:
             probes += partial
-            partial *= (self.states[j] + self.growth[j] * t) * self.selectivity(j, frozenset(bound))
+            partial *= (self.states[j] + self.growth[j] * t) * self.selectivity(j, frozenset(bound), i)
             bound.add(j)
+        if self.outputs is not None:
+            partial = self.outputs[i] * math.prod(
+                (self.states[j] + self.growth[j] * t) / self.states[j] if self.states[j] > 0 else 1.0
+                for j in order)
         return partial, probes
 
     def arrival_costs(self, orders, t: float) -> tuple[float, ...]:

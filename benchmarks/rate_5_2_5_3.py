@@ -230,10 +230,10 @@ def _run(spark, build, name, seconds, rt=None):
 
 def measured(seconds):
     from pyspark.sql import SparkSession
+    from pyspark_cq_plugins.rate_based import RateBased
 
     from pyspark_cq.control import ControlTable
     from pyspark_cq.runtime import CQRuntime
-    from pyspark_cq_plugins.rate_based import RateBased
 
     spark = (SparkSession.builder.master("local[2]").config("spark.sql.shuffle.partitions", 2)
              .config("spark.ui.enabled", "false").getOrCreate())

@@ -157,7 +157,7 @@ def _write_inputs(root, seconds, seed=5):
         for name in "ABC":
             n = rate[name]
             t = BASE_US + s * 1_000_000 + np.sort(rng.integers(0, 1_000_000, n))
-            table = pa.table({f"k{name}": pa.array(rng.integers(0, KEYS, n), pa.int64()),
+            table = pa.table({"k": pa.array(rng.integers(0, KEYS, n), pa.int64()),
                               f"t{name}": pa.array(t, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
                               f"v{name}": pa.array(np.arange(n) + counts[name], pa.int64())})
             counts[name] += n
@@ -170,7 +170,7 @@ def _write_inputs(root, seconds, seed=5):
 
 
 def _sources(spark, root):
-    return [spark.readStream.schema(f"k{n} long, t{n} timestamp, v{n} long").option("maxFilesPerTrigger", 1)
+    return [spark.readStream.schema(f"k long, t{n} timestamp, v{n} long").option("maxFilesPerTrigger", 1)
             .parquet(os.path.join(root, n)).withWatermark(f"t{n}", "5 seconds") for n in "ABC"]
 
 
@@ -185,16 +185,16 @@ def _tree(spark, root, second):
     a, b, c = _sources(spark, root)
     by = {"B": b, "C": c}
     first = "B" if second == "C" else "C"
-    j1 = cq.interval_join(a, by[first], [("kA", f"k{first}")], "tA", f"t{first}", "0 seconds",
-                          _bounds_sql(first)[1], name=f"j1{first}")
-    return cq.interval_join(j1, by[second], [("kA", f"k{second}")], "tA", f"t{second}", "0 seconds",
-                            _bounds_sql(second)[1], name=f"j2{second}")
+    j1 = cq.interval_join(a, by[first], "k", "tA", f"t{first}", "0 seconds", _bounds_sql(first)[1],
+                          name=f"j1{first}")
+    return cq.interval_join(j1.withWatermark("tA", "5 seconds"), by[second], "k", "tA", f"t{second}",
+                            "0 seconds", _bounds_sql(second)[1], name=f"j2{second}")
 
 
 def _mjoin(spark, root, control):
     import pyspark_cq as cq
 
-    return cq.multi_join(_sources(spark, root), ["kA", "kB", "kC"], ["tA", "tB", "tC"],
+    return cq.multi_join(_sources(spark, root), "k", ["tA", "tB", "tC"],
                          [(0, 1, "0 seconds", _bounds_sql("B")[1]), (0, 2, "0 seconds", _bounds_sql("C")[1])],
                          control=control, name="mj")
 

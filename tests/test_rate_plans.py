@@ -183,3 +183,25 @@ def test_multi_join_bad_input():
     with pytest.raises(ValueError, match="n must be > 0"):
         m.best_orders(n=0)
     assert math.isinf(MultiJoinModel((1.0, 1.0), {frozenset({0, 1}): 0.0}).time_to_outputs(((1,), (0,)), 5.0))
+
+
+def test_per_arrival_conditionals_and_measured_outputs():
+    # with time bands the rows a probe meets depend on the arriving input: keyed (i, j, B)
+    m = MultiJoinModel((1.0, 1.0, 1.0), {frozenset({0, 1}): 0.5},
+                       conditional={(1, 0, frozenset({1})): 0.1, (0, frozenset({1})): 0.3},
+                       states=(10.0, 10.0, 10.0), growth=(0.0, 0.0, 0.0))
+    assert m.selectivity(0, frozenset({1}), 1) == 0.1      # for rows arriving on 1
+    assert m.selectivity(0, frozenset({1}), 2) == 0.3      # for any other arriving input
+    assert m.selectivity(0, frozenset({1})) == 0.3
+    # measured outputs per arrival replace the product, and scale with the states as they grow
+    grown = MultiJoinModel((1.0, 2.0), {frozenset({0, 1}): 0.5}, states=(4.0, 8.0), growth=(4.0, 8.0),
+                           outputs=(3.0, 1.0))
+    plan = ((1,), (0,))
+    assert grown.output_rate(plan, 0.0) == pytest.approx(1.0 * 3.0 + 2.0 * 1.0)
+    assert grown.output_rate(plan, 1.0) == pytest.approx(2 * (1.0 * 3.0 + 2.0 * 1.0))   # states doubled
+    with pytest.raises(ValueError, match="conditional keys"):
+        MultiJoinModel((1.0, 1.0, 1.0), conditional={(2, 0, frozenset({1})): 0.5})   # i not bound
+    with pytest.raises(TypeError, match="outputs"):
+        MultiJoinModel((1.0, 1.0), outputs=(1.0,))
+    with pytest.raises(ValueError, match=r"outputs\[1\]"):
+        MultiJoinModel((1.0, 1.0), outputs=(1.0, -1.0))

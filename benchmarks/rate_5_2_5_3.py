@@ -235,6 +235,7 @@ def measured(seconds):
     from pyspark_cq.control import ControlTable
     from pyspark_cq.runtime import CQRuntime
 
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)      # the workers need this venv (pandas, pyarrow)
     spark = (SparkSession.builder.master("local[2]").config("spark.sql.shuffle.partitions", 2)
              .config("spark.ui.enabled", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")

@@ -29,7 +29,7 @@ _EXPORTS = {
     "sliding_aggregate": ".operators.aggregate",
     "window": ".operators.window",
     "rows_window": ".operators.rows_window",
-    "cql": ".cql.compiler",
+    "cql": ".lang.compiler",
     "select_chain": ".operators.select_chain",
     "multi_join": ".operators.multi_join",
     # cost models, plans and estimators (pure: no Spark)

@@ -3,8 +3,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyspark_cq.cql import CQLSyntaxError, parse, parse_expression, to_text
-from pyspark_cq.cql import ast as A
+from pyspark_cq.lang import CQLSyntaxError, parse, parse_expression, to_text
+from pyspark_cq.lang import ast as A
 
 # Motwani et al., §2.1 (the paper writes `stanford.edu' with a backquote: a PDF artefact, fixed here)
 PAPER_QUERIES = [

@@ -106,7 +106,10 @@ def rows_window(df, time, rows, partition_by=(), *, name=None):
         packed = prepared.groupBy(*keys).applyInPandasWithState(
             worker, _metrics.packed_schema(), STATE_SCHEMA, "append", "NoTimeout")
     else:
-        packed = prepared.groupBy(*keys).applyInPandas(worker.batch, _metrics.packed_schema())
+        def batch(pdf):  # a plain one-argument function: PySpark passes the key to two-argument ones
+            return worker.batch(pdf)
+
+        packed = prepared.groupBy(*keys).applyInPandas(batch, _metrics.packed_schema())
     return _metrics.attach_packed(packed, name, out_schema)
 
 

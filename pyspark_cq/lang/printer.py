@@ -132,11 +132,11 @@ def _qos(q: A.QoSItem) -> str:
 
 
 def to_text(node) -> str:
-    """The CQL text of a :class:`~pyspark_cq.cql.ast.Statement`, ``Select`` or expression.
+    """The CQL text of a :class:`~pyspark_cq.lang.ast.Statement`, ``Select`` or expression.
 
     Examples
     --------
-    >>> from pyspark_cq.cql import parse, to_text
+    >>> from pyspark_cq.lang import parse, to_text
     >>> to_text(parse("istream(select a+b*2 x from S [range 10 seconds] where not a<1 or b is null) "
     ...               "with (weight 2)"))
     'ISTREAM(SELECT a + (b * 2) AS x FROM S [RANGE 10 SECONDS] WHERE (NOT (a < 1)) OR (b IS NULL)) WITH (WEIGHT 2)'

@@ -609,11 +609,11 @@ def _show(d: A.Duration) -> str:
 
 
 def parse(text: str) -> A.Statement:
-    """Parse a CQL query into its :class:`~pyspark_cq.cql.ast.Statement`.
+    """Parse a CQL query into its :class:`~pyspark_cq.lang.ast.Statement`.
 
     Examples
     --------
-    >>> from pyspark_cq.cql import parse
+    >>> from pyspark_cq.lang import parse
     >>> s = parse("ISTREAM(SELECT COUNT(*) FROM Requests S [RANGE 1 DAY SLIDE 1 HOUR] "
     ...           "WHERE S.domain = 'stanford.edu')")
     >>> s.stream, s.query.sources[0].window.size.micros
@@ -621,7 +621,7 @@ def parse(text: str) -> A.Statement:
     >>> parse("SELECT a FROM S [ROWS 0]")
     Traceback (most recent call last):
       ...
-    pyspark_cq.cql.parser.CQLSyntaxError: line 1:23: expected a positive integer number of rows after ROWS, found '0'
+    pyspark_cq.lang.parser.CQLSyntaxError: line 1:23: expected a positive integer number of rows after ROWS, found '0'
         SELECT a FROM S [ROWS 0]
                               ^
     """

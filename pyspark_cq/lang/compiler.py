@@ -699,7 +699,12 @@ class _Builder:
         return len(samples) == 1 and None not in samples
 
     def build(self) -> CompiledQuery:
-        out = getattr(self, "_" + self.a.shape)()
+        try:
+            out = getattr(self, "_" + self.a.shape)()
+        except CQLCompileError:
+            raise
+        except (TypeError, ValueError) as exc:  # an operator's own argument check, e.g. SUM of a string
+            raise CQLCompileError(f"the {self.a.shape} of this query", str(exc), self.a.statement) from exc
         return CompiledQuery(self.a, out, self.operators)
 
     # -- one stream, no state ---------------------------------------------------------------------

@@ -51,10 +51,21 @@ def test_pipes_resource_manager_changes_a_cql_querys_window(spark, tmp_path):
         window = rt.control_table().entry("clicks_agg").params["window"]
         change = next(c for c in rt.control_table().changes("clicks_agg") if c.who == "pipes" and "window" in c.new)
         assert 2 * S <= window < 60 * S
-        # windows that start after the change's application time have the new size: their rows span less
-        # than the new window (a window [k·S, k·S + W) holds rows of W seconds at most)
-        _wait(lambda: any(r["cq_at"].timestamp() * S - window > change.at["window"] and r["n"] > 0 for r in rows), 120,
-              "windows of the new size")
-    new = [r for r in rows if r["cq_at"].timestamp() * S - window > change.at["window"]]
-    assert new and all((r["last"] - r["first"]).total_seconds() * S < window for r in new)
+        at = change.at["window"]
+        # a window [k·s, k·s + W) takes the size W in effect at its start: wait for windows that started
+        # after the change
+        _wait(lambda: any(r["cq_at"].timestamp() * S - window > at and r["n"] > 0 for r in rows), 150,
+              "windows that started after the change")
+    entry = rt.control_table().entry("clicks_agg")
+    sizes = {c.new["window"] for c in rt.control_table().changes("clicks_agg") if "window" in c.new}
+    checked = 0
+    for r in rows:
+        end = int(round(r["cq_at"].timestamp() * S))
+        size = [w for w in sizes if entry.value_at("window", end - w) == w]  # the size in force at its start
+        assert size, r
+        assert (r["last"] - r["first"]).total_seconds() * S < max(size)
+        if end - max(size) > at:  # started after the resource manager's change
+            assert max(size) < 60 * S
+            checked += 1
+    assert checked > 0
     assert change.old["window"] == 60 * S  # the query's own RANGE, registered by the compiler

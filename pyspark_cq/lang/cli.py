@@ -134,7 +134,9 @@ def run(args) -> int:
               .option("maxFilesPerTrigger", args.max_files).load(path))
         stamps = [f.name for f in df.schema.fields if f.dataType.typeName() in ("timestamp", "timestamp_ntz")]
         if len(stamps) == 1:
-            df = df.withWatermark(stamps[0], args.watermark)
+            # Spark's watermark needs TIMESTAMP (files written without a zone are read as TIMESTAMP_NTZ);
+            # the session's zone is UTC (cq.spark), so the values stay the same instants
+            df = df.withColumn(stamps[0], df[stamps[0]].cast("timestamp")).withWatermark(stamps[0], args.watermark)
         frames[name] = df
     try:
         compiled = compile_cql(spark, statement, frames, name=args.name)

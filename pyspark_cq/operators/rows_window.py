@@ -104,12 +104,12 @@ def rows_window(df, time, rows, partition_by=(), *, name=None):
     keys = [_validate.ref(c) for c in partition_by] or [F.lit(0).alias("__cq_all")]
     if df.isStreaming:
         packed = prepared.groupBy(*keys).applyInPandasWithState(
-            worker, _metrics.packed_schema(), STATE_SCHEMA, "append", "NoTimeout")
+            worker, _metrics.packed_schema(out_schema), STATE_SCHEMA, "append", "NoTimeout")
     else:
         def batch(pdf):  # a plain one-argument function: PySpark passes the key to two-argument ones
             return worker.batch(pdf)
 
-        packed = prepared.groupBy(*keys).applyInPandas(batch, _metrics.packed_schema())
+        packed = prepared.groupBy(*keys).applyInPandas(batch, _metrics.packed_schema(out_schema))
     return _metrics.attach_packed(packed, name, out_schema)
 
 

@@ -63,9 +63,10 @@ def test_pipes_resource_manager_changes_a_cql_querys_window(spark, tmp_path):
         end = int(round(r["cq_at"].timestamp() * S))
         size = [w for w in sizes if entry.value_at("window", end - w) == w]  # the size in force at its start
         assert size, r
-        assert (r["last"] - r["first"]).total_seconds() * S < max(size)
-        if end - max(size) > at:  # started after the resource manager's change
-            assert max(size) < 60 * S
+        span = (r["last"] - r["first"]).total_seconds() * S
+        assert span < max(size)
+        if end - min(size) > at:  # started after the resource manager's change: the new, smaller size
+            assert min(size) < 60 * S and span < min(size), (r, size)
             checked += 1
     assert checked > 0
     assert change.old["window"] == 60 * S  # the query's own RANGE, registered by the compiler

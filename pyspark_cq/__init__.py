@@ -28,6 +28,8 @@ _EXPORTS = {
     "window_join": ".operators.join",
     "sliding_aggregate": ".operators.aggregate",
     "window": ".operators.window",
+    "rows_window": ".operators.rows_window",
+    "cql": ".lang.compiler",
     "select_chain": ".operators.select_chain",
     "multi_join": ".operators.multi_join",
     # cost models, plans and estimators (pure: no Spark)

@@ -1,4 +1,6 @@
-"""The ``pyspark-cq`` console script: ``doctor`` checks an installation, ``demo`` runs the main job."""
+"""The ``pyspark-cq`` console script: ``doctor`` checks an installation, ``demo`` runs the main job, ``run`` and
+``explain`` run / explain a CQL query file (docs/cql.md).
+"""
 from __future__ import annotations
 
 import argparse
@@ -101,7 +103,7 @@ def doctor(args) -> int:
 
 
 def main(argv=None) -> int:
-    """Run the ``pyspark-cq`` command line (``doctor``, ``demo``); returns the exit status."""
+    """Run the ``pyspark-cq`` command line (``doctor``, ``demo``, ``run``, ``explain``); returns the exit status."""
     parser = argparse.ArgumentParser(prog="pyspark-cq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_doc = sub.add_parser("doctor", help="check the installation and a Spark worker")
@@ -111,9 +113,18 @@ def main(argv=None) -> int:
     from .demo import add_arguments
 
     add_arguments(p_demo)
+    from .lang.cli import add_explain_arguments, add_run_arguments, explain_command
+    from .lang.cli import run as run_cql
+
+    add_run_arguments(sub.add_parser("run", help="run a CQL query file over file sources"))
+    add_explain_arguments(sub.add_parser("explain", help="the plan, operators and cost estimate of a CQL query"))
     args = parser.parse_args(argv)
     if args.command == "doctor":
         return doctor(args)
+    if args.command == "run":
+        return run_cql(args)
+    if args.command == "explain":
+        return explain_command(args)
     from .demo import run
 
     return run(args)

@@ -96,6 +96,9 @@ class QueryContext:
     name: str
     control_path: str
     _runtime: CQRuntime = field(repr=False)
+    #: For a query registered with :meth:`CQRuntime.register_cql`: its ``CompiledQuery`` (plan, QoS,
+    #: operators, DataFrame), set when the query is built.
+    compiled: object = field(default=None, repr=False)
 
     def control(self, operator: str, **params) -> ControlHandle:
         """Register ``operator`` of this query in the control table with initial ``params`` (kept if the
@@ -343,6 +346,67 @@ class CQRuntime:
         if self.running:
             self._start_query(reg)
         return ctx
+
+    def register_cql(self, name: str, text, *, sources: Mapping, sink, checkpoint: str | None = None,
+                     trigger: Mapping | None = None, rates: Mapping | None = None) -> QueryContext:
+        """Register a CQL query (docs/cql.md): its plan and QoS come from the text, its operators read the
+        control table, so the policies see and adjust it like a hand-written one.
+
+        Parameters
+        ----------
+        name : str
+            Query name; the stateful operator's id is ``"<name>_agg"``, ``"<name>_join"``, … (plan labels
+            ``"<id>.window"``, ``"<id>.granularity"``: the keys of the QoS ranges from ``WITH (…)``).
+        text : str
+            The query.
+        sources : mapping str -> DataFrame
+            The streams by name (as :func:`pyspark_cq.cql`).
+        sink : str or callable
+            ``"memory"`` (a memory table named ``name``), ``"console"``, a callable ``f(batch_df, batch_id)``
+            (``foreachBatch``), or a directory for parquet files.
+        checkpoint : str, optional
+            Checkpoint directory; default ``<sink>/_checkpoint`` for a directory sink, else a new temporary
+            directory.
+        trigger : mapping, optional
+            ``DataStreamWriter.trigger`` arguments. Default: ``processingTime`` = the query's ``PERIOD``
+            (RTStream §2: a periodic query runs once per period), else Spark's default.
+        rates : mapping str -> str or float, optional
+            As ``register(sources=)``: a stream name -> a substring of its progress-source description (e.g.
+            ``"Rate"``, a path) or a fixed mean distance d in seconds, for the cost-based policies.
+        """
+        from ..lang import parse
+        from ..lang.compiler import analyze, compile_cql
+
+        if not isinstance(sources, Mapping):
+            raise TypeError(f"sources must be a mapping {{stream name: DataFrame}}, got {type(sources).__name__}")
+        if not (callable(sink) or (isinstance(sink, str) and sink)):
+            raise TypeError(f"sink must be 'memory', 'console', a directory or a callable(df, batch_id), got {sink!r}")
+        if trigger is not None and not isinstance(trigger, Mapping):
+            raise TypeError(f"trigger must be a mapping of DataStreamWriter.trigger arguments, got {trigger!r}")
+        statement = parse(text) if isinstance(text, str) else text
+        analysis = analyze(statement, name, {k: list(v.columns) for k, v in sources.items()})
+        if checkpoint is None:
+            if isinstance(sink, str) and sink not in ("memory", "console"):
+                checkpoint = os.path.join(sink, "_checkpoint")
+            else:
+                checkpoint = tempfile.mkdtemp(prefix=f"pyspark-cq-{name}-")
+        period = analysis.options.get("period")
+        if trigger is None and period is not None:
+            trigger = {"processingTime": f"{period / 1000:g} milliseconds"}
+
+        def build(ctx: QueryContext):
+            ctx.compiled = compile_cql(ctx.spark, statement, sources, name=name, control=ctx.control)
+            writer = (ctx.compiled.dataframe.writeStream.outputMode(ctx.compiled.output_mode)
+                      .option("checkpointLocation", checkpoint))
+            if callable(sink):
+                writer = writer.foreachBatch(sink)
+            elif sink in ("memory", "console"):
+                writer = writer.format(sink)
+            else:
+                writer = writer.format("parquet").option("path", sink)
+            return writer.trigger(**trigger) if trigger else writer
+
+        return self.register(name, build, plan=analysis.plan, qos=analysis.qos, sources=rates)
 
     def _admit(self, info: QueryInfo, snapshot: Snapshot) -> list[tuple[Policy, Admission]]:
         accepted = []

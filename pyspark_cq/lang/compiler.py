@@ -1,0 +1,987 @@
+"""Compile CQL (Motwani et al., STREAM, §2) to the logical plan (:mod:`pyspark_cq.plan`) and to Spark DataFrames
+built from pyspark-cq's operators.
+
+Two stages. :func:`analyze` is pure: it classifies the query, resolves its columns (given the sources'
+column names), and builds the logical plan, the QoS ranges and the operator ids the runtime's policies
+read. :func:`compile_cql` then builds the DataFrame: a windowed GROUP BY becomes
+:func:`~pyspark_cq.sliding_aggregate`, a join of two windowed streams :func:`~pyspark_cq.window_join`, of
+three to six :func:`~pyspark_cq.multi_join`, ``[ROWS n]`` / ``[PARTITION BY … ROWS n]``
+:func:`~pyspark_cq.rows_window`, ``SAMPLE(p)`` the shedding stage. The relation-to-stream operators follow
+§2.4 and are exact (docs/cql.md, "Semantics"); what has no exact translation is a
+:class:`~pyspark_cq.lang.CQLCompileError` naming the construct, never a query with another meaning.
+
+Every output stream ends with the column ``cq_at``: the CQL timestamp of each output tuple (the instant
+it is inserted into, for DSTREAM deleted from, the relation; for RSTREAM the instant of the relation).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from .. import plan as P
+from . import ast as A
+from .errors import CQLCompileError
+from .parser import parse
+from .printer import expression, to_text
+
+__all__ = ["cql", "compile_cql", "analyze", "explain", "CompiledQuery", "Analysis", "AT",
+           "DEFAULT_SELECTIVITY", "DEFAULT_GROUPS"]
+
+AT = "cq_at"
+#: Priors the plan carries until the runtime has measured the real values (the cost models read them).
+DEFAULT_SELECTIVITY = 0.5
+DEFAULT_JOIN_SELECTIVITY = 0.1
+DEFAULT_GROUPS = 100
+_AGG_NAMES = {"COUNT": "count", "SUM": "sum", "AVG": "avg", "MIN": "min", "MAX": "max"}
+
+
+# ---------------------------------------------------------------------------------------------
+# analysis (pure)
+
+
+@dataclass
+class SourceInfo:
+    """One stream of ``FROM``: where its columns come from and what is applied before the join / aggregate."""
+
+    ref: str
+    node: A.StreamRef
+    filters: list = field(default_factory=list)  # conjuncts applied to this stream alone
+    relation: bool = False                       # a stored relation (a batch DataFrame) joined to the stream
+
+    @property
+    def name(self) -> str:
+        """The stream's name in ``sources``."""
+        return self.node.name
+
+    @property
+    def window(self) -> A.WindowSpec | None:
+        """The stream's window, or None."""
+        return self.node.window
+
+
+@dataclass
+class Analysis:
+    """What :func:`analyze` found: shape, sources, predicates, aggregates, plan and QoS.
+
+    ``shape`` is ``"stream"`` (one stream, no state: NOW, RANGE or UNBOUNDED windows), ``"rows"``
+    (a tuple-based window), ``"aggregate"`` (a windowed GROUP BY), ``"join"`` (two windowed streams) or
+    ``"multi_join"`` (three to six).
+    """
+
+    statement: A.Statement
+    name: str
+    shape: str
+    sources: list[SourceInfo]                       # the streams
+    stream: str
+    relations: list = field(default_factory=list)   # stored relations joined to the one stream (SourceInfo)
+    relation_keys: list = field(default_factory=list)  # [((stream ref, col), (relation ref, col)), ...]
+    residual: list = field(default_factory=list)    # conjuncts applied after the window / join
+    keys: list = field(default_factory=list)        # [((ref, col), (ref, col)), ...] equi-join pairs
+    operator: str | None = None                     # the stateful operator's id (control table, metrics)
+    plan: P.Node | None = None
+    qos: dict = field(default_factory=dict)          # label -> QoSRange
+    options: dict = field(default_factory=dict)      # period / deadline (µs), weight, sample range
+
+    @property
+    def select(self) -> A.Select:
+        """The query's SELECT."""
+        return self.statement.query
+
+
+def _conjuncts(e: A.Expr | None) -> list:
+    if e is None:
+        return []
+    if isinstance(e, A.Binary) and e.op == "AND":
+        return _conjuncts(e.left) + _conjuncts(e.right)
+    return [e]
+
+
+def _walk(e):
+    yield e
+    for f in dataclasses.fields(e):
+        v = getattr(e, f.name)
+        for x in (v if isinstance(v, tuple) else (v,)):
+            if isinstance(x, A.Expr):
+                yield from _walk(x)
+
+
+def _rewrite(e, fn):
+    """``e`` with every sub-expression ``x`` for which ``fn(x)`` is not None replaced by it (top-down)."""
+    new = fn(e)
+    if new is not None:
+        return new
+    changes = {}
+    for f in dataclasses.fields(e):
+        v = getattr(e, f.name)
+        if isinstance(v, A.Expr):
+            changes[f.name] = _rewrite(v, fn)
+        elif isinstance(v, tuple) and any(isinstance(x, A.Expr) for x in v):
+            changes[f.name] = tuple(_rewrite(x, fn) if isinstance(x, A.Expr) else x for x in v)
+    return dataclasses.replace(e, **changes) if changes else e
+
+
+def _aggregates(e) -> list[A.Call]:
+    return [x for x in _walk(e) if isinstance(x, A.Call) and x.is_aggregate]
+
+
+class _Resolver:
+    """Which stream a column belongs to (by qualifier, else by the streams' column names)."""
+
+    def __init__(self, sources: list[SourceInfo], columns: Mapping[str, list[str]] | None):
+        self.refs = {s.ref: s for s in sources}
+        self.by_name = {s.name: s for s in sources if s.node.alias and s.name not in self.refs}
+        self.columns = columns
+
+    def owner(self, c: A.Column) -> str | None:
+        if c.table is not None:
+            src = self.refs.get(c.table) or self.by_name.get(c.table)
+            if src is None:
+                raise CQLCompileError(f"the column {c.table}.{c.name}", f"{c.table!r} is not a stream of FROM "
+                                      f"(streams and aliases: {', '.join(self.refs)})", c)
+            if self.columns is not None and self.column_name(src.ref, c) is None:
+                raise CQLCompileError(f"the column {c.table}.{c.name}", f"stream {src.name!r} has no column "
+                                      f"{c.name!r}; its columns: {', '.join(self.columns[src.ref])}", c)
+            return src.ref
+        if len(self.refs) == 1:
+            ref = next(iter(self.refs))
+            if self.columns is not None and self.column_name(ref, c) is None:
+                raise CQLCompileError(f"the column {c.name}", f"stream {self.refs[ref].name!r} has no column "
+                                      f"{c.name!r}; its columns: {', '.join(self.columns[ref])}", c)
+            return ref
+        if self.columns is None:
+            return None
+        found = [r for r in self.refs if self.column_name(r, c) is not None]
+        if not found:
+            raise CQLCompileError(f"the column {c.name}", "no stream of FROM has it", c)
+        if len(found) > 1:
+            raise CQLCompileError(f"the column {c.name}", f"it is ambiguous (in {', '.join(found)}); qualify it, "
+                                  f"e.g. {found[0]}.{c.name}", c)
+        return found[0]
+
+    def column_name(self, ref: str, c: A.Column) -> str | None:
+        """The source's actual column name for ``c`` (exact, else case-insensitive as Spark's default)."""
+        cols = self.columns[ref]
+        if c.name in cols:
+            return c.name
+        matches = [x for x in cols if x.lower() == c.name.lower()]
+        return matches[0] if len(matches) == 1 else None
+
+    def refs_of(self, e) -> set:
+        return {self.owner(x) for x in _walk(e) if isinstance(x, A.Column)}
+
+
+def _micros(d: A.Duration) -> int:
+    return d.micros
+
+
+def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str, list[str]] | None = None
+            ) -> Analysis:
+    """Classify ``statement`` and build its logical plan and QoS (no Spark).
+
+    Parameters
+    ----------
+    statement : Statement or str
+        The parsed query, or its text.
+    name : str
+        Query name: the stateful operator's id is ``"<name>_<kind>"`` (control table, metrics, plan labels).
+    columns : mapping stream name -> list of column names, optional
+        The sources' columns, to resolve unqualified columns of multi-stream queries (without it they
+        stay unresolved and are applied after the join).
+
+    Raises
+    ------
+    CQLSyntaxError, CQLCompileError
+    """
+    if isinstance(statement, str):
+        statement = parse(statement)
+    if not isinstance(statement, A.Statement):
+        raise TypeError(f"statement must be a CQL text or a parsed Statement, got {type(statement).__name__}")
+    if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"name must be a non-empty query name of letters, digits, '_' and '-', got {name!r}")
+    q = statement.query
+    sources = []
+    for s in q.sources:
+        if isinstance(s, A.SubqueryRef):
+            raise CQLCompileError("a subquery in FROM", "the compiler handles streams in FROM only so far; "
+                                  "register the subquery's stream as a source (e.g. a DataFrame) and window that", s)
+        sources.append(SourceInfo(s.ref, s))
+    # In a multi-item FROM, an item without a window is a stored relation (CQL: streams are windowed
+    # into relations; a relation is used as it is). Its rows join the stream's before the window, which is
+    # the same as after it for a relation that does not change (a batch DataFrame).
+    if len(sources) > 1 and any(s.window is None for s in sources):
+        for s in sources:
+            s.relation = s.window is None
+    refs = [s.ref for s in sources]
+    dup = {r for r in refs if refs.count(r) > 1}
+    if dup:
+        raise CQLCompileError(f"FROM … {sorted(dup)[0]}", "a stream is named twice; give each an alias", q)
+    cols_by_ref = None
+    if columns is not None:
+        cols_by_ref = {}
+        for s in sources:
+            if s.name not in columns:
+                raise CQLCompileError(f"the stream {s.name}", f"no source of that name; sources: "
+                                      f"{', '.join(columns) or 'none'}", s.node)
+            cols_by_ref[s.ref] = list(columns[s.name])
+    res = _Resolver(sources, cols_by_ref)
+    relations = [s for s in sources if s.relation]
+    sources = [s for s in sources if not s.relation]
+    if relations and len(sources) != 1:
+        raise CQLCompileError("a join of several streams with a stored relation", "not supported yet: one "
+                              "windowed stream may be joined with relations", q)
+    aggregated = bool(q.group_by) or any(_aggregates(i.expr) for i in q.items) or q.having is not None
+    if q.distinct:
+        raise CQLCompileError("SELECT DISTINCT", "duplicate elimination over a stream is not supported (its "
+                              "state grows without bound and it is not monotone under windows)", q)
+    for it in q.items:
+        for call in _aggregates(it.expr):
+            if call.distinct:
+                raise CQLCompileError(f"{call.name}(DISTINCT …)", "distinct aggregates are not supported", call)
+    if len(sources) == 1:
+        w = sources[0].window
+        if aggregated:
+            shape = "aggregate"
+        elif w is not None and w.kind == "rows":
+            shape = "rows"
+            if relations:
+                raise CQLCompileError("a ROWS window joined with a relation", "the window counts the stream's "
+                                      "rows before the join; join in a subquery stream first", w)
+        else:
+            shape = "stream"
+    else:
+        if aggregated:
+            raise CQLCompileError("aggregation over a join", "not supported yet: compile the join and aggregate "
+                                  "its output stream in a second query", q)
+        for s in sources:
+            if s.window is None or s.window.kind != "range" or s.window.slide is not None or s.window.where:
+                raise CQLCompileError(f"the join input {s.ref}",
+                                      "every stream of a join needs a time-based window [RANGE d] (no SLIDE, no "
+                                      "WHERE inside: put the predicate in the query's WHERE); an unbounded join "
+                                      "keeps all its input forever", s.window or s.node)
+        if len(sources) > 6:
+            raise CQLCompileError("a join of more than six streams", "multi_join joins 2 to 6 inputs", q)
+        shape = "join" if len(sources) == 2 else "multi_join"
+    stream = statement.stream
+    a = Analysis(statement, name, shape, sources, stream, relations=relations)
+    _check_stream_operator(a)
+    rel_refs = {r.ref for r in relations}
+    # WHERE: conjuncts on one stream are applied to it alone (a RANGE window commutes with a selection);
+    # over a ROWS window they stay after the window (§2.1: before/after the window differ).
+    for c in _conjuncts(q.where):
+        if any(isinstance(x, A.Call) and x.is_aggregate for x in _walk(c)):
+            raise CQLCompileError("an aggregate in WHERE", "use HAVING", c)
+        owners = res.refs_of(c)
+        if relations and _is_key(c, res) and len(owners & rel_refs) == 1:
+            left, right = (c.left, c.right) if res.owner(c.left) not in rel_refs else (c.right, c.left)
+            a.relation_keys.append(((res.owner(left), left), (res.owner(right), right)))
+        elif relations and owners & rel_refs:
+            if None in owners:
+                raise CQLCompileError(f"the predicate {to_text(c)}", "qualify its columns (stream or relation?)", c)
+            sources[0].filters.append(c)
+        elif len(sources) > 1 and _is_key(c, res):
+            a.keys.append(((res.owner(c.left), c.left), (res.owner(c.right), c.right)))
+        elif len(owners) == 1 and None not in owners and shape != "rows":
+            next(s for s in sources if s.ref in owners).filters.append(c)
+        else:
+            a.residual.append(c)
+    if shape in ("join", "multi_join"):
+        _check_keys(a)
+    # every column of the select list, GROUP BY, HAVING and PARTITION BY names a stream's column
+    exprs = [i.expr for i in q.items] + list(q.group_by) + ([q.having] if q.having is not None else [])
+    exprs += [c for s in sources if s.window is not None for c in s.window.partition_by]
+    for e in exprs:
+        for x in _walk(e):
+            if isinstance(x, A.Column):
+                res.owner(x)
+    for r in relations:
+        if not any(k[1][0] == r.ref for k in a.relation_keys):
+            raise CQLCompileError(f"the relation {r.ref}", "it is not joined on an equality with the stream "
+                                  f"(WHERE S.a = {r.ref}.b); a Cartesian product is not supported", r.node)
+    a.operator = {"aggregate": f"{name}_agg", "join": f"{name}_join", "multi_join": f"{name}_mjoin",
+                  "rows": f"{name}_rows"}.get(shape)
+    a.plan = _plan(a)
+    a.qos, a.options = _qos(a)
+    return a
+
+
+def _is_key(c, res) -> bool:
+    return (isinstance(c, A.Binary) and c.op == "=" and isinstance(c.left, A.Column)
+            and isinstance(c.right, A.Column) and None not in (res.owner(c.left), res.owner(c.right))
+            and res.owner(c.left) != res.owner(c.right))
+
+
+def _check_keys(a: Analysis) -> None:
+    refs = [s.ref for s in a.sources]
+    if not a.keys:
+        raise CQLCompileError("a join without an equality predicate", "a Cartesian product of streams is not "
+                              "supported; join on equal columns (WHERE A.k = B.k)", a.select)
+    if a.shape == "join":
+        return
+    # multi_join: one key shared by all inputs (connected through the equalities); others are residual.
+    parent = {}
+
+    def find(x):
+        while parent.get(x, x) != x:
+            x = parent[x]
+        return x
+
+    for (r1, c1), (r2, c2) in a.keys:
+        parent[find((r1, c1.name))] = find((r2, c2.name))
+    classes: dict = {}
+    for (r, c), _ in [(k[0], 0) for k in a.keys] + [(k[1], 0) for k in a.keys]:
+        classes.setdefault(find((r, c.name)), set()).add((r, c.name))
+    full = [m for m in classes.values() if {r for r, _ in m} == set(refs) and len(m) == len(refs)]
+    if not full:
+        raise CQLCompileError("a join of three or more streams", "multi_join needs one key equal in every input "
+                              "(e.g. A.k = B.k AND B.k = C.k)", a.select)
+    keep = full[0]
+    extra = [k for k in a.keys if (k[0][0], k[0][1].name) not in keep or (k[1][0], k[1][1].name) not in keep]
+    a.keys = [k for k in a.keys if k not in extra]
+    a.residual.extend(A.Binary("=", k[0][1], k[1][1]) for k in extra)
+
+
+def _check_stream_operator(a: Analysis) -> None:
+    s, shape = a.stream, a.shape
+    w = a.sources[0].window if a.sources else None
+    kind = w.kind if w is not None else "unbounded"
+    node = a.statement
+    if shape == "stream":
+        if kind == "unbounded":
+            if s == "DSTREAM":
+                raise CQLCompileError("DSTREAM of an unbounded window", "nothing ever leaves the relation, the "
+                                      "stream would be empty", node)
+            if s == "RSTREAM":
+                raise CQLCompileError("RSTREAM of an unbounded window", "it re-emits the whole history at every "
+                                      "instant; use ISTREAM", node)
+        elif kind == "now" and s == "DSTREAM":
+            raise CQLCompileError("DSTREAM of a NOW window", "not supported; [NOW] tuples leave one instant after "
+                                  "they arrive — use ISTREAM", node)
+        elif kind == "range":
+            if s is None:
+                raise CQLCompileError("a windowed query without ISTREAM, DSTREAM or RSTREAM",
+                                      "it produces a relation that also loses tuples (not monotone); wrap it in "
+                                      "ISTREAM(…) (tuples entering) or DSTREAM(…) (tuples leaving)", node)
+            if s == "RSTREAM":
+                raise CQLCompileError("RSTREAM of a RANGE window without aggregation", "it re-emits the window's "
+                                      "tuples at every instant; use ISTREAM or DSTREAM", node)
+            if w.slide is not None:
+                raise CQLCompileError("SLIDE without aggregation", "SLIDE sets when a windowed aggregate is "
+                                      "evaluated; a selection's ISTREAM / DSTREAM does not depend on it", w)
+    elif shape == "rows":
+        if s is None or s == "RSTREAM":
+            raise CQLCompileError(f"{s or 'a ROWS window without ISTREAM or DSTREAM'}"
+                                  + (" of a ROWS window" if s else ""),
+                                  "the window's relation changes at every arrival; use ISTREAM(…) for the tuples "
+                                  "entering it or DSTREAM(…) for those leaving it", node)
+    elif shape == "aggregate":
+        if w is None or w.kind != "range":
+            raise CQLCompileError("aggregation over " + ("a stream without a window" if w is None
+                                                         else f"a {w.kind.upper()} window"),
+                                  "aggregates are compiled for time-based windows [RANGE d SLIDE s]; an unbounded "
+                                  "or tuple-based aggregate is not supported yet", w or a.sources[0].node)
+        if w.slide is None:
+            raise CQLCompileError("a windowed aggregate without SLIDE", "its relation changes at every instant of "
+                                  "time; give SLIDE s (e.g. SLIDE 1 SECOND) to evaluate it at multiples of s", w)
+        if w.where is not None:
+            raise CQLCompileError("WHERE inside a RANGE window", "put the predicate in the query's WHERE (a "
+                                  "time-based window commutes with it)", w.where)
+        if s is None:
+            raise CQLCompileError("an aggregate without ISTREAM, DSTREAM or RSTREAM", "it produces a relation "
+                                  "(not monotone); wrap it in RSTREAM(…) (every evaluation), ISTREAM(…) (new "
+                                  "values) or DSTREAM(…) (replaced values)", node)
+        if s in ("ISTREAM", "DSTREAM") and w.size.micros % w.slide.micros:
+            raise CQLCompileError(f"{s} of an aggregate whose SLIDE does not divide its RANGE",
+                                  "the change stream is computed on the slide's grid; choose a slide dividing "
+                                  "the range, or RSTREAM", w)
+    else:  # joins
+        if s is None:
+            raise CQLCompileError("a join of windowed streams without ISTREAM or DSTREAM", "it produces a relation "
+                                  "whose pairs also leave (not monotone); wrap it in ISTREAM(…) or DSTREAM(…)", node)
+        if s == "RSTREAM":
+            raise CQLCompileError("RSTREAM of a join", "it re-emits every valid pair at every instant; use "
+                                  "ISTREAM or DSTREAM", node)
+
+
+def _plan(a: Analysis) -> P.Node:
+    """The logical plan: per stream Source → σ(sample) → σ(filters) → ω, then ⋈ / Γ → γ, then σ, π."""
+    op = a.operator
+    leaves = []
+    for s in a.sources:
+        node: P.Node = P.Source(s.name)
+        if s.node.sample is not None:
+            node = P.Select(node, s.node.sample / 100.0, predicate=f"SAMPLE({s.node.sample:g})",
+                            label=f"{op}.drop_ratio" if a.shape == "join" else None)
+        pre = ([s.window.where] if s.window is not None and s.window.where is not None else []) + s.filters
+        if pre:
+            node = P.Select(node, DEFAULT_SELECTIVITY ** len(pre),
+                            predicate=" AND ".join(to_text(p) for p in pre))
+        w = s.window
+        if w is not None and w.kind == "range":
+            adjustable = a.shape in ("aggregate", "join")
+            node = P.Window(node, w.size.micros, label=f"{op}.window" if adjustable else None)
+        elif w is not None and w.kind == "rows":
+            node = P.Window(node, w.size, kind="tuple", label=None)
+        leaves.append(node)
+    for r in a.relations:  # stream ⋈ relation, before the window (see analyze)
+        w = leaves[0]
+        inner = w.child if isinstance(w, P.Window) else w
+        joined = P.Join(inner, P.Source(r.name), selectivity=DEFAULT_JOIN_SELECTIVITY)
+        leaves[0] = w.replace(child=joined) if isinstance(w, P.Window) else joined
+    if a.shape in ("join", "multi_join"):
+        node = leaves[0]
+        for i, leaf in enumerate(leaves[1:], 1):
+            node = P.Join(node, leaf, selectivity=DEFAULT_JOIN_SELECTIVITY,
+                          label=op if i == len(leaves) - 1 else None)
+    else:
+        node = leaves[0]
+    if a.shape == "aggregate":
+        w = a.sources[0].window
+        node = P.Granularity(node, w.slide.micros, label=f"{op}.granularity")
+        node = P.Aggregate(node, groups=DEFAULT_GROUPS if a.select.group_by else 1, label=op)
+        if a.select.having is not None:
+            node = P.Select(node, DEFAULT_SELECTIVITY, predicate=to_text(a.select.having))
+    if a.residual:
+        node = P.Select(node, DEFAULT_SELECTIVITY ** len(a.residual),
+                        predicate=" AND ".join(to_text(p) for p in a.residual))
+    return P.Project(node, columns=tuple(_output_names(a.select)))
+
+
+def _output_names(q: A.Select) -> list[str]:
+    names = []
+    for i, it in enumerate(q.items):
+        e = it.expr
+        if it.alias:
+            names.append(it.alias)
+        elif isinstance(e, A.Star):
+            names.append((e.table + "." if e.table else "") + "*")
+        elif isinstance(e, A.Column):
+            names.append(e.name)
+        elif isinstance(e, A.Call) and e.is_aggregate:
+            arg = e.args[0]
+            names.append(_AGG_NAMES[e.name] + (f"_{arg.name}" if isinstance(arg, A.Column) else ""))
+        else:
+            names.append(f"col{i + 1}")
+    return names
+
+
+def _qos(a: Analysis) -> tuple[dict, dict]:
+    from ..policies import QoSRange
+
+    st, qos, options = a.statement, {}, {}
+    for item in st.qos:
+        if item.target is not None and item.target not in [s.ref for s in a.sources] + [s.name for s in a.sources]:
+            raise CQLCompileError(f"the QoS item {item.name} {item.target}", f"{item.target!r} is not a stream of "
+                                  "FROM", item)
+        if item.name == "WINDOW":
+            if a.shape not in ("aggregate", "join"):
+                raise CQLCompileError("a WINDOW QoS range", f"this query's window is not adjustable ({a.shape} "
+                                      "queries are not yet driven by the control table's window)", item)
+            if a.shape == "join" and len({s.window.size.micros for s in a.sources}) > 1:
+                raise CQLCompileError("a WINDOW QoS range on a join of different windows", "the join's control "
+                                      "sets one window for both inputs; give both streams the same RANGE", item)
+            if a.shape == "aggregate" and a.stream != "RSTREAM":
+                raise CQLCompileError(f"a WINDOW QoS range with {a.stream}", "the change stream follows "
+                                      "granularity changes only; use RSTREAM for an adjustable window", item)
+            qos[f"{a.operator}.window"] = QoSRange.window(timedelta(microseconds=item.low.micros),
+                                                          timedelta(microseconds=item.high.micros))
+        elif item.name == "GRANULARITY":
+            if a.shape != "aggregate":
+                raise CQLCompileError("a GRANULARITY QoS range", "only windowed aggregates have a granularity", item)
+            qos[f"{a.operator}.granularity"] = QoSRange.granularity(timedelta(microseconds=item.low.micros),
+                                                                    timedelta(microseconds=item.high.micros))
+        elif item.name == "SAMPLE":
+            options["sample"] = (item.low, item.high)
+        elif item.name in ("PERIOD", "DEADLINE"):
+            options[item.name.lower()] = item.low.micros
+        else:
+            options["weight"] = float(item.low)
+    if "deadline" in options and "period" in options and options["deadline"] > options["period"]:
+        raise CQLCompileError("DEADLINE longer than PERIOD", "RTStream's periodic queries finish within their "
+                              "period (§2: deadline <= period)", st.qos_item("DEADLINE"))
+    return qos, options
+
+
+# ---------------------------------------------------------------------------------------------
+# building the DataFrame
+
+
+@dataclass
+class CompiledQuery:
+    """A compiled CQL query: its analysis (plan, QoS, operators) and the Spark DataFrame."""
+
+    analysis: Analysis
+    dataframe: object
+    operators: list = field(default_factory=list)  # [(operator id or None, function, arguments)]
+
+    @property
+    def plan(self) -> P.Node:
+        """The logical plan the policies see."""
+        return self.analysis.plan
+
+    @property
+    def qos(self) -> dict:
+        """QoS ranges by plan label (``"<operator>.<param>"``)."""
+        return self.analysis.qos
+
+    @property
+    def output_mode(self) -> str:
+        """The streaming output mode the sink must use (always ``"append"``)."""
+        return "append"
+
+    def explain(self) -> str:
+        """The text of :func:`explain` for this query."""
+        return _explain(self.analysis, self.operators)
+
+
+def _time_column(df, stream: str, node) -> str:
+    from pyspark.sql import types as T
+
+    marked = [f.name for f in df.schema.fields if "spark.watermarkDelayMs" in (f.metadata or {})]
+    if len(marked) == 1:
+        return marked[0]
+    stamps = [f.name for f in df.schema.fields if isinstance(f.dataType, (T.TimestampType, T.TimestampNTZType))]
+    if len(stamps) == 1:
+        return stamps[0]
+    raise CQLCompileError(f"the stream {stream}", "its timestamp column is ambiguous: set a watermark on it "
+                          f"(withWatermark) — timestamp columns: {', '.join(stamps) or 'none'}", node)
+
+
+def _sql(e: A.Expr, name: Callable) -> str:
+    return expression(e, lambda c: "`" + name(c).replace("`", "``") + "`")
+
+
+def _sample(df, percent: float):
+    """Keep a row with probability ``percent``/100 (§2.1's SAMPLE): a hash of the row's values decides, so a
+    restart from a checkpoint keeps the same rows (as the joins' shedding does).
+    """
+    from pyspark.sql import functions as F
+
+    h = F.pmod(F.xxhash64(*[F.col(f"`{c}`") for c in df.columns], F.lit("cq_sample")), F.lit(1_000_000))
+    return df.filter(h < F.lit(int(round(percent * 10_000))))
+
+
+def _expr(df, text: str, what: str, node):
+    from pyspark.sql import functions as F
+
+    try:
+        col = F.expr(text)
+        _ = df.select(col).schema  # analyse now: errors name the CQL construct and position
+        return col
+    except CQLCompileError:
+        raise
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CQLCompileError(what, f"Spark rejects it: {first}", node) from None
+
+
+def compile_cql(spark, text, sources: Mapping, *, name: str = "q", control: Callable | None = None
+                ) -> CompiledQuery:
+    """Compile a CQL query over ``sources`` to a :class:`CompiledQuery` (plan, QoS, DataFrame).
+
+    Parameters
+    ----------
+    spark : SparkSession
+    text : str or Statement
+    sources : mapping str -> DataFrame
+        The streams by the names the query uses (streaming DataFrames; batch ones run as one batch).
+    name : str
+        Query name; the stateful operator's id is derived from it.
+    control : callable, optional
+        ``control(operator_id, **initial_params) -> ControlHandle`` (the runtime's ``ctx.control``): the
+        stateful operator then reads its control-table entry at every micro-batch.
+    """
+    if not (hasattr(spark, "readStream") and hasattr(spark, "createDataFrame")):
+        raise TypeError(f"spark must be a SparkSession, got {type(spark).__name__}")
+    if not isinstance(sources, Mapping):
+        raise TypeError(f"sources must be a mapping {{stream name: DataFrame}}, got {type(sources).__name__}")
+    for k, v in sources.items():
+        if not isinstance(k, str) or not hasattr(v, "schema") or not hasattr(v, "isStreaming"):
+            raise TypeError(f"sources must map stream names (str) to DataFrames, got {k!r}: {type(v).__name__}")
+    statement = parse(text) if isinstance(text, str) else text
+    lookup = dict(sources)
+    for s in statement.query.sources:
+        if isinstance(s, A.StreamRef) and s.name not in lookup:
+            found = [k for k in sources if k.lower() == s.name.lower()]
+            if len(found) == 1:
+                lookup[s.name] = sources[found[0]]
+    a = analyze(statement, name, {k: v.columns for k, v in lookup.items()})
+    return _Builder(spark, a, lookup, control).build()
+
+
+def cql(spark, text, sources):
+    """Compile a CQL query (docs/cql.md) over ``sources`` into a DataFrame built from pyspark-cq's operators.
+
+    Parameters
+    ----------
+    spark : SparkSession
+    text : str
+        The query, e.g. ``"ISTREAM(SELECT * FROM clicks [RANGE 1 MINUTE] WHERE page = 'home')"``.
+    sources : mapping str -> DataFrame
+        The streams by name. A stream's timestamp is its watermarked column, else its only timestamp column;
+        stateful queries need a watermark on it (``withWatermark``).
+
+    Returns
+    -------
+    DataFrame
+        The output stream (write it with ``outputMode("append")``): the select list, then ``cq_at``, the CQL
+        timestamp of each tuple.
+
+    Raises
+    ------
+    CQLSyntaxError
+        The text does not parse (line:column, offending text, what was expected).
+    CQLCompileError
+        The query parses but cannot be compiled (the construct, where and why).
+    """
+    return compile_cql(spark, text, sources).dataframe
+
+
+class _Builder:
+    def __init__(self, spark, a: Analysis, sources: Mapping, control):
+        self.spark, self.a, self.sources, self.control = spark, a, sources, control
+        self.operators: list = []
+        every = a.sources + a.relations
+        self.res = _Resolver(every, {s.ref: sources[s.name].columns for s in every})
+        self.rel_refs = {r.ref for r in a.relations}
+
+    def name(self, c: A.Column) -> str:
+        """The column's name in the single-stream pipeline (relation columns: ``<ref>__<col>``)."""
+        ref = self.res.owner(c)
+        col = self.res.column_name(ref, c)
+        return f"{ref}__{col}" if ref in self.rel_refs else col
+
+    def with_relations(self, df, s: SourceInfo):
+        """The stream joined with the stored relations on their equality keys (Spark's stream-static join)."""
+        from pyspark.sql import functions as F
+
+        for r in self.a.relations:
+            rel = self.sources[r.name]
+            if rel.isStreaming:
+                raise CQLCompileError(f"the relation {r.ref}", "a FROM item without a window is a stored "
+                                      "relation and needs a batch DataFrame; give a stream a window", r.node)
+            rel = rel.select(*[F.col(f"`{c}`").alias(f"{r.ref}__{c}") for c in rel.columns])
+            cond = None
+            for (_, sc), (rr, rc) in self.a.relation_keys:
+                if rr != r.ref:
+                    continue
+                other = f"`{r.ref}__{self.res.column_name(rr, rc)}`"
+                term = F.col(f"`{self.res.column_name(s.ref, sc)}`") == rel[other]
+                cond = term if cond is None else cond & term
+            df = df.join(rel, cond, "inner")
+            self.operators.append((None, "join with a stored relation (Spark)", {"relation": r.ref}))
+        return df
+
+    def handle(self, **params):
+        if self.control is None:
+            return None
+        return self.control(self.a.operator, **params)
+
+    def source(self, s: SourceInfo, pushed: bool = True):
+        """The stream with its SAMPLE and (when ``pushed``) its own predicates applied; its time column."""
+        df = self.sources[s.name]
+        time = _time_column(df, s.name, s.node)
+        if s.node.sample is not None and not (self.a.shape == "join" and self._shared_sample()):
+            df = _sample(df, s.node.sample)
+            self.operators.append((None, "sample (hash filter)", {"stream": s.ref, "percent": s.node.sample}))
+        df = self.with_relations(df, s)
+        preds = ([s.window.where] if s.window is not None and s.window.where is not None else [])
+        preds += s.filters if pushed else []
+        name = self.name if self.a.shape not in ("join", "multi_join") else (
+            lambda c: self.res.column_name(s.ref, c))
+        for p in preds:
+            df = df.filter(_expr(df, _sql(p, name), "the predicate " + to_text(p), p))
+        return df, time
+
+    def _shared_sample(self) -> bool:
+        samples = {s.node.sample for s in self.a.sources}
+        return len(samples) == 1 and None not in samples
+
+    def build(self) -> CompiledQuery:
+        try:
+            out = getattr(self, "_" + self.a.shape)()
+        except CQLCompileError:
+            raise
+        except (TypeError, ValueError) as exc:  # an operator's own argument check, e.g. SUM of a string
+            raise CQLCompileError(f"the {self.a.shape} of this query", str(exc), self.a.statement) from exc
+        return CompiledQuery(self.a, out, self.operators)
+
+    # -- one stream, no state ---------------------------------------------------------------------
+    def _stream(self):
+        from pyspark.sql import functions as F
+
+        s = self.a.sources[0]
+        df, time = self.source(s)
+        df = self._filter(df, self.a.residual, self.name)
+        at = F.col(f"`{time}`")
+        w = s.window
+        if self.a.stream == "DSTREAM":  # RANGE d: a tuple leaves the window d after its timestamp
+            at = at + F.expr(f"INTERVAL {w.size.micros} MICROSECONDS")
+        return self._project(df.withColumn(AT, at), self.name, s.ref)
+
+    # -- ROWS windows -----------------------------------------------------------------------------
+    def _rows(self):
+        from pyspark.sql import functions as F
+
+        from ..operators.rows_window import AT as ROWS_AT
+        from ..operators.rows_window import SIGN, rows_window
+
+        s = self.a.sources[0]
+        df, time = self.source(s)
+        w = s.window
+        parts = [self.res.column_name(s.ref, c) for c in w.partition_by]
+        for c, p in zip(w.partition_by, parts):
+            if p is None or (c.table and c.table != s.ref and c.table != s.name):
+                raise CQLCompileError(f"PARTITION BY {to_text(c)}", f"not a column of {s.name}", c)
+        out = rows_window(df, time, w.size, parts, name=self.a.operator)
+        self.operators.append((self.a.operator, "rows_window", {"rows": w.size, "partition_by": parts}))
+        sign = 1 if self.a.stream == "ISTREAM" else -1
+        out = out.filter(F.col(SIGN) == sign).drop(SIGN).withColumnRenamed(ROWS_AT, AT)
+        out = self._filter(out, self.a.residual, self.name)
+        return self._project(out, self.name, s.ref)
+
+    # -- windowed aggregates ----------------------------------------------------------------------
+    def _aggregate(self):
+        from pyspark.sql import functions as F
+
+        from ..operators.aggregate import sliding_aggregate
+
+        a, q = self.a, self.a.select
+        s = a.sources[0]
+        df, time = self.source(s)
+
+        name_of = self.name
+
+        by = []
+        for g in q.group_by:
+            if not isinstance(g, A.Column):
+                raise CQLCompileError(f"GROUP BY {to_text(g)}", "group by columns only (compute the expression "
+                                      "in the source DataFrame)", g)
+            self.res.owner(g)
+            by.append(name_of(g))
+        aggs: dict = {}
+        out_name: dict = {}
+        extra = 0
+        calls = [c for it in q.items for c in _aggregates(it.expr)] + (_aggregates(q.having) if q.having else [])
+        for call in calls:
+            if call in out_name:
+                continue
+            arg = call.args[0]
+            fn = _AGG_NAMES[call.name]
+            if isinstance(arg, A.Star):
+                aggs.setdefault("*", ["count"])
+                out_name[call] = "count"
+                continue
+            if isinstance(arg, A.Column):
+                self.res.owner(arg)
+                col = name_of(arg)
+            else:
+                extra += 1
+                col = f"cq_arg{extra}"
+                df = df.withColumn(col, _expr(df, _sql(arg, name_of), f"the argument of {to_text(call)}", arg))
+            if fn not in aggs.setdefault(col, []):
+                aggs[col].append(fn)
+            out_name[call] = f"{fn}_{col}"
+        if not aggs:
+            raise CQLCompileError("GROUP BY without an aggregate", "select at least one aggregate (e.g. COUNT(*))", q)
+        w = s.window
+        window, slide = timedelta(microseconds=w.size.micros), timedelta(microseconds=w.slide.micros)
+        emit = "windows" if a.stream == "RSTREAM" else "changes"
+        params = {"window": window, "granularity": slide} if emit == "windows" else {"granularity": slide}
+        handle = self.handle(**params)
+        out = sliding_aggregate(df, time, window, slide, by=by, aggs=aggs,
+                                granularity=slide, emit=emit, control=handle, name=a.operator)
+        self.operators.append((a.operator, "sliding_aggregate", {"window": str(window), "slide": str(slide),
+                                                                  "by": by, "aggs": aggs, "emit": emit}))
+        start, end = out.columns[0], out.columns[1]
+        g = F.expr(f"INTERVAL {w.slide.micros} MICROSECONDS")
+        at = {"RSTREAM": F.col(end), "ISTREAM": F.col(start) + g, "DSTREAM": F.col(end) + g}[a.stream]
+        out = out.withColumn(AT, at)
+        def rewrite(e):
+            def fn(x):
+                if isinstance(x, A.Call) and x.is_aggregate:
+                    return A.Column(None, out_name[x])
+                if isinstance(x, A.Column):
+                    n = name_of(x)
+                    if n not in by:
+                        raise CQLCompileError(f"the column {to_text(x)}", "it is neither grouped (GROUP BY) nor "
+                                              "inside an aggregate", x)
+                    return A.Column(None, n)
+                return None
+            return _rewrite(e, fn)
+
+        if q.having is not None:
+            out = out.filter(_expr(out, _sql(rewrite(q.having), lambda c: c.name), "HAVING", q.having))
+        cols = []
+        for it, oname in zip(q.items, _output_names(q)):
+            if isinstance(it.expr, A.Star):
+                raise CQLCompileError("* in an aggregate query", "select the grouped columns and aggregates", it)
+            cols.append(_expr(out, _sql(rewrite(it.expr), lambda c: c.name), to_text(it.expr), it).alias(oname))
+        return out.select(*cols, F.col(AT))
+
+    # -- joins ------------------------------------------------------------------------------------
+    def _prefixed(self, s: SourceInfo, keymap: dict):
+        """The stream with every column renamed ``<ref>__<col>`` (join keys: a shared ``cq_k<j>``)."""
+        from pyspark.sql import functions as F
+
+        df, time = self.source(s)
+        cols = []
+        for c in df.columns:
+            new = keymap.get((s.ref, c), f"{s.ref}__{c}")
+            cols.append(F.col(f"`{c}`").alias(new))
+        return df.select(*cols), f"{s.ref}__{time}"
+
+    def _join_names(self, keymap):
+        def name(c):
+            ref = self.res.owner(c)
+            col = self.res.column_name(ref, c)
+            return keymap.get((ref, col), f"{ref}__{col}")
+        return name
+
+    def _join(self):
+        from pyspark.sql import functions as F
+
+        from ..operators.join import window_join
+
+        a = self.a
+        left, right = a.sources
+        keymap, on = {}, []
+        for j, ((r1, c1), (r2, c2)) in enumerate(a.keys):
+            k = f"cq_k{j}"
+            keymap[(r1, self.res.column_name(r1, c1))] = k
+            keymap[(r2, self.res.column_name(r2, c2))] = k
+            on.append(k)
+        if len(keymap) != 2 * len(on):
+            raise CQLCompileError("a join key used twice", "each column may appear in one equality", a.select)
+        ldf, lt = self._prefixed(left, keymap)
+        rdf, rt = self._prefixed(right, keymap)
+        wl, wr = (timedelta(microseconds=s.window.size.micros) for s in (left, right))
+        drop = 1.0 - left.node.sample / 100.0 if self._shared_sample() else 0.0
+        params = {"window": wl} if wl == wr else {}
+        if drop:
+            params["drop_ratio"] = drop
+        handle = self.handle(**params) if params else None
+        out = window_join(ldf, rdf, on, lt, rt, wl, wr, control=handle, name=a.operator, drop_ratio=drop)
+        self.operators.append((a.operator, "window_join", {"on": [f"{to_text(k[0][1])} = {to_text(k[1][1])}"
+                                                                  for k in a.keys],
+                                                           "windows": [str(wl), str(wr)], "drop_ratio": drop}))
+        at = "valid_from" if a.stream == "ISTREAM" else "valid_to"
+        out = out.withColumn(AT, F.col(at))
+        return self._joined(out, keymap)
+
+    def _multi_join(self):
+        from pyspark.sql import functions as F
+
+        from ..operators.multi_join import multi_join
+
+        a = self.a
+        refs = [s.ref for s in a.sources]
+        key_cols = {}
+        for (r1, c1), (r2, c2) in a.keys:
+            key_cols[r1] = self.res.column_name(r1, c1)
+            key_cols[r2] = self.res.column_name(r2, c2)
+        inputs, times, on = [], [], []
+        for s in a.sources:
+            df, t = self._prefixed(s, {})
+            inputs.append(df)
+            times.append(t)
+            on.append(f"{s.ref}__{key_cols[s.ref]}")
+        ws = [s.window.size.micros for s in a.sources]
+        # windows [t_i, t_i + w_i) intersect pairwise (so all together) iff t_j - t_i in (-w_j, w_i)
+        bounds = [(i, j, timedelta(microseconds=-ws[j] + 1), timedelta(microseconds=ws[i] - 1))
+                  for i in range(len(refs)) for j in range(i + 1, len(refs))]
+        out = multi_join(inputs, on, times, bounds, name=a.operator)
+        self.operators.append((a.operator, "multi_join", {"on": on, "windows": [str(timedelta(microseconds=w))
+                                                                                   for w in ws]}))
+        if a.stream == "ISTREAM":
+            at = F.greatest(*[F.col(t) for t in times])
+        else:
+            at = F.least(*[F.col(t) + F.expr(f"INTERVAL {w} MICROSECONDS") for t, w in zip(times, ws)])
+        return self._joined(out.withColumn(AT, at), {})
+
+    def _joined(self, out, keymap):
+        name = self._join_names(keymap)
+        out = self._filter(out, self.a.residual, name)
+        return self._project(out, name, None)
+
+    # -- shared -----------------------------------------------------------------------------------
+    def _filter(self, df, preds, name):
+        for p in preds:
+            df = df.filter(_expr(df, _sql(p, name), "the predicate " + to_text(p), p))
+        return df
+
+    def _project(self, df, name, single_ref=None):
+        from pyspark.sql import functions as F
+
+        q = self.a.select
+        cols, seen = [], set()
+        for it, oname in zip(q.items, _output_names(q)):
+            e = it.expr
+            if isinstance(e, A.Star):
+                every = self.a.sources + self.a.relations
+                for s in every:
+                    if e.table is not None and e.table not in (s.ref, s.name):
+                        continue
+                    for c in self.sources[s.name].columns:
+                        cols.append((F.col(f"`{name(A.Column(s.ref, c))}`").alias(c), c))
+                if e.table is not None and not any(e.table in (s.ref, s.name) for s in every):
+                    raise CQLCompileError(f"{e.table}.*", f"{e.table!r} is not a stream of FROM", e)
+                continue
+            cols.append((_expr(df, _sql(e, name), to_text(e), it).alias(oname), oname))
+        for _, n in cols:
+            if n in seen or n == AT:
+                raise CQLCompileError(f"the output column {n}", "two output columns have this name (or it is the "
+                                      f"reserved {AT}); give them aliases (AS …)", q)
+            seen.add(n)
+        return df.select(*[c for c, _ in cols], F.col(AT))
+
+
+# ---------------------------------------------------------------------------------------------
+# explain
+
+
+def explain(text, sources: Mapping | None = None, *, name: str = "q", distance: float = 1000.0) -> str:
+    """The plan, the chosen operators and the PIPES cost estimates of a query, as text.
+
+    ``sources`` (stream name -> DataFrame, or -> list of column names) resolves unqualified columns; the
+    cost estimates assume every source delivers one element every ``distance`` µs (PIPES's d, §3.2.2) and
+    use :func:`pyspark_cq.cost.pipes.cost_from_distances` with the PIPES resource manager's default profile.
+    """
+    columns = None
+    if sources is not None:
+        columns = {k: (list(v.columns) if hasattr(v, "columns") else list(v)) for k, v in sources.items()}
+    a = analyze(text, name, columns)
+    return _explain(a, None, distance)
+
+
+_FUNCTIONS = {"stream": "filter/project (stateless)", "rows": "rows_window", "aggregate": "sliding_aggregate",
+              "join": "window_join", "multi_join": "multi_join"}
+
+
+def _explain(a: Analysis, operators, distance: float = 1000.0) -> str:
+    from ..cost import pipes
+
+    lines = [f"query      {to_text(a.statement)}",
+             f"shape      {a.shape}; output {a.stream or 'ISTREAM (implicit: monotone)'} + {AT}",
+             f"plan       {P.render(a.plan)}"]
+    labels = [n.label for n in P.postorder(a.plan) if n.label]
+    if labels:
+        lines.append(f"labels     {', '.join(labels)}")
+    if operators:
+        for op, fn, args in operators:
+            lines.append(f"operator   {op or '-'}: {fn} {args}")
+    else:
+        lines.append(f"operator   {a.operator or '-'}: {_FUNCTIONS[a.shape]}")
+    for label, rng in a.qos.items():
+        lines.append(f"qos        {label}: {rng}")
+    for k, v in a.options.items():
+        lines.append(f"option     {k}: {v}")
+    try:
+        memory, cpu = pipes.cost_from_distances(a.plan, {s.name: distance for s in a.sources + a.relations},
+                                                pipes.CostProfile(element_size=64.0, aggregate_size=64.0))
+        lines.append(f"cost       PIPES (§3, d = {distance:g} µs per source, 64-byte elements): memory "
+                     f"{memory:,.0f} bytes, processing {cpu:,.4g} per µs")
+    except Exception as exc:  # a plan the PIPES model does not cover (e.g. a tuple-based window)
+        lines.append(f"cost       PIPES model not applicable: {exc}")
+    return "\n".join(lines)

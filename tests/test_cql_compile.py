@@ -1,0 +1,267 @@
+"""CQL compiler: plans and errors (no Spark), and the paper examples on Spark against hand-written Spark."""
+import os
+import random
+from collections import Counter
+from datetime import datetime, timedelta
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from helpers.rows_reference import rows_window_reference
+
+import pyspark_cq as cq
+from pyspark_cq import plan as P
+from pyspark_cq.lang import CQLCompileError
+from pyspark_cq.lang.compiler import analyze, explain
+
+REQ_COLS = ["ts", "client_id", "domain", "url"]
+COLS = {"Requests": REQ_COLS, "A": ["ts", "k", "v"], "B": ["ts", "k", "w"], "C": ["ts", "k", "x"],
+        "Speed": ["ts", "lane", "value", "type"], "Lanes": ["ID", "name"]}
+
+# --- pure: plans, QoS, errors -------------------------------------------------------------------------------
+
+
+def test_aggregate_plan_and_qos_labels():
+    a = analyze("RSTREAM(SELECT domain, COUNT(*) AS n FROM Requests [RANGE 1 MINUTE SLIDE 10 SECONDS] GROUP BY "
+                "domain) WITH (WINDOW BETWEEN 10 SECONDS AND 2 MINUTES, GRANULARITY BETWEEN 10 SECONDS AND "
+                "1 SECOND, PERIOD 5 SECONDS, DEADLINE 2 SECONDS, WEIGHT 2)", "clicks", COLS)
+    assert a.shape == "aggregate" and a.operator == "clicks_agg"
+    assert P.render(a.plan) == "π(γ[100](Γ[1e+07](ω[6e+07](Requests))))"
+    labels = {n.label for n in P.postorder(a.plan) if n.label}
+    assert {"clicks_agg.window", "clicks_agg.granularity"} <= labels
+    assert set(a.qos) == {"clicks_agg.window", "clicks_agg.granularity"}
+    assert (a.qos["clicks_agg.window"].min, a.qos["clicks_agg.window"].max) == (10_000_000, 120_000_000)
+    assert a.options == {"period": 5_000_000, "deadline": 2_000_000, "weight": 2.0}
+
+
+def test_join_plan_pushes_single_stream_predicates_below_the_window():
+    a = analyze("ISTREAM(SELECT A.k FROM A [RANGE 10 SECONDS], B [RANGE 10 SECONDS] WHERE A.k = B.k AND v > 1 "
+                "AND A.v < B.w)", "j", COLS)
+    assert a.shape == "join" and len(a.keys) == 1 and len(a.residual) == 1
+    assert P.render(a.plan) == "π(σ[0.5]((ω[1e+07](σ[0.5](A)) ⋈ ω[1e+07](B))))"
+
+
+def test_explain_names_operator_and_cost():
+    text = explain("ISTREAM(SELECT * FROM A [RANGE 10 SECONDS], B [RANGE 10 SECONDS], C [RANGE 5 SECONDS] "
+                   "WHERE A.k = B.k AND B.k = C.k)")
+    assert "multi_join" in text and "memory" in text and "plan       π(((ω[1e+07](A) ⋈ ω[1e+07](B))" in text
+
+
+COMPILE_ERRORS = [
+    ("SELECT * FROM Requests [RANGE 10 SECONDS]", "a windowed query without ISTREAM"),
+    ("RSTREAM(SELECT * FROM Requests [RANGE 10 SECONDS])", "RSTREAM of a RANGE window without aggregation"),
+    ("DSTREAM(SELECT * FROM Requests)", "DSTREAM of an unbounded window"),
+    ("RSTREAM(SELECT * FROM Requests [RANGE UNBOUNDED])", "RSTREAM of an unbounded window"),
+    ("SELECT * FROM Requests [ROWS 5]", "a ROWS window without ISTREAM or DSTREAM"),
+    ("RSTREAM(SELECT COUNT(*) FROM Requests [RANGE 1 MINUTE])", "a windowed aggregate without SLIDE"),
+    ("SELECT COUNT(*) FROM Requests [RANGE 1 MINUTE SLIDE 1 SECOND]", "an aggregate without ISTREAM"),
+    ("ISTREAM(SELECT COUNT(*) FROM Requests [ROWS 10])", "aggregation over a ROWS window"),
+    ("ISTREAM(SELECT COUNT(*) FROM Requests)", "aggregation over a stream without a window"),
+    ("ISTREAM(SELECT COUNT(*) FROM Requests [RANGE 1 MINUTE SLIDE 7 SECONDS])", "SLIDE does not divide its RANGE"),
+    ("ISTREAM(SELECT DISTINCT domain FROM Requests)", "SELECT DISTINCT"),
+    ("ISTREAM(SELECT * FROM A [RANGE 1 SECOND], B [RANGE 1 SECOND] WHERE A.v < B.w)", "Cartesian product"),
+    ("ISTREAM(SELECT * FROM A [ROWS 3], B [RANGE 1 SECOND] WHERE A.k = B.k)", "every stream of a join needs"),
+    ("SELECT * FROM A [RANGE 1 SECOND], B [RANGE 1 SECOND] WHERE A.k = B.k", "a join of windowed streams without"),
+    ("ISTREAM(SELECT * FROM Requests WHERE X.a = 1)", "'X' is not a stream of FROM"),
+    ("ISTREAM(SELECT nope FROM Requests)", "has no column 'nope'"),
+    ("ISTREAM(SELECT * FROM Nowhere)", "no source of that name"),
+    ("ISTREAM(SELECT * FROM A [RANGE 1 SECOND], B [RANGE 1 SECOND] WHERE k = B.k)", "ambiguous"),
+    ("ISTREAM(SELECT c FROM (SELECT k AS c FROM A) T)", "a subquery in FROM"),
+    ("ISTREAM(SELECT * FROM Requests WHERE COUNT(*) > 1)", "an aggregate in WHERE"),
+    ("ISTREAM(SELECT * FROM Requests [RANGE 1 MINUTE]) WITH (WINDOW BETWEEN 1 SECOND AND 1 MINUTE)",
+     "this query's window is not adjustable"),
+    ("ISTREAM(SELECT COUNT(*) FROM Requests [RANGE 1 MINUTE SLIDE 1 SECOND]) WITH (WINDOW BETWEEN 1 SECOND AND "
+     "1 MINUTE)", "use RSTREAM for an adjustable window"),
+    ("RSTREAM(SELECT COUNT(*) FROM Requests [RANGE 1 MINUTE SLIDE 1 SECOND]) WITH (PERIOD 1 SECOND, "
+     "DEADLINE 2 SECONDS)", "DEADLINE longer than PERIOD"),
+    ("ISTREAM(SELECT * FROM A [RANGE 1 SECOND], Lanes WHERE A.v < Lanes.ID)", "Cartesian product is not supported"),
+    ("ISTREAM(SELECT * FROM A [ROWS 2], Lanes WHERE A.k = Lanes.ID)", "a ROWS window joined with a relation"),
+]
+
+
+@pytest.mark.parametrize("text,fragment", COMPILE_ERRORS)
+def test_compile_errors(text, fragment):
+    with pytest.raises(CQLCompileError) as info:
+        analyze(text, "q", COLS)
+    assert fragment in str(info.value)
+    assert str(info.value).startswith("line ")
+
+
+# --- Spark: the paper examples against hand-written Spark --------------------------------------------------
+
+BASE = datetime(2024, 1, 1)
+DOMAINS = ["stanford.edu", "mit.edu", "cs.stanford.edu"]
+
+
+def _requests(n=300, seed=1):
+    rnd = random.Random(seed)
+    rows, t = [], 0.0
+    for _ in range(n):
+        t += rnd.choice([0.0, 0.5, 1.0, 2.0])
+        dom = rnd.choice(DOMAINS)
+        path = rnd.choice(["http://cs.stanford.edu/a", "http://www.stanford.edu/b", "http://mit.edu/c"])
+        rows.append({"ts": BASE + timedelta(seconds=t), "client_id": f"c{rnd.randrange(5)}", "domain": dom,
+                     "url": path})
+    return rows
+
+
+REQ_SCHEMA = "ts timestamp, client_id string, domain string, url string"
+
+
+def _pairs(seed, name, extra, n=120):
+    rnd = random.Random(seed)
+    return [{"ts": BASE + timedelta(seconds=rnd.randrange(0, 120)), "k": rnd.randrange(6), extra: rnd.randrange(10)}
+            for _ in range(n)]
+
+
+def _rows(df, cols):
+    return Counter(tuple(r[c] for c in cols) for r in df.collect())
+
+
+@pytest.mark.spark
+def test_paper_q1_count_rstream_and_istream_equal_spark_windows(spark):
+    """§2.1 query 1 (window scaled from 1 day to 1 minute so the test data fills several windows)."""
+    from pyspark.sql import functions as F
+
+    req = spark.createDataFrame(_requests(), REQ_SCHEMA)
+    q = ("{op}(SELECT COUNT(*) AS n FROM Requests S [RANGE 1 MINUTE SLIDE 10 SECONDS] "
+         "WHERE S.domain = 'stanford.edu')")
+    ours = cq.cql(spark, q.format(op="RSTREAM"), {"Requests": req})
+    assert ours.columns == ["n", "cq_at"]
+    spark_windows = (req.filter(F.col("domain") == "stanford.edu").groupBy(F.window("ts", "1 minute", "10 seconds"))
+                     .count().select(F.col("count").alias("n"), F.col("window.end").alias("cq_at")))
+    assert _rows(ours, ["n", "cq_at"]) == _rows(spark_windows, ["n", "cq_at"])
+    # ISTREAM: a value is new when the window ending one slide earlier had another value (or no rows)
+    by_end = {r.cq_at: r.n for r in spark_windows.collect()}
+    step = timedelta(seconds=10)
+    expected_i = Counter((n, end) for end, n in by_end.items() if by_end.get(end - step) != n)
+    expected_d = Counter((n, end + step) for end, n in by_end.items() if by_end.get(end + step) != n)
+    assert _rows(cq.cql(spark, q.format(op="ISTREAM"), {"Requests": req}), ["n", "cq_at"]) == expected_i
+    assert _rows(cq.cql(spark, q.format(op="DSTREAM"), {"Requests": req}), ["n", "cq_at"]) == expected_d
+
+
+@pytest.mark.spark
+def test_paper_q2_partitioned_rows_window_equals_reference(spark):
+    """§2.1 query 2: predicates before (inside the window) and after the window differ; ROWS 3 instead of 10."""
+    data = _requests(120, seed=4)
+    req = spark.createDataFrame(data, REQ_SCHEMA)
+    q = ("{op}(SELECT S.client_id, S.url FROM Requests S [PARTITION BY S.client_id ROWS 3 PRECEDING "
+         "WHERE S.domain = 'stanford.edu'] WHERE S.url LIKE 'http://cs.stanford.edu/%')")
+    pre = [r for r in data if r["domain"] == "stanford.edu"]
+    events, _, _ = rows_window_reference([pre], 3, ["client_id"], ties=("client_id", "domain", "url"))
+    for op, sign in (("ISTREAM", 1), ("DSTREAM", -1)):
+        expected = Counter((dict(r)["client_id"], dict(r)["url"], at) for r, s, at in events
+                           if s == sign and dict(r)["url"].startswith("http://cs.stanford.edu/"))
+        got = _rows(cq.cql(spark, q.format(op=op), {"Requests": req}), ["client_id", "url", "cq_at"])
+        assert got == expected and sum(expected.values()) > 5
+
+
+@pytest.mark.spark
+def test_window_join_and_multi_join_equal_spark_joins(spark):
+    """PIPES's window join (§2.4.1): pairs whose validities [t, t + w) intersect; ISTREAM at the later start."""
+    from pyspark.sql import functions as F
+
+    a = spark.createDataFrame(_pairs(1, "A", "v"), "ts timestamp, k long, v long")
+    b = spark.createDataFrame(_pairs(2, "B", "w"), "ts timestamp, k long, w long")
+    c = spark.createDataFrame(_pairs(3, "C", "x"), "ts timestamp, k long, x long")
+    src = {"A": a, "B": b, "C": c}
+    ours = cq.cql(spark, "ISTREAM(SELECT A.k, A.v, B.w FROM A [RANGE 10 SECONDS], B [RANGE 5 SECONDS] "
+                         "WHERE A.k = B.k AND A.v < B.w)", src)
+    la, lb = a.alias("a"), b.alias("b")
+    cond = ((F.col("a.k") == F.col("b.k")) & (F.col("a.v") < F.col("b.w"))
+            & (F.col("b.ts") > F.col("a.ts") - F.expr("INTERVAL 5 SECONDS"))
+            & (F.col("b.ts") < F.col("a.ts") + F.expr("INTERVAL 10 SECONDS")))
+    theirs = la.join(lb, cond).select("a.k", "a.v", "b.w", F.greatest("a.ts", "b.ts").alias("cq_at"))
+    assert _rows(ours, ["k", "v", "w", "cq_at"]) == _rows(theirs, ["k", "v", "w", "cq_at"])
+    ours_d = cq.cql(spark, "DSTREAM(SELECT A.k FROM A [RANGE 10 SECONDS], B [RANGE 5 SECONDS] WHERE A.k = B.k "
+                           "AND A.v < B.w)", src)
+    theirs_d = la.join(lb, cond).select("a.k", F.least(F.col("a.ts") + F.expr("INTERVAL 10 SECONDS"),
+                                                        F.col("b.ts") + F.expr("INTERVAL 5 SECONDS")).alias("cq_at"))
+    assert _rows(ours_d, ["k", "cq_at"]) == _rows(theirs_d, ["k", "cq_at"])
+    three = cq.cql(spark, "ISTREAM(SELECT A.k, v, w, x FROM A [RANGE 10 SECONDS], B [RANGE 10 SECONDS], "
+                          "C [RANGE 4 SECONDS] WHERE A.k = B.k AND B.k = C.k)", src)
+    lc = c.alias("c")
+
+    def inter(p, wp, q, wq):
+        return ((F.col(f"{q}.ts") > F.col(f"{p}.ts") - F.expr(f"INTERVAL {wq} SECONDS"))
+                & (F.col(f"{q}.ts") < F.col(f"{p}.ts") + F.expr(f"INTERVAL {wp} SECONDS")))
+
+    theirs3 = (la.join(lb, (F.col("a.k") == F.col("b.k")) & inter("a", 10, "b", 10))
+               .join(lc, (F.col("b.k") == F.col("c.k")) & inter("a", 10, "c", 4) & inter("b", 10, "c", 4))
+               .select("a.k", "a.v", "b.w", "c.x", F.greatest("a.ts", "b.ts", "c.ts").alias("cq_at")))
+    assert _rows(three, ["k", "v", "w", "x", "cq_at"]) == _rows(theirs3, ["k", "v", "w", "x", "cq_at"])
+
+
+@pytest.mark.spark
+def test_rtstream_example_and_sample_and_stateless(spark):
+    """RTStream §2.2's query (AVG truck speed over the last minute per period, joined with the relation Lanes),
+    SAMPLE, and ISTREAM / DSTREAM of a RANGE window without state."""
+    from pyspark.sql import functions as F
+
+    rnd = random.Random(7)
+    speed = spark.createDataFrame([(BASE + timedelta(seconds=s), rnd.randrange(4), float(rnd.randrange(40, 120)),
+                                    rnd.choice(["Truck", "Car"])) for s in range(0, 180, 2)],
+                                  "ts timestamp, lane int, value double, type string")
+    lanes = spark.createDataFrame([(1, "north"), (2, "south")], "ID int, name string")
+    text = ("RSTREAM(SELECT L.name, AVG(Speed.value) AS avg_speed FROM Speed [RANGE 1 MINUTE SLIDE 10 SECONDS], "
+            "Lanes L WHERE Speed.lane = L.ID AND Speed.type = 'Truck' GROUP BY L.name) "
+            "WITH (PERIOD 10 SECONDS, DEADLINE 5 SECONDS)")
+    ours = cq.cql(spark, text, {"Speed": speed, "Lanes": lanes})
+    theirs = (speed.filter(F.col("type") == "Truck").join(lanes, F.col("lane") == F.col("ID"))
+              .groupBy(F.window("ts", "1 minute", "10 seconds"), "name")
+              .agg(F.avg("value").alias("avg_speed")).select("name", "avg_speed", F.col("window.end").alias("cq_at")))
+    assert _rows(ours, ["name", "avg_speed", "cq_at"]) == _rows(theirs, ["name", "avg_speed", "cq_at"])
+    req = spark.createDataFrame(_requests(2000, seed=9), REQ_SCHEMA)
+    sampled = cq.cql(spark, "ISTREAM(SELECT * FROM Requests SAMPLE(20))", {"Requests": req})
+    n = sampled.count()
+    assert 2000 * 0.2 - 4 * (2000 * 0.2 * 0.8) ** 0.5 < n < 2000 * 0.2 + 4 * (2000 * 0.2 * 0.8) ** 0.5
+    assert sampled.drop("cq_at").subtract(req).count() == 0
+    gone = cq.cql(spark, "DSTREAM(SELECT url FROM Requests [RANGE 1 MINUTE] WHERE domain = 'mit.edu')",
+                  {"Requests": req})
+    expected = req.filter("domain = 'mit.edu'").select("url", (F.col("ts") + F.expr("INTERVAL 1 MINUTE"))
+                                                       .alias("cq_at"))
+    assert _rows(gone, ["url", "cq_at"]) == _rows(expected, ["url", "cq_at"])
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_streaming_aggregate_and_join_equal_spark_streaming(spark, tmp_path):
+    """The same file streams through a CQL query and Spark's own streaming operators (availableNow)."""
+    from pyspark.sql import functions as F
+
+    root = str(tmp_path / "in")
+    for side, extra, seed in (("A", "v", 11), ("B", "w", 12)):
+        rows = sorted(_pairs(seed, side, extra, 200), key=lambda r: r["ts"])
+        os.makedirs(os.path.join(root, side))
+        for i in range(4):
+            part = rows[i * 50:(i + 1) * 50]
+            pq.write_table(pa.Table.from_pylist(part), os.path.join(root, side, f"b{i}.parquet"))
+
+    def read(side, extra):
+        return (spark.readStream.schema(f"ts timestamp, k long, {extra} long").option("maxFilesPerTrigger", 1)
+                .parquet(os.path.join(root, side)).withWatermark("ts", "30 seconds"))
+
+    a, b = read("A", "v"), read("B", "w")
+    agg = cq.cql(spark, "RSTREAM(SELECT k, SUM(v) AS total, COUNT(*) AS n FROM A [RANGE 20 SECONDS SLIDE 10 SECONDS] "
+                        "GROUP BY k)", {"A": a})
+    join = cq.cql(spark, "ISTREAM(SELECT A.k, v, w FROM A [RANGE 10 SECONDS], B [RANGE 10 SECONDS] WHERE "
+                         "A.k = B.k)", {"A": a, "B": b})
+    spark_agg = (a.groupBy(F.window("ts", "20 seconds", "10 seconds"), "k")
+                 .agg(F.sum("v").alias("total"), F.count(F.lit(1)).alias("n"))
+                 .select("k", "total", "n", F.col("window.end").alias("cq_at")))
+    la, lb = a.alias("a"), b.alias("b")
+    spark_join = la.join(lb, (F.col("a.k") == F.col("b.k"))
+                         & (F.col("b.ts") > F.col("a.ts") - F.expr("INTERVAL 10 SECONDS"))
+                         & (F.col("b.ts") < F.col("a.ts") + F.expr("INTERVAL 10 SECONDS"))).select(
+        "a.k", "a.v", "b.w", F.greatest("a.ts", "b.ts").alias("cq_at"))
+    queries = []
+    for df, table in ((agg, "cql_agg"), (join, "cql_join"), (spark_agg, "spark_agg"), (spark_join, "spark_join")):
+        queries.append(df.writeStream.format("memory").queryName(table).outputMode("append")
+                       .option("checkpointLocation", str(tmp_path / table)).trigger(availableNow=True).start())
+    for q in queries:
+        q.awaitTermination()
+    assert _rows(spark.table("cql_agg"), ["k", "total", "n", "cq_at"]) == \
+        _rows(spark.table("spark_agg"), ["k", "total", "n", "cq_at"])
+    assert _rows(spark.table("cql_join"), ["k", "v", "w", "cq_at"]) == \
+        _rows(spark.table("spark_join"), ["k", "v", "w", "cq_at"])
+    assert spark.table("cql_join").count() > 20

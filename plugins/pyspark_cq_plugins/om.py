@@ -240,6 +240,8 @@ class PlanPolicy(Policy):
         if state is None:
             state = self._ops[key] = _OpState(ps.RoundEstimates(self.d, self.decay))
         running = ps.current_plan(stats, control)
+        if not stats.report.get("input_rows"):
+            return None      # a batch without arrivals (Spark's no-data batch for the watermark) is no round
         if not state.est.observe(stats, control):
             return None
         state.seen += 1

@@ -150,3 +150,14 @@ def test_bad_ranges_and_predicates_named_at_the_operator():
         run(OMPolicy(chart_predicate={"filter": "zz"}), "filter", rounds, "a>b")
     with pytest.raises(ValueError, match=r"ranges\['filter'\] names unknown dimension"):
         run(OMPolicy(ranges={"filter": {"rate:0": (1, 2)}}), "filter", rounds, "a>b")
+
+
+def test_chart_rebuilt_when_a_held_estimate_drifts():
+    """sel(b) is held in a's sel-λ chart: when it moves beyond `rebuild` the chart is rebuilt (and the
+    best order follows b); the chart's own axis (sel(a)) moving does not rebuild."""
+    sels = [{"a": 0.3, "b": 0.5}] * 4 + [{"a": 0.6, "b": 0.5}] * 4 + [{"a": 0.6, "b": 0.9}] * 6
+    policy = OMPolicy(d=1, rebuild=0.3)
+    ran, _ = run(policy, "filter", [lambda plan, s=s: chain_report(plan, s) for s in sels], "a>b")
+    status = policy.status()["q/filter"]
+    assert status["rebuilds"] == 1
+    assert ran[5:8] == ["b>a"] * 3 and ran[-4:] == ["a>b"] * 4

@@ -206,7 +206,10 @@ class PlanPolicy(Policy):
         fresh = self._held(state, state.model.kind, state.model.names)
         if fresh is None:
             return False
+        axis = f"sel:{state.model.chart_predicate}"      # the chart's own axis is not held
         for k, old in state.model.held.items():
+            if k == axis:
+                continue
             new = fresh[k]
             scale = max(abs(old), abs(new))
             if scale > 0 and abs(new - old) > threshold * scale:

@@ -161,3 +161,12 @@ def test_chart_rebuilt_when_a_held_estimate_drifts():
     status = policy.status()["q/filter"]
     assert status["rebuilds"] == 1
     assert ran[5:8] == ["b>a"] * 3 and ran[-4:] == ["a>b"] * 4
+
+
+def test_remove_forgets_a_query():
+    policy = OMPolicy(d=1)
+    run(policy, "filter", chain_rounds(2, 0), "a>b")
+    assert "q/filter" in policy.status()
+    assert len(policy.remove("q")) == 0 and policy.status() == {}
+    with pytest.raises(TypeError, match="query must be"):
+        policy.remove(3)

@@ -238,6 +238,13 @@ class PlanPolicy(Policy):
                 del self._ops[key]
         return Decisions(out, self.name)
 
+    def remove(self, query: str) -> Decisions:
+        """Forget the estimates, charts and measures of a stopped query."""
+        super().remove(query)
+        for key in [k for k in self._ops if k[0] == query]:
+            del self._ops[key]
+        return Decisions((), self.name)
+
     def _round(self, key, q: QueryInfo, stats: OperatorStats, control: Mapping) -> Decision | None:
         state = self._ops.get(key)
         if state is None:

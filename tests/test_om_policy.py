@@ -170,3 +170,17 @@ def test_remove_forgets_a_query():
     assert len(policy.remove("q")) == 0 and policy.status() == {}
     with pytest.raises(TypeError, match="query must be"):
         policy.remove(3)
+
+
+def test_a_plan_without_output_costs_infinity():
+    """A measured selectivity of 0 (kept just above 0) makes w_r/C_r huge, not an error; memory only, that
+    order holds nearly nothing."""
+    from pyspark_cq_plugins.om import PlanModel
+
+    held = {"sel:a": 0.0, "sel:b": 0.5, "cost:a": 0.0, "cost:b": 0.0}
+    m = PlanModel(ps.SELECT_CHAIN, ("a>b", "b>a"), ("sel", "rate"), held, 1.0, 0.4, 0.6, ("a", "b"), "b")
+    costs = [m.cost(p, {"sel": 0.5, "rate": 100.0}) for p in m.plans]       # both orders output ~nothing
+    assert all(1e6 < c < float("inf") for c in costs)
+    m0 = PlanModel(ps.SELECT_CHAIN, ("a>b", "b>a"), ("sel", "rate"), held, 1.0, 0.0, 1.0, ("a", "b"), "b")
+    assert m0.cost("a>b", {"sel": 0.5, "rate": 100.0}) == pytest.approx(0.0)
+    assert m0.cost("b>a", {"sel": 0.5, "rate": 100.0}) == pytest.approx(50.0)

@@ -45,7 +45,7 @@ from pyspark_cq.policies import plan_stats as ps
 __all__ = ["OMPolicy", "PlanModel", "PlanPolicy"]
 
 NAN = math.nan
-_FLOOR = 1e-9      # a rate of 0 would make a join's busy time 0 (§4.1's denominator)
+_FLOOR = 1e-9      # rates and selectivities of 0 kept just above 0 (§4.1's join denominator, sel > 0)
 
 
 @dataclass
@@ -69,8 +69,9 @@ class PlanModel:
     def cost(self, plan: str, point: Mapping[str, float]) -> float:
         """``Cost_p`` of ``plan`` at ``point`` (§3.2)."""
         if self.kind == ps.SELECT_CHAIN:
-            sels = {p: self.held[f"sel:{p}"] for p in self.names if p != self.chart_predicate}
-            sels[self.chart_predicate] = min(max(point["sel"], 0.0), 1.0)
+            # a measured selectivity of 0 is kept just above 0: the plan model's selections need sel > 0
+            sels = {p: max(self.held[f"sel:{p}"], _FLOOR) for p in self.names if p != self.chart_predicate}
+            sels[self.chart_predicate] = min(max(point["sel"], _FLOOR), 1.0)
             costs = {p: self.held[f"cost:{p}"] for p in self.names}
             order = parse_chain_plan(plan, self.names)
             node = om.chain_plan(order, sels, costs)
@@ -78,10 +79,14 @@ class PlanModel:
         else:
             n = len(self.names)
             order = ps.left_deep_order(plan, n)
-            pairs = {frozenset((i, j)): self.held[f"pair:{i},{j}"] for i in range(n) for j in range(i + 1, n)}
+            pairs = {frozenset((i, j)): max(self.held[f"pair:{i},{j}"], _FLOOR)
+                     for i in range(n) for j in range(i + 1, n)}
             node = om.left_deep_join_plan(order, pairs, self.held["join_cost"])
             rates = {f"s{i}": max(point[f"rate:{i}"], _FLOOR) for i in range(n)}
-        return om.cost_plan(node, rates, self.window).utility(self.w_r, self.w_m)
+        cost = om.cost_plan(node, rates, self.window)
+        if cost.output_rate <= 0:      # no output (a selectivity of 0): w_r/C_r is infinite, or 0 when w_r = 0
+            return math.inf if self.w_r > 0 else self.w_m * cost.memory
+        return cost.utility(self.w_r, self.w_m)
 
     def best(self, point: Mapping[str, float]) -> str:
         """The plan of minimum cost at ``point`` (the first of equals, in :attr:`plans` order)."""

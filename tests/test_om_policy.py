@@ -182,5 +182,5 @@ def test_a_plan_without_output_costs_infinity():
     costs = [m.cost(p, {"sel": 0.5, "rate": 100.0}) for p in m.plans]       # both orders output ~nothing
     assert all(1e6 < c < float("inf") for c in costs)
     m0 = PlanModel(ps.SELECT_CHAIN, ("a>b", "b>a"), ("sel", "rate"), held, 1.0, 0.0, 1.0, ("a", "b"), "b")
-    assert m0.cost("a>b", {"sel": 0.5, "rate": 100.0}) == pytest.approx(0.0)
+    assert m0.cost("a>b", {"sel": 0.5, "rate": 100.0}) == pytest.approx(0.0, abs=1e-6)
     assert m0.cost("b>a", {"sel": 0.5, "rate": 100.0}) == pytest.approx(50.0)

@@ -53,7 +53,7 @@ def test_om_switches_plans_of_running_select_chain_and_multi_join(spark, tmp_dir
     # advances) the latest report is always the batch with the step's rows
     spark.conf.set("spark.sql.streaming.noDataMicroBatches.enabled", "false")
     rng = np.random.default_rng(18)
-    policy = OMPolicy(k=10, d=1)
+    policy = OMPolicy(k=10, d=1, ranges={"funnel": {f"rate:{i}": (10.0, 500.0) for i in range(3)}})
     rt = CQRuntime(spark, policies=[policy], control_path=str(tmp_dir / "ct.json"), every_batches=10**9)
 
     # --- a select_chain: sel(a) 0.1 for three batches, then 0.9; sel(b) 0.5 throughout -------------------

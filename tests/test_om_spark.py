@@ -66,7 +66,7 @@ def test_om_switches_plans_of_running_select_chain_and_multi_join(spark, tmp_dir
         # lambdas: cloudpickle ships them by value to the workers (a test module is not importable there)
         out = cq.select_chain(df, {"a": lambda b: pc.less(b["x"], 10),
                                    "b": lambda b: pc.equal(pc.bit_wise_and(b["y"], 1), 0)}, control=handle)
-        return out.writeStream.format("memory").queryName("om_chain_out").outputMode("append") \
+        return out.writeStream.format("memory").outputMode("append") \
             .option("checkpointLocation", str(tmp_dir / "ck_chain"))
 
     # --- a 3-way multi_join: input 0 fast first, then input 2 --------------------------------------------
@@ -80,13 +80,13 @@ def test_om_switches_plans_of_running_select_chain_and_multi_join(spark, tmp_dir
                for i in range(3)]
         out = cq.multi_join(dfs, ["k0", "k1", "k2"], ["t0", "t1", "t2"],
                             [(0, 1, "-1 hour", "1 hour"), (1, 2, "-1 hour", "1 hour")], control=handle)
-        return out.writeStream.format("memory").queryName("om_join_out").outputMode("append") \
+        return out.writeStream.format("memory").outputMode("append") \
             .option("checkpointLocation", str(tmp_dir / "ck_join"))
 
     for i in range(3):
         os.makedirs(join_in[i])
-    rt.register("chain", build_chain)
-    rt.register("join", build_join)
+    rt.register("q_chain", build_chain)
+    rt.register("q_join", build_join)
     chain_rows, join_tables = [], [[] for _ in range(3)]
     phases_chain = [100] * 3 + [11] * 3                                 # x in [0, 100): a passes 10 %, else 90 %
     phases_join = [(400, 50, 50)] * 3 + [(50, 50, 400)] * 3
@@ -106,11 +106,11 @@ def test_om_switches_plans_of_running_select_chain_and_multi_join(spark, tmp_dir
                 _write(join_in[i], step, t)
             ran_chain.append(rt.control_table().entry("filter").params["plan_id"])
             ran_join.append(rt.control_table().entry("funnel").params["plan_id"])
-            _step(rt, "chain", "filter")
-            _step(rt, "join", "funnel")
-        chain_reports = [r for r in (cq.read_metrics(p, "filter") for p in rt.query("chain").recentProgress)
+            _step(rt, "q_chain", "filter")
+            _step(rt, "q_join", "funnel")
+        chain_reports = [r for r in (cq.read_metrics(p, "filter") for p in rt.query("q_chain").recentProgress)
                          if r and r["input_rows"]]
-        join_reports = [r for r in (cq.read_metrics(p, "funnel") for p in rt.query("join").recentProgress)
+        join_reports = [r for r in (cq.read_metrics(p, "funnel") for p in rt.query("q_join").recentProgress)
                         if r and r["input_rows"]]
         log = rt.decisions_log()
     spark.conf.unset("spark.sql.streaming.noDataMicroBatches.enabled")
@@ -120,10 +120,10 @@ def test_om_switches_plans_of_running_select_chain_and_multi_join(spark, tmp_dir
         first, second = plan.split(">")
         assert report[f"rows_in_{first}"] == report["input_rows"] == 2000
         assert report[f"rows_in_{second}"] == report[f"rows_passed_{first}"]
-    got = sorted(tuple(r) for r in spark.table("om_chain_out").collect())
+    got = sorted(tuple(r) for r in spark.table("q_chain").collect())
     assert got == sorted((x, y) for x, y in chain_rows if x < 10 and y % 2 == 0)
     # the join: switched away from the plan that joins the slow inputs first, per phase
-    model = policy._ops[("join", "funnel")].model
+    model = policy._ops[("q_join", "funnel")].model
     for phase, last in ((phases_join[0], 2), (phases_join[3], 5)):
         point = {f"rate:{i}": float(r) for i, r in enumerate(phase)}
         worst = max(model.plans, key=lambda p: model.cost(p, point))
@@ -140,11 +140,11 @@ def test_om_switches_plans_of_running_select_chain_and_multi_join(spark, tmp_dir
             by_key[i].setdefault(k, []).append(v)
     want = sorted((k, a, b, c) for k in by_key[0] for a, b, c in
                   itertools.product(by_key[0][k], by_key[1].get(k, []), by_key[2].get(k, [])))
-    got = sorted(tuple(r) for r in spark.table("om_join_out").select("k0", "v0", "v1", "v2").collect())
+    got = sorted(tuple(r) for r in spark.table("q_join").select("k0", "v0", "v1", "v2").collect())
     assert got == want
     # the runtime logs OM's measures with every round, and its decisions as control-table changes by "om"
     status = [r["status"] for r in log if r["policy"] == "om"][-1]
-    assert status["chain/filter"]["switches"] == 2 and status["chain/filter"]["rounds"] == 6
-    assert status["join/funnel"]["switches"] >= 1
+    assert status["q_chain/filter"]["switches"] == 2 and status["q_chain/filter"]["rounds"] == 6
+    assert status["q_join/funnel"]["switches"] >= 1
     changes = [c for c in rt.control_table().changes("filter") if c.who == "om"]
     assert [c.new["plan_id"] for c in changes] == ["a>b", "b>a"]

@@ -15,6 +15,8 @@ rates (an extension); aggregation is not covered by the paper and is rejected.
 """
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ __all__ = [
     "plan_output_rate", "plan_outputs_by_time", "plan_time_to_outputs",
     "local_rate_estimate", "best_plan_by_rate",
     "output_size", "split_required_outputs", "local_time_estimate", "best_plan_by_time",
+    "chain_cost", "chain_output_rate", "best_chain_order", "MultiJoinModel",
 ]
 
 
@@ -585,3 +588,319 @@ def best_plan_by_time(plans: Sequence[P.Node], rates: Mapping[str, float], n: fl
     stated purpose; this picks the smallest, as the text says.
     """
     return P.best_plan(plans, lambda p: local_time_estimate(p, rates, n, sizes=sizes, costs=costs))
+
+
+# ---------------------------------------------------------------------------------------------
+# plan-switchable operators: a chain of selections, a multi-way join (probe orders)
+
+
+def _order(order, names: Sequence, name: str = "order") -> tuple:
+    if isinstance(order, str) or not isinstance(order, Sequence):
+        raise TypeError(f"{name} must be a sequence naming each of {sorted(names)} once, got {order!r}")
+    if sorted(map(str, order)) != sorted(map(str, names)) or len(set(order)) != len(order):
+        raise ValueError(f"{name} {list(order)} does not match the query: it must name each of "
+                         f"{sorted(names)} exactly once")
+    return tuple(order)
+
+
+def _chain_inputs(selectivities, costs) -> tuple[dict, dict]:
+    sel = chk.instance(selectivities, "selectivities", Mapping, "a mapping {predicate: selectivity in [0, 1]}")
+    cost = chk.instance(costs, "costs", Mapping, "a mapping {predicate: time per evaluated row}")
+    if not sel or set(sel) != set(cost):
+        raise ValueError(f"selectivities and costs must name the same, non-empty set of predicates; got "
+                         f"{sorted(sel)} and {sorted(cost)}")
+    return ({p: chk.probability(v, f"selectivities[{p!r}]") for p, v in sel.items()},
+            {p: chk.non_negative(v, f"costs[{p!r}]") for p, v in cost.items()})
+
+
+def _chain_cost(order, sel: dict, cost: dict) -> float:
+    total, passed = 0.0, 1.0
+    for p in order:
+        total += passed * cost[p]
+        passed *= sel[p]
+    return total
+
+
+def chain_cost(order: Sequence[str], selectivities: Mapping[str, float], costs: Mapping[str, float]) -> float:
+    """Cost of one input row of a chain of selections evaluated in ``order`` (one operator, one processor).
+
+    ``C = Σ_k c_k·Π_{m<k} f_m``: predicate k sees only the rows the earlier ones passed. This is C_σ of
+    Viglas & Naughton §3.2 for the chain taken as one selection of selectivity ``Π f``.
+
+    Examples
+    --------
+    Figure 1: two predicates of selectivity 0.1, σ1 costs 1/50 s per row and σ2 nothing. σ1 first: every
+    row pays 0.02 s; σ2 first: only a tenth of the rows reach σ1, 0.002 s per row.
+
+    >>> from pyspark_cq.cost.rate import chain_cost
+    >>> sel, cost = {"s1": 0.1, "s2": 0.1}, {"s1": 1 / 50, "s2": 0.0}
+    >>> chain_cost(["s1", "s2"], sel, cost), round(chain_cost(["s2", "s1"], sel, cost), 6)
+    (0.02, 0.002)
+    """
+    sel, cost = _chain_inputs(selectivities, costs)
+    return _chain_cost(_order(order, sel), sel, cost)
+
+
+def chain_output_rate(rate: float, order: Sequence[str], selectivities: Mapping[str, float],
+                      costs: Mapping[str, float]) -> float:
+    """Output rate of a chain of selections in ``order`` over an input of ``rate`` (Viglas & Naughton, §3.2).
+
+    The chain is one selection with ``f = Π f_k`` and ``C_σ = `` :func:`chain_cost`: ``r_o = f·r`` while
+    ``C_σ <= 1/r``, else ``f/C_σ`` (:func:`selection_output_rate`).
+
+    Examples
+    --------
+    Figure 1 (500 rows/s): σ1 first transmits 0.5 outputs/s (it handles only 50 rows/s), σ2 first 5.
+
+    >>> from pyspark_cq.cost.rate import chain_output_rate
+    >>> sel, cost = {"s1": 0.1, "s2": 0.1}, {"s1": 1 / 50, "s2": 0.0}
+    >>> [round(chain_output_rate(500, order, sel, cost), 9) for order in (["s1", "s2"], ["s2", "s1"])]
+    [0.5, 5.0]
+    """
+    r = chk.positive(rate, "rate")
+    sel, cost = _chain_inputs(selectivities, costs)
+    return _unary_output_rate(r, math.prod(sel.values()), _chain_cost(_order(order, sel), sel, cost))
+
+
+def best_chain_order(rate: float, selectivities: Mapping[str, float], costs: Mapping[str, float]
+                     ) -> tuple[tuple[str, ...], float]:
+    """Local rate maximization over the orders of a chain of selections (Viglas & Naughton, §4.2.1).
+
+    The chain's rate does not depend on time, so the order with the highest :func:`chain_output_rate` is
+    best for every horizon t_p and reaches N outputs first. Ties (all orders keep up with the input) go to
+    the cheapest order, then the first in sorted order. Every order is evaluated (n!, n <= 8).
+    """
+    r = chk.positive(rate, "rate")
+    sel, cost = _chain_inputs(selectivities, costs)
+    if len(sel) > 8:
+        raise ValueError(f"selectivities names {len(sel)} predicates; at most 8 orders are enumerated")
+    f = math.prod(sel.values())
+    best = min(itertools.permutations(sorted(sel)),
+               key=lambda o: (-_unary_output_rate(r, f, _chain_cost(o, sel, cost)), _chain_cost(o, sel, cost)))
+    return best, _unary_output_rate(r, f, _chain_cost(best, sel, cost))
+
+
+@dataclass(frozen=True)
+class MultiJoinModel:
+    """The rate-based model of a multi-way join with one state per input and per-input probe orders (MJoin).
+
+    Viglas & Naughton model a join by its inputs' rates, its selectivity and the cost of handling one
+    arrival (§3.3, Equation 2); this extends the model from a binary join to n inputs kept in n states. A row
+    arriving on input i probes the other inputs in its probe order ``o_i = (j_1, j_2, …)``; the partial
+    matches entering step k are ``Π_{m<k} F(j_m | B_m)``, where ``B_m = {i, j_1, …, j_{m-1}}`` is the bound
+    set and ``F(j | B) = |S_j(t)|·f(j | B)`` the matches per partial match in j's state. Then at time t:
+
+    - the outputs one arrival of i produces, ``P_i = Π_k F(j_k | B_k)`` (the same for every order);
+    - its cost, ``C_i = arrival_cost + probe_cost·Σ_k Π_{m<k} F(j_m | B_m)`` (Table 3's symmetric hash join
+      cost per arrival, plus one probe per partial match);
+    - the output rate, ``r_o = Σ_i r_i·P_i / max(1, Σ_i r_i·C_i)``: Equation 2's form (outputs over the
+      time to produce them, the denominator floored at 1 because outputs cannot precede their inputs).
+
+    The probe orders change only the cost: a plan is faster exactly when the operator cannot keep up.
+
+    Parameters
+    ----------
+    rates : sequence of float
+        Arrival rate r_i (> 0) of each input, elements per time unit.
+    selectivities : mapping frozenset({i, j}) -> float
+        Selectivity f_ij in [0, 1] of each join predicate between two inputs (pairs without one: 1, a
+        Cartesian product). ``f(j | B) = Π_{b ∈ B} f_bj``, the independence the paper uses for output sizes
+        (``f_AB·f_BC·|A|·|B|·|C|``, §4.2.2).
+    conditional : mapping (i, j, frozenset B) or (j, frozenset B) -> float, optional
+        Measured ``f(j | B)`` that replace the product (e.g. from a running operator's probe steps): keyed
+        with the arriving input i (in B) — with time bands the rows a probe meets depend on which input
+        arrived last — or for every arriving input.
+    outputs : sequence of float, optional
+        Measured outputs per arrival of each input at t = 0 (``P_i``, which no order changes); at time t
+        they scale with the states, ``P_i(t) = outputs_i·Π_{j≠i} |S_j(t)|/|S_j(0)|``. Default: the product
+        of the fan-outs of the first order evaluated.
+    states : sequence of float, optional
+        ``|S_j|`` at t = 0 (default 0: an empty join, as in the paper).
+    growth : sequence of float, optional
+        How fast each state grows (default: ``rates``, every arrival is kept, the paper's unbounded join;
+        0 for a windowed join in its steady state). ``|S_j(t)| = states_j + growth_j·t``.
+    probe_cost, arrival_cost : float
+        Time of one probe of a state by one partial match, and of storing one arrival (>= 0).
+
+    Examples
+    --------
+    Two inputs with unbounded states: ``r_o = 2·f·r_l·r_r·t`` without costs, whose integral ``f·r_l·r_r·t²``
+    is the number of qualifying pairs (Equation 2 gives the average rate over [0, t], half of this).
+
+    >>> from pyspark_cq.cost.rate import MultiJoinModel
+    >>> m = MultiJoinModel((2.0, 4.0), {frozenset({0, 1}): 0.5})
+    >>> m.output_rate(((1,), (0,)), 10.0)
+    80.0
+    >>> round(m.outputs_by_time(((1,), (0,)), 10.0), 6)
+    400.0
+    """
+
+    rates: tuple
+    selectivities: Mapping = dataclasses.field(default_factory=dict)
+    conditional: Mapping = dataclasses.field(default_factory=dict)
+    states: tuple | None = None
+    growth: tuple | None = None
+    probe_cost: float = 0.0
+    arrival_cost: float = 0.0
+    outputs: tuple | None = None
+
+    def __post_init__(self):
+        rates = self.rates
+        if isinstance(rates, (str, Mapping)) or not isinstance(rates, Sequence) or not 2 <= len(rates) <= 6:
+            raise TypeError(f"rates must be a sequence of 2 to 6 arrival rates, one per input, got {rates!r}")
+        n = len(rates)
+        object.__setattr__(self, "rates", tuple(chk.positive(r, f"rates[{i}]") for i, r in enumerate(rates)))
+        sel = chk.instance(self.selectivities, "selectivities", Mapping,
+                           "a mapping {frozenset({i, j}): selectivity in [0, 1]}")
+        checked = {}
+        for pair, f in sel.items():
+            if not isinstance(pair, frozenset) or len(pair) != 2 or not all(
+                    isinstance(i, int) and 0 <= i < n for i in pair):
+                raise ValueError(f"selectivities keys must be frozenset({{i, j}}) of two input indexes in "
+                                 f"0..{n - 1}, got {pair!r}")
+            checked[pair] = chk.probability(f, f"selectivities[{set(pair)}]")
+        object.__setattr__(self, "selectivities", checked)
+        cond = chk.instance(self.conditional, "conditional", Mapping,
+                            "a mapping {(i, j, frozenset(bound inputs)) or (j, frozenset(bound)): selectivity}")
+        checked = {}
+
+        def index(x) -> bool:
+            return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < n
+
+        for key, f in cond.items():
+            ok = isinstance(key, tuple) and len(key) in (2, 3) and isinstance(key[-1], frozenset) and key[-1]
+            if ok:
+                j, bound = key[-2], key[-1]
+                ok = index(j) and j not in bound and all(index(b) for b in bound)
+                ok = ok and (len(key) == 2 or (index(key[0]) and key[0] in bound))
+            if not ok:
+                raise ValueError(f"conditional keys must be (i, j, frozenset(bound inputs)) or (j, frozenset(bound)) "
+                                 f"with inputs in 0..{n - 1}, i bound and j not, got {key!r}")
+            checked[key] = chk.probability(f, f"conditional[{key!r}]")
+        object.__setattr__(self, "conditional", checked)
+        for name, default in (("states", (0.0,) * n), ("growth", self.rates)):
+            value = getattr(self, name)
+            if value is None:
+                value = default
+            if isinstance(value, (str, Mapping)) or not isinstance(value, Sequence) or len(value) != n:
+                raise TypeError(f"{name} must be a sequence of {n} numbers (one per input) or None, got {value!r}")
+            object.__setattr__(self, name, tuple(chk.non_negative(v, f"{name}[{i}]") for i, v in enumerate(value)))
+        object.__setattr__(self, "probe_cost", chk.non_negative(self.probe_cost, "probe_cost"))
+        object.__setattr__(self, "arrival_cost", chk.non_negative(self.arrival_cost, "arrival_cost"))
+        if self.outputs is not None:
+            out = self.outputs
+            if isinstance(out, (str, Mapping)) or not isinstance(out, Sequence) or len(out) != n:
+                raise TypeError(f"outputs must be a sequence of {n} numbers (one per input) or None, got {out!r}")
+            object.__setattr__(self, "outputs", tuple(chk.non_negative(v, f"outputs[{i}]") for i, v in enumerate(out)))
+
+    @property
+    def n_inputs(self) -> int:
+        """The number of inputs."""
+        return len(self.rates)
+
+    def check_orders(self, orders) -> tuple[tuple[int, ...], ...]:
+        """Validate per-input probe orders (``orders[i]``: the other inputs, each once)."""
+        n = self.n_inputs
+        if isinstance(orders, str) or not isinstance(orders, Sequence) or len(orders) != n:
+            raise ValueError(f"orders must give one probe order per input ({n} inputs), got {orders!r}")
+        return tuple(_order(o, [j for j in range(n) if j != i], f"orders[{i}]") for i, o in enumerate(orders))
+
+    def selectivity(self, j: int, bound: frozenset, arriving: int | None = None) -> float:
+        """``f(j | B)``: the measured conditional value if given (for the ``arriving`` input, else for any),
+        else ``Π_{b ∈ B} f_bj``.
+        """
+        f = self.conditional.get((arriving, j, bound)) if arriving is not None else None
+        if f is None:
+            f = self.conditional.get((j, bound))
+        if f is not None:
+            return f
+        return math.prod(self.selectivities.get(frozenset((b, j)), 1.0) for b in bound)
+
+    def _per_arrival(self, i: int, order, t: float) -> tuple[float, float]:
+        """(outputs, probes) of one arrival of input i at time t."""
+        partial, probes, bound = 1.0, 0.0, {i}
+        for j in order:
+            probes += partial
+            partial *= (self.states[j] + self.growth[j] * t) * self.selectivity(j, frozenset(bound), i)
+            bound.add(j)
+        if self.outputs is not None:
+            partial = self.outputs[i] * math.prod(
+                (self.states[j] + self.growth[j] * t) / self.states[j] if self.states[j] > 0 else 1.0
+                for j in order)
+        return partial, probes
+
+    def arrival_costs(self, orders, t: float) -> tuple[float, ...]:
+        """``C_i`` of every input at time t (time to handle one arrival)."""
+        orders, t = self.check_orders(orders), chk.non_negative(t, "t")
+        return tuple(self.arrival_cost + self.probe_cost * self._per_arrival(i, o, t)[1] for i, o in enumerate(orders))
+
+    def _rate(self, orders, t: float) -> float:
+        out = busy = 0.0
+        for i, o in enumerate(orders):
+            outputs, probes = self._per_arrival(i, o, t)
+            out += self.rates[i] * outputs
+            busy += self.rates[i] * (self.arrival_cost + self.probe_cost * probes)
+        return out / max(1.0, busy)
+
+    def output_rate(self, orders, t: float) -> float:
+        """``r_o(t)`` of the plan ``orders`` (see the class docstring)."""
+        return self._rate(self.check_orders(orders), chk.non_negative(t, "t"))
+
+    def local_rate_estimate(self, orders, t_p: float) -> float:
+        """Local rate maximization's estimate for horizon t_p: the rate at ``t_p/2`` (§4.2.1)."""
+        return self._rate(self.check_orders(orders), chk.positive(t_p, "t_p") / 2.0)
+
+    def outputs_by_time(self, orders, t_p: float, *, rtol: float = 1e-9) -> float:
+        """Equation 3: ``∫_0^t_p r_o(t) dt`` (:func:`outputs_by_time`)."""
+        orders = self.check_orders(orders)
+        return outputs_by_time(lambda t: self._rate(orders, t), t_p, rtol=rtol)
+
+    def time_to_outputs(self, orders, n: float, *, rtol: float = 1e-9) -> float:
+        """The time the plan needs for n outputs (Equation 3 inverted, §4.1); ``inf`` if never."""
+        orders = self.check_orders(orders)
+        n = chk.positive(n, "n")
+        return _invert_integral(lambda t: self._rate(orders, t), n, chk.positive(rtol, "rtol"))
+
+    def best_orders(self, *, t_p: float | None = None, n: float | None = None,
+                    candidates: Sequence | None = None) -> tuple[tuple[tuple[int, ...], ...], float]:
+        """The best probe orders and their score: local rate maximization for horizon ``t_p`` (highest
+        :meth:`local_rate_estimate`, §4.2.1) or, with ``n``, the least :meth:`time_to_outputs`.
+
+        Without ``candidates`` every input's order is chosen on its own among its ``(n-1)!`` orders (the
+        costs add up per input and the outputs do not depend on the orders): the cheapest at ``t_p/2``, or
+        at half the time to n outputs. With ``candidates`` (a list of per-input orders) the best of those is
+        returned; ties go to the first.
+        """
+        if (t_p is None) == (n is None):
+            raise ValueError("give exactly one objective: t_p (maximum output rate) or n (least time to n outputs)")
+        t_p = None if t_p is None else chk.positive(t_p, "t_p")
+        n = None if n is None else chk.positive(n, "n")
+        if candidates is None:
+            # the costs add up per input and P_i does not depend on the orders: the best orders at one time t
+            # are each input's cheapest. For t_p that time is t_p/2; for n it is half the time the plan
+            # needs, found by iterating from the orders that are cheapest at t = 0 (a fixed point in a few steps)
+            at = t_p / 2.0 if t_p is not None else 0.0
+            candidates = [self._cheapest(at)]
+            if n is not None:
+                for _ in range(4):
+                    at = _invert_integral(lambda t, c=candidates[-1]: self._rate(c, t), n, 1e-9) / 2.0
+                    if not math.isfinite(at) or self._cheapest(at) in candidates:
+                        break
+                    candidates.append(self._cheapest(at))
+        else:
+            if isinstance(candidates, str) or not isinstance(candidates, Sequence) or not candidates:
+                raise ValueError(f"candidates must be a non-empty list of per-input probe orders, got {candidates!r}")
+            candidates = [self.check_orders(c) for c in candidates]
+        if t_p is not None:
+            scored = [(self._rate(c, t_p / 2.0), c) for c in candidates]
+            best = max(scored, key=lambda s: s[0])
+        else:
+            scored = [(_invert_integral(lambda t, c=c: self._rate(c, t), n, 1e-9), c) for c in candidates]
+            best = min(scored, key=lambda s: s[0])
+        return best[1], best[0]
+
+    def _cheapest(self, t: float) -> tuple[tuple[int, ...], ...]:
+        """Every input's order with the fewest probes per arrival at time t (ties: the first permutation)."""
+        k = self.n_inputs
+        return tuple(min(itertools.permutations([j for j in range(k) if j != i]),
+                         key=lambda o, i=i: self._per_arrival(i, o, t)[1]) for i in range(k))

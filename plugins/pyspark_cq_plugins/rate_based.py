@@ -1,0 +1,337 @@
+"""Rate-based plan choice: run each plan-switchable operator in the plan with the best predicted output rate.
+
+Viglas & Naughton, "Rate-Based Query Optimization for Streaming Information Sources", §3–§4. Every round the
+policy re-estimates, per running ``select_chain`` and ``multi_join`` (their per-step reports, through the
+shared :mod:`pyspark_cq.policies.plan_stats`):
+
+- the arrival rates (Spark's progress: the operator's smoothed input rate, split per input);
+- per predicate of a chain its selectivity and cost per row; per probe step of a join the matches per
+  partial match, divided by the probed state's rows: the step's selectivity given the inputs already bound;
+- the cost of one probe (``probe_cost``, or measured: the batch duration over the partial matches probed
+  in the batch — Spark's per-batch overhead included, so it errs towards "the operator cannot keep up",
+  where the plans differ);
+- how fast each join state grows (its rows' change per second between rounds; 0 in a windowed steady state).
+
+It predicts each candidate plan (every predicate order of a chain; the left-deep orders of a join, as
+control-table plan ids) with the rate model (:func:`pyspark_cq.cost.rate.chain_output_rate`,
+:class:`pyspark_cq.cost.rate.MultiJoinModel`) under the chosen objective — ``"rate"``: local rate
+maximization for the horizon ``t_p`` (§4.2.1, the rate at ``t_p/2``); ``"time"``: the least time to ``n``
+outputs (Equation 3 inverted, §4.1) — and switches the operator's ``plan_id`` when another plan beats the
+running one by more than ``margin`` (hysteresis, so that estimation noise does not flap plans), at most
+once every ``min_batches`` micro-batches of the operator.
+
+A step's selectivity is kept per arriving input i, probed input j and bound set B (``matched / (probed ·
+state_rows_j)``): with time bands the stored rows a probe meets depend on which input arrived last, so a
+pair's selectivity differs by direction. The outputs per arrival (which no order changes) are measured from
+the running plan's last steps; the candidate orders differ in their probes. A step the running plan did not
+measure takes the measurement of the same arriving and probed inputs with the nearest bound set, else the
+most selective bound pair (``matched_i_j / (probed_i_j·state_rows_j)`` of first steps): a ``multi_join``
+equates one key over all its inputs, so the key predicate is shared by all pairs and the independence
+product would count it once per bound input. A pair no first step has measured yet is taken as selective as
+the loosest measured pair.
+
+Join trees of binary ``interval_join`` s are fixed when a query starts (Spark cannot switch them):
+:func:`choose_join_tree` picks one at registration with the same objectives.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from pyspark_cq import plan as P
+from pyspark_cq.control import parse_chain_plan, parse_join_plan
+from pyspark_cq.cost import rate as R
+from pyspark_cq.policies import Decision, Decisions, OperatorStats, Policy, Snapshot
+from pyspark_cq.policies import plan_stats as S
+
+__all__ = ["RateBased", "choose_join_tree", "OBJECTIVES"]
+
+OBJECTIVES = ("rate", "time")
+_NO_COSTS = R.JoinCosts()
+
+
+def _positive(value, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > 0:
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+def _ids(bound) -> str:
+    return ",".join(map(str, sorted(bound)))
+
+
+def choose_join_tree(plans: Sequence[P.Node], rates: Mapping[str, float], *, objective: str = "rate",
+                     t_p: float | None = None, n: float | None = None, fraction: float | None = None,
+                     sizes: Mapping[str, float] | None = None, costs: R.JoinCosts = _NO_COSTS
+                     ) -> tuple[P.Node, float]:
+    """Pick the join tree of a query of binary joins before it starts (Viglas & Naughton, §4.2).
+
+    ``objective="rate"``: local rate maximization for the horizon ``t_p`` (:func:`pyspark_cq.cost.rate.
+    best_plan_by_rate`); ``"time"``: local time minimization for ``n`` outputs, or for a ``fraction`` in
+    (0, 1] of the output over finite inputs of the given ``sizes`` (``n = fraction·`` output size,
+    :func:`pyspark_cq.cost.rate.best_plan_by_time`). All plans must join the same sources (e.g.
+    :func:`pyspark_cq.plan.enumerate_plans` of one query); ``rates`` must be positive.
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if isinstance(plans, (str, P.Node)) or not isinstance(plans, Sequence) or not plans:
+        raise TypeError(f"plans must be a non-empty list of plan nodes, got {plans!r}")
+    for i, p in enumerate(plans):
+        if not isinstance(p, P.Node):
+            raise TypeError(f"plans[{i}] must be a plan node, got {p!r}")
+    names = sorted(P.source_names(plans[0]))
+    for i, p in enumerate(plans):
+        if sorted(P.source_names(p)) != names:
+            raise ValueError(f"plans[{i}] joins {sorted(P.source_names(p))}, which does not match the query's "
+                             f"sources {names} (plans[0])")
+    if not isinstance(rates, Mapping):
+        raise TypeError(f"rates must be a mapping {{stream: rate}}, got {rates!r}")
+    for s in names:
+        if s not in rates:
+            raise ValueError(f"rates has no rate for stream {s!r}; given: {sorted(rates)}")
+        _positive(rates[s], f"rates[{s!r}]")
+    if objective == "rate":
+        if t_p is None or n is not None or fraction is not None:
+            raise ValueError("objective 'rate' needs t_p (and neither n nor fraction)")
+        return R.best_plan_by_rate(plans, rates, _positive(t_p, "t_p"), costs=costs)
+    if (n is None) == (fraction is None) or t_p is not None:
+        raise ValueError("objective 'time' needs exactly one of n (outputs) and fraction (of the output), and no t_p")
+    if fraction is not None:
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+            raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
+        if sizes is None:
+            raise ValueError("fraction needs sizes (the number of elements of each finite source)")
+        n = fraction * R.output_size(plans[0], sizes)
+        if not n > 0:
+            raise ValueError(f"the query has no output over sizes {dict(sizes)}: fraction has nothing to count")
+    return R.best_plan_by_time(plans, rates, _positive(n, "n"), sizes=sizes, costs=costs)
+
+
+class RateBased(Policy):
+    """Rate-based plan switching for ``select_chain`` and ``multi_join`` (Viglas & Naughton, §4).
+
+    Parameters
+    ----------
+    objective : {"rate", "time"}
+        ``"rate"``: maximum output rate for the horizon ``t_p`` (§4.2.1); ``"time"``: least time to ``n``
+        outputs (§4.1).
+    t_p : float
+        Horizon in seconds (> 0) of the rate objective.
+    n : float
+        Outputs (> 0) of the time objective.
+    margin : float
+        Hysteresis: switch only when the best plan's predicted rate exceeds the running plan's by this
+        fraction (time objective: its time is shorter by this fraction), >= 0.
+    min_batches : int
+        Micro-batches of an operator between two switches of it (>= 1); estimates are taken only from
+        batches of the running plan.
+    probe_cost : float, optional
+        Seconds per probe of a join state by one partial match (default: measured each round).
+    d, decay : int, float
+        OM's decay-weighted mean of the last d observations (Kulkarni & Ravishankar §4.3) for every
+        estimate (:class:`pyspark_cq.policies.plan_stats.RoundEstimates`).
+    """
+
+    name = "rate"
+
+    def __init__(self, objective: str = "rate", t_p: float = 60.0, n: float = 10_000.0, margin: float = 0.1,
+                 min_batches: int = 2, probe_cost: float | None = None, d: int = 5, decay: float = 0.5):
+        if objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+        self.objective = objective
+        self.t_p = _positive(t_p, "t_p")
+        self.n = _positive(n, "n")
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 0 <= margin < math.inf:
+            raise ValueError(f"margin must be a finite fraction >= 0, got {margin!r}")
+        self.margin = float(margin)
+        if isinstance(min_batches, bool) or not isinstance(min_batches, int) or min_batches < 1:
+            raise ValueError(f"min_batches must be an integer >= 1, got {min_batches!r}")
+        self.min_batches = min_batches
+        self.probe_cost = None if probe_cost is None else _positive(probe_cost, "probe_cost")
+        self.d, self.decay = d, decay
+        S.RoundEstimates(d, decay)  # validates d and decay
+        self._reset()
+
+    def _reset(self) -> None:
+        self._est: dict[tuple[str, str], S.RoundEstimates] = {}
+        self._seen: dict[tuple[str, str], tuple[int, float, tuple]] = {}   # batches, time, state rows
+        self._switched: dict[tuple[str, str], int] = {}                     # batches at the last switch
+        self.predictions: dict[tuple[str, str], dict[str, float]] = {}      # last scores per plan id
+
+    @classmethod
+    def _unit_test_params(cls) -> list[dict]:
+        return [{}, {"objective": "time", "n": 5000.0, "margin": 0.0, "min_batches": 1, "probe_cost": 1e-6}]
+
+    # -- per operator ----------------------------------------------------------------------------
+
+    def _better(self, best: float, current: float) -> bool:
+        if self.objective == "rate":
+            return best > current * (1.0 + self.margin)
+        return best * (1.0 + self.margin) < current
+
+    def _pick(self, scores: dict[str, float]) -> str:
+        sign = -1.0 if self.objective == "rate" else 1.0
+        return min(sorted(scores), key=lambda k: sign * scores[k])
+
+    def _chain_scores(self, est: S.RoundEstimates, stats: OperatorStats, control) -> dict[str, float] | None:
+        names = sorted(S.chain_predicates(stats, control))
+        sel = {p: est.get(f"sel:{p}") for p in names}
+        cost = {p: est.get(f"cost:{p}", 0.0) for p in names}
+        r = est.get("rate")
+        if not all(math.isfinite(v) for v in sel.values()) or not math.isfinite(r) or r <= 0:
+            return None
+        sel = {p: min(max(v, 0.0), 1.0) for p, v in sel.items()}
+        scores = {}
+        for plan_id in S.candidate_plans(stats, control):
+            rate = R.chain_output_rate(r, parse_chain_plan(plan_id, names), sel, cost)
+            scores[plan_id] = rate if self.objective == "rate" else (self.n / rate if rate > 0 else math.inf)
+        return scores
+
+    def _observe_join(self, key, est: S.RoundEstimates, stats: OperatorStats, control, now: float) -> None:
+        """Conditional step selectivities of the running plan, and the states' growth per second."""
+        report, n = stats.report, S.join_inputs(stats)
+        plan_id = control.get("plan_id") if isinstance(control, Mapping) else None
+        probes = parse_join_plan(plan_id, n) if isinstance(plan_id, str) and plan_id else None
+        states = tuple(float(report.get(f"state_rows_{j}", 0)) for j in range(n))
+        for (i, j), step in S.join_steps(stats).items():
+            if probes is None or step.rows_in <= 0 or states[j] <= 0:
+                continue
+            order = probes[i]
+            bound = frozenset((i,) + order[:order.index(j)])
+            est.add(f"cond:{i}:{j}|{_ids(bound)}", step.rows_out / (step.rows_in * states[j]))
+        if probes is not None:
+            for i, order in enumerate(probes):
+                arrivals = report.get(f"input_rows_{i}", 0) - report.get(f"malformed_rows_{i}", 0)
+                if arrivals > 0:
+                    est.add(f"out:{i}", report.get(f"matched_{i}_{order[-1]}", 0) / arrivals)
+        seen = self._seen.get(key)
+        if seen is not None and now > seen[1]:
+            for j in range(n):
+                est.add(f"growth:{j}", max(0.0, (states[j] - seen[2][j]) / (now - seen[1])))
+        self._seen[key] = (stats.batches, now, states)
+
+    def _join_model(self, est: S.RoundEstimates, stats: OperatorStats, batch_duration: float):
+        n = S.join_inputs(stats)
+        report = stats.report
+        rates = [est.get(f"rate:{i}") for i in range(n)]
+        if not all(math.isfinite(r) and r > 0 for r in rates):
+            return None
+        pairs = {}
+        for i in range(n):
+            for j in range(i + 1, n):
+                v = est.get(f"pair:{i},{j}")
+                if math.isfinite(v):
+                    pairs[frozenset((i, j))] = min(max(v, 0.0), 1.0)
+        if not pairs:
+            return None
+        # a pair no first step measured yet shares the key with the others and is bounded by the closure
+        # of their time bands: the loosest measured pair stands for it (not a Cartesian product)
+        loosest = max(pairs.values())
+        for i in range(n):
+            for j in range(i + 1, n):
+                pairs.setdefault(frozenset((i, j)), loosest)
+        measured: dict[tuple[int, frozenset], list[tuple[int, frozenset, float]]] = {}
+        for name in est.names():
+            if name.startswith("cond:"):
+                head, _, tail = name[5:].partition("|")
+                i, j = map(int, head.split(":"))
+                bound = frozenset(map(int, tail.split(",")))
+                measured.setdefault((i, j), []).append((len(bound), bound, est.get(name)))
+        conditional = {}
+        for i in range(n):
+            for j in range(n):
+                if j == i:
+                    continue
+                others = [b for b in range(n) if b not in (i, j)]
+                for mask in range(1 << len(others)):
+                    bound = frozenset([i] + [b for k, b in enumerate(others) if mask >> k & 1])
+                    conditional[(i, j, bound)] = min(max(self._step_estimate(measured, pairs, i, j, bound), 0.0), 1.0)
+        states = tuple(float(report.get(f"state_rows_{j}", 0)) for j in range(n))
+        growth = tuple(max(est.get(f"growth:{j}", 0.0), 0.0) for j in range(n))
+        probe = self.probe_cost
+        if probe is None:
+            work = sum(int(v) for k, v in report.items() if k.startswith("probed_")) + sum(S.input_rows(stats))
+            if not (math.isfinite(batch_duration) and batch_duration > 0 and work > 0):
+                return None
+            probe = batch_duration / work
+        outputs = [est.get(f"out:{i}") for i in range(n)]
+        outputs = tuple(outputs) if all(math.isfinite(v) for v in outputs) else None
+        return R.MultiJoinModel(tuple(rates), pairs, conditional, states, growth, probe_cost=probe, outputs=outputs)
+
+    @staticmethod
+    def _step_estimate(measured, pairs, i: int, j: int, bound: frozenset) -> float:
+        """f(j | B) for rows arriving on i: measured for this bound set; else the measurement of the nearest
+        bound set of the same arriving input (fewest inputs bound differently; a step with more bound inputs
+        filters at least as much); else the most selective bound pair.
+        """
+        near = measured.get((i, j))
+        if near:
+            return min(near, key=lambda m: (len(m[1] ^ bound), m[0], sorted(m[1])))[2]
+        return min(pairs[frozenset((b, j))] for b in bound)
+
+    def _join_scores(self, model: R.MultiJoinModel, stats: OperatorStats, control) -> dict[str, float]:
+        n = model.n_inputs
+        scores = {}
+        for plan_id in S.candidate_plans(stats, control):
+            orders = parse_join_plan(plan_id, n)
+            if self.objective == "rate":
+                scores[plan_id] = model.local_rate_estimate(orders, self.t_p)
+            else:
+                scores[plan_id] = model.time_to_outputs(orders, self.n, rtol=1e-6)
+        current = S.current_plan(stats, control)
+        if current is not None and current not in scores:     # a running plan that is not left-deep
+            orders = parse_join_plan(current, n)
+            scores[current] = (model.local_rate_estimate(orders, self.t_p) if self.objective == "rate"
+                               else model.time_to_outputs(orders, self.n, rtol=1e-6))
+        return scores
+
+    # -- Policy interface ------------------------------------------------------------------------
+
+    def decide(self, snapshot: Snapshot) -> Decisions:
+        """One round: re-estimate, predict every candidate plan, switch where another is better by ``margin``."""
+        if not isinstance(snapshot, Snapshot):
+            raise TypeError(f"snapshot must be a Snapshot, got {type(snapshot).__name__}")
+        live = {(q, op) for q, info in snapshot.queries.items() for op in info.operators}
+        for key in [k for k in self._est if k not in live]:
+            self._est.pop(key)
+            self._seen.pop(key, None)
+            self._switched.pop(key, None)
+            self.predictions.pop(key, None)
+        out = []
+        for qname in sorted(snapshot.queries):
+            info = snapshot.queries[qname]
+            for op in sorted(info.operators):
+                stats = info.operators[op]
+                kind = S.operator_kind(stats)
+                if kind is None:
+                    continue
+                key = (qname, op)
+                control = info.control.get(op, {})
+                est = self._est.setdefault(key, S.RoundEstimates(self.d, self.decay))
+                if not est.observe(stats, control):
+                    continue
+                if kind == S.SELECT_CHAIN:
+                    scores = self._chain_scores(est, stats, control)
+                else:
+                    self._observe_join(key, est, stats, control, snapshot.time)
+                    model = self._join_model(est, stats, info.batch_duration)
+                    scores = None if model is None else self._join_scores(model, stats, control)
+                if not scores:
+                    continue
+                self.predictions[key] = scores
+                best = self._pick(scores)
+                current = S.current_plan(stats, control)
+                if best == current:
+                    continue
+                if stats.batches - self._switched.get(key, -self.min_batches) < self.min_batches:
+                    continue
+                if current is not None and not self._better(scores[best], scores[current]):
+                    continue
+                self._switched[key] = stats.batches
+                what = (f"predicted rate {scores[best]:.4g}/s at t_p/2 = {self.t_p / 2:g} s" if self.objective == "rate"
+                        else f"predicted time to {self.n:g} outputs {scores[best]:.4g} s")
+                was = "" if current is None else f" vs {scores[current]:.4g} for {current!r}"
+                out.append(Decision(op, {"plan_id": best}, f"rate-based (Viglas & Naughton §4.2): {what}{was}",
+                                    query=qname))
+        return Decisions(out, self.name)
+

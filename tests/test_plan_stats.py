@@ -116,8 +116,9 @@ def test_join_steps_rates_and_pair_selectivities():
     assert ps.input_rates(stats) == pytest.approx((100.0, 200.0, 300.0))
     assert all(math.isnan(r) for r in ps.input_rates(OperatorStats("f", report=join_stats().report)))
     pairs = ps.join_pair_selectivities(stats)
-    # {0,1}: (40 + 40) / (100·2000 + 200·1000); {0,2}: 90 / (300·1000); {1,2} only in second steps
-    assert pairs == {frozenset((0, 1)): pytest.approx(80 / 400_000), frozenset((0, 2)): pytest.approx(90 / 300_000)}
+    # {0,1}: (40 + 40) / (100·(2000 − 200) + 200·1000) — input 1's own 200 rows were stored after input 0
+    # probed; {0,2}: 90 / (300·1000); {1,2} only in second steps
+    assert pairs == {frozenset((0, 1)): pytest.approx(80 / 380_000), frozenset((0, 2)): pytest.approx(90 / 300_000)}
     assert ps.join_pair_selectivities(stats, {"plan_id": "0:1>2;1:0>2;2:0>1"}) == pairs
     # with a plan whose first steps differ, only those count
     other = ps.join_pair_selectivities(stats, {"plan_id": "0:2>1;1:2>0;2:1>0"})
@@ -136,7 +137,7 @@ def test_round_estimates_decay_weighted_once_per_batch():
     assert math.isnan(est.get("missing")) and est.get("missing", 1.0) == 1.0
     assert est.observe(join_stats(), {"plan_id": "0:1>2;1:0>2;2:0>1"})
     assert est.get("rows:2") == 300 and est.get("step:2>1") == 0.1 and est.get("rate:1") == pytest.approx(200)
-    assert est.get("pair:0,1") == pytest.approx(80 / 400_000)
+    assert est.get("pair:0,1") == pytest.approx(80 / 380_000)
     assert not est.observe(OperatorStats("other", batches=3, report={"input_rows": 1}))
     assert pickle.loads(pickle.dumps(est)).get("sel:cheap") == est.get("sel:cheap")
     est.add("x", math.nan)

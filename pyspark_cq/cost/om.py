@@ -18,13 +18,18 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from .. import _args as chk
 from .. import plan as P
+from ..estimators import DecayedMean
 from . import rate as _rate
 
 __all__ = [
     "utility", "selection_output_rate", "projection_output_rate", "aggregate_output_rate", "join_output_rate",
     "input_buffer", "intermediate_queue", "OperatorCost", "PlanCost", "cost_plan", "plan_utility", "best_plan",
+    "chain_plan", "left_deep_join_plan", "Dimension", "Chart", "sel_lambda_chart", "lambda_lambda_chart",
+    "Schedule", "optimal_plans", "schedule", "score_plans",
 ]
 
 
@@ -285,3 +290,422 @@ def best_plan(plans: Sequence[P.Node], rates: Mapping[str, float], window: float
               w_m: float) -> tuple[P.Node, float]:
     """The candidate plan of minimum ``Cost_p`` and that cost (the problem statement of §3.3)."""
     return P.best_plan(plans, lambda p: plan_utility(p, rates, window, w_r, w_m))
+
+
+# ---------------------------------------------------------------------------------------------
+# candidate plans of the plan-switchable operators, costed by §4.1
+
+
+def chain_plan(order: Sequence[str], selectivities: Mapping[str, float], costs: Mapping[str, float],
+               stream: str = "S") -> P.Node:
+    """The OM plan of a ``select_chain`` evaluating predicates in ``order``: selections stacked bottom-up.
+
+    ``costs`` are seconds per row (1/tpr, §3: "the operator tuple processing rate"), as measured by the
+    operator (``nanos_p / rows_in_p``); a missing or zero cost is a selection that keeps up with any rate.
+
+    Examples
+    --------
+    >>> from pyspark_cq.cost.om import chain_plan, cost_plan
+    >>> plan = chain_plan(["a", "b"], {"a": 0.5, "b": 0.1}, {"a": 1 / 500, "b": 1 / 50})
+    >>> cost_plan(plan, {"S": 100}, 2.0).output_rate          # Figure 2's plan 1
+    5.0
+    """
+    if isinstance(order, str) or not isinstance(order, Sequence) or not order:
+        raise TypeError(f"order must be a non-empty sequence of predicate names, got {order!r}")
+    chk.instance(selectivities, "selectivities", Mapping, "a mapping {predicate: selectivity}")
+    chk.instance(costs, "costs", Mapping, "a mapping {predicate: seconds per row}")
+    node: P.Node = P.Source(stream)
+    for name in order:
+        if name not in selectivities:
+            raise ValueError(f"selectivities has no value for predicate {name!r}; given: {sorted(selectivities)}")
+        sel = chk.probability(selectivities[name], f"selectivities[{name!r}]")
+        cost = chk.non_negative(costs.get(name, 0.0), f"costs[{name!r}]")
+        node = P.Select(node, sel, cost=cost, label=name)
+    return node
+
+
+def left_deep_join_plan(order: Sequence[int], pair_selectivity: Mapping[frozenset, float], join_cost: float,
+                        streams: Sequence[str] | None = None) -> P.Node:
+    """The OM left-deep plan ``((s_a ⋈ s_b) ⋈ s_c) …`` of a multi-way join (§4.2 step 3).
+
+    Each 2-way join's selectivity (a fraction of the cross product, §4.1) is that of the pair it adds:
+    joining s_c to the result of the earlier streams takes the mean of c's measured pair selectivities with
+    them (an equi-join on one key matches a partial result when c matches any of its rows' keys). Both
+    sides cost ``join_cost`` seconds per tuple (C_L⋈ = C_R⋈; 1/``join_cost`` is the join's tpr, §5.1).
+
+    Parameters
+    ----------
+    order : sequence of int
+        The left-deep order of the inputs (e.g. from :func:`pyspark_cq.policies.plan_stats.left_deep_orders`).
+    pair_selectivity : mapping frozenset({i, j}) -> float
+        Join selectivity of each pair of inputs; every input after the first must have one with an
+        earlier input.
+    join_cost : float
+        Seconds per tuple joined, > 0.
+    streams : sequence of str, optional
+        Source names per input (default ``"s0"``, ``"s1"``, …).
+    """
+    if isinstance(order, str) or not isinstance(order, Sequence) or len(order) < 2:
+        raise TypeError(f"order must be a sequence of at least 2 input indexes, got {order!r}")
+    n = len(order)
+    if sorted(order) != list(range(n)):
+        raise ValueError(f"order must be a permutation of 0..{n - 1}, got {list(order)}")
+    chk.instance(pair_selectivity, "pair_selectivity", Mapping, "a mapping {frozenset({i, j}): selectivity}")
+    cost = chk.positive(join_cost, "join_cost")
+    names = [f"s{i}" for i in range(n)] if streams is None else list(streams)
+    if len(names) != n:
+        raise ValueError(f"streams must name {n} inputs, got {names}")
+    node: P.Node = P.Source(names[order[0]])
+    for m in range(1, n):
+        c = order[m]
+        sels = [pair_selectivity[frozenset((c, e))] for e in order[:m] if frozenset((c, e)) in pair_selectivity]
+        if not sels:
+            raise ValueError(f"pair_selectivity has no selectivity between input {c} and any of {list(order[:m])} "
+                             f"(keys: {sorted(tuple(sorted(k)) for k in pair_selectivity)})")
+        sel = chk.probability(sum(sels) / len(sels), f"pair selectivity of input {c}")
+        node = P.Join(node, P.Source(names[c]), selectivity=sel, left_cost=cost, right_cost=cost,
+                      label=f"J{m}")
+    return node
+
+
+# ---------------------------------------------------------------------------------------------
+# charts (§4.4) and the scheduler (§4.5)
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One axis of a chart: a statistic (``"sel"``, ``"rate"``, ``"rate:1"`` …) over ``[low, high]``."""
+
+    name: str
+    low: float
+    high: float
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"a chart dimension needs a name (str), got {self.name!r}")
+        low = chk.real(self.low, f"range of {self.name!r}: low")
+        high = chk.real(self.high, f"range of {self.name!r}: high")
+        if not low < high:
+            raise ValueError(f"range of {self.name!r} must be a non-empty [low, high] with low < high, "
+                             f"got [{low}, {high}]")
+        object.__setattr__(self, "low", low)
+        object.__setattr__(self, "high", high)
+
+
+def _dimensions(dims) -> tuple[Dimension, ...]:
+    if isinstance(dims, (str, bytes)) or not isinstance(dims, Sequence) or not dims:
+        raise TypeError(f"dims must be a non-empty sequence of (name, low, high), got {dims!r}")
+    out = []
+    for d in dims:
+        if isinstance(d, Dimension):
+            out.append(d)
+        elif isinstance(d, Sequence) and not isinstance(d, str) and len(d) == 3:
+            out.append(Dimension(*d))
+        else:
+            raise TypeError(f"dims entries must be (name, low, high), got {d!r}")
+    names = [d.name for d in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"dims names a dimension twice: {names}")
+    return tuple(out)
+
+
+class Chart:
+    """A chart of OM §4.4: each dimension cut into k regular partitions, one optimal plan per region.
+
+    Algorithm 1 (Kulkarni & Ravishankar, §4.4.1): region G(i, j, …) is the box between the (i−1)-th and i-th
+    partitions of each dimension; the plan indexed there is the candidate of minimum ``Cost_p`` at the
+    region's centroid C(i, j, …). The sel-λ chart (:func:`sel_lambda_chart`) has the dimensions (sel, λ), the
+    λ-λ chart of an l-way join (:func:`lambda_lambda_chart`) one λ per stream (§4.4.2): k^l regions.
+
+    :meth:`lookup` finds the plan of a point in O(1): one multiply-and-truncate per dimension and one list
+    index. A point outside a range belongs to the edge region.
+
+    Parameters
+    ----------
+    dims : sequence of (name, low, high) or Dimension
+        The axes and their ranges (low < high).
+    k : int
+        Partitions per dimension, >= 1.
+    plans : sequence
+        The candidate plans P (any hashable labels, e.g. plan ids), at least one, no repeats.
+    cost : callable(plan, point) -> float
+        ``Cost_p`` of a plan at a point (a dict {dimension name: value}).
+
+    Examples
+    --------
+    A hand-checked 2 × 2 chart: Cost("x") = sel·λ and Cost("y") = 10 over sel in [0, 1], λ in [0, 40]. The
+    centroids are sel ∈ {0.25, 0.75} and λ ∈ {10, 30}: "x" costs 2.5, 7.5, 7.5 and 22.5 there, so "y" wins
+    only in the region of centroid (0.75, 30).
+
+    >>> from pyspark_cq.cost.om import Chart
+    >>> chart = Chart([("sel", 0, 1), ("rate", 0, 40)], 2, ["x", "y"],
+    ...               lambda p, c: c["sel"] * c["rate"] if p == "x" else 10.0)
+    >>> chart.table.tolist()
+    [[0, 0], [0, 1]]
+    >>> chart.lookup(0.9, 35), chart.lookup(0.9, 5), chart.region(0.9, 35), chart.centroid((1, 1))
+    ('y', 'x', (1, 1), {'sel': 0.75, 'rate': 30.0})
+    """
+
+    def __init__(self, dims, k: int, plans: Sequence, cost):
+        self.dims = _dimensions(dims)
+        self.k = chk.integer(k, "k", minimum=1)
+        if isinstance(plans, (str, bytes)) or not isinstance(plans, Sequence) or not plans:
+            raise ValueError(f"plans must be a non-empty sequence of candidate plans, got {plans!r}")
+        if len(set(plans)) != len(plans):
+            raise ValueError(f"plans lists a plan twice: {list(plans)}")
+        self.plans = tuple(plans)
+        chk.callable_(cost, "cost")
+        shape = (self.k,) * len(self.dims)
+        table = np.zeros(shape, dtype=np.int32)
+        self.costs = np.zeros(shape + (len(self.plans),))
+        for region in np.ndindex(*shape):                        # Algorithm 1, lines 3–7
+            point = self.centroid(region)
+            costs = [float(cost(p, point)) for p in self.plans]
+            self.costs[region] = costs
+            table[region] = int(np.argmin(costs))
+        self.table = table
+        # lookup state: plain Python numbers, the fastest to index from Python
+        self._low = tuple(d.low for d in self.dims)
+        self._scale = tuple(self.k / (d.high - d.low) for d in self.dims)
+        self._flat = [self.plans[i] for i in table.ravel().tolist()]
+        self._top = self.k - 1
+        self._compile()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The dimensions' names."""
+        return tuple(d.name for d in self.dims)
+
+    def centroid(self, region: Sequence[int]) -> dict:
+        """C(i, j, …): the centre of region ``region`` (0-based indexes), as {dimension: value}."""
+        if len(region) != len(self.dims):
+            raise ValueError(f"region must have {len(self.dims)} indexes, got {region!r}")
+        out = {}
+        for d, i in zip(self.dims, region):
+            i = chk.integer(int(i), "region index", minimum=0)
+            if i >= self.k:
+                raise ValueError(f"region index {i} of {d.name!r} must be < k = {self.k}")
+            out[d.name] = d.low + (i + 0.5) * (d.high - d.low) / self.k
+        return out
+
+    def region(self, *point: float) -> tuple[int, ...]:
+        """The 0-based region G bounding ``point`` (Algorithm 2, line 1); outside points go to the edge."""
+        if len(point) != len(self.dims):
+            raise ValueError(f"point must give {len(self.dims)} values {self.names}, got {point!r}")
+        top = self._top
+        out = []
+        for x, lo, s in zip(point, self._low, self._scale):
+            i = int((x - lo) * s) if x > lo else 0
+            out.append(i if i < top else top)
+        return tuple(out)
+
+    def lookup(self, *point: float):
+        """The plan p(i, j, …) indexed at the region bounding ``point`` (Algorithm 2, lines 1–3), in O(1).
+
+        Replaced per instance by a function unrolled over the chart's dimensions (:func:`_compile_lookup`):
+        one multiply-and-truncate per dimension and one list index, no loop.
+        """
+        return self._flat[_flat_index(self.region(*point), self.k)]
+
+    def _compile(self) -> None:
+        self.lookup = _compile_lookup(self._low, self._scale, self.k, self._flat)
+
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("lookup", None)       # a generated function: rebuilt on unpickling
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._compile()
+
+    def __repr__(self) -> str:
+        dims = ", ".join(f"{d.name}∈[{d.low:g}, {d.high:g}]" for d in self.dims)
+        return f"Chart({dims}, k={self.k}, {len(self.plans)} plans)"
+
+
+def _flat_index(region: Sequence[int], k: int) -> int:
+    flat = 0
+    for i in region:
+        flat = flat * k + i
+    return flat
+
+
+def _compile_lookup(low: tuple, scale: tuple, k: int, flat: list):
+    """``lookup(x_1, …, x_l)`` for one chart, unrolled: region index per dimension clamped to [0, k−1],
+    then the row-major index into ``flat``. Generated code, because a loop over the dimensions costs more
+    than the lookup itself (goal: ≤ 1 µs, asv_benchmarks/benchmarks/bench_om.py).
+    """
+    args = [f"x{m}" for m in range(len(low))]
+    lines = [f"def lookup({', '.join(args)}):"]
+    terms = []
+    for m, x in enumerate(args):
+        lines.append(f"    i{m} = int(({x} - {low[m]!r}) * {scale[m]!r}) if {x} > {low[m]!r} else 0")
+        lines.append(f"    if i{m} > {k - 1}: i{m} = {k - 1}")
+        terms.append(f"i{m}" + "".join(f" * {k}" for _ in range(len(low) - 1 - m)))
+    lines.append(f"    return flat[{' + '.join(terms)}]")
+    namespace = {"flat": flat, "int": int}
+    exec("\n".join(lines), namespace)  # noqa: S102 - code built from numbers of this chart only
+    return namespace["lookup"]
+
+
+def sel_lambda_chart(sel_range: tuple[float, float], rate_range: tuple[float, float], k: int, plans: Sequence,
+                     cost) -> Chart:
+    """The sel-λ chart of one stream (Kulkarni & Ravishankar, §4.4.1, Algorithm 1): k × k regions over
+    ``sel_range`` × ``rate_range``; ``cost(plan, {"sel": …, "rate": …})``.
+    """
+    for name, rng in (("sel_range", sel_range), ("rate_range", rate_range)):
+        if not isinstance(rng, Sequence) or len(rng) != 2:
+            raise TypeError(f"{name} must be a (low, high) pair, got {rng!r}")
+    lo, hi = chk.real(sel_range[0], "sel_range low"), chk.real(sel_range[1], "sel_range high")
+    if lo < 0 or hi > 1:
+        raise ValueError(f"sel_range must lie within [0, 1], got [{lo}, {hi}]")
+    if chk.real(rate_range[0], "rate_range low") < 0:
+        raise ValueError(f"rate_range must be rates >= 0, got {tuple(rate_range)}")
+    return Chart([("sel", lo, hi), ("rate", *rate_range)], k, plans, cost)
+
+
+def lambda_lambda_chart(rate_ranges: Mapping[str, tuple[float, float]], k: int, plans: Sequence, cost) -> Chart:
+    """The λ-λ chart of an l-way join (Kulkarni & Ravishankar, §4.4.2): one dimension per stream's arrival
+    rate, k^l regions; selectivities are held constant within the chart. ``cost(plan, {stream: λ, …})``.
+    """
+    chk.instance(rate_ranges, "rate_ranges", Mapping, "a mapping {stream: (low, high)}")
+    if not rate_ranges:
+        raise ValueError("rate_ranges must give at least one stream's range")
+    dims = []
+    for name, rng in rate_ranges.items():
+        if not isinstance(rng, Sequence) or len(rng) != 2:
+            raise TypeError(f"rate_ranges[{name!r}] must be a (low, high) pair, got {rng!r}")
+        if chk.real(rng[0], f"rate_ranges[{name!r}] low") < 0:
+            raise ValueError(f"rate_ranges[{name!r}] must be rates >= 0, got {tuple(rng)}")
+        dims.append((name, *rng))
+    return Chart(dims, k, plans, cost)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """What Algorithm 2 did over a run (Kulkarni & Ravishankar, §4.5, §5.1), one entry per scored round.
+
+    ``plans[r]`` ran in round r, ``optimal[r]`` is the plan of minimum cost at the values observed in that
+    round (the offline procedure of §5.1), ``regions[r]`` the chart region of the estimate it was chosen by
+    (None for a schedule without a chart).
+    """
+
+    plans: tuple
+    optimal: tuple
+    hits: tuple[bool, ...]
+    regions: tuple
+
+    @property
+    def rounds(self) -> int:
+        """Scored rounds."""
+        return len(self.plans)
+
+    @property
+    def moves(self) -> int:
+        """Rounds whose estimate lies in another region than the previous round's (§5.1)."""
+        return sum(1 for a, b in zip(self.regions, self.regions[1:]) if a is not None and a != b)
+
+    @property
+    def switches(self) -> int:
+        """Rounds that ran another plan than the previous round (§5.1)."""
+        return sum(1 for a, b in zip(self.plans, self.plans[1:]) if a != b)
+
+    @property
+    def fidelity(self) -> float:
+        """The fraction of hits: rounds whose plan is the optimal one (§5.1); nan without rounds."""
+        return sum(self.hits) / len(self.hits) if self.hits else math.nan
+
+    def fidelity_over(self, span: int) -> list[float]:
+        """Fidelity per consecutive block of ``span`` rounds (Figure 3(a) averages per 100 s)."""
+        span = chk.integer(span, "span", minimum=1)
+        return [sum(self.hits[i:i + span]) / len(self.hits[i:i + span]) for i in range(0, len(self.hits), span)]
+
+
+def optimal_plans(plans: Sequence, cost, observed: Sequence[Mapping[str, float]]) -> list[list]:
+    """Per observed point, the plans of minimum ``cost(plan, point)`` (all of them on ties, within 1e-12 relative)."""
+    out = []
+    for point in observed:
+        costs = [float(cost(p, point)) for p in plans]
+        best = min(costs)
+        out.append([p for p, c in zip(plans, costs) if c <= best + 1e-12 * abs(best)])
+    return out
+
+
+def _score(chosen: Sequence, best: Sequence[list], regions: Sequence) -> Schedule:
+    return Schedule(tuple(chosen), tuple(b[0] if p not in b else p for p, b in zip(chosen, best)),
+                    tuple(p in b for p, b in zip(chosen, best)), tuple(regions))
+
+
+def _observations(observed, names) -> list[dict]:
+    if isinstance(observed, (str, bytes)) or not isinstance(observed, Sequence) or len(observed) < 2:
+        raise ValueError(f"observed must be a sequence of at least 2 rounds' observations, got {observed!r}")
+    out = []
+    for r, point in enumerate(observed):
+        if not isinstance(point, Mapping) or any(n not in point for n in names):
+            raise ValueError(f"observed[{r}] must be a mapping with the values {list(names)}, got {point!r}")
+        out.append({n: chk.real(point[n], f"observed[{r}][{n!r}]") for n in names})
+    return out
+
+
+def schedule(chart: Chart, observed: Sequence[Mapping[str, float]], cost, *, d: int = 5,
+             decay: float = 0.5) -> Schedule:
+    """Algorithm 2 (Kulkarni & Ravishankar, §4.5) over the observations of a run.
+
+    Round r (from 1) runs the plan the chart indexes at the estimate of round r: the decay-weighted mean of
+    the last ``d`` observations (rounds r−d … r−1, §4.3, :class:`pyspark_cq.estimators.DecayedMean`);
+    round 0 only observes. The round is a hit when that plan is optimal for round r's own observation.
+
+    Parameters
+    ----------
+    chart : Chart
+        The sel-λ or λ-λ chart.
+    observed : sequence of mapping
+        Per round, the observed value of each of the chart's dimensions.
+    cost : callable(plan, point) -> float
+        The cost the chart was built with (for the optimal plan of each round).
+    d, decay : int, float
+        The estimator's window and decay rate a.
+
+    Examples
+    --------
+    The 2 × 2 chart of :class:`Chart`: three rounds of low selectivity, then high ones. With d = 1 the
+    estimate is the previous observation, so the round after the change misses, then the plan switches.
+
+    >>> from pyspark_cq.cost.om import Chart, schedule
+    >>> cost = lambda p, c: c["sel"] * c["rate"] if p == "x" else 10.0
+    >>> chart = Chart([("sel", 0, 1), ("rate", 0, 40)], 2, ["x", "y"], cost)
+    >>> obs = [{"sel": s, "rate": 35} for s in (0.1, 0.1, 0.1, 0.9, 0.9, 0.9)]
+    >>> run = schedule(chart, obs, cost, d=1)
+    >>> run.plans, run.hits
+    (('x', 'x', 'x', 'y', 'y'), (True, True, False, True, True))
+    >>> run.moves, run.switches, run.fidelity
+    (1, 1, 0.8)
+    """
+    chk.instance(chart, "chart", Chart, "a Chart (sel_lambda_chart / lambda_lambda_chart)")
+    names = chart.names
+    obs = _observations(observed, names)
+    ests = {n: DecayedMean(chk.integer(d, "d", minimum=1), chk.non_negative(decay, "decay")) for n in names}
+    chosen, regions = [], []
+    for r, point in enumerate(obs):
+        if r:
+            est = tuple(ests[n].value for n in names)              # sel_e^r, λ_e^r
+            regions.append(chart.region(*est))
+            chosen.append(chart.lookup(*est))                      # lines 1–4
+        for n in names:                                            # lines 5–7
+            ests[n].update(point[n])
+    return _score(chosen, optimal_plans(chart.plans, cost, obs[1:]), regions)
+
+
+def score_plans(plans_run: Sequence, observed: Sequence[Mapping[str, float]], plans: Sequence, cost) -> Schedule:
+    """Score a baseline's plans (one per round, e.g. RAND's or RATE's) against the optimal plan of each
+    observed round, as :func:`schedule` scores OM's (no regions: no moves).
+    """
+    if isinstance(plans_run, (str, bytes)) or not isinstance(plans_run, Sequence):
+        raise TypeError(f"plans_run must be a sequence of plans, got {plans_run!r}")
+    if len(plans_run) != len(observed):
+        raise ValueError(f"plans_run has {len(plans_run)} rounds but observed has {len(observed)}")
+    unknown = {p for p in plans_run if p not in plans}
+    if unknown:
+        raise ValueError(f"plans_run holds plans not among the candidates: {sorted(map(str, unknown))}")
+    return _score(list(plans_run), optimal_plans(plans, cost, observed), [None] * len(plans_run))

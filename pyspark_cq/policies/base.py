@@ -84,6 +84,12 @@ class Policy(abc.ABC):
             out.update(q.qos)
         return out
 
+    def status(self) -> Mapping:
+        """What the policy wants shown with every round (e.g. OM's moves, switches and fidelity); the
+        runtime logs it in the round's record (``decisions_log()[i]["status"]``). The default is empty.
+        """
+        return {}
+
     # -- parameters, cloning, representation -------------------------------------------------
 
     @classmethod

@@ -275,8 +275,10 @@ def input_rates(stats: OperatorStats) -> tuple[float, ...]:
 def join_pair_selectivities(stats: OperatorStats, control: Mapping | None = None) -> dict[frozenset, float]:
     """Selectivity of each pair of a ``multi_join``'s inputs as a fraction of their cross product, from the
     first probe steps of the latest batch: a row of i probing j first finds ``matched_i_j / probed_i_j``
-    matches among the ``state_rows_j`` stored rows, so ``sel_ij = matched_i_j / (probed_i_j · state_rows_j)``
-    (both directions pooled). This is the join selectivity of OM's §4.1 join output rate.
+    matches among the rows of j stored when it probes, so ``sel_ij = matched_i_j / (probed_i_j · stored_j)``
+    (both directions pooled). ``stored_j`` is ``state_rows_j`` at the end of the batch, less the batch's
+    own rows of j when j comes after i (a batch's inputs are stored in input order). This is the join
+    selectivity of OM's §4.1 join output rate.
 
     The first steps are those of ``control``'s ``plan_id`` (the operator's control-table entry) when given;
     without one, a step whose ``probed_i_j`` equals input i's well-formed arrivals. Pairs no first step
@@ -295,6 +297,8 @@ def join_pair_selectivities(stats: OperatorStats, control: Mapping | None = None
         elif step.rows_in != report.get(f"input_rows_{i}", 0) - report.get(f"malformed_rows_{i}", 0):
             continue  # not the first step of i's probe order: its rows are partial matches, not arrivals
         stored = report.get(f"state_rows_{j}", 0)
+        if j > i:   # within a batch the inputs are processed in input order: j's rows were not stored yet
+            stored -= report.get(f"input_rows_{j}", 0) - report.get(f"malformed_rows_{j}", 0)
         if step.rows_in > 0 and stored > 0:
             key = frozenset((i, j))
             matched[key] = matched.get(key, 0.0) + step.rows_out

@@ -106,5 +106,10 @@ class PolicyLoop:
             except Exception as exc:
                 out.append(self._fail(policy, f"decide raised {type(exc).__name__}: {exc}"))
                 continue
-            out.append(self.apply(policy, decisions, snapshot))
+            record = self.apply(policy, decisions, snapshot)
+            try:
+                record["status"] = dict(policy.status())
+            except Exception as exc:   # a broken status must not lose the round's decisions
+                record["status"] = {"error": f"status() raised {type(exc).__name__}: {exc}"}
+            out.append(record)
         return out

@@ -225,7 +225,8 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         sliced = df.select(*_projection(df, time, keys, spec)).mapInArrow(slicer, sliced_schema)
         timeout = "EventTimeTimeout" if delay is not None else "NoTimeout"
         packed = sliced.groupBy(group_col).applyInPandasWithState(
-            StatefulShard(config, sliced_schema), _metrics.packed_schema(), STATE_SCHEMA, output_mode, timeout)
+            StatefulShard(config, sliced_schema), _metrics.packed_schema(config.output_schema()), STATE_SCHEMA,
+            output_mode, timeout)
         return _metrics.attach_packed(packed, name, config.output_schema())
     else:
         # Batch: Spark's own (codegen) hash aggregation computes the slices, so raw rows never cross

@@ -244,7 +244,7 @@ def _execute(spec: JoinSpec):
         union = _tagged(spec, LEFT, True).union(_tagged(spec, RIGHT, True))
         union = _metrics.observe_input(union, spec.name)
         packed = union.groupBy(*_group_cols(spec)).applyInPandasWithState(
-            worker.streaming, _metrics.packed_schema(METRICS), _STATE_SCHEMA, "append",
+            worker.streaming, _metrics.packed_schema(out_schema, METRICS), _STATE_SCHEMA, "append",
             GroupStateTimeout.EventTimeTimeout)
         return _metrics.attach_packed(packed, spec.name, out_schema, METRICS)
     else:

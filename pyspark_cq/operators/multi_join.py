@@ -338,9 +338,10 @@ def _execute(spec: MultiJoinSpec):
         # as late (late_rows, late_rows_<i>)
         arrived = _metrics.observe_input(union, spec.name, per=(SIDE, spec.n))
         packed = arrived.groupBy(SHARD).applyInPandasWithState(
-            worker.streaming, _metrics.packed_schema(metrics), state_schema, "append",
+            worker.streaming, _metrics.packed_schema(spec.output_schema(), metrics), state_schema, "append",
             GroupStateTimeout.EventTimeTimeout)
     else:
         # A plain 1-argument function: Spark picks (pdf) or (key, pdf) by counting parameters.
-        packed = union.groupBy(SHARD).applyInPandas(lambda pdf: worker.batch(pdf), _metrics.packed_schema(metrics))
+        packed = union.groupBy(SHARD).applyInPandas(lambda pdf: worker.batch(pdf),
+                                                    _metrics.packed_schema(spec.output_schema(), metrics))
     return _metrics.attach_packed(packed, spec.name, spec.output_schema(), metrics)

@@ -1,0 +1,142 @@
+"""What each part of a Python stateful pipeline costs per micro-batch (issue 14's floor, measured by shape).
+
+Queries with trivial functions (no kernels, a few bytes of state) over the same file stream, each run in
+the same session: reading into a ``noop`` sink; our aggregation's shape (``mapInArrow`` emitting 8 rows →
+``groupBy(shard).applyInPandasWithState``); the same with the shard computed by Spark instead of a Python
+stage; with event-time timeouts; with the output returned as one Arrow IPC blob per group unpacked by a
+``mapInArrow`` versus array cells unpacked by Spark (``explode(arrays_zip)``); and, for reference, our
+``sliding_aggregate`` and Spark's ``groupBy(window())`` at W/S = 60. Printed: the median ``triggerExecution``
+over the steady batches and Spark's phases (ms, state-operator times summed over tasks).
+
+Usage::
+
+    python benchmarks/floor_shapes.py [--rows 5000] [--files 16] [shape-substring ...]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+
+import numpy as np
+import pyarrow as pa
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import aggregate_vs_spark as agg  # noqa: E402  (data, session, the two aggregations, the streaming runner)
+
+
+def _eight(batches):
+    n = sum(b.num_rows for b in batches)
+    yield pa.RecordBatch.from_pydict({"s": list(range(8)), "n": [n] * 8})
+
+
+def _state(key, pdfs, state, timeout=False):
+    n = sum(len(p) for p in pdfs)
+    state.update((n,))
+    if timeout:
+        state.setTimeoutTimestamp(max(int(state.getCurrentWatermarkMs()), 1))
+    return n
+
+
+def _trivial(key, pdfs, state):
+    import pandas as pd
+
+    yield pd.DataFrame({"n": [_state(key, pdfs, state)]})
+
+
+def _trivial_timeout(key, pdfs, state):
+    import pandas as pd
+
+    yield pd.DataFrame({"n": [_state(key, pdfs, state, timeout=True)]})
+
+
+def _blob(key, pdfs, state):
+    import pandas as pd
+
+    _state(key, pdfs, state)
+    table = pa.table({"a": np.arange(50), "b": np.arange(50)})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    yield pd.DataFrame({"p": [sink.getvalue().to_pybytes()]})
+
+
+def _arrays(key, pdfs, state):
+    import pandas as pd
+
+    _state(key, pdfs, state)
+    cells = np.empty(2, dtype=object)
+    cells[0], cells[1] = np.arange(50), np.arange(50)
+    yield pd.DataFrame({"a": pd.Series(cells[:1]), "b": pd.Series(cells[1:])})
+
+
+def _unpack(batches):
+    for b in batches:
+        for blob in b.column(0).to_pylist():
+            if blob:
+                yield from pa.ipc.open_stream(blob).read_all().to_batches()
+
+
+def shapes():
+    from pyspark.sql import functions as F
+
+    def native_shard(d):
+        return d.select("ts", F.pmod(F.xxhash64("k"), F.lit(8)).alias("s"), "k", "v")
+
+    def python_shard(d):
+        return d.select(F.unix_micros("ts").alias("t"), F.xxhash64("k").alias("h"), "k", "v").mapInArrow(
+            _eight, "s long, n long")
+
+    def stateful(d, fn, out="n long", timeout="NoTimeout"):
+        return d.groupBy("s").applyInPandasWithState(fn, out, "x long", "append", timeout)
+
+    return {
+        "read -> noop": lambda d: d,
+        "Spark window(), W/S = 60": lambda d: agg.spark_agg(d, "60 seconds"),
+        "ours sliding_aggregate, W/S = 60": lambda d: agg.ours_agg(d, "60 seconds"),
+        "mapInArrow(8 rows) -> applyInPandasWithState": lambda d: stateful(python_shard(d), _trivial),
+        "Spark's shard -> applyInPandasWithState": lambda d: stateful(native_shard(d), _trivial),
+        "  + event-time timeouts": lambda d: stateful(native_shard(d), _trivial_timeout,
+                                                     timeout="EventTimeTimeout"),
+        "  + IPC blob out, mapInArrow unpack": lambda d: stateful(native_shard(d), _blob, "p binary")
+            .mapInArrow(_unpack, "a long, b long"),
+        "  + array cells out, explode(arrays_zip)": lambda d: stateful(
+            native_shard(d), _arrays, "a array<long>, b array<long>")
+            .select(F.explode(F.arrays_zip("a", "b")).alias("z")).select("z.a", "z.b"),
+    }
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=5000, help="rows per micro-batch")
+    ap.add_argument("--files", type=int, default=16, help="micro-batches")
+    ap.add_argument("only", nargs="*", help="run only shapes whose name contains one of these")
+    args = ap.parse_args(argv)
+    spark = agg.session()
+    tmp = tempfile.mkdtemp(prefix="cq_floor_")
+    try:
+        data = os.path.join(tmp, "data")
+        agg.write_data(data, args.rows * args.files, args.files)
+        for i, (name, build) in enumerate(shapes().items()):
+            if args.only and not any(o in name for o in args.only):
+                continue
+            r = agg.stream_run(spark, build, data, os.path.join(tmp, f"ck{i}"))
+            steady = r["durations"][2:-1] or r["durations"]
+
+            def med(key, steady=steady):
+                return statistics.median(x.get(key, 0) for x in steady)
+
+            print(f"{name:46s} median {med('triggerExecution'):6.0f} ms | addBatch {med('addBatch'):5.0f} "
+                  f"updates {med('allUpdatesTimeMs'):5.0f} removals {med('allRemovalsTimeMs'):5.0f} "
+                  f"commit {med('commitTimeMs'):5.0f} | load {os.getloadavg()[0]:.1f}", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+        spark.stop()
+
+
+if __name__ == "__main__":
+    main()

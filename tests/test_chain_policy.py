@@ -200,7 +200,7 @@ def test_runtime_chain_policy_schedules_a_running_query(spark, tmp_path):
     def build(ctx):
         df = spark.readStream.schema("x long, y long").option("maxFilesPerTrigger", 1).parquet(str(src))
         out = cq.select_chain(df, PREDICATES, control=ctx.control("f1", plan_id="mult3>costly>odd"))
-        return (out.writeStream.format("memory").queryName("chain_policy_out").outputMode("append")
+        return (out.writeStream.format("memory").outputMode("append")
                 .option("checkpointLocation", str(tmp_path / "ck")))
 
     rt.register("chainq", build)
@@ -218,7 +218,7 @@ def test_runtime_chain_policy_schedules_a_running_query(spark, tmp_path):
     assert params["schedule"] == "chain" and params["max_buffered_rows"] == bound
     assert set(params["priorities"]) == set(PREDICATES)
     assert any(r["policy"] == "chain" and r["applied"] and r["decisions"] for r in log)
-    got = sorted(tuple(r) for r in spark.table("chain_policy_out").collect())
+    got = sorted(tuple(r) for r in spark.table("chainq").collect())     # the runtime names the query
     want = sorted((int(a), int(b)) for x, y in batches for a, b in zip(x[_oracle(x, y)], y[_oracle(x, y)]))
     assert got == want
     # batch 0 ran unscheduled (whole Arrow batches); the last one under the policy's bound, in chunks

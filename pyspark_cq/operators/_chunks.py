@@ -209,10 +209,10 @@ class ChunkScheduler:
     schedule : Schedule
         Strategy, chunk size, memory bound, priorities.
 
-    Attributes (after :meth:`run` is exhausted)
+    Attributes
     ----------
     peak_buffered : int
-        Largest number of buffered intermediate rows after any scheduling step.
+        After :meth:`run` is exhausted: largest number of buffered intermediate rows after any scheduling step.
     peak_rss : int
         Largest resident set size of the worker sampled after every scheduling step (bytes).
     steps_run : int

@@ -343,12 +343,39 @@ def test_control_argument_is_validated(spark, tmp_dir):
     # No name: the report is filed under the operator id.
     out = sliding_aggregate(df, "ts", "10 seconds", control=ControlHandle(str(tmp_dir / "absent.json"), "agg7"))
     assert "agg7" in out._jdf.queryExecution().analyzed().toString()
-    # An entry that sets what the aggregation does not read (load shedding, a plan) is refused, naming it.
+    # An entry that sets what the aggregation does not read (a plan) is refused, naming it.
     table.register("agg8", drop_ratio=0.3, plan_id="p1")
-    with pytest.raises(ValueError, match=r"sliding_aggregate 'agg8'.*drop_ratio, plan_id.*does not read"):
+    with pytest.raises(ValueError, match=r"sliding_aggregate 'agg8'.*plan_id.*does not read"):
         sliding_aggregate(df, "ts", "10 seconds", control=table.handle("agg8"))
     table.register("agg9", drop_ratio=0.0)    # drops nothing: accepted
     sliding_aggregate(df, "ts", "10 seconds", control=table.handle("agg9"))
+    # load shedding applies to a stream; a batch DataFrame is aggregated whole
+    table.register("agg10", drop_ratio=0.3)
+    with pytest.raises(ValueError, match=r"sliding_aggregate 'agg10': drop_ratio 0.3 sheds a streaming"):
+        sliding_aggregate(df, "ts", "10 seconds", control=table.handle("agg10"))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(rows_st, st.sampled_from([0.3, 0.6]))
+def test_drop_ratio_sheds_before_the_aggregation_and_counts(tmp_path, rows, ratio):
+    """RTStream §4.4 in the aggregation: the windows are those of the rows the hash keeps (the same
+    decision whichever task a row reaches), and every input row is either aggregated or counted as shed."""
+    from pyspark_cq.operators._shed import shed_mask
+
+    table = ControlTable(str(tmp_path / f"control-{uuid.uuid4().hex[:8]}.json"))
+    table.register("agg1", drop_ratio=ratio)
+    plan = plan_with(KT.make_plan(20, 10, mode="update"), table.handle("agg1"))
+    outputs, metrics = run_batches(plan, [rows])
+    if rows:
+        whole = pa.Table.from_batches([KT.input_batch(rows, plan)])
+        drop = shed_mask(whole, np.zeros(len(rows), dtype=np.int64), 0, 0, ratio)
+    else:
+        drop = np.zeros(0, dtype=bool)
+    kept = [r for r, d in zip(rows, drop) if not d]
+    const = Sched([(None, 20)])
+    KT.assert_same(union(outputs), ref_windows([kept], plan.slide, const, Sched([(None, 10)]))[0])
+    assert metrics[0]["shed_rows"] == int(drop.sum()) and metrics[0]["input_rows"] == len(rows)
 
 
 def test_window_below_slide_and_window_change_in_changes_mode_are_errors(tmp_path):
@@ -523,3 +550,35 @@ def test_batch_dataframe_follows_the_entry(spark, tmp_dir):
     want, _ = ref_windows([rows], 5 * SEC, Sched([(None, 10 * SEC), (30 * SEC, 20 * SEC)]),
                           Sched([(None, SEC), (25 * SEC, 5 * SEC)]), aggs=SPARK_AGG_LIST)
     assert_rows(spark_result(out), want)
+
+
+@pytest.mark.spark
+def test_stream_sheds_by_drop_ratio_and_reports_it(spark, tmp_dir):
+    """drop_ratio on a streaming aggregation (RTStream §4.4): the sink's counts add up to the rows kept,
+    and the report's shed_rows to the rest; with drop_ratio 0.5 about half are shed."""
+    import pyspark_cq
+    from pyspark_cq import sliding_aggregate
+
+    batches = [spark_rows(10, 0, 20, 400), spark_rows(11, 20, 40, 400)]
+    for i, rows in enumerate(batches):
+        write_file(tmp_dir / "in", i, rows)
+    table = ControlTable(str(tmp_dir / "shed.json"))
+    table.register("agg_shed", drop_ratio=0.5)
+    src = spark.readStream.schema("ts timestamp, k long, v long").option("maxFilesPerTrigger", 1).parquet(
+        str(tmp_dir / "in"))
+    out = sliding_aggregate(src, "ts", "10 seconds", by="k", aggs={"*": ["count"]}, shards=2,
+                            output_mode="update", control=table.handle("agg_shed"))
+    name = "q_" + uuid.uuid4().hex[:10]
+    q = (out.writeStream.format("memory").queryName(name).outputMode("update")
+         .option("checkpointLocation", str(tmp_dir / "ck_shed")).trigger(availableNow=True).start())
+    q.awaitTermination()
+    reports = [pyspark_cq.read_metrics(p, "agg_shed") for p in q.recentProgress if p["numInputRows"]]
+    shed = sum(r["shed_rows"] for r in reports)
+    total = sum(len(b) for b in batches)
+    assert sum(r["input_rows"] for r in reports) == total
+    assert 0.35 * total < shed < 0.65 * total
+    # tumbling windows, update mode: the last value of every window is its count of kept rows
+    last = {}
+    for r in spark.table(name).collect():
+        last[(r["window_start"], r["k"])] = max(last.get((r["window_start"], r["k"]), 0), r["count"])
+    assert sum(last.values()) == total - shed

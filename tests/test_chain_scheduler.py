@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from pyspark_cq.cost import chain
 from pyspark_cq.operators._chunks import ChunkScheduler, Schedule, schedule_from_params
-from pyspark_cq.operators.select_chain import _Chain
+from pyspark_cq.operators.select_chain import _Chain, _shed
 
 
 def _filter(fn):
@@ -98,7 +98,7 @@ def _y3(b):
 
 PREDICATES = {"even": _even, "small": _small, "y3": _y3}
 COUNTERS = tuple(f"{k}_{n}" for n in PREDICATES for k in ("rows_in", "rows_passed", "nanos")) + (
-    "input_rows", "output_rows")
+    "input_rows", "output_rows", "shed_rows")
 
 
 @settings(max_examples=80, deadline=None)
@@ -118,7 +118,7 @@ def test_rows_and_counts_do_not_depend_on_the_schedule(batches, order, strategy,
     if bound is not None:
         params["max_buffered_rows"] = bound
     sched = ChunkScheduler(worker.steps(tuple(order), totals), schedule_from_params(params, order, where="t"))
-    out = list(sched.run(iter(arrow)))
+    out = list(sched.run(_shed(b, 0.0, totals) for b in arrow))
     got = sorted((a, b) for o in out for a, b in zip(o.column(0).to_pylist(), o.column(1).to_pylist()))
     x = np.array([r[0] for b in batches for r in b], dtype=np.int64)
     y = np.array([r[1] for b in batches for r in b], dtype=np.int64)

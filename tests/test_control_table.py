@@ -381,8 +381,8 @@ def test_reader_module_does_not_import_spark():
 def test_operators_reject_parameters_they_do_not_read(table):
     from pyspark_cq.control import OPERATOR_PARAMETERS, operator_handle, unread_parameters
 
-    assert unread_parameters("sliding_aggregate", {"window": S, "drop_ratio": 0.5, "plan_id": "x"}) == [
-        "drop_ratio", "plan_id"]
+    assert unread_parameters("multi_join", {"window": S, "drop_ratio": 0.5, "plan_id": "x"}) == ["window"]
+    assert unread_parameters("sliding_aggregate", {"window": S, "drop_ratio": 0.5, "plan_id": "x"}) == ["plan_id"]
     assert unread_parameters("sliding_aggregate", {"drop_ratio": 0.0}) == []     # drops nothing
     assert unread_parameters("interval_join", {"lower": -S, "drop_ratio": 0.5, "params": {}}) == []
     assert set(OPERATOR_PARAMETERS) >= {"interval_join", "window_join", "sliding_aggregate", "select_chain"}

@@ -430,3 +430,25 @@ def test_stream_bad_plan_set_while_running_names_operator_and_batch(spark, tmp_d
     table.set("mjbad", plan_id="0:1;1:1", reason="test: a bad plan after the definition check")
     with pytest.raises(Exception, match=r"multi_join 'mjbad': plan_id '0:1;1:1'.*micro-batch \d+"):
         _run(out, "mj_bad", str(tmp_dir / "ck"))
+
+
+@pytest.mark.spark
+def test_stream_sheds_by_drop_ratio_and_counts_per_input(spark, tmp_dir):
+    """drop_ratio (RTStream §4.4): about that share of every input is shed and counted per input; what is
+    emitted are matches of the full input (a subset of the oracle's), and every row is read."""
+    n = 2
+    root = str(tmp_dir / "in")
+    tables = _write_stream(root, n, seed=31)
+    table = ControlTable(str(tmp_dir / "ct.json"))
+    table.register("mj_shed", drop_ratio=0.5)
+    q = _run(cq.multi_join(_sources(spark, root, n), ["k0", "k1"], ["t0", "t1"], _bounds(n),
+                           control=table.handle("mj_shed")), "mj_shed_out", str(tmp_dir / "ck"))
+    reports = [r for r in (cq.read_metrics(p, "mj_shed") for p in q.recentProgress) if r]
+    for i in range(n):
+        rows = tables[i].num_rows
+        assert sum(r[f"input_rows_{i}"] for r in reports) == rows
+        assert 0.3 * rows < sum(r[f"shed_rows_{i}"] for r in reports) < 0.7 * rows
+    assert sum(r["shed_rows"] for r in reports) == sum(r[f"shed_rows_{i}"] for r in reports for i in range(n))
+    got = _rows(spark.table("mj_shed_out"))
+    full = _python_oracle(tables, n)
+    assert set(got) <= set(full) and len(got) < len(full)

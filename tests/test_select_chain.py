@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 
 import pyspark_cq as cq
 from pyspark_cq.control import ControlTable, chain_plan_id, parse_chain_plan
-from pyspark_cq.operators.select_chain import _Chain
+from pyspark_cq.operators.select_chain import _Chain, _shed
 
 # The predicates below run in Spark's Python workers, which cannot import this test module: ship them by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -58,8 +58,8 @@ def test_result_and_counts_do_not_depend_on_the_order(rows, order):
     batch = pa.RecordBatch.from_arrays([pa.array(x), pa.array(y)], names=["x", "y"])
     chain, _ = _chain()
     totals = {f"{k}_{n}": 0 for n in PREDICATES for k in ("rows_in", "rows_passed", "nanos")}
-    totals.update(input_rows=0, output_rows=0)
-    out = chain.run(batch, tuple(order), totals)
+    totals.update(input_rows=0, output_rows=0, shed_rows=0)
+    out = chain.run(_shed(batch, 0.0, totals), tuple(order), totals)
     keep = _oracle(x, y)
     assert out.column(0).to_pylist() == x[keep].tolist() and out.column(1).to_pylist() == y[keep].tolist()
     assert totals["input_rows"] == len(x) and totals["output_rows"] == int(keep.sum())
@@ -78,7 +78,7 @@ def test_result_and_counts_do_not_depend_on_the_order(rows, order):
 def test_null_results_reject_the_row():
     chain = _Chain("select_chain 't'", ("p",), {"p": lambda b: pa.array([True, None, False])}, ("x",), None,
                    pa.schema([("x", pa.int64())]), ())
-    totals = {"rows_in_p": 0, "rows_passed_p": 0, "nanos_p": 0, "input_rows": 0, "output_rows": 0}
+    totals = {"rows_in_p": 0, "rows_passed_p": 0, "nanos_p": 0, "input_rows": 0, "output_rows": 0, "shed_rows": 0}
     out = chain.run(pa.RecordBatch.from_arrays([pa.array([1, 2, 3])], names=["x"]), ("p",), totals)
     assert out.column(0).to_pylist() == [1]
 
@@ -88,10 +88,32 @@ def test_null_results_reject_the_row():
                                           (lambda b: "yes", "boolean array")])
 def test_a_bad_predicate_result_names_the_operator_predicate_and_batch(result, what):
     chain = _Chain("select_chain 'f1'", ("p",), {"p": result}, ("x",), None, pa.schema([("x", pa.int64())]), ())
-    totals = {"rows_in_p": 0, "rows_passed_p": 0, "nanos_p": 0, "input_rows": 0, "output_rows": 0}
+    totals = {"rows_in_p": 0, "rows_passed_p": 0, "nanos_p": 0, "input_rows": 0, "output_rows": 0, "shed_rows": 0}
     with pytest.raises(TypeError, match=r"select_chain 'f1': predicate 'p' must return a boolean array") as info:
         chain.run(pa.RecordBatch.from_arrays([pa.array([1, 2, 3])], names=["x"]), ("p",), totals)
     assert what in str(info.value) and "micro-batch" in str(info.value)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(-1000, 1000), max_size=300), st.sampled_from([0.0, 0.3, 0.7]))
+def test_shedding_stage_drops_by_hash_and_counts(xs, ratio):
+    """The shedding stage keeps the rows a hash keeps (the same ones on a replay) and counts the others."""
+    batch = pa.RecordBatch.from_arrays([pa.array(xs, pa.int64())], names=["x"])
+    totals = {"input_rows": 0, "shed_rows": 0}
+    kept = _shed(batch, ratio, totals)
+    assert totals == {"input_rows": len(xs), "shed_rows": len(xs) - kept.num_rows}
+    again = _shed(batch, ratio, {"input_rows": 0, "shed_rows": 0})
+    assert again.column(0).to_pylist() == kept.column(0).to_pylist()     # deterministic
+    assert set(kept.column(0).to_pylist()) <= set(xs)
+    if ratio == 0.0:
+        assert kept.num_rows == len(xs)
+
+
+def test_shedding_keeps_about_one_minus_the_ratio():
+    batch = pa.RecordBatch.from_arrays([pa.array(np.arange(20_000), pa.int64())], names=["x"])
+    totals = {"input_rows": 0, "shed_rows": 0}
+    _shed(batch, 0.25, totals)
+    assert abs(totals["shed_rows"] / 20_000 - 0.25) < 0.02     # ~5 standard deviations of a binomial
 
 
 def test_plan_ids():
@@ -136,8 +158,8 @@ def test_definition_time_errors_name_the_argument(spark, tmp_dir):
     table.register("f1", plan_id="a>c")
     with pytest.raises(ValueError, match=r"select_chain 'f1': plan_id 'a>c' is not a permutation"):
         cq.select_chain(df, {"a": _even, "b": _small}, control=table.handle("f1"))
-    table.register("f2", drop_ratio=0.5)
-    with pytest.raises(ValueError, match=r"select_chain 'f2'.*drop_ratio"):
+    table.register("f2", window="10 seconds")
+    with pytest.raises(ValueError, match=r"select_chain 'f2'.*window"):
         cq.select_chain(df, {"a": _even}, control=table.handle("f2"))
 
 

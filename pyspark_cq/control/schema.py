@@ -174,9 +174,9 @@ def validate_changes(changes: Mapping, *, where: str = "") -> dict:
 OPERATOR_PARAMETERS = {
     "interval_join": ("lower", "upper", "drop_ratio", "params"),
     "window_join": ("window", "drop_ratio", "params"),
-    "sliding_aggregate": ("window", "granularity", "params"),
-    "select_chain": ("plan_id", "params"),
-    "multi_join": ("plan_id", "params"),
+    "sliding_aggregate": ("window", "granularity", "drop_ratio", "params"),
+    "select_chain": ("plan_id", "drop_ratio", "params"),
+    "multi_join": ("plan_id", "drop_ratio", "params"),
 }
 
 #: Values of a parameter that mean "do nothing": drop no input.

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
+from .. import _validate
 from .._native import load
 from ..control import ControlHandle, Entry
 from . import _metrics, _state_bytes
@@ -42,6 +43,7 @@ from ._agg_spec import (
     to_int64,
 )
 from ._shards import AGGREGATE, check_shard_count, default_rule, shard_key_values, with_shard_count
+from ._shed import SHED, shed_batch
 
 _FLOAT_OPS = (OP_SUM_F, OP_MIN_F, OP_MAX_F)
 
@@ -54,6 +56,9 @@ warnings.filterwarnings("ignore", category=FutureWarning, module=r"pyspark\.work
 TIME, HASH = "__cq_t", "__cq_h"
 # Sliced rows (slicer output, stateful input).
 SHARD, KHASH, START, BAD, TAG = "__cq_shard", "__cq_hash", "__cq_start", "__cq_bad", "__cq_tag"
+SHED_COL = "__cq_shed"   # rows the slicer shed (drop_ratio), carried by the marker rows like BAD
+#: The streaming aggregation's report: the shared counters plus ``shed_rows``.
+METRICS = _metrics.METRICS + (SHED,)
 
 
 def key_name(i: int) -> str:
@@ -119,6 +124,7 @@ class AggConfig:
                                  T.DoubleType() if float_partials and op in _FLOAT_OPS else T.LongType(),
                                  True) for j, (op, _) in enumerate(self.spec.ops)]
         fields.append(T.StructField(BAD, T.LongType(), False))
+        fields.append(T.StructField(SHED_COL, T.LongType(), False))
         if tag_metadata is not None:
             # All-null event-time column carrying the watermark metadata: it makes the watermark visible
             # to applyInPandasWithState (getCurrentWatermarkMs, event-time timeouts) while Spark's own
@@ -256,8 +262,17 @@ class Slicer:
         kernel = load("_aggregate")
         entry = read_entry(self.config)  # once per task: one micro-batch sees one version
         gsched = entry.schedule("granularity") if entry is not None else None
-        bad = 0
+        ratio = float(entry.get("drop_ratio", 0.0)) if entry is not None else 0.0
+        if ratio > 0 and not self.emit_markers:
+            raise ValueError(f"sliding_aggregate {self.config.name!r}: drop_ratio {ratio} needs the shard layout "
+                             f"(the marker rows carry the shed count); shards='key' cannot shed "
+                             f"(micro-batch {_validate.micro_batch_id()})")
+        bad = shed = 0
         for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            batch, dropped = shed_batch(batch, ratio)   # RTStream §4.4: drop before the aggregation
+            shed += dropped
             if batch.num_rows == 0:
                 continue
             out, null_time = self.slice(kernel, batch, gsched)
@@ -265,7 +280,7 @@ class Slicer:
             if out.num_rows:
                 yield out
         if self.emit_markers:
-            yield self.markers(bad)
+            yield self.markers(bad, shed)
 
     def slice(self, kernel, batch: pa.RecordBatch, gsched=None):
         """Slices of one Arrow batch; with a granularity schedule each row is rounded down with the
@@ -294,7 +309,7 @@ class Slicer:
         keys = [batch.column(key_name(i)).take(first) for i in range(len(config.keys))]
         return self._rows(r["hash"], keys, r["start"], r["partials"]), int(r["null_time"])
 
-    def _rows(self, hashes: np.ndarray, keys, starts, partials, bad=None) -> pa.RecordBatch:
+    def _rows(self, hashes: np.ndarray, keys, starts, partials, bad=None, shed=None) -> pa.RecordBatch:
         config = self.config
         m = len(hashes)
         cols = [pa.array(shard_key_values(hashes, config.shards)), pa.array(hashes, type=pa.int64())]
@@ -303,20 +318,25 @@ class Slicer:
         cols.append(pa.array(starts, type=pa.int64()))
         cols += [pa.array(p, type=pa.int64()) for p in partials]
         cols.append(pa.array(np.zeros(m, dtype=np.int64) if bad is None else bad, type=pa.int64()))
+        cols.append(pa.array(np.zeros(m, dtype=np.int64) if shed is None else shed, type=pa.int64()))
         if self.tag:
             cols.append(pa.nulls(m, type=arrow_type(config.time_type)))
         names = config.sliced_schema({} if self.tag else None).names
         return pa.RecordBatch.from_arrays(cols, names=names)
 
-    def markers(self, bad: int) -> pa.RecordBatch:
-        """One row per shard with count(*) = 0 (never a slice); shard 0's carries the null-time count."""
+    def markers(self, bad: int, shed: int = 0) -> pa.RecordBatch:
+        """One row per shard with count(*) = 0 (never a slice); shard 0's carries the null-time and shed
+        counts.
+        """
         k = self.config.shards
         hashes = np.arange(k, dtype=np.int64)
         keys = [pa.nulls(k, type=arrow_type(kc.dtype)) for kc in self.config.keys]
         zeros = np.zeros(k, dtype=np.int64)
         badcol = zeros.copy()
         badcol[0] = bad
-        return self._rows(hashes, keys, zeros, [zeros] * len(self.config.spec.ops), badcol)
+        shedcol = zeros.copy()
+        shedcol[0] = shed
+        return self._rows(hashes, keys, zeros, [zeros] * len(self.config.spec.ops), badcol, shedcol)
 
 
 def encode_key(k: KeyColumn, arr: pa.Array) -> list[pa.Array]:
@@ -395,6 +415,7 @@ def run_shard(config: AggConfig, table: pa.Table, state: tuple | None, watermark
     kernel = load("_aggregate")
     params = batch_params(config, entry)
     data, bad, input_rows = _unmarked(table)
+    shed = int(_int64(table, SHED_COL).sum()) if table.num_rows else 0
     st, keys_tbl, late_end = _restore(kernel, config, state)
     data, pre_late = _drop_late_slices(config, params, data, late_end)
     grid = _sweep_grid(config, params, entry, _int64(data, START))
@@ -413,6 +434,9 @@ def run_shard(config: AggConfig, table: pa.Table, state: tuple | None, watermark
         "late_rows": int(late_rows + pre_late),
         "malformed_rows": bad,
     }
+    if config.mode != "batch":   # streaming: the slicer sheds (drop_ratio) and reports input before shedding
+        metrics["input_rows"] += shed
+        metrics[SHED] = shed
     return StepResult(out, new_state, metrics)
 
 
@@ -667,7 +691,7 @@ class StatefulShard:
         if config.watermark:
             # Fire at the next watermark advance even without data (no-data batches), so windows close.
             state.setTimeoutTimestamp(max(int(state.getCurrentWatermarkMs()), 1))
-        yield _metrics.packed_row(result.output, self.out_schema, **result.metrics)
+        yield _metrics.packed_row(result.output, self.out_schema, METRICS, **result.metrics)
 
 
 def encode_float_partials(config: AggConfig, table: pa.Table) -> pa.Table:

@@ -24,6 +24,7 @@ from ..control import ControlHandle
 from . import _metrics, _state_bytes
 from ._join_codec import ColumnCodec, codecs_for, encode_keys
 from ._shards import JOIN, check_shard_count, default_rule, with_shard_count
+from ._shed import SHED, shed_mask
 
 if TYPE_CHECKING:
     from ._join_spec import JoinSpec
@@ -34,7 +35,6 @@ SHARD = "__cq_shard"
 TIME = "__cq_t"          # the event-time column, carrying the watermark marker (Spark drops late rows)
 MICROS = "__cq_tus"      # the same instant as epoch microseconds, for the kernel
 WINDOW = "__cq_w"        # window join under a control table: the row's own window (µs)
-SHED = "shed_rows"       # the join's own counter next to _metrics.METRICS
 METRICS = _metrics.METRICS + (SHED,)
 _I64_MAX = np.iinfo(np.int64).max
 
@@ -154,50 +154,6 @@ def timeout_ms(wm_ms: int, min_ends) -> int | None:
         return None
     # Spark fires an event-time timeout when timeout < watermark, so fire at watermark >= min(ends).
     return max(min(ends) - 1, wm_ms, 1)
-
-
-_MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-
-
-def _splitmix64_finalize(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser on a uint64 array (wrapping arithmetic); native/common.hpp's
-    ``splitmix64_finalize``.
-    """
-    x = x ^ (x >> np.uint64(30))
-    x = x * _MIX1
-    x = x ^ (x >> np.uint64(27))
-    x = x * _MIX2
-    return x ^ (x >> np.uint64(31))
-
-
-def shed_mask(table: pa.Table, micros: np.ndarray, side: int, seed: int, ratio: float) -> np.ndarray:
-    """Which rows load shedding drops (PIPES §5.3, random load shedding): True with probability ``ratio``.
-
-    The decision is a hash of (seed, side, the row's time, its key and payload values), not of its
-    position, so a restart from a checkpoint (or another split into micro-batches) drops the same rows.
-    Equal rows get equal decisions.
-
-    Parameters
-    ----------
-    table : pyarrow.Table
-        The decoded rows of one side (keys first, then payload).
-    micros : numpy.ndarray
-        Their times (int64 µs).
-    side : int
-        0 left, 1 right.
-    seed : int
-        Any int.
-    ratio : float
-        Drop probability in [0, 1).
-    """
-    n = table.num_rows
-    if ratio <= 0.0 or n == 0:
-        return np.zeros(n, dtype=bool)
-    values = pd.util.hash_pandas_object(_metrics.to_pandas(table), index=False).to_numpy(dtype=np.uint64)
-    h = _splitmix64_finalize(np.full(n, (int(seed) * 2 + side) % 2**64, dtype=np.uint64))
-    h = _splitmix64_finalize(h ^ np.asarray(micros, dtype=np.int64).view(np.uint64))
-    h = _splitmix64_finalize(h ^ values)
-    return (h >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53) < ratio
 
 
 def split_sides(frames, n: int) -> list:

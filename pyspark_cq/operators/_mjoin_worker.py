@@ -27,6 +27,7 @@ from . import _metrics, _state_bytes
 from ._join_codec import ColumnCodec
 from ._join_worker import PayloadSide, split_sides, timeout_ms
 from ._shards import MULTI_JOIN, check_shard_count, default_rule
+from ._shed import SHED, shed_mask
 
 SHARD = "__cq_shard"
 TIME = "__cq_t"         # the event-time column, carrying the watermark marker (Spark drops late rows)
@@ -37,14 +38,14 @@ _I64_MAX = np.iinfo(np.int64).max
 
 
 def metric_names(n: int) -> tuple[str, ...]:
-    """The counters of an ``n``-input join: the shared ones, per input ``input_rows_<i>``,
-    ``state_rows_<i>`` and ``malformed_rows_<i>``, and per probe step ``probed_<i>_<j>`` /
+    """The counters of an ``n``-input join: the shared ones and ``shed_rows``, per input ``input_rows_<i>``,
+    ``state_rows_<i>``, ``malformed_rows_<i>`` and ``shed_rows_<i>``, and per probe step ``probed_<i>_<j>`` /
     ``matched_<i>_<j>``: partial matches of rows arriving on input ``i`` that entered / left the step
     probing input ``j``.
     """
-    per_input = [f"{m}_{i}" for i in range(n) for m in ("input_rows", "state_rows", "malformed_rows")]
+    per_input = [f"{m}_{i}" for i in range(n) for m in ("input_rows", "state_rows", "malformed_rows", SHED)]
     steps = [f"{m}_{i}_{j}" for i in range(n) for j in range(n) if i != j for m in ("probed", "matched")]
-    return _metrics.METRICS + tuple(per_input) + tuple(steps)
+    return _metrics.METRICS + (SHED,) + tuple(per_input) + tuple(steps)
 
 
 def closure(n: int, bounds) -> np.ndarray:
@@ -193,8 +194,11 @@ class MultiJoinWorker:
         # Payload types as stored (TIMESTAMP_NTZ in ns); _metrics.packed_row casts to the output schema.
         return pa.Table.from_arrays([taken[i].column(p) for i, p in config.out], names=config.out_arrow.names)
 
-    def _process(self, kernel, sides, inputs, wm_ms: int | None, orders, counters: dict) -> list:
-        """Feed the inputs (in input order) through the kernel; returns the output tables."""
+    def _process(self, kernel, sides, inputs, wm_ms: int | None, orders, counters: dict, ratio: float = 0.0) -> list:
+        """Feed the inputs (in input order) through the kernel, shedding the share ``ratio`` of every input
+        first (the entry's ``drop_ratio``, RTStream §4.4; a hash of input, time and payload decides, as in
+        the two-way join); returns the output tables.
+        """
         config = self.config
         parts = []
         for i in range(config.n):
@@ -206,6 +210,12 @@ class MultiJoinWorker:
             counters[f"input_rows_{i}"] += len(pdf)
             counters["malformed_rows"] += malformed
             counters[f"malformed_rows_{i}"] += malformed
+            drop = shed_mask(table, micros, i, 0, ratio)
+            if drop.any():
+                keep = ~drop
+                table, keys, micros = table.filter(pa.array(keep)), keys[keep], micros[keep]
+                counters[SHED] += int(drop.sum())
+                counters[f"{SHED}_{i}"] += int(drop.sum())
             if not len(keys):
                 continue
             ids = sides[i].append(table)
@@ -236,26 +246,33 @@ class MultiJoinWorker:
     def _entry(self):
         return None if self.config.control is None else self.config.control.entry()
 
+    @staticmethod
+    def _ratio(entry) -> float:
+        return float(entry.get("drop_ratio", 0.0)) if entry is not None else 0.0
+
     # -- streaming: one call per shard and micro-batch
 
     def streaming(self, key, pdf_iter, state):
         warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty")
-        orders = self.orders(self._entry())
+        entry = self._entry()
+        orders = self.orders(entry)
         kernel, sides = self._restore(state)
         inputs = [None] * self.config.n if state.hasTimedOut else split_sides(list(pdf_iter), self.config.n)
         wm_ms = state.getCurrentWatermarkMs()
         counters = self._counters()
-        parts = self._process(kernel, sides, inputs, wm_ms, orders, counters)
+        parts = self._process(kernel, sides, inputs, wm_ms, orders, counters, self._ratio(entry))
         counters["state_bytes"] = self._save(state, kernel, sides, wm_ms)
         yield self._report(parts, counters, kernel)
 
     # -- batch: one call per shard with every input; nothing is kept
 
     def batch(self, pdf: pd.DataFrame) -> pd.DataFrame:
-        orders = self.orders(self._entry())
+        entry = self._entry()
+        orders = self.orders(entry)
         kernel, sides = self._new()
         counters = self._counters()
-        parts = self._process(kernel, sides, split_sides([pdf], self.config.n), None, orders, counters)
+        parts = self._process(kernel, sides, split_sides([pdf], self.config.n), None, orders, counters,
+                              self._ratio(entry))
         return self._report(parts, counters, kernel)
 
 

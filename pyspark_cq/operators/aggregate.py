@@ -31,6 +31,7 @@ from ._agg_worker import (
     HASH,
     KHASH,
     SHARD,
+    SHED_COL,
     START,
     TIME,
     AggConfig,
@@ -43,6 +44,7 @@ from ._agg_worker import (
     partial_name,
     value_name,
 )
+from ._agg_worker import METRICS as AGG_METRICS
 from ._shards import AGGREGATE, resolve_shards, shard_key_column
 
 __all__ = ["sliding_aggregate"]
@@ -135,7 +137,9 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         (PIPES §2.4.2, §4.2: a new size applies to new elements only): with ``emit="windows"`` a window
         ``[k·S, k·S + W)`` takes the size ``W`` in effect at its start ``k·S`` (a size below the slide
         is an error); ``emit="changes"`` supports granularity changes only (a window change raises an
-        error on the workers). See docs/aggregate.md, "Control table".
+        error on the workers). The entry's ``drop_ratio`` (a stream in the shard layout) sheds that share
+        of the input in the slicer, before the aggregation (RTStream §4.4), counted as ``shed_rows``.
+        See docs/aggregate.md, "Control table".
 
     Returns
     -------
@@ -213,7 +217,11 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
                 control=control, name=name, ansi=ansi)
     load("_aggregate")  # fail on the driver, readably, if the build is broken
     if control is not None:
-        batch_params(config, control.entry())  # an entry the workers would reject fails here already
+        entry = control.entry()
+        batch_params(config, entry)  # an entry the workers would reject fails here already
+        if entry is not None and not streaming and entry.get("drop_ratio", 0.0) > 0:
+            raise ValueError(f"sliding_aggregate {name!r}: drop_ratio {entry.get('drop_ratio')} sheds a streaming "
+                             f"aggregation only; a batch DataFrame is aggregated whole")
 
     warn_shuffle_partitions(df)
     group_col = SHARD if layout == "shard" else KHASH
@@ -225,9 +233,9 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         sliced = df.select(*_projection(df, time, keys, spec)).mapInArrow(slicer, sliced_schema)
         timeout = "EventTimeTimeout" if delay is not None else "NoTimeout"
         packed = sliced.groupBy(group_col).applyInPandasWithState(
-            StatefulShard(config, sliced_schema), _metrics.packed_schema(config.output_schema()), STATE_SCHEMA,
-            output_mode, timeout)
-        return _metrics.attach_packed(packed, name, config.output_schema())
+            StatefulShard(config, sliced_schema), _metrics.packed_schema(config.output_schema(), AGG_METRICS),
+            STATE_SCHEMA, output_mode, timeout)
+        return _metrics.attach_packed(packed, name, config.output_schema(), AGG_METRICS)
     else:
         # Batch: Spark's own (codegen) hash aggregation computes the slices, so raw rows never cross
         # into Python; only slices reach the sweep.
@@ -363,6 +371,7 @@ def _native_slices(df, config: AggConfig, time: str):
     no_time = F.col(START).isNull()
     fixed = {partial_name(0): F.when(no_time, F.lit(0).cast("long")).otherwise(F.col(partial_name(0))),
              BAD: F.when(no_time, F.col(partial_name(0))).otherwise(F.lit(0).cast("long")),
+             SHED_COL: F.lit(0).cast("long"),
              START: F.coalesce(F.col(START), F.lit(0).cast("long")),
              SHARD: shard_key_column(F.col(KHASH), config.shards)}
     return sliced.withColumns(fixed)

@@ -84,6 +84,8 @@ def multi_join(inputs, on, times, bounds, *, control=None, name=None):
         probe order (``"0:1>2;1:0>2;2:1>0"``, see :func:`pyspark_cq.control.join_plan_id`); a change
         applies from the next batch. Without it, a static order: the input with the narrowest implied time
         band to the inputs bound so far first.
+        Its ``drop_ratio`` sheds that share of every input before it is inserted or probed (RTStream
+        §4.4; a hash of input, time and row decides), counted as ``shed_rows`` and ``shed_rows_<i>``.
     name : str, optional
         Name under which the per-batch counters are observed (:func:`pyspark_cq.read_metrics`): the
         shared ones (input_rows, output_rows, state_rows, state_bytes, evicted_rows, late_rows,

@@ -11,9 +11,14 @@ table (:mod:`pyspark_cq.control.plans`: ``"cheap>model"``), read by every task a
 operator reports per predicate and batch the rows in, the rows passed and the time spent — the
 selectivity and cost-per-row estimates those policies need.
 
+Its ``drop_ratio`` (load shedding, RTStream §4.4: keep ε = 1 − drop_ratio of the input, dropped before the
+expensive operators) is applied by a shedding stage in front of the first predicate (:func:`_shed`), which
+counts the rows it drops as ``shed_rows``.
+
 Data path (one micro-batch)::
 
-    df ─► select(columns, Column predicates as booleans) ─► mapInArrow(chain in plan order) ─► observe ─► out
+    df ─► select(columns, Column predicates as booleans)
+       ─► mapInArrow(shed, chain in plan order) ─► observe ─► out
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from ..control import operator_handle, parse_chain_plan
 from ..control.plans import check_predicate_name
 from . import _metrics
 from ._chunks import ChunkScheduler, schedule_from_params
+from ._shed import SHED, shed_batch
 
 __all__ = ["select_chain", "DEFAULT_NAME"]
 
@@ -65,9 +71,10 @@ def select_chain(df, predicates, *, control=None, name=None):
     control : pyspark_cq.control.ControlHandle, optional
         The operator's control-table entry. Its ``plan_id`` is the evaluation order, predicate names joined
         by ``>`` (``"cheap>model"``, see :func:`pyspark_cq.control.chain_plan_id`), read at every
-        micro-batch; without one the order of ``predicates`` applies. Its ``params`` may schedule the
-        predicates over chunks of a large batch (``schedule``, ``chunk_rows``, ``max_buffered_rows``,
-        ``priorities``, ``selectivities``; :mod:`pyspark_cq.operators._chunks`, docs/chain.md), as the
+        micro-batch; without one the order of ``predicates`` applies. Its ``drop_ratio`` sheds that share
+        of the input before the first predicate (a hash of the row decides, so a replay drops the same rows).
+        Its ``params`` may schedule the predicates over chunks of a large batch (``schedule``,
+        ``chunk_rows``, ``max_buffered_rows``, ``priorities``, ``selectivities``; docs/chain.md), as the
         ``chain`` policy writes them; the rows kept never depend on it.
     name : str, optional
         Name of the per-batch report (``cq.read_metrics(query, name)``); default the control handle's
@@ -77,11 +84,12 @@ def select_chain(df, predicates, *, control=None, name=None):
     -------
     DataFrame
         The rows of ``df`` that pass every predicate, with ``df``'s columns. The per-batch report holds
-        ``input_rows``, ``output_rows`` and, for every predicate ``p``, ``rows_in_p``, ``rows_passed_p``
-        and ``nanos_p`` (time spent in it): ``rows_passed_p / rows_in_p`` is its observed selectivity and
-        ``nanos_p / rows_in_p`` its cost per row; ``chunk_steps`` (predicate invocations), and the largest
-        over the tasks of ``peak_buffered_rows`` (rows that passed a predicate and wait for the next) and
-        ``peak_worker_rss`` (the Python worker's resident memory in bytes, sampled after every step).
+        ``input_rows`` (before shedding), ``shed_rows``, ``output_rows`` and, for every predicate ``p``,
+        ``rows_in_p``, ``rows_passed_p`` and ``nanos_p`` (time spent in it): ``rows_passed_p / rows_in_p``
+        is its observed selectivity and ``nanos_p / rows_in_p`` its cost per row; ``chunk_steps``
+        (predicate invocations), and the largest over the tasks of ``peak_buffered_rows`` (rows that passed a
+        predicate and wait for the next) and ``peak_worker_rss`` (the Python worker's resident memory in
+        bytes, sampled after every step).
 
     Examples
     --------
@@ -105,7 +113,7 @@ def select_chain(df, predicates, *, control=None, name=None):
     # unquoted name, which a name with a backtick (or a dot) would break.
     transport = tuple(_DATA + str(i) for i in range(len(df.columns)))
     data_fields = [T.StructField(t, f.dataType, True) for t, f in zip(transport, df.schema.fields)]
-    counters = ([_metric(k, n) for n in names for k in _METRICS] + ["input_rows", "output_rows", "chunk_steps"]
+    counters = ([_metric(k, n) for n in names for k in _METRICS] + ["input_rows", "output_rows", SHED, "chunk_steps"]
                 + list(_PEAKS))
     raw_schema = T.StructType(data_fields + [T.StructField(_metrics.METRICS_ROW, T.BooleanType(), False)]
                               + [T.StructField(_metrics.PREFIX + c, T.LongType(), True) for c in counters])
@@ -122,6 +130,16 @@ def select_chain(df, predicates, *, control=None, name=None):
                           keep=~F.col(_metrics.METRICS_ROW),
                           drop=[_metrics.METRICS_ROW] + [_metrics.PREFIX + c for c in counters])
     return out.select(*[F.col(t).alias(c) for t, c in zip(transport, df.columns)])
+
+
+def _shed(batch: pa.RecordBatch, ratio: float, totals: dict) -> pa.RecordBatch:
+    """The shedding stage at the start of the chain: drops the share ``ratio`` of ``batch`` (the control
+    entry's ``drop_ratio``), counting the rows in (``input_rows``) and those dropped (``shed_rows``).
+    """
+    totals["input_rows"] += batch.num_rows
+    batch, shed = shed_batch(batch, ratio)
+    totals[SHED] += shed
+    return batch
 
 
 def _check_predicates(df, predicates) -> tuple[list[str], dict[str, Callable], dict]:
@@ -174,9 +192,10 @@ class _Chain:
             text = str(exc)
             raise ValueError(text if "micro-batch" in text else f"{text} (micro-batch {_validate.micro_batch_id()})"
                              ) from None
+        ratio = float(entry.get("drop_ratio", 0.0)) if entry is not None else 0.0
         totals = dict.fromkeys(self.counters, 0)
         scheduler = ChunkScheduler(self.steps(order, totals), schedule)
-        for kept in scheduler.run(batches):
+        for kept in scheduler.run(_shed(batch, ratio, totals) for batch in batches):
             yield self._data(kept)
         totals.update(chunk_steps=scheduler.steps_run, peak_buffered_rows=scheduler.peak_buffered,
                       peak_worker_rss=scheduler.peak_rss)
@@ -191,8 +210,6 @@ class _Chain:
 
             def run(batch: pa.RecordBatch) -> pa.RecordBatch:
                 n = batch.num_rows
-                if k == 0:
-                    totals["input_rows"] += n
                 start = time.perf_counter_ns()
                 out = batch.filter(self._evaluate(name, batch))   # nulls are dropped: a null rejects the row
                 totals[nanos] += time.perf_counter_ns() - start

@@ -18,10 +18,11 @@ This package imports neither Spark nor the runtime. Importing it loads no plugin
 from .base import Policy
 from .decisions import PARAMETERS, TRANSITION_PARAMETERS, Admission, Decision, Decisions, QoSRange, parse_size
 from .registry import GROUP, PolicyLoadError, PolicyPluginWarning, available, create, load, problems, refresh
-from .snapshot import OperatorStats, QueryInfo, Snapshot, SourceStats, label, parse_label
+from .snapshot import Instance, OperatorStats, QueryInfo, Snapshot, SourceStats, label, parse_label, periodic_spec
 
 __all__ = [
     "Policy", "Decision", "Decisions", "Admission", "QoSRange", "PARAMETERS", "TRANSITION_PARAMETERS",
-    "Snapshot", "QueryInfo", "SourceStats", "OperatorStats", "label", "parse_label", "parse_size",
+    "Snapshot", "QueryInfo", "SourceStats", "OperatorStats", "Instance", "periodic_spec", "label",
+    "parse_label", "parse_size",
     "GROUP", "PolicyLoadError", "PolicyPluginWarning", "available", "create", "load", "problems", "refresh",
 ]

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 from .. import plan as P
 from ..control.schema import PARAMETERS, validate_operator_id
-from .decisions import QoSRange
+from .decisions import QoSRange, duration_value
 
-__all__ = ["OperatorStats", "SourceStats", "QueryInfo", "Snapshot", "parse_label", "label"]
+__all__ = ["OperatorStats", "SourceStats", "Instance", "QueryInfo", "Snapshot", "parse_label", "label",
+           "periodic_spec"]
 
 NAN = math.nan
 
@@ -76,6 +77,75 @@ class SourceStats:
     distance: float = NAN
 
 
+def periodic_spec(period, deadline) -> tuple[float | None, float | None]:
+    """Validate a periodic query's period P and relative deadline D (Wei et al., §2); both in seconds.
+
+    Both None: not periodic. ``deadline`` None: D = P. Durations are seconds (a number) or a duration
+    string / ``timedelta`` (``"2 seconds"``). Raises ValueError naming the argument when P or D is not
+    positive or D > P.
+    """
+    if period is None:
+        if deadline is not None:
+            raise ValueError(f"deadline needs a period: a relative deadline D applies to a periodic query, "
+                             f"got deadline={deadline!r} without period")
+        return None, None
+    p = _seconds(period, "period")
+    d = p if deadline is None else _seconds(deadline, "deadline")
+    if d > p:
+        raise ValueError(f"deadline must be <= period (D <= P, Wei et al. §2), got deadline={d} s > period={p} s")
+    return p, d
+
+
+def _seconds(value, name: str) -> float:
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be a positive number of seconds or a duration such as '2 seconds', "
+                        f"got {value!r}")
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"{name} must be a positive number of seconds, got {value!r}")
+        return float(value)
+    return duration_value(value, name, allow_negative=False, allow_zero=False) / 1e6
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One instance (micro-batch) of a periodic query (Wei et al., §2: released every period P, due D later).
+
+    ``release`` is the instant the instance was due to start: Spark fires a ``processingTime`` trigger at
+    once when the query starts and then at multiples of P since the epoch, so the release is the first
+    instance's start, and for later ones the start rounded down to a multiple of P (an instance that starts
+    late because its predecessor overran keeps its release). It misses when
+    it ends later than ``release + D``; ``lateness`` is ``end − (release + D)`` in seconds (negative: early).
+    ``kept`` is the fraction of the input the shedding operators kept (product over the operators, §5.2.2);
+    ``backlog_rows`` the rows the sources' offsets showed waiting after the batch (None: not shown).
+    """
+
+    batch: int
+    release: float
+    start: float
+    duration: float
+    deadline: float
+    input_rows: int = 0
+    shed_rows: int = 0
+    kept: float = 1.0
+    backlog_rows: float | None = None
+
+    @property
+    def end(self) -> float:
+        """When the instance finished (seconds since the epoch)."""
+        return self.start + self.duration
+
+    @property
+    def lateness(self) -> float:
+        """``end − (release + D)`` in seconds; > 0 is a deadline miss."""
+        return self.end - (self.release + self.deadline)
+
+    @property
+    def missed(self) -> bool:
+        """Whether the instance ended after its deadline."""
+        return self.lateness > 0
+
+
 @dataclass(frozen=True)
 class QueryInfo:
     """What a policy knows about one continuous query.
@@ -103,6 +173,10 @@ class QueryInfo:
     watermark_delay : float, optional
         Smoothed watermark delay δ (seconds): the largest event time of the previous micro-batches minus
         the batch's ``eventTime.watermark``; None until measured.
+    period, deadline : float, optional
+        Period P and relative deadline D in seconds of a periodic query (Wei et al., §2), else None.
+    instances : tuple of Instance
+        The latest instances of a periodic query, oldest first.
     batch_span : float, optional
         Smoothed event time B (seconds) one micro-batch advances the largest event time; None until
         measured. A watermark-driven Spark operator keeps ``window + δ + B`` of event time
@@ -124,8 +198,14 @@ class QueryInfo:
     event_time: int | None = None
     watermark_delay: float | None = None
     batch_span: float | None = None
+    period: float | None = None
+    deadline: float | None = None
+    instances: tuple = ()
 
     def __post_init__(self):
+        periodic_spec(self.period, self.deadline)
+        if not all(isinstance(i, Instance) for i in self.instances):
+            raise TypeError("instances must be a tuple of Instance")
         if not isinstance(self.name, str) or not self.name:
             raise TypeError(f"name must be a non-empty str, got {self.name!r}")
         for fname in ("watermark_delay", "batch_span"):

@@ -30,7 +30,7 @@ from ..control import ControlHandle, ControlTable
 from ..policies import registry
 from ..policies.base import Policy
 from ..policies.decisions import Admission, QoSRange, duration_value, parse_size, validate_operator_id
-from ..policies.snapshot import QueryInfo, Snapshot, parse_label
+from ..policies.snapshot import Instance, QueryInfo, Snapshot, parse_label, periodic_spec
 from .loop import PolicyLoop
 from .stats import StatisticsStore
 
@@ -113,6 +113,8 @@ class _Registration:
     plan: P.Node | None
     qos: dict
     sources: dict
+    period: float | None = None
+    deadline: float | None = None
     operators: list = field(default_factory=list)
     built: object = None
     query: object = None
@@ -230,6 +232,15 @@ class CQRuntime:
         """One record per policy and round (and per admission): time, policy, decisions, applied, error."""
         return self._loop.log()
 
+    def instances(self, name: str) -> list[Instance]:
+        """The recorded instances (micro-batches) of the periodic query ``name``, oldest first: release,
+        start, duration, lateness, ``missed``, input and shed rows, the fraction kept.
+        """
+        with self._lock:
+            if name not in self._queries:
+                raise KeyError(f"no query {name!r}; registered: {sorted(self._queries)}")
+        return self._store.instances(name)
+
     def query(self, name: str):
         """The ``StreamingQuery`` of a registered query (None before it started)."""
         with self._lock:
@@ -261,7 +272,8 @@ class CQRuntime:
         return self._control.handle(operator)
 
     def register(self, name: str, builder: Callable, *, plan: P.Node | None = None,
-                 qos: Mapping[str, QoSRange] | None = None, sources: Mapping | None = None) -> QueryContext:
+                 qos: Mapping[str, QoSRange] | None = None, sources: Mapping | None = None, period=None,
+                 deadline=None) -> QueryContext:
         """Register a continuous query: admission control, then build it (and start it if running).
 
         Parameters
@@ -280,6 +292,11 @@ class CQRuntime:
         sources : mapping str -> str or float, optional
             Plan source name -> progress-source description substring, or a fixed d (seconds); see
             :meth:`StatisticsStore.register`.
+        period, deadline : float or duration, optional
+            A periodic query (Wei et al., §2): period P and relative deadline D <= P (seconds, or a duration
+            such as ``"2 seconds"``; D defaults to P). The runtime starts it with
+            ``trigger(processingTime=P)`` (the builder returns the ``DataStreamWriter``); every instance
+            (micro-batch) is recorded with its lateness, misses and delivered quality (:meth:`instances`).
 
         Raises
         ------
@@ -292,6 +309,7 @@ class CQRuntime:
             raise TypeError(f"builder must be callable(ctx) -> DataStreamWriter or StreamingQuery, got {builder!r}")
         if plan is not None and not isinstance(plan, P.Node):
             raise TypeError(f"plan must be a pyspark_cq.plan.Node or None, got {type(plan).__name__}")
+        period, deadline = periodic_spec(period, deadline)
         qos = dict(qos or {})
         for key, rng in qos.items():
             parse_label(key, f"qos key {key!r}")
@@ -301,8 +319,8 @@ class CQRuntime:
             if name in self._queries:
                 raise ValueError(f"a query named {name!r} is already registered")
         snapshot = self.statistics()
-        self._store.register(name, sources=sources)
-        reg = _Registration(name, builder, plan, qos, dict(sources or {}))
+        self._store.register(name, sources=sources, period=period, deadline=deadline)
+        reg = _Registration(name, builder, plan, qos, dict(sources or {}), period, deadline)
         info = self._store.query_info(name, plan=plan, qos=qos)
         admissions = self._admit(info, snapshot)
         with self._lock:
@@ -313,6 +331,9 @@ class CQRuntime:
             if not (hasattr(reg.built, "start") or hasattr(reg.built, "awaitTermination")):
                 raise TypeError(f"builder must return a DataStreamWriter or a StreamingQuery, got "
                                 f"{type(reg.built).__name__}")
+            if period is not None and not hasattr(reg.built, "trigger"):
+                raise TypeError(f"builder of the periodic query {name!r} must return a DataStreamWriter (the "
+                                f"runtime sets its trigger to the period), got {type(reg.built).__name__}")
         except BaseException:
             self._forget(name)
             raise
@@ -380,6 +401,8 @@ class CQRuntime:
                                  f".queryName({reg.name!r}) or return the DataStreamWriter")
             reg.query = built
         else:
+            if reg.period is not None:  # Spark fires a processingTime trigger at multiples of P
+                built = built.trigger(processingTime=f"{max(1, round(reg.period * 1000))} milliseconds")
             reg.query = built.queryName(reg.name).start()
 
     def start(self) -> CQRuntime:

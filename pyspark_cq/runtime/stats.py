@@ -19,17 +19,22 @@ RTStream §4.1.3, PIPES §3.2.2). The store is pure Python and thread-safe; :met
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import threading
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..control import validate_operator_id
 from ..estimators import ExponentialSmoothing
 from ..operators._metrics import read as read_metrics
-from ..policies.snapshot import OperatorStats, QueryInfo, SourceStats
+from ..policies.snapshot import Instance, OperatorStats, QueryInfo, SourceStats, periodic_spec
 
-__all__ = ["StatisticsStore", "parse_event_time"]
+__all__ = ["StatisticsStore", "parse_event_time", "backlog_rows"]
+
+#: Instances of a periodic query kept for the policies (the latest ones).
+INSTANCES_KEPT = 256
 
 
 def parse_event_time(text) -> int | None:
@@ -123,10 +128,53 @@ class _QueryState:
     late_total: int = 0
     event_time: int | None = None
     timestamp: int | None = None
+    period: float | None = None
+    deadline: float | None = None
+    instances: deque = field(default_factory=lambda: deque(maxlen=INSTANCES_KEPT))
 
     def __post_init__(self):
         self.rate, self.duration, self.advance = _Smoothed(self.alpha), _Smoothed(self.alpha), _Smoothed(self.alpha)
         self.lag = _Smoothed(self.alpha)
+
+
+def _offset_units(offset) -> float | None:
+    """The sum of the numeric leaves of a source offset (a number, or JSON such as Kafka's
+    ``{"topic": {"0": 12, "1": 40}}`` or the file source's ``{"logOffset": 3}``); None if it has none.
+    """
+    if isinstance(offset, str):
+        try:
+            offset = json.loads(offset)
+        except ValueError:
+            return None
+    if isinstance(offset, bool) or offset is None:
+        return None
+    if isinstance(offset, (int, float)):
+        return float(offset)
+    if isinstance(offset, Mapping):
+        parts = [_offset_units(v) for v in offset.values()]
+        parts = [p for p in parts if p is not None]
+        return float(sum(parts)) if parts else None
+    return None
+
+
+def backlog_rows(progress) -> float | None:
+    """Rows waiting at the sources after this micro-batch, from their offsets (None if no source shows it).
+
+    A source's ``latestOffset`` (what is available) minus its ``endOffset`` (what the batch read), in offset
+    units, converted to rows with the batch's rows per unit (``numInputRows / (endOffset − startOffset)``).
+    Sources that do not report ``latestOffset`` (Spark's file and rate sources) are skipped.
+    """
+    total, seen = 0.0, False
+    for src in _get(progress, "sources", []) or []:
+        latest, end = _offset_units(_get(src, "latestOffset")), _offset_units(_get(src, "endOffset"))
+        if latest is None or end is None:
+            continue
+        start = _offset_units(_get(src, "startOffset"))
+        rows = int(_get(src, "numInputRows", 0) or 0)
+        per_unit = rows / (end - start) if start is not None and end > start and rows > 0 else 1.0
+        total += max(latest - end, 0.0) * per_unit
+        seen = True
+    return total if seen else None
 
 
 class StatisticsStore:
@@ -145,7 +193,8 @@ class StatisticsStore:
         self._queries: dict[str, _QueryState] = {}
         self._lock = threading.RLock()
 
-    def register(self, query: str, *, operators=(), sources: Mapping | None = None) -> None:
+    def register(self, query: str, *, operators=(), sources: Mapping | None = None, period=None,
+                 deadline=None) -> None:
         """Start keeping statistics of ``query``.
 
         Parameters
@@ -158,11 +207,15 @@ class StatisticsStore:
             Plan source name -> a substring of the progress source's description (e.g. ``"RateStream"``,
             a topic name, a path), or a fixed distance d in seconds (an application that knows its rate,
             PIPES §3.2.2). A query with a single progress source may map its one plan source to ``""``.
+        period, deadline : float or duration, optional
+            A periodic query's period P and relative deadline D (seconds, :func:`periodic_spec`): its
+            instances (micro-batches) are recorded with their lateness (:class:`Instance`).
         """
         if not isinstance(query, str) or not query:
             raise TypeError(f"query must be a non-empty str, got {query!r}")
         ops = [validate_operator_id(op, "operators[]") for op in operators]
         state = _QueryState(query, self.alpha)
+        state.period, state.deadline = periodic_spec(period, deadline)
         for op in ops:
             state.operators[op] = _OperatorState(op, self.alpha)
         for name, spec in (sources or {}).items():
@@ -251,6 +304,7 @@ class StatisticsStore:
                 state.advance.add((event - state.event_time) / 1e6)
             state.event_time = max(event, state.event_time or event)
         self._update_sources(state, _get(progress, "sources", []) or [])
+        shed, kept = 0, 1.0
         for op in state.operators.values():
             report = read_metrics(progress, op.name)
             if report is None:
@@ -263,6 +317,15 @@ class StatisticsStore:
                 op.selectivity.add(n_out / n_in)
             if elapsed is not None and elapsed > 0:
                 op.rate.add(n_in / elapsed)
+            n_shed = int(report.get("shed_rows", 0))
+            if n_shed and n_in > 0:  # §5.2.2: the fractions the operators keep multiply
+                shed, kept = shed + n_shed, kept * (1.0 - min(n_shed / n_in, 1.0))
+        if state.period is not None and stamp is not None and duration is not None:
+            start = stamp / 1e6
+            # Spark fires the first trigger at once, later ones at multiples of P (or at once after an overrun)
+            release = math.floor(start / state.period + 1e-9) * state.period if state.instances else start
+            state.instances.append(Instance(batch, release, start, duration / 1000.0, state.deadline, rows, shed,
+                                            kept, backlog_rows(progress)))
 
     def _update_sources(self, state: _QueryState, progress_sources) -> None:
         for src in state.sources.values():
@@ -277,6 +340,11 @@ class StatisticsStore:
                 continue
             src.rate.add(rate)
             src.distance.add(1.0 / rate)
+
+    def instances(self, query: str) -> list[Instance]:
+        """The recorded instances of a periodic query (the latest :data:`INSTANCES_KEPT`), oldest first."""
+        with self._lock:
+            return list(self._state(query).instances)
 
     def event_time_lead(self, query: str) -> tuple[int | None, float]:
         """The query's latest maximum event time (µs) and its smoothed advance per batch (seconds)."""
@@ -304,4 +372,5 @@ class StatisticsStore:
                     last.get("evicted_rows", 0), last.get("late_rows", 0), op.late_total, dict(last))
             return QueryInfo(query, plan, dict(qos or {}), sources, operators, dict(control or {}),
                              s.batches, s.rate.value, s.duration.value, s.state_rows, s.state_bytes, s.late_total,
-                             s.event_time, _finite(s.lag.value), _finite(s.advance.value))
+                             s.event_time, _finite(s.lag.value), _finite(s.advance.value), s.period, s.deadline,
+                             tuple(s.instances))

@@ -1,0 +1,180 @@
+"""RTStream §5 on Spark: deadline misses and delivered quality of periodic queries against the offered load.
+
+Wei, Prasad, Son & Stankovic, "Prediction-Based QoS Management for Real-Time Data Streams", §5.2: several
+periodic queries, offered load from 60 % to 150 % of capacity, the prediction-based policy (``rtstream``)
+against best effort and feedback control, all through the same runtime, control table and operator
+(``select_chain`` with a scoring predicate of ~``COST · ROUNDS`` sine evaluations per row, a stand-in for a
+model as in benchmarks/select_chain_vs_filter.py).
+
+1. **Capacity.** ``--queries`` queries side by side run a few best-effort instances of two sizes; the fixed
+   per-instance cost c0 and the cost per row c are fitted, and the capacity is the rows per instance that
+   finish within D: ``(D − c0) / c``.
+2. **Runs.** For every load L and strategy, ``--queries`` periodic queries (period P, deadline D) run
+   ``--instances`` instances each, every instance reading one file of ``L · capacity`` rows
+   (``maxFilesPerTrigger = 1``), the queries side by side on local[2].
+3. **Reported** per (strategy, load): the deadline-miss ratio, the mean delivered quality (the fraction of
+   input kept through a linear input/quality table; a missed instance delivers 0, §5.2.2), over the
+   instances after the first (the first one of every strategy runs before anything is measured) and in the
+   steady state (from the ``WARMUP``-th instance on: a decision made after instance k reaches instance k + 2
+   when instance k + 1 was triggered at once after an overrun); and for
+   the prediction-based policy the relative error of its predicted instance time (equation (1) over the
+   learned profile, scaled to the rows the instance really processed).
+
+Usage::
+
+    python benchmarks/rtstream_qos.py [--loads 0.6 0.9 1.2 1.5] [--instances 8] [--queries 2] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+WARMUP = 3    # instances before the steady state: the first runs unmeasured, the second may be triggered
+              # before the first's statistics arrive (an overrun), the third is the first a decision reaches
+COST = 200    # sine evaluations per row and round of the scoring predicate
+ROUNDS = 10   # rounds: ~2000 sines (~15 µs) per row, so that capacity is ~10^5 rows per instance
+
+
+def score(batch):
+    """The scoring predicate: ~COST·ROUNDS sines per row; keeps every row (its score is finite)."""
+    x = np.asarray(batch["f"], dtype=np.float64)
+    total = np.zeros(len(x))
+    for r in range(ROUNDS):
+        total += np.sin(np.outer(x + r, np.arange(1, COST + 1, dtype=np.float64))).sum(axis=1)
+    return np.isfinite(total)
+
+
+def write_files(directory, sizes, seed):
+    os.makedirs(directory)
+    rng = np.random.default_rng(seed)
+    for i, n in enumerate(sizes):
+        path = os.path.join(directory, f"f{i:03d}.parquet")
+        pq.write_table(pa.table({"x": np.arange(n, dtype=np.int64), "f": rng.random(n)}), path)
+        os.utime(path, (1_000_000 + 10 * i, 1_000_000 + 10 * i))
+
+
+def run(spark, root, tag, policies, sizes_per_query, period, deadline):
+    """Run the queries under ``policies``; returns ({query: instances}, the runtime)."""
+    import pyspark_cq as cq
+    from pyspark_cq.runtime import CQRuntime
+
+    rt = CQRuntime(spark, policies=policies, control_path=os.path.join(root, f"ct_{tag}.json"), every_batches=1)
+    names = []
+    for qi, sizes in enumerate(sizes_per_query):
+        src = os.path.join(root, f"in_{tag}_{qi}")
+        write_files(src, sizes, seed=qi)
+
+        def build(ctx, src=src, qi=qi):
+            handle = ctx.control(f"chain_{tag}_{qi}", drop_ratio=0.0)
+            df = spark.readStream.schema("x long, f double").option("maxFilesPerTrigger", 1).parquet(src)
+            out = cq.select_chain(df, {"score": score}, control=handle)
+            return out.writeStream.format("noop").option("checkpointLocation", os.path.join(root, f"ck_{tag}_{qi}"))
+
+        name = f"{tag}_{qi}"
+        rt.register(name, build, period=period, deadline=deadline)
+        names.append(name)
+    with rt:
+        for name, sizes in zip(names, sizes_per_query):
+            rt.await_batches(name, len(sizes), timeout=60 + 4 * period * len(sizes))
+    return {n: [i for i in rt.instances(n) if i.input_rows > 0] for n in names}, rt
+
+
+def fit_capacity(spark, root, period, deadline, queries):
+    """Fit ``duration = c0 + c·rows`` on best-effort instances of ``queries`` queries side by side (as the
+    runs will share the cores), twice: the second time at sizes around the first estimate of the capacity,
+    where the fit matters."""
+    guess = 10_000
+    for stage in range(2):
+        sizes = [guess // 2, guess, guess // 2, guess, guess // 2, guess]
+        got, _ = run(spark, root, f"calib{stage}", ["rtstream_best_effort"], [sizes] * queries, period, deadline)
+        inst = [i for q in got.values() for i in q[1:]]   # the first instance includes the workers' start-up
+        n = np.array([i.input_rows for i in inst], dtype=float)
+        d = np.array([i.duration for i in inst])
+        per_row, fixed = np.polyfit(n, d, 1)
+        guess = int((deadline - fixed) / per_row)
+    return fixed, per_row, guess
+
+
+def prediction_errors(policy, instances):
+    """Relative error of each prediction against the next instance, scaled to the rows it processed."""
+    errors = []
+    by_batch = {i.batch: i for i in instances}
+    for p in policy.predictions:
+        nxt = by_batch.get(p.after_batch + 1)
+        if nxt is None or p.rows <= 0:
+            continue
+        processed = nxt.input_rows * nxt.kept
+        predicted = p.fixed + (p.time_full - p.fixed) * processed / p.rows
+        errors.append(abs(predicted - nxt.duration) / nxt.duration)
+    return errors
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--loads", type=float, nargs="+", default=[0.6, 0.9, 1.2, 1.5])
+    ap.add_argument("--instances", type=int, default=8)
+    ap.add_argument("--queries", type=int, default=2)
+    ap.add_argument("--period", type=float, default=3.0)
+    ap.add_argument("--deadline", type=float, default=2.5)
+    ap.add_argument("--quick", action="store_true", help="two loads, five instances")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.loads, args.instances = [0.6, 1.5], 5
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plugins"))
+    from pyspark_cq_plugins.rtstream import RTStreamQoS
+
+    import pyspark_cq
+
+    spark = pyspark_cq.spark("local[2]", "rtstream-bench", shuffle_partitions=2,
+                             conf={"spark.sql.adaptive.enabled": "false", "spark.driver.memory": "2g"})
+    spark.sparkContext.setLogLevel("ERROR")
+    root = tempfile.mkdtemp(prefix="rtstream_bench_")
+    print(f"# {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {os.getloadavg()[0]:.2f}")
+    try:
+        fixed, per_row, capacity = fit_capacity(spark, root, args.period, args.deadline, args.queries)
+        print(f"# capacity: c0 = {fixed:.3f} s per instance, c = {per_row * 1e6:.1f} µs per row -> "
+              f"{capacity} rows per instance within D = {args.deadline} s (P = {args.period} s)")
+        strategies = {"best_effort": lambda: ["rtstream_best_effort"], "feedback": lambda: ["rtstream_feedback"],
+                      "rtstream": lambda: [RTStreamQoS(target=0.8)]}
+        print("load  strategy     instances  miss_ratio  quality  steady_miss  steady_quality  pred_err_median  "
+              "pred_err_p90")
+        for load in args.loads:
+            rows = int(load * capacity)
+            for sname, make in strategies.items():
+                policies = make()
+                tag = f"{sname}_{int(load * 100)}"
+                got, _ = run(spark, root, tag, policies, [[rows] * args.instances] * args.queries,
+                             args.period, args.deadline)
+                inst = [i for q in got.values() for i in q[1:]]
+                steady = [i for q in got.values() for i in q[WARMUP:]]
+                misses = sum(i.missed for i in inst)
+                quality = statistics.fmean(0.0 if i.missed else i.kept for i in inst)
+                steady_miss = sum(i.missed for i in steady) / len(steady)
+                steady_quality = statistics.fmean(0.0 if i.missed else i.kept for i in steady)
+                err = ""
+                if sname == "rtstream":
+                    e = [x for q in got.values() for x in prediction_errors(policies[0], q)]
+                    if e:
+                        err = f"{statistics.median(e):15.3f}  {np.percentile(e, 90):12.3f}"
+                print(f"{load:4.0%}  {sname:<11}  {len(inst):9d}  {misses / len(inst):10.3f}  {quality:7.3f}  "
+                      f"{steady_miss:11.3f}  {steady_quality:14.3f}  {err}", flush=True)
+    finally:
+        spark.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    print(f"# load at the end {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,454 @@
+"""Prediction-based QoS management of periodic queries (RTStream) and its baselines.
+
+Wei, Prasad, Son & Stankovic, "Prediction-Based QoS Management for Real-Time Data Streams". A periodic
+query (registered with ``period`` P and relative ``deadline`` D, §2) runs one instance (a Spark
+micro-batch) per period; an instance misses when it ends later than D after its release. This policy
+
+- **profiles** every query (§4.1): the cost per row t_j and selectivity s_j of every operator whose report
+  times it (``select_chain``'s ``nanos_<p>`` / ``rows_in_<p>`` / ``rows_passed_<p>``), exponentially
+  smoothed (:class:`pyspark_cq.estimators.ExponentialSmoothing`, §4.1.3), and the rest of an instance's
+  time as a fixed per-batch cost plus a cost per row, learned from the measured instances by exponentially
+  weighted least squares (:class:`Profile`);
+- **predicts** the next instance's time (§4.3, equation (1), :func:`pyspark_cq.cost.rtstream.chain_time`)
+  over the rows it will read: the rows the last instance read (what one period brings) plus the backlog the
+  sources' offsets show (:attr:`pyspark_cq.policies.Instance.backlog_rows`);
+- **sheds** intra-query (§4.4): when the predicted time T exceeds the time D left, it keeps the fraction
+  ε = D/T of the input (:func:`pyspark_cq.cost.rtstream.kept_fraction`; the fixed per-batch cost cannot be
+  shed, so ε applies to the per-row part), as ``drop_ratio = 1 − ε`` of the query's shedding operator
+  (the first of its control-table entries that carries a ``drop_ratio``), dropped before the predicates;
+- **negotiates** inter-query (§4.3, Figure 7, :func:`negotiate`): when the predicted load of all periodic
+  queries exceeds ``capacity``, the common quality is lowered step by step from 100 % and every query keeps
+  the input fraction its input/quality table (:class:`QualityTable`) gives for that quality;
+- **rejects** at admission a query that cannot meet its deadline even keeping only ``min_kept`` of its input
+  (from its plan's costs, in seconds per row, and its sources' known rates).
+
+The baselines of §5.2 are separate policies (:mod:`pyspark_cq_plugins.rtstream_baselines`).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pyspark_cq import plan as P
+from pyspark_cq.cost import rtstream
+from pyspark_cq.estimators import ExponentialSmoothing
+from pyspark_cq.policies import Admission, Decision, Decisions, Policy, QueryInfo, Snapshot
+
+__all__ = ["RTStreamQoS", "QualityTable", "Negotiation", "negotiate", "Profile", "shedding_operator",
+           "Prediction"]
+
+
+# -- input/quality tables and the Figure 7 negotiation ------------------------------------------------
+
+
+class QualityTable:
+    """An input/quality table (Wei et al., §4.3, Figure 6): the quality of a query's result as a function of
+    the fraction of its input kept, linear between the given points.
+
+    Parameters
+    ----------
+    points : sequence of (kept, quality)
+        Fractions kept and the qualities, both in [0, 1], kept strictly increasing and quality
+        non-decreasing (keeping more input never lowers the quality); the last point must be (1, 1).
+
+    Examples
+    --------
+    The paper's Q0 (convex: an average tolerates dropping), Q1 (linear) and Q2 (concave: surveillance)
+    at a target quality of 70 % drop 75 %, 30 % and 3 % of their input:
+
+    >>> from pyspark_cq_plugins.rtstream import QualityTable
+    >>> tables = [QualityTable([(0, 0), (0.25, 0.7), (1, 1)]), QualityTable.linear(),
+    ...           QualityTable([(0, 0), (0.97, 0.7), (1, 1)])]
+    >>> [round(1 - t.kept_for(0.7), 2) for t in tables]
+    [0.75, 0.3, 0.03]
+    """
+
+    def __init__(self, points: Sequence):
+        if isinstance(points, (str, bytes)) or not isinstance(points, Sequence) or len(points) < 2:
+            raise TypeError(f"points must be a sequence of at least two (kept, quality) pairs, got {points!r}")
+        kept, quality = [], []
+        for i, pt in enumerate(points):
+            if not isinstance(pt, Sequence) or len(pt) != 2:
+                raise TypeError(f"points[{i}] must be a (kept, quality) pair, got {pt!r}")
+            for value, what in zip(pt, ("kept", "quality")):
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                    raise ValueError(f"points[{i}] {what} must be a number in [0, 1], got {value!r}")
+            kept.append(float(pt[0]))
+            quality.append(float(pt[1]))
+        if any(b <= a for a, b in zip(kept, kept[1:])):
+            raise ValueError(f"points must have strictly increasing kept fractions, got {kept}")
+        if any(b < a for a, b in zip(quality, quality[1:])):
+            raise ValueError(f"points must have non-decreasing quality (the table must be monotone), got {quality}")
+        if kept[-1] != 1.0 or quality[-1] != 1.0:
+            raise ValueError(f"points must end at (1, 1): all input kept is full quality, got {points[-1]!r}")
+        self.points = tuple(zip(kept, quality))
+        self._kept, self._quality = np.array(kept), np.array(quality)
+
+    @classmethod
+    def linear(cls) -> QualityTable:
+        """Quality = fraction kept (the paper's Q1)."""
+        return cls([(0.0, 0.0), (1.0, 1.0)])
+
+    def quality(self, kept: float) -> float:
+        """The quality when the fraction ``kept`` of the input is used (below the first point: its quality)."""
+        if isinstance(kept, bool) or not isinstance(kept, (int, float)) or not 0 <= kept <= 1:
+            raise ValueError(f"kept must be a fraction in [0, 1], got {kept!r}")
+        return float(np.interp(kept, self._kept, self._quality))
+
+    def kept_for(self, quality: float) -> float:
+        """The smallest fraction of input that gives at least ``quality`` (the drop ratio is 1 minus it)."""
+        if isinstance(quality, bool) or not isinstance(quality, (int, float)) or not 0 <= quality <= 1:
+            raise ValueError(f"quality must be in [0, 1], got {quality!r}")
+        q, k = self._quality, self._kept
+        i = int(np.searchsorted(q, quality, side="left"))
+        if i == 0:
+            return float(k[0])
+        if q[i] == q[i - 1]:  # pragma: no cover - searchsorted left never lands inside a flat run
+            return float(k[i])
+        return float(k[i - 1] + (quality - q[i - 1]) / (q[i] - q[i - 1]) * (k[i] - k[i - 1]))
+
+    def __repr__(self) -> str:
+        return f"QualityTable({list(self.points)!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, QualityTable) and self.points == other.points
+
+    __hash__ = None
+
+
+@dataclass(frozen=True)
+class Negotiation:
+    """The result of :func:`negotiate`: the common quality, every query's kept fraction, its time at that
+    fraction and its pseudo-deadline; ``feasible`` False when even the lowest quality does not fit.
+    """
+
+    quality: float
+    kept: Mapping[str, float]
+    times: Mapping[str, float]
+    pseudo_deadlines: Mapping[str, float]
+    feasible: bool
+
+
+def negotiate(estimates: Mapping[str, float], tables: Mapping[str, QualityTable], available: float, *,
+              fixed: Mapping[str, float] | None = None, step: float = 0.01) -> Negotiation:
+    """Inter-query QoS negotiation (Wei et al., §4.3, Figure 7).
+
+    Starting from 100 %, the common quality is lowered by ``step`` until the instances of all queries fit
+    into ``available`` time: query i keeps the fraction ``k_i = tables[i].kept_for(quality)`` of its input and
+    takes ``fixed_i + k_i·(estimates_i − fixed_i)`` (its per-row work scales with the input, a fixed cost does
+    not). Pseudo-deadlines are ``available`` shared in proportion to those times.
+
+    Parameters
+    ----------
+    estimates : mapping str -> float
+        Every query's estimated time with all of its input (equation (1)), >= 0.
+    tables : mapping str -> QualityTable
+        Every query's input/quality table.
+    available : float
+        The time available to all of them (> 0); for periodic queries, the utilisation bound with
+        estimates divided by the periods.
+    fixed : mapping str -> float, optional
+        The part of each estimate that dropping input does not reduce (default 0).
+    step : float
+        Quality step in (0, 1].
+
+    Examples
+    --------
+    Three queries of 10 s each with Figure 6's tables in 19.2 s settle at 70 % quality, dropping 75 %, 30 %
+    and 3 %:
+
+    >>> from pyspark_cq_plugins.rtstream import QualityTable, negotiate
+    >>> tables = {"q0": QualityTable([(0, 0), (0.25, 0.7), (1, 1)]), "q1": QualityTable.linear(),
+    ...           "q2": QualityTable([(0, 0), (0.97, 0.7), (1, 1)])}
+    >>> result = negotiate({"q0": 10.0, "q1": 10.0, "q2": 10.0}, tables, 19.2)
+    >>> result.quality, {q: round(1 - k, 2) for q, k in result.kept.items()}
+    (0.7, {'q0': 0.75, 'q1': 0.3, 'q2': 0.03})
+    """
+    if not isinstance(estimates, Mapping) or not estimates:
+        raise TypeError(f"estimates must be a non-empty mapping query -> estimated time, got {estimates!r}")
+    if not isinstance(tables, Mapping):
+        raise TypeError(f"tables must be a mapping query -> QualityTable, got {tables!r}")
+    fixed = dict(fixed or {})
+    est = {}
+    for q, t in estimates.items():
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise ValueError(f"estimates[{q!r}] must be a finite time >= 0, got {t!r}")
+        if not isinstance(tables.get(q), QualityTable):
+            raise ValueError(f"tables has no QualityTable for query {q!r}; given: {sorted(tables)}")
+        f = fixed.get(q, 0.0)
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= t:
+            raise ValueError(f"fixed[{q!r}] must be in [0, estimates[{q!r}]], got {f!r}")
+        est[q] = (float(t), float(f))
+    if isinstance(available, bool) or not isinstance(available, (int, float)) or not available > 0:
+        raise ValueError(f"available must be a positive time, got {available!r}")
+    if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 < step <= 1:
+        raise ValueError(f"step must be in (0, 1], got {step!r}")
+    levels = int(math.floor(1 / step + 1e-9))
+    for k in range(levels + 1):
+        quality = max(round(1.0 - k * step, 12), 0.0)
+        kept = {q: tables[q].kept_for(quality) for q in est}
+        times = {q: f + kept[q] * (t - f) for q, (t, f) in est.items()}
+        total = sum(times.values())
+        if total <= available * (1 + 1e-12) or k == levels:
+            share = {q: available * times[q] / total if total > 0 else available / len(times) for q in times}
+            return Negotiation(quality, kept, times, share, total <= available * (1 + 1e-12))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+# -- profiling -------------------------------------------------------------------------------------
+
+
+class _Regression:
+    """Exponentially weighted least squares of y on x: the fixed cost (intercept) and cost per row (slope)."""
+
+    def __init__(self, alpha: float):
+        self._m = [ExponentialSmoothing(alpha) for _ in range(4)]   # x, y, x², x·y
+
+    def update(self, x: float, y: float) -> None:
+        for est, v in zip(self._m, (x, y, x * x, x * y)):
+            est.update(v)
+
+    @property
+    def n(self) -> int:
+        return self._m[0].n
+
+    def fit(self) -> tuple[float, float]:
+        """(intercept, slope); the slope is 0 while the x seen barely vary (a level, not a line)."""
+        mx, my, mxx, mxy = (e.value for e in self._m)
+        var = mxx - mx * mx
+        slope = (mxy - mx * my) / var if var > 1e-9 * max(mxx, 1.0) else 0.0
+        return my - slope * mx, slope
+
+
+@dataclass
+class Profile:
+    """What the policy learned about one periodic query (§4.1): per operator step t_j (s per row) and s_j,
+    and the rest of an instance's time as ``fixed + per_row·n`` over the rows n it processed.
+    """
+
+    alpha: float
+    steps: dict = field(default_factory=dict)        # step -> (t_j smoothing, s_j smoothing)
+    order: tuple = ()
+    rest: _Regression = None
+    last_batch: int = -1
+    last_report_batch: int = -1
+
+    def __post_init__(self):
+        self.rest = _Regression(self.alpha)
+
+    def chain(self) -> tuple[list[float], list[float]]:
+        """The smoothed (t_j, s_j) of the timed steps, in evaluation order."""
+        t = [self.steps[s][0].value for s in self.order if s in self.steps]
+        sel = [min(max(self.steps[s][1].value, 0.0), 1.0) for s in self.order if s in self.steps]
+        return t, sel
+
+    def observe_steps(self, report: Mapping) -> None:
+        """Fold one ``select_chain`` report (``rows_in_<p>``, ``rows_passed_<p>``, ``nanos_<p>``) into t_j, s_j."""
+        order = []
+        for key, rows in report.items():
+            if not key.startswith("rows_in_") or not rows:
+                continue
+            step = key[len("rows_in_"):]
+            nanos, passed = report.get(f"nanos_{step}"), report.get(f"rows_passed_{step}")
+            if nanos is None or passed is None:
+                continue
+            t, s = self.steps.setdefault(step, (ExponentialSmoothing(self.alpha), ExponentialSmoothing(self.alpha)))
+            t.update(nanos / 1e9 / rows)
+            s.update(passed / rows)
+            order.append((rows, step))
+        if order:  # evaluation order: each step sees no more rows than the one before
+            self.order = tuple(step for _, step in sorted(order, key=lambda r: -r[0]))
+
+    def operators_time(self, n: float) -> float:
+        """Equation (1) over the timed steps for n rows at the chain's input."""
+        t, s = self.chain()
+        return rtstream.chain_time(n, t, s) if t else 0.0
+
+    def observe_instance(self, rows: float, duration: float) -> None:
+        """One measured instance: ``rows`` processed (after shedding) in ``duration`` seconds."""
+        self.rest.update(rows, duration - self.operators_time(rows))
+
+    def predict(self, n: float) -> tuple[float, float]:
+        """(predicted time, the fixed part of it) for an instance over n rows."""
+        fixed, per_row = self.rest.fit()
+        fixed = max(fixed, 0.0)
+        total = fixed + self.operators_time(n) + per_row * n
+        return max(total, fixed), fixed
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One prediction: made after ``after_batch``, for an instance over ``rows`` rows, all-input time
+    ``time_full`` (of which ``fixed`` per instance), the kept fraction chosen and the time predicted with it.
+    """
+
+    query: str
+    after_batch: int
+    rows: float
+    time_full: float
+    fixed: float
+    kept: float
+    time: float
+
+
+def shedding_operator(query: QueryInfo) -> str | None:
+    """The query's shedding stage: the first of its control-table entries that carries a ``drop_ratio``."""
+    for op, params in query.control.items():
+        if "drop_ratio" in params:
+            return op
+    return None
+
+
+def _drop_decision(query: QueryInfo, op: str, kept: float, reason: str, policy: str) -> Decision | None:
+    """A decision setting ``op``'s drop ratio to ``1 − kept`` (3 decimals), None if it is already there."""
+    drop = round(min(max(1.0 - kept, 0.0), 0.999), 3)
+    current = float(query.control.get(op, {}).get("drop_ratio", 0.0))
+    if abs(drop - current) < 0.005:
+        return None
+    return Decision(op, {"drop_ratio": drop}, reason, query=query.name)
+
+
+class RTStreamQoS(Policy):
+    """Prediction-based QoS management of periodic queries (Wei et al., §4); see the module docstring.
+
+    Parameters
+    ----------
+    alpha : float
+        Smoothing constant of the profiles (§4.1.3), in (0, 1).
+    target : float
+        Share of the deadline D the prediction aims at, in (0, 1] (headroom for prediction error).
+    min_kept : float
+        The smallest fraction of input a query may keep (admission rejects a query that would need less).
+    capacity : float, optional
+        Inter-query negotiation (§4.3): the bound on Σ T_i / P_i over the periodic queries (e.g. the
+        number of cores they share); None negotiates nothing.
+    quality : mapping query -> QualityTable, optional
+        Input/quality tables; a query without one is linear.
+    step : float
+        Quality step of the negotiation.
+    """
+
+    name = "rtstream"
+
+    def __init__(self, alpha: float = 0.5, target: float = 0.8, min_kept: float = 0.05,
+                 capacity: float | None = None, quality: Mapping | None = None, step: float = 0.01):
+        for value, what, lo in ((alpha, "alpha", 0.0), (target, "target", 0.0), (min_kept, "min_kept", 0.0)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo < value <= 1:
+                raise ValueError(f"{what} must be in (0, 1], got {value!r}")
+        if alpha >= 1:
+            raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+        if capacity is not None and (isinstance(capacity, bool) or not isinstance(capacity, (int, float))
+                                     or not capacity > 0):
+            raise ValueError(f"capacity must be a positive utilisation bound or None, got {capacity!r}")
+        quality = dict(quality or {})
+        for q, table in quality.items():
+            if not isinstance(table, QualityTable):
+                raise TypeError(f"quality[{q!r}] must be a QualityTable, got {type(table).__name__}")
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 < step <= 1:
+            raise ValueError(f"step must be in (0, 1], got {step!r}")
+        self.alpha, self.target, self.min_kept, self.capacity = alpha, target, min_kept, capacity
+        self.quality, self.step = quality, step
+        self._profiles: dict[str, Profile] = {}
+        self.predictions: list[Prediction] = []
+
+    @classmethod
+    def _unit_test_params(cls) -> list[dict]:
+        return [{}, {"capacity": 1.0, "alpha": 0.3}]
+
+    def profile(self, query: str) -> Profile | None:
+        """The profile learned for ``query`` (None before its first instance)."""
+        return self._profiles.get(query)
+
+    def _learn(self, q: QueryInfo) -> Profile:
+        prof = self._profiles.setdefault(q.name, Profile(self.alpha))
+        op = shedding_operator(q)
+        stats = q.operators.get(op) if op is not None else None
+        last = q.instances[-1].batch if q.instances else -1
+        if stats is not None and stats.report and last > prof.last_report_batch:
+            prof.observe_steps(stats.report)   # the latest report: the latest instance's
+            prof.last_report_batch = last
+        for inst in q.instances:
+            if inst.batch > prof.last_batch and inst.input_rows > 0:
+                prof.observe_instance(inst.input_rows * inst.kept, inst.duration)
+        if q.instances:
+            prof.last_batch = max(prof.last_batch, last)
+        return prof
+
+    def _predict(self, q: QueryInfo, prof: Profile) -> tuple[float, float, float] | None:
+        """(rows, all-input time, fixed time) of the next instance, or None without a measured instance."""
+        if not q.instances or prof.rest.n == 0:
+            return None
+        last = q.instances[-1]
+        rows = float(last.input_rows) + (last.backlog_rows or 0.0)
+        time_full, fixed = prof.predict(rows)
+        return rows, time_full, fixed
+
+    def decide(self, snapshot: Snapshot) -> Decisions:
+        """Learn from the new instances, predict every periodic query's next one, shed ε = D/T (§4.4),
+        capped by the negotiation (§4.3) when ``capacity`` is set.
+        """
+        if not isinstance(snapshot, Snapshot):
+            raise TypeError(f"snapshot must be a Snapshot, got {type(snapshot).__name__}")
+        plans = {}
+        for q in snapshot.queries.values():
+            if q.period is None or shedding_operator(q) is None:
+                continue
+            pred = self._predict(q, self._learn(q))
+            if pred is None:
+                continue
+            rows, time_full, fixed = pred
+            budget = self.target * q.deadline
+            # §4.4: ε = D/T on the part of T that dropping input reduces
+            kept = rtstream.kept_fraction(time_full - fixed, budget - fixed) if budget > fixed else 0.0
+            plans[q.name] = (q, rows, time_full, fixed, max(kept, self.min_kept))
+        if self.capacity is not None and len(plans) > 1:
+            est = {n: p[2] / p[0].period for n, p in plans.items()}
+            fix = {n: p[3] / p[0].period for n, p in plans.items()}
+            tables = {n: self.quality.get(n, QualityTable.linear()) for n in plans}
+            deal = negotiate(est, tables, self.capacity, fixed=fix, step=self.step)
+            for n, p in plans.items():
+                plans[n] = p[:4] + (max(min(p[4], deal.kept[n]), self.min_kept),)
+        out = []
+        for n, (q, rows, time_full, fixed, kept) in plans.items():
+            predicted = fixed + kept * (time_full - fixed)
+            self.predictions.append(Prediction(n, q.instances[-1].batch, rows, time_full, fixed, kept, predicted))
+            reason = (f"predicted {time_full:.3g} s for {rows:.0f} rows (fixed {fixed:.3g} s) against "
+                      f"{self.target:g}·D = {self.target * q.deadline:.3g} s: keep ε = {kept:.3f}")
+            d = _drop_decision(q, shedding_operator(q), kept, reason, self.name)
+            if d is not None:
+                out.append(d)
+        return Decisions(out, self.name)
+
+    def admit(self, query: QueryInfo, snapshot: Snapshot) -> Admission:
+        """Reject a periodic query whose plan cannot meet its deadline even keeping ``min_kept`` of its
+        input; admit with the a-priori drop ratio (§4.4 before the query starts) otherwise.
+        """
+        super().admit(query, snapshot)
+        if query.period is None or query.plan is None:
+            return Admission(True, "not a periodic query with a plan: nothing to predict", Decisions((), self.name))
+        rates = {name: s.input_rate for name, s in query.sources.items()}
+        names = {n.name for n in P.postorder(query.plan) if isinstance(n, P.Source)}
+        if not names <= set(rates) or not all(math.isfinite(rates[n]) and rates[n] > 0 for n in names):
+            return Admission(True, "source rates unknown: admitted without a prediction", Decisions((), self.name))
+        counts = {n: rates[n] * query.period for n in names}
+        full = rtstream.plan_execution_time(query.plan, counts)
+        kept = rtstream.plan_kept_fraction(query.plan, counts, self.target * query.deadline)
+        if kept < self.min_kept:
+            at_min = rtstream.plan_execution_time(query.plan, {n: c * self.min_kept for n, c in counts.items()})
+            return Admission(False, f"cannot meet its deadline: keeping the smallest allowed fraction "
+                                    f"ε = {self.min_kept:g} of its input the predicted time is {at_min:.3g} s > "
+                                    f"{self.target:g}·D = {self.target * query.deadline:.3g} s "
+                                    f"(all input: {full:.3g} s)", Decisions((), self.name))
+        op = shedding_operator(query)
+        d = _drop_decision(query, op, kept, f"a priori: predicted {full:.3g} s per instance", self.name) if op else None
+        return Admission(True, f"predicted {full:.3g} s per instance, keeps ε = {kept:.3f}",
+                         Decisions([d] if d else [], self.name))
+
+    def remove(self, query: str) -> Decisions:
+        """Forget the query's profile."""
+        super().remove(query)
+        self._profiles.pop(query, None)
+        return Decisions((), self.name)

@@ -1,0 +1,96 @@
+"""RTStream on Spark: a periodic query under a load step, prediction-based QoS against best effort in one run.
+
+The query reads one parquet file per instance (``maxFilesPerTrigger = 1``); the first files are small, the
+rest 30 times larger (the load step). Its one predicate costs a fixed time per row (it sleeps, so the cost
+does not depend on the machine's load), so a large instance without shedding takes at least 3 s, longer
+than its deadline D = 2.5 s: best effort must miss every one of them. The prediction-based policy learns
+the cost from the instances, predicts the next one and sheds ε = D/T through ``select_chain``'s
+``drop_ratio``. Assertions count misses and rows, never durations.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from pyspark_cq_plugins.rtstream import RTStreamQoS
+
+import pyspark_cq as cq
+
+PERIOD, DEADLINE = 3.0, 2.5
+SECONDS_PER_ROW = 1e-3
+SMALL, LARGE = 100, 3000
+SIZES = [SMALL] * 2 + [LARGE] * 6
+
+
+def _costly(per_row):
+    """A predicate keeping every row with x >= 0 (all of them) after ``per_row`` seconds per row (a closure:
+    cloudpickle ships it by value to the workers, which cannot import the tests)."""
+    def costly(batch):
+        time.sleep(batch.num_rows * per_row)
+        return pc.greater_equal(batch["x"], 0)
+    return costly
+
+
+def _write_inputs(directory) -> int:
+    os.makedirs(directory)
+    start = 0
+    for i, n in enumerate(SIZES):
+        path = os.path.join(directory, f"f{i:03d}.parquet")
+        pq.write_table(pa.table({"x": pa.array(np.arange(start, start + n), pa.int64())}), path)
+        os.utime(path, (1_000_000 + 10 * i, 1_000_000 + 10 * i))   # file order = instance order
+        start += n
+    return start
+
+
+def _run(spark, tmp_path, tag, policies):
+    from pyspark_cq.runtime import CQRuntime
+
+    src, out = str(tmp_path / "in"), str(tmp_path / f"out_{tag}")
+    rt = CQRuntime(spark, policies=policies, control_path=str(tmp_path / f"ct_{tag}.json"), every_batches=1)
+
+    def build(ctx):
+        handle = ctx.control(f"chain_{tag}", drop_ratio=0.0)
+        df = spark.readStream.schema("x long").option("maxFilesPerTrigger", 1).parquet(src)
+        kept = cq.select_chain(df, {"model": _costly(SECONDS_PER_ROW)}, control=handle)
+        return (kept.writeStream.format("parquet").option("path", out)
+                .option("checkpointLocation", str(tmp_path / f"ck_{tag}")))
+
+    name = f"periodic_{tag}"
+    rt.register(name, build, period=PERIOD, deadline=DEADLINE)
+    with rt:
+        rt.await_batches(name, len(SIZES), timeout=240)
+    instances = [i for i in rt.instances(name) if i.input_rows > 0]
+    rows = spark.read.parquet(out).count()
+    return instances, rows, rt
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_prediction_keeps_a_periodic_query_within_its_deadline_where_best_effort_misses(spark, tmp_path):
+    total = _write_inputs(str(tmp_path / "in"))
+    best, best_rows, _ = _run(spark, tmp_path, "best", ["rtstream_best_effort"])
+    policy = RTStreamQoS(target=0.8)
+    pred, pred_rows, rt = _run(spark, tmp_path, "rts", [policy])
+
+    assert [i.input_rows for i in best] == SIZES and [i.input_rows for i in pred] == SIZES
+    # best effort: all input delivered, every large instance misses (its predicate alone sleeps 3 s > D)
+    assert best_rows == total and all(i.shed_rows == 0 and i.kept == 1.0 for i in best)
+    best_misses = sum(i.missed for i in best[2:])
+    assert best_misses == len(SIZES) - 2
+    # prediction-based: after the step is seen (the step instance and the one already triggered behind it
+    # may miss) the instances meet their deadline by shedding; rows shed are counted, the rest delivered
+    pred_misses = sum(i.missed for i in pred[2:])
+    assert pred_misses <= 2 < best_misses, [(i.batch, round(i.lateness, 2), i.kept) for i in pred]
+    assert not any(i.missed for i in pred[-2:]), [(i.batch, round(i.lateness, 2), i.kept) for i in pred]
+    shed = sum(i.shed_rows for i in pred)
+    assert shed > 0 and pred_rows + shed == total
+    assert all(0.05 <= i.kept < 0.9 for i in pred[-2:])
+    # the decisions went through the control table, and the predictions are recorded
+    changes = rt.control_table().changes("chain_rts")
+    assert any(c.who == "rtstream" and c.new.get("drop_ratio", 0) > 0 for c in changes)
+    assert policy.predictions and policy.predictions[-1].kept < 1.0

@@ -55,7 +55,7 @@ from fractions import Fraction
 from .. import _args as chk
 
 __all__ = [
-    "STRATEGIES", "Trace", "progress_chart", "lower_envelope", "priorities", "simulate", "simulate_trace",
+    "STRATEGIES", "Trace", "chooser", "progress_chart", "lower_envelope", "priorities", "simulate", "simulate_trace",
 ]
 
 #: The scheduling strategies :func:`simulate` knows.
@@ -322,12 +322,43 @@ class _Queue:
 _Chooser = Callable[[int, list[_Queue]], "int | None"]
 
 
-def _chooser(strategy: str, ops: _Ops) -> _Chooser:
-    """The strategy as ``choose(t, queues) -> operator index or None``."""
+def chooser(strategy: str, priorities: Sequence[float] | None = None,
+            selectivities: Sequence[float] | None = None) -> Callable[[Sequence], int | None]:
+    """The scheduling rule of ``strategy`` as ``choose(queues) -> operator index or None``.
+
+    The one place the four strategies' choice is written: :func:`simulate` uses it on the model's queues,
+    the workers' chunk scheduler (:mod:`pyspark_cq.operators._chunks`) on their queues of Arrow batches.
+    ``queues`` is a sequence, in path order, of objects with ``size`` (tuples waiting, > 0 means the
+    operator may run) and ``oldest()`` (the arrival time of the oldest tuple waiting). Among the operators
+    that may run, ``"chain"`` takes the highest priority, ``"greedy"`` the smallest selectivity, ``"fifo"``
+    none of these; every strategy then takes the earliest-arrived tuples, then the operator further
+    downstream. ``"round_robin"`` takes the next operator in path order after the last one that ran.
+
+    Parameters
+    ----------
+    strategy : {"chain", "fifo", "greedy", "round_robin"}
+        The strategy (:data:`STRATEGIES`).
+    priorities : sequence of float, optional
+        One per operator (:func:`priorities`); ``"chain"`` without them ranks every operator equally
+        (then it chooses as ``"fifo"``).
+    selectivities : sequence of float, optional
+        One per operator; ``"greedy"`` without them chooses as ``"fifo"``.
+
+    Returns
+    -------
+    callable
+        ``choose(queues)``; None when no queue has tuples. The round-robin rule keeps its turn between calls.
+
+    Raises
+    ------
+    ValueError, TypeError
+        An unknown ``strategy``; ``priorities`` or ``selectivities`` not a sequence of real numbers.
+    """
+    strategy = chk.one_of(strategy, "strategy", STRATEGIES)
     if strategy == "round_robin":
         state = {"next": 0}
 
-        def choose(t, queues):
+        def turn(queues):
             m = len(queues)
             for k in range(m):
                 i = (state["next"] + k) % m
@@ -335,22 +366,35 @@ def _chooser(strategy: str, ops: _Ops) -> _Chooser:
                     state["next"] = (i + 1) % m
                     return i
             return None
-        return choose
+        return turn
 
-    if strategy == "chain":
-        prio = _priorities(ops)
-        first = [lambda i: prio[i]]
-    elif strategy == "greedy":
-        first = [lambda i: -ops[i][1]]
-    else:  # fifo
-        first = []
+    rank = None
+    if strategy == "chain" and priorities is not None:
+        rank = _ranks(priorities, "priorities")
+    elif strategy == "greedy" and selectivities is not None:
+        rank = [-s for s in _ranks(selectivities, "selectivities")]
 
-    def choose(t, queues):
+    def choose(queues):
         ready = [i for i, q in enumerate(queues) if q.size > 0]
         if not ready:
             return None
-        return max(ready, key=lambda i: (*(f(i) for f in first), -queues[i].oldest(), i))
+        if rank is None:
+            return max(ready, key=lambda i: (-queues[i].oldest(), i))
+        return max(ready, key=lambda i: (rank[i], -queues[i].oldest(), i))
     return choose
+
+
+def _ranks(values, name: str) -> list:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise TypeError(f"{name} must be a sequence of real numbers, one per operator, got {values!r}")
+    return [v if isinstance(v, Fraction) else chk.real(v, f"{name}[{i}]") for i, v in enumerate(values)]
+
+
+def _chooser(strategy: str, ops: _Ops) -> _Chooser:
+    """The strategy on the model's path as ``choose(t, queues) -> operator index or None``."""
+    rule = chooser(strategy, priorities=_priorities(ops) if strategy == "chain" else None,
+                   selectivities=[s for _, s in ops])
+    return lambda t, queues: rule(queues)
 
 
 def _run(ops: _Ops, arrivals: dict[int, Fraction], choose: _Chooser, horizon: int) -> Trace:

@@ -34,6 +34,7 @@ from .. import _validate
 from ..control import operator_handle, parse_chain_plan
 from ..control.plans import check_predicate_name
 from . import _metrics
+from ._chunks import ChunkScheduler, schedule_from_params
 from ._shed import SHED, shed_batch
 
 __all__ = ["select_chain", "DEFAULT_NAME"]
@@ -44,6 +45,8 @@ _KIND = "select_chain"
 _COLUMN = "__cq_pred_"        # a Column predicate's value, computed by Spark before the chain
 _DATA = "__cq_col_"           # the data columns in transport, by position
 _METRICS = ("rows_in", "rows_passed", "nanos")
+#: Per-batch maxima over the tasks (the others are sums): the chunk scheduler's memory figures.
+_PEAKS = ("peak_buffered_rows", "peak_worker_rss")
 
 
 def _metric(kind: str, name: str) -> str:
@@ -70,6 +73,9 @@ def select_chain(df, predicates, *, control=None, name=None):
         by ``>`` (``"cheap>model"``, see :func:`pyspark_cq.control.chain_plan_id`), read at every
         micro-batch; without one the order of ``predicates`` applies. Its ``drop_ratio`` sheds that share
         of the input before the first predicate (a hash of the row decides, so a replay drops the same rows).
+        Its ``params`` may schedule the predicates over chunks of a large batch (``schedule``,
+        ``chunk_rows``, ``max_buffered_rows``, ``priorities``, ``selectivities``; docs/chain.md), as the
+        ``chain`` policy writes them; the rows kept never depend on it.
     name : str, optional
         Name of the per-batch report (``cq.read_metrics(query, name)``); default the control handle's
         operator id, else ``"cq_select_chain"``.
@@ -80,7 +86,10 @@ def select_chain(df, predicates, *, control=None, name=None):
         The rows of ``df`` that pass every predicate, with ``df``'s columns. The per-batch report holds
         ``input_rows`` (before shedding), ``shed_rows``, ``output_rows`` and, for every predicate ``p``,
         ``rows_in_p``, ``rows_passed_p`` and ``nanos_p`` (time spent in it): ``rows_passed_p / rows_in_p``
-        is its observed selectivity and ``nanos_p / rows_in_p`` its cost per row.
+        is its observed selectivity and ``nanos_p / rows_in_p`` its cost per row; ``chunk_steps``
+        (predicate invocations), and the largest over the tasks of ``peak_buffered_rows`` (rows that passed a
+        predicate and wait for the next) and ``peak_worker_rss`` (the Python worker's resident memory in
+        bytes, sampled after every step).
 
     Examples
     --------
@@ -104,17 +113,20 @@ def select_chain(df, predicates, *, control=None, name=None):
     # unquoted name, which a name with a backtick (or a dot) would break.
     transport = tuple(_DATA + str(i) for i in range(len(df.columns)))
     data_fields = [T.StructField(t, f.dataType, True) for t, f in zip(transport, df.schema.fields)]
-    counters = [_metric(k, n) for n in names for k in _METRICS] + ["input_rows", "output_rows", SHED]
+    counters = ([_metric(k, n) for n in names for k in _METRICS] + ["input_rows", "output_rows", SHED, "chunk_steps"]
+                + list(_PEAKS))
     raw_schema = T.StructType(data_fields + [T.StructField(_metrics.METRICS_ROW, T.BooleanType(), False)]
                               + [T.StructField(_metrics.PREFIX + c, T.LongType(), True) for c in counters])
     worker = _Chain(label, tuple(names), callables, tuple(df.columns), control,
                     _metrics.arrow_schema(raw_schema), tuple(counters), transport)
-    if control is not None:   # a bad plan fails here, not in a task
-        worker.order(control.entry(when="when the operator was defined"))
+    if control is not None:   # a bad plan or schedule fails here, not in a task
+        entry = control.entry(when="when the operator was defined")
+        worker.schedule(entry, worker.order(entry), label)
     staged = df.select(*[_validate.ref(c).alias(t) for c, t in zip(df.columns, transport)],
                        *[col.alias(_COLUMN + n) for n, col in columns.items()])
     raw = staged.mapInArrow(worker, raw_schema)
-    out = _metrics.attach(raw, name, {c: F.sum(_metrics.PREFIX + c) for c in counters},
+    aggregate = {c: (F.max if c in _PEAKS else F.sum)(_metrics.PREFIX + c) for c in counters}
+    out = _metrics.attach(raw, name, aggregate,
                           keep=~F.col(_metrics.METRICS_ROW),
                           drop=[_metrics.METRICS_ROW] + [_metrics.PREFIX + c for c in counters])
     return out.select(*[F.col(t).alias(c) for t, c in zip(transport, df.columns)])
@@ -166,33 +178,54 @@ class _Chain:
         plan = entry.get("plan_id") if entry is not None else None
         return self.names if plan is None else parse_chain_plan(plan, self.names, operator=self.label)
 
+    def schedule(self, entry, order, where: str):
+        """The chunk schedule the entry's ``params`` ask for (:func:`~._chunks.schedule_from_params`)."""
+        return schedule_from_params(entry.get("params") if entry is not None else None, order, where=where)
+
     def __call__(self, batches):
-        entry = self.control.entry() if self.control is not None else None
+        where = f"{self.label} (micro-batch {_validate.micro_batch_id()})"
         try:
+            entry = self.control.entry() if self.control is not None else None
             order = self.order(entry)
+            schedule = self.schedule(entry, order, where)
         except ValueError as exc:
-            raise ValueError(f"{exc} (micro-batch {_validate.micro_batch_id()})") from None
+            text = str(exc)
+            raise ValueError(text if "micro-batch" in text else f"{text} (micro-batch {_validate.micro_batch_id()})"
+                             ) from None
         ratio = float(entry.get("drop_ratio", 0.0)) if entry is not None else 0.0
         totals = dict.fromkeys(self.counters, 0)
-        for batch in batches:
-            kept = self.run(_shed(batch, ratio, totals), order, totals)
+        scheduler = ChunkScheduler(self.steps(order, totals), schedule)
+        for kept in scheduler.run(_shed(batch, ratio, totals) for batch in batches):
             yield self._data(kept)
+        totals.update(chunk_steps=scheduler.steps_run, peak_buffered_rows=scheduler.peak_buffered,
+                      peak_worker_rss=scheduler.peak_rss)
         yield self._metrics_row(totals)
+
+    def steps(self, order, totals: dict) -> list:
+        """One filter per predicate in ``order``, counting into ``totals`` (the chunk scheduler's steps)."""
+        last = len(order) - 1
+
+        def step(k: int, name: str):
+            nanos, rows_in, passed = _metric("nanos", name), _metric("rows_in", name), _metric("rows_passed", name)
+
+            def run(batch: pa.RecordBatch) -> pa.RecordBatch:
+                n = batch.num_rows
+                start = time.perf_counter_ns()
+                out = batch.filter(self._evaluate(name, batch))   # nulls are dropped: a null rejects the row
+                totals[nanos] += time.perf_counter_ns() - start
+                totals[rows_in] += n
+                totals[passed] += out.num_rows
+                if k == last:
+                    totals["output_rows"] += out.num_rows
+                return out
+            return run
+        return [step(k, name) for k, name in enumerate(order)]
 
     def run(self, batch: pa.RecordBatch, order, totals: dict) -> pa.RecordBatch:
         """The rows of ``batch`` that pass every predicate, evaluated in ``order``; counts into ``totals``."""
-        for name in order:
-            n = batch.num_rows
-            if n == 0:
-                break
-            start = time.perf_counter_ns()
-            mask = self._evaluate(name, batch)
-            batch = batch.filter(mask)   # nulls are dropped: a null result rejects the row
-            totals[_metric("nanos", name)] += time.perf_counter_ns() - start
-            totals[_metric("rows_in", name)] += n
-            totals[_metric("rows_passed", name)] += batch.num_rows
-        totals["output_rows"] += batch.num_rows
-        return batch
+        whole = schedule_from_params(None, order, where=self.label)
+        out = list(ChunkScheduler(self.steps(order, totals), whole).run(iter([batch])))
+        return out[0] if out else batch.slice(0, 0)
 
     def _evaluate(self, name: str, batch: pa.RecordBatch) -> pa.Array:
         fn = self.callables.get(name)

@@ -31,13 +31,16 @@ _SECOND = 1_000_000
 
 def example_query(name: str, kind: str = "join", *, rate: float | None = 100.0, window_s: float = 30.0,
                   batches: int = 5) -> QueryInfo:
-    """A synthetic query for the checks: a window join of two streams or a grouped sliding aggregation.
+    """A synthetic query for the checks: a window join of two streams, a grouped sliding aggregation, or a
+    ``select_chain`` of three predicates (no plan; its report carries per-predicate counters).
 
     Plan sizes are in microseconds; ``rate`` (rows/s per source) ``None`` gives a query without statistics.
     """
-    if kind not in ("join", "aggregate"):
-        raise ValueError(f"kind must be 'join' or 'aggregate', got {kind!r}")
+    if kind not in ("join", "aggregate", "select_chain"):
+        raise ValueError(f"kind must be 'join', 'aggregate' or 'select_chain', got {kind!r}")
     op = f"{name}-op"
+    if kind == "select_chain":
+        return _example_select_chain(name, op, rate, batches)
     w = int(window_s * _SECOND)
     if kind == "join":
         wl = label(op, "window")
@@ -65,18 +68,34 @@ def example_query(name: str, kind: str = "join", *, rate: float | None = 100.0, 
                      batch_duration=0.5)
 
 
+def _example_select_chain(name: str, op: str, rate: float | None, batches: int) -> QueryInfo:
+    control = {op: {"plan_id": "b>a>c"}}
+    if rate is None:
+        return QueryInfo(name, None, {}, {f"{name}-a": SourceStats(f"{name}-a")}, {op: OperatorStats(op)}, control)
+    rows = int(rate)
+    steps = {"b": (rows, rows // 2, 40 * rows), "a": (rows // 2, rows // 10, 2 * rows), "c": (rows // 10, 0, rows)}
+    report = {"input_rows": rows, "output_rows": 0}
+    for p, (n_in, n_out, nanos) in steps.items():
+        report.update({f"rows_in_{p}": n_in, f"rows_passed_{p}": n_out, f"nanos_{p}": nanos})
+    ops = {op: OperatorStats(op, batches, rows, 0, float(rows), 0.0, report=report)}
+    return QueryInfo(name, None, {}, {f"{name}-a": SourceStats(f"{name}-a", rate, 1.0 / rate)}, ops, control,
+                     batches=batches, input_rate=float(rows), batch_duration=0.5)
+
+
 def example_snapshots() -> list[Snapshot]:
     """A deterministic sequence of snapshots: empty, without statistics, loose and tight budgets, a rate
     change, a query leaving.
     """
     q1, q2 = example_query("q1", "join"), example_query("q2", "aggregate")
     fast = example_query("q1", "join", rate=400.0)
+    q3, q3_fast = example_query("q3", "select_chain"), example_query("q3", "select_chain", rate=4000.0)
     return [
         Snapshot(0.0),
-        Snapshot(1.0, {"q1": example_query("q1", "join", rate=None)}),
-        Snapshot(2.0, {"q1": q1, "q2": q2}, memory_budget=1e9),
-        Snapshot(3.0, {"q1": q1, "q2": q2}, memory_budget=2e5),
-        Snapshot(4.0, {"q1": fast, "q2": q2}, memory_budget=2e5, cpu_budget=1e3),
+        Snapshot(1.0, {"q1": example_query("q1", "join", rate=None),
+                       "q3": example_query("q3", "select_chain", rate=None)}),
+        Snapshot(2.0, {"q1": q1, "q2": q2, "q3": q3}, memory_budget=1e9),
+        Snapshot(3.0, {"q1": q1, "q2": q2, "q3": q3}, memory_budget=2e5),
+        Snapshot(4.0, {"q1": fast, "q2": q2, "q3": q3_fast}, memory_budget=2e5, cpu_budget=1e3),
         Snapshot(5.0, {"q2": q2}, memory_budget=2e5),
         Snapshot(6.0, {}, memory_budget=2e5),
     ]

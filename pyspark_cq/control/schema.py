@@ -35,8 +35,8 @@ Examples
 --------
 >>> validate_changes({"window": "30 seconds", "drop_ratio": 0})
 {'window': 30000000, 'drop_ratio': 0.0}
->>> unread_parameters("sliding_aggregate", {"window": 10, "drop_ratio": 0.5})
-['drop_ratio']
+>>> unread_parameters("sliding_aggregate", {"window": 10, "plan_id": "a>b"})
+['plan_id']
 """
 from __future__ import annotations
 
@@ -183,7 +183,6 @@ OPERATOR_PARAMETERS = {
 _NEUTRAL = {"drop_ratio": 0.0}
 
 _WHY_UNREAD = {
-    "drop_ratio": "it does not shed load",
     "plan_id": "it has a single physical plan",
 }
 

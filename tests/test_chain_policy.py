@@ -209,7 +209,7 @@ def test_runtime_chain_policy_schedules_a_running_query(spark, tmp_path):
         for i, (x, y) in enumerate(batches):
             _write(str(src), i, x, y)
             rt.query("chainq").processAllAvailable()
-            rt.await_batches("chainq", i + 1)
+            rt.await_batches("chainq", i + 1, timeout=300)  # a wait, not a timing check: the machine may be loaded
             rt.run_policies()
             progress = [p for p in rt.query("chainq").recentProgress if p["numInputRows"] > 0]
             reports.append(cq.read_metrics(progress[-1], "f1"))

@@ -120,8 +120,9 @@ def run(args) -> int:
             raise SystemExit(f"pyspark-cq: --source {name}: {path} is not a directory")
     from pyspark.sql import SparkSession
 
-    own = SparkSession.getActiveSession() is None  # called in-process (tests, notebooks): keep their session
-    spark = pyspark_cq.spark(args.master, f"pyspark-cq-{args.name}")
+    active = SparkSession.getActiveSession()  # called in-process (tests, notebooks): keep their session as is
+    own = active is None
+    spark = pyspark_cq.spark(args.master, f"pyspark-cq-{args.name}") if own else active
     if own:
         spark.sparkContext.setLogLevel("ERROR")
     frames = {}

@@ -29,23 +29,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import aggregate_vs_spark as agg  # noqa: E402  (data, session, the two aggregations, the streaming runner)
 
 
-def _eight(batches):
-    n = sum(b.num_rows for b in batches)
-    yield pa.RecordBatch.from_pydict({"s": list(range(8)), "n": [n] * 8})
-
-
 def _state(key, pdfs, state, timeout=False):
     n = sum(len(p) for p in pdfs)
     state.update((n,))
     if timeout:
         state.setTimeoutTimestamp(max(int(state.getCurrentWatermarkMs()), 1))
     return n
-
-
-def _trivial(key, pdfs, state):
-    import pandas as pd
-
-    yield pd.DataFrame({"n": [_state(key, pdfs, state)]})
 
 
 def _trivial_timeout(key, pdfs, state):
@@ -89,7 +78,7 @@ def shapes():
 
     def python_shard(d):
         return d.select(F.unix_micros("ts").alias("t"), F.xxhash64("k").alias("h"), "k", "v").mapInArrow(
-            _eight, "s long, n long")
+            agg._eight_rows, "s long, n long")
 
     def stateful(d, fn, out="n long", timeout="NoTimeout"):
         return d.groupBy("s").applyInPandasWithState(fn, out, "x long", "append", timeout)
@@ -98,8 +87,8 @@ def shapes():
         "read -> noop": lambda d: d,
         "Spark window(), W/S = 60": lambda d: agg.spark_agg(d, "60 seconds"),
         "ours sliding_aggregate, W/S = 60": lambda d: agg.ours_agg(d, "60 seconds"),
-        "mapInArrow(8 rows) -> applyInPandasWithState": lambda d: stateful(python_shard(d), _trivial),
-        "Spark's shard -> applyInPandasWithState": lambda d: stateful(native_shard(d), _trivial),
+        "mapInArrow(8 rows) -> applyInPandasWithState": lambda d: stateful(python_shard(d), agg._trivial_state),
+        "Spark's shard -> applyInPandasWithState": lambda d: stateful(native_shard(d), agg._trivial_state),
         "  + event-time timeouts": lambda d: stateful(native_shard(d), _trivial_timeout,
                                                      timeout="EventTimeTimeout"),
         "  + IPC blob out, mapInArrow unpack": lambda d: stateful(native_shard(d), _blob, "p binary")

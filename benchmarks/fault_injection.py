@@ -77,8 +77,8 @@ AGGS = {"v": ["sum", "max", "min", "avg"], "*": ["count"]}
 def write_inputs(root: Path, operator: str, seed: int, tight: bool = False, files: int = FILES) -> None:
     """``files`` parquet files per input; file i holds times in [i·P, (i+1)·P) (shuffled), so the
     watermark after file i (its max time minus the delay) never passes a row of file i+1. With ``tight``
-    (Spark's replay-window trap), file i+1 also holds a few rows just behind that watermark: late in an
-    uninterrupted run, not late if the batch gets the previous watermark."""
+    (Spark's replay-window trap), file i also holds 5 % rows about 41–48 s old: late in an uninterrupted
+    run, not late if the batch runs with the watermark one batch behind."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -89,8 +89,11 @@ def write_inputs(root: Path, operator: str, seed: int, tight: bool = False, file
         d.mkdir(parents=True, exist_ok=True)
         for i in range(files):
             t = (T0_S + i * PERIOD_S) * 1000 + rng.integers(0, PERIOD_S * 1000, rows)
-            if tight and i > 0:
-                behind = (T0_S + i * PERIOD_S - 10) * 1000 - rng.integers(1, 4000, rows // 20)
+            if tight and i > 4:
+                # Latest window (20 s, slide 5 s) containing such a row ends in (i·P - 30 s, i·P - 20 s]:
+                # at or before the late-event watermark of its batch (the watermark of batch i - 1, i·P - 20 s)
+                # so late in an uninterrupted run, after it if the batch runs with the watermark one batch behind.
+                behind = (T0_S + i * PERIOD_S - 41) * 1000 - rng.integers(1, 7000, rows // 20)
                 t = np.concatenate([t, behind])
             n = len(t)
             cols = {"ts": pa.array(t * 1000, pa.timestamp("us", tz="UTC")),

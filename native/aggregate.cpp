@@ -175,7 +175,10 @@ std::unique_ptr<ShardState> state_from_bytes(const py::bytes& blob, const py::ha
   cq::Reader r(data, size);
   auto meta = r.column<std::int64_t>(cq::kI64);
   if (meta.size() != 9 || meta[0] != kFormatVersion)
-    throw std::invalid_argument("state blob has an unknown format version");
+    throw std::invalid_argument(
+        "sliding_aggregate state blob has format version " + (meta.empty() ? std::string("?") : std::to_string(meta[0])) +
+        "; this pyspark-cq reads aggregation state format " + std::to_string(kFormatVersion) +
+        " (a checkpoint of another pyspark-cq release): start the query with a new checkpoint location");
   auto kinds_in = r.column<std::uint8_t>(cq::kU8);
   auto outs_in = r.column<std::int32_t>(cq::kI32);
   std::vector<std::int32_t> outs_now;

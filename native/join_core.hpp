@@ -889,8 +889,9 @@ class JoinState {
     if (meta.size() != 5 || version < 1 || version > kFormatVersion ||
         ncols != 1 + 2 * (version == 1 ? kCols1 : kCols2))
       throw std::invalid_argument(
-          "join state blob has an unknown format version (this pyspark-cq reads join state formats 1 to " +
-          std::to_string(kFormatVersion) + "; start the query with a new checkpoint location)");
+          "join state blob has format version " + std::to_string(version) +
+          " (or an unexpected layout); this pyspark-cq reads join state formats 1 to " +
+          std::to_string(kFormatVersion) + ": start the query with a new checkpoint location");
     JoinState js(meta[1], meta[2]);
     js.restored_format_ = version;
     for (int sd = 0; sd < 2; ++sd) js.read_side(r, sd, version, static_cast<uint64_t>(meta[3 + sd]));

@@ -360,8 +360,10 @@ class MultiJoinState {
     cq::Reader r(data, size);
     const auto meta = r.column<int64_t>(cq::kI64);
     if (meta.size() < 3 || meta[0] < 1 || meta[0] > kFormatVersion)
-      throw std::invalid_argument("state blob is not a multi-join state of format 1 to " +
-                                  std::to_string(kFormatVersion));
+      throw std::invalid_argument("multi-join state blob has format version " +
+                                  (meta.empty() ? std::string("?") : std::to_string(meta[0])) +
+                                  "; this pyspark-cq reads multi-join state formats 1 to " +
+                                  std::to_string(kFormatVersion) + ": start the query with a new checkpoint location");
     const int64_t version = meta[0], n = meta[1], nb = meta[2];
     const int64_t per_input = version == 1 ? 4 : 5;
     if (n < 2 || n > kMaxInputs || nb < 0 || meta.size() != static_cast<size_t>(3 + 4 * nb) ||

@@ -464,7 +464,8 @@ def _restore(kernel, config: AggConfig, state: tuple | None):
     runs = config.emit == "changes"
     if state is not None:
         st = kernel.ShardState.from_bytes(_state_bytes.unpack(state[0]), spec.kinds, spec.outputs_array, runs)
-        keys_tbl = _state_bytes.table_from_bytes(state[1]) if config.keys else None
+        keys_tbl = _state_bytes.table_from_bytes(state[1]) if state[1] else None
+        _check_saved_keys(keys_tbl, config)
         if keys_tbl is not None:
             check_shard_count(keys_tbl, config.shards, "sliding_aggregate", default_rule(AGGREGATE))
         late_end = st.watermark
@@ -575,6 +576,17 @@ def _evict(st, config: AggConfig, params: BatchParams, step: int, wm, keys_tbl):
         keys_tbl = keys_tbl.take(pa.array(kept))
     st.watermark = wm
     return evicted, keys_tbl
+
+
+def _check_saved_keys(keys_tbl, config: AggConfig) -> None:
+    """Raise ValueError if the restored state was written with other ``by`` columns: its groups would be
+    read as groups of the new keys, a silently wrong result."""
+    saved = [] if keys_tbl is None else keys_tbl.column_names
+    now = [k.name for k in config.keys]
+    if saved != now:
+        raise ValueError(f"by: this checkpoint's sliding_aggregate state {config.name!r} was written with by={saved}, "
+                         f"the query now has by={now}. Keep the key columns for the life of a checkpoint, or start "
+                         f"with a new checkpoint location.")
 
 
 def _save(st, config: AggConfig, keys_tbl) -> tuple[bytes, bytes] | None:

@@ -160,3 +160,19 @@ def encode_keys(arrays: list[pa.Array], concat) -> tuple[np.ndarray, np.ndarray,
             m = a.is_null().to_numpy(zero_copy_only=False)
             null = m if null is None else (null | m)
     return offsets, data, (None if null is None else null.astype(np.uint8))
+
+
+#: The instants pandas' ``datetime64[ns]`` holds (1677-09-21 .. 2262-04-11), in epoch microseconds.
+#: ``applyInPandasWithState`` hands timestamp columns to the worker in that type, so a time outside it
+#: would fail in PySpark's conversion with a worker traceback naming no argument.
+PANDAS_MIN_US, PANDAS_MAX_US = -9_223_372_036_854_775, 9_223_372_036_854_775
+
+
+def checked_micros(micros, operator: str, argument: str, column: str):
+    """``micros`` (epoch microseconds of the time column ``column``), raising a Spark error that names
+    the operator, the argument and the supported range for a time pandas cannot hold (docs/errors.md,
+    "Times outside 1677–2262"). A Spark-side check: it fails before any row reaches a Python worker.
+    """
+    msg = (f"{operator}: {argument} column {column!r} holds a time outside 1677-09-21 .. 2262-04-11, the range "
+           f"the operator's pandas transport holds; filter or clamp such rows before the join")
+    return F.when((micros < PANDAS_MIN_US) | (micros > PANDAS_MAX_US), F.raise_error(F.lit(msg))).otherwise(micros)

@@ -40,7 +40,7 @@ from .._native import load
 from .._validate import ref
 from ..session import warn_shuffle_partitions
 from . import _metrics
-from ._join_codec import ColumnCodec, codecs_for, normalized_key
+from ._join_codec import ColumnCodec, checked_micros, codecs_for, normalized_key
 from ._join_spec import JoinSpec
 from ._join_worker import (
     LEFT,
@@ -219,7 +219,9 @@ def _tagged(spec: JoinSpec, side: int, streaming_union: bool):
         cols.append(shard_key_column(F.xxhash64(*norm), spec.shards).alias(SHARD))
     else:
         cols += [n.alias(f"__cq_g{i}") for i, n in enumerate(norm)]
-    cols += [ref(time_col).alias(TIME), F.unix_micros(ref(time_col)).alias(MICROS)]
+    argument = "left_time" if side == LEFT else "right_time"
+    cols += [ref(time_col).alias(TIME),
+             checked_micros(F.unix_micros(ref(time_col)), spec.name, argument, time_col).alias(MICROS)]
     for codec, k, t in zip(key_codecs, spec.keys, spec.key_types):
         cols += ColumnCodec(codec.name, t, codec.flagged).spark_columns(ref(k).cast(t))
     for s in ((LEFT, RIGHT) if streaming_union else (side,)):

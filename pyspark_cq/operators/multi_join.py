@@ -32,7 +32,7 @@ from .._native import load
 from ..control import ControlHandle, operator_handle, parse_join_plan
 from ..session import warn_shuffle_partitions
 from . import _metrics
-from ._join_codec import codecs_for, normalized_key
+from ._join_codec import checked_micros, codecs_for, normalized_key
 from ._join_worker import SIDE
 from ._mjoin_worker import (
     KEY,
@@ -314,7 +314,8 @@ def _tagged(spec: MultiJoinSpec, config: MultiJoinConfig, i: int):
     cols = [F.lit(i).cast("byte").alias(SIDE),
             shard_key_column(F.xxhash64(kernel_key), spec.shards).alias(SHARD),
             ref(spec.times[i]).alias(TIME),
-            _micros(ref(spec.times[i]), df.schema[spec.times[i]].dataType).alias(MICROS),
+            checked_micros(_micros(ref(spec.times[i]), df.schema[spec.times[i]].dataType), spec.name,
+                           f"times[{i}]", spec.times[i]).alias(MICROS),
             kernel_key.alias(KEY), key.isNull().alias(KEY_NULL)]
     for s, codecs in enumerate(config.codecs):
         src = spec.inputs[s]

@@ -1,0 +1,96 @@
+"""State compatibility (issue 23): a state blob of an unknown (future) format fails with a message naming
+both format versions; the join, multi-join and aggregation kernels each check it when they restore.
+
+Layout of a blob (native/serde.hpp): ``CQS1`` | u32 ncols | per column u8 dtype, u8 item size, u64 length,
+the values. Every kernel's first column is its meta, whose first value is the state format version.
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+import pytest
+
+from pyspark_cq._native import load
+
+_VERSION_AT = 4 + 4 + 1 + 1 + 8   # the first int64 of the first column
+
+
+def _version(blob: bytes) -> int:
+    return struct.unpack_from("<q", blob, _VERSION_AT)[0]
+
+
+def _with_version(blob: bytes, version: int) -> bytes:
+    out = bytearray(blob)
+    struct.pack_into("<q", out, _VERSION_AT, version)
+    return bytes(out)
+
+
+def test_join_state_from_a_future_format_names_both_versions():
+    join = load("_join")
+    blob = join.JoinState(-5, 5).serialize()
+    current = _version(blob)
+    assert join.JoinState.deserialize(blob) is not None
+    with pytest.raises(ValueError) as info:
+        join.JoinState.deserialize(_with_version(blob, current + 1))
+    msg = str(info.value)
+    assert f"format version {current + 1}" in msg and f"formats 1 to {current}" in msg
+    assert "new checkpoint location" in msg
+
+
+def test_multi_join_state_from_a_future_format_names_both_versions():
+    mj = load("_mjoin")
+    blob = mj.MultiJoinState(2, [(0, 1, 0, 10)]).serialize()
+    current = _version(blob)
+    with pytest.raises(ValueError) as info:
+        mj.MultiJoinState.deserialize(_with_version(blob, current + 1))
+    msg = str(info.value)
+    assert f"format version {current + 1}" in msg and f"formats 1 to {current}" in msg
+
+
+def test_aggregation_state_from_a_future_format_names_both_versions():
+    agg = load("_aggregate")
+    kinds = np.array([agg.KIND_ADD_I64], dtype=np.uint8)
+    outs = np.array([agg.OUT_COUNT, 0, -1], dtype=np.int32)
+    blob = agg.ShardState(kinds, outs, False).to_bytes()
+    current = _version(blob)
+    assert agg.ShardState.from_bytes(blob, kinds, outs, False) is not None
+    with pytest.raises(ValueError) as info:
+        agg.ShardState.from_bytes(_with_version(blob, current + 1), kinds, outs, False)
+    msg = str(info.value)
+    assert f"format version {current + 1}" in msg and f"state format {current}" in msg
+
+
+# ---- checkpoints of the current formats, restored and continued (Spark) ------------------------------------
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("operator", ["interval_join", "sliding_aggregate", "multi_join"])
+def test_checkpoint_fixture_restores_and_continues(spark, tmp_path, operator):
+    """A checkpoint written after two micro-batches (tests/fixtures/checkpoints/<operator>), restored with
+    the rest of the input: the query emits exactly the rows an uninterrupted run emits after them."""
+    from helpers import checkpoint_fixtures as CF
+
+    root, checkpoint, expected = CF.restore(operator, tmp_path)
+    assert expected
+    assert CF.run(spark, operator, root, checkpoint) == expected
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("operator, options, message", [
+    ("sliding_aggregate", {"by": ["k", "v_in"]},
+     "by: this checkpoint's sliding_aggregate state 'fixture' was written with by=['k'], the query now has "
+     "by=['k', 'v_in']"),
+    ("sliding_aggregate", {"shards": 2}, "state was written with shards=4, the query now has shards=2"),
+    ("interval_join", {"shards": 8}, "state was written with shards=4, the query now has shards=8"),
+])
+def test_incompatible_option_change_on_restart_fails_clearly(spark, tmp_path, operator, options, message):
+    """Restarting a fixture checkpoint with another shard count or other key columns fails with a message
+    naming the option and both values, not with wrong output."""
+    from helpers import checkpoint_fixtures as CF
+
+    root, checkpoint, _ = CF.restore(operator, tmp_path)
+    with pytest.raises(Exception) as info:
+        CF.run(spark, operator, root, checkpoint, **options)
+    assert message in str(info.value)

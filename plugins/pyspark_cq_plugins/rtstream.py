@@ -398,8 +398,7 @@ class RTStreamQoS(Policy):
         """Learn from the new instances, predict every periodic query's next one, shed ε = D/T (§4.4),
         capped by the negotiation (§4.3) when ``capacity`` is set.
         """
-        if not isinstance(snapshot, Snapshot):
-            raise TypeError(f"snapshot must be a Snapshot, got {type(snapshot).__name__}")
+        self._check(snapshot)
         plans = {}
         for q in snapshot.queries.values():
             if q.period is None or shedding_operator(q) is None:

@@ -314,13 +314,12 @@ def run_worker_kills(args, root: Path, rng) -> tuple[list, list]:
     while proc.poll() is None:
         phase, n = _phase(ck, sink)
         if len(kills) < args.kills and phase in ("batch", "state") and n not in seen:
-            time.sleep(float(rng.uniform(0.05, 0.3)))
             workers = _python_workers(proc.pid)
             if workers:
                 os.kill(int(rng.choice(workers)), signal.SIGKILL)
                 kills.append(["worker", n])
                 seen.add(n)
-        time.sleep(0.01)
+        time.sleep(0.005)
     if proc.returncode != 0 or not dump.exists():
         raise RuntimeError(f"worker-kill run failed with {proc.returncode}; see {root / 'child.log'}")
     return json.loads(dump.read_text())["rows"], kills

@@ -1,7 +1,7 @@
 """Crash recovery, quick variant of benchmarks/fault_injection.py (issue 23, docs/reliability.md): the
-interval join in a child process is SIGKILLed twice at random moments and restarted on its checkpoint;
-the file sink then holds exactly the rows of an uninterrupted run (none lost, none duplicated). The
-full run (>= 20 kills per operator, every operator) is the script's."""
+interval join in a child process (8 files, one per batch) is SIGKILLed twice at random moments and
+restarted on its checkpoint; the file sink then holds exactly the rows of an uninterrupted run (none
+lost, none duplicated). The full run (>= 20 kills per operator, every operator) is the script's."""
 from __future__ import annotations
 
 import importlib.util
@@ -9,8 +9,6 @@ import json
 from pathlib import Path
 
 import pytest
-
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "fault_injection.py"
 
@@ -22,10 +20,12 @@ def _script():
     return module
 
 
+@pytest.mark.spark
+@pytest.mark.slow
 def test_two_kills_lose_and_duplicate_nothing(tmp_path):
     fi = _script()
     out = tmp_path / "result.json"
-    code = fi.main(["--operator", "interval_join", "--kills", "2", "--files", "6", "--seed", "5",
+    code = fi.main(["--operator", "interval_join", "--kills", "2", "--files", "8", "--seed", "5",
                     "--workdir", str(tmp_path / "work"), "--out", str(out)])
     (result,) = json.loads(out.read_text())
     assert "error" not in result, result

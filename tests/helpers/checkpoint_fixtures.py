@@ -30,11 +30,11 @@ INPUTS = {"interval_join": ("l", "r"), "sliding_aggregate": ("in",), "multi_join
 
 def write_inputs(root: Path, operator: str, files: int = FILES) -> None:
     """Deterministic parquet inputs: file i of every input holds times in [10·i, 10·i + 10) seconds."""
-    rng = np.random.default_rng(23)
-    for name in INPUTS[operator]:
+    for j, name in enumerate(INPUTS[operator]):
         d = root / name
         d.mkdir(parents=True, exist_ok=True)
         for i in range(files):
+            rng = np.random.default_rng([23, j, i])    # file i is the same whatever ``files`` is
             n, keys = (40, 6) if operator == "sliding_aggregate" else (20, 12)   # joins: a few hundred matches
             t = (T0 + 10 * i) * 1_000_000 + rng.integers(0, 10_000, n) * 1000
             path = d / f"part-{i:03d}.parquet"

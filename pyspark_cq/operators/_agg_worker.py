@@ -580,7 +580,8 @@ def _evict(st, config: AggConfig, params: BatchParams, step: int, wm, keys_tbl):
 
 def _check_saved_keys(keys_tbl, config: AggConfig) -> None:
     """Raise ValueError if the restored state was written with other ``by`` columns: its groups would be
-    read as groups of the new keys, a silently wrong result."""
+    read as groups of the new keys, a silently wrong result.
+    """
     saved = [] if keys_tbl is None else keys_tbl.column_names
     now = [k.name for k in config.keys]
     if saved != now:

@@ -87,7 +87,7 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         Slide ``S`` with ``0 < S <= W``; None means tumbling windows (``S = W``). ``W`` need not be a
         multiple of ``S`` (windows are ``[k·S, k·S + W)``, epoch-aligned, as Spark's).
     by : str or list of str
-        Grouping columns.
+        Grouping columns. Keep them for the life of a checkpoint: restoring with others raises ValueError.
     aggs : mapping of str to list of str, optional
         ``{column: [aggregate, ...]}`` with aggregates ``"count"``, ``"sum"``, ``"min"``, ``"max"``,
         ``"avg"``, plus ``"*": ["count"]`` for ``count(*)`` (the default when None). Output columns are

@@ -58,7 +58,10 @@ COMPILE_ERRORS = [
     ("ISTREAM(SELECT COUNT(*) FROM Requests [ROWS 10])", "aggregation over a ROWS window"),
     ("ISTREAM(SELECT COUNT(*) FROM Requests)", "aggregation over a stream without a window"),
     ("ISTREAM(SELECT COUNT(*) FROM Requests [RANGE 1 MINUTE SLIDE 7 SECONDS])", "SLIDE does not divide its RANGE"),
-    ("ISTREAM(SELECT DISTINCT domain FROM Requests)", "SELECT DISTINCT"),
+    ("ISTREAM(SELECT DISTINCT domain FROM Requests)", "duplicate elimination needs one stream with a sliding"),
+    ("RSTREAM(SELECT DISTINCT COUNT(*) FROM Requests [RANGE 1 MINUTE SLIDE 10 SECONDS] GROUP BY domain)",
+     "must select every GROUP BY item (missing domain)"),
+    ("RSTREAM(SELECT DISTINCT * FROM Requests [RANGE 1 MINUTE SLIDE 10 SECONDS])", "name the columns"),
     ("ISTREAM(SELECT * FROM A [RANGE 1 SECOND], B [RANGE 1 SECOND] WHERE A.v < B.w)", "Cartesian product"),
     ("ISTREAM(SELECT * FROM A [ROWS 3], B [RANGE 1 SECOND] WHERE A.k = B.k)", "every stream of a join needs"),
     ("SELECT * FROM A [RANGE 1 SECOND], B [RANGE 1 SECOND] WHERE A.k = B.k", "a join of windowed streams without"),
@@ -138,6 +141,40 @@ def test_paper_q1_count_rstream_and_istream_equal_spark_windows(spark):
     expected_d = Counter((n, end + step) for end, n in by_end.items() if by_end.get(end + step) != n)
     assert _rows(cq.cql(spark, q.format(op="ISTREAM"), {"Requests": req}), ["n", "cq_at"]) == expected_i
     assert _rows(cq.cql(spark, q.format(op="DSTREAM"), {"Requests": req}), ["n", "cq_at"]) == expected_d
+
+
+@pytest.mark.spark
+def test_distinct_and_group_by_expressions_equal_spark_windows(spark):
+    from pyspark.sql import functions as F
+
+    req = spark.createDataFrame(_requests(), REQ_SCHEMA)
+    src = {"Requests": req}
+    w = F.window("ts", "1 minute", "10 seconds")
+    window = "[RANGE 1 MINUTE SLIDE 10 SECONDS]"
+    # DISTINCT: per window, the distinct (domain, client) pairs, as Spark's GROUP BY window, domain, client
+    ours = cq.cql(spark, f"RSTREAM(SELECT DISTINCT domain, client_id AS c FROM Requests {window})", src)
+    assert ours.columns == ["domain", "c", "cq_at"]
+    present = _rows(req.groupBy(w, "domain", "client_id").count()
+                    .select("domain", "client_id", F.col("window.end").alias("end")), ["domain", "client_id", "end"])
+    assert _rows(ours, ["domain", "c", "cq_at"]) == present
+    # ISTREAM / DSTREAM of DISTINCT: the rows entering / leaving the distinct set, at the end of the first
+    # window having / not having them; GROUP BY without an aggregate is the same query
+    step = timedelta(seconds=10)
+    entering = Counter((d, c, e) for d, c, e in present if (d, c, e - step) not in present)
+    leaving = Counter((d, c, e + step) for d, c, e in present if (d, c, e + step) not in present)
+    for text in (f"{{op}}(SELECT DISTINCT domain, client_id AS c FROM Requests {window})",
+                 f"{{op}}(SELECT domain, client_id AS c FROM Requests {window} GROUP BY domain, client_id)"):
+        assert _rows(cq.cql(spark, text.format(op="ISTREAM"), src), ["domain", "c", "cq_at"]) == entering
+        assert _rows(cq.cql(spark, text.format(op="DSTREAM"), src), ["domain", "c", "cq_at"]) == leaving
+    # GROUP BY an expression, selected and used in HAVING, against Spark's groupBy of the same expression
+    ours = cq.cql(spark, f"RSTREAM(SELECT substr(url, 8, 6) AS site, COUNT(*) AS n, MAX(ts) AS last "
+                         f"FROM Requests {window} GROUP BY substr(url, 8, 6) HAVING substr(url, 8, 6) <> 'mit.ed')",
+                  src)
+    expected = (req.groupBy(w, F.expr("substr(url, 8, 6)").alias("site")).agg(F.count("*").alias("n"),
+                                                                              F.max("ts").alias("last"))
+                .filter(F.col("site") != "mit.ed").select("site", "n", "last", F.col("window.end").alias("cq_at")))
+    cols = ["site", "n", "last", "cq_at"]
+    assert ours.columns == cols and _rows(ours, cols) == _rows(expected, cols) and len(_rows(expected, cols)) > 5
 
 
 @pytest.mark.spark

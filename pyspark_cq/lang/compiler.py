@@ -233,8 +233,7 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
                               "windowed stream may be joined with relations", q)
     aggregated = bool(q.group_by) or any(_aggregates(i.expr) for i in q.items) or q.having is not None
     if q.distinct:
-        raise CQLCompileError("SELECT DISTINCT", "duplicate elimination over a stream is not supported (its "
-                              "state grows without bound and it is not monotone under windows)", q)
+        aggregated = _distinct(q, sources, aggregated)
     for it in q.items:
         for call in _aggregates(it.expr):
             if call.distinct:
@@ -304,6 +303,32 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
     a.plan = _plan(a)
     a.qos, a.options = _qos(a)
     return a
+
+
+def _unqualified(e):
+    """``e`` with its column references stripped of their stream qualifier (to compare expressions)."""
+    return _rewrite(e, lambda x: A.Column(None, x.name) if isinstance(x, A.Column) else None)
+
+
+def _distinct(q: A.Select, sources: list, aggregated: bool) -> bool:
+    """Check a ``SELECT DISTINCT``; True: it is compiled as an aggregate (a GROUP BY of its select list)."""
+    if aggregated:
+        selected = {_unqualified(i.expr) for i in q.items}
+        missing = [g for g in q.group_by if _unqualified(g) not in selected]
+        if missing:
+            raise CQLCompileError("SELECT DISTINCT", f"over an aggregate it must select every GROUP BY item "
+                                  f"(missing {to_text(missing[0])}): each window then has one row per group, "
+                                  "so the rows are distinct", q)
+        return True
+    w = sources[0].window if len(sources) == 1 else None
+    if w is None or w.kind != "range" or w.slide is None:
+        raise CQLCompileError("SELECT DISTINCT", "duplicate elimination needs one stream with a sliding window "
+                              "[RANGE d SLIDE s] (per window, as GROUP BY of the select list); over a stream, "
+                              "a ROWS window or a join its state would grow without bound", q)
+    for it in q.items:
+        if isinstance(it.expr, A.Star):
+            raise CQLCompileError("SELECT DISTINCT *", "name the columns to make distinct", it)
+    return True
 
 
 def _is_key(c, res) -> bool:
@@ -439,7 +464,8 @@ def _plan(a: Analysis) -> P.Node:
     if a.shape == "aggregate":
         w = a.sources[0].window
         node = P.Granularity(node, w.slide.micros, label=f"{op}.granularity")
-        node = P.Aggregate(node, groups=DEFAULT_GROUPS if a.select.group_by else 1, label=op)
+        node = P.Aggregate(node, groups=DEFAULT_GROUPS if a.select.group_by or a.select.distinct else 1,
+                           label=op)
         if a.select.having is not None:
             node = P.Select(node, DEFAULT_SELECTIVITY, predicate=to_text(a.select.having))
     if a.residual:
@@ -753,17 +779,29 @@ class _Builder:
 
         name_of = self.name
 
-        by = []
-        for g in q.group_by:
-            if not isinstance(g, A.Column):
-                raise CQLCompileError(f"GROUP BY {to_text(g)}", "group by columns only (compute the expression "
-                                      "in the source DataFrame)", g)
-            self.res.owner(g)
-            by.append(name_of(g))
+        # SELECT DISTINCT without aggregates is a GROUP BY of the select list; without aggregates a constant
+        # one (MAX(1)) is computed, whose value changes only when a group appears or leaves, so ISTREAM /
+        # DSTREAM emit exactly the rows entering / leaving the distinct set
+        distinct_only = q.distinct and not q.group_by and not any(_aggregates(i.expr) for i in q.items)
+        group_by = tuple(i.expr for i in q.items) if distinct_only else q.group_by
+        by, grouped = [], {}
+        for i, g in enumerate(group_by):
+            if isinstance(g, A.Column):
+                self.res.owner(g)
+                col = name_of(g)
+            else:   # GROUP BY an expression: computed as a column before the aggregation
+                col = f"cq_g{i + 1}"
+                df = df.withColumn(col, _expr(df, _sql(g, name_of), f"GROUP BY {to_text(g)}", g))
+            grouped[_unqualified(g)] = col
+            if col not in by:
+                by.append(col)
         aggs: dict = {}
         out_name: dict = {}
         extra = 0
         calls = [c for it in q.items for c in _aggregates(it.expr)] + (_aggregates(q.having) if q.having else [])
+        if not calls:   # DISTINCT, or GROUP BY without aggregates (SQL's other spelling of it)
+            df = df.withColumn("cq_one", F.lit(1))
+            aggs["cq_one"] = ["max"]
         for call in calls:
             if call in out_name:
                 continue
@@ -783,8 +821,6 @@ class _Builder:
             if fn not in aggs.setdefault(col, []):
                 aggs[col].append(fn)
             out_name[call] = f"{fn}_{col}"
-        if not aggs:
-            raise CQLCompileError("GROUP BY without an aggregate", "select at least one aggregate (e.g. COUNT(*))", q)
         w = s.window
         window, slide = timedelta(microseconds=w.size.micros), timedelta(microseconds=w.slide.micros)
         emit = "windows" if a.stream == "RSTREAM" else "changes"
@@ -802,6 +838,8 @@ class _Builder:
             def fn(x):
                 if isinstance(x, A.Call) and x.is_aggregate:
                     return A.Column(None, out_name[x])
+                if not isinstance(x, A.Column) and _unqualified(x) in grouped:
+                    return A.Column(None, grouped[_unqualified(x)])
                 if isinstance(x, A.Column):
                     n = name_of(x)
                     if n not in by:

@@ -30,6 +30,8 @@ __all__ = ["cql", "compile_cql", "analyze", "explain", "CompiledQuery", "Analysi
            "DEFAULT_SELECTIVITY", "DEFAULT_GROUPS"]
 
 AT = "cq_at"
+#: The timestamp column of a FROM subquery's stream (its tuples' ``cq_at``; renamed, as the outer query adds its own)
+SUB_AT = "cq_time"
 #: Priors the plan carries until the runtime has measured the real values (the cost models read them).
 DEFAULT_SELECTIVITY = 0.5
 DEFAULT_JOIN_SELECTIVITY = 0.1
@@ -49,6 +51,7 @@ class SourceInfo:
     node: A.StreamRef
     filters: list = field(default_factory=list)  # conjuncts applied to this stream alone
     relation: bool = False                       # a stored relation (a batch DataFrame) joined to the stream
+    time: str | None = None                      # its timestamp column when known (a subquery's: cq_time)
 
     @property
     def name(self) -> str:
@@ -83,6 +86,7 @@ class Analysis:
     plan: P.Node | None = None
     qos: dict = field(default_factory=dict)          # label -> QoSRange
     options: dict = field(default_factory=dict)      # period / deadline (µs), weight, sample range
+    subqueries: dict = field(default_factory=dict)   # alias -> Analysis of a FROM subquery (a stream)
 
     @property
     def select(self) -> A.Select:
@@ -176,8 +180,8 @@ def _micros(d: A.Duration) -> int:
     return d.micros
 
 
-def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str, list[str]] | None = None
-            ) -> Analysis:
+def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str, list[str]] | None = None,
+            *, streams=None) -> Analysis:
     """Classify ``statement`` and build its logical plan and QoS (no Spark).
 
     Parameters
@@ -189,6 +193,9 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
     columns : mapping stream name -> list of column names, optional
         The sources' columns, to resolve unqualified columns of multi-stream queries (without it they
         stay unresolved and are applied after the join).
+    streams : collection of str, optional
+        The sources that are streams (streaming DataFrames): in a FROM without any window they are the
+        streams and the other items stored relations (default: the first item is the stream).
 
     Raises
     ------
@@ -200,19 +207,41 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
         raise TypeError(f"statement must be a CQL text or a parsed Statement, got {type(statement).__name__}")
     if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"name must be a non-empty query name of letters, digits, '_' and '-', got {name!r}")
+    statement, inner = _subqueries(statement)
+    subqueries = {}
+    for alias, sub in inner.items():
+        sa = subqueries[alias] = analyze(sub, f"{name}_{alias}", columns, streams=streams)
+        if sa.shape != "stream":
+            raise CQLCompileError(f"the subquery {alias}", "a subquery in FROM must produce a stream without "
+                                  "state (CQL §2: a selection / projection of streams, joined with stored relations "
+                                  f"at most); this one is {'an' if sa.shape == 'aggregate' else 'a'} "
+                                  f"{sa.shape.replace('_', ' ')}: run it as its own query and read its sink", sub.query)
+        if columns is not None:
+            out = []
+            for it, col in zip(sub.query.items, _output_names(sub.query)):
+                if isinstance(it.expr, A.Star):   # the columns of the streams it names
+                    out += [c for src in sub.query.sources if it.expr.table in (None, src.ref)
+                            for c in columns.get(getattr(src, "name", None), [])]
+                else:
+                    out.append(col)
+            columns = dict(columns, **{alias: [c for c in out if c != AT] + [SUB_AT]})
     q = statement.query
     sources = []
     for s in q.sources:
-        if isinstance(s, A.SubqueryRef):
-            raise CQLCompileError("a subquery in FROM", "the compiler handles streams in FROM only so far; "
-                                  "register the subquery's stream as a source (e.g. a DataFrame) and window that", s)
-        sources.append(SourceInfo(s.ref, s))
+        sources.append(SourceInfo(s.ref, s, time=SUB_AT if s.name in inner else None))
     # In a multi-item FROM, an item without a window is a stored relation (CQL: streams are windowed
     # into relations; a relation is used as it is). Its rows join the stream's before the window, which is
     # the same as after it for a relation that does not change (a batch DataFrame).
+    # With no window at all (a stream-producing subquery such as STREAM's third example, `FROM Requests S,
+    # Domains R`), the streaming DataFrames are the streams (``streams``), else the first item.
     if len(sources) > 1 and any(s.window is None for s in sources):
-        for s in sources:
-            s.relation = s.window is None
+        if all(s.window is None for s in sources):
+            named = {s.name for s in sources} & set(streams or ())
+            for s in sources:
+                s.relation = s.name not in named if named else s is not sources[0]
+        else:
+            for s in sources:
+                s.relation = s.window is None
     refs = [s.ref for s in sources]
     dup = {r for r in refs if refs.count(r) > 1}
     if dup:
@@ -263,7 +292,7 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
             raise CQLCompileError("a join of more than six streams", "multi_join joins 2 to 6 inputs", q)
         shape = "join" if len(sources) == 2 else "multi_join"
     stream = statement.stream
-    a = Analysis(statement, name, shape, sources, stream, relations=relations)
+    a = Analysis(statement, name, shape, sources, stream, relations=relations, subqueries=subqueries)
     _check_stream_operator(a)
     rel_refs = {r.ref for r in relations}
     # WHERE: conjuncts on one stream are applied to it alone (a RANGE window commutes with a selection);
@@ -303,6 +332,22 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
     a.plan = _plan(a)
     a.qos, a.options = _qos(a)
     return a
+
+
+def _subqueries(statement: A.Statement) -> tuple[A.Statement, dict]:
+    """``statement`` with every FROM subquery replaced by a stream named by its alias, and
+    {alias: the subquery as an ISTREAM statement} (a stream-producing subquery's tuples, each at its time).
+    """
+    inner, items = {}, []
+    for s in statement.query.sources:
+        if isinstance(s, A.SubqueryRef):
+            inner[s.alias] = A.Statement(s.query, "ISTREAM", line=s.line, column=s.column)
+            s = A.StreamRef(s.alias, None, s.window, s.sample, line=s.line, column=s.column)
+        items.append(s)
+    if not inner:
+        return statement, inner
+    query = dataclasses.replace(statement.query, sources=tuple(items))
+    return dataclasses.replace(statement, query=query), inner
 
 
 def _unqualified(e):
@@ -632,7 +677,13 @@ def compile_cql(spark, text, sources: Mapping, *, name: str = "q", control: Call
             found = [k for k in sources if k.lower() == s.name.lower()]
             if len(found) == 1:
                 lookup[s.name] = sources[found[0]]
-    a = analyze(statement, name, {k: v.columns for k, v in lookup.items()})
+    a = analyze(statement, name, {k: v.columns for k, v in lookup.items()},
+                streams=[k for k, v in lookup.items() if v.isStreaming])
+    for alias, sub in a.subqueries.items():   # each FROM subquery is compiled to a stream first
+        if alias in lookup:
+            raise CQLCompileError(f"the subquery {alias}", "its alias is also a source's name; rename one",
+                                  sub.statement)
+        lookup[alias] = _Builder(spark, sub, lookup, None).build().dataframe.withColumnRenamed(AT, SUB_AT)
     return _Builder(spark, a, lookup, control).build()
 
 
@@ -707,7 +758,7 @@ class _Builder:
     def source(self, s: SourceInfo, pushed: bool = True):
         """The stream with its SAMPLE and (when ``pushed``) its own predicates applied; its time column."""
         df = self.sources[s.name]
-        time = _time_column(df, s.name, s.node)
+        time = s.time or _time_column(df, s.name, s.node)
         if s.node.sample is not None and not (self.a.shape == "join" and self._shared_sample()):
             df = _sample(df, s.node.sample)
             self.operators.append((None, "sample (hash filter)", {"stream": s.ref, "percent": s.node.sample}))

@@ -51,7 +51,9 @@ class OperatorStats:
     ``state_rows`` / ``state_bytes`` are the latest report; ``late_rows_total`` counts since start.
     ``report`` is the latest report in full: every counter the operator emits, e.g. a ``multi_join``'s
     per-step ``probed_<i>_<j>`` / ``matched_<i>_<j>`` or a ``select_chain``'s ``rows_in_<p>`` /
-    ``nanos_<p>``, from which plan policies estimate selectivities and costs.
+    ``nanos_<p>``, from which plan policies estimate selectivities and costs. ``totals`` sums every
+    counter of the reports since start (all but the state sizes ``state_*``), e.g. ``shed_rows`` and
+    ``malformed_rows``.
     """
 
     operator: str
@@ -66,6 +68,7 @@ class OperatorStats:
     late_rows: int = 0
     late_rows_total: int = 0
     report: Mapping[str, int] = field(default_factory=dict)
+    totals: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

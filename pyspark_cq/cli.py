@@ -111,6 +111,7 @@ def _console_arguments(p) -> None:
     p.add_argument("--memory-budget", help="the runtime's memory budget, e.g. '64 MB' (for --policies pipes)")
     p.add_argument("--rows-per-second", type=int, default=200, help="the demo query's input rate (default 200)")
     p.add_argument("--window", default="6 seconds", help="the demo query's initial window (default 6 seconds)")
+    p.add_argument("--name", default="sensors", help="the demo query's name (default sensors)")
     p.add_argument("--seconds", type=float, help="stop after this many seconds (default: run until Ctrl-C)")
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
 
@@ -124,15 +125,19 @@ def console(args) -> int:
         print(f"pyspark-cq console needs the console extra ({exc}): pip install 'pyspark-cq[console]'",
               file=sys.stderr)
         return 2
+    from pyspark.sql import SparkSession
+
     import pyspark_cq
     from pyspark_cq.console import demo_query
     from pyspark_cq.runtime import CQRuntime
 
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
-    spark = pyspark_cq.spark(args.master, "pyspark-cq-console")
-    spark.sparkContext.setLogLevel("ERROR")
+    active = SparkSession.getActiveSession()  # called in-process (tests, notebooks): keep their session as is
+    spark = pyspark_cq.spark(args.master, "pyspark-cq-console") if active is None else active
+    if active is None:
+        spark.sparkContext.setLogLevel("ERROR")
     rt = CQRuntime(spark, policies=policies, memory_budget=args.memory_budget)
-    demo_query(rt, rows_per_second=args.rows_per_second, window=args.window)
+    demo_query(rt, args.name, rows_per_second=args.rows_per_second, window=args.window)
     with rt:
         server = rt.serve(args.port, host=args.host, token=args.token)
         print(f"pyspark-cq console: {server.url}#token={server.token}\n"
@@ -146,7 +151,8 @@ def console(args) -> int:
             pass
         finally:
             server.stop()
-    spark.stop()
+    if active is None:
+        spark.stop()
     return 0
 
 

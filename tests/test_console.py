@@ -305,3 +305,43 @@ def test_console_in_a_real_browser(spark, tmp_path):
         if console is not None:
             console.stop()
         rt.stop()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_console_command(spark, capsys):
+    """``pyspark-cq console`` (in-process: it keeps the active session) serves the demo query until --seconds."""
+    import socket
+    import threading
+
+    from pyspark_cq.cli import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    seen = {}
+
+    def poll():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and "state" not in seen:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/state", timeout=5) as r:
+                    state = json.loads(r.read())
+                if state["samples"]:
+                    seen["state"] = state
+            except OSError:
+                pass
+            time.sleep(0.5)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    assert main(["console", "--port", str(port), "--seconds", "12", "--rows-per-second", "20",
+                 "--name", "cli_demo", "--token", "cli-test-token"]) == 0
+    poller.join()
+    out = capsys.readouterr().out
+    assert f"http://127.0.0.1:{port}/#token=cli-test-token" in out
+    state = seen["state"]
+    assert list(state["queries"]) == ["cli_demo"] and state["control"][0]["operator"] == "cli_demo_agg"
+    assert not any(q.isActive for q in spark.streams.active if q.name == "cli_demo")     # stopped at the end
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5)

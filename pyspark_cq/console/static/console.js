@@ -118,7 +118,6 @@ function updateFacts(q, p) {
   const f = document.getElementById(`facts-${q.name}`);
   if (!f) return;
   const parts = [`operators: ${q.operators.join(", ") || "–"}`];
-  if (q.plan) parts.push(`plan: ${q.plan}`);
   if (q.period != null) parts.push(`period ${q.period} s, deadline ${q.deadline} s`);
   if (p) parts.push(`batches: ${p.batches}`, `λ: ${p.input_rate == null ? "–" : p.input_rate.toFixed(1)} rows/s`,
     `batch duration: ${p.duration == null ? "–" : p.duration.toFixed(2)} s`);

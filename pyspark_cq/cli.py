@@ -111,13 +111,21 @@ def _console_arguments(p) -> None:
     p.add_argument("--memory-budget", help="the runtime's memory budget, e.g. '64 MB' (for --policies pipes)")
     p.add_argument("--rows-per-second", type=int, default=200, help="the demo query's input rate (default 200)")
     p.add_argument("--window", default="6 seconds", help="the demo query's initial window (default 6 seconds)")
-    p.add_argument("--name", default="sensors", help="the demo query's name (default sensors)")
+    p.add_argument("--name", help="the query's name (default sensors for the demo, q for --cql)")
+    p.add_argument("--cql", metavar="FILE", help="serve this CQL query over --source directories instead of the demo")
+    from .lang.cli import add_source_arguments
+
+    add_source_arguments(p, required=False)
+    p.add_argument("--sink", default="memory",
+                   help="with --cql: 'memory' (a table named after the query, default), 'console' or a directory")
     p.add_argument("--seconds", type=float, help="stop after this many seconds (default: run until Ctrl-C)")
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
 
 
 def console(args) -> int:
-    """Start a runtime with the demo query and serve the live web console until Ctrl-C (or ``--seconds``)."""
+    """Start a runtime with the demo query (or a CQL query over file streams) and serve the live web console
+    until Ctrl-C (or ``--seconds``).
+    """
     try:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
@@ -131,13 +139,33 @@ def console(args) -> int:
     from pyspark_cq.console import demo_query
     from pyspark_cq.runtime import CQRuntime
 
+    from .lang import CQLSyntaxError
+    from .lang.cli import _read_query, open_streams, source_paths
+    from .lang.errors import CQLCompileError
+
+    if args.cql is not None:
+        text = _read_query(args.cql)
+        sources, schemas = source_paths(args)
+        if not sources:
+            raise SystemExit("pyspark-cq: console --cql needs its streams: --source NAME=DIR (repeat per stream)")
+    elif args.source:
+        raise SystemExit("pyspark-cq: --source is for a --cql query; the demo query reads Spark's rate source")
+    name = args.name or ("q" if args.cql else "sensors")
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     active = SparkSession.getActiveSession()  # called in-process (tests, notebooks): keep their session as is
     spark = pyspark_cq.spark(args.master, "pyspark-cq-console") if active is None else active
     if active is None:
         spark.sparkContext.setLogLevel("ERROR")
     rt = CQRuntime(spark, policies=policies, memory_budget=args.memory_budget)
-    demo_query(rt, args.name, rows_per_second=args.rows_per_second, window=args.window)
+    if args.cql is None:
+        demo_query(rt, name, rows_per_second=args.rows_per_second, window=args.window)
+    else:
+        try:   # rates: a file source's progress description holds its path
+            rt.register_cql(name, text, sources=open_streams(spark, sources, schemas, args), sink=args.sink,
+                            rates={n: os.path.abspath(path) for n, path in sources.items()})
+        except (CQLSyntaxError, CQLCompileError) as exc:
+            print(f"{args.cql}: {exc}", file=sys.stderr)
+            return 2
     with rt:
         server = rt.serve(args.port, host=args.host, token=args.token)
         print(f"pyspark-cq console: {server.url}#token={server.token}\n"

@@ -200,6 +200,7 @@ def _browser():
                       ".ci/run installs them when it can)")
     opts = webdriver.ChromeOptions()
     opts.binary_location = chrome
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
                 "--window-size=1400,2000"):
         opts.add_argument(arg)
@@ -297,6 +298,10 @@ def test_console_in_a_real_browser(spark, tmp_path):
         # the plan view shows the new value; let the charts take a few more points for the screenshot
         _until(lambda: "ω 3 s" in driver.find_element(By.ID, "plan-sensors").get_attribute("innerHTML"), 30,
                "the plan view did not update")
+        # the page's script ran without errors (the refused edit's 400 is logged by Chromium as a failed load)
+        errors = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"
+                  and not ("/api/control/" in e.get("message", "") and "status of 400" in e.get("message", ""))]
+        assert not errors, errors
         IMG.mkdir(parents=True, exist_ok=True)
         if os.environ.get("CI") != "true":   # CI runs on a fresh clone: do not touch the committed image
             driver.save_screenshot(str(IMG / "console.png"))
@@ -307,10 +312,30 @@ def test_console_in_a_real_browser(spark, tmp_path):
         rt.stop()
 
 
+CQL = """RSTREAM(SELECT COUNT(*) AS n FROM Requests S [RANGE 1 DAY SLIDE 1 HOUR] WHERE S.domain = 'stanford.edu')
+WITH (WINDOW BETWEEN 1 HOUR AND 2 DAYS)"""
+
+
+def _requests(root: Path, files=3, per=20):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root.mkdir()
+    t = dt.datetime(2024, 1, 1)
+    for i in range(files):
+        rows = []
+        for j in range(per):
+            t += dt.timedelta(minutes=7)
+            rows.append({"ts": t, "domain": "stanford.edu" if j % 3 else "x.org"})
+        pq.write_table(pa.Table.from_pylist(rows), str(root / f"part{i}.parquet"))
+
+
 @pytest.mark.spark
 @pytest.mark.slow
-def test_console_command(spark, capsys):
-    """``pyspark-cq console`` (in-process: it keeps the active session) serves the demo query until --seconds."""
+@pytest.mark.parametrize("kind", ["demo", "cql"])
+def test_console_command(spark, capsys, tmp_path, kind):
+    """``pyspark-cq console`` (in-process: it keeps the active session) serves the demo query, or a CQL query
+    over file streams, until --seconds; the CQL query's QoS range bounds an edit."""
     import socket
     import threading
 
@@ -319,29 +344,46 @@ def test_console_command(spark, capsys):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    seen = {}
+    url, seen = f"http://127.0.0.1:{port}/", {}
+    args = ["console", "--port", str(port), "--seconds", "12", "--token", "cli-test-token"]
+    if kind == "demo":
+        args += ["--rows-per-second", "20", "--name", "cli_demo"]
+    else:
+        (tmp_path / "q.cql").write_text(CQL)
+        _requests(tmp_path / "requests")
+        args += ["--cql", str(tmp_path / "q.cql"), "--source", f"Requests={tmp_path / 'requests'}",
+                 "--watermark", "0 seconds", "--name", "cli_cql"]
+    name = "cli_demo" if kind == "demo" else "cli_cql"
 
     def poll():
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and "state" not in seen:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/state", timeout=5) as r:
-                    state = json.loads(r.read())
+                state = json.loads(_request(url + "api/state")[1])
                 if state["samples"]:
                     seen["state"] = state
+                    bad = {"changes": {"window": "3 days"}, "who": "cli"}
+                    seen["refused"] = _request(url + f"api/control/{name}_agg", data=bad, token="cli-test-token")
+                    good = {"changes": {"window": "2 hours"}, "who": "cli"}
+                    seen["applied"] = _request(url + f"api/control/{name}_agg", data=good, token="cli-test-token")
             except OSError:
                 pass
             time.sleep(0.5)
 
     poller = threading.Thread(target=poll)
     poller.start()
-    assert main(["console", "--port", str(port), "--seconds", "12", "--rows-per-second", "20",
-                 "--name", "cli_demo", "--token", "cli-test-token"]) == 0
+    assert main(args) == 0
     poller.join()
     out = capsys.readouterr().out
-    assert f"http://127.0.0.1:{port}/#token=cli-test-token" in out
+    assert f"{url}#token=cli-test-token" in out
     state = seen["state"]
-    assert list(state["queries"]) == ["cli_demo"] and state["control"][0]["operator"] == "cli_demo_agg"
-    assert not any(q.isActive for q in spark.streams.active if q.name == "cli_demo")     # stopped at the end
+    assert list(state["queries"]) == [name] and state["control"][0]["operator"] == f"{name}_agg"
+    if kind == "cql":
+        assert state["queries"][name]["qos"][f"{name}_agg.window"]["max"] == 2 * 86_400 * S
+        status, body = seen["refused"]
+        assert status == 400 and "outside its QoS range" in json.loads(body)["error"]
+        status, body = seen["applied"]
+        assert status == 200 and json.loads(body)["entry"]["params"]["window"] == 2 * 3600 * S
+    assert not any(q.name == name for q in spark.streams.active)                     # stopped at the end
     with pytest.raises(urllib.error.URLError):
-        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5)
+        urllib.request.urlopen(url, timeout=5)

@@ -263,3 +263,55 @@ def test_read_metrics_skips_empty_trailing_batches():
         pyspark_cq.read_metrics(query, "agg", batch="first")
     with pytest.raises(TypeError, match="batch applies to a StreamingQuery"):
         pyspark_cq.read_metrics(query.lastProgress, "agg", batch=1)
+
+
+def test_kernel_multi_slot_kinds_with_out_of_order_slices():
+    """The kernel's new kinds -- first / last (time, value) pairs, (n, mean, M2) moments, bytewise-max
+    sketch words -- through its persistent sliding queue with slices arriving inside it (front and back),
+    emitted a few at a time and saved / restored between calls, against a plain-Python reference."""
+    from pyspark_cq import _aggregate as K
+
+    rng = np.random.default_rng(4)
+    w, s = 12, 3
+    kinds = np.array([K.KIND_ADD_I64, K.KIND_FIRST, K.KIND_PAIR_VALUE, K.KIND_LAST, K.KIND_PAIR_VALUE,
+                      K.KIND_MOMENTS, K.KIND_PAIR_VALUE, K.KIND_PAIR_VALUE, K.KIND_MAX_BYTES], dtype=np.uint8)
+    outs = np.array([x for p in range(len(kinds)) for x in (K.OUT_RAW, p, -1)], dtype=np.int32)
+    state = K.ShardState(kinds, outs, False)
+    slices = [(int(rng.integers(0, 3)), int(t), int(rng.integers(-20, 20)), int(rng.integers(0, 1 << 20)))
+              for t in np.sort(rng.integers(0, 150, 300)) + rng.integers(-10, 10, 300)]
+    accepted, late_end, wm = [], None, 0
+    for b in range(0, len(slices), 7):
+        chunk = slices[b:b + 7]
+        t = np.array([c[1] for c in chunk], dtype=np.int64)
+        v = np.array([c[2] for c in chunk], dtype=np.int64)
+        x = v.astype(np.float64)
+        word = np.array([c[3] for c in chunk], dtype=np.int64) & 0x3F3F3F3F3F3F3F3F
+        parts = [np.ones(len(chunk), dtype=np.int64), t * 1000 + v, v, t * 1000 - v, v, np.ones(len(chunk)).view(np.int64),
+                 x.view(np.int64), np.zeros(len(chunk)).view(np.int64), word]
+        slot, _, _, _ = state.ingest(np.array([c[0] for c in chunk], dtype=np.int64), t, parts, w, s, late_end)
+        accepted += [c for c, sl in zip(chunk, slot) if sl >= 0]
+        wm = max(wm, int(t.max()) - 5)
+        slots, starts, _, values, _ = state.emit_windows(w, s, late_end, wm, False)
+        hashes = state.key_hashes
+        want: dict = {}
+        for key, tt, val, wd in accepted:
+            for k in range((tt - w) // s + 1, tt // s + 1):
+                if (late_end is None or k * s + w > late_end) and k * s + w <= wm:
+                    want.setdefault((key, k * s), []).append((tt, val, wd & 0x3F3F3F3F3F3F3F3F))
+        assert len(slots) == len(want)
+        for i, (sl, t0) in enumerate(zip(slots, starts)):
+            rows = want[(int(hashes[sl]), int(t0))]
+            first = min((tt * 1000 + val, val) for tt, val, _ in rows)
+            last = max((tt * 1000 - val, val) for tt, val, _ in rows)
+            assert (int(values[1][i]), int(values[2][i])) == first
+            assert (int(values[3][i]), int(values[4][i])) == last
+            vals = np.array([val for _, val, _ in rows], dtype=np.float64)
+            n, mean, m2 = (float(values[j][i:i + 1].view(np.float64)[0]) for j in (5, 6, 7))
+            assert n == len(rows) and mean == pytest.approx(vals.mean(), abs=1e-9)
+            assert m2 == pytest.approx(((vals - vals.mean()) ** 2).sum(), rel=1e-9, abs=1e-9)
+            regs = np.array([wd for _, _, wd in rows], dtype=np.int64).view(np.uint8).reshape(-1, 8).max(axis=0)
+            assert int(values[8][i]) == int(regs.view(np.int64)[0])
+        state.evict(w, s, wm)
+        state = K.ShardState.from_bytes(state.to_bytes(), kinds, outs, False)
+        state.watermark = wm
+        late_end = wm

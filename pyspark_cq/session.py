@@ -177,42 +177,13 @@ def spark(master: str | None = None, app_name: str = "pyspark-cq", *, shuffle_pa
     return session
 
 
-_daemon_warned: set[int] = set()     # id() of the sessions warned about their Python worker daemon
-
-
-def _warn_daemon(session) -> None:
-    """Warn once per session when a local-mode session starts its Python workers with PySpark's own
-    daemon: every new worker then re-compiles the PySpark modules it imports from ``pyspark.zip``, about
-    8 s of CPU before a stateful query's first micro-batch can run (issue 17, item 8;
-    docs/benchmarks.md, *First micro-batch*). ``spark.python.daemon.module`` is a static setting, so only
-    a new session can change it.
-    """
-    if id(session) in _daemon_warned:
-        return
-    try:
-        conf = session.sparkContext.getConf()
-        local = conf.get("spark.master", "").startswith("local")
-        daemon = conf.get("spark.python.daemon.module", "pyspark.daemon")
-    except Exception:  # Spark Connect or an unreadable conf: no advice
-        return
-    _daemon_warned.add(id(session))
-    if local and daemon == "pyspark.daemon":
-        warnings.warn(
-            "this local-mode session starts its Python workers with PySpark's own daemon, which makes every "
-            "new worker re-compile PySpark from pyspark.zip (seconds of CPU before a stateful query's first "
-            "micro-batch). Create the session with pyspark_cq.spark(), or with "
-            ".config('spark.python.daemon.module', 'pyspark_cq._daemon') before getOrCreate(). See "
-            "docs/installation.md, 'A session of your own'.", UserWarning, stacklevel=4)
-
-
 #: ``spark.sql.shuffle.partitions`` above this many times the session's cores draws a warning.
 PARTITIONS_PER_CORE_LIMIT = 4
 _warned_sessions: set[int] = set()   # id() of the sessions warned about their shuffle partitions
 
 
 def warn_shuffle_partitions(df) -> None:
-    """Warn once per session when ``spark.sql.shuffle.partitions`` is far above the session's cores
-    (and, in local mode, when the workers start through PySpark's own daemon: :func:`_warn_daemon`).
+    """Warn once per session when ``spark.sql.shuffle.partitions`` is far above the session's cores.
 
     Every micro-batch of a stateful operator runs one task per shuffle partition, empty or not, each
     with its Python worker round trip and state-store commit: with Spark's default 200 on a laptop the
@@ -236,7 +207,6 @@ def warn_shuffle_partitions(df) -> None:
         cores = int(session.sparkContext.defaultParallelism)
     except Exception:  # Spark Connect (no sparkContext) or an unreadable setting: no advice
         return
-    _warn_daemon(session)
     if cores < 1 or partitions <= PARTITIONS_PER_CORE_LIMIT * cores:
         return
     _warned_sessions.add(id(session))

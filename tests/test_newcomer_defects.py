@@ -435,29 +435,3 @@ def test_demo_report_summary_is_formatted(tmp_path):
     assert "3 MB" in table and "3.41 MB" in table and "t: 61.2" in table and "median: 1.03" in table
     assert "120.31234" not in table and "1.0345678" not in table   # no raw floats
 
-
-# --- 8: the first micro-batch's fixed cost: a session of one's own gets told about the worker daemon --------
-
-
-class _Conf(dict):
-    def get(self, key, default=None):
-        return super().get(key, default)
-
-
-class _Session:
-    def __init__(self, conf):
-        self.sparkContext = type("SC", (), {"getConf": lambda _self: _Conf(conf)})()
-
-
-def test_local_session_with_pysparks_daemon_warns_once():
-    from pyspark_cq.session import _warn_daemon
-
-    plain = _Session({"spark.master": "local[2]"})
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        _warn_daemon(plain)
-        _warn_daemon(plain)
-        _warn_daemon(_Session({"spark.master": "local[2]", "spark.python.daemon.module": "pyspark_cq._daemon"}))
-        _warn_daemon(_Session({"spark.master": "spark://host:7077"}))   # a cluster keeps its own layout
-    messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
-    assert len(messages) == 1 and "spark.python.daemon.module', 'pyspark_cq._daemon'" in messages[0]

@@ -306,7 +306,7 @@ def _read_query(query, name: str, batch):
         return _read_progress(query.lastProgress, name)
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)):
         raise TypeError(f"batch must be None, 'last' or a batch id (int), got {batch!r}")
-    recent = list(query.recentProgress or [])
+    recent = list(getattr(query, "recentProgress", None) or [])
     if batch is not None:
         match = [p for p in recent if _field(p, "batchId") == batch]
         return _read_progress(match[-1], name) if match else None

@@ -1,5 +1,6 @@
-"""The ``pyspark-cq`` console script: ``doctor`` checks an installation, ``demo`` runs the main job, ``run`` and
-``explain`` run / explain a CQL query file (docs/cql.md).
+"""The ``pyspark-cq`` console script: ``doctor`` checks an installation (``--master`` a cluster's executors),
+``demo`` runs the main job, ``run`` and ``explain`` run / explain a CQL query file (docs/cql.md),
+``connect-server`` runs a Spark Connect server for pyspark-cq clients (docs/deploy.md).
 """
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import platform
 import sys
 import time
 
-__all__ = ["main", "doctor"]
+__all__ = ["main", "doctor", "connect_server"]
 
 
 def _ok(label: str, value: str) -> None:
@@ -162,6 +163,27 @@ def _probe(spark, executors: int, attempts: int = 5) -> list:
     return rows
 
 
+def connect_server(args) -> int:
+    """Run a Spark Connect server configured for pyspark-cq until interrupted (docs/deploy.md)."""
+    from .session import start_connect_server
+
+    try:
+        conf = dict(_key_value(c) for c in args.conf or ())
+        server = start_connect_server(args.port, master=args.master, conf=conf)
+    except (ValueError, TypeError, RuntimeError) as exc:
+        print(f"pyspark-cq connect-server: {exc}", file=sys.stderr)
+        return 1
+    print(f"Spark Connect server on {server.url} (master {args.master}, log {server.log}); join it with\n"
+          f"  pyspark_cq.spark(remote={server.url!r})   or   SPARK_REMOTE={server.url}\nCtrl-C stops it.",
+          flush=True)
+    try:
+        return server.process.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        server.stop()
+
+
 def main(argv=None) -> int:
     """Run the ``pyspark-cq`` command line (``doctor``, ``demo``, ``run``, ``explain``); returns the exit status."""
     parser = argparse.ArgumentParser(prog="pyspark-cq", description=__doc__)
@@ -171,6 +193,10 @@ def main(argv=None) -> int:
     p_doc.add_argument("--conf", action="append", metavar="KEY=VALUE",
                        help="a Spark setting, e.g. spark.archives=env.tar.gz#environment (repeatable)")
     p_doc.add_argument("--no-spark", action="store_true", help="skip the Spark worker check")
+    p_cs = sub.add_parser("connect-server", help="run a Spark Connect server for pyspark-cq clients (Ctrl-C stops)")
+    p_cs.add_argument("--port", type=int, default=15002, help="gRPC port (default 15002)")
+    p_cs.add_argument("--master", default="local[*]", help="the server's Spark master (default local[*])")
+    p_cs.add_argument("--conf", action="append", metavar="KEY=VALUE", help="a server setting (repeatable)")
     p_demo = sub.add_parser("demo", help="run the main streaming job on local Spark")
     from .demo import add_arguments
 
@@ -183,6 +209,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.command == "doctor":
         return doctor(args)
+    if args.command == "connect-server":
+        return connect_server(args)
     if args.command == "run":
         return run_cql(args)
     if args.command == "explain":

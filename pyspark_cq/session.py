@@ -205,7 +205,7 @@ def _remote_url(master: str | None, remote: str | None) -> str | None:
     """The Spark Connect URL asked for (``remote`` or ``$SPARK_REMOTE``), or None for a classic session."""
     env = os.environ.get("SPARK_REMOTE") or None
     if remote is not None:
-        if not isinstance(remote, str) or not remote.startswith(("sc://", "local")):
+        if not isinstance(remote, str) or not (remote == "local" or remote.startswith(("sc://", "local["))):
             raise ValueError(f"remote must be a Spark Connect URL 'sc://host[:port][/;param=value]' or 'local' / "
                              f"'local[N]' (a local server started in this process), got {remote!r}")
         if master is not None:

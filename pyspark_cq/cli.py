@@ -99,7 +99,10 @@ def doctor(args) -> int:
         executors = _executors(spark) if not master.startswith("local") else []
         rows = _probe(spark, len(executors))
     except Exception as exc:
-        _fail("spark worker", f"{type(exc).__name__}: {str(exc).strip().splitlines()[0]}")
+        lines = [x for x in str(exc).strip().splitlines() if x.strip()]
+        # a worker's failure: Spark's first line, then the end of the Python traceback (the actual error)
+        tail = [x for x in lines[1:] if not x.lstrip().startswith(("at ", "File ", "^"))][-3:]
+        _fail("spark worker", "\n         ".join([f"{type(exc).__name__}: {lines[0] if lines else ''}", *tail]))
         spark.stop()
         return 1
     spark.stop()

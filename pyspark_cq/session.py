@@ -197,6 +197,11 @@ def _settings(local: bool, ui: bool, shuffle_partitions: int | None, conf: dict 
         settings[str(key)] = str(value)
     for key, value in extra_conf.items():
         settings[key.replace("_", ".")] = str(value)
+    if not local and "spark.pyspark.python" in settings:
+        # A driver started as plain `python` (not by spark-submit) tells the executors which Python to run
+        # from $PYSPARK_PYTHON alone (SparkContext.pythonExec); the setting by itself would leave them on
+        # `python3`, without the environment shipped to them (docs/deploy.md).
+        os.environ["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
     return settings
 
 

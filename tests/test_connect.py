@@ -54,17 +54,6 @@ def _run_through_connect(server, node_ids, tmp_path):
     return proc, passed
 
 
-@pytest.mark.spark
-@pytest.mark.slow
-def test_operators_cql_and_runtime_through_spark_connect(connect_server, tmp_path):
-    node_ids = [n for ids in THROUGH_CONNECT.values() for n in ids]
-    proc, passed = _run_through_connect(connect_server, node_ids, tmp_path)
-    missing = [n for n in node_ids if f"tests/{n}" not in passed and n not in passed]
-    assert proc.returncode == 0 and not missing, (
-        f"not passed through Spark Connect: {missing}\n{proc.stdout[-12000:]}\n{proc.stderr[-3000:]}\n"
-        f"server log:\n{connect_server.log_tail()}")
-
-
 # --- cq.spark(remote=...) / SPARK_REMOTE (issue 17, defect 6) ------------------------------------------------
 
 _LOCAL_SERVER_SCRIPT = r"""
@@ -124,6 +113,18 @@ def test_spark_remote_arguments_are_checked(monkeypatch):
 
 
 @pytest.mark.spark
+@pytest.mark.slow
+def test_operators_cql_and_runtime_through_spark_connect(connect_server, tmp_path):
+    node_ids = [n for ids in THROUGH_CONNECT.values() for n in ids]
+    proc, passed = _run_through_connect(connect_server, node_ids, tmp_path)
+    missing = [n for n in node_ids if f"tests/{n}" not in passed and n not in passed]
+    assert proc.returncode == 0 and not missing, (
+        f"not passed through Spark Connect: {missing}\n{proc.stdout[-12000:]}\n{proc.stderr[-3000:]}\n"
+        f"server log:\n{connect_server.log_tail()}")
+
+
+
+@pytest.mark.spark
 def test_a_connect_session_beside_a_classic_one_is_refused_with_the_reason(spark):
     import pyspark_cq as cq
 
@@ -167,3 +168,12 @@ def test_control_table_of_a_connect_session_goes_through_pyarrow(tmp_path):
     assert table.backend == "arrow"
     table.register("op", window=10_000_000)
     assert table.entry("op").params["window"] == 10_000_000
+
+
+def test_connect_server_command_refuses_bad_arguments(capsys):
+    from pyspark_cq.cli import main
+
+    assert main(["connect-server", "--conf", "spark.driver.memory"]) == 1
+    assert "expected KEY=VALUE" in capsys.readouterr().err
+    assert main(["connect-server", "--port", "70000"]) == 1
+    assert "port must be an int in [0, 65535]" in capsys.readouterr().err

@@ -69,7 +69,8 @@ def test_join_and_aggregation_on_the_cluster_equal_local_mode(spark, cluster, ex
         cols = sorted(local.columns)
         local, remote = (df[cols].sort_values(cols).reset_index(drop=True) for df in (local, remote))
         assert len(local) > 0
-        pd.testing.assert_frame_equal(local, remote, check_dtype=True)
+        # doubles summed in another order may differ in the last bits
+        pd.testing.assert_frame_equal(local, remote, check_dtype=True, check_exact=False, rtol=1e-12)
 
 
 def test_runtime_warns_when_the_control_table_is_on_the_drivers_machine_only(tmp_path):

@@ -158,7 +158,8 @@ def write_input(root: Path, batches: int = 4, seed: int = 24) -> None:
 
 
 def run_job(spark, root: Path, out: Path) -> None:
-    """The streaming interval join and sliding aggregation over ``root``'s files, to parquet under ``out``."""
+    """The streaming interval join and sliding aggregation over ``root``'s files, to parquet under ``out``
+    (``lv`` holds values near the long range's ends: summed, they overflow, so the aggregation sums ``tag``)."""
     import pyspark_cq as cq
     from helpers import join_data as jd
 
@@ -170,7 +171,7 @@ def run_job(spark, root: Path, out: Path) -> None:
         "join": cq.interval_join(side("l"), side("r"), ["k", "s"], "ts", "ts", f"{jd.LOWER_S} seconds",
                                  f"{jd.UPPER_S} seconds", how="left", suffixes=("_l", "_r"), name="join"),
         "agg": cq.sliding_aggregate(side("l"), "ts", "20 seconds", "10 seconds", by="k",
-                                    aggs={"lv": ["sum", "max"], "tag": ["min"], "*": ["count"]}, name="agg"),
+                                    aggs={"lv": ["max", "min"], "tag": ["sum", "min"], "*": ["count"]}, name="agg"),
     }
     for name, df in queries.items():
         q = (df.writeStream.format("parquet").option("path", str(out / name))

@@ -58,7 +58,10 @@ COMPILE_ERRORS = [
     ("ISTREAM(SELECT COUNT(*) FROM Requests [ROWS 10])", "aggregation over a ROWS window"),
     ("ISTREAM(SELECT COUNT(*) FROM Requests)", "aggregation over a stream without a window"),
     ("ISTREAM(SELECT COUNT(*) FROM Requests [RANGE 1 MINUTE SLIDE 7 SECONDS])", "SLIDE does not divide its RANGE"),
-    ("ISTREAM(SELECT DISTINCT domain FROM Requests)", "SELECT DISTINCT"),
+    ("ISTREAM(SELECT DISTINCT domain FROM Requests)", "duplicate elimination needs one stream with a sliding"),
+    ("RSTREAM(SELECT DISTINCT COUNT(*) FROM Requests [RANGE 1 MINUTE SLIDE 10 SECONDS] GROUP BY domain)",
+     "must select every GROUP BY item (missing domain)"),
+    ("RSTREAM(SELECT DISTINCT * FROM Requests [RANGE 1 MINUTE SLIDE 10 SECONDS])", "name the columns"),
     ("ISTREAM(SELECT * FROM A [RANGE 1 SECOND], B [RANGE 1 SECOND] WHERE A.v < B.w)", "Cartesian product"),
     ("ISTREAM(SELECT * FROM A [ROWS 3], B [RANGE 1 SECOND] WHERE A.k = B.k)", "every stream of a join needs"),
     ("SELECT * FROM A [RANGE 1 SECOND], B [RANGE 1 SECOND] WHERE A.k = B.k", "a join of windowed streams without"),
@@ -66,7 +69,9 @@ COMPILE_ERRORS = [
     ("ISTREAM(SELECT nope FROM Requests)", "has no column 'nope'"),
     ("ISTREAM(SELECT * FROM Nowhere)", "no source of that name"),
     ("ISTREAM(SELECT * FROM A [RANGE 1 SECOND], B [RANGE 1 SECOND] WHERE k = B.k)", "ambiguous"),
-    ("ISTREAM(SELECT c FROM (SELECT k AS c FROM A) T)", "a subquery in FROM"),
+    ("ISTREAM(SELECT c FROM (SELECT COUNT(*) AS c FROM A [RANGE 1 MINUTE SLIDE 1 SECOND]) T)",
+     "a subquery in FROM must produce a stream without state"),
+    ("ISTREAM(SELECT c FROM (SELECT k AS c FROM A) T WHERE T.nope = 1)", "has no column 'nope'"),
     ("ISTREAM(SELECT * FROM Requests WHERE COUNT(*) > 1)", "an aggregate in WHERE"),
     ("ISTREAM(SELECT * FROM Requests [RANGE 1 MINUTE]) WITH (WINDOW BETWEEN 1 SECOND AND 1 MINUTE)",
      "this query's window is not adjustable"),
@@ -138,6 +143,65 @@ def test_paper_q1_count_rstream_and_istream_equal_spark_windows(spark):
     expected_d = Counter((n, end + step) for end, n in by_end.items() if by_end.get(end + step) != n)
     assert _rows(cq.cql(spark, q.format(op="ISTREAM"), {"Requests": req}), ["n", "cq_at"]) == expected_i
     assert _rows(cq.cql(spark, q.format(op="DSTREAM"), {"Requests": req}), ["n", "cq_at"]) == expected_d
+
+
+@pytest.mark.spark
+def test_distinct_and_group_by_expressions_equal_spark_windows(spark):
+    from pyspark.sql import functions as F
+
+    req = spark.createDataFrame(_requests(), REQ_SCHEMA)
+    src = {"Requests": req}
+    w = F.window("ts", "1 minute", "10 seconds")
+    window = "[RANGE 1 MINUTE SLIDE 10 SECONDS]"
+    # DISTINCT: per window, the distinct (domain, client) pairs, as Spark's GROUP BY window, domain, client
+    ours = cq.cql(spark, f"RSTREAM(SELECT DISTINCT domain, client_id AS c FROM Requests {window})", src)
+    assert ours.columns == ["domain", "c", "cq_at"]
+    present = _rows(req.groupBy(w, "domain", "client_id").count()
+                    .select("domain", "client_id", F.col("window.end").alias("end")), ["domain", "client_id", "end"])
+    assert _rows(ours, ["domain", "c", "cq_at"]) == present
+    # ISTREAM / DSTREAM of DISTINCT: the rows entering / leaving the distinct set, at the end of the first
+    # window having / not having them; GROUP BY without an aggregate is the same query
+    step = timedelta(seconds=10)
+    entering = Counter((d, c, e) for d, c, e in present if (d, c, e - step) not in present)
+    leaving = Counter((d, c, e + step) for d, c, e in present if (d, c, e + step) not in present)
+    for text in (f"{{op}}(SELECT DISTINCT domain, client_id AS c FROM Requests {window})",
+                 f"{{op}}(SELECT domain, client_id AS c FROM Requests {window} GROUP BY domain, client_id)"):
+        assert _rows(cq.cql(spark, text.format(op="ISTREAM"), src), ["domain", "c", "cq_at"]) == entering
+        assert _rows(cq.cql(spark, text.format(op="DSTREAM"), src), ["domain", "c", "cq_at"]) == leaving
+    # GROUP BY an expression, selected and used in HAVING, against Spark's groupBy of the same expression
+    ours = cq.cql(spark, f"RSTREAM(SELECT substr(url, 8, 6) AS site, COUNT(*) AS n, MAX(ts) AS last "
+                         f"FROM Requests {window} GROUP BY substr(url, 8, 6) HAVING substr(url, 8, 6) <> 'mit.ed')",
+                  src)
+    expected = (req.groupBy(w, F.expr("substr(url, 8, 6)").alias("site")).agg(F.count("*").alias("n"),
+                                                                              F.max("ts").alias("last"))
+                .filter(F.col("site") != "mit.ed").select("site", "n", "last", F.col("window.end").alias("cq_at")))
+    cols = ["site", "n", "last", "cq_at"]
+    assert ours.columns == cols and _rows(ours, cols) == _rows(expected, cols) and len(_rows(expected, cols)) > 5
+
+
+@pytest.mark.spark
+def test_subqueries_in_from_equal_spark(spark):
+    """A stream-producing subquery (a stream joined with a stored relation, STREAM §2.1's third example),
+    windowed and aggregated by the outer query, against the same in hand-written Spark."""
+    from pyspark.sql import functions as F
+
+    req = spark.createDataFrame(_requests(), REQ_SCHEMA)
+    domains = spark.createDataFrame([("stanford.edu", "edu"), ("mit.edu", "edu"), ("cs.stanford.edu", "research")],
+                                    "domain string, class string")
+    src = {"Requests": req, "Domains": domains}
+    inner = "(SELECT S.client_id, R.class FROM Requests S, Domains R WHERE S.domain = R.domain AND S.url LIKE '%stanford%')"
+    ours = cq.cql(spark, f"RSTREAM(SELECT T.class, COUNT(*) AS n FROM {inner} T [RANGE 1 MINUTE SLIDE 10 SECONDS] "
+                         "GROUP BY T.class)", src)
+    joined = req.join(domains, "domain").filter(F.col("url").like("%stanford%"))
+    expected = (joined.groupBy(F.window("ts", "1 minute", "10 seconds"), "class").count()
+                .select("class", F.col("count").alias("n"), F.col("window.end").alias("cq_at")))
+    assert _rows(ours, ["class", "n", "cq_at"]) == _rows(expected, ["class", "n", "cq_at"])
+    # a ROWS window over the subquery's stream, a predicate after it: ISTREAM gives each entering row once
+    ours = cq.cql(spark, f"ISTREAM(SELECT T.client_id, T.class FROM {inner} T [PARTITION BY T.client_id ROWS 3] "
+                         "WHERE T.class = 'edu')", src)
+    expected = joined.filter(F.col("class") == "edu").select("client_id", "class", F.col("ts").alias("cq_at"))
+    cols = ["client_id", "class", "cq_at"]
+    assert ours.columns == cols and _rows(ours, cols) == _rows(expected, cols) and expected.count() > 10
 
 
 @pytest.mark.spark
@@ -254,8 +318,14 @@ def test_streaming_aggregate_and_join_equal_spark_streaming(spark, tmp_path):
                          & (F.col("b.ts") > F.col("a.ts") - F.expr("INTERVAL 10 SECONDS"))
                          & (F.col("b.ts") < F.col("a.ts") + F.expr("INTERVAL 10 SECONDS"))).select(
         "a.k", "a.v", "b.w", F.greatest("a.ts", "b.ts").alias("cq_at"))
+    # a FROM subquery's stream keeps the watermark of its source's time column (its cq_time)
+    sub = cq.cql(spark, "RSTREAM(SELECT T.k, COUNT(*) AS n FROM (SELECT k, v FROM A WHERE v > 2) T "
+                        "[RANGE 20 SECONDS SLIDE 10 SECONDS] GROUP BY T.k)", {"A": a})
+    spark_sub = (a.filter("v > 2").groupBy(F.window("ts", "20 seconds", "10 seconds"), "k").count()
+                 .select("k", F.col("count").alias("n"), F.col("window.end").alias("cq_at")))
     queries = []
-    for df, table in ((agg, "cql_agg"), (join, "cql_join"), (spark_agg, "spark_agg"), (spark_join, "spark_join")):
+    for df, table in ((agg, "cql_agg"), (join, "cql_join"), (spark_agg, "spark_agg"), (spark_join, "spark_join"),
+                      (sub, "cql_sub"), (spark_sub, "spark_sub")):
         queries.append(df.writeStream.format("memory").queryName(table).outputMode("append")
                        .option("checkpointLocation", str(tmp_path / table)).trigger(availableNow=True).start())
     for q in queries:
@@ -265,3 +335,5 @@ def test_streaming_aggregate_and_join_equal_spark_streaming(spark, tmp_path):
     assert _rows(spark.table("cql_join"), ["k", "v", "w", "cq_at"]) == \
         _rows(spark.table("spark_join"), ["k", "v", "w", "cq_at"])
     assert spark.table("cql_join").count() > 20
+    assert _rows(spark.table("cql_sub"), ["k", "n", "cq_at"]) == _rows(spark.table("spark_sub"), ["k", "n", "cq_at"])
+    assert spark.table("cql_sub").count() > 10

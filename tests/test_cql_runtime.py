@@ -37,7 +37,8 @@ def test_pipes_resource_manager_changes_a_cql_querys_window(spark, tmp_path):
     rate = (spark.readStream.format("rate").option("rowsPerSecond", 50).option("numPartitions", 1).load()
             .withWatermark("timestamp", "1 second"))
     text = ("RSTREAM(SELECT COUNT(*) AS n, MIN(timestamp) AS first, MAX(timestamp) AS last "
-            "FROM rate [RANGE 60 SECONDS SLIDE 1 SECOND]) WITH (WINDOW BETWEEN 2 SECONDS AND 60 SECONDS, PERIOD 1 SECOND)")
+            "FROM rate [RANGE 60 SECONDS SLIDE 1 SECOND]) WITH (WINDOW BETWEEN 2 SECONDS AND 60 SECONDS, PERIOD 1 SECOND, "
+            "DEADLINE 900 MILLISECONDS)")
     # PIPES memory estimate of this plan: 64 bytes per slice of the window (60 s: 3,840 bytes); the budget
     # with its 10 % reserve fits about 14 slices.
     rt = CQRuntime(spark, policies=["pipes"], memory_budget=1000, control_path=str(tmp_path / "ct.json"),
@@ -45,6 +46,8 @@ def test_pipes_resource_manager_changes_a_cql_querys_window(spark, tmp_path):
     ctx = rt.register_cql("clicks", text, sources={"rate": rate}, sink=sink, rates={"rate": "Rate"})
     assert ctx.compiled.plan == rt.statistics().queries["clicks"].plan
     assert set(ctx.compiled.qos) == {"clicks_agg.window"}
+    info = rt.statistics().queries["clicks"]
+    assert (info.period, info.deadline) == (1.0, 0.9)     # PERIOD / DEADLINE: a periodic query (RTStream §2)
     with rt:
         _wait(lambda: any(c.who == "pipes" and "window" in c.new for c in rt.control_table().changes("clicks_agg")),
               120, "the resource manager's window change")
@@ -56,6 +59,7 @@ def test_pipes_resource_manager_changes_a_cql_querys_window(spark, tmp_path):
         # after the change
         _wait(lambda: any(r["cq_at"].timestamp() * S - window > at and r["n"] > 0 for r in rows), 150,
               "windows that started after the change")
+    assert rt.instances("clicks") and all(i.deadline == 0.9 for i in rt.instances("clicks"))
     entry = rt.control_table().entry("clicks_agg")
     sizes = {c.new["window"] for c in rt.control_table().changes("clicks_agg") if "window" in c.new}
     checked = 0

@@ -171,15 +171,36 @@ def test_policy_sheds_epsilon_d_over_t_after_a_load_step():
     policy = RTStreamQoS(alpha=0.5, target=0.8)
     history = [_inst(i, rows, 0.2 + 0.001 * rows) for i, rows in enumerate([100, 300, 200, 400, 300])]
     assert len(policy.decide(Snapshot(1.0, {"q": _query(history)}))) == 0   # 0.5 s < 0.8·1.5 s
-    history.append(_inst(5, 3000, 3.2))                                            # load step: missed
+    history.append(_inst(5, 1500, 1.7))                          # load step: misses D, within its period
     decisions = policy.decide(Snapshot(2.0, {"q": _query(history)}))
     (d,) = decisions
-    time_full, fixed = policy.profile("q").predict(3000)
+    time_full, fixed = policy.profile("q").predict(1500)
+    assert time_full == pytest.approx(1.7) and fixed == pytest.approx(0.2)   # the first instance not profiled
     eps = rtstream.kept_fraction(time_full - fixed, 0.8 * 1.5 - fixed)                # ε = D/T (§4.4)
     assert d.operator == "chain" and d.changes["drop_ratio"] == pytest.approx(1 - eps, abs=1e-3)
-    assert 0.6 < d.changes["drop_ratio"] < 0.8
+    assert 0.3 < d.changes["drop_ratio"] < 0.4
     pred = policy.predictions[-1]
-    assert pred.after_batch == 5 and pred.rows == 3000 and pred.time == pytest.approx(0.8 * 1.5, rel=1e-3)
+    assert pred.after_batch == 5 and pred.rows == 1500 and pred.time == pytest.approx(0.8 * 1.5, rel=1e-3)
+
+
+def test_policy_takes_the_start_delay_of_an_overrun_from_the_time_left():
+    policy = RTStreamQoS(alpha=0.5, target=0.8, min_kept=0.01)
+    history = [_inst(i, rows, 0.2 + 0.0001 * rows) for i, rows in enumerate([100, 300, 200, 400, 300])]
+    history.append(_inst(5, 3000, 2.3))          # overran its 2 s period by 0.3 s: the next starts 0.3 s late
+    (d,) = policy.decide(Snapshot(2.0, {"q": _query(history)}))
+    time_full, fixed = policy.profile("q").predict(3000)
+    eps = rtstream.kept_fraction(time_full - fixed, 0.8 * 1.5 - 0.3 - fixed)
+    assert d.changes["drop_ratio"] == pytest.approx(1 - eps, abs=1e-3)
+    assert policy.predictions[-1].time == pytest.approx(0.8 * 1.5 - 0.3, rel=1e-3)
+    assert "0.3 s start delay" in d.reason
+
+
+def test_profile_reads_a_negative_fitted_cost_per_row_as_none():
+    prof = Profile(0.5)
+    for rows, duration in ((100, 0.9), (1000, 0.5), (100, 0.8), (1000, 0.4)):
+        prof.observe_instance(rows, duration)
+    time, fixed = prof.predict(5000)
+    assert time == fixed and 0.4 < fixed < 0.9
 
 
 def test_policy_ignores_queries_without_period_or_shedding_stage():

@@ -61,6 +61,26 @@ def test_store_smooths_rates_and_distances():
     assert op.report == {"input_rows": 200, "output_rows": 100, "state_rows": 9, "state_bytes": 900, "late_rows": 2}
 
 
+def test_store_keeps_the_report_of_the_last_batch_with_arrivals():
+    from pyspark_cq.policies.plan_stats import RoundEstimates
+
+    store = StatisticsStore()
+    store.register("q", operators=["f"])
+    data = {"input_rows": 100, "output_rows": 10, "rows_in_a": 100, "rows_passed_a": 10, "nanos_a": 5000}
+    store.update(progress(0, observed={"f": data}))
+    est = RoundEstimates()
+    assert est.observe(store.query_info("q").operators["f"]) and est.count("sel:a") == 1
+    # Spark's no-data batch (it advances the watermark) reports no steps: the data batch's report stays
+    store.update(progress(1, rows=0, observed={"f": {"input_rows": 0, "output_rows": 0, "state_rows": 3}}))
+    op = store.query_info("q").operators["f"]
+    assert op.report == data and op.report_batch == 1 and op.batches == 2 and op.input_rows == 0
+    assert op.state_rows == 3                                  # state figures are the latest batch's
+    assert not est.observe(op) and est.count("sel:a") == 1     # the same report is no new round
+    store.update(progress(2, observed={"f": dict(data, rows_passed_a=20)}))
+    op = store.query_info("q").operators["f"]
+    assert op.report_batch == 3 and est.observe(op) and est.count("sel:a") == 2
+
+
 def test_store_ignores_unknown_queries_and_repeated_batches():
     store = StatisticsStore()
     store.register("q")

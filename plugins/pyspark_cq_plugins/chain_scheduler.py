@@ -135,8 +135,7 @@ class ChainScheduler(Policy):
 
     def decide(self, snapshot: Snapshot) -> Decisions:
         """Chain priorities for every managed ``select_chain`` whose settings moved."""
-        if not isinstance(snapshot, Snapshot):
-            raise TypeError(f"snapshot must be a Snapshot, got {type(snapshot).__name__}")
+        self._check(snapshot)
         out = []
         for qname in sorted(snapshot.queries):
             q = snapshot.queries[qname]

@@ -225,8 +225,7 @@ class PlanPolicy(Policy):
 
     def decide(self, snapshot: Snapshot) -> Decisions:
         """One round for every plan-switchable operator with a control-table entry: observe, estimate, choose."""
-        if not isinstance(snapshot, Snapshot):
-            raise TypeError(f"snapshot must be a Snapshot, got {type(snapshot).__name__}")
+        self._check(snapshot)
         out = []
         live = set()
         for q in snapshot.queries.values():

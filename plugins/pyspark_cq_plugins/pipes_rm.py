@@ -669,8 +669,7 @@ class PipesResourceManager(Policy):
     # -- Policy interface ------------------------------------------------------------------------
 
     def _sync(self, snapshot: Snapshot) -> None:
-        if not isinstance(snapshot, Snapshot):
-            raise TypeError(f"snapshot must be a Snapshot, got {type(snapshot).__name__}")
+        self._check(snapshot)
         self.set_budget(self.memory if self.memory is not None else snapshot.memory_budget,
                         self.cpu if self.cpu is not None else snapshot.cpu_budget)
         for name in [n for n in self._queries if n not in snapshot.queries]:

@@ -289,8 +289,7 @@ class RateBased(Policy):
 
     def decide(self, snapshot: Snapshot) -> Decisions:
         """One round: re-estimate, predict every candidate plan, switch where another is better by ``margin``."""
-        if not isinstance(snapshot, Snapshot):
-            raise TypeError(f"snapshot must be a Snapshot, got {type(snapshot).__name__}")
+        self._check(snapshot)
         live = {(q, op) for q, info in snapshot.queries.items() for op in info.operators}
         for key in [k for k in self._est if k not in live]:
             self._est.pop(key)

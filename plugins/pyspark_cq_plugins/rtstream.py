@@ -12,7 +12,8 @@ micro-batch) per period; an instance misses when it ends later than D after its 
 - **predicts** the next instance's time (§4.3, equation (1), :func:`pyspark_cq.cost.rtstream.chain_time`)
   over the rows it will read: the rows the last instance read (what one period brings) plus the backlog the
   sources' offsets show (:attr:`pyspark_cq.policies.Instance.backlog_rows`);
-- **sheds** intra-query (§4.4): when the predicted time T exceeds the time D left, it keeps the fraction
+- **sheds** intra-query (§4.4): when the predicted time T exceeds the time left (``target``·D less the delay the last
+  instance's overrun gives the next one's start), it keeps the fraction
   ε = D/T of the input (:func:`pyspark_cq.cost.rtstream.kept_fraction`; the fixed per-batch cost cannot be
   shed, so ε applies to the per-row part), as ``drop_ratio = 1 − ε`` of the query's shedding operator
   (the first of its control-table entries that carries a ``drop_ratio``), dropped before the predicates;
@@ -220,6 +221,8 @@ class _Regression:
         mx, my, mxx, mxy = (e.value for e in self._m)
         var = mxx - mx * mx
         slope = (mxy - mx * my) / var if var > 1e-9 * max(mxx, 1.0) else 0.0
+        # a cost per row is never negative; a negative fit is noise in the fixed cost: read it as a level
+        slope = max(slope, 0.0)
         return my - slope * mx, slope
 
 
@@ -235,6 +238,7 @@ class Profile:
     rest: _Regression = None
     last_batch: int = -1
     last_report_batch: int = -1
+    warmed: bool = False
 
     def __post_init__(self):
         self.rest = _Regression(self.alpha)
@@ -372,7 +376,11 @@ class RTStreamQoS(Policy):
             prof.last_report_batch = last
         for inst in q.instances:
             if inst.batch > prof.last_batch and inst.input_rows > 0:
-                prof.observe_instance(inst.input_rows * inst.kept, inst.duration)
+                if prof.warmed:
+                    prof.observe_instance(inst.input_rows * inst.kept, inst.duration)
+                # the query's first instance with data also starts its Python workers and loads the
+                # kernels, a one-time cost (seconds) that is not the steady state §4.1 profiles
+                prof.warmed = True
         if q.instances:
             prof.last_batch = max(prof.last_batch, last)
         return prof
@@ -390,8 +398,7 @@ class RTStreamQoS(Policy):
         """Learn from the new instances, predict every periodic query's next one, shed ε = D/T (§4.4),
         capped by the negotiation (§4.3) when ``capacity`` is set.
         """
-        if not isinstance(snapshot, Snapshot):
-            raise TypeError(f"snapshot must be a Snapshot, got {type(snapshot).__name__}")
+        self._check(snapshot)
         plans = {}
         for q in snapshot.queries.values():
             if q.period is None or shedding_operator(q) is None:
@@ -400,7 +407,10 @@ class RTStreamQoS(Policy):
             if pred is None:
                 continue
             rows, time_full, fixed = pred
-            budget = self.target * q.deadline
+            # the next instance starts late by what the last one overran its period (its release stays):
+            # that part of D is gone before it starts
+            last = q.instances[-1]
+            budget = self.target * q.deadline - max(last.end - (last.release + q.period), 0.0)
             # §4.4: ε = D/T on the part of T that dropping input reduces
             kept = rtstream.kept_fraction(time_full - fixed, budget - fixed) if budget > fixed else 0.0
             plans[q.name] = (q, rows, time_full, fixed, max(kept, self.min_kept))
@@ -415,8 +425,10 @@ class RTStreamQoS(Policy):
         for n, (q, rows, time_full, fixed, kept) in plans.items():
             predicted = fixed + kept * (time_full - fixed)
             self.predictions.append(Prediction(n, q.instances[-1].batch, rows, time_full, fixed, kept, predicted))
+            late = max(q.instances[-1].end - (q.instances[-1].release + q.period), 0.0)
             reason = (f"predicted {time_full:.3g} s for {rows:.0f} rows (fixed {fixed:.3g} s) against "
-                      f"{self.target:g}·D = {self.target * q.deadline:.3g} s: keep ε = {kept:.3f}")
+                      f"{self.target:g}·D = {self.target * q.deadline:.3g} s less {late:.3g} s start delay: "
+                      f"keep ε = {kept:.3f}")
             d = _drop_decision(q, shedding_operator(q), kept, reason, self.name)
             if d is not None:
                 out.append(d)

@@ -26,8 +26,7 @@ class BestEffort(Policy):
 
     def decide(self, snapshot: Snapshot) -> Decisions:
         """Set ``drop_ratio = 0`` where it is not."""
-        if not isinstance(snapshot, Snapshot):
-            raise TypeError(f"snapshot must be a Snapshot, got {type(snapshot).__name__}")
+        self._check(snapshot)
         out = []
         for q in snapshot.queries.values():
             op = shedding_operator(q) if q.period is not None else None
@@ -60,8 +59,7 @@ class FeedbackControl(Policy):
 
     def decide(self, snapshot: Snapshot) -> Decisions:
         """Move each periodic query's drop ratio by ``gain`` times its newest instance's lateness over D."""
-        if not isinstance(snapshot, Snapshot):
-            raise TypeError(f"snapshot must be a Snapshot, got {type(snapshot).__name__}")
+        self._check(snapshot)
         out = []
         for q in snapshot.queries.values():
             op = shedding_operator(q) if q.period is not None else None

@@ -30,6 +30,8 @@ __all__ = ["cql", "compile_cql", "analyze", "explain", "CompiledQuery", "Analysi
            "DEFAULT_SELECTIVITY", "DEFAULT_GROUPS"]
 
 AT = "cq_at"
+#: The timestamp column of a FROM subquery's stream (its tuples' ``cq_at``; renamed, as the outer query adds its own)
+SUB_AT = "cq_time"
 #: Priors the plan carries until the runtime has measured the real values (the cost models read them).
 DEFAULT_SELECTIVITY = 0.5
 DEFAULT_JOIN_SELECTIVITY = 0.1
@@ -49,6 +51,7 @@ class SourceInfo:
     node: A.StreamRef
     filters: list = field(default_factory=list)  # conjuncts applied to this stream alone
     relation: bool = False                       # a stored relation (a batch DataFrame) joined to the stream
+    time: str | None = None                      # its timestamp column when known (a subquery's: cq_time)
 
     @property
     def name(self) -> str:
@@ -83,6 +86,7 @@ class Analysis:
     plan: P.Node | None = None
     qos: dict = field(default_factory=dict)          # label -> QoSRange
     options: dict = field(default_factory=dict)      # period / deadline (µs), weight, sample range
+    subqueries: dict = field(default_factory=dict)   # alias -> Analysis of a FROM subquery (a stream)
 
     @property
     def select(self) -> A.Select:
@@ -176,8 +180,8 @@ def _micros(d: A.Duration) -> int:
     return d.micros
 
 
-def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str, list[str]] | None = None
-            ) -> Analysis:
+def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str, list[str]] | None = None,
+            *, streams=None) -> Analysis:
     """Classify ``statement`` and build its logical plan and QoS (no Spark).
 
     Parameters
@@ -189,6 +193,9 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
     columns : mapping stream name -> list of column names, optional
         The sources' columns, to resolve unqualified columns of multi-stream queries (without it they
         stay unresolved and are applied after the join).
+    streams : collection of str, optional
+        The sources that are streams (streaming DataFrames): in a FROM without any window they are the
+        streams and the other items stored relations (default: the first item is the stream).
 
     Raises
     ------
@@ -200,19 +207,41 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
         raise TypeError(f"statement must be a CQL text or a parsed Statement, got {type(statement).__name__}")
     if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"name must be a non-empty query name of letters, digits, '_' and '-', got {name!r}")
+    statement, inner = _subqueries(statement)
+    subqueries = {}
+    for alias, sub in inner.items():
+        sa = subqueries[alias] = analyze(sub, f"{name}_{alias}", columns, streams=streams)
+        if sa.shape != "stream":
+            raise CQLCompileError(f"the subquery {alias}", "a subquery in FROM must produce a stream without "
+                                  "state (CQL §2: a selection / projection of streams, joined with stored relations "
+                                  f"at most); this one is {'an' if sa.shape == 'aggregate' else 'a'} "
+                                  f"{sa.shape.replace('_', ' ')}: run it as its own query and read its sink", sub.query)
+        if columns is not None:
+            out = []
+            for it, col in zip(sub.query.items, _output_names(sub.query)):
+                if isinstance(it.expr, A.Star):   # the columns of the streams it names
+                    out += [c for src in sub.query.sources if it.expr.table in (None, src.ref)
+                            for c in columns.get(getattr(src, "name", None), [])]
+                else:
+                    out.append(col)
+            columns = dict(columns, **{alias: [c for c in out if c != AT] + [SUB_AT]})
     q = statement.query
     sources = []
     for s in q.sources:
-        if isinstance(s, A.SubqueryRef):
-            raise CQLCompileError("a subquery in FROM", "the compiler handles streams in FROM only so far; "
-                                  "register the subquery's stream as a source (e.g. a DataFrame) and window that", s)
-        sources.append(SourceInfo(s.ref, s))
+        sources.append(SourceInfo(s.ref, s, time=SUB_AT if s.name in inner else None))
     # In a multi-item FROM, an item without a window is a stored relation (CQL: streams are windowed
     # into relations; a relation is used as it is). Its rows join the stream's before the window, which is
     # the same as after it for a relation that does not change (a batch DataFrame).
+    # With no window at all (a stream-producing subquery such as STREAM's third example, `FROM Requests S,
+    # Domains R`), the streaming DataFrames are the streams (``streams``), else the first item.
     if len(sources) > 1 and any(s.window is None for s in sources):
-        for s in sources:
-            s.relation = s.window is None
+        if all(s.window is None for s in sources):
+            named = {s.name for s in sources} & set(streams or ())
+            for s in sources:
+                s.relation = s.name not in named if named else s is not sources[0]
+        else:
+            for s in sources:
+                s.relation = s.window is None
     refs = [s.ref for s in sources]
     dup = {r for r in refs if refs.count(r) > 1}
     if dup:
@@ -233,8 +262,7 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
                               "windowed stream may be joined with relations", q)
     aggregated = bool(q.group_by) or any(_aggregates(i.expr) for i in q.items) or q.having is not None
     if q.distinct:
-        raise CQLCompileError("SELECT DISTINCT", "duplicate elimination over a stream is not supported (its "
-                              "state grows without bound and it is not monotone under windows)", q)
+        aggregated = _distinct(q, sources, aggregated)
     for it in q.items:
         for call in _aggregates(it.expr):
             if call.distinct:
@@ -264,7 +292,7 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
             raise CQLCompileError("a join of more than six streams", "multi_join joins 2 to 6 inputs", q)
         shape = "join" if len(sources) == 2 else "multi_join"
     stream = statement.stream
-    a = Analysis(statement, name, shape, sources, stream, relations=relations)
+    a = Analysis(statement, name, shape, sources, stream, relations=relations, subqueries=subqueries)
     _check_stream_operator(a)
     rel_refs = {r.ref for r in relations}
     # WHERE: conjuncts on one stream are applied to it alone (a RANGE window commutes with a selection);
@@ -304,6 +332,48 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
     a.plan = _plan(a)
     a.qos, a.options = _qos(a)
     return a
+
+
+def _subqueries(statement: A.Statement) -> tuple[A.Statement, dict]:
+    """``statement`` with every FROM subquery replaced by a stream named by its alias, and
+    {alias: the subquery as an ISTREAM statement} (a stream-producing subquery's tuples, each at its time).
+    """
+    inner, items = {}, []
+    for s in statement.query.sources:
+        if isinstance(s, A.SubqueryRef):
+            inner[s.alias] = A.Statement(s.query, "ISTREAM", line=s.line, column=s.column)
+            s = A.StreamRef(s.alias, None, s.window, s.sample, line=s.line, column=s.column)
+        items.append(s)
+    if not inner:
+        return statement, inner
+    query = dataclasses.replace(statement.query, sources=tuple(items))
+    return dataclasses.replace(statement, query=query), inner
+
+
+def _unqualified(e):
+    """``e`` with its column references stripped of their stream qualifier (to compare expressions)."""
+    return _rewrite(e, lambda x: A.Column(None, x.name) if isinstance(x, A.Column) else None)
+
+
+def _distinct(q: A.Select, sources: list, aggregated: bool) -> bool:
+    """Check a ``SELECT DISTINCT``; True: it is compiled as an aggregate (a GROUP BY of its select list)."""
+    if aggregated:
+        selected = {_unqualified(i.expr) for i in q.items}
+        missing = [g for g in q.group_by if _unqualified(g) not in selected]
+        if missing:
+            raise CQLCompileError("SELECT DISTINCT", f"over an aggregate it must select every GROUP BY item "
+                                  f"(missing {to_text(missing[0])}): each window then has one row per group, "
+                                  "so the rows are distinct", q)
+        return True
+    w = sources[0].window if len(sources) == 1 else None
+    if w is None or w.kind != "range" or w.slide is None:
+        raise CQLCompileError("SELECT DISTINCT", "duplicate elimination needs one stream with a sliding window "
+                              "[RANGE d SLIDE s] (per window, as GROUP BY of the select list); over a stream, "
+                              "a ROWS window or a join its state would grow without bound", q)
+    for it in q.items:
+        if isinstance(it.expr, A.Star):
+            raise CQLCompileError("SELECT DISTINCT *", "name the columns to make distinct", it)
+    return True
 
 
 def _is_key(c, res) -> bool:
@@ -439,7 +509,8 @@ def _plan(a: Analysis) -> P.Node:
     if a.shape == "aggregate":
         w = a.sources[0].window
         node = P.Granularity(node, w.slide.micros, label=f"{op}.granularity")
-        node = P.Aggregate(node, groups=DEFAULT_GROUPS if a.select.group_by else 1, label=op)
+        node = P.Aggregate(node, groups=DEFAULT_GROUPS if a.select.group_by or a.select.distinct else 1,
+                           label=op)
         if a.select.having is not None:
             node = P.Select(node, DEFAULT_SELECTIVITY, predicate=to_text(a.select.having))
     if a.residual:
@@ -606,7 +677,13 @@ def compile_cql(spark, text, sources: Mapping, *, name: str = "q", control: Call
             found = [k for k in sources if k.lower() == s.name.lower()]
             if len(found) == 1:
                 lookup[s.name] = sources[found[0]]
-    a = analyze(statement, name, {k: v.columns for k, v in lookup.items()})
+    a = analyze(statement, name, {k: v.columns for k, v in lookup.items()},
+                streams=[k for k, v in lookup.items() if v.isStreaming])
+    for alias, sub in a.subqueries.items():   # each FROM subquery is compiled to a stream first
+        if alias in lookup:
+            raise CQLCompileError(f"the subquery {alias}", "its alias is also a source's name; rename one",
+                                  sub.statement)
+        lookup[alias] = _Builder(spark, sub, lookup, None).build().dataframe.withColumnRenamed(AT, SUB_AT)
     return _Builder(spark, a, lookup, control).build()
 
 
@@ -681,7 +758,7 @@ class _Builder:
     def source(self, s: SourceInfo, pushed: bool = True):
         """The stream with its SAMPLE and (when ``pushed``) its own predicates applied; its time column."""
         df = self.sources[s.name]
-        time = _time_column(df, s.name, s.node)
+        time = s.time or _time_column(df, s.name, s.node)
         if s.node.sample is not None and not (self.a.shape == "join" and self._shared_sample()):
             df = _sample(df, s.node.sample)
             self.operators.append((None, "sample (hash filter)", {"stream": s.ref, "percent": s.node.sample}))
@@ -753,17 +830,29 @@ class _Builder:
 
         name_of = self.name
 
-        by = []
-        for g in q.group_by:
-            if not isinstance(g, A.Column):
-                raise CQLCompileError(f"GROUP BY {to_text(g)}", "group by columns only (compute the expression "
-                                      "in the source DataFrame)", g)
-            self.res.owner(g)
-            by.append(name_of(g))
+        # SELECT DISTINCT without aggregates is a GROUP BY of the select list; without aggregates a constant
+        # one (MAX(1)) is computed, whose value changes only when a group appears or leaves, so ISTREAM /
+        # DSTREAM emit exactly the rows entering / leaving the distinct set
+        distinct_only = q.distinct and not q.group_by and not any(_aggregates(i.expr) for i in q.items)
+        group_by = tuple(i.expr for i in q.items) if distinct_only else q.group_by
+        by, grouped = [], {}
+        for i, g in enumerate(group_by):
+            if isinstance(g, A.Column):
+                self.res.owner(g)
+                col = name_of(g)
+            else:   # GROUP BY an expression: computed as a column before the aggregation
+                col = f"cq_g{i + 1}"
+                df = df.withColumn(col, _expr(df, _sql(g, name_of), f"GROUP BY {to_text(g)}", g))
+            grouped[_unqualified(g)] = col
+            if col not in by:
+                by.append(col)
         aggs: dict = {}
         out_name: dict = {}
         extra = 0
         calls = [c for it in q.items for c in _aggregates(it.expr)] + (_aggregates(q.having) if q.having else [])
+        if not calls:   # DISTINCT, or GROUP BY without aggregates (SQL's other spelling of it)
+            df = df.withColumn("cq_one", F.lit(1))
+            aggs["cq_one"] = ["max"]
         for call in calls:
             if call in out_name:
                 continue
@@ -783,8 +872,6 @@ class _Builder:
             if fn not in aggs.setdefault(col, []):
                 aggs[col].append(fn)
             out_name[call] = f"{fn}_{col}"
-        if not aggs:
-            raise CQLCompileError("GROUP BY without an aggregate", "select at least one aggregate (e.g. COUNT(*))", q)
         w = s.window
         window, slide = timedelta(microseconds=w.size.micros), timedelta(microseconds=w.slide.micros)
         emit = "windows" if a.stream == "RSTREAM" else "changes"
@@ -802,6 +889,8 @@ class _Builder:
             def fn(x):
                 if isinstance(x, A.Call) and x.is_aggregate:
                     return A.Column(None, out_name[x])
+                if not isinstance(x, A.Column) and _unqualified(x) in grouped:
+                    return A.Column(None, grouped[_unqualified(x)])
                 if isinstance(x, A.Column):
                     n = name_of(x)
                     if n not in by:

@@ -35,6 +35,12 @@ class Policy(abc.ABC):
     #: Registry name; subclasses set it.
     name: ClassVar[str] = ""
 
+    @staticmethod
+    def _check(snapshot: Snapshot) -> None:
+        """Raise TypeError unless ``snapshot`` is a :class:`Snapshot` (every entry point starts with it)."""
+        if not isinstance(snapshot, Snapshot):
+            raise TypeError(f"snapshot must be a Snapshot, got {type(snapshot).__name__}")
+
     @abc.abstractmethod
     def decide(self, snapshot: Snapshot) -> Decisions:
         """Decide parameter changes from ``snapshot``.
@@ -57,8 +63,7 @@ class Policy(abc.ABC):
         """
         if not isinstance(query, QueryInfo):
             raise TypeError(f"query must be a QueryInfo, got {type(query).__name__}")
-        if not isinstance(snapshot, Snapshot):
-            raise TypeError(f"snapshot must be a Snapshot, got {type(snapshot).__name__}")
+        self._check(snapshot)
         return Admission(True, "accepted by default", Decisions((), self.name))
 
     def remove(self, query: str) -> Decisions:
@@ -77,8 +82,7 @@ class Policy(abc.ABC):
         on a declared parameter lies within its bound; a decision on a numeric parameter nobody declared
         (other than ``drop_ratio``, bounded by [0, 1)) fails the check.
         """
-        if not isinstance(snapshot, Snapshot):
-            raise TypeError(f"snapshot must be a Snapshot, got {type(snapshot).__name__}")
+        self._check(snapshot)
         out: dict[str, QoSRange] = {}
         for q in snapshot.queries.values():
             out.update(q.qos)

@@ -358,9 +358,10 @@ class RoundEstimates:
         operator's control-table entry (its ``plan_id`` names the first probe steps of a join).
         """
         stats = _stats(stats)
-        if stats.batches <= self._last.get(stats.operator, 0) or not stats.report:
+        batch = stats.batches if stats.report_batch is None else stats.report_batch
+        if batch <= self._last.get(stats.operator, 0) or not stats.report:
             return False
-        self._last[stats.operator] = stats.batches
+        self._last[stats.operator] = batch
         kind = operator_kind(stats)
         if kind == SELECT_CHAIN:
             for p, step in chain_steps(stats).items():

@@ -49,9 +49,11 @@ class OperatorStats:
 
     Smoothed values (``input_rate``, ``selectivity``) use single exponential smoothing (PIPES §3.2.2);
     ``state_rows`` / ``state_bytes`` are the latest report; ``late_rows_total`` counts since start.
-    ``report`` is the latest report in full: every counter the operator emits, e.g. a ``multi_join``'s
+    ``report`` is the latest report of a batch with arrivals in full (a no-data batch, which Spark runs to
+    advance the watermark, would show no steps): every counter the operator emits, e.g. a ``multi_join``'s
     per-step ``probed_<i>_<j>`` / ``matched_<i>_<j>`` or a ``select_chain``'s ``rows_in_<p>`` /
-    ``nanos_<p>``, from which plan policies estimate selectivities and costs.
+    ``nanos_<p>``, from which plan policies estimate selectivities and costs. ``report_batch`` is the value
+    ``batches`` had when that report was read (None: ``batches``), so a policy sees each report once.
     """
 
     operator: str
@@ -66,6 +68,7 @@ class OperatorStats:
     late_rows: int = 0
     late_rows_total: int = 0
     report: Mapping[str, int] = field(default_factory=dict)
+    report_batch: int | None = None
 
 
 @dataclass(frozen=True)

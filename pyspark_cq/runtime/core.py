@@ -388,8 +388,10 @@ class CQRuntime:
             Checkpoint directory; default ``<sink>/_checkpoint`` for a directory sink, else a new temporary
             directory.
         trigger : mapping, optional
-            ``DataStreamWriter.trigger`` arguments. Default: ``processingTime`` = the query's ``PERIOD``
-            (RTStream §2: a periodic query runs once per period), else Spark's default.
+            ``DataStreamWriter.trigger`` arguments. Default: a query with ``PERIOD`` (and ``DEADLINE``, default
+            the period) is registered as a periodic query (``register(period=, deadline=)``: RTStream §2,
+            one instance per period, its misses recorded for the QoS policies); else Spark's default trigger.
+            A trigger given here replaces the period's and the query is not periodic.
         rates : mapping str -> str or float, optional
             As ``register(sources=)``: a stream name -> a substring of its progress-source description (e.g.
             ``"Rate"``, a path) or a fixed mean distance d in seconds, for the cost-based policies.
@@ -410,9 +412,10 @@ class CQRuntime:
                 checkpoint = os.path.join(sink, "_checkpoint")
             else:
                 checkpoint = tempfile.mkdtemp(prefix=f"pyspark-cq-{name}-")
-        period = analysis.options.get("period")
-        if trigger is None and period is not None:
-            trigger = {"processingTime": f"{period / 1000:g} milliseconds"}
+        period = deadline = None
+        if trigger is None and "period" in analysis.options:   # µs in the analysis
+            period = analysis.options["period"] / 1e6
+            deadline = analysis.options.get("deadline", analysis.options["period"]) / 1e6
 
         def build(ctx: QueryContext):
             ctx.compiled = compile_cql(ctx.spark, statement, sources, name=name, control=ctx.control)
@@ -426,7 +429,8 @@ class CQRuntime:
                 writer = writer.format("parquet").option("path", sink)
             return writer.trigger(**trigger) if trigger else writer
 
-        return self.register(name, build, plan=analysis.plan, qos=analysis.qos, sources=rates)
+        return self.register(name, build, plan=analysis.plan, qos=analysis.qos, sources=rates, period=period,
+                             deadline=deadline)
 
     def _admit(self, info: QueryInfo, snapshot: Snapshot) -> list[tuple[Policy, Admission]]:
         accepted = []

@@ -97,6 +97,8 @@ class _OperatorState:
     alpha: float
     batches: int = 0
     last: dict = field(default_factory=dict)
+    last_data: dict = field(default_factory=dict)     # the latest report of a batch with arrivals
+    data_batch: int = 0                                # ``batches`` when it was read
     rate: _Smoothed = None
     selectivity: _Smoothed = None
     late_total: int = 0
@@ -318,6 +320,10 @@ class StatisticsStore:
                 continue
             op.batches += 1
             op.last = report
+            if report.get("input_rows", 0) > 0:
+                # a no-data batch (Spark's extra batch for the watermark) must not hide the step counters
+                # of the batch before it from the plan policies
+                op.last_data, op.data_batch = report, op.batches
             op.late_total += report.get("late_rows", 0)
             n_in, n_out = report.get("input_rows", 0), report.get("output_rows", 0)
             if n_in > 0:
@@ -376,7 +382,8 @@ class StatisticsStore:
                     op.name, op.batches, last.get("input_rows", 0), last.get("output_rows", 0), op.rate.value,
                     op.selectivity.value, float(last["state_rows"]) if "state_rows" in last else math.nan,
                     float(last["state_bytes"]) if "state_bytes" in last else math.nan,
-                    last.get("evicted_rows", 0), last.get("late_rows", 0), op.late_total, dict(last))
+                    last.get("evicted_rows", 0), last.get("late_rows", 0), op.late_total,
+                    dict(op.last_data or last), op.data_batch if op.last_data else op.batches)
             return QueryInfo(query, plan, dict(qos or {}), sources, operators, dict(control or {}),
                              s.batches, s.rate.value, s.duration.value, s.state_rows, s.state_bytes, s.late_total,
                              s.event_time, _finite(s.lag.value), _finite(s.advance.value), s.period, s.deadline,

@@ -64,7 +64,7 @@ py::dict preaggregate_py(const py::handle& hash, const py::handle& time, const p
   std::vector<std::pair<std::uint8_t, int>> op_list;
   for (py::ssize_t i = 0; i < op_arr.shape(0); i += 2) {
     const int op = op_arr.at(i), col = op_arr.at(i + 1);
-    if (op < cq::agg::kOpRows || op > cq::agg::kOpSumHi) throw py::value_error("unknown op code " + std::to_string(op));
+    if (op < cq::agg::kOpRows || op > cq::agg::kOpMoments) throw py::value_error("unknown op code " + std::to_string(op));
     if (op != cq::agg::kOpRows && (col < 0 || col >= static_cast<int>(values.size())))
       throw py::value_error("op refers to a missing value column " + std::to_string(col));
     op_list.emplace_back(static_cast<std::uint8_t>(op), col);
@@ -92,8 +92,9 @@ py::dict preaggregate_py(const py::handle& hash, const py::handle& time, const p
     }
   }
   for (const auto& [op, col] : op_list) {
-    if (op == cq::agg::kOpRows || op == cq::agg::kOpCount) continue;
-    const bool f = op == cq::agg::kOpSumF || op == cq::agg::kOpMinF || op == cq::agg::kOpMaxF;
+    if (op == cq::agg::kOpRows || op == cq::agg::kOpCount || op == cq::agg::kOpPairValue) continue;
+    const bool f = op == cq::agg::kOpSumF || op == cq::agg::kOpMinF || op == cq::agg::kOpMaxF ||
+                   op == cq::agg::kOpMoments;
     if (f ? !cols[col].f64 : !cols[col].i64)
       throw py::type_error("values[" + std::to_string(col) + "] must be " + (f ? "float64" : "int64") +
                            " for op " + std::to_string(op));
@@ -384,10 +385,20 @@ int64 arrays, floats bit-cast) and null_time (rows skipped for a null time).)doc
   m.attr("OP_MAX_I") = static_cast<int>(cq::agg::kOpMaxI);
   m.attr("OP_MAX_F") = static_cast<int>(cq::agg::kOpMaxF);
   m.attr("OP_SUM_HI") = static_cast<int>(cq::agg::kOpSumHi);
+  m.attr("OP_HLL") = static_cast<int>(cq::agg::kOpHll);
+  m.attr("OP_FIRST") = static_cast<int>(cq::agg::kOpFirst);
+  m.attr("OP_LAST") = static_cast<int>(cq::agg::kOpLast);
+  m.attr("OP_PAIR_VALUE") = static_cast<int>(cq::agg::kOpPairValue);
+  m.attr("OP_MOMENTS") = static_cast<int>(cq::agg::kOpMoments);
   m.attr("KIND_ADD_I64") = static_cast<int>(cq::agg::kAddI64);
   m.attr("KIND_ADD_F64") = static_cast<int>(cq::agg::kAddF64);
   m.attr("KIND_MIN") = static_cast<int>(cq::agg::kMin);
   m.attr("KIND_MAX") = static_cast<int>(cq::agg::kMax);
+  m.attr("KIND_MAX_BYTES") = static_cast<int>(cq::agg::kMaxBytes);
+  m.attr("KIND_FIRST") = static_cast<int>(cq::agg::kFirst);
+  m.attr("KIND_LAST") = static_cast<int>(cq::agg::kLast);
+  m.attr("KIND_PAIR_VALUE") = static_cast<int>(cq::agg::kPairValue);
+  m.attr("KIND_MOMENTS") = static_cast<int>(cq::agg::kMoments);
   m.attr("OUT_COUNT") = static_cast<int>(cq::agg::kOutCount);
   m.attr("OUT_SUM_I") = static_cast<int>(cq::agg::kOutSumI);
   m.attr("OUT_SUM_F") = static_cast<int>(cq::agg::kOutSumF);
@@ -396,4 +407,5 @@ int64 arrays, floats bit-cast) and null_time (rows skipped for a null time).)doc
   m.attr("OUT_MIN") = static_cast<int>(cq::agg::kOutMin);
   m.attr("OUT_MAX") = static_cast<int>(cq::agg::kOutMax);
   m.attr("OUT_SUM_I_CHECKED") = static_cast<int>(cq::agg::kOutSumIChecked);
+  m.attr("OUT_RAW") = static_cast<int>(cq::agg::kOutRaw);
 }

@@ -40,7 +40,18 @@ enum Kind : std::uint8_t {
   kAddF64 = 2,  // floating sums: IEEE add, not invertible (two-stacks)
   kMin = 3,     // minimum of order keys (two-stacks)
   kMax = 4,     // maximum of order keys (two-stacks)
+  kMaxBytes = 5,  // bytewise maximum of eight packed 7-bit registers (HyperLogLog sketches, two-stacks)
+  kFirst = 6,     // (event time, value) pair at partials p, p + 1: the earliest (ties: the smaller value)
+  kLast = 7,      // idem, the latest (ties: the larger value)
+  kPairValue = 8, // a further slot of a multi-slot kind (kFirst, kLast, kMoments), combined with it
+  kMoments = 9,   // (n, mean, M2) as doubles at p, p + 1, p + 2: count, mean and sum of squared deviations
 };
+
+// Slots of a kind: a multi-slot kind at p is followed by width - 1 kPairValue partials.
+inline std::size_t width(std::uint8_t kind) {
+  return kind == kMoments ? 3 : (kind == kFirst || kind == kLast) ? 2 : 1;
+}
+inline bool is_pair(std::uint8_t kind) { return width(kind) > 1; }
 
 // Map-side operations: which partial a raw row contributes to (see preaggregate()).
 enum Op : std::uint8_t {
@@ -54,6 +65,12 @@ enum Op : std::uint8_t {
   kOpMaxF = 7,
   kOpSumHi = 8,  // sum of the high halves (v >> 32) of an integral column: with its wrapped sum, the
                  // exact sum (exact_sum), for overflow checks and avg
+  kOpHll = 9,    // HyperLogLog registers of a column of 64-bit value hashes: a run of consecutive kOpHll
+                 // partials of one column holds 8 registers each (2^p = 8 * run length), see hll_update
+  kOpFirst = 10,  // first / last by event time: (time, value) pairs; the op's column holds the event
+  kOpLast = 11,   // times, the kOpPairValue partial right after it names the value column
+  kOpPairValue = 12,
+  kOpMoments = 13,  // (n, mean, M2) of a float64 column, Welford per slice; two kOpPairValue partials follow
 };
 
 inline Kind kind_of(std::uint8_t op) {
@@ -62,6 +79,11 @@ inline Kind kind_of(std::uint8_t op) {
     case kOpSumF: return kAddF64;
     case kOpMinI: case kOpMinF: return kMin;
     case kOpMaxI: case kOpMaxF: return kMax;
+    case kOpHll: return kMaxBytes;
+    case kOpFirst: return kFirst;
+    case kOpLast: return kLast;
+    case kOpPairValue: return kPairValue;
+    case kOpMoments: return kMoments;
     default: throw std::invalid_argument("unknown partial operation code " + std::to_string(op));
   }
 }
@@ -95,6 +117,8 @@ inline std::int64_t identity(std::uint8_t kind) {
   switch (kind) {
     case kMin: return kI64Max;
     case kMax: return kI64Min;
+    case kFirst: return kI64Max;
+    case kLast: return kI64Min;
     default: return 0;  // 0 and +0.0 share the bit pattern
   }
 }
@@ -105,8 +129,62 @@ inline std::int64_t combine(std::uint8_t kind, std::int64_t a, std::int64_t b) {
       return static_cast<std::int64_t>(static_cast<std::uint64_t>(a) + static_cast<std::uint64_t>(b));
     case kAddF64: return f64_bits(bits_f64(a) + bits_f64(b));
     case kMin: return a < b ? a : b;
+    case kMaxBytes: {
+      // SWAR: every byte holds a value < 128, so (a | 0x80) - b never borrows across bytes and its
+      // high bit says a >= b in that byte.
+      constexpr std::uint64_t kHigh = 0x8080808080808080ULL;
+      const std::uint64_t x = static_cast<std::uint64_t>(a), y = static_cast<std::uint64_t>(b);
+      const std::uint64_t ge = (((x | kHigh) - y) & kHigh) >> 7;  // 0x01 in bytes where x >= y
+      const std::uint64_t mask = ge * 0xFF;
+      return static_cast<std::int64_t>((x & mask) | (y & ~mask));
+    }
     default: return a > b ? a : b;
   }
+}
+
+// HyperLogLog update of Heule, Nunkesser and Hall, "HyperLogLog in Practice" (HLL++, §2, Fig. 1; the
+// register layout of Spark's HyperLogLogPlusPlus): with 2^p registers the first p bits of the hash
+// choose the register, which keeps the maximum of the rank rho = (leading zeros of the remaining bits)
+// + 1; the padding bit 2^(p-1) caps rho at 65 - p. Registers are packed eight to an int64, register
+// j in byte j % 8 of word j / 8. `words` points to the 2^p / 8 words of one sketch.
+inline void hll_update(std::int64_t* words, int p, std::uint64_t hash) {
+  const std::uint64_t idx = hash >> (64 - p);
+  const std::uint64_t rest = (hash << p) | (std::uint64_t{1} << (p - 1));
+  const std::uint64_t rho = static_cast<std::uint64_t>(__builtin_clzll(rest)) + 1;
+  const std::uint64_t cur = (static_cast<std::uint64_t>(words[idx >> 3]) >> (8 * (idx & 7))) & 0xFF;
+  if (rho > cur)
+    words[idx >> 3] = static_cast<std::int64_t>((static_cast<std::uint64_t>(words[idx >> 3]) &
+                                                 ~(std::uint64_t{0xFF} << (8 * (idx & 7)))) |
+                                                (rho << (8 * (idx & 7))));
+}
+
+// dst[0] (+ dst[1] for a pair kind) combined with src[0] (+ src[1]): every layout (slice rows, suffix
+// columns, running aggregates) keeps a pair's value right after its time. All kinds are commutative.
+inline void combine_at(std::uint8_t kind, std::int64_t* dst, const std::int64_t* src) {
+  if (kind == kMoments) {
+    // Chan, Golub and LeVeque, "Algorithms for computing the sample variance" (1983), eq. 2.1: the
+    // pairwise update of (n, mean, M2), which never subtracts two large sums of squares.
+    const double nb = bits_f64(src[0]);
+    if (nb == 0) return;
+    const double na = bits_f64(dst[0]);
+    if (na == 0) {
+      dst[0] = src[0], dst[1] = src[1], dst[2] = src[2];
+      return;
+    }
+    const double ma = bits_f64(dst[1]), mb = bits_f64(src[1]), n = na + nb, delta = mb - ma;
+    dst[0] = f64_bits(n);
+    dst[1] = f64_bits(ma + delta * (nb / n));
+    dst[2] = f64_bits(bits_f64(dst[2]) + bits_f64(src[2]) + delta * delta * (na * nb / n));
+    return;
+  }
+  if (!is_pair(kind)) {
+    dst[0] = combine(kind, dst[0], src[0]);
+    return;
+  }
+  const bool first = kind == kFirst;
+  const bool take = first ? (src[0] < dst[0] || (src[0] == dst[0] && src[1] < dst[1]))
+                          : (src[0] > dst[0] || (src[0] == dst[0] && src[1] > dst[1]));
+  if (take) dst[0] = src[0], dst[1] = src[1];
 }
 
 inline std::int64_t floor_div(std::int64_t a, std::int64_t b) {  // b > 0
@@ -247,6 +325,9 @@ inline Slices preaggregate(std::size_t n, const std::int64_t* hash, const std::i
   for (std::size_t p = 0; p < ops.size(); ++p) {
     const std::uint8_t op = ops[p].first;
     const std::uint8_t kind = kind_of(op);
+    if ((op == kOpHll && p > 0 && ops[p - 1].first == kOpHll && ops[p - 1].second == ops[p].second) ||
+        op == kOpPairValue)
+      continue;  // filled with the first word of its sketch / with its pair's time
     std::vector<std::int64_t>& acc = out.part[p];
     acc.assign(m, identity(kind));
     if (op == kOpRows) {
@@ -299,6 +380,62 @@ inline Slices preaggregate(std::size_t n, const std::int64_t* hash, const std::i
             if (k > acc[gid[i]]) acc[gid[i]] = k;
           }
         break;
+      case kOpFirst: case kOpLast: {
+        if (p + 1 >= ops.size() || ops[p + 1].first != kOpPairValue)
+          throw std::invalid_argument("a first / last partial needs its value partial right after it");
+        const ValueColumn& val = cols.at(static_cast<std::size_t>(ops[p + 1].second));
+        std::vector<std::int64_t>& value = out.part[p + 1];
+        value.assign(m, 0);
+        std::int64_t pair[2];
+        for (std::size_t i = 0; i < n; ++i)
+          if (gid[i] >= 0 && (!v || v[i]) && (!val.valid || val.valid[i])) {
+            pair[0] = c.i64[i];
+            pair[1] = val.f64 ? f64_key(val.f64[i]) : val.i64[i];
+            std::int64_t cur[2] = {acc[gid[i]], value[gid[i]]};
+            combine_at(kind, cur, pair);
+            acc[gid[i]] = cur[0], value[gid[i]] = cur[1];
+          }
+        break;
+      }
+      case kOpMoments: {  // Welford's update per row, per slice
+        if (p + 2 >= ops.size() || ops[p + 1].first != kOpPairValue || ops[p + 2].first != kOpPairValue)
+          throw std::invalid_argument("a moments partial needs two value partials right after it");
+        std::vector<double> cnt(m, 0.0), mean(m, 0.0), m2(m, 0.0);
+        for (std::size_t i = 0; i < n; ++i)
+          if (gid[i] >= 0 && (!v || v[i])) {
+            const std::size_t g = static_cast<std::size_t>(gid[i]);
+            const double x = c.f64[i], d = x - mean[g];
+            cnt[g] += 1.0;
+            mean[g] += d / cnt[g];
+            m2[g] += d * (x - mean[g]);
+          }
+        out.part[p + 1].resize(m);
+        out.part[p + 2].resize(m);
+        for (std::size_t g = 0; g < m; ++g) {
+          acc[g] = f64_bits(cnt[g]);
+          out.part[p + 1][g] = f64_bits(mean[g]);
+          out.part[p + 2][g] = f64_bits(m2[g]);
+        }
+        break;
+      }
+      case kOpHll: {
+        std::size_t w = 1;  // the sketch's words: this partial and the kOpHll partials of the column after it
+        while (p + w < ops.size() && ops[p + w].first == kOpHll && ops[p + w].second == ops[p].second) ++w;
+        int prec = 3;
+        while ((std::size_t{1} << prec) < 8 * w) ++prec;
+        if ((std::size_t{1} << prec) != 8 * w || prec < 4 || prec > 18)
+          throw std::invalid_argument("a HyperLogLog sketch needs 2^p / 8 words with 4 <= p <= 18");
+        std::vector<std::int64_t> regs(m * w, 0);  // slice-major, then copied out word by word
+        for (std::size_t i = 0; i < n; ++i)
+          if (gid[i] >= 0 && (!v || v[i]))
+            hll_update(&regs[static_cast<std::size_t>(gid[i]) * w], prec, static_cast<std::uint64_t>(c.i64[i]));
+        for (std::size_t k = 0; k < w; ++k) {
+          std::vector<std::int64_t>& word = out.part[p + k];
+          word.resize(m);
+          for (std::size_t j = 0; j < m; ++j) word[j] = regs[j * w + k];
+        }
+        break;
+      }
       default: throw std::invalid_argument("unknown partial operation code " + std::to_string(op));
     }
   }
@@ -317,6 +454,7 @@ enum OutKind : std::int32_t {
   kOutMax = 7,
   kOutSumIChecked = 8,  // kOutSumI with the high-half sum at partial value + 1: valid is 2 when the
                         // exact sum is outside int64 (the value is then the wrapped sum, Spark's non-ANSI one)
+  kOutRaw = 9,    // the combined partial as it is, always valid (e.g. a sketch word finished in Python)
 };
 
 // Whether an output reads the high-half sum partial (kOpSumHi) at its value partial + 1.
@@ -342,7 +480,7 @@ inline std::int64_t canonical_double_bits(double x) { return std::isnan(x) ? kNa
 
 // Final value of one output aggregate from combined partials: (bits, valid).
 inline void finalize(const OutSpec& o, const std::int64_t* combined, std::int64_t* value, std::uint8_t* valid) {
-  if (o.kind == kOutCount) {
+  if (o.kind == kOutCount || o.kind == kOutRaw) {
     *value = combined[o.value];
     *valid = 1;
     return;
@@ -425,17 +563,25 @@ class ShardState {
     if (kinds_.empty() || kinds_[0] != kAddI64)
       throw std::invalid_argument("partial 0 must be count(*) (kind add-int64)");
     for (auto k : kinds_) {
-      if (k < kAddI64 || k > kMax) throw std::invalid_argument("unknown partial kind " + std::to_string(k));
+      if (k < kAddI64 || k > kMoments) throw std::invalid_argument("unknown partial kind " + std::to_string(k));
       suf_of_.push_back(k == kAddI64 ? -1 : static_cast<int>(Q_++));
     }
     for (const auto& o : outs_) {
-      if (o.kind < kOutCount || o.kind > kOutSumIChecked) throw std::invalid_argument("unknown output kind");
+      if (o.kind < kOutCount || o.kind > kOutRaw) throw std::invalid_argument("unknown output kind");
       if (uses_high_half(o.kind) && (o.value + 1 >= static_cast<std::int32_t>(kinds_.size()) ||
                                      kinds_[o.value + 1] != kAddI64))
         throw std::invalid_argument("an integral sum or avg needs its high-half sum partial right after it");
       if (o.value < 0 || o.value >= static_cast<std::int32_t>(kinds_.size()) ||
-          (o.kind != kOutCount && (o.count < 0 || o.count >= static_cast<std::int32_t>(kinds_.size()))))
+          (o.kind != kOutCount && o.kind != kOutRaw && (o.count < 0 || o.count >= static_cast<std::int32_t>(kinds_.size()))))
         throw std::invalid_argument("output aggregate refers to a missing partial");
+    }
+    for (std::size_t p = 0; p < kinds_.size();) {  // a multi-slot kind owns exactly its width of slots
+      std::size_t w = width(kinds_[p]), j = 1;
+      if (kinds_[p] == kPairValue) throw std::invalid_argument("a value partial without its first / last / moments");
+      for (; j < w; ++j)
+        if (p + j >= kinds_.size() || kinds_[p + j] != kPairValue) break;
+      if (j != w) throw std::invalid_argument("a first / last / moments partial lacks its value partials");
+      p += w;
     }
     P_ = kinds_.size();
     R_ = 2 + P_ + Q_;  // row: start, epoch (last ingest that touched it), partials, suffixes
@@ -721,7 +867,8 @@ class ShardState {
     std::int64_t pos = (n == k.head || start(k, n - 1) < t) ? n : lower_bound(k, k.head, t);
     if (pos < n && start(k, pos) == t) {
       std::int64_t* r = rowp(k, pos);
-      for (std::size_t p = 0; p < P_; ++p) r[2 + p] = combine(kinds_[p], r[2 + p], x[p]);
+      for (std::size_t p = 0; p < P_; ++p)
+        if (kinds_[p] != kPairValue) combine_at(kinds_[p], &r[2 + p], &x[p]);
       r[1] = epoch_;
       if (pos >= k.lo && pos < k.hi) fold_into_queue(k, pos, x, false);
       return;
@@ -752,14 +899,20 @@ class ShardState {
   void fold_into_queue(Key& k, std::int64_t pos, const std::int64_t* x, bool new_row) {
     for (std::size_t p = 0; p < P_; ++p) {
       const std::uint8_t kind = kinds_[p];
+      if (kind == kPairValue) continue;  // with its time (p - 1)
       if (kind == kAddI64 || pos >= k.mid) {
-        k.run[p] = combine(kind, k.run[p], x[p]);
+        combine_at(kind, &k.run[p], &x[p]);
         continue;
       }
       const std::size_t q = static_cast<std::size_t>(suf_of_[p]);
-      std::int64_t* base = &k.rows[2 + P_ + q];
-      if (new_row) base[pos * R_] = combine(kind, x[p], pos + 1 < k.mid ? base[(pos + 1) * R_] : identity(kind));
-      for (std::int64_t i = k.lo; i < pos + (new_row ? 0 : 1); ++i) base[i * R_] = combine(kind, base[i * R_], x[p]);
+      std::int64_t* base = &k.rows[2 + P_ + q];  // a pair's value suffix is q + 1, right after it
+      if (new_row) {
+        std::int64_t acc[3] = {x[p], 0, 0};
+        for (std::size_t j = 1; j < width(kind); ++j) acc[j] = x[p + j];
+        if (pos + 1 < k.mid) combine_at(kind, acc, &base[(pos + 1) * R_]);
+        for (std::size_t j = 0; j < width(kind); ++j) base[pos * R_ + j] = acc[j];
+      }
+      for (std::int64_t i = k.lo; i < pos + (new_row ? 0 : 1); ++i) combine_at(kind, &base[i * R_], &x[p]);
     }
   }
 
@@ -769,7 +922,8 @@ class ShardState {
   }
   void push(Key& k) {
     const std::int64_t* r = &k.rows[k.hi * R_ + 2];
-    for (std::size_t p = 0; p < P_; ++p) k.run[p] = combine(kinds_[p], k.run[p], r[p]);
+    for (std::size_t p = 0; p < P_; ++p)
+      if (kinds_[p] != kPairValue) combine_at(kinds_[p], &k.run[p], &r[p]);
     ++k.hi;
   }
   void pop(Key& k) {
@@ -783,15 +937,16 @@ class ShardState {
   void flip(Key& k) {  // move the back [mid, hi) to the front: suffix aggregates, newest to oldest
     for (std::size_t p = 0; p < P_; ++p) {
       const std::uint8_t kind = kinds_[p];
-      if (kind == kAddI64) continue;
+      if (kind == kAddI64 || kind == kPairValue) continue;
       const std::size_t q = static_cast<std::size_t>(suf_of_[p]);
-      std::int64_t acc = identity(kind);
+      std::int64_t acc[3] = {identity(kind), 0, 0};
       for (std::int64_t i = k.hi - 1; i >= k.lo; --i) {
         std::int64_t* r = &k.rows[i * R_];
-        acc = combine(kind, r[2 + p], acc);
-        r[2 + P_ + q] = acc;
+        combine_at(kind, acc, &r[2 + p]);
+        for (std::size_t j = 0; j < width(kind); ++j) r[2 + P_ + q + j] = acc[j];
       }
       k.run[p] = identity(kind);
+      for (std::size_t j = 1; j < width(kind); ++j) k.run[p + j] = 0;
     }
     k.mid = k.hi;
   }
@@ -807,9 +962,11 @@ class ShardState {
   void query(const Key& k, std::int64_t* vals, std::uint8_t* ok) {
     for (std::size_t p = 0; p < P_; ++p) {
       const std::uint8_t kind = kinds_[p];
-      combined_[p] = (kind == kAddI64 || k.lo >= k.mid)
-                         ? k.run[p]
-                         : combine(kind, suf(k, k.lo, static_cast<std::size_t>(suf_of_[p])), k.run[p]);
+      if (kind == kPairValue) continue;  // with its time (p - 1)
+      for (std::size_t j = 0; j < width(kind); ++j)
+        combined_[p + j] = (kind == kAddI64 || k.lo >= k.mid)
+                               ? k.run[p + j] : suf(k, k.lo, static_cast<std::size_t>(suf_of_[p]) + j);
+      if (kind != kAddI64 && k.lo < k.mid) combine_at(kind, &combined_[p], &k.run[p]);
     }
     for (std::size_t o = 0; o < outs_.size(); ++o) finalize(outs_[o], combined_.data(), &vals[o], &ok[o]);
   }

@@ -1,6 +1,7 @@
 """The ``pyspark-cq`` console script: ``doctor`` checks an installation (``--master`` a cluster's executors),
-``demo`` runs the main job, ``run`` and ``explain`` run / explain a CQL query file (docs/cql.md),
-``connect-server`` runs a Spark Connect server for pyspark-cq clients (docs/deploy.md).
+``demo`` runs the main job, ``run`` and ``explain`` run / explain a CQL query file (docs/cql.md), ``console``
+serves the live web console over a demo query (docs/console.md), ``connect-server`` runs a Spark Connect server
+for pyspark-cq clients (docs/deploy.md).
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import platform
 import sys
 import time
 
-__all__ = ["main", "doctor", "connect_server"]
+__all__ = ["main", "doctor", "console", "connect_server"]
 
 
 def _ok(label: str, value: str) -> None:
@@ -187,8 +188,91 @@ def connect_server(args) -> int:
         server.stop()
 
 
+def _console_arguments(p) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8050, help="TCP port (default 8050; 0: any free port)")
+    p.add_argument("--token", help="the token edits need (default: a new random one, printed)")
+    p.add_argument("--policies", default="", help="comma-separated policies to run, e.g. pipes (default none)")
+    p.add_argument("--memory-budget", help="the runtime's memory budget, e.g. '64 MB' (for --policies pipes)")
+    p.add_argument("--rows-per-second", type=int, default=200, help="the demo query's input rate (default 200)")
+    p.add_argument("--window", default="6 seconds", help="the demo query's initial window (default 6 seconds)")
+    p.add_argument("--name", help="the query's name (default sensors for the demo, q for --cql)")
+    p.add_argument("--cql", metavar="FILE", help="serve this CQL query over --source directories instead of the demo")
+    from .lang.cli import add_source_arguments
+
+    add_source_arguments(p, required=False)
+    p.add_argument("--sink", default="memory",
+                   help="with --cql: 'memory' (a table named after the query, default), 'console' or a directory")
+    p.add_argument("--seconds", type=float, help="stop after this many seconds (default: run until Ctrl-C)")
+    p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+
+
+def console(args) -> int:
+    """Start a runtime with the demo query (or a CQL query over file streams) and serve the live web console
+    until Ctrl-C (or ``--seconds``).
+    """
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        print(f"pyspark-cq console needs the console extra ({exc}): pip install 'pyspark-cq[console]'",
+              file=sys.stderr)
+        return 2
+    from pyspark.sql import SparkSession
+
+    import pyspark_cq
+    from pyspark_cq.console import demo_query
+    from pyspark_cq.runtime import CQRuntime
+
+    from .lang import CQLSyntaxError
+    from .lang.cli import _read_query, open_streams, source_paths
+    from .lang.errors import CQLCompileError
+
+    if args.cql is not None:
+        text = _read_query(args.cql)
+        sources, schemas = source_paths(args)
+        if not sources:
+            raise SystemExit("pyspark-cq: console --cql needs its streams: --source NAME=DIR (repeat per stream)")
+    elif args.source:
+        raise SystemExit("pyspark-cq: --source is for a --cql query; the demo query reads Spark's rate source")
+    name = args.name or ("q" if args.cql else "sensors")
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    active = SparkSession.getActiveSession()  # called in-process (tests, notebooks): keep their session as is
+    spark = pyspark_cq.spark(args.master, "pyspark-cq-console") if active is None else active
+    if active is None:
+        spark.sparkContext.setLogLevel("ERROR")
+    rt = CQRuntime(spark, policies=policies, memory_budget=args.memory_budget)
+    if args.cql is None:
+        demo_query(rt, name, rows_per_second=args.rows_per_second, window=args.window)
+    else:
+        try:   # rates: a file source's progress description holds its path
+            rt.register_cql(name, text, sources=open_streams(spark, sources, schemas, args), sink=args.sink,
+                            rates={n: os.path.abspath(path) for n, path in sources.items()})
+        except (CQLSyntaxError, CQLCompileError) as exc:
+            print(f"{args.cql}: {exc}", file=sys.stderr)
+            return 2
+    with rt:
+        server = rt.serve(args.port, host=args.host, token=args.token)
+        print(f"pyspark-cq console: {server.url}#token={server.token}\n"
+              f"  edits need the token: {server.token}\n  control table: {rt.control_path}\n"
+              f"  press Ctrl-C to stop", flush=True)
+        try:
+            t_end = None if args.seconds is None else time.monotonic() + args.seconds
+            while t_end is None or time.monotonic() < t_end:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.stop()
+    if active is None:
+        spark.stop()
+    return 0
+
+
 def main(argv=None) -> int:
-    """Run the ``pyspark-cq`` command line (``doctor``, ``demo``, ``run``, ``explain``); returns the exit status."""
+    """Run the ``pyspark-cq`` command line (``doctor``, ``demo``, ``run``, ``explain``, ``console``); returns the exit
+    status.
+    """
     parser = argparse.ArgumentParser(prog="pyspark-cq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_doc = sub.add_parser("doctor", help="check the installation and a Spark worker")
@@ -209,7 +293,10 @@ def main(argv=None) -> int:
 
     add_run_arguments(sub.add_parser("run", help="run a CQL query file over file sources"))
     add_explain_arguments(sub.add_parser("explain", help="the plan, operators and cost estimate of a CQL query"))
+    _console_arguments(sub.add_parser("console", help="serve the live web console over a demo query"))
     args = parser.parse_args(argv)
+    if args.command == "console":
+        return console(args)
     if args.command == "doctor":
         return doctor(args)
     if args.command == "connect-server":

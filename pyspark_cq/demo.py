@@ -450,8 +450,10 @@ def run(args) -> int:
           f"in all; memory budget {_fmt_bytes(budget)}; output in {out_dir}")
     print("starting Spark ...", flush=True)
     # a loaded machine starts Python workers slowly: give them more than Spark's 15 s to connect back
+    # spark.log.level: ERROR from the context's start on, so Spark's warnings do not interleave with the
+    # progress lines (setLogLevel below only acts once the session exists)
     spark = cq.spark(args.master, "pyspark-cq-demo", shuffle_partitions=2,
-                     conf={"spark.python.authenticate.socketTimeout": "120s"})
+                     conf={"spark.python.authenticate.socketTimeout": "120s", "spark.log.level": "ERROR"})
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(PacketSource)
 

@@ -44,23 +44,39 @@ def _shade(ax, burst, t_max):
         ax.axvspan(burst[0], min(burst[1], t_max), color="tab:orange", alpha=0.08, lw=0, label="burst")
 
 
-def _finish(fig, ax, path, t_max, ylabel, title, legend_loc, plt):
-    """Axes over the run's seconds, labels, legend and grid; save the figure as PNG and close it."""
-    ax.set_xlabel("seconds since start")
+def _finish(fig, ax, path, t_max, ylabel, title, plt, axes=()):
+    """Axes over the run's seconds, labels, grid and the legends *below* the plot (inside, a legend covers
+    the peaks a reader looks for); save the figure as PNG and close it. ``axes`` are further panels
+    sharing the time axis (the x label goes to the lowest one).
+    """
+    panels = [ax, *axes]
+    for a in panels:
+        a.set_xlim(0, t_max)
+        a.set_ylim(bottom=0)
+        a.grid(alpha=0.3)
+    panels[-1].set_xlabel("seconds since start")
     ax.set_ylabel(ylabel)
     ax.set_title(title)
-    ax.set_xlim(0, t_max)
-    ax.set_ylim(bottom=0)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc=legend_loc)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
+    handles, labels = [], []
+    for a in panels:
+        h, lab = a.get_legend_handles_labels()
+        handles += h
+        labels += lab
+    seen = {}
+    for h, lab in zip(handles, labels):
+        seen.setdefault(lab, h)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), fontsize=8, loc="lower center", ncol=2, frameon=False)
+        rows = (len(seen) + 1) // 2
+        fig.tight_layout(rect=(0, 0.035 * rows + 0.03, 1, 1))
+    else:
+        fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
 def _memory_plot(path, samples, batches, budget, reserve, burst, decisions, plt):
-    fig, ax = plt.subplots(figsize=(10, 4.8))
+    fig, ax = plt.subplots(figsize=(10, 5.6))
     t_max = max([s["t"] for s in samples] or [1.0])
     _shade(ax, burst, t_max)
     kb = 1e3
@@ -86,11 +102,11 @@ def _memory_plot(path, samples, batches, budget, reserve, burst, decisions, plt)
     for d in decisions:
         ax.axvline(d["t"], color="grey", lw=0.5, alpha=0.5)
     _finish(fig, ax, path, t_max, "state memory (KB)",
-            "State memory against the budget (vertical lines: resource-manager decisions)", "upper left", plt)
+            "State memory against the budget (vertical lines: resource-manager decisions)", plt)
 
 
 def _rates_plot(path, samples, batches, burst, plt):
-    fig, ax = plt.subplots(figsize=(10, 3.6))
+    fig, ax = plt.subplots(figsize=(10, 4.2))
     t_max = max([s["t"] for s in samples] or [1.0])
     _shade(ax, burst, t_max)
     x, y = _series(samples, "offered")
@@ -101,18 +117,23 @@ def _rates_plot(path, samples, batches, burst, plt):
         if x:
             ax.plot(x, [v * scale for v in y], ".-", ms=4, lw=0.8, color=color,
                     label=f"input rate of {q}{note}, per micro-batch (at its start)")
-    _finish(fig, ax, path, t_max, "packets / s", "Input rates", "upper left", plt)
+    _finish(fig, ax, path, t_max, "packets / s", "Input rates", plt)
 
 
 def _settings_plot(path, samples, decisions, burst, plt):
-    fig, ax = plt.subplots(figsize=(10, 3.8))
+    # The granularity (about a second) has its own panel: on the windows' scale (tens of seconds) its
+    # line would lie on the time axis.
+    fig, (ax, gx) = plt.subplots(2, 1, figsize=(10, 5.4), sharex=True, gridspec_kw={"height_ratios": (2.2, 1)})
     t_max = max([s["t"] for s in samples] or [1.0])
-    _shade(ax, burst, t_max)
-    for key, label, color in (("upper_s", "join1.upper (s)", "tab:blue"), ("window_s", "agg1.window (s)", "tab:green"),
-                              ("granularity_s", "agg1.granularity (s)", "tab:brown")):
+    for a in (ax, gx):
+        _shade(a, burst, t_max)
+    for a, key, label, color in ((ax, "upper_s", "join1.upper (s)", "tab:blue"),
+                                 (ax, "window_s", "agg1.window (s)", "tab:green"),
+                                 (gx, "granularity_s", "agg1.granularity (s)", "tab:brown")):
         x, y = _series(samples, key)
         if x:
-            ax.step(x, y, where="post", color=color, lw=1.6, label=label)
+            a.step(x, y, where="post", color=color, lw=1.6, label=label)
+    gx.set_ylabel("granularity (s)")
     groups: list[list] = []                       # decisions of one round (within a second) share a label
     for d in decisions:
         if groups and d["t"] - groups[-1][0] < 1.0:
@@ -121,20 +142,42 @@ def _settings_plot(path, samples, decisions, burst, plt):
             groups.append([d["t"], [d]])
     for t, group in groups:
         ax.axvline(t, color="grey", lw=0.6, alpha=0.6)
+        gx.axvline(t, color="grey", lw=0.6, alpha=0.6)
         text = "; ".join(f"{d['operator']}." + ", ".join(f"{k} {v / 1e6:g}s" for k, v in d["new"].items()
                                                         if isinstance(v, (int, float))) for d in group)
         ax.annotate(text, (t, 0.98), xycoords=("data", "axes fraction"), rotation=90, va="top", ha="right",
                     fontsize=7, color="dimgrey")
     _finish(fig, ax, path, t_max, "seconds",
-            "Windows and granularity set by the PIPES resource manager (grey: decisions)", "lower left", plt)
+            "Windows and granularity set by the PIPES resource manager (grey: decisions)", plt, axes=(gx,))
 
 
-def _fmt(v) -> str:
+def _fmt(v, key: str = "") -> str:
+    """One summary value as readable HTML: sizes in KB / MB, numbers with few digits, nested mappings as
+    nested lists (not JSON).
+    """
+    e = html.escape
+    if isinstance(v, bool) or v is None:
+        return e(str(v))
+    if isinstance(v, (int, float)) and ("bytes" in key or key == "bytes"):
+        return e(_size(v))
     if isinstance(v, float):
-        return f"{v:,.4g}"
+        return e(f"{v:,.3g}" if abs(v) < 1e4 else f"{v:,.0f}")
     if isinstance(v, int):
-        return f"{v:,}"
-    return html.escape(str(v))
+        return e(f"{v:,}")
+    if isinstance(v, dict):
+        items = "".join(f"<li>{e(str(k))}: {_fmt(x, str(k))}</li>" for k, x in v.items())
+        return f"<ul>{items}</ul>"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_fmt(x, key) for x in v)
+    return e(str(v))
+
+
+def _size(n) -> str:
+    n = float(n)
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:,.3g} {unit}"
+    return f"{n:,.0f} B"
 
 
 def _html(summary, decisions, files) -> str:
@@ -155,14 +198,15 @@ def _html(summary, decisions, files) -> str:
              + "".join(rows) + "</table>") if rows else "<p>No decisions were taken.</p>"
     keys = ("seconds", "budget_bytes", "rate", "burst_rate", "decisions", "batches", "peak_state_bytes",
             "measured_over_estimate", "smallest", "final", "written", "totals", "injected", "runtime_statistics")
-    facts = "".join(f"<tr><th>{e(k)}</th><td><code>{e(json.dumps(summary.get(k), default=str))}</code></td></tr>"
+    facts = "".join(f"<tr><th>{e(k.replace('_', ' '))}</th><td>{_fmt(summary.get(k), k)}</td></tr>"
                     for k in keys if k in summary)
     imgs = "".join(f'<h2>{e(title)}</h2><img src="{e(name)}" alt="{e(title)}">' for name, title in files)
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>pyspark-cq demo report</title>
 <style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto;}} img{{max-width:100%;}}
-table{{border-collapse:collapse;font-size:12px;}} td,th{{border:1px solid #ccc;padding:3px 6px;text-align:left;
-vertical-align:top;}} td.r{{font-size:11px;color:#444;}} code{{font-size:11px;}}</style></head><body>
+table{{border-collapse:collapse;font-size:12px;}} ul{{margin:0;padding-left:1.2em;}}
+td,th{{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top;}}
+td.r{{font-size:11px;color:#444;}} code{{font-size:11px;}}</style></head><body>
 <h1>pyspark-cq demo: adaptive interval join and sliding aggregation under a memory budget</h1>
 <p>Two continuous queries over a generated packet stream with a burst, registered with <code>CQRuntime</code> and
 the PIPES resource manager (<code>pipes</code>). Measured state bytes come from the operators' own per-batch

@@ -207,7 +207,7 @@ def test_transform_and_accessor_style(frame):
     ({"granularity": "3 seconds"}, ValueError, r"granularity must divide the window"),
     ({"granularity": "0 seconds"}, ValueError, r"granularity must be a positive duration"),
     ({"emit": "rows"}, ValueError, r"emit must be one of"),
-    ({"output_mode": "complete"}, ValueError, r"output_mode must be one of"),
+    ({"output_mode": "overwrite"}, ValueError, r"output_mode must be one of"),
     ({"by": ["ts"]}, ValueError, r"by must not contain the time column"),
     ({"by": ["missing"]}, ValueError, r"by: unknown column"),
     ({"time": "k"}, TypeError, r"time must be a timestamp column"),

@@ -74,10 +74,10 @@ def test_unknown_columns_are_named(frames):
         _join(left, right, on=[])
 
 
-def test_name_clash_needs_suffixes(frames):
+def test_name_clash_gets_suffixes(frames):
     left, right = frames
-    with pytest.raises(ValueError, match=r"both have the column\(s\) \['t', 'ts'\].*suffixes"):
-        _join(left, right, suffixes=None)
+    # Without suffixes= the clashing columns get the default ("_left", "_right"), issue 17.
+    assert _join(left, right, suffixes=None).columns == ["k", "t_left", "x", "ts_left", "t_right", "y", "ts_right"]
     out = _join(left, right)
     assert out.columns == ["k", "t_l", "x", "ts_l", "t_r", "y", "ts_r"]
     with pytest.raises(ValueError, match="suffixes must be a pair"):

@@ -21,34 +21,19 @@ DELAY = "15 seconds"
 BATCHES = 5
 
 
-def _write_streams(root: str, *, null_keys: bool, seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    for i in range(BATCHES):
-        t0 = jd.BASE_US + i * 10_000_000
-        for side in ("l", "r"):
-            if (side, i) in (("l", 2), ("r", 3)):
-                table = jd.side_table(rng, side, 4, t0).slice(0, 0)  # an empty micro-batch file
-            else:
-                table = jd.side_table(rng, side, 60, t0, null_keys=null_keys, late=3 if i >= 2 else 0)
-                if i == 1:
-                    table = pa.concat_tables([table, jd.bound_rows(side, jd.BASE_US + 12_000_000, key=1)])
-            jd.write(os.path.join(root, side), f"b{i:03d}.parquet", table)
-
-
 @pytest.fixture(scope="module")
 def streams(tmp_path_factory):
     root = tmp_path_factory.mktemp("join_streams")
     dirs = {}
     for label, null_keys, seed in (("nulls", True, 11), ("no_nulls", False, 12)):
         path = str(root / label)
-        _write_streams(path, null_keys=null_keys, seed=seed)
+        jd.write_streams(path, BATCHES, null_keys=null_keys, seed=seed)
         dirs[label] = path
     return dirs
 
 
 def _source(spark, root, side):
-    return (spark.readStream.schema(jd.schema(side)).option("maxFilesPerTrigger", 1)
-            .parquet(os.path.join(root, side)).withWatermark("ts", DELAY))
+    return jd.stream_source(spark, root, side, DELAY)
 
 
 def _start(df, table_name, checkpoint):

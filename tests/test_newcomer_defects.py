@@ -1,4 +1,4 @@
-"""Defects of issue 17 ("What a Spark user trips over"): items 3, 4, 5, 7 and 9, read_metrics on Spark Connect and
+"""Defects of issue 17 ("What a Spark user trips over"): items 3, 4, 5, 7, 9 and 10 (the demo report), read_metrics on Spark Connect and
 the joins' late_rows (docs)."""
 from __future__ import annotations
 
@@ -414,3 +414,24 @@ def test_installation_lists_the_session_settings():
                 "spark.sql.streaming.forceDeleteTempCheckpointLocation", "PYSPARK_PYTHON",
                 "PYSPARK_DRIVER_PYTHON", "PYTHONSAFEPATH", "NUMBA_CACHE_DIR", "SPARK_LOCAL_IP"):
         assert re.search(r"\b" + re.escape(key) + r"\b", section), key
+
+
+# --- 10: the demo report reads as text, not as raw floats and JSON -----------------------------------
+
+
+def test_demo_report_summary_is_formatted(tmp_path):
+    pytest.importorskip("matplotlib")
+    from pyspark_cq.demo_report import write_report
+
+    samples = [{"t": float(t), "offered": 200.0, "upper_s": 30.0, "window_s": 60.0, "granularity_s": 1.0,
+                "join1_state_bytes": 1e5, "agg1_state_bytes": 5e4} for t in range(5)]
+    summary = {"checks": [], "seconds": 120.31234, "budget_bytes": 3_000_000,
+               "peak_state_bytes": {"bytes": 3412345.0, "t": 61.25},
+               "measured_over_estimate": {"median": 1.0345678, "min": 0.81234}}
+    write_report(tmp_path, samples=samples, batches={}, decisions=[], summary=summary, budget=3e6)
+    page = (tmp_path / "report.html").read_text()
+    table = page[page.index("<h2>Summary</h2>"):]
+    assert "{&quot;" not in table and '{"' not in table             # no JSON dumps
+    assert "3 MB" in table and "3.41 MB" in table and "t: 61.2" in table and "median: 1.03" in table
+    assert "120.31234" not in table and "1.0345678" not in table   # no raw floats
+

@@ -5,7 +5,8 @@ import os
 import sys
 import time
 
-__all__ = ["add_run_arguments", "add_explain_arguments", "run", "explain_command"]
+__all__ = ["add_run_arguments", "add_explain_arguments", "add_source_arguments", "source_paths", "open_streams",
+           "run", "explain_command"]
 
 FORMATS = ("parquet", "json", "csv")
 
@@ -43,23 +44,64 @@ def _read_query(path: str) -> str:
         raise SystemExit(f"pyspark-cq: cannot read the query file {path}: {exc.strerror}") from None
 
 
-def add_run_arguments(p) -> None:
-    """Arguments of ``pyspark-cq run``."""
-    p.add_argument("query", help="file holding one CQL query")
-    p.add_argument("--source", action="append", metavar="NAME=DIR", required=True,
+def add_source_arguments(p, *, required: bool = True) -> None:
+    """The file-stream arguments of ``pyspark-cq run`` and ``pyspark-cq console --cql``."""
+    p.add_argument("--source", action="append", metavar="NAME=DIR", required=required,
                    help="a stream: a directory of parquet / json / csv files (repeat per stream)")
-    p.add_argument("--sink", required=True, help="output directory (parquet files), or 'console'")
     p.add_argument("--format", choices=FORMATS, help="input file format (default: from the file names)")
     p.add_argument("--schema", action="append", metavar="NAME=DDL",
                    help="a stream's schema, e.g. clicks='ts timestamp, user string' (default: inferred)")
     p.add_argument("--watermark", default="10 seconds",
                    help="watermark delay on every stream's timestamp (default 10 seconds)")
+    p.add_argument("--max-files", type=int, default=1, help="files per micro-batch (default 1)")
+
+
+def source_paths(args) -> tuple[dict, dict]:
+    """``--source`` and ``--schema`` as ``{name: directory}``, ``{name: DDL}``, checked (SystemExit naming the
+    flag otherwise).
+    """
+    sources = _pairs(args.source, "--source")
+    schemas = _pairs(args.schema, "--schema")
+    for name in schemas:
+        if name not in sources:
+            raise SystemExit(f"pyspark-cq: --schema {name} names no --source")
+    for name, path in sources.items():
+        if not os.path.isdir(path):
+            raise SystemExit(f"pyspark-cq: --source {name}: {path} is not a directory")
+    return sources, schemas
+
+
+def open_streams(spark, sources: dict, schemas: dict, args) -> dict:
+    """One streaming DataFrame per source directory (``maxFilesPerTrigger``, a watermark on its one
+    timestamp column).
+    """
+    frames = {}
+    for name, path in sources.items():
+        fmt = _format(path, args.format)
+        options = {"inferTimestamp": "true"} if fmt == "json" else ({"inferSchema": "true", "header": "true"}
+                                                                   if fmt == "csv" else {})
+        schema = schemas.get(name) or spark.read.format(fmt).options(**options).load(path).schema
+        df = (spark.readStream.format(fmt).options(**options).schema(schema)
+              .option("maxFilesPerTrigger", args.max_files).load(path))
+        stamps = [f.name for f in df.schema.fields if f.dataType.typeName() in ("timestamp", "timestamp_ntz")]
+        if len(stamps) == 1:
+            # Spark's watermark needs TIMESTAMP (files written without a zone are read as TIMESTAMP_NTZ);
+            # the session's zone is UTC (cq.spark), so the values stay the same instants
+            df = df.withColumn(stamps[0], df[stamps[0]].cast("timestamp")).withWatermark(stamps[0], args.watermark)
+        frames[name] = df
+    return frames
+
+
+def add_run_arguments(p) -> None:
+    """Arguments of ``pyspark-cq run``."""
+    p.add_argument("query", help="file holding one CQL query")
+    add_source_arguments(p)
+    p.add_argument("--sink", required=True, help="output directory (parquet files), or 'console'")
     p.add_argument("--checkpoint", help="checkpoint directory (default <sink>/_checkpoint)")
     p.add_argument("--name", default="q", help="query name (operator ids, metrics)")
     p.add_argument("--continuous", action="store_true",
                    help="keep running (trigger every PERIOD, else Spark's default) instead of processing the "
                         "files present and stopping")
-    p.add_argument("--max-files", type=int, default=1, help="files per micro-batch (default 1)")
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
 
 
@@ -110,14 +152,7 @@ def run(args) -> int:
     except CQLSyntaxError as exc:
         print(f"{args.query}: {exc}", file=sys.stderr)
         return 2
-    sources = _pairs(args.source, "--source")
-    schemas = _pairs(args.schema, "--schema")
-    for name in schemas:
-        if name not in sources:
-            raise SystemExit(f"pyspark-cq: --schema {name} names no --source")
-    for name, path in sources.items():
-        if not os.path.isdir(path):
-            raise SystemExit(f"pyspark-cq: --source {name}: {path} is not a directory")
+    sources, schemas = source_paths(args)
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()  # called in-process (tests, notebooks): keep their session as is
@@ -125,20 +160,7 @@ def run(args) -> int:
     spark = pyspark_cq.spark(args.master, f"pyspark-cq-{args.name}") if own else active
     if own:
         spark.sparkContext.setLogLevel("ERROR")
-    frames = {}
-    for name, path in sources.items():
-        fmt = _format(path, args.format)
-        options = {"inferTimestamp": "true"} if fmt == "json" else ({"inferSchema": "true", "header": "true"}
-                                                                   if fmt == "csv" else {})
-        schema = schemas.get(name) or spark.read.format(fmt).options(**options).load(path).schema
-        df = (spark.readStream.format(fmt).options(**options).schema(schema)
-              .option("maxFilesPerTrigger", args.max_files).load(path))
-        stamps = [f.name for f in df.schema.fields if f.dataType.typeName() in ("timestamp", "timestamp_ntz")]
-        if len(stamps) == 1:
-            # Spark's watermark needs TIMESTAMP (files written without a zone are read as TIMESTAMP_NTZ);
-            # the session's zone is UTC (cq.spark), so the values stay the same instants
-            df = df.withColumn(stamps[0], df[stamps[0]].cast("timestamp")).withWatermark(stamps[0], args.watermark)
-        frames[name] = df
+    frames = open_streams(spark, sources, schemas, args)
     try:
         compiled = compile_cql(spark, statement, frames, name=args.name)
     except (CQLSyntaxError, CQLCompileError) as exc:

@@ -270,7 +270,7 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
     if len(sources) == 1:
         w = sources[0].window
         if aggregated:
-            shape = "aggregate"
+            shape = "rows_aggregate" if w is not None and w.kind == "rows" else "aggregate"
         elif w is not None and w.kind == "rows":
             shape = "rows"
             if relations:
@@ -310,7 +310,7 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
             sources[0].filters.append(c)
         elif len(sources) > 1 and _is_key(c, res):
             a.keys.append(((res.owner(c.left), c.left), (res.owner(c.right), c.right)))
-        elif len(owners) == 1 and None not in owners and shape != "rows":
+        elif len(owners) == 1 and None not in owners and shape not in ("rows", "rows_aggregate"):
             next(s for s in sources if s.ref in owners).filters.append(c)
         else:
             a.residual.append(c)
@@ -328,7 +328,7 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
             raise CQLCompileError(f"the relation {r.ref}", "it is not joined on an equality with the stream "
                                   f"(WHERE S.a = {r.ref}.b); a Cartesian product is not supported", r.node)
     a.operator = {"aggregate": f"{name}_agg", "join": f"{name}_join", "multi_join": f"{name}_mjoin",
-                  "rows": f"{name}_rows"}.get(shape)
+                  "rows": f"{name}_rows", "rows_aggregate": f"{name}_rows"}.get(shape)
     a.plan = _plan(a)
     a.qos, a.options = _qos(a)
     return a
@@ -445,6 +445,22 @@ def _check_stream_operator(a: Analysis) -> None:
                                   + (" of a ROWS window" if s else ""),
                                   "the window's relation changes at every arrival; use ISTREAM(…) for the tuples "
                                   "entering it or DSTREAM(…) for those leaving it", node)
+    elif shape == "rows_aggregate":
+        q = a.select
+        if s is None:
+            raise CQLCompileError("an aggregate without ISTREAM, DSTREAM or RSTREAM", "it produces a relation "
+                                  "(not monotone); wrap it in RSTREAM(…) (every instant), ISTREAM(…) (new "
+                                  "values) or DSTREAM(…) (replaced values)", node)
+        if q.having is not None:
+            raise CQLCompileError("HAVING over a ROWS window", "not supported yet: filter the output stream",
+                                  q.having)
+        parts = {c.name for c in w.partition_by}
+        grouped = {g.name if isinstance(g, A.Column) else to_text(g) for g in q.group_by}
+        if grouped != parts:
+            raise CQLCompileError("GROUP BY over a ROWS window", "an aggregate over a ROWS window is computed per "
+                                  "window: GROUP BY exactly its PARTITION BY columns "
+                                  f"({', '.join(sorted(parts)) or 'none'}), got {', '.join(sorted(grouped)) or 'none'}",
+                                  q.group_by[0] if q.group_by else w)
     elif shape == "aggregate":
         if w is None or w.kind != "range":
             raise CQLCompileError("aggregation over " + ("a stream without a window" if w is None
@@ -513,7 +529,12 @@ def _plan(a: Analysis) -> P.Node:
                            label=op)
         if a.select.having is not None:
             node = P.Select(node, DEFAULT_SELECTIVITY, predicate=to_text(a.select.having))
-    if a.residual:
+    if a.shape == "rows_aggregate":   # the WHERE applies to the window's rows, before the aggregate
+        if a.residual:
+            node = P.Select(node, DEFAULT_SELECTIVITY ** len(a.residual),
+                            predicate=" AND ".join(to_text(p) for p in a.residual))
+        node = P.Aggregate(node, groups=DEFAULT_GROUPS if a.select.group_by else 1, label=a.operator)
+    elif a.residual:
         node = P.Select(node, DEFAULT_SELECTIVITY ** len(a.residual),
                         predicate=" AND ".join(to_text(p) for p in a.residual))
     return P.Project(node, columns=tuple(_output_names(a.select)))
@@ -817,6 +838,60 @@ class _Builder:
         out = out.filter(F.col(SIGN) == sign).drop(SIGN).withColumnRenamed(ROWS_AT, AT)
         out = self._filter(out, self.a.residual, self.name)
         return self._project(out, self.name, s.ref)
+
+    # -- aggregates over ROWS windows --------------------------------------------------------------
+    def _rows_aggregate(self):
+        from pyspark.sql import functions as F
+
+        from ..operators.rows_window import rows_aggregate
+
+        a, q = self.a, self.a.select
+        s = a.sources[0]
+        df, time = self.source(s)
+        name_of = self.name
+        parts = [self.res.column_name(s.ref, c) for c in s.window.partition_by]
+        specs, out_name = [], {}
+        calls = [c for it in q.items for c in _aggregates(it.expr)]
+        for call in calls:
+            if call in out_name:
+                continue
+            arg, fn = call.args[0], _AGG_NAMES[call.name]
+            col = None
+            if isinstance(arg, A.Column):
+                self.res.owner(arg)
+                col = name_of(arg)
+            elif not isinstance(arg, A.Star):
+                col = f"cq_arg{len(specs) + 1}"
+                df = df.withColumn(col, _expr(df, _sql(arg, name_of), f"the argument of {to_text(call)}", arg))
+            out_name[call] = f"cq_a{len(specs) + 1}"
+            specs.append((out_name[call], col, fn))
+        where = None
+        if a.residual:   # after the window: which of the window's rows the aggregates see
+            where = _expr(df, " AND ".join(f"({_sql(p, name_of)})" for p in a.residual), "WHERE", a.residual[0])
+        out = rows_aggregate(df, time, s.window.size, specs, parts, where=where, emit=a.stream.lower(),
+                             name=a.operator)
+        self.operators.append((a.operator, "rows_aggregate", {"rows": s.window.size, "partition_by": parts,
+                                                              "aggs": specs, "emit": a.stream.lower()}))
+
+        def rewrite(e):
+            def fn(x):
+                if isinstance(x, A.Call) and x.is_aggregate:
+                    return A.Column(None, out_name[x])
+                if isinstance(x, A.Column):
+                    n = name_of(x)
+                    if n not in parts:
+                        raise CQLCompileError(f"the column {to_text(x)}", "it is neither grouped (GROUP BY) nor "
+                                              "inside an aggregate", x)
+                    return A.Column(None, n)
+                return None
+            return _rewrite(e, fn)
+
+        cols = []
+        for it, oname in zip(q.items, _output_names(q)):
+            if isinstance(it.expr, A.Star):
+                raise CQLCompileError("* in an aggregate query", "select the grouped columns and aggregates", it)
+            cols.append(_expr(out, _sql(rewrite(it.expr), lambda c: c.name), to_text(it.expr), it).alias(oname))
+        return out.select(*cols, F.col(AT))
 
     # -- windowed aggregates ----------------------------------------------------------------------
     def _aggregate(self):

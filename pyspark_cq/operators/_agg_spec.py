@@ -20,15 +20,32 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
-AGG_NAMES = ("count", "sum", "min", "max", "avg")
+#: The second moments (Spark's names; ``stddev`` is ``stddev_samp``, ``variance`` is ``var_samp``).
+MOMENTS = ("stddev", "stddev_samp", "stddev_pop", "variance", "var_samp", "var_pop")
+#: Aggregates finished in Python from several kernel outputs (see :class:`Output`).
+DERIVED = MOMENTS + ("approx_count_distinct", "first", "last")
+AGG_NAMES = ("count", "sum", "min", "max", "avg") + DERIVED
+#: HyperLogLog precision of ``approx_count_distinct``: Spark's default ``rsd=0.05`` gives
+#: ``p = ceil(2 log2(1.106 / rsd)) = 9`` (HyperLogLogPlusPlus), 2^9 registers in 64 words.
+HLL_P = 9
+HLL_WORDS = (1 << HLL_P) // 8
+#: Linear counting is used up to this estimate at p = 9 (Heule, Nunkesser, Hall, "HyperLogLog in
+#: Practice", appendix, the empirical thresholds; Spark's HyperLogLogPlusPlusHelper uses the same).
+HLL_THRESHOLD = 400
 
 # Op / kind / output codes of native/aggregate_core.hpp (checked against the module in tests).
-OP_ROWS, OP_COUNT, OP_SUM_I, OP_SUM_F, OP_MIN_I, OP_MIN_F, OP_MAX_I, OP_MAX_F, OP_SUM_HI = range(9)
-KIND_ADD_I64, KIND_ADD_F64, KIND_MIN, KIND_MAX = 1, 2, 3, 4
-OUT_COUNT, OUT_SUM_I, OUT_SUM_F, OUT_AVG_I, OUT_AVG_F, OUT_MIN, OUT_MAX, OUT_SUM_I_CHECKED = range(1, 9)
+OP_ROWS, OP_COUNT, OP_SUM_I, OP_SUM_F, OP_MIN_I, OP_MIN_F, OP_MAX_I, OP_MAX_F, OP_SUM_HI, OP_HLL = range(10)
+OP_FIRST, OP_LAST, OP_PAIR_VALUE, OP_MOMENTS = 10, 11, 12, 13
+(KIND_ADD_I64, KIND_ADD_F64, KIND_MIN, KIND_MAX, KIND_MAX_BYTES, KIND_FIRST, KIND_LAST, KIND_PAIR_VALUE,
+ KIND_MOMENTS) = range(1, 10)
+#: Ops whose partials Spark's own aggregation cannot compute (the batch path slices with the native slicer).
+NATIVE_ONLY_OPS = (OP_HLL, OP_FIRST, OP_LAST, OP_MOMENTS)
+OUT_COUNT, OUT_SUM_I, OUT_SUM_F, OUT_AVG_I, OUT_AVG_F, OUT_MIN, OUT_MAX, OUT_SUM_I_CHECKED, OUT_RAW = range(1, 10)
 
 _KIND_OF_OP = {OP_ROWS: KIND_ADD_I64, OP_COUNT: KIND_ADD_I64, OP_SUM_I: KIND_ADD_I64, OP_SUM_F: KIND_ADD_F64,
-               OP_MIN_I: KIND_MIN, OP_MIN_F: KIND_MIN, OP_MAX_I: KIND_MAX, OP_MAX_F: KIND_MAX, OP_SUM_HI: KIND_ADD_I64}
+               OP_MIN_I: KIND_MIN, OP_MIN_F: KIND_MIN, OP_MAX_I: KIND_MAX, OP_MAX_F: KIND_MAX, OP_SUM_HI: KIND_ADD_I64,
+               OP_HLL: KIND_MAX_BYTES, OP_FIRST: KIND_FIRST, OP_LAST: KIND_LAST, OP_PAIR_VALUE: KIND_PAIR_VALUE,
+               OP_MOMENTS: KIND_MOMENTS}
 
 _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 _FLOATING = (T.FloatType, T.DoubleType)
@@ -39,7 +56,12 @@ _KEY_TYPES = _ORDERED_INT + _FLOATING + (T.StringType, T.BinaryType, T.DecimalTy
 
 @dataclass(frozen=True)
 class Output:
-    """One user aggregate: output ``name``, ``kind`` (OUT_*), partial indices, Spark result type."""
+    """One user aggregate: output ``name``, ``kind`` (OUT_*), partial indices, Spark result type.
+
+    ``extra`` are further kernel outputs ``(kind, value, count)`` that a derived aggregate (``agg`` in
+    :data:`DERIVED`) is finished from in Python: the moments from (count, sum, sum of squares), the
+    distinct count from its HyperLogLog words.
+    """
 
     name: str
     agg: str
@@ -48,15 +70,26 @@ class Output:
     value: int
     count: int
     dtype: T.DataType
+    extra: tuple[tuple[int, int, int], ...] = ()
+
+    @property
+    def kernel_outputs(self) -> tuple[tuple[int, int, int], ...]:
+        return ((self.kind, self.value, self.count),) + self.extra
 
 
 @dataclass(frozen=True)
 class ValueColumn:
-    """A column aggregated by some output: ``cls`` is 'i' (int64 transport), 'f' (float64) or 'c' (count only)."""
+    """A column aggregated by some output: ``cls`` is 'i' (int64 transport), 'f' (float64) or 'c' (count only).
+
+    ``derive`` says what the map side feeds instead of the column itself: ``"double"`` the value as a
+    double (second moments), ``"time"`` the event time (first / last), ``"hash"`` its 64-bit xxhash64 with seed 42, null
+    for nulls (Spark's HyperLogLog hash); ``name`` is then the source column.
+    """
 
     name: str
     dtype: T.DataType
     cls: str
+    derive: str | None = None
 
 
 @dataclass(frozen=True)
@@ -85,10 +118,10 @@ class AggSpec:
 
     @property
     def outputs_array(self) -> np.ndarray:
-        return np.array([x for o in self.outputs for x in (o.kind, o.value, o.count)], dtype=np.int32)
+        return np.array([x for o in self.outputs for k in o.kernel_outputs for x in k], dtype=np.int32)
 
 
-def parse_aggs(df, aggs, by: Sequence[str], ansi: bool = True) -> AggSpec:
+def parse_aggs(df, aggs, by: Sequence[str], ansi: bool = True, time: str | None = None) -> AggSpec:
     """Validate ``aggs`` against ``df``'s schema and lay out partials and outputs.
 
     An integral column's ``sum`` partial is followed by the sum of its values' high halves
@@ -138,15 +171,37 @@ def parse_aggs(df, aggs, by: Sequence[str], ansi: bool = True) -> AggSpec:
         if column == "*":
             continue
         dtype = schema[column].dataType
+        names = {n for c, n in requested if c == column}
         cls = "f" if isinstance(dtype, _FLOATING) else "i"
-        needs_values = any(c == column and n != "count" for c, n in requested)
+        needs_values = bool(names - {"count", "approx_count_distinct"} - set(MOMENTS))
         if column not in value_index:
             value_index[column] = len(values)
             values.append(ValueColumn(column, dtype, cls if needs_values else "c"))
+    # Derived value columns: the value and its square as doubles (second moments), hashes (distinct counts).
+    derived: set[tuple[str, str]] = set()
+    for column, name in requested:
+        kinds = ("double",) if name in MOMENTS else ("hash",) if name == "approx_count_distinct" else ()
+        for kind in kinds:
+            if (column, kind) not in derived:
+                derived.add((column, kind))
+                values.append(ValueColumn(column, T.LongType() if kind == "hash" else T.DoubleType(),
+                                          "i" if kind == "hash" else "f", kind))
+        if name in ("first", "last") and "time" not in {v.derive for v in values}:
+            if time is None:
+                raise ValueError("first / last need the event-time column (parse_aggs(..., time=...))")
+            values.append(ValueColumn(time, schema[time].dataType, "i", "time"))
     # Partials: count(*) first, then per column count, sum, min, max as needed.
     ops: list[tuple[int, int]] = [(OP_ROWS, -1)]
     where: dict[tuple[str, str], int] = {}
     for ci, vc in enumerate(values):
+        if vc.derive == "double":   # (n, mean, M2) of the value as a double: the second moments
+            where[(vc.name, "moments")] = len(ops)
+            ops += [(OP_MOMENTS, ci), (OP_PAIR_VALUE, ci), (OP_PAIR_VALUE, ci)]
+            continue
+        if vc.derive == "hash":
+            where[(vc.name, "hll")] = len(ops)
+            ops += [(OP_HLL, ci)] * HLL_WORDS
+            continue
         names = {n for c, n in requested if c == vc.name}
         where[(vc.name, "count")] = len(ops)
         ops.append((OP_COUNT, ci))
@@ -162,6 +217,12 @@ def parse_aggs(df, aggs, by: Sequence[str], ansi: bool = True) -> AggSpec:
         if "max" in names:
             where[(vc.name, "max")] = len(ops)
             ops.append((OP_MAX_F if f else OP_MAX_I, ci))
+    # first / last: a (time, value) pair per aggregate, the time from the event-time column
+    for column, name in requested:
+        if name in ("first", "last"):
+            t = next(i for i, v in enumerate(values) if v.derive == "time")
+            where[(column, name)] = len(ops)
+            ops += [(OP_FIRST if name == "first" else OP_LAST, t), (OP_PAIR_VALUE, value_index[column])]
     outputs: list[Output] = []
     seen: set[str] = set()
     for column, name in requested:
@@ -175,7 +236,19 @@ def parse_aggs(df, aggs, by: Sequence[str], ansi: bool = True) -> AggSpec:
         dtype = schema[column].dataType
         f = isinstance(dtype, _FLOATING)
         cnt = where[(column, "count")]
-        if name == "count":
+        if name in MOMENTS:
+            # (n, mean, M2), finished by _agg_worker.moment
+            p = where[(column, "moments")]
+            outputs.append(Output(out_name, name, column, OUT_RAW, p, -1, T.DoubleType(),
+                                  extra=((OUT_RAW, p + 1, -1), (OUT_RAW, p + 2, -1))))
+        elif name in ("first", "last"):
+            p = where[(column, name)]
+            outputs.append(Output(out_name, name, column, OUT_RAW, p + 1, -1, dtype, extra=((OUT_RAW, p, -1),)))
+        elif name == "approx_count_distinct":
+            h = where[(column, "hll")]
+            outputs.append(Output(out_name, name, column, OUT_RAW, h, -1, T.LongType(),
+                                  extra=tuple((OUT_RAW, h + i, -1) for i in range(1, HLL_WORDS))))
+        elif name == "count":
             outputs.append(Output(out_name, name, column, OUT_COUNT, cnt, -1, T.LongType()))
         elif name == "sum":
             s = where[(column, "sum")]
@@ -198,7 +271,13 @@ def has_high_half(ops, j: int) -> bool:
 def _check_type(column: str, dtype: T.DataType, name: str) -> None:
     if name == "count":
         return
-    if name in ("sum", "avg"):
+    if name == "approx_count_distinct":
+        if not isinstance(dtype, _KEY_TYPES):
+            raise TypeError(f"aggs[{column!r}]: approx_count_distinct needs an atomic column (numbers, booleans, "
+                            f"strings, binary, decimals, dates, timestamps); {column!r} has type "
+                            f"{dtype.simpleString()}")
+        return
+    if name in ("sum", "avg") + MOMENTS:
         if isinstance(dtype, T.DecimalType):
             raise TypeError(f"aggs[{column!r}]: {name} of decimal columns is not supported by sliding_aggregate; "
                             f"cast {column!r} to double or long first")

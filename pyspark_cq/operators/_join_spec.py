@@ -19,7 +19,13 @@ from ._shards import JOIN, resolve_shards
 #: Accepted spellings of ``how`` and the join type each means.
 HOW = {"inner": "inner", "left": "left", "left_outer": "left", "leftouter": "left",
        "right": "right", "right_outer": "right", "rightouter": "right",
-       "full": "full", "outer": "full", "full_outer": "full", "fullouter": "full"}
+       "full": "full", "outer": "full", "full_outer": "full", "fullouter": "full",
+       "left_semi": "left_semi", "leftsemi": "left_semi", "semi": "left_semi",
+       "left_anti": "left_anti", "leftanti": "left_anti", "anti": "left_anti"}
+#: Join types whose output is the left input's rows only (Spark's ``left_semi`` / ``left_anti``).
+LEFT_ONLY = ("left_semi", "left_anti")
+#: Suffixes of columns present on both sides when ``suffixes`` is not given.
+DEFAULT_SUFFIXES = ("_left", "_right")
 #: Values of the deprecated ``grouping`` argument (now ``shards=None | int`` and ``shards="key"``).
 GROUPINGS = ("shard", "key")
 
@@ -53,12 +59,16 @@ class JoinSpec:
     """Everything the driver decided, in a picklable form the workers receive (via :class:`JoinConfig`).
 
     ``layout`` is ``"shard"`` (state grouped by hash shard of the key, ``shards`` of them) or ``"key"``
-    (one group per raw key).
+    (one group per raw key). ``left_keys[i]`` equals ``right_keys[i]``; ``out_keys`` are the indices of
+    the key pairs with one name on both sides, output once (coalesced, as Spark's ``join(on=...)``); a
+    pair with two names is output as an ordinary column of each side (in ``left_others`` /
+    ``right_others``). Semi and anti joins output the left columns only, in the left input's order.
     """
 
     left: object = field(repr=False)
     right: object = field(repr=False)
-    keys: list[str]
+    left_keys: list[str]
+    right_keys: list[str]
     key_types: list[T.DataType]
     left_time: str
     right_time: str
@@ -77,18 +87,27 @@ class JoinSpec:
     seed: int = 0
     lower: int = 0
     upper: int = 0
+    out_keys: list[int] = field(default_factory=list)
+
+    @property
+    def keys(self) -> list[str]:
+        """The output key columns (the key pairs with one name on both sides)."""
+        return [self.left_keys[i] for i in self.out_keys]
 
     @classmethod
     def build(cls, left, right, on, left_time, right_time, how, suffixes, shards, grouping, name, window, *,
-              control=None, drop_ratio=0.0, seed=0, function="interval_join") -> JoinSpec:
+              control=None, drop_ratio=0.0, seed=0, function="interval_join", left_on=None,
+              right_on=None) -> JoinSpec:
         """Check the arguments (raising TypeError / ValueError naming the argument) and decide.
 
         ``function`` is the public function called (``"interval_join"`` or ``"window_join"``): it names
         the deprecation warning of ``grouping`` and the default report name ``"cq_<function>"``.
         """
-        keys = _check_inputs(left, right, on, left_time, right_time)
+        left_keys, right_keys = _check_inputs(left, right, on, left_time, right_time, left_on, right_on)
         if not isinstance(how, str) or how.lower() not in HOW:
-            raise ValueError(f"how must be one of 'inner', 'left', 'right', 'full', got {how!r}")
+            raise ValueError(f"how must be one of 'inner', 'left', 'right', 'full', 'left_semi', 'left_anti', "
+                             f"got {how!r}")
+        how = HOW[how.lower()]
         # stacklevel 4: the user's call of interval_join / window_join (-> build -> shards_argument).
         shards = shards_argument(shards, grouping, function, stacklevel=4)
         default_name = "cq_" + function
@@ -100,20 +119,25 @@ class JoinSpec:
         if left.isStreaming:
             _validate.require_watermark(left, left_time, "left_time")
             _validate.require_watermark(right, right_time, "right_time")
-        key_types = _key_types(left, right, keys)
-        left_others = [c for c in left.columns if c not in keys]
-        right_others = [c for c in right.columns if c not in keys]
-        left_out, right_out = output_names(keys, left_others, right_others, suffixes,
+        key_types = _key_types(left, right, left_keys, right_keys)
+        if how in LEFT_ONLY:  # the left rows as they are: every left column, no right column
+            out_keys, left_others, right_others = [], list(left.columns), []
+        else:
+            out_keys = [i for i, (lk, rk) in enumerate(zip(left_keys, right_keys)) if lk == rk]
+            keys = [left_keys[i] for i in out_keys]
+            left_others = [c for c in left.columns if c not in keys]
+            right_others = [c for c in right.columns if c not in keys]
+        left_out, right_out = output_names([left_keys[i] for i in out_keys], left_others, right_others, suffixes,
                                            extra=("valid_from", "valid_to") if window else ())
         layout, count = resolve_shards(shards, JOIN, df=left)
         if layout == "key":  # the count is unused (and not recorded); it stays what the default says
             count = resolve_shards(None, JOIN, df=left)[1]
-        return cls(left, right, keys, key_types, left_time, right_time, HOW[how.lower()], left_others,
+        return cls(left, right, left_keys, right_keys, key_types, left_time, right_time, how, left_others,
                    right_others, left_out, right_out, left.isStreaming, count, layout, name, window,
-                   control, drop_ratio, seed)
+                   control, drop_ratio, seed, out_keys=out_keys)
 
     def output_schema(self) -> T.StructType:
-        fields = [T.StructField(k, t, True) for k, t in zip(self.keys, self.key_types)]
+        fields = [T.StructField(self.left_keys[i], self.key_types[i], True) for i in self.out_keys]
         fields += [T.StructField(o, self.left.schema[c].dataType, True)
                    for c, o in zip(self.left_others, self.left_out)]
         fields += [T.StructField(o, self.right.schema[c].dataType, True)
@@ -124,18 +148,38 @@ class JoinSpec:
         return T.StructType(fields)
 
 
-def _check_inputs(left, right, on, left_time, right_time) -> list[str]:
-    """The key columns; raises unless both inputs are DataFrames with the keys and TIMESTAMP times."""
+def _check_inputs(left, right, on, left_time, right_time, left_on=None, right_on=None) -> tuple[list, list]:
+    """The key columns of each side; raises unless both inputs are DataFrames with the keys and
+    TIMESTAMP times. Keys are ``on`` (one name on both sides) or ``left_on`` / ``right_on`` (pairwise).
+    """
     _validate.dataframe(left, "left")
     _validate.dataframe(right, "right")
-    keys = _validate.column_list(left, on, "on", allow_empty=False)
-    _validate.column_list(right, keys, "on")
+    if left_on is None and right_on is None:
+        if on is None:
+            raise TypeError("on is required: a key column name or a list of names present on both sides "
+                            "(or left_on= and right_on= for keys named differently)")
+        left_keys = _validate.column_list(left, on, "on", allow_empty=False)
+        right_keys = _validate.column_list(right, left_keys, "on")
+    else:
+        if on is not None:
+            raise ValueError("give either on or left_on / right_on, not both")
+        if left_on is None or right_on is None:
+            missing = "right_on" if right_on is None else "left_on"
+            raise TypeError(f"{missing} is required with {'left_on' if missing == 'right_on' else 'right_on'}: "
+                            f"the key columns of each side, paired in order")
+        left_keys = _validate.column_list(left, left_on, "left_on", allow_empty=False)
+        right_keys = _validate.column_list(right, right_on, "right_on", allow_empty=False)
+        if len(left_keys) != len(right_keys):
+            raise ValueError(f"left_on and right_on must name as many columns each, got {left_keys} and "
+                             f"{right_keys}")
     for col, df, arg in ((left_time, left, "left_time"), (right_time, right, "right_time")):
+        if col is None:
+            raise TypeError(f"{arg} is required: the name of a TIMESTAMP column")
         dtype = _validate.time_column(df, col, arg)
         if not isinstance(dtype, T.TimestampType):
             raise TypeError(f"{arg} must be a TIMESTAMP column (with time zone semantics); column "
                             f"{col!r} has type {dtype.simpleString()}")
-    return keys
+    return left_keys, right_keys
 
 
 def _check_control(control, name, drop_ratio, seed, default_name) -> tuple[str, float, int]:
@@ -150,34 +194,34 @@ def _check_control(control, name, drop_ratio, seed, default_name) -> tuple[str, 
     return name, drop_ratio, int(seed)
 
 
-def _key_types(left, right, keys) -> list[T.DataType]:
-    """The type each key is compared in: the common type, or long for two integral types."""
+def _key_types(left, right, left_keys, right_keys) -> list[T.DataType]:
+    """The type each key pair is compared in: the common type, or long for two integral types."""
     key_types = []
-    for k in keys:
-        lt, rt = left.schema[k].dataType, right.schema[k].dataType
+    for lk, rk in zip(left_keys, right_keys):
+        lt, rt = left.schema[lk].dataType, right.schema[rk].dataType
+        k = repr(lk) if lk == rk else f"{lk!r} / {rk!r}"
         if lt == rt:
             key_types.append(lt)
         elif isinstance(lt, T.IntegralType) and isinstance(rt, T.IntegralType):
             key_types.append(T.LongType())
         else:
-            raise TypeError(f"on: key column {k!r} has type {lt.simpleString()} on the left and "
+            raise TypeError(f"on: key column {k} has type {lt.simpleString()} on the left and "
                             f"{rt.simpleString()} on the right; cast one side first")
         if isinstance(key_types[-1], (T.ArrayType, T.MapType, T.StructType)):
-            raise TypeError(f"on: key column {k!r} has the unsupported type {lt.simpleString()}")
+            raise TypeError(f"on: key column {k} has the unsupported type {lt.simpleString()}")
     return key_types
 
 
 def output_names(keys, left_others, right_others, suffixes, extra=()) -> tuple[list[str], list[str]]:
-    """Output names of the non-key columns of each side (``suffixes`` appended to clashing names)."""
+    """Output names of the non-key columns of each side (``suffixes`` appended to clashing names;
+    :data:`DEFAULT_SUFFIXES` when None).
+    """
     clash = sorted(set(left_others) & set(right_others))
     if suffixes is not None:
         if (not isinstance(suffixes, (tuple, list)) or len(suffixes) != 2
                 or not all(isinstance(s, str) for s in suffixes) or suffixes[0] == suffixes[1]):
             raise ValueError(f"suffixes must be a pair of two different strings, got {suffixes!r}")
-    elif clash:
-        raise ValueError(f"left and right both have the column(s) {clash}; rename them or pass "
-                         f"suffixes=('_left', '_right')")
-    ls, rs = suffixes if suffixes is not None else ("", "")
+    ls, rs = suffixes if suffixes is not None else DEFAULT_SUFFIXES
     left_out = [c + ls if c in clash else c for c in left_others]
     right_out = [c + rs if c in clash else c for c in right_others]
     names = list(keys) + left_out + right_out + list(extra)

@@ -35,6 +35,7 @@ SHARD = "__cq_shard"
 TIME = "__cq_t"          # the event-time column, carrying the watermark marker (Spark drops late rows)
 MICROS = "__cq_tus"      # the same instant as epoch microseconds, for the kernel
 WINDOW = "__cq_w"        # window join under a control table: the row's own window (µs)
+EMITTED = "__cq_e"       # left semi join: the left row has been output (at its first match)
 METRICS = _metrics.METRICS + (SHED,)
 _I64_MAX = np.iinfo(np.int64).max
 
@@ -58,22 +59,25 @@ class JoinConfig:
     seed: int = 0
     out_arrow: pa.Schema | None = None  # the output's Arrow schema (packed streaming output)
     shards: int | None = None         # layout "shard": the shard count, recorded in and checked against the state
+    out_keys: tuple[int, ...] | None = None  # the key pairs output once (one name on both sides); None: all
 
     @classmethod
     def of(cls, spec: JoinSpec) -> JoinConfig:
         keys = tuple(ColumnCodec(c.name, t, c.flagged)
-                     for c, t in zip(codecs_for(spec.left.schema, spec.keys, "__cq_k"), spec.key_types))
+                     for c, t in zip(codecs_for(spec.left.schema, spec.left_keys, "__cq_k"), spec.key_types))
         lc = tuple(codecs_for(spec.left.schema, spec.left_others, f"__cq_p{LEFT}_"))
         rc = tuple(codecs_for(spec.right.schema, spec.right_others, f"__cq_p{RIGHT}_"))
         out = tuple(spec.keys) + tuple(spec.left_out) + tuple(spec.right_out)
         if spec.window:
             out += ("valid_from", "valid_to")
-        return cls(keys, (lc, rc), out, len(spec.keys), spec.how, spec.lower, spec.upper, spec.window,
+        return cls(keys, (lc, rc), out, len(spec.left_keys), spec.how, spec.lower, spec.upper, spec.window,
                    spec.control, spec.drop_ratio, spec.seed, out_arrow=_metrics.arrow_schema(spec.output_schema()),
-                   shards=spec.shards if spec.layout == "shard" else None)
+                   shards=spec.shards if spec.layout == "shard" else None, out_keys=tuple(spec.out_keys))
 
     def payload_schema(self, side: int) -> pa.Schema:
         fields = [c.payload_field for c in self.key_codecs + self.side_codecs[side]]
+        if self.how == "left_semi" and side == LEFT:
+            fields.append(pa.field(EMITTED, pa.bool_()))
         if self.window:  # valid_from / valid_to need each row's instant; the plain band join does not
             fields.append(pa.field(MICROS, pa.int64()))
             if self.control is not None:  # ... and, when windows can change, each row's own window
@@ -247,8 +251,9 @@ class JoinWorker:
         if config.window:
             arrays.append(pa.array(micros, type=pa.int64()))
         schema = config.payload_schema(side)
-        if WINDOW in schema.names:  # appended once the row's window is known (_insert_probe)
-            schema = schema.remove(schema.get_field_index(WINDOW))
+        for late in (WINDOW, EMITTED):  # appended once the row's window is known (_insert_probe)
+            if late in schema.names:
+                schema = schema.remove(schema.get_field_index(late))
         return pa.Table.from_arrays(arrays, schema=schema), micros
 
     def _side_input(self, pdf: pd.DataFrame, side: int, streaming: bool, ratio: float):
@@ -284,6 +289,8 @@ class JoinWorker:
         lower, upper, window = config.row_bounds(entry, side, micros)
         if window is not None:
             table = table.append_column(WINDOW, pa.array(window, type=pa.int64()))
+        if EMITTED in sides[side].schema.names:
+            table = table.append_column(EMITTED, pa.array(np.zeros(len(micros), dtype=bool)))
         ids = sides[side].append(table)
         key_arrays = [table.column(i).combine_chunks() for i in range(config.n_keys)]
         offsets, data, null_key = encode_keys(key_arrays, load("_join").concat_keys)
@@ -305,15 +312,42 @@ class JoinWorker:
         return [kernel.evict(side, threshold) for side in (LEFT, RIGHT)]
 
     def _emit(self, sides, pairs, evicted) -> list:
-        """Output tables: the matched pairs, then (outer joins) the evicted rows that never matched."""
-        parts = [self._rows(sides, p[0], p[1]) for p in pairs if p is not None and len(p[0])]
-        for side, hows in ((LEFT, ("left", "full")), (RIGHT, ("right", "full"))):
+        """Output tables: the matched pairs, then (outer joins) the evicted rows that never matched.
+
+        A left semi join outputs each left row at its first match instead of the pairs (as Spark's
+        stream-stream semi join: once, as soon as a match is known); a left anti join outputs only the
+        evicted left rows that never matched (as a left outer join's unmatched rows).
+        """
+        how = self.config.how
+        if how == "left_semi":
+            return self._first_matches(sides, pairs)
+        parts = [] if how == "left_anti" else [self._rows(sides, p[0], p[1])
+                                               for p in pairs if p is not None and len(p[0])]
+        for side, hows in ((LEFT, ("left", "full", "left_anti")), (RIGHT, ("right", "full"))):
             if self.config.how in hows:
                 ids, matched = evicted[side]
                 lonely = ids[matched == 0]
                 if len(lonely):
                     parts.append(self._rows(sides, lonely, None) if side == LEFT else self._rows(sides, None, lonely))
         return parts
+
+    def _first_matches(self, sides, pairs) -> list:
+        """Left semi join: the left rows matched in this batch that were not output before (marked in
+        the left payload's ``EMITTED`` column, which travels with the state).
+        """
+        matched = [p[0] for p in pairs if p is not None and len(p[0])]
+        if not matched:
+            return []
+        ids = np.unique(np.concatenate(matched))
+        table = sides[LEFT].table
+        pos = table.schema.get_field_index(EMITTED)
+        emitted = table.column(pos).to_numpy(zero_copy_only=False).copy()
+        ids = ids[~emitted[ids]]
+        if not len(ids):
+            return []
+        emitted[ids] = True
+        sides[LEFT].table = table.set_column(pos, EMITTED, pa.array(emitted))
+        return [self._rows(sides, ids, None)]
 
     def _process(self, kernel, sides, inputs, wm_ms: int | None, entry=None):
         """Run one batch through the kernel.
@@ -348,7 +382,7 @@ class JoinWorker:
         lt = sides[LEFT].take(left_ids) if left_ids is not None else None
         rt = sides[RIGHT].take(right_ids) if right_ids is not None else None
         cols = []
-        for i in range(config.n_keys):
+        for i in (range(config.n_keys) if config.out_keys is None else config.out_keys):
             cols.append((lt if lt is not None else rt).column(i))
         for side, t in ((LEFT, lt), (RIGHT, rt)):
             codecs = config.side_codecs[side]

@@ -264,16 +264,23 @@ def attach(df, name: str, counters: Mapping[str, object] | None = None, keep=Non
     return observed.drop(*drop) if drop else observed
 
 
-def read(progress, name: str) -> dict[str, int] | None:
+def read(progress, name: str, batch=None) -> dict[str, int] | None:
     """The counters an operator named ``name`` reported in one batch.
 
     Parameters
     ----------
     progress : StreamingQuery, StreamingQueryProgress or dict
-        A query (its last progress is read), one progress (classic or Spark Connect, e.g.
-        ``event.progress`` in a ``StreamingQueryListener``) or its JSON dict.
+        A query (one of its retained progresses is read, see ``batch``), one progress (classic or Spark
+        Connect, e.g. ``event.progress`` in a ``StreamingQueryListener``) or its JSON dict.
     name : str
         The operator's ``name``.
+    batch : None, "last" or int
+        Which batch of a query: None (default) the latest batch in which something happened (input rows
+        for the query, or rows in, out or evicted for the operator), so that the no-data batch that
+        typically ends an ``availableNow`` run does not hide the counters of the batch before it;
+        ``"last"`` the last progress as it is (``query.lastProgress``); an int the batch with that
+        ``batchId`` among ``query.recentProgress`` (None if Spark no longer retains it). Only with a
+        query.
 
     Returns
     -------
@@ -283,7 +290,41 @@ def read(progress, name: str) -> dict[str, int] | None:
         raw ``progress.observedMetrics[name]`` does not.
     """
     if hasattr(progress, "lastProgress"):
-        progress = progress.lastProgress
+        return _read_query(progress, name, batch)
+    if batch is not None:
+        raise TypeError(f"batch applies to a StreamingQuery, got a {type(progress).__name__} (one batch already)")
+    return _read_progress(progress, name)
+
+
+def _field(progress, key: str):
+    return progress.get(key) if isinstance(progress, dict) else getattr(progress, key, None)
+
+
+def _read_query(query, name: str, batch):
+    """:func:`read` for a StreamingQuery: the progress ``batch`` selects (see there)."""
+    if batch == "last":
+        return _read_progress(query.lastProgress, name)
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)):
+        raise TypeError(f"batch must be None, 'last' or a batch id (int), got {batch!r}")
+    recent = list(getattr(query, "recentProgress", None) or [])
+    if batch is not None:
+        match = [p for p in recent if _field(p, "batchId") == batch]
+        return _read_progress(match[-1], name) if match else None
+    latest = None
+    for progress in reversed(recent):
+        values = _read_progress(progress, name)
+        if values is None:
+            continue
+        if latest is None:
+            latest = values
+        busy = values.get("input_rows", 0) or values.get("output_rows", 0) or values.get("evicted_rows", 0)
+        if busy or (_field(progress, "numInputRows") or 0) > 0:
+            return values
+    return latest if latest is not None else _read_progress(query.lastProgress, name)
+
+
+def _read_progress(progress, name: str) -> dict[str, int] | None:
+    """:func:`read` for one progress."""
     if progress is None:
         return None
     observed = progress.get("observedMetrics") if isinstance(progress, dict) else progress.observedMetrics

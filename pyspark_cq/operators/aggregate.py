@@ -13,6 +13,7 @@ from ..control import operator_handle
 from ..session import warn_shuffle_partitions
 from . import _metrics
 from ._agg_spec import (
+    NATIVE_ONLY_OPS,
     OP_COUNT,
     OP_MAX_F,
     OP_MAX_I,
@@ -22,6 +23,9 @@ from ._agg_spec import (
     OP_SUM_F,
     OP_SUM_HI,
     OP_SUM_I,
+    OUT_COUNT,
+    AggSpec,
+    Output,
     has_high_half,
     key_columns,
     parse_aggs,
@@ -50,7 +54,9 @@ from ._shards import AGGREGATE, resolve_shards, shard_key_column
 __all__ = ["sliding_aggregate"]
 
 EMIT_MODES = ("windows", "changes")
-OUTPUT_MODES = ("append", "update")
+OUTPUT_MODES = ("append", "update", "complete")
+#: Hidden column of ``output_mode="complete"``: a window's count(*), which grows with every update of it.
+_ROWS = "__cq_rows"
 #: Name of the per-batch report when neither ``name`` nor ``control`` is given.
 DEFAULT_NAME = "cq_sliding_aggregate"
 STATE_SCHEMA = "blob binary, keys binary"
@@ -90,7 +96,11 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         Grouping columns.
     aggs : mapping of str to list of str, optional
         ``{column: [aggregate, ...]}`` with aggregates ``"count"``, ``"sum"``, ``"min"``, ``"max"``,
-        ``"avg"``, plus ``"*": ["count"]`` for ``count(*)`` (the default when None). Output columns are
+        ``"avg"``, ``"stddev"`` / ``"stddev_samp"``, ``"stddev_pop"``, ``"variance"`` / ``"var_samp"``,
+        ``"var_pop"`` (Welford / Chan et al. moments), ``"first"`` / ``"last"`` (the value of the
+        earliest / latest row by event time among non-null values; ties: the smaller / larger value),
+        ``"approx_count_distinct"`` (HyperLogLog, p = 9, Spark's rsd 0.05), plus ``"*": ["count"]`` for
+        ``count(*)`` (the default when None); see docs/aggregate.md, *Statistical aggregates*. Output columns are
         named ``<agg>_<column>`` and ``count``; types follow Spark (count long, sum long for integral and
         double for floating columns, avg double, min/max the column's type). Nulls are ignored; an
         aggregate over only nulls is null.
@@ -106,10 +116,12 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         PIPES output (snapshot-reducible): per group, maximal intervals ``[valid_from, valid_to)`` over
         which the aggregate values are constant, where the value over granule ``[t, t + g)`` is the
         aggregate of the window ``[t + g - W, t + g)``. Intervals without rows are not emitted.
-    output_mode : {"append", "update"}
+    output_mode : {"append", "update", "complete"}
         Streaming only; must match the query's output mode. ``"append"`` emits each window once, when
         the watermark passes its end (as Spark); ``"update"`` emits every window that changed in the
         micro-batch (as Spark's update mode; a watermark is optional and bounds the state).
+        ``"complete"`` emits every window ever seen in every micro-batch (Spark's complete mode: the
+        watermark drops neither rows nor windows, so the state grows without bound); emit="windows" only.
         ``emit="changes"`` supports append only. Write the result with the same
         ``writeStream.outputMode(...)``: Spark checks it only at ``start()``, and a mismatch raises its
         own AnalysisException ("applyInPandasWithState in append mode is not supported with Update
@@ -195,7 +207,7 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty string, got {name!r}")
     ansi = ansi_enabled(df)
-    spec = parse_aggs(df, aggs, by, ansi)
+    spec = parse_aggs(df, aggs, by, ansi, time)
     keys = key_columns(df, by)
     bounds = ("window_start", "window_end") if emit == "windows" else ("valid_from", "valid_to")
     out_names = bounds + tuple(by) + tuple(o.name for o in spec.outputs)
@@ -211,6 +223,16 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         if emit == "changes" and output_mode != "append":
             raise ValueError("emit='changes' needs output_mode='append': change intervals are final once "
                              "emitted (PIPES streams are insert-only)")
+    complete = streaming and output_mode == "complete"
+    if complete:
+        # Spark's complete mode keeps every window and drops no late row: the operator emits its
+        # update-mode rows as if without a watermark, and a Spark aggregation on top (_complete_table)
+        # holds the table. Spark accepts an aggregation after applyInPandasWithState only when the
+        # latter is declared in append mode (UnsupportedOperationChecker), which its rows need not be.
+        delay, output_mode = None, "update"
+        spec = AggSpec(spec.values, spec.ops, spec.outputs + (Output(_ROWS, "count", None, OUT_COUNT, 0, -1,
+                                                                     T.LongType()),))
+        out_names += (_ROWS,)
     mode = output_mode if streaming else "batch"
     config = AggConfig(spec=spec, keys=keys, time_type=time_type, window=w, slide=s, granularity=g, emit=emit,
                 mode=mode, watermark=delay is not None, shards=shards, out_names=out_names,
@@ -234,8 +256,19 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         timeout = "EventTimeTimeout" if delay is not None else "NoTimeout"
         packed = sliced.groupBy(group_col).applyInPandasWithState(
             StatefulShard(config, sliced_schema), _metrics.packed_schema(config.output_schema(), AGG_METRICS),
-            STATE_SCHEMA, output_mode, timeout)
-        return _metrics.attach_packed(packed, name, config.output_schema(), AGG_METRICS)
+            STATE_SCHEMA, "append" if complete else output_mode, timeout)
+        out = _metrics.attach_packed(packed, name, config.output_schema(), AGG_METRICS)
+        return _complete_table(out, out_names, by) if complete else out
+    elif any(op in NATIVE_ONLY_OPS for op, _ in spec.ops):
+        # Batch with sketches or (time, value) pairs (approx_count_distinct, first, last): Spark has no
+        # aggregate that builds them as the kernel stores them, so the slices come from the streaming
+        # path's native slicer.
+        sliced_schema = config.sliced_schema(None)
+        sliced = df.select(*_projection(df, time, keys, spec)).mapInArrow(
+            Slicer(config, False, markers=layout == "shard"), sliced_schema)
+        raw = sliced.groupBy(group_col).applyInPandas(batch_function(config, sliced_schema, False),
+                                                      _metrics.metrics_schema(config.output_schema()))
+        return _metrics.attach(raw, name)
     else:
         # Batch: Spark's own (codegen) hash aggregation computes the slices, so raw rows never cross
         # into Python; only slices reach the sweep.
@@ -244,6 +277,20 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         raw = sliced.groupBy(group_col).applyInPandas(batch_function(config, sliced_schema, True),
                                                       _metrics.metrics_schema(config.output_schema()))
         return _metrics.attach(raw, name)
+
+
+def _complete_table(updates, out_names, by):
+    """The result table of ``output_mode="complete"`` from the operator's update-mode rows: per window
+    and group the row of its latest update (the largest count(*): every update of a window adds rows,
+    since no row is dropped as late), kept by Spark's own streaming aggregation, which a complete-mode
+    writer accepts.
+    """
+    group = list(out_names[:2]) + list(by)
+    values = [c for c in out_names[2 + len(by):] if c != _ROWS]
+    latest = F.max_by(F.struct(*[_validate.ref(c) for c in values]), _validate.ref(_ROWS)).alias("__cq_latest")
+    table = updates.groupBy(*[_validate.ref(c) for c in group]).agg(latest)
+    return table.select(*[_validate.ref(c) for c in group],
+                        *[F.col("__cq_latest").getField(c).alias(c) for c in values])
 
 
 def ansi_enabled(df) -> bool:
@@ -266,8 +313,20 @@ def _projection(df, time, keys, spec):
     key_exprs = _key_exprs(keys)
     cols = [_validate.ref(time).alias(TIME), _hash_expr(keys, key_exprs).alias(HASH)]
     cols += [e.alias(key_name(i)) for i, e in enumerate(key_exprs)]
-    cols += [_validate.ref(v.name).alias(value_name(i)) for i, v in enumerate(spec.values)]
+    cols += [value_expr(v).alias(value_name(i)) for i, v in enumerate(spec.values)]
     return cols
+
+
+def value_expr(v):
+    """The Spark column a value column of the aggregation is fed from (``ValueColumn.derive``)."""
+    c = _validate.ref(v.name)
+    if v.derive == "double":
+        return c.cast("double")
+    if v.derive == "time":   # the event time (first / last), as the kernel's int64
+        return _as_long(c, v.dtype)
+    if v.derive == "hash":  # Spark's HyperLogLogPlusPlus hashes each non-null value with xxhash64, seed 42
+        return F.when(c.isNotNull(), F.xxhash64(c))
+    return c
 
 
 def _key_exprs(keys):
@@ -341,7 +400,7 @@ def _native_slices(df, config: AggConfig, time: str):
         if k.nullable:
             cols.append(F.isnull(_validate.ref(k.name)).alias(null_name(i)))
             group.append(null_name(i))
-    cols += [_validate.ref(v.name).alias(value_name(i)) for i, v in enumerate(spec.values)]
+    cols += [value_expr(v).alias(value_name(i)) for i, v in enumerate(spec.values)]
     partials = []
     for j, (op, ci) in enumerate(spec.ops):
         if op == OP_ROWS:

@@ -64,8 +64,9 @@ _STATE_SCHEMA = T.StructType([T.StructField("kernel", T.BinaryType(), True),
                               T.StructField("right", T.BinaryType(), True)])
 
 
-def interval_join(left, right, on, left_time, right_time, lower, upper, how="inner", *, suffixes=None,
-                  shards=None, grouping=None, name=None, control=None, drop_ratio=0.0, seed=0):
+def interval_join(left, right, on=None, left_time=None, right_time=None, lower=None, upper=None, how="inner", *,
+                  left_on=None, right_on=None, suffixes=None, shards=None, grouping=None, name=None, control=None,
+                  drop_ratio=0.0, seed=0):
     """Join two DataFrames on equal keys and a time band (PIPES join, Cammert et al., §2.4.1, §3.6.3).
 
     A left row ``l`` and a right row ``r`` join when every ``on`` column is equal and
@@ -80,17 +81,25 @@ def interval_join(left, right, on, left_time, right_time, lower, upper, how="inn
         Both batch or both streaming. Streaming inputs need a watermark on their time column.
     on : str or list of str
         Key column(s), present under the same name in both inputs; equality on each (SQL semantics:
-        a null key never matches).
+        a null key never matches). Output once. Give either ``on`` or ``left_on`` / ``right_on``.
     left_time, right_time : str
-        Timestamp columns of ``left`` and ``right``.
+        Timestamp columns of ``left`` and ``right`` (required).
     lower, upper : str, datetime.timedelta or numpy.timedelta64
-        The band, e.g. ``"-10 seconds"`` and ``"1 minute"``; ``lower <= upper``.
-    how : {"inner", "left", "right", "full"}
-        Join type. Outer joins emit an unmatched row (null-padded) once the watermark guarantees that
-        no match can come, as Spark does; on batch inputs at once.
+        The band, e.g. ``"-10 seconds"`` and ``"1 minute"``; ``lower <= upper`` (required).
+    how : {"inner", "left", "right", "full", "left_semi", "left_anti"}
+        Join type, with Spark's names (also ``"left_outer"``, ``"outer"``, ``"semi"``, ``"anti"``, ...).
+        Outer joins emit an unmatched row (null-padded) once the watermark guarantees that no match can
+        come, as Spark does; on batch inputs at once. ``"left_semi"`` outputs each left row that has a
+        match once, at its first match (Spark's stream-stream semi join); ``"left_anti"`` each left row
+        that never matched, when it is evicted (as a left outer join's unmatched rows). Both output the
+        left columns only, in the left input's order.
+    left_on, right_on : str or list of str, optional
+        Key columns named differently on the two sides, paired in order (``left_on[i] = right_on[i]``).
+        A pair with one name is output once (as with ``on``); a pair with two names keeps both columns,
+        each among its side's columns.
     suffixes : tuple of (str, str), optional
-        Appended to non-key columns that exist on both sides (left, right). Without it such a clash
-        is an error naming the columns.
+        Appended to non-key columns that exist on both sides (left, right), e.g. two time columns
+        named ``ts``. Default ``("_left", "_right")``.
     shards : int, "key" or None
         Number of state shards (groups of ``applyInPandasWithState``), each keeping one native table
         for many keys; None (default): twice ``spark.sql.shuffle.partitions`` when the query is
@@ -124,7 +133,8 @@ def interval_join(left, right, on, left_time, right_time, lower, upper, how="inn
     Returns
     -------
     DataFrame
-        The ``on`` columns once, then the other left columns, then the other right columns. A stream is
+        The key columns named alike on both sides once, then the other left columns, then the other right
+        columns (semi / anti: the left columns). A stream is
         append-only: write it with ``outputMode("append")`` (Spark rejects another mode at ``start()``,
         docs/join.md, *Output mode*).
 
@@ -145,7 +155,11 @@ def interval_join(left, right, on, left_time, right_time, lower, upper, how="inn
     [(1, 'home'), (2, None)]
     """
     spec = JoinSpec.build(left, right, on, left_time, right_time, how, suffixes, shards, grouping, name,
-                          window=None, control=control, drop_ratio=drop_ratio, seed=seed, function="interval_join")
+                          window=None, control=control, drop_ratio=drop_ratio, seed=seed, function="interval_join",
+                          left_on=left_on, right_on=right_on)
+    for value, arg in ((lower, "lower"), (upper, "upper")):
+        if value is None:
+            raise TypeError(f"{arg} is required: a duration such as '-10 seconds' (docs/errors.md, *Durations*)")
     lo = parse_duration(lower, "lower")
     hi = parse_duration(upper, "upper")
     if lo > hi:
@@ -155,8 +169,9 @@ def interval_join(left, right, on, left_time, right_time, lower, upper, how="inn
     return _execute(spec)
 
 
-def window_join(left, right, on, left_time, right_time, left_window, right_window, *, suffixes=None,
-                shards=None, grouping=None, name=None, control=None, drop_ratio=0.0, seed=0):
+def window_join(left, right, on=None, left_time=None, right_time=None, left_window=None, right_window=None, *,
+                left_on=None, right_on=None, suffixes=None, shards=None, grouping=None, name=None, control=None,
+                drop_ratio=0.0, seed=0):
     """Window join of PIPES (Cammert et al., §2.4.1–§2.4.2): keys equal and validities intersect.
 
     Each row is valid during ``[t, t + window)`` (the time-based window operator ω, §2.4.2). A left
@@ -166,7 +181,7 @@ def window_join(left, right, on, left_time, right_time, left_window, right_windo
 
     Parameters
     ----------
-    left, right, on, left_time, right_time, suffixes, shards, grouping, drop_ratio, seed
+    left, right, on, left_time, right_time, left_on, right_on, suffixes, shards, grouping, drop_ratio, seed
         As for :func:`interval_join`.
     left_window, right_window : str, datetime.timedelta or numpy.timedelta64
         Positive window sizes of the two inputs.
@@ -195,11 +210,14 @@ def window_join(left, right, on, left_time, right_time, left_window, right_windo
     >>> [(r.lv, r.rv, (r.valid_to - r.valid_from).total_seconds()) for r in out.collect()]
     [('a', 'b', 10.0)]
     """
+    for value, arg in ((left_window, "left_window"), (right_window, "right_window")):
+        if value is None:
+            raise TypeError(f"{arg} is required: a positive duration such as '30 seconds'")
     wl = parse_duration(left_window, "left_window", allow_negative=False, allow_zero=False)
     wr = parse_duration(right_window, "right_window", allow_negative=False, allow_zero=False)
     spec = JoinSpec.build(left, right, on, left_time, right_time, "inner", suffixes, shards, grouping, name,
                           window=(wl, wr), control=control, drop_ratio=drop_ratio, seed=seed,
-                          function="window_join")
+                          function="window_join", left_on=left_on, right_on=right_on)
     spec.lower, spec.upper = -wr + 1, wl - 1
     warn_shuffle_partitions(left)
     return _execute(spec)
@@ -212,15 +230,16 @@ def _tagged(spec: JoinSpec, side: int, streaming_union: bool):
     """One input in the transport layout (side flag, shard, time, keys, payload of one or both sides)."""
     df = spec.left if side == LEFT else spec.right
     time_col = spec.left_time if side == LEFT else spec.right_time
-    key_codecs = codecs_for(df.schema, spec.keys, "__cq_k")
+    keys = spec.left_keys if side == LEFT else spec.right_keys
+    key_codecs = codecs_for(df.schema, keys, "__cq_k")
     cols = [F.lit(side).cast("byte").alias(SIDE)]
-    norm = [normalized_key(ref(k).cast(t), t) for k, t in zip(spec.keys, spec.key_types)]
+    norm = [normalized_key(ref(k).cast(t), t) for k, t in zip(keys, spec.key_types)]
     if spec.layout == "shard":
         cols.append(shard_key_column(F.xxhash64(*norm), spec.shards).alias(SHARD))
     else:
         cols += [n.alias(f"__cq_g{i}") for i, n in enumerate(norm)]
     cols += [ref(time_col).alias(TIME), F.unix_micros(ref(time_col)).alias(MICROS)]
-    for codec, k, t in zip(key_codecs, spec.keys, spec.key_types):
+    for codec, k, t in zip(key_codecs, keys, spec.key_types):
         cols += ColumnCodec(codec.name, t, codec.flagged).spark_columns(ref(k).cast(t))
     for s in ((LEFT, RIGHT) if streaming_union else (side,)):
         src = spec.left if s == LEFT else spec.right
@@ -231,7 +250,7 @@ def _tagged(spec: JoinSpec, side: int, streaming_union: bool):
 
 
 def _group_cols(spec: JoinSpec) -> list[str]:
-    return [SHARD] if spec.layout == "shard" else [f"__cq_g{i}" for i in range(len(spec.keys))]
+    return [SHARD] if spec.layout == "shard" else [f"__cq_g{i}" for i in range(len(spec.left_keys))]
 
 
 def _execute(spec: JoinSpec):

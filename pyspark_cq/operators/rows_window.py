@@ -139,6 +139,23 @@ class _RowsWorker:
 
     def step(self, table: pa.Table, kept: pa.Table | None):
         """Insertions and deletions caused by ``table`` given the ``kept`` rows; the new kept rows; counters."""
+        table, combined, m, counters = self._advance(table, kept)
+        k, n = table.num_rows, self.rows
+        # Arrival p (0-based over kept + new) pushes out row p - n.
+        positions = np.arange(m, m + k)
+        pushed = positions - n
+        leaving = pushed >= 0
+        ins = table.append_column(SIGN, pa.array(np.ones(k, dtype=np.int32))).append_column(AT, table[self.time])
+        dels = combined.take(pa.array(pushed[leaving]))
+        dels = dels.append_column(SIGN, pa.array(np.full(dels.num_rows, -1, dtype=np.int32))).append_column(
+            AT, table[self.time].take(pa.array(np.nonzero(leaving)[0])))
+        out = pa.concat_tables([ins, dels]).drop_columns([_T])
+        new_kept = combined.slice(max(0, combined.num_rows - n))
+        counters.update(output_rows=out.num_rows, state_rows=new_kept.num_rows, evicted_rows=dels.num_rows)
+        return out, new_kept, counters
+
+    def _advance(self, table: pa.Table, kept: pa.Table | None):
+        """The on-time new rows in window order, kept + them, the number kept before, and the input counters."""
         n_in = table.num_rows
         valid = pc.is_valid(table[_T])
         malformed = n_in - pc.sum(valid).as_py() if n_in else 0
@@ -153,18 +170,181 @@ class _RowsWorker:
             on_time = pc.greater_equal(table[_T], newest)
             late = table.num_rows - pc.sum(on_time).as_py()
             table = table.filter(on_time)
-        m, k, n = kept.num_rows, table.num_rows, self.rows
+        m = kept.num_rows
         combined = pa.concat_tables([kept, table]) if m else table
-        # Arrival p (0-based over kept + new) pushes out row p - n.
-        positions = np.arange(m, m + k)
-        pushed = positions - n
-        leaving = pushed >= 0
-        ins = table.append_column(SIGN, pa.array(np.ones(k, dtype=np.int32))).append_column(AT, table[self.time])
-        dels = combined.take(pa.array(pushed[leaving]))
-        dels = dels.append_column(SIGN, pa.array(np.full(dels.num_rows, -1, dtype=np.int32))).append_column(
-            AT, table[self.time].take(pa.array(np.nonzero(leaving)[0])))
-        out = pa.concat_tables([ins, dels]).drop_columns([_T])
-        new_kept = combined.slice(max(0, combined.num_rows - n))
-        counters = {"input_rows": n_in, "output_rows": out.num_rows, "state_rows": new_kept.num_rows,
-                    "evicted_rows": dels.num_rows, "late_rows": late, "malformed_rows": malformed}
+        return table, combined, m, {"input_rows": n_in, "late_rows": late, "malformed_rows": malformed}
+
+
+#: The aggregates of :func:`rows_aggregate` (CQL's five).
+ROWS_AGGREGATES = ("count", "sum", "avg", "min", "max")
+_FLAG = "__cq_flag"
+_EMITS = ("istream", "dstream", "rstream")
+
+
+def rows_aggregate(df, time, rows, aggs, partition_by=(), *, where=None, emit="istream", name=None):
+    """Aggregates over a tuple-based window, as CQL's ``X(SELECT a, AGG(…) FROM S [PARTITION BY a ROWS n]
+    WHERE p GROUP BY a)`` (STREAM, Motwani et al., §2 and §2.4).
+
+    At every instant τ (every distinct time at which rows arrive) each partition's window holds its last
+    ``rows`` rows with time ≤ τ (as :func:`rows_window`); the aggregates are computed over those of them
+    that satisfy ``where`` (a predicate applied after the window, so it does not change which rows the
+    window holds). ``emit`` is the relation-to-stream operator: ``"rstream"`` gives the aggregates at every
+    instant, ``"istream"`` when they differ from the previous instant's (the new values), ``"dstream"`` the
+    previous values when they change; ``cq_at`` is the instant.
+
+    Parameters
+    ----------
+    df : DataFrame
+        A streaming DataFrame (a batch DataFrame works as one micro-batch).
+    time : str
+        The timestamp (or timestamp_ntz) column.
+    rows : int
+        Window size ``n >= 1``.
+    aggs : sequence of (str, str or None, str)
+        ``(output column, column or None for COUNT(*), aggregate)`` with the aggregate one of
+        :data:`ROWS_AGGREGATES`; ``sum`` / ``avg`` / ``min`` / ``max`` take numeric columns. SUM of integers
+        is a long (null over no row), AVG a double, MIN / MAX the column's type; nulls are skipped.
+    partition_by : str or sequence of str
+        The windows' partitioning columns (also the groups of the aggregates).
+    where : Column, optional
+        A boolean predicate over ``df``'s columns, applied after the window (null: false).
+    emit : {"istream", "dstream", "rstream"}
+    name : str, optional
+        Name of the per-batch report, as :func:`rows_window` (``output_rows`` counts the emitted rows).
+
+    Notes
+    -----
+    The values at an instant are computed from the rows of one micro-batch; a row with the same time as
+    the newest kept row that arrives in a later micro-batch is still on time and gives that instant a
+    second value. Sums are exact for integers (cumulative sums in int64); MIN / MAX go through float64
+    (exact for |values| < 2**53).
+    """
+    _validate.dataframe(df, "df")
+    ttype = _validate.time_column(df, time, "time")
+    if isinstance(emit, bool) or emit not in _EMITS:
+        raise ValueError(f"emit must be one of {_EMITS}, got {emit!r}")
+    if isinstance(aggs, (str, bytes)) or not isinstance(aggs, (list, tuple)) or not aggs:
+        raise TypeError(f"aggs must be a non-empty list of (output column, column or None, aggregate), got {aggs!r}")
+    fields, specs = [], []
+    for i, spec in enumerate(aggs):
+        if not isinstance(spec, (list, tuple)) or len(spec) != 3:
+            raise TypeError(f"aggs[{i}] must be (output column, column or None, aggregate), got {spec!r}")
+        out, col, fn = spec
+        if fn not in ROWS_AGGREGATES:
+            raise ValueError(f"aggs[{i}]: aggregate must be one of {ROWS_AGGREGATES}, got {fn!r}")
+        if not isinstance(out, str) or not out:
+            raise TypeError(f"aggs[{i}]: the output column must be a non-empty str, got {out!r}")
+        if col is None:
+            if fn != "count":
+                raise ValueError(f"aggs[{i}]: only count takes no column (COUNT(*)), {fn} needs one")
+            dtype = T.LongType()
+        else:
+            if col not in df.columns:
+                raise ValueError(f"aggs[{i}]: no column {col!r} in df; columns: {df.columns}")
+            ctype = df.schema[col].dataType
+            if fn != "count" and not isinstance(ctype, T.NumericType) or isinstance(ctype, T.DecimalType):
+                raise TypeError(f"aggs[{i}]: {fn} needs a numeric (not decimal) column, {col!r} is "
+                                f"{ctype.simpleString()}")
+            integral = isinstance(ctype, T.IntegralType)
+            dtype = {"count": T.LongType(), "sum": T.LongType() if integral else T.DoubleType(),
+                     "avg": T.DoubleType()}.get(fn, ctype)
+        fields.append(T.StructField(out, dtype, True))
+        specs.append((out, col, fn))
+    if isinstance(partition_by, str):
+        partition_by = [partition_by]
+    partition_by = list(partition_by)
+    base = df.withColumn(_FLAG, F.coalesce(where, F.lit(False)) if where is not None else F.lit(True))
+    if name is None:
+        name = DEFAULT_NAME
+    # the window's own checks (rows, partition columns, names) and its prepared input
+    rows_window(base, time, rows, partition_by, name=name)
+    prepared = base.withColumn(_T, F.unix_micros(_validate.ref(time).cast("timestamp")))
+    out_schema = T.StructType([df.schema[c] for c in partition_by] + fields + [T.StructField(AT, ttype, True)])
+    ties = [c for c in df.columns if c != time and isinstance(df.schema[c].dataType, _SORTABLE)]
+    worker = _RowsAggregateWorker(rows, time, ties, _metrics.arrow_schema(prepared.schema),
+                                  _metrics.arrow_schema(out_schema), partition_by, specs, emit)
+    keys = [_validate.ref(c) for c in partition_by] or [F.lit(0).alias("__cq_all")]
+    if df.isStreaming:
+        packed = prepared.groupBy(*keys).applyInPandasWithState(
+            worker, _metrics.packed_schema(out_schema), STATE_SCHEMA, "append", "NoTimeout")
+    else:
+        def batch(pdf):
+            return worker.batch(pdf)
+
+        packed = prepared.groupBy(*keys).applyInPandas(batch, _metrics.packed_schema(out_schema))
+    return _metrics.attach_packed(packed, name, out_schema)
+
+
+class _RowsAggregateWorker(_RowsWorker):
+    """:func:`rows_aggregate`'s step: the window's aggregates at every instant with arrivals."""
+
+    def __init__(self, rows, time, ties, in_schema, out_schema, parts, specs, emit):
+        super().__init__(rows, time, ties, in_schema, out_schema)
+        self.parts, self.specs, self.emit = parts, specs, emit
+
+    def step(self, table: pa.Table, kept: pa.Table | None):
+        """The emitted aggregates caused by ``table`` given the ``kept`` rows; the new kept rows; counters."""
+        table, combined, m, counters = self._advance(table, kept)
+        n, total = self.rows, combined.num_rows
+        t = combined[_T].to_numpy()
+        # instants: the last new row of every run of equal times; with the last kept row (the instant
+        # before this batch) first, for the change streams
+        p = np.arange(m, total)
+        inst = p[(p == total - 1) | (t[np.minimum(p + 1, total - 1)] != t[p])]
+        at = np.concatenate([[m - 1], inst]) if m else inst
+        lo = np.maximum(at - n + 1, 0)
+        flag = combined[_FLAG].to_numpy(zero_copy_only=False).astype(bool)
+        columns, same = [], np.ones(len(at), dtype=bool)
+        agg_fields = list(self.out_schema)[len(self.parts):len(self.parts) + len(self.specs)]
+        for (_, col, fn), field in zip(self.specs, agg_fields):
+            values, valid = self._column(combined, col, flag)
+            cnt = _window_sum(valid.astype(np.int64), at, lo)
+            if fn == "count":
+                v, null = cnt, np.zeros(len(at), dtype=bool)
+            elif fn in ("sum", "avg"):
+                integral = np.issubdtype(values.dtype, np.integer)
+                x = np.where(valid, values, 0).astype(np.int64 if integral else np.float64)
+                v = _window_sum(x, at, lo)
+                v, null = (v / np.maximum(cnt, 1) if fn == "avg" else v), cnt == 0
+            else:
+                s = pd.Series(np.where(valid, values.astype(np.float64), np.nan))
+                roll = s.rolling(n, min_periods=1)
+                v = (roll.min() if fn == "min" else roll.max()).to_numpy()[at]
+                null = np.isnan(v)
+            prev_v, prev_null = np.roll(v, 1), np.roll(null, 1)
+            same &= (null == prev_null) & ((v == prev_v) | null)
+            columns.append(pa.array(v, mask=null).cast(field.type, safe=False))
+        keep = np.arange(len(at)) >= (1 if m else 0)   # the instant before the batch is not emitted itself
+        if self.emit == "istream":
+            keep &= ~same | (np.arange(len(at)) == 0)
+        elif self.emit == "dstream":
+            # the previous values, when they change; the first instant of a partition has none
+            keep &= ~same & (np.arange(len(at)) > 0)
+            columns = [c.take(pa.array(np.maximum(np.arange(len(at)) - 1, 0))) for c in columns]
+        idx = np.nonzero(keep)[0]
+        parts = [pa.array([combined[c][total - 1].as_py()] * len(idx) if total else [], combined.schema.field(c).type)
+                 for c in self.parts]
+        out = pa.Table.from_arrays(parts + [c.take(pa.array(idx)) for c in columns]
+                                   + [combined[self.time].take(pa.array(at[idx]))], schema=self.out_schema)
+        new_kept = combined.slice(max(0, total - n))
+        counters.update(output_rows=out.num_rows, state_rows=new_kept.num_rows,
+                        evicted_rows=max(0, total - n) - max(0, m - n))
         return out, new_kept, counters
+
+    @staticmethod
+    def _column(combined: pa.Table, col, flag):
+        """The column's values (numpy) and which rows count: in ``where`` and not null."""
+        if col is None:
+            return np.ones(combined.num_rows, dtype=np.int64), flag
+        arr = combined[col]
+        valid = flag & arr.is_valid().to_numpy(zero_copy_only=False)
+        values = arr.fill_null(0).to_numpy(zero_copy_only=False) if arr.null_count else arr.to_numpy()
+        if values.dtype == bool:
+            values = values.astype(np.int64)
+        return values, valid
+
+
+def _window_sum(x: np.ndarray, at: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """Sums of ``x[lo[i] .. at[i]]`` (inclusive) by cumulative sums: exact for integers."""
+    cs = np.concatenate([np.zeros(1, dtype=x.dtype), np.cumsum(x)])
+    return cs[at + 1] - cs[lo]

@@ -54,6 +54,8 @@ class OperatorStats:
     per-step ``probed_<i>_<j>`` / ``matched_<i>_<j>`` or a ``select_chain``'s ``rows_in_<p>`` /
     ``nanos_<p>``, from which plan policies estimate selectivities and costs. ``report_batch`` is the value
     ``batches`` had when that report was read (None: ``batches``), so a policy sees each report once.
+    ``totals`` sums every counter of the reports since start (all but the state sizes ``state_*``), e.g.
+    ``shed_rows`` and ``malformed_rows``.
     """
 
     operator: str
@@ -69,6 +71,7 @@ class OperatorStats:
     late_rows_total: int = 0
     report: Mapping[str, int] = field(default_factory=dict)
     report_batch: int | None = None
+    totals: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

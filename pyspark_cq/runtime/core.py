@@ -584,6 +584,82 @@ class CQRuntime:
                 except Exception as exc:
                     _log.warning("policy round failed: %r", exc)
 
+    def set_control(self, operator: str, *, who: str, reason: str = "", **params) -> list:
+        """Change a registered operator's control-table entry as a user (the console's edits come here).
+
+        The change is checked exactly as a policy's decisions are before it is written: it becomes a
+        :class:`~pyspark_cq.control.Decision` (values validated by the control vocabulary), then
+        :meth:`PolicyLoop.refusal` checks it against the control table and the query's QoS ranges (a window,
+        join bound or granularity needs a declared range and must lie inside it; a ``drop_ratio`` must lie in
+        its range when one is declared). The running query applies it at its next micro-batch (PIPES §4.2:
+        a window change applies to new elements only); the change log records ``who`` and ``reason``.
+
+        Parameters
+        ----------
+        operator : str
+            The operator id, registered by a query of this runtime (``ctx.control``).
+        who : str
+            Who changes it (logged), e.g. a user name.
+        reason : str
+            Why (logged).
+        **params
+            New values (``window="30 seconds"``, ``drop_ratio=0.2``, ``plan_id=...``).
+
+        Returns
+        -------
+        list of pyspark_cq.control.Change
+            The logged changes (empty when the values were already in force).
+
+        Raises
+        ------
+        KeyError
+            ``operator`` belongs to no registered query.
+        TypeError, ValueError
+            A value the control table does not accept, or a change the runtime refuses (outside the QoS
+            range, no declared range); the message says why. Nothing is written.
+        """
+        from ..control import Decision, Decisions
+
+        validate_operator_id(operator)
+        with self._lock:
+            reg = next((r for r in self._queries.values() if operator in r.operators), None)
+            if reg is None:
+                raise KeyError(f"operator {operator!r} belongs to no registered query; operators: "
+                               f"{sorted(op for r in self._queries.values() for op in r.operators)}")
+            qos = dict(reg.qos)
+        if not isinstance(who, str) or not who:
+            raise TypeError(f"who must be a non-empty str (a user name), got {who!r}")
+        decisions = Decisions([Decision(operator, params, reason, query=reg.name)], who)
+        problem = self._loop.refusal(decisions, qos)
+        if problem:
+            raise ValueError(f"change of {operator!r} refused: {problem}")
+        return self._control.apply(decisions, who=who)
+
+    def serve(self, port: int = 8050, *, host: str = "127.0.0.1", token: str | None = None):
+        """Start the live web console on ``http://host:port/`` in a background thread (docs/console.md).
+
+        It shows the registered queries, their plans, per-operator live charts, the decisions log and the
+        change log, and edits control-table entries through :meth:`set_control` (edits need ``token``,
+        generated when None). Needs the ``console`` extra (``pip install "pyspark-cq[console]"``).
+
+        Parameters
+        ----------
+        port : int
+            TCP port (0: a free one; the console's ``url`` says which).
+        host : str
+            Address to bind; the default serves this machine only.
+        token : str, optional
+            The token edits must carry; default a new random one (``console.token``).
+
+        Returns
+        -------
+        pyspark_cq.console.Console
+            The running console: ``url``, ``token``, ``stop()``.
+        """
+        from ..console import Console
+
+        return Console(self, host=host, port=port, token=token).start()
+
     def run_policies(self) -> list[dict]:
         """Run one policy round now (the monitor thread does it on schedule); returns its records."""
         self._batches_since = 0

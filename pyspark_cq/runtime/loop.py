@@ -70,22 +70,34 @@ class PolicyLoop:
         return self.record(policy=policy.name, kind=kind, decisions=[] if decisions is None else decisions.to_list(),
                            applied=False, changes=[], error=message)
 
+    def refusal(self, decisions: Decisions, bounds) -> str | None:
+        """Why ``decisions`` may not be applied, or None: operators the control table does not know, or
+        changes outside the QoS ``bounds`` (``"<operator>.<param>"`` -> QoSRange, :func:`bound_violations`).
+
+        The one check of every change the runtime writes: a policy's decisions (:meth:`apply`) and a
+        user's edits (:meth:`CQRuntime.set_control <pyspark_cq.runtime.CQRuntime.set_control>`, the console).
+        """
+        unknown = sorted({d.operator for d in decisions} - set(self.control.entries()))
+        if unknown:
+            return f"decisions for operators not in the control table: {unknown}"
+        problems = bound_violations(decisions, bounds)
+        if problems:
+            return "decisions outside declared QoS bounds: " + "; ".join(problems)
+        return None
+
     def apply(self, policy: Policy, decisions, snapshot: Snapshot, *, kind: str = "decide") -> dict:
         """Check ``decisions`` of ``policy`` against the control table and its bounds, then apply them."""
         if not isinstance(decisions, Decisions):
             return self._fail(policy, f"{kind} returned {type(decisions).__name__}, not Decisions", kind=kind)
         if not decisions:
             return self.record(policy=policy.name, kind=kind, decisions=[], applied=True, changes=[], error=None)
-        known = set(self.control.entries())
-        unknown = sorted({d.operator for d in decisions} - known)
-        if unknown:
-            return self._fail(policy, f"decisions for operators not in the control table: {unknown}", decisions, kind)
         try:
-            problems = bound_violations(decisions, policy.bounds(snapshot))
+            bounds = policy.bounds(snapshot)
         except Exception as exc:
             return self._fail(policy, f"bounds() raised {type(exc).__name__}: {exc}", decisions, kind)
-        if problems:
-            return self._fail(policy, "decisions outside declared QoS bounds: " + "; ".join(problems), decisions, kind)
+        problem = self.refusal(decisions, bounds)
+        if problem:
+            return self._fail(policy, problem, decisions, kind)
         try:
             changes = self.control.apply(decisions, who=policy.name)
         except Exception as exc:

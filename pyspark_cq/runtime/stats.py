@@ -102,6 +102,7 @@ class _OperatorState:
     rate: _Smoothed = None
     selectivity: _Smoothed = None
     late_total: int = 0
+    totals: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.rate, self.selectivity = _Smoothed(self.alpha), _Smoothed(self.alpha)
@@ -325,6 +326,9 @@ class StatisticsStore:
                 # of the batch before it from the plan policies
                 op.last_data, op.data_batch = report, op.batches
             op.late_total += report.get("late_rows", 0)
+            for key, value in report.items():   # counters add up over batches; state sizes do not
+                if not key.startswith("state_"):
+                    op.totals[key] = op.totals.get(key, 0) + int(value)
             n_in, n_out = report.get("input_rows", 0), report.get("output_rows", 0)
             if n_in > 0:
                 op.selectivity.add(n_out / n_in)
@@ -383,7 +387,7 @@ class StatisticsStore:
                     op.selectivity.value, float(last["state_rows"]) if "state_rows" in last else math.nan,
                     float(last["state_bytes"]) if "state_bytes" in last else math.nan,
                     last.get("evicted_rows", 0), last.get("late_rows", 0), op.late_total,
-                    dict(op.last_data or last), op.data_batch if op.last_data else op.batches)
+                    dict(op.last_data or last), op.data_batch if op.last_data else op.batches, dict(op.totals))
             return QueryInfo(query, plan, dict(qos or {}), sources, operators, dict(control or {}),
                              s.batches, s.rate.value, s.duration.value, s.state_rows, s.state_bytes, s.late_total,
                              s.event_time, _finite(s.lag.value), _finite(s.advance.value), s.period, s.deadline,

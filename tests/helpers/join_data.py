@@ -61,6 +61,30 @@ def write(directory: str, name: str, table: pa.Table) -> None:
     os.utime(path, (1_000_000 + order * 10, 1_000_000 + order * 10))
 
 
+def write_streams(root: str, batches: int, *, null_keys: bool, seed: int) -> None:
+    """``batches`` parquet files per side under ``root/l`` and ``root/r`` (one micro-batch each with
+    ``maxFilesPerTrigger=1``): out-of-order rows within the watermark, late rows from the third batch on,
+    duplicates, a hot key, an empty file on each side, and rows exactly at the band's bounds.
+    """
+    rng = np.random.default_rng(seed)
+    for i in range(batches):
+        t0 = BASE_US + i * 10_000_000
+        for side in ("l", "r"):
+            if (side, i) in (("l", 2), ("r", 3)):
+                table = side_table(rng, side, 4, t0).slice(0, 0)  # an empty micro-batch file
+            else:
+                table = side_table(rng, side, 60, t0, null_keys=null_keys, late=3 if i >= 2 else 0)
+                if i == 1:
+                    table = pa.concat_tables([table, bound_rows(side, BASE_US + 12_000_000, key=1)])
+            write(os.path.join(root, side), f"b{i:03d}.parquet", table)
+
+
+def stream_source(spark, root: str, side: str, delay: str):
+    """One side of :func:`write_streams` as a stream, one file per micro-batch, watermark ``delay`` on ts."""
+    return (spark.readStream.schema(schema(side)).option("maxFilesPerTrigger", 1)
+            .parquet(os.path.join(root, side)).withWatermark("ts", delay))
+
+
 def schema(side: str) -> str:
     return f"k long, s string, ts timestamp, {side}v long, tag double"
 

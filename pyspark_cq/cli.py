@@ -1,6 +1,7 @@
-"""The ``pyspark-cq`` console script: ``doctor`` checks an installation, ``demo`` runs the main job, ``run`` and
-``explain`` run / explain a CQL query file (docs/cql.md), ``console`` serves the live web console over a demo
-query (docs/console.md).
+"""The ``pyspark-cq`` console script: ``doctor`` checks an installation (``--master`` a cluster's executors),
+``demo`` runs the main job, ``run`` and ``explain`` run / explain a CQL query file (docs/cql.md), ``console``
+serves the live web console over a demo query (docs/console.md), ``connect-server`` runs a Spark Connect server
+for pyspark-cq clients (docs/deploy.md).
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import platform
 import sys
 import time
 
-__all__ = ["main", "doctor", "console"]
+__all__ = ["main", "doctor", "console", "connect_server"]
 
 
 def _ok(label: str, value: str) -> None:
@@ -34,8 +35,14 @@ def _worker_probe(batches):
     same = all((a == b).all() for a, b in zip(load("_serde").unpack(blob), (s, e)))
     for _ in batches:
         pass
+    import socket
+
+    time.sleep(0.2)    # several probe tasks at once spread over the executors
     yield pa.RecordBatch.from_pydict({
         "pid": [os.getpid()],
+        # an executor's Python workers run in its working directory (standalone: work/<app>/<executor id>,
+        # YARN: the container's directory) on its host
+        "executor": [f"{socket.gethostname()}:{os.getcwd()}"],
         "python": [sys.executable],
         "modules": [";".join(f"{k}={v}" for k, v in sorted(paths.items()))],
         "kernel": [f"{s.tolist()} {e.tolist()} {st.tolist()} serde={'ok' if same else 'BAD'}"],
@@ -81,26 +88,104 @@ def doctor(args) -> int:
     import pyspark_cq
 
     t0 = time.time()
-    spark = pyspark_cq.spark(args.master or "local[1]", "pyspark-cq-doctor", shuffle_partitions=1)
+    master = args.master or "local[1]"
+    try:
+        conf = dict(_key_value(c) for c in args.conf or ())
+    except ValueError as exc:
+        _fail("--conf", str(exc))
+        return 1
+    spark = pyspark_cq.spark(master, "pyspark-cq-doctor", shuffle_partitions=1, conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        rows = spark.range(1).mapInArrow(
-            _worker_probe, "pid long, python string, modules string, kernel string").collect()
+        executors = _executors(spark) if not master.startswith("local") else []
+        rows = _probe(spark, len(executors))
     except Exception as exc:
-        _fail("spark worker", f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+        lines = [x for x in str(exc).strip().splitlines() if x.strip()]
+        # a worker's failure: Spark's first line, then the end of the Python traceback (the actual error)
+        tail = [x for x in lines[1:] if not x.lstrip().startswith(("at ", "File ", "^"))][-3:]
+        _fail("spark worker", "\n         ".join([f"{type(exc).__name__}: {lines[0] if lines else ''}", *tail]))
         spark.stop()
         return 1
     spark.stop()
-    row = rows[0]
     expected = "[4, 5] [8, 6] [0, 1] serde=ok"  # row 2 is empty after rounding: left unrounded
-    if row.pid == os.getpid() or row.kernel != expected:
-        _fail("spark worker", f"unexpected answer from the worker: {row}")
+    bad = [r for r in rows if r.pid == os.getpid() or r.kernel != expected]
+    if bad:
+        _fail("spark worker", f"unexpected answer from a worker: {bad[0]}")
         return 1
-    _ok("spark worker", f"pid {row.pid} (driver {os.getpid()}), python {row.python}")
-    _ok("worker native modules", row.modules)
-    _ok("worker kernel run", row.kernel)
+    seen = sorted({r.executor: r for r in rows}.items())
+    if not executors:
+        row = rows[0]
+        _ok("spark worker", f"pid {row.pid} (driver {os.getpid()}), python {row.python}")
+        _ok("worker native modules", row.modules)
+        _ok("worker kernel run", row.kernel)
+    else:
+        for i, (where, row) in enumerate(seen):
+            _ok(f"executor {i + 1} of {len(executors)}", f"{where}: python {row.python}")
+            _ok("  native modules", row.modules)
+            _ok("  kernel run", row.kernel)
+        if len(seen) < len(executors):
+            _fail("executors", f"{len(executors) - len(seen)} of the {len(executors)} executors ran no probe task "
+                               f"(answered: {[w for w, _ in seen]})")
+            return 1
     print(f"\nall checks passed ({time.time() - t0:.1f} s for Spark)")
     return 0
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"expected KEY=VALUE (e.g. spark.executor.memory=1g), got {text!r}")
+    return key.strip(), value
+
+
+def _executors(spark, settle: float = 3.0, timeout: float = 120.0) -> list[str]:
+    """The executor ids of a cluster session, once their number has not changed for ``settle`` seconds."""
+    jsc = spark.sparkContext._jsc.sc()
+    deadline, last, since = time.monotonic() + timeout, None, time.monotonic()
+    while True:
+        ids = jsc.getExecutorIds()
+        found = sorted(str(ids.apply(i)) for i in range(ids.size()))
+        if found != last:
+            last, since = found, time.monotonic()
+        if last and time.monotonic() - since >= settle:
+            return last
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no executor registered within {timeout:.0f} s (does the cluster have free cores "
+                               f"and memory for spark.executor.memory?)")
+        time.sleep(0.5)
+
+
+def _probe(spark, executors: int, attempts: int = 5) -> list:
+    """Run the worker probe in enough tasks that every one of ``executors`` executors answers."""
+    tasks = max(1, 4 * executors)
+    rows: list = []
+    for _ in range(attempts):
+        rows += spark.range(tasks, numPartitions=tasks).mapInArrow(
+            _worker_probe, "pid long, executor string, python string, modules string, kernel string").collect()
+        if len({r.executor for r in rows}) >= executors:
+            break
+    return rows
+
+
+def connect_server(args) -> int:
+    """Run a Spark Connect server configured for pyspark-cq until interrupted (docs/deploy.md)."""
+    from .session import start_connect_server
+
+    try:
+        conf = dict(_key_value(c) for c in args.conf or ())
+        server = start_connect_server(args.port, master=args.master, conf=conf)
+    except (ValueError, TypeError, RuntimeError) as exc:
+        print(f"pyspark-cq connect-server: {exc}", file=sys.stderr)
+        return 1
+    print(f"Spark Connect server on {server.url} (master {args.master}, log {server.log}); join it with\n"
+          f"  pyspark_cq.spark(remote={server.url!r})   or   SPARK_REMOTE={server.url}\nCtrl-C stops it.",
+          flush=True)
+    try:
+        return server.process.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        server.stop()
 
 
 def _console_arguments(p) -> None:
@@ -191,8 +276,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="pyspark-cq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p_doc = sub.add_parser("doctor", help="check the installation and a Spark worker")
-    p_doc.add_argument("--master", help="Spark master (default local[1])")
+    p_doc.add_argument("--master", help="Spark master (default local[1]); on a cluster every executor is probed")
+    p_doc.add_argument("--conf", action="append", metavar="KEY=VALUE",
+                       help="a Spark setting, e.g. spark.archives=env.tar.gz#environment (repeatable)")
     p_doc.add_argument("--no-spark", action="store_true", help="skip the Spark worker check")
+    p_cs = sub.add_parser("connect-server", help="run a Spark Connect server for pyspark-cq clients (Ctrl-C stops)")
+    p_cs.add_argument("--port", type=int, default=15002, help="gRPC port (default 15002)")
+    p_cs.add_argument("--master", default="local[*]", help="the server's Spark master (default local[*])")
+    p_cs.add_argument("--conf", action="append", metavar="KEY=VALUE", help="a server setting (repeatable)")
     p_demo = sub.add_parser("demo", help="run the main streaming job on local Spark")
     from .demo import add_arguments
 
@@ -208,6 +299,8 @@ def main(argv=None) -> int:
         return console(args)
     if args.command == "doctor":
         return doctor(args)
+    if args.command == "connect-server":
+        return connect_server(args)
     if args.command == "run":
         return run_cql(args)
     if args.command == "explain":

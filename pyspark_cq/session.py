@@ -4,13 +4,16 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
-__all__ = ["spark", "find_java", "java_version"]
+__all__ = ["spark", "find_java", "java_version", "ConnectServer", "start_connect_server"]
 
 _JAVA_HELP = """\
 pyspark-cq needs a Java runtime (17 or newer) to start Spark, and none was found.
@@ -86,16 +89,22 @@ def java_version(java_home: str) -> str:
     return lines[0] if lines else "unknown"
 
 
-def spark(master: str | None = None, app_name: str = "pyspark-cq", *, shuffle_partitions: int | None = None,
-          ui: bool = False, conf: dict | None = None, **extra_conf):
-    """Get or create a SparkSession configured for pyspark-cq.
+def spark(master: str | None = None, app_name: str = "pyspark-cq", *, remote: str | None = None,
+          shuffle_partitions: int | None = None, ui: bool = False, conf: dict | None = None, **extra_conf):
+    """Get or create a SparkSession configured for pyspark-cq: classic, or a Spark Connect client.
 
     Parameters
     ----------
     master : str, optional
-        Spark master URL. Defaults to ``$SPARK_MASTER`` or ``local[*]``.
+        Spark master URL of a classic session. Defaults to ``$SPARK_MASTER`` or ``local[*]``.
     app_name : str
         Application name.
+    remote : str, optional
+        A Spark Connect session instead (docs/deploy.md, "Spark Connect"); defaults to ``$SPARK_REMOTE``.
+        ``"local"`` / ``"local[N]"`` starts a local Connect server in this process (PySpark's own
+        ``builder.remote("local[N]")``, configured like a local classic session: its Python workers run
+        this interpreter); ``"sc://host:port"`` joins a running server, where only runtime settings
+        (``spark.sql.*``) can be set. Not together with ``master``.
     shuffle_partitions : int, optional
         ``spark.sql.shuffle.partitions``; defaults to twice the local cores in local mode (Spark's
         200 wastes time on a laptop), Spark's default otherwise.
@@ -108,20 +117,46 @@ def spark(master: str | None = None, app_name: str = "pyspark-cq", *, shuffle_pa
     Returns
     -------
     pyspark.sql.SparkSession
+        A ``pyspark.sql.connect.session.SparkSession`` when ``remote`` (or ``$SPARK_REMOTE``) is given.
     """
     from pyspark.sql import SparkSession
 
-    master = master or os.environ.get("SPARK_MASTER") or "local[*]"
-    if not isinstance(master, str):
+    if master is not None and not isinstance(master, str):
         raise TypeError(f"master must be a Spark master URL string, got {master!r}")
+    remote = _remote_url(master, remote)
+    master = master or os.environ.get("SPARK_MASTER") or "local[*]"
     if not isinstance(app_name, str) or not app_name:
         raise TypeError(f"app_name must be a non-empty string, got {app_name!r}")
     if shuffle_partitions is not None and (not isinstance(shuffle_partitions, int) or shuffle_partitions < 1):
         raise ValueError(f"shuffle_partitions must be a positive int, got {shuffle_partitions!r}")
     if conf is not None and not isinstance(conf, dict):
         raise TypeError(f"conf must be a dict of Spark settings, got {type(conf).__name__}")
-    local = master.startswith("local")
+    local = (remote or master).startswith("local")
 
+    settings = _settings(local, ui, shuffle_partitions, conf, extra_conf)
+    if remote is not None:
+        session = _connect_session(remote, app_name, settings, user_keys={*map(str, conf or {}),
+                                                                          *(k.replace("_", ".") for k in extra_conf)})
+        settings = {k: v for k, v in settings.items() if k.startswith("spark.sql.")}
+    else:
+        builder = SparkSession.builder.master(master).appName(app_name)
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+    for key, value in settings.items():  # getOrCreate on a live session keeps static confs; set runtime ones
+        try:
+            if session.conf.get(key, None) != value and not key.startswith(("spark.ui", "spark.executorEnv",
+                                                                            "spark.default", "spark.driver")):
+                session.conf.set(key, value)
+        except Exception:  # a static conf of an existing session cannot change; leave it
+            pass
+    return session
+
+
+def _settings(local: bool, ui: bool, shuffle_partitions: int | None, conf: dict | None, extra_conf: dict) -> dict:
+    """The Spark settings of a pyspark-cq session (or local Connect server); prepares this process's
+    environment (Java, the workers' Python) for a Spark started from here.
+    """
     java_home, _ = find_java()
     os.environ.setdefault("JAVA_HOME", java_home)
     if local:
@@ -162,19 +197,197 @@ def spark(master: str | None = None, app_name: str = "pyspark-cq", *, shuffle_pa
         settings[str(key)] = str(value)
     for key, value in extra_conf.items():
         settings[key.replace("_", ".")] = str(value)
+    if not local and "spark.pyspark.python" in settings:
+        # A driver started as plain `python` (not by spark-submit) tells the executors which Python to run
+        # from $PYSPARK_PYTHON alone (SparkContext.pythonExec); the setting by itself would leave them on
+        # `python3`, without the environment shipped to them (docs/deploy.md).
+        os.environ["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
+    return settings
 
-    builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in settings.items():
+
+
+def _remote_url(master: str | None, remote: str | None) -> str | None:
+    """The Spark Connect URL asked for (``remote`` or ``$SPARK_REMOTE``), or None for a classic session."""
+    env = os.environ.get("SPARK_REMOTE") or None
+    if remote is not None:
+        if not isinstance(remote, str) or not (remote == "local" or remote.startswith(("sc://", "local["))):
+            raise ValueError(f"remote must be a Spark Connect URL 'sc://host[:port][/;param=value]' or 'local' / "
+                             f"'local[N]' (a local server started in this process), got {remote!r}")
+        if master is not None:
+            raise ValueError(f"give master (a classic session) or remote (Spark Connect), not both: "
+                             f"master={master!r}, remote={remote!r}")
+        return remote
+    if env is None:
+        return None
+    if master is not None:
+        raise ValueError(f"master={master!r} asks for a classic session, but SPARK_REMOTE={env!r} is set and "
+                         f"PySpark would refuse the master (CANNOT_CONFIGURE_SPARK_CONNECT_MASTER): unset "
+                         f"SPARK_REMOTE, or call pyspark_cq.spark() without master for a Connect session")
+    return _remote_url(None, env)
+
+
+def _connect_session(remote: str, app_name: str, settings: dict, user_keys: set):
+    """A Spark Connect session: a local server started in this process, or a running one joined."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    try:
+        from pyspark.sql.connect import utils as connect_utils
+        connect_utils.require_minimum_grpc_version()
+        connect_utils.require_minimum_grpcio_status_version()
+        connect_utils.require_minimum_googleapis_common_protos_version()
+        connect_utils.require_minimum_zstandard_version()
+    except ImportError as exc:
+        raise ImportError(f"remote={remote!r} needs the Spark Connect client's dependencies ({exc}): "
+                          f'pip install "pyspark-cq[connect]"') from exc
+    if SparkContext._active_spark_context is not None:
+        # PySpark picks classic or Connect functions (pyspark.sql.functions, Column) per process.
+        raise RuntimeError(
+            f"remote={remote!r} asks for a Spark Connect session, but this process already runs a classic "
+            f"SparkContext: PySpark holds one kind of session per process (SESSION_ALREADY_EXIST), since "
+            f"pyspark.sql.functions build classic or Connect columns for the whole process. Stop the classic "
+            f"session first, or use Spark Connect from another process")
+    if remote.startswith("local"):
+        opts = settings       # static settings too: they configure the server PySpark starts here
+    else:
+        ignored = sorted(k for k in settings if k in user_keys and not k.startswith("spark.sql."))
+        if ignored:
+            warnings.warn(f"remote={remote!r} joins a running Spark Connect server, whose non-SQL settings a "
+                          f"client cannot change; ignored: {ignored} (give them to the server when it starts: "
+                          f"pyspark-cq connect-server --conf KEY=VALUE)", UserWarning, stacklevel=3)
+        opts = {k: v for k, v in settings.items() if k.startswith("spark.sql.")}
+    builder = SparkSession.builder.remote(remote).appName(app_name)
+    for key, value in opts.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    for key, value in settings.items():  # getOrCreate on a live session keeps static confs; set runtime ones
+    return builder.getOrCreate()
+
+
+class ConnectServer:
+    """A Spark Connect server process started by :func:`start_connect_server`; ``url`` joins it.
+
+    A context manager: leaving the block stops the server.
+    """
+
+    def __init__(self, process: subprocess.Popen, port: int, log: Path):
+        self.process, self.port, self.log = process, port, log
+        self.url = f"sc://127.0.0.1:{port}"
+
+    def __enter__(self) -> ConnectServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def log_tail(self, chars: int = 4000) -> str:
+        """The end of the server's log (for error messages)."""
         try:
-            if session.conf.get(key, None) != value and not key.startswith(("spark.ui", "spark.executorEnv",
-                                                                            "spark.default", "spark.driver")):
-                session.conf.set(key, value)
-        except Exception:  # a static conf of an existing session cannot change; leave it
-            pass
-    return session
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop the server (SIGTERM to its process group, SIGKILL after ``timeout`` seconds)."""
+        if self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)   # the script, spark-submit and the JVM
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def start_connect_server(port: int = 15002, *, master: str = "local[*]", shuffle_partitions: int | None = None,
+                         conf: dict | None = None, log_dir: str | None = None,
+                         timeout: float = 180.0) -> ConnectServer:
+    """Start a Spark Connect server for pyspark-cq from the pip-installed PySpark; wait until it listens.
+
+    Runs PySpark's ``sbin/start-connect-server.sh --wait`` (in the foreground, as a child process) with
+    the settings of :func:`spark`: Java found by :func:`find_java`, and in local mode Python workers
+    running this interpreter (where pyspark-cq's compiled modules are installed) and twice the cores as
+    shuffle partitions. Join it with ``pyspark_cq.spark(remote=server.url)``.
+
+    Parameters
+    ----------
+    port : int
+        The gRPC port (Spark's default 15002); 0 picks a free one.
+    master : str
+        The server's Spark master.
+    shuffle_partitions : int, optional
+        As :func:`spark`.
+    conf : dict, optional
+        More server settings (static ones too: ``spark.driver.memory``, ``spark.archives``, ...).
+    log_dir : str, optional
+        Where the server's log goes (default a new temporary directory); see ``ConnectServer.log``.
+    timeout : float
+        Seconds to wait for the server to listen.
+
+    Returns
+    -------
+    ConnectServer
+
+    Raises
+    ------
+    RuntimeError
+        When the port is taken or the server exits or does not listen within ``timeout`` (with its log).
+    """
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < 65536:
+        raise ValueError(f"port must be an int in [0, 65535] (0: a free one), got {port!r}")
+    if not isinstance(master, str) or not master:
+        raise TypeError(f"master must be a Spark master URL string, got {master!r}")
+    if shuffle_partitions is not None and (not isinstance(shuffle_partitions, int) or shuffle_partitions < 1):
+        raise ValueError(f"shuffle_partitions must be a positive int, got {shuffle_partitions!r}")
+    if conf is not None and not isinstance(conf, dict):
+        raise TypeError(f"conf must be a dict of Spark settings, got {type(conf).__name__}")
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    if port == 0:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+    elif _listening(port):
+        raise RuntimeError(f"port {port} is taken (another Spark Connect server?): join it with "
+                           f"pyspark_cq.spark(remote='sc://127.0.0.1:{port}') or pick another port")
+    from pyspark.find_spark_home import _find_spark_home
+
+    saved = dict(os.environ)
+    try:  # _settings prepares os.environ for Spark; the server gets it, this process keeps its own
+        settings = _settings(master.startswith("local"), False, shuffle_partitions, conf, {})
+        env = dict(os.environ)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    for var in ("SPARK_REMOTE", "SPARK_LOCAL_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "SPARK_API_MODE"):
+        env.pop(var, None)
+    logs = Path(log_dir or tempfile.mkdtemp(prefix="pyspark-cq-connect-"))
+    logs.mkdir(parents=True, exist_ok=True)
+    env.update(SPARK_LOG_DIR=str(logs), SPARK_PID_DIR=str(logs), SPARK_NO_DAEMONIZE="1")
+    settings["spark.connect.grpc.binding.port"] = str(port)
+    settings.setdefault("spark.connect.grpc.binding.address", "127.0.0.1")
+    script = Path(_find_spark_home()) / "sbin" / "start-connect-server.sh"
+    argv = ["bash", str(script), "--wait", "--master", master]
+    for key, value in settings.items():
+        argv += ["--conf", f"{key}={value}"]
+    log = logs / "connect-server.log"
+    with open(log, "ab") as out:
+        process = subprocess.Popen(argv, cwd=str(logs), env=env, stdout=out, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+    server = ConnectServer(process, port, log)
+    deadline = time.monotonic() + timeout
+    while not _listening(port):
+        if process.poll() is not None or time.monotonic() > deadline:
+            server.stop()
+            why = "it exited" if process.returncode is not None else f"not listening after {timeout} s"
+            raise RuntimeError(f"the Spark Connect server on port {port} did not start ({why}); its log "
+                               f"{log}:\n{server.log_tail()}")
+        time.sleep(0.5)
+    return server
 
 
 #: ``spark.sql.shuffle.partitions`` above this many times the session's cores draws a warning.

@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -138,11 +139,14 @@ def test_late_rows_count_like_the_reference(spark, tmp_dir):
 def test_update_mode_last_values_equal_spark(spark, tmp_dir):
     batches = make_batches(seed=5, n_batches=5, rows=150, keys=20)
     write_files(tmp_dir / "in", batches)
-    collected = {"ours": [], "theirs": []}
-
     def collector(label):
+        out = str(tmp_dir / label)      # files: on Spark Connect foreachBatch runs in a process of the server
+        os.makedirs(out)
+
         def collect(batch_df, batch_id):
-            collected[label].append((batch_id, batch_df.toPandas()))
+            pdf = batch_df.toPandas()
+            pdf.attrs = {}       # Spark Connect puts its query metrics there, which parquet cannot store
+            pdf.to_parquet(f"{out}/{batch_id:06d}.parquet")
         return collect
 
     aggs = {"v": ["sum", "max"], "*": ["count"]}
@@ -152,6 +156,8 @@ def test_update_mode_last_values_equal_spark(spark, tmp_dir):
         q = (df.writeStream.outputMode("update").foreachBatch(collector(label))
              .option("checkpointLocation", str(tmp_dir / f"ck_{label}")).trigger(availableNow=True).start())
         q.awaitTermination()
+    collected = {label: [(int(f.stem), pd.read_parquet(f)) for f in sorted((tmp_dir / label).glob("*.parquet"))]
+                 for label in ("ours", "theirs")}
 
     def last_values(label):
         last = {}

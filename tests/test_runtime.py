@@ -1,7 +1,9 @@
 """The adaptive runtime: statistics store, policy loop, and CQRuntime watching a real streaming query."""
 from __future__ import annotations
 
+import json
 import math
+import os
 import threading
 import time
 
@@ -201,7 +203,24 @@ def test_loop_rejects_non_decisions(table):
 # CQRuntime on Spark
 
 
-def _filter_builder(values_seen):
+class _Batches:
+    """The sink's micro-batches as (batch id, values, control-table versions), oldest first, kept in files: a
+    foreachBatch function runs in the driver's process on classic Spark but in a Python process of the server
+    on Spark Connect (tests/test_connect.py runs these tests through it)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        os.makedirs(self.path, exist_ok=True)
+
+    def __iter__(self):
+        for name in sorted(os.listdir(self.path)):
+            if name.endswith(".json"):
+                with open(os.path.join(self.path, name)) as f:
+                    b = json.load(f)
+                yield b["batch"], b["values"], set(b["versions"])
+
+
+def _filter_builder(values_seen: _Batches):
     """rate source -> mapInArrow drop filter reading the control table at every micro-batch -> foreachBatch."""
 
     def build(ctx):
@@ -231,9 +250,19 @@ def _filter_builder(values_seen):
                                             "output_rows": F.sum(F.col("keep").cast("long"))},
                              keep=F.col("keep"), drop=["keep"])
 
+        path = values_seen.path
+
         def sink(df, batch_id):
+            import json
+            import os
+
             rows = df.collect()
-            values_seen.append((batch_id, [r.value for r in rows], {r.ctl_version for r in rows}))
+            record = {"batch": batch_id, "values": [r.value for r in rows],
+                      "versions": sorted({r.ctl_version for r in rows})}
+            tmp = os.path.join(path, f".{batch_id}.tmp")
+            with open(tmp, "w") as f:
+                json.dump(record, f)
+            os.replace(tmp, os.path.join(path, f"{batch_id:09d}.json"))
 
         return out.writeStream.foreachBatch(sink).trigger(processingTime="250 milliseconds")
 
@@ -265,7 +294,7 @@ def _wait(predicate, timeout, what):
 def test_runtime_change_reaches_running_query_within_two_batches(spark, tmp_path):
     from pyspark_cq.runtime import CQRuntime
 
-    seen: list = []
+    seen = _Batches(tmp_path / "batches")
     lock = threading.Lock()
     rt = CQRuntime(spark, policies=[], control_path=str(tmp_path / "ct.json"), every_batches=1)
     rt.register("shedder", _filter_builder(seen), sources={"rate": "Rate"})
@@ -301,7 +330,7 @@ def test_runtime_policy_loop_drives_query_and_survives_broken_policy(spark, tmp_
     from pyspark_cq import plan as P
     from pyspark_cq.runtime import CQRuntime
 
-    seen: list = []
+    seen = _Batches(tmp_path / "batches")
     with pytest.warns(RuntimeWarning):
         rt = CQRuntime(spark, policies=[Exploding(), DropWhenBusy(), "pipes", "no-such-policy"],
                        memory_budget=400_000, control_path=str(tmp_path / "ct.json"), every_batches=1)

@@ -192,7 +192,7 @@ def test_stream_switches_plans_between_batches_and_reports_each_step(spark, tmp_
                 table.set("chain1", plan_id=orders[i], reason="test: switch the plan between batches")
             _write(str(src), i, x, y)
             q.processAllAvailable()
-            with_data = [p for p in q.recentProgress if p["numInputRows"] > 0]
+            with_data = [p for p in q.recentProgress if p.numInputRows > 0]
             reports.append(cq.read_metrics(with_data[-1], "chain1"))
     finally:
         q.stop()

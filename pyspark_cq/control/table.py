@@ -58,6 +58,14 @@ class Change:
                 "at": dict(self.at), "query": self.query}
 
 
+def _has_jvm(spark) -> bool:
+    """Whether ``spark`` is a classic SparkSession (a Spark Connect client has no ``sparkContext``)."""
+    try:
+        return spark is not None and spark.sparkContext._jvm is not None
+    except Exception:
+        return False
+
+
 def _wall_clock_us(operator: str) -> int:
     return time.time_ns() // 1000
 
@@ -69,8 +77,9 @@ class ControlTable:
     ----------
     path : str
         Where the document lives: a local path, or a URI. A local path is written with temp file + rename.
-        With ``spark`` (a classic SparkSession) a non-local URI is written through Hadoop's FileSystem in the
-        driver's JVM; otherwise through ``pyarrow.fs``. Workers read it with :func:`entry`.
+        With ``spark`` a classic SparkSession, a non-local URI is written through Hadoop's FileSystem in the
+        driver's JVM; otherwise (no session, or Spark Connect) through ``pyarrow.fs``. Workers read it with
+        :func:`entry`.
     spark : SparkSession, optional
         For non-local URIs (see above).
     clock : callable, optional
@@ -94,7 +103,8 @@ class ControlTable:
         if clock is not None and not callable(clock):
             raise TypeError(f"clock must be callable(operator) -> int µs, got {clock!r}")
         if backend == "auto":
-            backend = "local" if is_local(path) else ("hadoop" if spark is not None else "arrow")
+            # a Spark Connect session has no JVM in this process: its table goes through pyarrow.fs
+            backend = "local" if is_local(path) else ("hadoop" if _has_jvm(spark) else "arrow")
         if backend == "local":
             if not is_local(path):
                 raise ValueError(f"backend 'local' needs a local path, got {path!r}")

@@ -80,6 +80,25 @@ def _quiet_jvm_log(spark, *, active: bool = True):
             _log.warning("restoring the JVM log level %s failed: %r", previous, exc)
 
 
+def _warn_unshared_control_path(spark, path: str) -> None:
+    """Warn when the session runs on a cluster but the control table is a path on the driver's machine.
+
+    Operators read the table in the executors' Python workers at every micro-batch (docs/deploy.md): on
+    other machines a driver-local path is not there.
+    """
+    from ..control._stores import is_local
+
+    try:
+        master = str(spark.conf.get("spark.master", "local"))
+    except Exception:  # a session that cannot tell: no advice
+        return
+    if is_local(path) and not master.startswith("local"):
+        warnings.warn(f"control_path {path!r} is a path on the driver's machine, but the session runs on "
+                      f"{master!r}: executors on other machines cannot read it. Use a path every executor "
+                      f"reads (HDFS, an object store, a shared volume); see docs/deploy.md", UserWarning,
+                      stacklevel=3)
+
+
 class QueryRejected(RuntimeError):
     """A policy's admission control rejected a query (PIPES §4.1.1); ``reason`` says why."""
 
@@ -197,6 +216,7 @@ class CQRuntime:
             control_path = os.path.join(tempfile.mkdtemp(prefix="pyspark-cq-control-"), "control.json")
         self._control = ControlTable(control_path, spark=spark, clock=self._clock)
         self.control_path = control_path
+        _warn_unshared_control_path(spark, control_path)
         self._store = StatisticsStore(alpha)
         policies, self.problems = _policies(policies, policy_options or {})
         self._loop = PolicyLoop(policies, self._control)

@@ -54,7 +54,14 @@ def _get(progress, key, default=None):
     try:
         value = progress[key]
     except (KeyError, TypeError):
-        return default
+        value = None
+    if value is None and isinstance(getattr(type(progress), key, None), property):
+        # Spark Connect's progress JSON leaves out numInputRows and the rates (its StreamingQueryProgress
+        # reads None for them); PySpark's properties of the same names sum them over the sources.
+        try:
+            value = getattr(progress, key)
+        except Exception:
+            value = None
     return default if value is None else value
 
 

@@ -34,10 +34,8 @@ THROUGH_CONNECT = {
                    "test_multi_join.py::test_stream_equals_spark_chain[3]"],
     "select_chain": ["test_select_chain.py::test_batch_equals_spark_filter_with_column_and_callable_predicates",
                      "test_select_chain.py::test_stream_switches_plans_between_batches_and_reports_each_step"],
-    # test_cql_compile.py::test_streaming_aggregate_and_join_equal_spark_streaming passed through Connect until
-    # main's CQL subqueries (cq_time, withColumnRenamed) arrived; since, its streaming aggregate finds no
-    # watermark on cq_time there (open: see the issue 24 report)
-    "cql": ["test_cql_compile.py::test_paper_q1_count_rstream_and_istream_equal_spark_windows"],
+    "cql": ["test_cql_compile.py::test_paper_q1_count_rstream_and_istream_equal_spark_windows",
+            "test_cql_compile.py::test_streaming_aggregate_and_join_equal_spark_streaming"],
     "runtime": ["test_runtime.py::test_runtime_change_reaches_running_query_within_two_batches",
                 "test_runtime.py::test_runtime_policy_loop_drives_query_and_survives_broken_policy"],
 }

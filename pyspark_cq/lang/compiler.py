@@ -698,13 +698,16 @@ def compile_cql(spark, text, sources: Mapping, *, name: str = "q", control: Call
             found = [k for k in sources if k.lower() == s.name.lower()]
             if len(found) == 1:
                 lookup[s.name] = sources[found[0]]
+    from pyspark.sql import functions as F
+
     a = analyze(statement, name, {k: v.columns for k, v in lookup.items()},
                 streams=[k for k, v in lookup.items() if v.isStreaming])
     for alias, sub in a.subqueries.items():   # each FROM subquery is compiled to a stream first
         if alias in lookup:
             raise CQLCompileError(f"the subquery {alias}", "its alias is also a source's name; rename one",
                                   sub.statement)
-        lookup[alias] = _Builder(spark, sub, lookup, None).build().dataframe.withColumnRenamed(AT, SUB_AT)
+        built = _Builder(spark, sub, lookup, None).build().dataframe
+        lookup[alias] = built.select(*[F.col(f"`{c}`") for c in built.columns if c != AT], F.col(AT).alias(SUB_AT))
     return _Builder(spark, a, lookup, control).build()
 
 
@@ -816,7 +819,9 @@ class _Builder:
         w = s.window
         if self.a.stream == "DSTREAM":  # RANGE d: a tuple leaves the window d after its timestamp
             at = at + F.expr(f"INTERVAL {w.size.micros} MICROSECONDS")
-        return self._project(df.withColumn(AT, at), self.name, s.ref)
+        # select, not withColumn: Spark Connect's withColumn drops the time column's watermark metadata,
+        # which a FROM subquery's stream needs
+        return self._project(df.select("*", at.alias(AT)), self.name, s.ref)
 
     # -- ROWS windows -----------------------------------------------------------------------------
     def _rows(self):

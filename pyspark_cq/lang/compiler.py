@@ -350,6 +350,38 @@ def _subqueries(statement: A.Statement) -> tuple[A.Statement, dict]:
     return dataclasses.replace(statement, query=query), inner
 
 
+def _aggregate_output(out, q: A.Select, name_of: Callable, out_name: dict, by: list, grouped: dict):
+    """An aggregate's output ``out`` filtered by HAVING and projected to the select list, then ``cq_at``:
+    aggregates read their columns ``out_name[call]``, grouped expressions ``grouped[expr]``, grouped columns
+    (``by``) themselves; any other column is an error.
+    """
+    from pyspark.sql import functions as F
+
+    def rewrite(e):
+        def fn(x):
+            if isinstance(x, A.Call) and x.is_aggregate:
+                return A.Column(None, out_name[x])
+            if not isinstance(x, A.Column) and _unqualified(x) in grouped:
+                return A.Column(None, grouped[_unqualified(x)])
+            if isinstance(x, A.Column):
+                n = name_of(x)
+                if n not in by:
+                    raise CQLCompileError(f"the column {to_text(x)}", "it is neither grouped (GROUP BY) nor "
+                                          "inside an aggregate", x)
+                return A.Column(None, n)
+            return None
+        return _rewrite(e, fn)
+
+    if q.having is not None:
+        out = out.filter(_expr(out, _sql(rewrite(q.having), lambda c: c.name), "HAVING", q.having))
+    cols = []
+    for it, oname in zip(q.items, _output_names(q)):
+        if isinstance(it.expr, A.Star):
+            raise CQLCompileError("* in an aggregate query", "select the grouped columns and aggregates", it)
+        cols.append(_expr(out, _sql(rewrite(it.expr), lambda c: c.name), to_text(it.expr), it).alias(oname))
+    return out.select(*cols, F.col(AT))
+
+
 def _unqualified(e):
     """``e`` with its column references stripped of their stream qualifier (to compare expressions)."""
     return _rewrite(e, lambda x: A.Column(None, x.name) if isinstance(x, A.Column) else None)
@@ -846,7 +878,6 @@ class _Builder:
 
     # -- aggregates over ROWS windows --------------------------------------------------------------
     def _rows_aggregate(self):
-        from pyspark.sql import functions as F
 
         from ..operators.rows_window import rows_aggregate
 
@@ -878,25 +909,7 @@ class _Builder:
         self.operators.append((a.operator, "rows_aggregate", {"rows": s.window.size, "partition_by": parts,
                                                               "aggs": specs, "emit": a.stream.lower()}))
 
-        def rewrite(e):
-            def fn(x):
-                if isinstance(x, A.Call) and x.is_aggregate:
-                    return A.Column(None, out_name[x])
-                if isinstance(x, A.Column):
-                    n = name_of(x)
-                    if n not in parts:
-                        raise CQLCompileError(f"the column {to_text(x)}", "it is neither grouped (GROUP BY) nor "
-                                              "inside an aggregate", x)
-                    return A.Column(None, n)
-                return None
-            return _rewrite(e, fn)
-
-        cols = []
-        for it, oname in zip(q.items, _output_names(q)):
-            if isinstance(it.expr, A.Star):
-                raise CQLCompileError("* in an aggregate query", "select the grouped columns and aggregates", it)
-            cols.append(_expr(out, _sql(rewrite(it.expr), lambda c: c.name), to_text(it.expr), it).alias(oname))
-        return out.select(*cols, F.col(AT))
+        return _aggregate_output(out, q, name_of, out_name, parts, {})
 
     # -- windowed aggregates ----------------------------------------------------------------------
     def _aggregate(self):
@@ -965,29 +978,7 @@ class _Builder:
         g = F.expr(f"INTERVAL {w.slide.micros} MICROSECONDS")
         at = {"RSTREAM": F.col(end), "ISTREAM": F.col(start) + g, "DSTREAM": F.col(end) + g}[a.stream]
         out = out.withColumn(AT, at)
-        def rewrite(e):
-            def fn(x):
-                if isinstance(x, A.Call) and x.is_aggregate:
-                    return A.Column(None, out_name[x])
-                if not isinstance(x, A.Column) and _unqualified(x) in grouped:
-                    return A.Column(None, grouped[_unqualified(x)])
-                if isinstance(x, A.Column):
-                    n = name_of(x)
-                    if n not in by:
-                        raise CQLCompileError(f"the column {to_text(x)}", "it is neither grouped (GROUP BY) nor "
-                                              "inside an aggregate", x)
-                    return A.Column(None, n)
-                return None
-            return _rewrite(e, fn)
-
-        if q.having is not None:
-            out = out.filter(_expr(out, _sql(rewrite(q.having), lambda c: c.name), "HAVING", q.having))
-        cols = []
-        for it, oname in zip(q.items, _output_names(q)):
-            if isinstance(it.expr, A.Star):
-                raise CQLCompileError("* in an aggregate query", "select the grouped columns and aggregates", it)
-            cols.append(_expr(out, _sql(rewrite(it.expr), lambda c: c.name), to_text(it.expr), it).alias(oname))
-        return out.select(*cols, F.col(AT))
+        return _aggregate_output(out, q, name_of, out_name, by, grouped)
 
     # -- joins ------------------------------------------------------------------------------------
     def _prefixed(self, s: SourceInfo, keymap: dict):

@@ -75,6 +75,14 @@ def rows_window(df, time, rows, partition_by=(), *, name=None):
     [('u2', 0, 1, 0), ('u1', 1, 1, 1), ('u2', 0, -1, 2), ('u2', 2, 1, 2), ('u1', 1, -1, 3), ('u1', 3, 1, 3),
      ('u2', 2, -1, 4), ('u2', 4, 1, 4)]
     """
+    ttype, partition_by, name = _checked(df, time, rows, partition_by, name)
+    out_schema = T.StructType(list(df.schema.fields) + [T.StructField(SIGN, T.IntegerType(), False),
+                                                        T.StructField(AT, ttype, True)])
+    return _stateful(df, time, partition_by, name, out_schema, _RowsWorker, rows)
+
+
+def _checked(df, time, rows, partition_by, name):
+    """The window's argument checks; (the time column's type, partition_by as a list, the report name)."""
     _validate.dataframe(df, "df")
     ttype = _validate.time_column(df, time, "time")
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
@@ -94,13 +102,15 @@ def rows_window(df, time, rows, partition_by=(), *, name=None):
         name = DEFAULT_NAME
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty string, got {name!r}")
-    t = _validate.ref(time)
-    prepared = df.withColumn(_T, F.unix_micros(t.cast("timestamp")))
-    out_schema = T.StructType(list(df.schema.fields) + [T.StructField(SIGN, T.IntegerType(), False),
-                                                        T.StructField(AT, ttype, True)])
-    ties = [c for c in df.columns if c != time and isinstance(df.schema[c].dataType, _SORTABLE)]
-    worker = _RowsWorker(rows, time, ties, _metrics.arrow_schema(prepared.schema),
-                         _metrics.arrow_schema(out_schema))
+    return ttype, partition_by, name
+
+
+def _stateful(df, time, partition_by, name, out_schema, worker_cls, rows, *extra):
+    """``df`` through ``worker_cls`` per partition: with Spark's state for a stream, in one call for a batch."""
+    prepared = df.withColumn(_T, F.unix_micros(_validate.ref(time).cast("timestamp")))
+    ties = [c for c in df.columns if c not in (time, _FLAG) and isinstance(df.schema[c].dataType, _SORTABLE)]
+    worker = worker_cls(rows, time, ties, _metrics.arrow_schema(prepared.schema),
+                        _metrics.arrow_schema(out_schema), *extra)
     keys = [_validate.ref(c) for c in partition_by] or [F.lit(0).alias("__cq_all")]
     if df.isStreaming:
         packed = prepared.groupBy(*keys).applyInPandasWithState(
@@ -219,8 +229,7 @@ def rows_aggregate(df, time, rows, aggs, partition_by=(), *, where=None, emit="i
     second value. Sums are exact for integers (cumulative sums in int64); MIN / MAX go through float64
     (exact for |values| < 2**53).
     """
-    _validate.dataframe(df, "df")
-    ttype = _validate.time_column(df, time, "time")
+    ttype, partition_by, name = _checked(df, time, rows, partition_by, name)
     if isinstance(emit, bool) or emit not in _EMITS:
         raise ValueError(f"emit must be one of {_EMITS}, got {emit!r}")
     if isinstance(aggs, (str, bytes)) or not isinstance(aggs, (list, tuple)) or not aggs:
@@ -250,29 +259,10 @@ def rows_aggregate(df, time, rows, aggs, partition_by=(), *, where=None, emit="i
                      "avg": T.DoubleType()}.get(fn, ctype)
         fields.append(T.StructField(out, dtype, True))
         specs.append((out, col, fn))
-    if isinstance(partition_by, str):
-        partition_by = [partition_by]
-    partition_by = list(partition_by)
     base = df.withColumn(_FLAG, F.coalesce(where, F.lit(False)) if where is not None else F.lit(True))
-    if name is None:
-        name = DEFAULT_NAME
-    # the window's own checks (rows, partition columns, names) and its prepared input
-    rows_window(base, time, rows, partition_by, name=name)
-    prepared = base.withColumn(_T, F.unix_micros(_validate.ref(time).cast("timestamp")))
     out_schema = T.StructType([df.schema[c] for c in partition_by] + fields + [T.StructField(AT, ttype, True)])
-    ties = [c for c in df.columns if c != time and isinstance(df.schema[c].dataType, _SORTABLE)]
-    worker = _RowsAggregateWorker(rows, time, ties, _metrics.arrow_schema(prepared.schema),
-                                  _metrics.arrow_schema(out_schema), partition_by, specs, emit)
-    keys = [_validate.ref(c) for c in partition_by] or [F.lit(0).alias("__cq_all")]
-    if df.isStreaming:
-        packed = prepared.groupBy(*keys).applyInPandasWithState(
-            worker, _metrics.packed_schema(out_schema), STATE_SCHEMA, "append", "NoTimeout")
-    else:
-        def batch(pdf):
-            return worker.batch(pdf)
-
-        packed = prepared.groupBy(*keys).applyInPandas(batch, _metrics.packed_schema(out_schema))
-    return _metrics.attach_packed(packed, name, out_schema)
+    return _stateful(base, time, partition_by, name, out_schema, _RowsAggregateWorker, rows, partition_by,
+                     specs, emit)
 
 
 class _RowsAggregateWorker(_RowsWorker):

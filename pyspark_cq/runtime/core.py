@@ -37,6 +37,7 @@ from .stats import StatisticsStore
 __all__ = ["CQRuntime", "QueryRejected", "QueryContext"]
 
 _log = logging.getLogger("pyspark_cq.runtime")
+_CATCH_UP_SECONDS = 1.0   # how often the monitor checks the queries' progress for events the listener lost
 
 
 def _is_active(query) -> bool:
@@ -228,6 +229,8 @@ class CQRuntime:
         self._listener = None
         self._batches_since = 0
         self._last_round = time.monotonic()
+        self._last_catch_up = time.monotonic()
+        self._round_lock = threading.Lock()
 
     # -- inspection ------------------------------------------------------------------------------
 
@@ -576,6 +579,8 @@ class CQRuntime:
                         self._batches_since += 1
                 except Exception as exc:  # a malformed progress must not end the monitor
                     _log.warning("statistics update failed: %r", exc)
+            if time.monotonic() - self._last_catch_up >= _CATCH_UP_SECONDS:
+                self._batches_since += self._catch_up()
             with self._lock:
                 has_queries = bool(self._queries)
             if has_queries and self._due():
@@ -583,6 +588,32 @@ class CQRuntime:
                     self.run_policies()
                 except Exception as exc:
                     _log.warning("policy round failed: %r", exc)
+
+    def _catch_up(self) -> int:
+        """File the progress of batches the listener did not deliver; returns how many.
+
+        Spark's listener bus drops events when its queue is full, and an event whose Python callback fails
+        is lost; a lost event would leave a query's statistics a batch behind until its next batch (and
+        :meth:`await_batches` waiting). Each query's ``lastProgress`` is compared with the statistics, and
+        on a gap the missing batches are filed from ``recentProgress``, oldest first (the store ignores a
+        batch id it has seen, so a late listener event is not counted twice).
+        """
+        self._last_catch_up = time.monotonic()
+        with self._lock:
+            regs = [(r.name, r.query) for r in self._queries.values() if r.query is not None]
+        filed = 0
+        for name, query in regs:
+            try:
+                seen = self._store.last_batch(name)
+                last = query.lastProgress
+                if last is None or int(last["batchId"]) <= seen:
+                    continue
+                for progress in sorted(query.recentProgress, key=lambda p: int(p["batchId"])):
+                    if int(progress["batchId"]) > seen and self._store.update(progress, name) is not None:
+                        filed += 1
+            except Exception as exc:  # a stopped query or a broken connection must not end the monitor
+                _log.debug("catching up with %s failed: %r", name, exc)
+        return filed
 
     def set_control(self, operator: str, *, who: str, reason: str = "", **params) -> list:
         """Change a registered operator's control-table entry as a user (the console's edits come here).
@@ -661,10 +692,14 @@ class CQRuntime:
         return Console(self, host=host, port=port, token=token).start()
 
     def run_policies(self) -> list[dict]:
-        """Run one policy round now (the monitor thread does it on schedule); returns its records."""
-        self._batches_since = 0
-        self._last_round = time.monotonic()
-        return self._loop.run(self.statistics())
+        """Run one policy round now (the monitor thread does it on schedule); returns its records.
+
+        Rounds run one at a time: a policy's state is not shared between two rounds in flight.
+        """
+        with self._round_lock:
+            self._batches_since = 0
+            self._last_round = time.monotonic()
+            return self._loop.run(self.statistics())
 
     def await_batches(self, name: str, count: int, timeout: float = 60.0) -> int:
         """Wait until the statistics of ``name`` have seen ``count`` micro-batches; returns the number seen.

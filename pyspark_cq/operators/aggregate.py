@@ -303,7 +303,8 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
 
 def _check_tws(df):
     """A stream with ``state="tws"`` needs Spark's RocksDB state store, which Spark requires for
-    ``transformWithStateInPandas`` (it reads the provider when the query starts). A batch DataFrame keeps
+    ``transformWithStateInPandas`` (it reads the provider when the query starts; on the default store the
+    query fails with ``UNSUPPORTED_FEATURE.STORE_BACKEND_NOT_SUPPORTED_FOR_TWS``). A batch DataFrame keeps
     no state, so there the argument has no effect.
     """
     if not df.isStreaming:

@@ -55,6 +55,9 @@ __all__ = ["sliding_aggregate"]
 
 EMIT_MODES = ("windows", "changes")
 OUTPUT_MODES = ("append", "update", "complete")
+STATE_HOMES = ("groupstate", "tws")
+_PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+_ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 #: Hidden column of ``output_mode="complete"``: a window's count(*), which grows with every update of it.
 _ROWS = "__cq_rows"
 #: Name of the per-batch report when neither ``name`` nor ``control`` is given.
@@ -64,7 +67,7 @@ _I64_MAX, _I64_MIN = 2**63 - 1, -(2**63)
 
 
 def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularity=None, emit="windows", *,
-                      output_mode="append", shards=None, name=None, control=None):
+                      output_mode="append", shards=None, name=None, control=None, state="groupstate"):
     """Sliding-window aggregation over slices, exact against Spark's ``window()`` aggregation.
 
     Spark evaluates ``groupBy(window(time, W, S), *by).agg(...)`` by copying every row into each of its
@@ -152,6 +155,13 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         error on the workers). The entry's ``drop_ratio`` (a stream in the shard layout) sheds that share
         of the input in the slicer, before the aggregation (RTStream §4.4), counted as ``shed_rows``.
         See docs/aggregate.md, "Control table".
+    state : {"groupstate", "tws"}
+        Where a streaming shard's state lives between micro-batches: ``"groupstate"`` (default) in
+        ``applyInPandasWithState``'s ``GroupState``; ``"tws"`` in a ``ValueState`` of Spark 4's
+        ``transformWithStateInPandas`` with an event-time timer, which needs
+        ``spark.sql.streaming.stateStore.providerClass`` set to Spark's RocksDB provider. Both give the
+        same rows; see docs/benchmarks.md, "transformWithStateInPandas as the state home" for what each
+        costs. Keep it fixed for the life of a checkpoint (the two are different Spark operators).
 
     Returns
     -------
@@ -198,6 +208,10 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
                          f"got granularity={granularity!r} for window={window!r}")
     if emit not in EMIT_MODES:
         raise ValueError(f"emit must be one of {EMIT_MODES}, got {emit!r}")
+    if state not in STATE_HOMES:
+        raise ValueError(f"state must be one of {STATE_HOMES}, got {state!r}")
+    if state == "tws":
+        _check_tws(df)
     if output_mode not in OUTPUT_MODES:
         raise ValueError(f"output_mode must be one of {OUTPUT_MODES}, got {output_mode!r}")
     layout, shards = resolve_shards(shards, AGGREGATE, keyed=bool(by))
@@ -253,10 +267,18 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         sliced_schema = config.sliced_schema(tag)
         slicer = Slicer(config, tag is not None, markers=layout == "shard")
         sliced = df.select(*_projection(df, time, keys, spec)).mapInArrow(slicer, sliced_schema)
-        timeout = "EventTimeTimeout" if delay is not None else "NoTimeout"
-        packed = sliced.groupBy(group_col).applyInPandasWithState(
-            StatefulShard(config, sliced_schema), _metrics.packed_schema(config.output_schema(), AGG_METRICS),
-            STATE_SCHEMA, "append" if complete else output_mode, timeout)
+        packed_schema = _metrics.packed_schema(config.output_schema(), AGG_METRICS)
+        if state == "tws":
+            from ._agg_tws import TwsShard
+
+            packed = sliced.groupBy(group_col).transformWithStateInPandas(
+                TwsShard(config, sliced_schema), packed_schema, "Append" if complete else output_mode.capitalize(),
+                "EventTime" if delay is not None else "None")
+        else:
+            timeout = "EventTimeTimeout" if delay is not None else "NoTimeout"
+            packed = sliced.groupBy(group_col).applyInPandasWithState(
+                StatefulShard(config, sliced_schema), packed_schema,
+                STATE_SCHEMA, "append" if complete else output_mode, timeout)
         out = _metrics.attach_packed(packed, name, config.output_schema(), AGG_METRICS)
         return _complete_table(out, out_names, by) if complete else out
     elif any(op in NATIVE_ONLY_OPS for op, _ in spec.ops):
@@ -277,6 +299,20 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         raw = sliced.groupBy(group_col).applyInPandas(batch_function(config, sliced_schema, True),
                                                       _metrics.metrics_schema(config.output_schema()))
         return _metrics.attach(raw, name)
+
+
+def _check_tws(df):
+    """A stream with ``state="tws"`` needs Spark's RocksDB state store, which Spark requires for
+    ``transformWithStateInPandas`` (it reads the provider when the query starts; on the default store the
+    query fails with ``UNSUPPORTED_FEATURE.STORE_BACKEND_NOT_SUPPORTED_FOR_TWS``). A batch DataFrame keeps
+    no state, so there the argument has no effect.
+    """
+    if not df.isStreaming:
+        return
+    provider = df.sparkSession.conf.get(_PROVIDER_CONF, "") or ""
+    if "RocksDB" not in provider:
+        raise ValueError(f"state='tws' needs Spark's RocksDB state store: set {_PROVIDER_CONF} to "
+                         f"{_ROCKSDB!r} before defining and starting the query (got {provider or 'the default'!r})")
 
 
 def _complete_table(updates, out_names, by):

@@ -1,0 +1,64 @@
+"""The sliding aggregation's stateful step on ``transformWithStateInPandas`` (Spark 4's state API v2).
+
+An alternative state home for :class:`~pyspark_cq.operators._agg_worker.StatefulShard` (issue 14): the
+same per-shard step (:func:`~pyspark_cq.operators._agg_worker.run_shard`) with the shard's ``(blob, keys)``
+image in a ``ValueState`` and an event-time timer in place of ``GroupState`` and its timeout. Spark runs
+it on the RocksDB state store only; each state call is one request to the task's state server.
+"""
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.sql.streaming import StatefulProcessor
+
+from . import _metrics
+from ._agg_worker import METRICS, AggConfig, _arrow_schema, _to_arrow, read_entry, run_shard
+
+#: Schema of the shard's ValueState (the same pair GroupState holds).
+VALUE_SCHEMA = "blob binary, keys binary"
+
+
+class TwsShard(StatefulProcessor):
+    """``transformWithStateInPandas`` processor: one shard, one micro-batch."""
+
+    def __init__(self, config: AggConfig, sliced):
+        self.config = config
+        self.arrow_schema = _arrow_schema(sliced)
+        self.out_schema = _metrics.arrow_schema(config.output_schema())
+
+    def init(self, handle) -> None:
+        self.handle = handle
+        self.image = handle.getValueState("image", VALUE_SCHEMA)
+
+    def _step(self, frames, watermark_ms):
+        config = self.config
+        names = self.arrow_schema.names
+        # PySpark regroups the input row by row (itertuples), which renames the columns (a leading
+        # underscore is not a namedtuple field): they arrive in the sliced layout's order, the null
+        # watermark tag last
+        frames = [_to_arrow(p.iloc[:, :len(names)].set_axis(names, axis=1), self.arrow_schema)
+                  for p in frames if len(p)]
+        table = pa.concat_tables(frames) if frames else self.arrow_schema.empty_table()
+        wm_us = max(int(watermark_ms), 0) * 1000 if config.watermark else None
+        saved = self.image.get() if self.image.exists() else None
+        result = run_shard(config, table, tuple(saved) if saved is not None else None, wm_us, read_entry(config))
+        if result.state:
+            self.image.update(result.state)
+        else:
+            self.image.clear()
+        if config.watermark:
+            # one pending timer per shard, just past the current watermark: the shard runs again at the
+            # next watermark advance even without data, so windows close in no-data batches
+            for t in list(self.handle.listTimers()):
+                self.handle.deleteTimer(t)
+            self.handle.registerTimer(max(int(watermark_ms), 0) + 1)
+        return _metrics.packed_row(result.output, self.out_schema, METRICS, **result.metrics)
+
+    def handleInputRows(self, key, rows, timerValues):
+        yield self._step(list(rows), timerValues.getCurrentWatermarkInMs())
+
+    def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        yield self._step([], timerValues.getCurrentWatermarkInMs())
+
+    def close(self) -> None:
+        pass
+

@@ -59,7 +59,8 @@ def _join_inputs(report: Mapping) -> int:
 
 def _join_orders(report: Mapping, n: int, plan) -> list[tuple[int, ...]] | None:
     """Every input's probe order: the plan's, else the one its counters show (the only permutation in which
-    each step probes what the step before matched), None when a counter leaves it open."""
+    each step probes what the step before matched), None when a counter leaves it open.
+    """
     if plan is not None:
         try:
             return [tuple(o) for o in parse_join_plan(plan, n)]

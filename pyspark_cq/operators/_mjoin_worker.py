@@ -25,8 +25,8 @@ from .._native import load
 from .._validate import micro_batch_id
 from ..control import ControlHandle, parse_join_plan
 from . import _metrics, _state_bytes
-from ._join_codec import ColumnCodec
 from ._chunks import WHOLE_BATCHES, ChunkScheduler, Schedule, schedule_from_params
+from ._join_codec import ColumnCodec
 from ._join_worker import PayloadSide, split_sides, timeout_ms
 from ._shards import MULTI_JOIN, check_shard_count, default_rule
 from ._shed import SHED, shed_mask
@@ -228,7 +228,9 @@ class MultiJoinWorker:
         n = self.config.n
         names = step_names(n)
         mine = [names.index(f"{i}_{j}") for j in order]
-        pick = (lambda v: None if v is None else tuple(v[k] for k in mine))
+
+        def pick(v):
+            return None if v is None else tuple(v[k] for k in mine)
         schedule = Schedule(schedule.strategy, schedule.chunk_rows, schedule.max_buffered_rows,
                             pick(schedule.priorities), pick(schedule.selectivities))
         cols = [f"i{c}" for c in range(n)] + [f"t{c}" for c in range(n)]

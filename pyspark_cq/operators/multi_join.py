@@ -32,6 +32,7 @@ from .._native import load
 from ..control import ControlHandle, operator_handle, parse_join_plan
 from ..session import warn_shuffle_partitions
 from . import _metrics
+from ._chunks import schedule_from_params
 from ._join_codec import checked_micros, codecs_for, normalized_key
 from ._join_worker import SIDE
 from ._mjoin_worker import (
@@ -48,7 +49,6 @@ from ._mjoin_worker import (
     metric_names,
     step_names,
 )
-from ._chunks import schedule_from_params
 from ._shards import MULTI_JOIN, resolve_shards, shard_key_column
 
 __all__ = ["multi_join"]
@@ -100,7 +100,8 @@ def multi_join(inputs, on, times, bounds, *, control=None, name=None):
         ``malformed_rows_<i>``, and per
         probe step ``probed_<i>_<j>`` / ``matched_<i>_<j>`` (partial matches of rows arriving on input i
         entering / leaving the step that probes input j: the step's observed selectivity is their ratio;
-        under a chunk schedule also ``probe_nanos_<i>_<j>``, its time), and ``chunk_steps``, ``peak_buffered_rows`` and ``peak_worker_rss`` (maxima over the shards; see docs/chain.md).
+        under a chunk schedule also ``probe_nanos_<i>_<j>``, its time), and ``chunk_steps``,
+        ``peak_buffered_rows`` and ``peak_worker_rss`` (maxima over the shards; see docs/chain.md).
         Default: the control handle's operator id, else ``"cq_multi_join"``. ``late_rows`` and
         ``late_rows_<i>`` are only complete through ``cq.read_metrics`` (the raw counters under
         ``progress.observedMetrics[name]`` are always 0: Spark drops late rows before the operator).

@@ -507,3 +507,52 @@ def test_stream_sheds_by_drop_ratio_and_counts_per_input(spark, tmp_dir):
     got = _rows(spark.table("mj_shed_out"))
     full = _python_oracle(tables, n)
     assert set(got) <= set(full) and len(got) < len(full)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_runtime_chain_policy_schedules_a_running_multi_join(spark, tmp_dir):
+    """The runtime with the ``chain`` policy on a running 3-way join: after batch 0 (depth-first) it writes the
+    schedule and selectivities, after the first chunked batch (whose steps are timed) the Chain priorities
+    of every input's path; the sink holds exactly the oracle's rows."""
+    import shutil
+
+    from pyspark_cq_plugins.chain_scheduler import ChainScheduler
+
+    from pyspark_cq.runtime import CQRuntime
+
+    n = 3
+    root, live = str(tmp_dir / "in"), str(tmp_dir / "live")
+    tables = _write_stream(root, n, seed=17)
+    for i in range(n):
+        os.makedirs(os.path.join(live, f"in{i}"))
+    names = sorted(os.listdir(os.path.join(root, "in0")))
+    rt = CQRuntime(spark, policies=[ChainScheduler(max_buffered_rows=10, chunk_rows=4)],
+                   control_path=str(tmp_dir / "control.json"), every_batches=1)
+
+    def build(ctx):
+        out = cq.multi_join(_sources(spark, live, n), [f"k{i}" for i in range(n)], [f"t{i}" for i in range(n)],
+                            _bounds(n), control=ctx.control("mjp", plan_id="0:1>2;1:0>2;2:1>0"))
+        return out.writeStream.format("memory").outputMode("append").option("checkpointLocation",
+                                                                            str(tmp_dir / "ck"))
+
+    rt.register("mjq", build)
+    reports, params = [], []
+    with rt:
+        for b, f in enumerate(names):
+            for i in range(n):
+                shutil.copy2(os.path.join(root, f"in{i}", f), os.path.join(live, f"in{i}", f))
+            rt.query("mjq").processAllAvailable()
+            rt.await_batches("mjq", b + 1, timeout=300)  # a wait, not a timing check
+            rt.run_policies()
+            progress = [p for p in rt.query("mjq").recentProgress if p["numInputRows"] > 0]
+            reports.append(cq.read_metrics(progress[-1], "mjp"))
+            params.append(rt.control_table().entry("mjp").get("params"))
+        rt.query("mjq").processAllAvailable()
+    got = _rows(spark.table("mjq"))
+    assert got == _python_oracle(tables, n)
+    assert reports[0]["chunk_steps"] == 0 and "priorities" not in params[0]
+    assert params[0]["schedule"] == "chain" and params[0]["max_buffered_rows"] == 10
+    assert reports[1]["chunk_steps"] > 0 and reports[1]["probe_nanos_0_1"] > 0
+    assert set(params[-1]["priorities"]) == {"0_1", "0_2", "1_0", "1_2", "2_1", "2_0"}
+    assert reports[-1]["chunk_steps"] > 0 and reports[-1]["peak_buffered_rows"] > 0

@@ -261,6 +261,13 @@ def test_multi_join_probe_steps_get_chain_priorities_per_input_path(plan):
         assert [params["priorities"][f"{i}_{j}"] for j in order] == pytest.approx(want, rel=1e-3)
 
 
+def test_multi_join_paths_not_reached_yet_are_left_out():
+    report, _ = _join_report(timed=True)
+    report["probed_0_2"] = report["matched_0_1"] = 0     # input 0's second step was never reached
+    params = ChainScheduler().decide(_snap(report, {"plan_id": "0:1>2;1:0>2;2:1>0"}))[0].changes["params"]
+    assert set(params["priorities"]) == set(params["selectivities"]) == {"1_0", "1_2", "2_1", "2_0"}
+
+
 def test_multi_join_with_an_ambiguous_order_is_left_alone():
     report, _ = _join_report(timed=True)
     report["probed_0_2"] = report["matched_0_1"] = 0     # step (0, 1) matched nothing: which ran first?

@@ -20,7 +20,7 @@ A ``multi_join``'s probe steps are scheduled the same way: every input's probe o
 ``"<i>_<j>"`` with capacity ``probed_i_j / probe_nanos_i_j`` and selectivity ``matched_i_j / probed_i_j``
 (a join step's can exceed 1). The join times its steps only once they run in chunks, so the first round
 writes the strategy, chunk size, bound and selectivities without priorities (Chain then chooses as fifo);
-the priorities follow from the next report.
+the priorities follow from the next report, per input once every step of its path was reached.
 """
 from __future__ import annotations
 
@@ -148,13 +148,15 @@ class ChainScheduler(Policy):
                     known[f"{i}_{j}"] = (1000.0 * probed / max(nanos, probed), matched / probed)
                 elif probed > 0:    # not timed (the steps ran depth-first): the selectivity only
                     known[f"{i}_{j}"] = (math.nan, matched / probed)
+        # an input's path is scheduled once each of its steps was measured (until then its steps rank alike:
+        # Chain chooses as fifo); a step no partial match has reached yet is not measured
         paths = [[f"{i}_{j}" for j in order] for i, order in enumerate(orders)]
-        if any(s not in known for path in paths for s in path):
-            return None
+        paths = [path for path in paths if all(s in known for s in path)]
         out = {"schedule": self.strategy, "chunk_rows": self.chunk_rows, "max_buffered_rows": self.max_buffered_rows,
                "selectivities": {s: _round(known[s][1]) for path in paths for s in path}}
-        if all(math.isfinite(known[s][0]) for path in paths for s in path):
-            out["priorities"] = {s: _round(p) for path in paths
+        timed = [path for path in paths if all(math.isfinite(known[s][0]) for s in path)]
+        if timed:
+            out["priorities"] = {s: _round(p) for path in timed
                                  for s, p in zip(path, chain.priorities([known[s] for s in path]))}
         return out
 

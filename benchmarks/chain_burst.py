@@ -4,8 +4,9 @@ STREAM §5.3 (Motwani et al.) and Babcock et al.'s Chain on Spark. A streaming q
 first micro-batch holds ``rows / 10`` rows (the steady load), the second ``rows`` (a 10x burst, e.g. a
 catch-up after downtime). Spark hands the Python worker big Arrow batches (``arrow.maxRecordsPerBatch`` is
 raised to ``--arrow-batch``, as one does for throughput; Spark's default 10000 already keeps batches small).
-The stage's three predicates (a cheap one passing 1/2, a costly one passing 1/2, a cheap one passing 2/5;
-each row carries a ~100-byte string) run
+The stage's three predicates (``--predicates distinct``, the default: a cheap one passing 1/2, a costly one
+passing 4/5, a cheap one passing 1/10; ``tied``: cheap 1/2, costly 1/2, cheap 2/5, whose measured costs put
+all three on one envelope segment; each row carries a ~100-byte string) run
 
 - ``operator-at-a-time``: no scheduling parameter, every Arrow batch through each predicate in turn (what
   ``select_chain`` does by default);
@@ -58,7 +59,26 @@ def fifth(batch):
     return np.asarray(batch["x"]) % 10 < 4
 
 
-PREDICATES = {"half": half, "costly": costly, "fifth": fifth}
+def costly_most(batch):
+    """Costly like ``costly``, passes 4/5."""
+    f = np.asarray(batch["f"], dtype=np.float64)
+    score = np.zeros_like(f)
+    for k in range(1, 13):
+        score += np.sin(f * k)
+    return (score > -1e9) & (np.asarray(batch["u"]) < 0.8)
+
+
+def rare(batch):
+    """Cheap, passes 1/10 (independent of the others)."""
+    return np.asarray(batch["f"]) < 0.1
+
+
+#: ``tied``: the first runs' predicates (measured costs put them on one envelope segment: every strategy
+#: schedules alike); ``distinct``: a cheap halving one, a costly one passing 4/5, a cheap rare one — Chain
+#: ranks the first highest and the other two together, greedy the last first: the strategies differ.
+PREDICATE_SETS = {"tied": {"half": half, "costly": costly, "fifth": fifth},
+                  "distinct": {"half": half, "costly": costly_most, "rare": rare}}
+PREDICATES = PREDICATE_SETS["tied"]
 
 
 def write_files(directory, rows, files, seed):
@@ -72,16 +92,18 @@ def write_files(directory, rows, files, seed):
                        os.path.join(directory, f"s{seed:03d}_{i:03d}.parquet"))
 
 
-def run_once(spark, cq, src_small, src_burst, workdir, strategy, params, tag):
+def run_once(spark, cq, src_small, src_burst, workdir, strategy, params, tag, predicates=None):
     """The steady batch, then the burst; the burst batch's (seconds, report)."""
+    predicates = predicates or PREDICATES
+    plan = ">".join(predicates)
     src = os.path.join(workdir, f"in_{tag}")
     os.makedirs(src)
     for f in os.listdir(src_small):
         os.link(os.path.join(src_small, f), os.path.join(src, f))
     table = cq.ControlTable(os.path.join(workdir, f"control_{tag}.json"))
-    table.register("f1", plan_id="half>costly>fifth")
+    table.register("f1", plan_id=plan)
     df = spark.readStream.schema("x long, f double, u double, s string").parquet(src)
-    out = cq.select_chain(df, PREDICATES, control=table.handle("f1"))
+    out = cq.select_chain(df, predicates, control=table.handle("f1"))
     q = (out.writeStream.format("noop").option("checkpointLocation", os.path.join(workdir, f"ck_{tag}")).start())
     try:
         q.processAllAvailable()
@@ -93,7 +115,7 @@ def run_once(spark, cq, src_small, src_burst, workdir, strategy, params, tag):
 
             report = cq.read_metrics(first, "f1")
             info = QueryInfo("q", operators={"f1": OperatorStats("f1", 1, report=report)},
-                             control={"f1": {"plan_id": "half>costly>fifth"}})
+                             control={"f1": {"plan_id": plan}})
             policy = ChainScheduler(strategy=strategy, **params)
             table.apply(policy.decide(Snapshot(time.time(), {"q": info})), who="chain")
         for f in os.listdir(src_burst):
@@ -114,6 +136,8 @@ def main(argv=None):
     parser.add_argument("--chunk", type=int, default=65_536)
     parser.add_argument("--bound", type=int, default=131_072)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--predicates", choices=sorted(PREDICATE_SETS), default="distinct",
+                        help="tied: the first runs' predicates; distinct: priorities that differ")
     parser.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
     args = parser.parse_args(argv)
     if args.quick:
@@ -137,12 +161,15 @@ def main(argv=None):
         write_files(small, args.rows // 10, 2, seed=1)
         write_files(burst, args.rows, 2, seed=2)
         params = {"max_buffered_rows": args.bound, "chunk_rows": args.chunk}
-        run_once(spark, cq, small, burst, tmp, "fifo", params, "warm")      # warm the daemon and the caches
+        preds = PREDICATE_SETS[args.predicates]
+        print(f"start: load {os.getloadavg()[0]:.2f}, {time.strftime('%Y-%m-%d %H:%M')}; predicates "
+              f"{args.predicates} ({'>'.join(preds)})", flush=True)
+        run_once(spark, cq, small, burst, tmp, "fifo", params, "warm", preds)   # warm the daemon and the caches
         results = {}
         for r in range(args.repeats):
             for strategy in STRATEGIES:        # interleaved, so a load change hits every strategy alike
                 results.setdefault(strategy, []).append(
-                    run_once(spark, cq, small, burst, tmp, strategy, params, f"{strategy}_{r}"))
+                    run_once(spark, cq, small, burst, tmp, strategy, params, f"{strategy}_{r}", preds))
         base = None
         print(f"burst batch: {args.rows:,} rows in 2 partitions; Arrow batches of {args.arrow_batch:,} rows; "
               f"chunks of {args.chunk:,}, bound {args.bound:,} buffered rows")

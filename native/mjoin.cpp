@@ -70,6 +70,59 @@ py::tuple insert_probe(MultiJoinState& st, int input, py::handle keys, py::handl
   return py::make_tuple(matches, to_numpy(std::move(r.probed)), to_numpy(std::move(r.matched)));
 }
 
+// Rows of a 2-d int64 array (m x n_inputs, C order) of probe_step's partial matches.
+const int64_t* partial_rows(py::array_t<int64_t, py::array::c_style | py::array::forcecast>& a, const char* name,
+                            py::ssize_t m, int n) {
+  if (a.ndim() != 2 || a.shape(0) != m || a.shape(1) != n)
+    throw py::value_error(std::string(name) + " must be an int64 array of shape (" + std::to_string(m) + ", " +
+                          std::to_string(n) + "), one row per key");
+  return a.data();
+}
+
+py::tuple probe_step(const MultiJoinState& st, int input, const std::vector<int>& order, int step, py::handle keys,
+                     py::handle ids, py::handle times) {
+  const I64 k = cq::bind::as_array<int64_t>(keys, "keys");
+  const py::ssize_t m = k.shape(0);
+  const int n = st.n_inputs();
+  auto id = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(ids);
+  auto t = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(times);
+  if (!id || !t) throw py::type_error("ids and times must be int64 arrays of shape (len(keys), n_inputs)");
+  const int64_t* idp = partial_rows(id, "ids", m, n);
+  const int64_t* tp = partial_rows(t, "times", m, n);
+  cq::mjoin::StepResult r;
+  {
+    py::gil_scoped_release release;
+    r = st.probe_step(input, order, step, m, k.data(), idp, tp);
+  }
+  const py::ssize_t rows = static_cast<py::ssize_t>(r.keys.size());
+  py::object out_ids = to_numpy(std::move(r.ids)).attr("reshape")(py::make_tuple(rows, n));
+  py::object out_t = to_numpy(std::move(r.times)).attr("reshape")(py::make_tuple(rows, n));
+  return py::make_tuple(to_numpy(std::move(r.keys)), out_ids, out_t);
+}
+
+void store(MultiJoinState& st, int input, py::handle keys, py::handle times, py::handle ids, py::object null_key,
+           py::object ends) {
+  st.input_index(input);
+  const I64 k = cq::bind::as_array<int64_t>(keys, "keys");
+  const py::ssize_t n = k.shape(0);
+  const I64 t = cq::bind::as_array<int64_t>(times, "times", n);
+  const I64 id = cq::bind::as_array<int64_t>(ids, "ids", n);
+  U8 nk;
+  const uint8_t* nkp = nullptr;
+  if (!null_key.is_none()) {
+    nk = cq::bind::as_array<uint8_t>(null_key, "null_key", n);
+    nkp = nk.data();
+  }
+  I64 en;
+  const int64_t* enp = nullptr;
+  if (!ends.is_none()) {
+    en = cq::bind::as_array<int64_t>(ends, "ends", n);
+    enp = en.data();
+  }
+  py::gil_scoped_release release;
+  st.store(input, n, k.data(), t.data(), id.data(), nkp, enp);
+}
+
 py::array_t<int64_t> evict(MultiJoinState& st, int input, int64_t threshold) {
   std::vector<int64_t> out;
   {
@@ -119,6 +172,15 @@ PYBIND11_MODULE(_mjoin, m) {
            "them rows expire in stages from the bounds' closure (see evict).\n"
            "Returns (matches: (n_matches, n_inputs) payload ids, probed, matched): per probe step the\n"
            "partial matches entering it and leaving it.")
+      .def("probe_step", &probe_step, py::arg("input"), py::arg("order"), py::arg("step"), py::arg("keys"),
+           py::arg("ids"), py::arg("times"),
+           "One probe step of insert_probe, breadth-first: partial matches of rows arriving on `input` (their\n"
+           "keys; ids and times: (len(keys), n_inputs) int64, meaningful for `input` and order[:step]) probe\n"
+           "input order[step]. Returns (keys, ids, times) of the extended partial matches. Steps 0 .. n-2 over\n"
+           "a batch's rows with the state unchanged, then store(), give insert_probe's matches and counters.")
+      .def("store", &store, py::arg("input"), py::arg("keys"), py::arg("times"), py::arg("ids"),
+           py::arg("null_key") = py::none(), py::arg("ends") = py::none(),
+           "Store rows of `input` without probing (the second half of insert_probe; arguments as there).")
       .def("evict", &evict, py::arg("input"), py::arg("threshold"),
            "Remove the rows of `input` that can no longer join; returns their payload ids. Rows with explicit\n"
            "ends go when their end is <= threshold; the others (threshold: a time every future row is later\n"

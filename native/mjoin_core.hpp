@@ -176,6 +176,11 @@ struct Result {
   std::vector<int64_t> matched;  // per probe step: partial matches leaving it (extended)
 };
 
+// The result of one probe_step call: the extended partial matches (row-major, n_inputs per row).
+struct StepResult {
+  std::vector<int64_t> keys, ids, times;
+};
+
 class MultiJoinState {
  public:
   MultiJoinState(int n_inputs, std::vector<Bound> bounds) : n_(n_inputs), bounds_(std::move(bounds)), sides_() {
@@ -227,25 +232,10 @@ class MultiJoinState {
   // times), then store them. See the file comment for the semantics.
   Result insert_probe(int input, int64_t n, const int64_t* keys, const int64_t* times, const int64_t* ids,
                       const uint8_t* null_key, const int64_t* ends, const std::vector<int>& order) {
-    check_order(input, order);
-    const int steps = n_ - 1;
-    // Per step k: the constraints between order[k] and the inputs bound before it, as
-    // t_new - t_other in [lo, hi] (128-bit so negating a bound cannot overflow).
-    std::vector<std::vector<Check>> checks(steps);
-    std::vector<int> pos(n_, -1);  // step at which an input is bound (-1: the arriving input)
-    for (int k = 0; k < steps; ++k) pos[order[k]] = k;
-    pos[input] = -1;
-    for (const Bound& b : bounds_) {
-      // t_j - t_i in [lower, upper]; the later-bound of i, j is the "new" one.
-      if (pos[b.j] > pos[b.i]) {
-        checks[pos[b.j]].push_back({b.i, static_cast<__int128>(b.lower), static_cast<__int128>(b.upper)});
-      } else {
-        checks[pos[b.i]].push_back({b.j, -static_cast<__int128>(b.upper), -static_cast<__int128>(b.lower)});
-      }
-    }
+    const std::vector<std::vector<Check>> checks = step_checks(input, order);
     Result res;
-    res.probed.assign(steps, 0);
-    res.matched.assign(steps, 0);
+    res.probed.assign(n_ - 1, 0);
+    res.matched.assign(n_ - 1, 0);
     Ctx ctx{order.data(), checks.data(), &res, {}, {}};
     for (int64_t r = 0; r < n; ++r) {
       if (null_key && null_key[r]) continue;
@@ -253,6 +243,15 @@ class MultiJoinState {
       ctx.bound_time[input] = times[r];
       extend(ctx, 0, keys[r]);
     }
+    store(input, n, keys, times, ids, null_key, ends);
+    return res;
+  }
+
+  // Store n rows of `input` without probing (arguments as for insert_probe): the second half of
+  // insert_probe, for a caller that ran the probe itself one step at a time (probe_step).
+  void store(int input, int64_t n, const int64_t* keys, const int64_t* times, const int64_t* ids,
+             const uint8_t* null_key, const int64_t* ends) {
+    input_index(input);
     Side& s = sides_[input];
     for (int64_t r = 0; r < n; ++r) {
       if (null_key && null_key[r]) continue;
@@ -262,7 +261,46 @@ class MultiJoinState {
         s.store(keys[r], times[r], ids[r], deadline(input, times[r], 0), 0);
       }
     }
-    return res;
+  }
+
+  // One probe step, breadth-first: m partial matches of rows arriving on `input` (their key; per input
+  // a payload id and a time, row-major m x n_inputs, meaningful for `input` and order[0 .. step-1]) probe
+  // input order[step] and are extended by every stored row of it that satisfies the bounds, exactly as
+  // step `step` of insert_probe extends them depth-first. Running steps 0 .. n-2 in sequence over all
+  // partial matches of a batch of arriving rows, with the state unchanged in between, then store(), gives
+  // insert_probe's matches (in another order) and its per-step counters: probed = m, matched = the rows
+  // returned. This lets the caller schedule the steps over chunks (Chain, STREAM §5.3).
+  StepResult probe_step(int input, const std::vector<int>& order, int step, int64_t m, const int64_t* keys,
+                        const int64_t* ids, const int64_t* times) const {
+    const std::vector<std::vector<Check>> checks = step_checks(input, order);
+    if (step < 0 || step >= n_ - 1)
+      throw std::invalid_argument("step must be in [0, " + std::to_string(n_ - 1) + "), got " + std::to_string(step));
+    StepResult out;
+    const int in = order[step];
+    const Side& s = sides_[in];
+    const std::vector<Check>& ck = checks[step];
+    for (int64_t r = 0; r < m; ++r) {
+      const int64_t* rid = ids + r * n_;
+      const int64_t* rt = times + r * n_;
+      for (int64_t x = s.chain_head(keys[r]); x >= 0; x = s.next[x]) {
+        const int64_t t = s.time[x];
+        bool ok = true;
+        for (const Check& ch : ck) {
+          const __int128 d = static_cast<__int128>(t) - rt[ch.other];
+          if (d < ch.lo || d > ch.hi) {
+            ok = false;
+            break;
+          }
+        }
+        if (!ok) continue;
+        out.keys.push_back(keys[r]);
+        out.ids.insert(out.ids.end(), rid, rid + n_);
+        out.ids[out.ids.size() - n_ + in] = s.id[x];
+        out.times.insert(out.times.end(), rt, rt + n_);
+        out.times[out.times.size() - n_ + in] = t;
+      }
+    }
+    return out;
   }
 
   // Remove the rows of `input` that can no longer join; returns their payload ids.
@@ -472,6 +510,25 @@ class MultiJoinState {
     int other;
     __int128 lo, hi;
   };
+
+  // Per step k of `order` for rows arriving on `input`: the constraints between order[k] and the inputs
+  // bound before it, as t_new - t_other in [lo, hi] (128-bit so negating a bound cannot overflow).
+  std::vector<std::vector<Check>> step_checks(int input, const std::vector<int>& order) const {
+    check_order(input, order);
+    std::vector<std::vector<Check>> checks(n_ - 1);
+    std::vector<int> pos(n_, -1);  // step at which an input is bound (-1: the arriving input)
+    for (int k = 0; k < n_ - 1; ++k) pos[order[k]] = k;
+    pos[input] = -1;
+    for (const Bound& b : bounds_) {
+      // t_j - t_i in [lower, upper]; the later-bound of i, j is the "new" one.
+      if (pos[b.j] > pos[b.i]) {
+        checks[pos[b.j]].push_back({b.i, static_cast<__int128>(b.lower), static_cast<__int128>(b.upper)});
+      } else {
+        checks[pos[b.i]].push_back({b.j, -static_cast<__int128>(b.upper), -static_cast<__int128>(b.lower)});
+      }
+    }
+    return checks;
+  }
   struct Ctx {
     const int* order;
     const std::vector<Check>* checks;

@@ -226,3 +226,50 @@ def test_runtime_chain_policy_schedules_a_running_query(spark, tmp_path):
     assert reports[-1]["chunk_steps"] > reports[0]["chunk_steps"]
     assert 0 < reports[-1]["peak_buffered_rows"] <= bound + 256
     assert reports[-1]["peak_worker_rss"] > 10 * 2**20
+
+
+def _join_report(timed: bool):
+    """A 3-way multi_join's report under plan 0:1>2;1:0>2;2:1>0: probed/matched per step (and its time)."""
+    from pyspark_cq.operators._mjoin_worker import metric_names
+
+    report = dict.fromkeys(metric_names(3), 0)
+    steps = {(0, 1): (1000, 300, 2e6), (0, 2): (300, 30, 1e6), (1, 0): (500, 1500, 1e6), (1, 2): (1500, 15, 3e6),
+             (2, 1): (800, 80, 4e6), (2, 0): (80, 400, 1e5)}
+    for i in range(3):
+        report[f"input_rows_{i}"] = (1000, 500, 800)[i]
+    for (i, j), (probed, matched, nanos) in steps.items():
+        report[f"probed_{i}_{j}"], report[f"matched_{i}_{j}"] = probed, matched
+        report[f"probe_nanos_{i}_{j}"] = nanos if timed else 0
+    return report, steps
+
+
+@pytest.mark.parametrize("plan", [None, "0:1>2;1:0>2;2:1>0"])
+def test_multi_join_probe_steps_get_chain_priorities_per_input_path(plan):
+    """Each input's probe order is a path (from the plan, else from the counters: step 2 probes what step 1
+    matched); untimed steps first get selectivities only, timed ones the model's priorities."""
+    control = {"plan_id": plan} if plan else {}
+    report, steps = _join_report(timed=False)
+    policy = ChainScheduler(max_buffered_rows=500, chunk_rows=50)
+    first = policy.decide(_snap(report, control))[0].changes["params"]
+    assert "priorities" not in first and first["selectivities"]["1_0"] == 3.0
+    assert first["schedule"] == "chain" and first["max_buffered_rows"] == 500 and first["chunk_rows"] == 50
+    report, _ = _join_report(timed=True)
+    params = policy.decide(_snap(report, {**control, "params": first}))[0].changes["params"]
+    for i, order in enumerate(((1, 2), (0, 2), (1, 0))):
+        ops = [(1000 * steps[(i, j)][0] / steps[(i, j)][2], steps[(i, j)][1] / steps[(i, j)][0]) for j in order]
+        want = chain.priorities(ops)
+        assert [params["priorities"][f"{i}_{j}"] for j in order] == pytest.approx(want, rel=1e-3)
+
+
+def test_multi_join_paths_not_reached_yet_are_left_out():
+    report, _ = _join_report(timed=True)
+    report["probed_0_2"] = report["matched_0_1"] = 0     # input 0's second step was never reached
+    params = ChainScheduler().decide(_snap(report, {"plan_id": "0:1>2;1:0>2;2:1>0"}))[0].changes["params"]
+    assert set(params["priorities"]) == set(params["selectivities"]) == {"1_0", "1_2", "2_1", "2_0"}
+
+
+def test_multi_join_with_an_ambiguous_order_is_left_alone():
+    report, _ = _join_report(timed=True)
+    report["probed_0_2"] = report["matched_0_1"] = 0     # step (0, 1) matched nothing: which ran first?
+    report["probed_0_1"] = 0
+    assert len(ChainScheduler().decide(_snap(report))) == 0

@@ -17,6 +17,7 @@ from helpers import join_data as jd
 
 import pyspark_cq as cq
 from pyspark_cq.control import ControlTable, join_plan_id, parse_join_plan
+from pyspark_cq.cost.chain import STRATEGIES
 from pyspark_cq.operators._mjoin_worker import closure, default_orders, timeout_at
 
 DELAY = "20 seconds"
@@ -287,6 +288,35 @@ def test_a_bad_plan_fails_when_defined(spark, tmp_dir):
         cq.multi_join([a, b], ["k0", "k1"], ["t0", "t1"], _bounds(2), control=table.handle("mj"))
 
 
+def _chunk_params(strategy, n=3):
+    """Tiny chunks and bound, and priorities that rank each input's steps differently (docs/chain.md)."""
+    steps = [f"{i}_{j}" for i in range(n) for j in range(n) if i != j]
+    return {"schedule": strategy, "chunk_rows": 5, "max_buffered_rows": 12,
+            "priorities": {s: float(k % 3) for k, s in enumerate(steps)},
+            "selectivities": {s: 0.5 + k for k, s in enumerate(steps)}}
+
+
+@pytest.mark.spark
+def test_batch_probe_steps_in_chunks_give_the_same_rows_under_every_strategy(spark, tmp_dir):
+    n = 3
+    rng = np.random.default_rng(21)
+    tables = [_table(rng, i, 40, jd.BASE_US) for i in range(n)]
+    dfs = _batch_dfs(spark, tmp_dir, tables)
+    want = _python_oracle(tables, n)
+    assert len(want) > 20
+    table = ControlTable(str(tmp_dir / "control.json"))
+    table.register("mj", plan_id="0:2>1;1:0>2;2:1>0")
+    for strategy in STRATEGIES:
+        table.set("mj", params=_chunk_params(strategy), reason="test: chunked probe steps")
+        out = cq.multi_join(dfs, [f"k{i}" for i in range(n)], [f"t{i}" for i in range(n)], _bounds(n),
+                            control=table.handle("mj"))
+        assert _rows(out) == want, strategy
+    table.set("mj", params={"schedule": "sideways"}, reason="test: a bad schedule")
+    with pytest.raises(ValueError, match=r"multi_join 'mj': params\['schedule'\] must be one of"):
+        cq.multi_join(dfs, [f"k{i}" for i in range(n)], [f"t{i}" for i in range(n)], _bounds(n),
+                      control=table.handle("mj"))
+
+
 # --- streaming ----------------------------------------------------------------------------------------
 
 BATCHES = 5
@@ -340,6 +370,31 @@ def test_stream_equals_spark_chain(spark, tmp_dir, n):
     assert any(r["evicted_rows"] > 0 for r in reports)  # state is bounded
     last = reports[-1]
     assert last["state_rows"] == sum(last[f"state_rows_{i}"] for i in range(n))
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_stream_probe_steps_in_chunks_equal_spark_and_report_memory(spark, tmp_dir):
+    """Chain under a bound of 12 partial matches, chunks of 5: the rows of the oracle, the per-step counters
+    of the depth-first probe (matched of step 1 = probed of step 2), and the scheduler's figures reported."""
+    n = 3
+    root = str(tmp_dir / "in")
+    tables = _write_stream(root, n, seed=13)
+    control = ControlTable(str(tmp_dir / "control.json"))
+    control.register("mjc", plan_id="0:1>2;1:0>2;2:1>0", params=_chunk_params("chain"))
+    ours = cq.multi_join(_sources(spark, root, n), [f"k{i}" for i in range(n)], [f"t{i}" for i in range(n)],
+                         _bounds(n), control=control.handle("mjc"))
+    q = _run(ours, "ours_mjc", str(tmp_dir / "ck"))
+    got = _rows(spark.table("ours_mjc"))
+    assert got == _python_oracle(tables, n)
+    reports = [r for r in (cq.read_metrics(p, "mjc") for p in q.recentProgress) if r and r["input_rows"]]
+    assert sum(r["output_rows"] for r in reports) == len(got)
+    for r in reports:
+        for i, order in enumerate(parse_join_plan("0:1>2;1:0>2;2:1>0", n)):
+            assert r[f"probed_{i}_{order[1]}"] == r[f"matched_{i}_{order[0]}"], (i, r)
+        assert r["chunk_steps"] >= 2 and r["peak_worker_rss"] > 0
+    assert max(r["peak_buffered_rows"] for r in reports) > 0
+    assert sum(r["probe_nanos_0_1"] for r in reports) > 0
 
 
 @pytest.mark.spark
@@ -452,3 +507,54 @@ def test_stream_sheds_by_drop_ratio_and_counts_per_input(spark, tmp_dir):
     got = _rows(spark.table("mj_shed_out"))
     full = _python_oracle(tables, n)
     assert set(got) <= set(full) and len(got) < len(full)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_runtime_chain_policy_schedules_a_running_multi_join(spark, tmp_dir):
+    """The runtime with the ``chain`` policy on a running 3-way join: after batch 0 (depth-first) it writes the
+    schedule and selectivities, after the first chunked batch (whose steps are timed) the Chain priorities
+    of every input's path; the sink holds exactly the oracle's rows."""
+    import shutil
+
+    from pyspark_cq_plugins.chain_scheduler import ChainScheduler
+
+    from pyspark_cq.runtime import CQRuntime
+
+    n = 3
+    root, live = str(tmp_dir / "in"), str(tmp_dir / "live")
+    tables = _write_stream(root, n, seed=17)
+    for i in range(n):
+        os.makedirs(os.path.join(live, f"in{i}"))
+    names = sorted(os.listdir(os.path.join(root, "in0")))
+    rt = CQRuntime(spark, policies=[ChainScheduler(max_buffered_rows=10, chunk_rows=4)],
+                   control_path=str(tmp_dir / "control.json"), every_batches=1)
+
+    def build(ctx):
+        out = cq.multi_join(_sources(spark, live, n), [f"k{i}" for i in range(n)], [f"t{i}" for i in range(n)],
+                            _bounds(n), control=ctx.control("mjp", plan_id="0:1>2;1:0>2;2:1>0"))
+        return out.writeStream.format("memory").outputMode("append").option("checkpointLocation",
+                                                                            str(tmp_dir / "ck"))
+
+    rt.register("mjq", build)
+    reports, params = [], []
+    with rt:
+        for b, f in enumerate(names):
+            for i in range(n):
+                shutil.copy2(os.path.join(root, f"in{i}", f), os.path.join(live, f"in{i}", f))
+            rt.query("mjq").processAllAvailable()
+            rt.await_batches("mjq", b + 1, timeout=300)  # a wait, not a timing check
+            rt.run_policies()
+            progress = [p for p in rt.query("mjq").recentProgress if p["numInputRows"] > 0]
+            reports.append(cq.read_metrics(progress[-1], "mjp"))
+            params.append(rt.control_table().entry("mjp").get("params"))
+        rt.query("mjq").processAllAvailable()
+    got = _rows(spark.table("mjq"))
+    assert got == _python_oracle(tables, n)
+    assert reports[0]["chunk_steps"] == 0 and "priorities" not in params[0]
+    assert params[0]["schedule"] == "chain" and params[0]["max_buffered_rows"] == 10
+    assert reports[1]["chunk_steps"] > 0 and reports[1]["probe_nanos_0_1"] > 0
+    prio = params[-1]["priorities"]      # per input path, once both its steps were reached and timed
+    assert prio and set(prio) <= {"0_1", "0_2", "1_0", "1_2", "2_1", "2_0"}
+    assert all({f"{i}_{j}" for j in range(n) if j != i} <= set(prio) for i in {int(s[0]) for s in prio})
+    assert reports[-1]["chunk_steps"] > 0 and reports[-1]["peak_buffered_rows"] > 0

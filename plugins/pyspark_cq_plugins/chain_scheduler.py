@@ -14,19 +14,28 @@ them, with the strategy, the chunk size and the memory bound, into the operator'
 row yet keeps its last measured values; an operator is scheduled once every predicate was measured.
 The entry is rewritten only when a priority or selectivity moved by more than ``min_change`` (relative)
 or the settings differ, so a steady query does not churn the control table.
+
+A ``multi_join``'s probe steps are scheduled the same way: every input's probe order (the entry's
+``plan_id``, else the order its counters show: step k+1 probes what step k matched) is a path of steps
+``"<i>_<j>"`` with capacity ``probed_i_j / probe_nanos_i_j`` and selectivity ``matched_i_j / probed_i_j``
+(a join step's can exceed 1). The join times its steps only once they run in chunks, so the first round
+writes the strategy, chunk size, bound and selectivities without priorities (Chain then chooses as fifo);
+the priorities follow from the next report, per input once every step of its path was reached.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping
 
-from pyspark_cq.control.plans import parse_chain_plan
+from pyspark_cq.control.plans import parse_chain_plan, parse_join_plan
 from pyspark_cq.cost import chain
 from pyspark_cq.policies import Decision, Decisions, Policy, Snapshot
 
 __all__ = ["ChainScheduler"]
 
 _ROWS_IN, _PASSED, _NANOS = "rows_in_", "rows_passed_", "nanos_"
+_PROBED, _MATCHED, _PROBE_NANOS = "probed_", "matched_", "probe_nanos_"
 
 
 def _round(value: float) -> float:
@@ -40,8 +49,37 @@ def _steps(report: Mapping) -> list[str]:
     return [n for n in names if _PASSED + n in report and _NANOS + n in report]
 
 
+def _join_inputs(report: Mapping) -> int:
+    """The number of inputs of a ``multi_join`` report (0 for other operators)."""
+    n = 0
+    while f"input_rows_{n}" in report:
+        n += 1
+    return n if n >= 2 and f"{_PROBED}0_1" in report else 0
+
+
+def _join_orders(report: Mapping, n: int, plan) -> list[tuple[int, ...]] | None:
+    """Every input's probe order: the plan's, else the one its counters show (the only permutation in which
+    each step probes what the step before matched), None when a counter leaves it open.
+    """
+    if plan is not None:
+        try:
+            return [tuple(o) for o in parse_join_plan(plan, n)]
+        except ValueError:
+            return None
+    orders = []
+    for i in range(n):
+        fits = [o for o in itertools.permutations([j for j in range(n) if j != i])
+                if all(report.get(f"{_PROBED}{i}_{b}", 0) == report.get(f"{_MATCHED}{i}_{a}", 0) for a, b in
+                       zip(o, o[1:])) and report.get(f"{_PROBED}{i}_{o[0]}", 0) > 0]
+        if len(fits) != 1:
+            return None
+        orders.append(fits[0])
+    return orders
+
+
 class ChainScheduler(Policy):
-    """Chain priorities (Babcock et al.; STREAM §5.3) for ``select_chain`` stages, through the control table.
+    """Chain priorities (Babcock et al.; STREAM §5.3) for ``select_chain`` and ``multi_join`` stages, through the
+    control table.
 
     Parameters
     ----------
@@ -56,7 +94,8 @@ class ChainScheduler(Policy):
     min_change : float
         Relative change of a priority or selectivity that triggers a rewrite, >= 0.
     operators : sequence of str, optional
-        Operator ids to manage; default every operator whose report is a ``select_chain``'s.
+        Operator ids to manage; default every operator whose report is a ``select_chain``'s or a
+        ``multi_join``'s.
     """
 
     name = "chain"
@@ -97,13 +136,38 @@ class ChainScheduler(Policy):
             return None
         return [known[n] for n in names]
 
+    def _join_settings(self, operator: str, report: Mapping, control: Mapping, n: int) -> dict | None:
+        orders = _join_orders(report, n, control.get("plan_id"))
+        if orders is None:
+            return None
+        known = self._measured.setdefault(operator, {})
+        for i, order in enumerate(orders):
+            for j in order:
+                probed, matched, nanos = (report.get(f"{k}{i}_{j}", 0) for k in (_PROBED, _MATCHED, _PROBE_NANOS))
+                if probed > 0 and nanos > 0:
+                    known[f"{i}_{j}"] = (1000.0 * probed / max(nanos, probed), matched / probed)
+                elif probed > 0:    # not timed (the steps ran depth-first): the selectivity only
+                    known[f"{i}_{j}"] = (math.nan, matched / probed)
+        # an input's path is scheduled once each of its steps was measured (until then its steps rank alike:
+        # Chain chooses as fifo); a step no partial match has reached yet is not measured
+        paths = [[f"{i}_{j}" for j in order] for i, order in enumerate(orders)]
+        paths = [path for path in paths if all(s in known for s in path)]
+        out = {"schedule": self.strategy, "chunk_rows": self.chunk_rows, "max_buffered_rows": self.max_buffered_rows,
+               "selectivities": {s: _round(known[s][1]) for path in paths for s in path}}
+        timed = [path for path in paths if all(math.isfinite(known[s][0]) for s in path)]
+        if timed:
+            out["priorities"] = {s: _round(p) for path in timed
+                                 for s, p in zip(path, chain.priorities([known[s] for s in path]))}
+        return out
+
     def settings(self, operator: str, report: Mapping, control: Mapping) -> dict | None:
         """The ``params`` this policy wants for ``operator`` given its latest ``report`` and ``control`` values
-        (None: not a ``select_chain`` or not every predicate measured yet).
+        (None: neither a ``select_chain`` nor a ``multi_join``, or not every step measured yet).
         """
         names = _steps(report)
         if not names:
-            return None
+            n = _join_inputs(report)
+            return self._join_settings(operator, report, control, n) if n else None
         plan = control.get("plan_id")
         if plan is not None:
             try:
@@ -146,7 +210,7 @@ class ChainScheduler(Policy):
                 wanted = self.settings(op, q.operators[op].report, control)
                 if wanted is None or not self._changed(control.get("params") or {}, wanted):
                     continue
-                prio = ", ".join(f"{n} {p:.4g}" for n, p in wanted["priorities"].items())
+                prio = ", ".join(f"{n} {p:.4g}" for n, p in wanted.get("priorities", {}).items()) or "not yet timed"
                 reason = (f"Chain (Babcock et al.; STREAM §5.3): priorities {prio} from measured cost per row and "
                           f"selectivity; {self.strategy}, chunks of {self.chunk_rows} rows, bound "
                           f"{self.max_buffered_rows} buffered rows")

@@ -2,7 +2,8 @@
 
 Motwani et al., "Query Processing, Approximation, and Resource Management in a DSMS" (STREAM), §5.3, and
 Babcock, Babu, Datar & Motwani's Chain. A worker stage of several steps (``select_chain``'s predicates in
-plan order) keeps one queue of Arrow record batches in front of each step. At every scheduling step one
+plan order, or one input's probe steps of a ``multi_join`` in its probe order) keeps one queue of Arrow
+record batches in front of each step. At every scheduling step one
 step takes up to ``chunk_rows`` rows from the head of its queue (pieces are concatenated, so a step
 downstream of a selective one runs on full chunks) and puts what it outputs on the next queue; the last
 step's output leaves the worker. Which step runs is the rule of
@@ -205,7 +206,8 @@ class ChunkScheduler:
     Parameters
     ----------
     steps : sequence of callable
-        ``step(RecordBatch) -> RecordBatch`` in plan order (a filter: it may only drop rows).
+        ``step(RecordBatch) -> RecordBatch`` in plan order (a filter, or a join's probe step, which may also
+        emit several rows per row: the bound then holds with one chunk's fan-out on top).
     schedule : Schedule
         Strategy, chunk size, memory bound, priorities.
 

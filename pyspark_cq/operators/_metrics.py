@@ -205,14 +205,16 @@ class _Unpack:
                     yield from pa.ipc.open_stream(blob.as_buffer())
 
 
-def attach_packed(df, name: str, schema: T.StructType, metrics=METRICS):
-    """:func:`attach` for packed output: observe the counters under ``name`` and unpack the data rows,
-    whose Spark ``schema`` is the operator's output schema. Array cells are unpacked by Spark itself
-    (``explode(arrays_zip(...))``), so the rows leave the operator without another Python stage.
+def attach_packed(df, name: str, schema: T.StructType, metrics=METRICS, peaks=()):
+    """:func:`attach` for packed output: observe the counters under ``name`` (summed over the groups; those in
+    ``peaks``: their maximum) and unpack the data rows, whose Spark ``schema`` is the operator's output
+    schema. Array cells are unpacked by Spark itself (``explode(arrays_zip(...))``), so the rows leave the
+    operator without another Python stage.
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty string, got {name!r}")
-    observed = df.observe(name, *[F.coalesce(F.sum(_col(m)), F.lit(0)).alias(m) for m in metrics])
+    observed = df.observe(name, *[F.coalesce((F.max if m in peaks else F.sum)(_col(m)), F.lit(0)).alias(m)
+                                  for m in metrics])
     arrow = arrow_schema(schema)
     if not array_layout(arrow):
         return observed.select(PACKED).mapInArrow(_Unpack(), schema)

@@ -12,6 +12,7 @@ key values themselves (:meth:`MultiJoinWorker._verified`), so a hash collision n
 """
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ from .._native import load
 from .._validate import micro_batch_id
 from ..control import ControlHandle, parse_join_plan
 from . import _metrics, _state_bytes
+from ._chunks import WHOLE_BATCHES, ChunkScheduler, Schedule, schedule_from_params
 from ._join_codec import ColumnCodec
 from ._join_worker import PayloadSide, split_sides, timeout_ms
 from ._shards import MULTI_JOIN, check_shard_count, default_rule
@@ -37,15 +39,28 @@ KEY_NULL = "__cq_keynull"
 _I64_MAX = np.iinfo(np.int64).max
 
 
+#: Per-batch maxima over the shards (the other counters are sums): the chunk scheduler's memory figures.
+PEAKS = ("peak_buffered_rows", "peak_worker_rss")
+
+
 def metric_names(n: int) -> tuple[str, ...]:
     """The counters of an ``n``-input join: the shared ones and ``shed_rows``, per input ``input_rows_<i>``,
-    ``state_rows_<i>``, ``malformed_rows_<i>`` and ``shed_rows_<i>``, and per probe step ``probed_<i>_<j>`` /
-    ``matched_<i>_<j>``: partial matches of rows arriving on input ``i`` that entered / left the step
-    probing input ``j``.
+    ``state_rows_<i>``, ``malformed_rows_<i>`` and ``shed_rows_<i>``, per probe step ``probed_<i>_<j>`` /
+    ``matched_<i>_<j>`` (partial matches of rows arriving on input ``i`` that entered / left the step
+    probing input ``j``) and ``probe_nanos_<i>_<j>`` (its time, measured only when the steps run in chunks),
+    and the chunk scheduler's ``chunk_steps``, ``peak_buffered_rows`` and ``peak_worker_rss``.
     """
     per_input = [f"{m}_{i}" for i in range(n) for m in ("input_rows", "state_rows", "malformed_rows", SHED)]
-    steps = [f"{m}_{i}_{j}" for i in range(n) for j in range(n) if i != j for m in ("probed", "matched")]
-    return _metrics.METRICS + (SHED,) + tuple(per_input) + tuple(steps)
+    steps = [f"{m}_{i}_{j}" for i in range(n) for j in range(n) if i != j
+             for m in ("probed", "matched", "probe_nanos")]
+    return _metrics.METRICS + (SHED,) + tuple(per_input) + tuple(steps) + ("chunk_steps",) + PEAKS
+
+
+def step_names(n: int) -> tuple[str, ...]:
+    """The probe steps' names in ``params["priorities"]`` / ``["selectivities"]``: ``"<i>_<j>"``, the step of
+    rows arriving on input ``i`` that probes input ``j``.
+    """
+    return tuple(f"{i}_{j}" for i in range(n) for j in range(n) if i != j)
 
 
 def closure(n: int, bounds) -> np.ndarray:
@@ -128,6 +143,13 @@ class MultiJoinWorker:
         except ValueError as exc:
             raise ValueError(f"{exc} (micro-batch {micro_batch_id()})") from None
 
+    def schedule(self, entry, where: str) -> Schedule:
+        """The chunk schedule of the probe steps the entry's ``params`` ask for (:mod:`._chunks`; keys of
+        ``priorities`` / ``selectivities``: :func:`step_names`), or whole batches.
+        """
+        params = entry.get("params") if entry is not None else None
+        return schedule_from_params(params, step_names(self.config.n), where=where)
+
     # -- state
 
     def _new(self):
@@ -200,10 +222,56 @@ class MultiJoinWorker:
         # Payload types as stored (TIMESTAMP_NTZ in ns); _metrics.packed_row casts to the output schema.
         return pa.Table.from_arrays([taken[i].column(p) for i, p in config.out], names=config.out_arrow.names)
 
-    def _process(self, kernel, sides, inputs, wm_ms: int | None, orders, counters: dict, ratio: float = 0.0) -> list:
+    def _probe_in_chunks(self, kernel, i: int, order: list, keys, micros, ids, schedule: Schedule, counters: dict):
+        """Input ``i``'s probe steps over chunks of partial matches under ``schedule`` (STREAM §5.3, Chain;
+        :class:`~._chunks.ChunkScheduler`), then its rows are stored: yields the complete matches (payload ids,
+        ``(rows, n)``) as the last step emits them.
+
+        Exact: no row is stored while input i's steps run, so every step probes the state insert_probe's
+        depth-first probe would see, and the steps together extend the same partial matches (the kernel's
+        ``probe_step``); only the order of the matches and the memory held between the steps differ.
+        """
+        n = self.config.n
+        names = step_names(n)
+        mine = [names.index(f"{i}_{j}") for j in order]
+
+        def pick(v):
+            return None if v is None else tuple(v[k] for k in mine)
+        schedule = Schedule(schedule.strategy, schedule.chunk_rows, schedule.max_buffered_rows,
+                            pick(schedule.priorities), pick(schedule.selectivities))
+        cols = [f"i{c}" for c in range(n)] + [f"t{c}" for c in range(n)]
+
+        def step(k: int, j: int):
+            probed, matched, nanos = f"probed_{i}_{j}", f"matched_{i}_{j}", f"probe_nanos_{i}_{j}"
+
+            def run(batch: pa.RecordBatch) -> pa.RecordBatch:
+                col = [batch.column(c).to_numpy() for c in range(1 + 2 * n)]
+                start = time.perf_counter_ns()
+                key, pid, t = kernel.probe_step(i, order, k, col[0], np.column_stack(col[1:1 + n]),
+                                                np.column_stack(col[1 + n:]))
+                counters[nanos] += time.perf_counter_ns() - start
+                counters[probed] += batch.num_rows
+                counters[matched] += len(key)
+                return _partials(key, pid, t, cols)
+            return run
+
+        first = np.zeros((len(keys), n), dtype=np.int64)
+        pid, t = first.copy(), first
+        pid[:, i], t[:, i] = ids, micros
+        scheduler = ChunkScheduler([step(k, j) for k, j in enumerate(order)], schedule)
+        for done in scheduler.run(iter([_partials(keys, pid, t, cols)])):
+            yield np.column_stack([done.column(1 + c).to_numpy() for c in range(n)])
+        kernel.store(i, keys, micros, ids)
+        counters["chunk_steps"] += scheduler.steps_run
+        counters["peak_buffered_rows"] = max(counters["peak_buffered_rows"], scheduler.peak_buffered)
+        counters["peak_worker_rss"] = max(counters["peak_worker_rss"], scheduler.peak_rss)
+
+    def _process(self, kernel, sides, inputs, wm_ms: int | None, orders, counters: dict, ratio: float = 0.0,
+                 schedule: Schedule = WHOLE_BATCHES) -> list:
         """Feed the inputs (in input order) through the kernel, shedding the share ``ratio`` of every input
         first (the entry's ``drop_ratio``, RTStream §4.4; a hash of input, time and payload decides, as in
-        the two-way join); returns the output tables.
+        the two-way join); returns the output tables. Under a chunk ``schedule`` (the entry's ``params``)
+        each input's probe steps run over chunks (:meth:`_probe_in_chunks`).
         """
         config = self.config
         parts = []
@@ -225,13 +293,18 @@ class MultiJoinWorker:
             if not len(keys):
                 continue
             ids = sides[i].append(table)
-            matches, probed, matched = kernel.insert_probe(i, keys, micros, ids, None, list(orders[i]))
-            for step, j in enumerate(orders[i]):
-                counters[f"probed_{i}_{j}"] += int(probed[step])
-                counters[f"matched_{i}_{j}"] += int(matched[step])
-            matches = self._verified(sides, matches)
-            if len(matches):
-                parts.append(self._rows(sides, matches))
+            if schedule is WHOLE_BATCHES:
+                matches, probed, matched = kernel.insert_probe(i, keys, micros, ids, None, list(orders[i]))
+                for step, j in enumerate(orders[i]):
+                    counters[f"probed_{i}_{j}"] += int(probed[step])
+                    counters[f"matched_{i}_{j}"] += int(matched[step])
+                found = [matches]
+            else:
+                found = self._probe_in_chunks(kernel, i, list(orders[i]), keys, micros, ids, schedule, counters)
+            for matches in found:
+                matches = self._verified(sides, matches)
+                if len(matches):
+                    parts.append(self._rows(sides, matches))
         if wm_ms is not None:  # every row still to come is later than the watermark (later ones are late)
             counters["evicted_rows"] += sum(len(kernel.evict(i, wm_ms * 1000)) for i in range(config.n))
         return parts
@@ -262,11 +335,12 @@ class MultiJoinWorker:
         warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty")
         entry = self._entry()
         orders = self.orders(entry)
+        schedule = self.schedule(entry, f"multi_join {self.config.name!r} (micro-batch {micro_batch_id()})")
         kernel, sides = self._restore(state)
         inputs = [None] * self.config.n if state.hasTimedOut else split_sides(list(pdf_iter), self.config.n)
         wm_ms = state.getCurrentWatermarkMs()
         counters = self._counters()
-        parts = self._process(kernel, sides, inputs, wm_ms, orders, counters, self._ratio(entry))
+        parts = self._process(kernel, sides, inputs, wm_ms, orders, counters, self._ratio(entry), schedule)
         counters["state_bytes"] = self._save(state, kernel, sides, wm_ms)
         yield self._report(parts, counters, kernel)
 
@@ -275,11 +349,20 @@ class MultiJoinWorker:
     def batch(self, pdf: pd.DataFrame) -> pd.DataFrame:
         entry = self._entry()
         orders = self.orders(entry)
+        schedule = self.schedule(entry, f"multi_join {self.config.name!r}")
         kernel, sides = self._new()
         counters = self._counters()
         parts = self._process(kernel, sides, split_sides([pdf], self.config.n), None, orders, counters,
-                              self._ratio(entry))
+                              self._ratio(entry), schedule)
         return self._report(parts, counters, kernel)
+
+
+def _partials(keys, ids, times, names) -> pa.RecordBatch:
+    """Partial matches as one Arrow batch (the chunk scheduler's unit): key, then per input id and time."""
+    n = ids.shape[1]
+    arrays = [pa.array(keys, pa.int64())] + [pa.array(ids[:, c], pa.int64()) for c in range(n)] + [
+        pa.array(times[:, c], pa.int64()) for c in range(n)]
+    return pa.RecordBatch.from_arrays(arrays, names=["key"] + names)
 
 
 def _same_key(a: pa.ChunkedArray, b: pa.ChunkedArray) -> np.ndarray:

@@ -32,12 +32,14 @@ from .._native import load
 from ..control import ControlHandle, operator_handle, parse_join_plan
 from ..session import warn_shuffle_partitions
 from . import _metrics
+from ._chunks import schedule_from_params
 from ._join_codec import checked_micros, codecs_for, normalized_key
 from ._join_worker import SIDE
 from ._mjoin_worker import (
     KEY,
     KEY_NULL,
     MICROS,
+    PEAKS,
     SHARD,
     TIME,
     MultiJoinConfig,
@@ -45,6 +47,7 @@ from ._mjoin_worker import (
     closure,
     default_orders,
     metric_names,
+    step_names,
 )
 from ._shards import MULTI_JOIN, resolve_shards, shard_key_column
 
@@ -84,6 +87,10 @@ def multi_join(inputs, on, times, bounds, *, control=None, name=None):
         probe order (``"0:1>2;1:0>2;2:1>0"``, see :func:`pyspark_cq.control.join_plan_id`); a change
         applies from the next batch. Without it, a static order: the input with the narrowest implied time
         band to the inputs bound so far first.
+        Its ``params`` may run every input's probe steps over chunks of partial matches under a scheduling
+        strategy and a memory bound (``schedule``, ``chunk_rows``, ``max_buffered_rows``, ``priorities`` and
+        ``selectivities`` keyed by step ``"<i>_<j>"``; STREAM §5.3 Chain, docs/chain.md, written by the
+        ``chain`` policy); the result is the same under every schedule.
         Its ``drop_ratio`` sheds that share of every input before it is inserted or probed (RTStream
         §4.4; a hash of input, time and row decides), counted as ``shed_rows`` and ``shed_rows_<i>``.
     name : str, optional
@@ -92,7 +99,9 @@ def multi_join(inputs, on, times, bounds, *, control=None, name=None):
         malformed_rows), per input ``input_rows_<i>``, ``state_rows_<i>``, ``late_rows_<i>`` and
         ``malformed_rows_<i>``, and per
         probe step ``probed_<i>_<j>`` / ``matched_<i>_<j>`` (partial matches of rows arriving on input i
-        entering / leaving the step that probes input j: the step's observed selectivity is their ratio).
+        entering / leaving the step that probes input j: the step's observed selectivity is their ratio;
+        under a chunk schedule also ``probe_nanos_<i>_<j>``, its time), and ``chunk_steps``,
+        ``peak_buffered_rows`` and ``peak_worker_rss`` (maxima over the shards; see docs/chain.md).
         Default: the control handle's operator id, else ``"cq_multi_join"``. ``late_rows`` and
         ``late_rows_<i>`` are only complete through ``cq.read_metrics`` (the raw counters under
         ``progress.observedMetrics[name]`` are always 0: Spark drops late rows before the operator).
@@ -164,6 +173,8 @@ class MultiJoinSpec:
             entry = control.entry(when="when the operator was defined")
             if entry is not None and entry.get("plan_id") is not None:
                 parse_join_plan(entry.get("plan_id"), n, operator=f"multi_join {name!r}")
+            if entry is not None:   # and a bad chunk schedule (params, docs/chain.md)
+                schedule_from_params(entry.get("params"), step_names(n), where=f"multi_join {name!r}")
         out = _output_columns(inputs, on, keys)
         _, shards = resolve_shards(None, MULTI_JOIN)
         return cls(inputs, keys, _key_type(inputs, keys), times, checked, out, streaming, shards, name, control)
@@ -347,4 +358,4 @@ def _execute(spec: MultiJoinSpec):
         # A plain 1-argument function: Spark picks (pdf) or (key, pdf) by counting parameters.
         packed = union.groupBy(SHARD).applyInPandas(lambda pdf: worker.batch(pdf),
                                                     _metrics.packed_schema(spec.output_schema(), metrics))
-    return _metrics.attach_packed(packed, spec.name, spec.output_schema(), metrics)
+    return _metrics.attach_packed(packed, spec.name, spec.output_schema(), metrics, peaks=PEAKS)

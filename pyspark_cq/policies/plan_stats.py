@@ -237,8 +237,9 @@ def chain_steps(stats: OperatorStats) -> dict[str, StepEstimate]:
 def join_steps(stats: OperatorStats) -> dict[tuple[int, int], StepEstimate]:
     """Per probe step ``(i, j)`` of a ``multi_join`` (rows arriving on i probing j): partial matches in
     (``probed_i_j``) and out (``matched_i_j``) in the latest batch, for every ordered pair (a step the
-    current plan did not run, or that no partial match reached, has ``rows_in`` 0). ``nanos`` is nan (the
-    join does not time its steps).
+    current plan did not run, or that no partial match reached, has ``rows_in`` 0). ``nanos`` is the step's
+    ``probe_nanos_i_j`` when the steps ran in chunks (docs/chain.md), else nan (the depth-first probe does not
+    time its steps).
     """
     n = join_inputs(stats)
     report = stats.report
@@ -248,7 +249,9 @@ def join_steps(stats: OperatorStats) -> dict[tuple[int, int], StepEstimate]:
         if m:
             i, j = int(m.group(1)), int(m.group(2))
             if i < n and j < n:
-                out[(i, j)] = StepEstimate(int(value), int(report.get(f"matched_{i}_{j}", 0)))
+                nanos = report.get(f"probe_nanos_{i}_{j}", 0)
+                out[(i, j)] = StepEstimate(int(value), int(report.get(f"matched_{i}_{j}", 0)),
+                                           float(nanos) if nanos else NAN)
     return dict(sorted(out.items()))
 
 

@@ -38,6 +38,9 @@ __all__ = ["CQRuntime", "QueryRejected", "QueryContext"]
 
 _log = logging.getLogger("pyspark_cq.runtime")
 _CATCH_UP_SECONDS = 1.0   # how often the monitor checks the queries' progress for events the listener lost
+# how long a batch may be missing before it counts as lost: a batch's progress can be in lastProgress a
+# moment before its observed metrics (the operators' reports) are, and the listener's event has them
+_CATCH_UP_GRACE = 5.0
 
 
 def _failure(name: str, exc) -> str:
@@ -239,6 +242,7 @@ class CQRuntime:
         self._last_round = time.monotonic()
         self._last_catch_up = time.monotonic()
         self._round_lock = threading.Lock()
+        self._gaps: dict[str, tuple[int, float]] = {}   # query -> (its last filed batch, when a gap was seen)
 
     # -- inspection ------------------------------------------------------------------------------
 
@@ -616,10 +620,11 @@ class CQRuntime:
         Spark's listener bus drops events when its queue is full, and an event whose Python callback fails
         is lost; a lost event would leave a query's statistics a batch behind until its next batch (and
         :meth:`await_batches` waiting). Each query's ``lastProgress`` is compared with the statistics, and
-        on a gap the missing batches are filed from ``recentProgress``, oldest first (the store ignores a
-        batch id it has seen, so a late listener event is not counted twice).
+        on a gap that lasts ``_CATCH_UP_GRACE`` seconds the missing batches are filed from
+        ``recentProgress``, oldest first (the store ignores a batch id it has seen, so a late listener
+        event is not counted twice).
         """
-        self._last_catch_up = time.monotonic()
+        now = self._last_catch_up = time.monotonic()
         with self._lock:
             regs = [(r.name, r.query) for r in self._queries.values() if r.query is not None]
         filed = 0
@@ -628,6 +633,11 @@ class CQRuntime:
                 seen = self._store.last_batch(name)
                 last = query.lastProgress
                 if last is None or int(last["batchId"]) <= seen:
+                    self._gaps.pop(name, None)
+                    continue
+                if self._gaps.get(name, (None,))[0] != seen:      # a new gap: give the listener time
+                    self._gaps[name] = (seen, now)
+                if now - self._gaps[name][1] < _CATCH_UP_GRACE:
                     continue
                 for progress in sorted(query.recentProgress, key=lambda p: int(p["batchId"])):
                     if int(progress["batchId"]) > seen and self._store.update(progress, name) is not None:

@@ -5,12 +5,13 @@ one Spark session (medians over ``--repeat`` passes, the order of the runs rotat
 
 - **Workload.** Inputs 0, 1, 2 share one key (``--keys`` values) with time bands of ±100 µs between every
   pair and a 3 s watermark delay, so each state holds ~4 s of rows and few probes match. Each round (one
-  micro-batch, one file per input, 1 s of event time) brings ``(lo, hi, lo)`` rows in the first half and
-  ``(hi, lo, hi)`` in the second. Our kernel walks the probed state's rows of the key for every partial
-  match, so a batch's time is the state rows its probes scan: probing the small state first is cheap, and
-  the best plan changes halfway — ``0:2>1;…`` (0 and 2, both slow, probe each other first) in the first
-  half, ``0:1>2;1:2>0;2:1>0`` (the slow input 1 is probed first) in the second. Every adaptive run starts
-  in the plan ``0:1>2;1:0>2;2:0>1``, best in neither half.
+  micro-batch, one file per input, 1 s of event time) brings ``(hi, lo, hi)`` rows in the first half and
+  ``(lo, hi, hi)`` in the second (``--phases 2``; ``--phases 1`` gives ``(lo, hi, lo)`` then ``(hi, lo, hi)``,
+  whose second half outweighs the first). Our kernel walks the probed state's rows of the key for every
+  partial match, so a batch's time is the state rows its probes scan: probing the small state first is
+  cheap, and the best plan changes halfway — ``0:1>2;1:2>0;2:1>0`` (the slow input 1 is probed first) in the
+  first half, ``0:2>1;1:0>2;2:0>1`` (the slow input 0 is probed first) in the second. Every adaptive run
+  starts in the plan ``0:1>2;1:0>2;2:0>1``, best in neither half.
 - **Runs.** ``static:<plan>`` for the three left-deep plans; ``oracle``: each round the plan whose static run
   scanned the fewest state rows in that round (written before the batch: what no policy can know); ``om`` (charts
   costed by our operator's probe steps, ``join_model="mjoin"``), ``om-tree`` (OM's left-deep tree model, as
@@ -54,15 +55,18 @@ BANDS = ((0, 1, 100), (0, 2, 100), (1, 2, 100))      # ± microseconds
 WATERMARK = "3 seconds"
 
 
-def rows_per_round(rounds: int, lo: int, hi: int) -> list[tuple[int, int, int]]:
-    return [(lo, hi, lo) if r < rounds // 2 else (hi, lo, hi) for r in range(rounds)]
+def rows_per_round(rounds: int, lo: int, hi: int, phases: int = 2) -> list[tuple[int, int, int]]:
+    if phases == 1:
+        return [(lo, hi, lo) if r < rounds // 2 else (hi, lo, hi) for r in range(rounds)]
+    return [(hi, lo, hi) if r < rounds // 2 else (lo, hi, hi) for r in range(rounds)]
 
 
-def write_inputs(root: str, rounds: int, lo: int, hi: int, keys: int, seed: int = 3) -> list[tuple[int, int, int]]:
+def write_inputs(root: str, rounds: int, lo: int, hi: int, keys: int, phases: int = 2,
+                 seed: int = 3) -> list[tuple[int, int, int]]:
     import pyarrow as pa
 
     rng = np.random.default_rng(seed)
-    counts = rows_per_round(rounds, lo, hi)
+    counts = rows_per_round(rounds, lo, hi, phases)
     for r, per in enumerate(counts):
         for i, n in enumerate(per):
             t = BASE_US + r * 1_000_000 + np.sort(rng.integers(0, 1_000_000, n))
@@ -115,7 +119,7 @@ def run_once(spark, root: str, mode: str, args, oracle: list[str] | None) -> dic
         return out.writeStream.format("noop").option("checkpointLocation", os.path.join(run_dir, "ck"))
 
     rt.register("Q", build)
-    ran, policy_s, predicted = [], [], []
+    ran, policy_s, predicted, step_end = [], [], [], []
     with rt:
         q = rt.query("Q")
         for step in range(args.rounds):
@@ -128,6 +132,7 @@ def run_once(spark, root: str, mode: str, args, oracle: list[str] | None) -> dic
             for i in range(3):
                 os.replace(os.path.join(live[i], f".b{step:04d}.parquet"), os.path.join(live[i], f"b{step:04d}.parquet"))
             q.processAllAvailable()
+            step_end.append(q.lastProgress["batchId"])     # a step's files can land in two batches
             want = cq.read_metrics([p for p in q.recentProgress if p["numInputRows"] > 0][-1], OP)
             deadline = time.monotonic() + 60
             while dict(rt.statistics().queries["Q"].operators[OP].report) != want and time.monotonic() < deadline:
@@ -150,9 +155,20 @@ def run_once(spark, root: str, mode: str, args, oracle: list[str] | None) -> dic
                                                for k, v in r.items() if k.startswith("probed_")),
                                 "inputs": [r.get(f"input_rows_{i}", 0) for i in range(3)],
                                 "state_bytes": r.get("state_bytes", 0)})
-    out = {"mode": mode, "ran": ran, "batches": batches, "policy_s": policy_s, "predicted": predicted,
+    out = {"mode": mode, "ran": ran, "batches": batches, "step_end": step_end, "policy_s": policy_s, "predicted": predicted,
            "status": policy.status() if hasattr(policy, "status") else None}
     shutil.rmtree(run_dir, ignore_errors=True)
+    return out
+
+
+def per_step(run: dict, what: str) -> list[float]:
+    """``what`` summed over the batches of each step (a step's three files can land in two batches)."""
+    if "step_end" not in run:          # a run saved before steps were recorded: one batch per step
+        return [b[what] for b in run["batches"]]
+    out, prev = [], -1
+    for end in run["step_end"]:
+        out.append(sum(b[what] for b in run["batches"] if prev < b["batch"] <= end))
+        prev = end
     return out
 
 
@@ -177,6 +193,7 @@ def main(argv=None) -> int:
     ap.add_argument("--lo", type=int, default=1500, help="rows per round of a slow input")
     ap.add_argument("--hi", type=int, default=15000, help="rows per round of a fast input")
     ap.add_argument("--keys", type=int, default=1)
+    ap.add_argument("--phases", type=int, choices=(1, 2), default=2, help="the rate schedule (see the module)")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--d", type=int, default=3)
     ap.add_argument("--join-cost", type=float, default=1e-9, help="OM's seconds per state row a probe scans")
@@ -184,7 +201,16 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--modes", default="static,oracle,om,om-tree,rate,rand")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--from-json", default=None, help="report (and plot) a saved run instead of running")
+    ap.add_argument("--plot", default=None, help="PNG of the outputs-by-time curves")
     args = ap.parse_args(argv)
+    if args.from_json:
+        with open(args.from_json) as fh:
+            res = json.load(fh)
+        report(res)
+        if args.plot:
+            plot(res, args.plot)
+        return 0
     import pyspark_cq as cq
 
     load0 = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
@@ -192,7 +218,7 @@ def main(argv=None) -> int:
                      conf={"spark.sql.streaming.metricsEnabled": "false", "spark.ui.enabled": "false",
                            "spark.sql.streaming.noDataMicroBatches.enabled": "false"})
     root = tempfile.mkdtemp(prefix="plan-switch-")
-    counts = write_inputs(os.path.join(root, "data"), args.rounds, args.lo, args.hi, args.keys)
+    counts = write_inputs(os.path.join(root, "data"), args.rounds, args.lo, args.hi, args.keys, args.phases)
     wanted = args.modes.split(",")
     statics = [f"static:{p}" for p in PLANS] if "static" in wanted else []
     adaptive = [m for m in wanted if m not in ("static", "oracle")]
@@ -207,7 +233,7 @@ def main(argv=None) -> int:
             runs.setdefault(mode, []).append(run_once(spark, root, mode, args, oracle))
             print(f"  {mode}: {summarize(runs[mode][-1])}", flush=True)
         if oracle is None and statics:
-            probes = {m: [b["scanned"] for b in runs[m][0]["batches"]] for m in statics}
+            probes = {m: per_step(runs[m][0], "scanned") for m in statics}
             oracle = [min(statics, key=lambda m: probes[m][r]).split(":", 1)[1] for r in range(args.rounds)]
             if "oracle" in wanted:
                 runs.setdefault("oracle", []).append(run_once(spark, root, "oracle", args, oracle))
@@ -219,6 +245,8 @@ def main(argv=None) -> int:
            "load_start": load0, "load_end": load1, "args": vars(args), "rows_per_round": counts,
            "oracle": oracle, "runs": runs}
     report(res)
+    if args.plot:
+        plot(res, args.plot)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(res, fh, indent=1, default=str)
@@ -253,17 +281,16 @@ def report(res: dict) -> None:
     # per round: the fastest static plan measured vs the one rate predicted, and predicted vs measured rates
     if "rate" in runs and statics:
         r0 = runs["rate"][0]
-        fastest = [min(statics, key=lambda m: runs[m][0]["batches"][r]["seconds"]).split(":", 1)[1]
-                   for r in range(len(r0["batches"]))]
+        secs = {m: per_step(runs[m][0], "seconds") for m in statics}
+        fastest = [min(statics, key=lambda m: secs[m][r]).split(":", 1)[1] for r in range(len(r0["ran"]))]
+        outs, took = per_step(r0, "output_rows"), per_step(r0, "seconds")
         agree, errs = 0, []
         for r, pred in enumerate(r0["predicted"][:-1]):
             if pred:
                 agree += max(pred, key=pred.get) == fastest[r + 1]
-                b = r0["batches"][r + 1]
                 plan = r0["ran"][r + 1]
-                if plan in pred:
-                    measured = b["output_rows"] / b["seconds"]
-                    errs.append((pred[plan], measured))
+                if plan in pred and took[r + 1] > 0:
+                    errs.append((pred[plan], outs[r + 1] / took[r + 1]))
         n = sum(1 for p in r0["predicted"][:-1] if p)
         print(f"rate: predicted best = fastest measured static plan of the next round in {agree} of {n} rounds")
         if errs:
@@ -271,6 +298,43 @@ def report(res: dict) -> None:
             print("rate: predicted vs measured output rate of the plan that ran (rows/s): "
                   + ", ".join(f"{p:.0f}/{m:.0f}" for p, m in errs)
                   + f"; median |error| {100 * statistics.median(rel):.0f} %")
+
+
+def plot(res: dict, path: str) -> None:
+    """Measured outputs by cumulative batch time per run, and rate's predicted curve (its predicted output
+    rate of the plan that ran, times the measured batch time, summed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4))
+    for m, rs in res["runs"].items():
+        b = rs[0]["batches"]
+        t = np.cumsum([0.0] + [x["seconds"] for x in b])
+        o = np.cumsum([0] + [x["output_rows"] for x in b])
+        style = "--" if m.startswith("static:") else "-"
+        axes[0].plot(t, o, style, label=m if not m.startswith("static:") else f"static {PLANS.index(m[7:])}")
+        axes[1].plot(range(1, len(b) + 1), [x["seconds"] for x in b], style + "o", ms=3,
+                     label=m if not m.startswith("static:") else f"static {PLANS.index(m[7:])}")
+    if "rate" in res["runs"]:
+        r0 = res["runs"]["rate"][0]
+        pred, acc = [0.0], 0.0
+        for r, x in enumerate(r0["batches"]):
+            p = r0["predicted"][r - 1] if 0 < r <= len(r0["predicted"]) else {}
+            rate = p.get(r0["ran"][r]) if r < len(r0["ran"]) else None
+            acc += (rate if rate is not None else x["output_rows"] / x["seconds"]) * x["seconds"]
+            pred.append(acc)
+        t = np.cumsum([0.0] + [x["seconds"] for x in r0["batches"]])
+        axes[0].plot(t, pred, ":", color="k", label="rate: predicted")
+    axes[0].set(xlabel="cumulative Spark batch time (s)", ylabel="outputs", title="outputs by catch-up time")
+    axes[1].set(xlabel="round (micro-batch)", ylabel="batch time (s)", title="batch time per round")
+    axes[0].legend(fontsize=7)
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -207,3 +207,70 @@ def test_bad_input():
         om.schedule(chart, [{"sel": 0.1}], cost)
     with pytest.raises(ValueError, match="point must give 1 values"):
         chart.region(0.1, 0.2)
+
+
+def _mjoin_reference(orders, lam, pairs, w, cost):
+    """A plain re-statement of the MJoin costing: per probe step queue out·W and buffer a²·W·cost·|S_j|."""
+    mem = out_total = 0.0
+    for i, order in enumerate(orders):
+        a, bound = lam[i], [i]
+        for j in order:
+            tpr = 1.0 / (cost * max(lam[j] * w, 1.0))
+            out = min(a, tpr) * lam[j] * w * min(pairs[frozenset((b, j))] for b in bound)
+            mem += a * a * w / tpr + out * w
+            a, bound = out, bound + [j]
+        out_total += a
+    return out_total, mem
+
+
+def test_mjoin_plan_cost_hand_checked_and_ranks_the_probe_steps():
+    from pyspark_cq.control.plans import parse_join_plan
+
+    pairs = {frozenset({0, 1}): 0.1, frozenset({0, 2}): 0.01, frozenset({1, 2}): 0.1}
+    # order (0, 1, 2) at λ = (10, 100, 10), W = 1, 1e-6 s per state row: input 0 meets 100·0.1 = 10 rows of 1
+    # (100 partials), then 10·0.01 of 2 (10 outputs); 1 meets 1 of 0 (100), then 0.1 of 2 (10); 2 meets 0.1
+    # of 0 (1), then 10 of 1 (10): queues 231, buffers 0.311
+    cost = om.mjoin_plan_cost(((1, 2), (0, 2), (0, 1)), (10, 100, 10), pairs, 1.0, 1e-6)
+    assert cost.output_rate == pytest.approx(30.0)
+    assert cost.memory == pytest.approx(231.311)
+    assert [op.label for op in cost.operators] == ["o1", "0>1", "0>2", "1>0", "1>2", "2>0", "2>1"]
+    for lam in [(1500, 15000, 1500), (15000, 1500, 15000), (300, 200, 900)]:
+        for plan in ps.left_deep_plans(3):
+            orders = parse_join_plan(plan, 3)
+            c = om.mjoin_plan_cost(orders, lam, pairs, 2.0, 1e-7)
+            ref = _mjoin_reference(orders, lam, pairs, 2.0, 1e-7)
+            assert (c.output_rate, c.memory) == pytest.approx(ref)
+    # where the tree misranks our operator: fast inputs 0 and 2, slow 1, selective pairs. The tree ranks
+    # (0, 2, 1) best; in our kernel that plan has every row of 0 walk 2's large state and every row of 2 walk
+    # 0's: the MJoin cost ranks it worst and puts the plan that probes the slow input 1 first, (1, 2, 0), ahead.
+    tiny = {p: 1e-5 for p in pairs}
+    lam = (15000, 1500, 15000)
+    mj = {p: om.mjoin_plan_cost(parse_join_plan(p, 3), lam, tiny, 1.0, 1e-9).utility(0.4, 0.6)
+          for p in ps.left_deep_plans(3)}
+    tree = {p: om.cost_plan(om.left_deep_join_plan(ps.left_deep_order(p, 3), tiny, 1e-9),
+                            {f"s{i}": r for i, r in enumerate(lam)}, 1.0).utility(0.4, 0.6) for p in ps.left_deep_plans(3)}
+    assert min(mj, key=mj.get) == "0:1>2;1:2>0;2:1>0"
+    assert min(tree, key=tree.get) == "0:2>1;1:0>2;2:0>1" == max(mj, key=mj.get)
+
+
+def test_mjoin_plan_cost_bad_input():
+    pairs = {frozenset({0, 1}): 0.1, frozenset({0, 2}): 0.1, frozenset({1, 2}): 0.1}
+    orders = ((1, 2), (0, 2), (0, 1))
+    with pytest.raises(TypeError, match="rates"):
+        om.mjoin_plan_cost(orders, (1.0,), pairs, 1.0, 1e-6)
+    with pytest.raises(ValueError, match=r"rates\[1\]"):
+        om.mjoin_plan_cost(orders, (1.0, -2.0, 1.0), pairs, 1.0, 1e-6)
+    with pytest.raises(ValueError, match=r"probe_orders\[1\]"):
+        om.mjoin_plan_cost(((1, 2), (0, 0), (0, 1)), (1, 1, 1), pairs, 1.0, 1e-6)
+    with pytest.raises(TypeError, match="probe_orders"):
+        om.mjoin_plan_cost(((1, 2),), (1, 1, 1), pairs, 1.0, 1e-6)
+    with pytest.raises(ValueError, match="inputs 1 and 2"):
+        om.mjoin_plan_cost(orders, (1, 1, 1), {frozenset({0, 1}): 0.1, frozenset({0, 2}): 0.1}, 1.0, 1e-6)
+    with pytest.raises(ValueError, match="pair_selectivity"):
+        om.mjoin_plan_cost(orders, (1, 1, 1), {**pairs, frozenset({0, 1}): 1.5}, 1.0, 1e-6)
+    with pytest.raises(ValueError, match="window"):
+        om.mjoin_plan_cost(orders, (1, 1, 1), pairs, 0.0, 1e-6)
+    with pytest.raises(ValueError, match="probe_cost"):
+        om.mjoin_plan_cost(orders, (1, 1, 1), pairs, 1.0, 0.0)
+    with pytest.raises(TypeError, match="state_rows"):
+        om.mjoin_plan_cost(orders, (1, 1, 1), pairs, 1.0, 1e-6, state_rows=(1, 2))

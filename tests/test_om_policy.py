@@ -184,3 +184,14 @@ def test_a_plan_without_output_costs_infinity():
     m0 = PlanModel(ps.SELECT_CHAIN, ("a>b", "b>a"), ("sel", "rate"), held, 1.0, 0.0, 1.0, ("a", "b"), "b")
     assert m0.cost("a>b", {"sel": 0.5, "rate": 100.0}) == pytest.approx(0.0, abs=1e-6)
     assert m0.cost("b>a", {"sel": 0.5, "rate": 100.0}) == pytest.approx(50.0)
+
+
+def test_join_model_is_checked():
+    from pyspark_cq_plugins.om import JOIN_MODELS, OMPolicy
+    from pyspark_cq_plugins.plan_baselines import StaticPolicy
+
+    assert JOIN_MODELS == ("mjoin", "tree")
+    assert OMPolicy().join_model == "mjoin" and OMPolicy(join_model="tree").join_model == "tree"
+    for cls in (OMPolicy, StaticPolicy):
+        with pytest.raises(ValueError, match="join_model"):
+            cls(join_model="bushy")

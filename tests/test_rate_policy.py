@@ -63,8 +63,8 @@ def test_switches_the_join_to_the_cheaper_probe_orders(objective):
 
 def test_predictions_follow_the_model():
     """The scores are the rate model's: one arrival of input 1 costs 1 + 20 (partials after state 2) probes
-    under the slow plan and 1 + 0.5 under the fast one."""
-    policy = RateBased(probe_cost=1e-3, min_batches=1, margin=0.0)
+    under the slow plan and 1 + 0.5 under the fast one (per-probe costs, ``scan=False``)."""
+    policy = RateBased(probe_cost=1e-3, min_batches=1, margin=0.0, scan=False)
     policy.decide(join_snapshot(1, SLOW_PLAN))
     scores = policy.predictions[("q", "mj")]
     probes_1 = {SLOW_PLAN: 1 + STATES[2] * SEL, FAST_PLAN: 1 + STATES[0] * SEL}
@@ -185,3 +185,22 @@ def test_join_tree_bad_input():
         choose_join_tree(plans, RATES_52, objective="cost", t_p=1.0)
     with pytest.raises(ValueError, match="needs t_p"):
         choose_join_tree(plans, RATES_52, n=5.0)
+
+
+def test_scan_costs_a_probe_per_state_row():
+    """With ``scan`` (the default) a probe of state j costs probe_cost per row of |S_j|: one arrival of input 1
+    scans state 2 then, per partial, state 0 under the slow plan (and state 0 then state 2 under the fast one)."""
+    policy = RateBased(probe_cost=1e-6, min_batches=1, margin=0.0)
+    policy.decide(join_snapshot(1, SLOW_PLAN))
+    scores = policy.predictions[("q", "mj")]
+    cond = {(j, frozenset(k for k in range(3) if k != j)): SEL for j in range(3)}
+    pairs = {frozenset(p): SEL for p in [(0, 1), (0, 2), (1, 2)]}
+    model = R.MultiJoinModel(tuple(float(r) for r in ROWS), pairs, cond, states=STATES, growth=(0, 0, 0),
+                             probe_cost=1e-6, scan=True)
+    slow = parse_join_plan(SLOW_PLAN, 3)
+    scanned_1 = STATES[2] + STATES[2] * SEL * STATES[0]
+    assert model.arrival_costs(slow, 30.0)[1] == pytest.approx(1e-6 * scanned_1)
+    for plan_id, score in scores.items():
+        assert score == pytest.approx(model.local_rate_estimate(parse_join_plan(plan_id, 3), 60.0), rel=1e-6)
+    with pytest.raises(TypeError, match="scan"):
+        RateBased(scan="yes")

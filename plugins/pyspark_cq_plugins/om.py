@@ -13,8 +13,12 @@ from the running one (a *switch*).
   (:class:`~pyspark_cq.policies.plan_stats.RoundEstimates`).
 - **Costs (§3.2, §4.1).** A plan's utility ``w_r/C_r + w_m·C_m`` by :func:`pyspark_cq.cost.om.cost_plan`:
   a chain is a stack of selections with the measured cost per row as 1/tpr
-  (:func:`~pyspark_cq.cost.om.chain_plan`); a join the left-deep tree of 2-way joins with the measured pair
-  selectivities and ``join_cost`` seconds per tuple (:func:`~pyspark_cq.cost.om.left_deep_join_plan`).
+  (:func:`~pyspark_cq.cost.om.chain_plan`); a join, by default (``join_model="mjoin"``), the probe steps our
+  ``multi_join`` runs for the plan, each a §4.1 operator with the measured pair selectivities and
+  ``join_cost`` seconds per probe (:func:`~pyspark_cq.cost.om.mjoin_plan_cost`), or (``"tree"``) OM's
+  left-deep tree of 2-way joins (:func:`~pyspark_cq.cost.om.left_deep_join_plan`). The tree misranks our
+  operator's plans: in the order (a, b, c) a row of c probes a's whole state first, not a small a ⋈ b
+  result (docs/om.md, "OM on Spark").
 - **Charts (§4.4, Algorithm 1).** A chain gets a sel-λ chart: k × k regions over the selectivity of one
   predicate (``chart_predicate``, by default the first by name) and λ; the other predicates' selectivities
   and all costs are held at their estimates when the chart is built. A join of l inputs gets a λ-λ chart of
@@ -37,14 +41,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pyspark_cq import _args as chk
-from pyspark_cq.control.plans import parse_chain_plan
+from pyspark_cq.control.plans import parse_chain_plan, parse_join_plan
 from pyspark_cq.cost import om
 from pyspark_cq.policies import Decision, Decisions, OperatorStats, Policy, QueryInfo, Snapshot
 from pyspark_cq.policies import plan_stats as ps
 
-__all__ = ["OMPolicy", "PlanModel", "PlanPolicy"]
+__all__ = ["OMPolicy", "PlanModel", "PlanPolicy", "JOIN_MODELS"]
 
 NAN = math.nan
+#: how a join plan is costed: the probe steps of our multi_join, or OM's left-deep tree of 2-way joins
+JOIN_MODELS = ("mjoin", "tree")
 _FLOOR = 1e-9      # rates and selectivities of 0 kept just above 0 (§4.1's join denominator, sel > 0)
 
 
@@ -65,6 +71,7 @@ class PlanModel:
     w_m: float
     names: tuple = ()            # chain: predicate names (sorted); join: input indexes
     chart_predicate: str = ""
+    join_model: str = "mjoin"    # a join's cost: "mjoin" (its probe steps) or "tree" (OM's left-deep tree)
 
     def cost(self, plan: str, point: Mapping[str, float]) -> float:
         """``Cost_p`` of ``plan`` at ``point`` (§3.2)."""
@@ -74,16 +81,17 @@ class PlanModel:
             sels[self.chart_predicate] = min(max(point["sel"], _FLOOR), 1.0)
             costs = {p: self.held[f"cost:{p}"] for p in self.names}
             order = parse_chain_plan(plan, self.names)
-            node = om.chain_plan(order, sels, costs)
-            rates = {"S": max(point["rate"], _FLOOR)}
+            cost = om.cost_plan(om.chain_plan(order, sels, costs), {"S": max(point["rate"], _FLOOR)}, self.window)
         else:
             n = len(self.names)
-            order = ps.left_deep_order(plan, n)
             pairs = {frozenset((i, j)): max(self.held[f"pair:{i},{j}"], _FLOOR)
                      for i in range(n) for j in range(i + 1, n)}
-            node = om.left_deep_join_plan(order, pairs, self.held["join_cost"])
-            rates = {f"s{i}": max(point[f"rate:{i}"], _FLOOR) for i in range(n)}
-        cost = om.cost_plan(node, rates, self.window)
+            if self.join_model == "mjoin":     # the probe steps our multi_join runs (see om.mjoin_plan_cost)
+                cost = om.mjoin_plan_cost(parse_join_plan(plan, n), [max(point[f"rate:{i}"], _FLOOR) for i in range(n)],
+                                          pairs, self.window, self.held["join_cost"])
+            else:                              # OM's left-deep tree of 2-way joins (§4.2 step 3)
+                node = om.left_deep_join_plan(ps.left_deep_order(plan, n), pairs, self.held["join_cost"])
+                cost = om.cost_plan(node, {f"s{i}": max(point[f"rate:{i}"], _FLOOR) for i in range(n)}, self.window)
         if cost.output_rate <= 0:      # no output (a selectivity of 0): w_r/C_r is infinite, or 0 when w_r = 0
             return math.inf if self.w_r > 0 else self.w_m * cost.memory
         return cost.utility(self.w_r, self.w_m)
@@ -119,8 +127,11 @@ class PlanPolicy(Policy):
     name = ""
 
     def __init__(self, window: float = 1.0, d: int = 5, decay: float = 0.5, w_r: float = 0.4,
-                 w_m: float = 0.6, join_cost: float = 1e-6, every: int = 1):
+                 w_m: float = 0.6, join_cost: float = 1e-6, every: int = 1, join_model: str = "mjoin"):
         self.window = chk.positive(window, "window")
+        if join_model not in JOIN_MODELS:
+            raise ValueError(f"join_model must be one of {JOIN_MODELS}, got {join_model!r}")
+        self.join_model = join_model
         self.d = chk.integer(d, "d", minimum=1)
         self.decay = chk.non_negative(decay, "decay")
         self.w_r = chk.non_negative(w_r, "w_r")
@@ -201,7 +212,7 @@ class PlanPolicy(Policy):
             return None
         plans = tuple(ps.candidate_plans(stats, control))
         return PlanModel(kind, plans, dims, held, self.window, self.w_r, self.w_m, names,
-                         self._chart_predicate(key, names) if kind == ps.SELECT_CHAIN else "")
+                         self._chart_predicate(key, names) if kind == ps.SELECT_CHAIN else "", self.join_model)
 
     def _chart_predicate(self, key, names) -> str:
         return names[0]
@@ -343,14 +354,17 @@ class OMPolicy(PlanPolicy):
         Relative change of a held estimate that rebuilds the chart, > 0.
     every : int
         A round every ``every`` micro-batches.
+    join_model : {"mjoin", "tree"}
+        How a join plan is costed: the probe steps our ``multi_join`` runs (default) or OM's left-deep tree.
     """
 
     name = "om"
 
     def __init__(self, k: int = 10, window: float = 1.0, d: int = 5, decay: float = 0.5, w_r: float = 0.4,
                  w_m: float = 0.6, join_cost: float = 1e-6, ranges: Mapping | None = None, span: float = 2.0,
-                 chart_predicate: Mapping | None = None, rebuild: float = 0.5, every: int = 1):
-        super().__init__(window, d, decay, w_r, w_m, join_cost, every)
+                 chart_predicate: Mapping | None = None, rebuild: float = 0.5, every: int = 1,
+                 join_model: str = "mjoin"):
+        super().__init__(window, d, decay, w_r, w_m, join_cost, every, join_model)
         self.k = chk.integer(k, "k", minimum=1)
         self.ranges = _ranges(ranges)
         self.span = chk.positive(span, "span")

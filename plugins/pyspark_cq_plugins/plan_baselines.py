@@ -56,15 +56,15 @@ class StaticPolicy(PlanPolicy):
     ----------
     warmup : int
         Rounds whose observations form the estimate (>= 1).
-    window, d, decay, w_r, w_m, join_cost, every
+    window, d, decay, w_r, w_m, join_cost, every, join_model
         As for :class:`~pyspark_cq_plugins.om.OMPolicy`.
     """
 
     name = "static"
 
     def __init__(self, warmup: int = 3, window: float = 1.0, d: int = 5, decay: float = 0.5, w_r: float = 0.4,
-                 w_m: float = 0.6, join_cost: float = 1e-6, every: int = 1):
-        super().__init__(window, d, decay, w_r, w_m, join_cost, every)
+                 w_m: float = 0.6, join_cost: float = 1e-6, every: int = 1, join_model: str = "mjoin"):
+        super().__init__(window, d, decay, w_r, w_m, join_cost, every, join_model)
         self.warmup = chk.integer(warmup, "warmup", minimum=1)
 
     @classmethod

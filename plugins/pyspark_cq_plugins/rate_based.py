@@ -130,12 +130,17 @@ class RateBased(Policy):
     d, decay : int, float
         OM's decay-weighted mean of the last d observations (Kulkarni & Ravishankar §4.3) for every
         estimate (:class:`pyspark_cq.policies.plan_stats.RoundEstimates`).
+    scan : bool
+        Cost a join's probe per row of the probed state (our kernel walks the key's rows; a measured
+        ``probe_cost`` is then the batch time over the state rows the partial matches met), not per probe
+        (:class:`pyspark_cq.cost.rate.MultiJoinModel`'s ``scan``). Default True.
     """
 
     name = "rate"
 
     def __init__(self, objective: str = "rate", t_p: float = 60.0, n: float = 10_000.0, margin: float = 0.1,
-                 min_batches: int = 2, probe_cost: float | None = None, d: int = 5, decay: float = 0.5):
+                 min_batches: int = 2, probe_cost: float | None = None, d: int = 5, decay: float = 0.5,
+                 scan: bool = True):
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
         self.objective = objective
@@ -150,6 +155,9 @@ class RateBased(Policy):
         self.probe_cost = None if probe_cost is None else _positive(probe_cost, "probe_cost")
         self.d, self.decay = d, decay
         S.RoundEstimates(d, decay)  # validates d and decay
+        if not isinstance(scan, bool):
+            raise TypeError(f"scan must be a bool, got {scan!r}")
+        self.scan = scan
         self._reset()
 
     def _reset(self) -> None:
@@ -250,13 +258,18 @@ class RateBased(Policy):
         growth = tuple(max(est.get(f"growth:{j}", 0.0), 0.0) for j in range(n))
         probe = self.probe_cost
         if probe is None:
-            work = sum(int(v) for k, v in report.items() if k.startswith("probed_")) + sum(S.input_rows(stats))
+            if self.scan:     # the state rows the partial matches met
+                work = sum(int(v) * states[int(k.rsplit("_", 1)[1])] for k, v in report.items()
+                           if k.startswith("probed_")) + sum(S.input_rows(stats))
+            else:
+                work = sum(int(v) for k, v in report.items() if k.startswith("probed_")) + sum(S.input_rows(stats))
             if not (math.isfinite(batch_duration) and batch_duration > 0 and work > 0):
                 return None
             probe = batch_duration / work
         outputs = [est.get(f"out:{i}") for i in range(n)]
         outputs = tuple(outputs) if all(math.isfinite(v) for v in outputs) else None
-        return R.MultiJoinModel(tuple(rates), pairs, conditional, states, growth, probe_cost=probe, outputs=outputs)
+        return R.MultiJoinModel(tuple(rates), pairs, conditional, states, growth, probe_cost=probe, outputs=outputs,
+                                scan=self.scan)
 
     @staticmethod
     def _step_estimate(measured, pairs, i: int, j: int, bound: frozenset) -> float:

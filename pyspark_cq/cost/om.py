@@ -28,8 +28,8 @@ from . import rate as _rate
 __all__ = [
     "utility", "selection_output_rate", "projection_output_rate", "aggregate_output_rate", "join_output_rate",
     "input_buffer", "intermediate_queue", "OperatorCost", "PlanCost", "cost_plan", "plan_utility", "best_plan",
-    "chain_plan", "left_deep_join_plan", "Dimension", "Chart", "sel_lambda_chart", "lambda_lambda_chart",
-    "Schedule", "optimal_plans", "schedule", "score_plans",
+    "chain_plan", "left_deep_join_plan", "mjoin_plan_cost", "Dimension", "Chart", "sel_lambda_chart",
+    "lambda_lambda_chart", "Schedule", "optimal_plans", "schedule", "score_plans",
 ]
 
 
@@ -366,6 +366,94 @@ def left_deep_join_plan(order: Sequence[int], pair_selectivity: Mapping[frozense
         node = P.Join(node, P.Source(names[c]), selectivity=sel, left_cost=cost, right_cost=cost,
                       label=f"J{m}")
     return node
+
+
+def mjoin_plan_cost(probe_orders: Sequence[Sequence[int]], rates: Sequence[float],
+                    pair_selectivity: Mapping[frozenset, float], window: float, probe_cost: float,
+                    state_rows: Sequence[float] | None = None) -> PlanCost:
+    """C_r and C_m of a ``multi_join`` run in ``probe_orders`` (Kulkarni & Ravishankar §4.1, applied to an MJoin).
+
+    OM costs a plan as a tree of operators; our ``multi_join`` runs a plan as per-input probe orders over one
+    state per input, so a left-deep *tree*'s cost (:func:`left_deep_join_plan`) misses work the operator
+    does: in the order ``(a, b, c)`` a row of ``c`` probes ``a``'s whole state first, where a tree would
+    probe the small ``a ⋈ b`` result. Here every probe step ``i → j`` is one §4.1 operator. The partial
+    matches of input i entering it arrive at rate ``a``; the operator scans j's rows of the key for each
+    (the kernel walks the key's chain), so its tuple processing rate is ``tpr = 1/(probe_cost·|S_j|)``;
+    each partial meets ``F = λ_j·W·f(j | B)`` matches (B: the inputs bound so far), so the step emits
+    ``min(a, tpr)·F`` (a selection's two regimes), buffers ``input_buffer(a, W, tpr)`` and queues ``out·W``.
+    C_m is the sum over the steps; C_r the sum of every input's last step (the root, o_1, is their union).
+    ``f(j | B)`` is the most selective pair between j and a bound input: all inputs of a ``multi_join``
+    share one key, so a product of pair selectivities would count the key predicate once per bound input.
+
+    Parameters
+    ----------
+    probe_orders : sequence of sequences of int
+        Per input i, the other inputs in the order i probes them (:func:`pyspark_cq.control.parse_join_plan`).
+    rates : sequence of float
+        Arrival rate λ_i (>= 0) per input.
+    pair_selectivity : mapping frozenset({i, j}) -> float
+        Join selectivity in [0, 1] of every pair, a fraction of the pair's cross product.
+    window : float
+        W (> 0).
+    probe_cost : float
+        Seconds one partial match takes per row of the probed state (> 0; the key's share of the state
+        is folded in: it is the same for every input).
+    state_rows : sequence of float, optional
+        |S_j| per input (>= 0); default ``λ_j·W``, the window's rows (the steady state of Q[W]).
+
+    Examples
+    --------
+    Three inputs at 10, 100 and 10 rows/s, pair (0, 2) 10 times as selective as the others: the order
+    ``(0, 2, 1)`` (0 and 2 probe each other first) keeps fewer partial matches than ``(0, 1, 2)``.
+
+    >>> from pyspark_cq.cost.om import mjoin_plan_cost
+    >>> pairs = {frozenset({0, 1}): 0.1, frozenset({0, 2}): 0.01, frozenset({1, 2}): 0.1}
+    >>> a = mjoin_plan_cost(((1, 2), (0, 2), (0, 1)), (10, 100, 10), pairs, 1.0, 1e-6)
+    >>> b = mjoin_plan_cost(((2, 1), (0, 2), (0, 1)), (10, 100, 10), pairs, 1.0, 1e-6)
+    >>> round(a.memory, 3), round(b.memory, 3), a.output_rate == b.output_rate
+    (231.311, 132.202, True)
+    """
+    n = len(rates) if isinstance(rates, Sequence) and not isinstance(rates, str) else 0
+    if not 2 <= n <= 6:
+        raise TypeError(f"rates must be a sequence of 2 to 6 arrival rates, one per input, got {rates!r}")
+    lam = [chk.non_negative(r, f"rates[{i}]") for i, r in enumerate(rates)]
+    if isinstance(probe_orders, str) or not isinstance(probe_orders, Sequence) or len(probe_orders) != n:
+        raise TypeError(f"probe_orders must hold one probe order per input ({n}), got {probe_orders!r}")
+    for i, order in enumerate(probe_orders):
+        others = [j for j in range(n) if j != i]
+        if isinstance(order, str) or not isinstance(order, Sequence) or sorted(order) != others:
+            raise ValueError(f"probe_orders[{i}] must order the other inputs {others}, got {order!r}")
+    chk.instance(pair_selectivity, "pair_selectivity", Mapping, "a mapping {frozenset({i, j}): selectivity}")
+    pairs = {}
+    for i in range(n):
+        for j in range(i + 1, n):
+            key = frozenset((i, j))
+            if key not in pair_selectivity:
+                raise ValueError(f"pair_selectivity has no selectivity for inputs {i} and {j}")
+            pairs[key] = chk.probability(pair_selectivity[key], f"pair_selectivity[{{{i}, {j}}}]")
+    w = chk.positive(window, "window")
+    cost = chk.positive(probe_cost, "probe_cost")
+    if state_rows is None:
+        states = [x * w for x in lam]
+    else:
+        if isinstance(state_rows, str) or not isinstance(state_rows, Sequence) or len(state_rows) != n:
+            raise TypeError(f"state_rows must hold one state size per input ({n}), got {state_rows!r}")
+        states = [chk.non_negative(x, f"state_rows[{j}]") for j, x in enumerate(state_rows)]
+    steps, total = [], 0.0
+    for i, order in enumerate(probe_orders):
+        a, bound = lam[i], [i]
+        for j in order:
+            tpr = 1.0 / (cost * max(states[j], 1.0))
+            out = min(a, tpr) * lam[j] * w * min(pairs[frozenset((b, j))] for b in bound)
+            steps.append(OperatorCost(label=f"{i}>{j}", node=P.Source(f"s{i}>s{j}"), arrival_rate=a,
+                                      output_rate=out, input_buffer=input_buffer(a, w, tpr),
+                                      intermediate_queue=intermediate_queue(out, w)))
+            a = out
+            bound.append(j)
+        total += a
+    root = OperatorCost(label="o1", node=P.Source("mjoin"), arrival_rate=sum(lam), output_rate=total,
+                        input_buffer=0.0, intermediate_queue=0.0)
+    return PlanCost((root, *steps))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -721,6 +721,10 @@ class MultiJoinModel:
         0 for a windowed join in its steady state). ``|S_j(t)| = states_j + growth_j·t``.
     probe_cost, arrival_cost : float
         Time of one probe of a state by one partial match, and of storing one arrival (>= 0).
+    scan : bool
+        A probe walks the probed state's rows of the key (our ``multi_join`` kernel's hash chains), so it
+        costs ``probe_cost`` per row of ``|S_j(t)|`` (the key's share folded into ``probe_cost``), not a
+        constant: ``C_i = arrival_cost + probe_cost·Σ_k Π_{m<k} F(j_m | B_m)·|S_{j_k}(t)|``. Default False.
 
     Examples
     --------
@@ -743,6 +747,7 @@ class MultiJoinModel:
     probe_cost: float = 0.0
     arrival_cost: float = 0.0
     outputs: tuple | None = None
+    scan: bool = False
 
     def __post_init__(self):
         rates = self.rates
@@ -817,11 +822,12 @@ class MultiJoinModel:
         return math.prod(self.selectivities.get(frozenset((b, j)), 1.0) for b in bound)
 
     def _per_arrival(self, i: int, order, t: float) -> tuple[float, float]:
-        """(outputs, probes) of one arrival of input i at time t."""
+        """(outputs, probes) of one arrival of input i at time t (probes: state rows scanned with ``scan``)."""
         partial, probes, bound = 1.0, 0.0, {i}
         for j in order:
-            probes += partial
-            partial *= (self.states[j] + self.growth[j] * t) * self.selectivity(j, frozenset(bound), i)
+            size = self.states[j] + self.growth[j] * t
+            probes += partial * size if self.scan else partial
+            partial *= size * self.selectivity(j, frozenset(bound), i)
             bound.add(j)
         if self.outputs is not None:
             partial = self.outputs[i] * math.prod(

@@ -384,33 +384,6 @@ def test_runtime_rejects_bad_arguments(tmp_path):
         CQRuntime(object())
 
 
-@pytest.mark.spark
-def test_runtime_statistics_survive_lost_listener_events(spark, tmp_path):
-    """Spark's listener bus can lose an event (a full queue, a failed Python callback): the monitor files the
-    missing batches from the query's own progress, once each, so await_batches does not wait for a batch
-    that already ran."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from pyspark_cq.runtime import CQRuntime
-
-    src = tmp_path / "in"
-    src.mkdir()
-    rt = CQRuntime(spark, policies=[], control_path=str(tmp_path / "ct.json"), every_batches=1)
-    rt.register("lossy", lambda ctx: (spark.readStream.schema("x long").option("maxFilesPerTrigger", 1)
-                                      .parquet(str(src)).writeStream.format("noop")
-                                      .option("checkpointLocation", str(tmp_path / "ck"))))
-    with rt:
-        spark.streams.removeListener(rt._listener)       # from now on every progress event is lost
-        for i in range(3):
-            pq.write_table(pa.table({"x": pa.array(range(i * 10, i * 10 + 10), pa.int64())}),
-                           str(src / f"b{i}.parquet"))
-            rt.query("lossy").processAllAvailable()
-            assert rt.await_batches("lossy", i + 1, timeout=120) == i + 1
-        stats = rt.statistics().queries["lossy"]
-    assert stats.batches == 3
-
-
 def test_explain_error_finds_the_workers_sentence():
     """A worker's error inside Spark's report: the last Python traceback through pyspark-cq gives the
     sentence; a failure raised elsewhere gives None; bad input is refused."""

@@ -37,10 +37,6 @@ from .stats import StatisticsStore
 __all__ = ["CQRuntime", "QueryRejected", "QueryContext"]
 
 _log = logging.getLogger("pyspark_cq.runtime")
-_CATCH_UP_SECONDS = 1.0   # how often the monitor checks the queries' progress for events the listener lost
-# how long a batch may be missing before it counts as lost: a batch's progress can be in lastProgress a
-# moment before its observed metrics (the operators' reports) are, and the listener's event has them
-_CATCH_UP_GRACE = 5.0
 
 
 def _failure(name: str, exc) -> str:
@@ -49,6 +45,18 @@ def _failure(name: str, exc) -> str:
 
     why = explain_error(exc)
     return f"query {name!r} failed: {why}\n\n{exc}" if why else f"query {name!r} failed: {exc}"
+
+
+def _spark_side(query) -> str:
+    """What Spark says of ``query``: its status and its last batch (for a timeout's message)."""
+    if query is None:
+        return "not started"
+    try:
+        last = query.lastProgress
+        return (f"Spark: status {dict(query.status)}, last batch "
+                f"{None if last is None else last['batchId']}, active {query.isActive}")
+    except Exception as exc:
+        return f"Spark's status unavailable: {exc!r}"
 
 
 def _is_active(query) -> bool:
@@ -240,9 +248,7 @@ class CQRuntime:
         self._listener = None
         self._batches_since = 0
         self._last_round = time.monotonic()
-        self._last_catch_up = time.monotonic()
         self._round_lock = threading.Lock()
-        self._gaps: dict[str, tuple[int, float]] = {}   # query -> (its last filed batch, when a gap was seen)
 
     # -- inspection ------------------------------------------------------------------------------
 
@@ -592,8 +598,6 @@ class CQRuntime:
                         self._batches_since += 1
                 except Exception as exc:  # a malformed progress must not end the monitor
                     _log.warning("statistics update failed: %r", exc)
-            if time.monotonic() - self._last_catch_up >= _CATCH_UP_SECONDS:
-                self._batches_since += self._catch_up()
             with self._lock:
                 has_queries = bool(self._queries)
             if has_queries and self._due():
@@ -613,38 +617,6 @@ class CQRuntime:
             except Exception:
                 continue
         return str(query_id)
-
-    def _catch_up(self) -> int:
-        """File the progress of batches the listener did not deliver; returns how many.
-
-        Spark's listener bus drops events when its queue is full, and an event whose Python callback fails
-        is lost; a lost event would leave a query's statistics a batch behind until its next batch (and
-        :meth:`await_batches` waiting). Each query's ``lastProgress`` is compared with the statistics, and
-        on a gap that lasts ``_CATCH_UP_GRACE`` seconds the missing batches are filed from
-        ``recentProgress``, oldest first (the store ignores a batch id it has seen, so a late listener
-        event is not counted twice).
-        """
-        now = self._last_catch_up = time.monotonic()
-        with self._lock:
-            regs = [(r.name, r.query) for r in self._queries.values() if r.query is not None]
-        filed = 0
-        for name, query in regs:
-            try:
-                seen = self._store.last_batch(name)
-                last = query.lastProgress
-                if last is None or int(last["batchId"]) <= seen:
-                    self._gaps.pop(name, None)
-                    continue
-                if self._gaps.get(name, (None,))[0] != seen:      # a new gap: give the listener time
-                    self._gaps[name] = (seen, now)
-                if now - self._gaps[name][1] < _CATCH_UP_GRACE:
-                    continue
-                for progress in sorted(query.recentProgress, key=lambda p: int(p["batchId"])):
-                    if int(progress["batchId"]) > seen and self._store.update(progress, name) is not None:
-                        filed += 1
-            except Exception as exc:  # a stopped query or a broken connection must not end the monitor
-                _log.debug("catching up with %s failed: %r", name, exc)
-        return filed
 
     def set_control(self, operator: str, *, who: str, reason: str = "", **params) -> list:
         """Change a registered operator's control-table entry as a user (the console's edits come here).
@@ -748,7 +720,8 @@ class CQRuntime:
             if query is not None and not query.isActive and query.exception() is not None:
                 raise RuntimeError(_failure(name, query.exception()))
             if time.monotonic() > deadline:
-                raise TimeoutError(f"query {name!r} reached {seen} of {count} micro-batches in {timeout} s")
+                raise TimeoutError(f"query {name!r} reached {seen} of {count} micro-batches in {timeout} s "
+                                   f"({_spark_side(query)})")
             time.sleep(0.05)
 
     def _clock(self, operator: str) -> int:

@@ -264,11 +264,6 @@ class StatisticsStore:
         with self._lock:
             return list(self._queries)
 
-    def last_batch(self, query: str) -> int:
-        """The largest batch id filed for ``query`` (-1: none yet)."""
-        with self._lock:
-            return self._state(query).last_batch
-
     def update(self, progress, query: str | None = None) -> str | None:
         """Add one micro-batch's progress; returns the query name it was filed under (None: not registered,
         or a repeated batch id).

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from helpers import aggregate_pipeline, aggregate_reference
+from helpers.files import write_in_order
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -417,16 +418,13 @@ def spark_rows(seed, start_s, end_s, n, keys=4):
 
 
 def write_file(directory: Path, i: int, rows):
-    import os
 
-    import pyarrow.parquet as pq
 
     directory.mkdir(parents=True, exist_ok=True)
     schema = pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("k", pa.int64()), ("v", pa.int64())])
     cols = {"ts": [r["t"] for r in rows], "k": [r["k"] for r in rows], "v": [r["v"] for r in rows]}
     path = directory / f"part-{i:03d}.parquet"
-    pq.write_table(pa.table(cols, schema=schema), path)
-    os.utime(path, (1_000_000 + i * 10, 1_000_000 + i * 10))
+    write_in_order(pa.table(cols, schema=schema), path, i)
 
 
 def _us(value) -> int:

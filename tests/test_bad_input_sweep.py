@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import os
 import subprocess
 import sys
 import uuid
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from helpers.files import write_in_order
 from pyspark.sql import functions as F
 
 import pyspark_cq as cq
@@ -275,8 +274,7 @@ def test_empty_inputs(spark):
 def _write(directory, i, table):
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"part-{i:03d}.parquet"
-    pq.write_table(table, path)
-    os.utime(path, (1_000_000 + i * 10, 1_000_000 + i * 10))
+    write_in_order(table, path, i)
 
 
 @pytest.mark.spark

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from helpers.files import write_in_order
 from pyspark import cloudpickle
 from pyspark_cq_plugins.chain_scheduler import ChainScheduler
 
@@ -174,11 +175,9 @@ def test_every_strategy_equals_spark_filter(spark, tmp_dir, strategy):
 
 
 def _write(directory, i, x, y):
-    import pyarrow.parquet as pq
 
-    path = os.path.join(directory, f"b{i:03d}.parquet")
-    pq.write_table(pa.table({"x": pa.array(x, pa.int64()), "y": pa.array(y, pa.int64())}), path)
-    os.utime(path, (1_000_000 + i * 10, 1_000_000 + i * 10))
+    write_in_order(pa.table({"x": pa.array(x, pa.int64()), "y": pa.array(y, pa.int64())}),
+                   os.path.join(directory, f"b{i:03d}.parquet"), i)
 
 
 @pytest.mark.spark

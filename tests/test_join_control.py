@@ -12,8 +12,8 @@ import struct
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from helpers.files import write_in_order
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -224,8 +224,7 @@ def _write(root, side, i, keys, times, values):
                       "ts": pa.array(times, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
                       f"{side}v": pa.array(values, pa.int64())})
     path = os.path.join(root, side, f"b{i:03d}.parquet")
-    pq.write_table(table, path)
-    os.utime(path, (1_000_000 + i * 10, 1_000_000 + i * 10))  # file order = batch order (see helpers/join_data.py)
+    write_in_order(table, path, i)  # file order = batch order
 
 
 def _source(spark, root, side, delay="30 seconds"):

@@ -15,8 +15,8 @@ import time
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
+from helpers.files import write_in_order
 from pyspark_cq_plugins.rtstream import RTStreamQoS
 
 import pyspark_cq as cq
@@ -41,8 +41,7 @@ def _write_inputs(directory) -> int:
     start = 0
     for i, n in enumerate(SIZES):
         path = os.path.join(directory, f"f{i:03d}.parquet")
-        pq.write_table(pa.table({"x": pa.array(np.arange(start, start + n), pa.int64())}), path)
-        os.utime(path, (1_000_000 + 10 * i, 1_000_000 + 10 * i))   # file order = instance order
+        write_in_order(pa.table({"x": pa.array(np.arange(start, start + n), pa.int64())}), path, i)
         start += n
     return start
 

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from helpers.files import write_in_order
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyspark import cloudpickle
@@ -164,11 +165,8 @@ def test_definition_time_errors_name_the_argument(spark, tmp_dir):
 
 
 def _write(directory, i, x, y):
-    path = os.path.join(directory, f"b{i:03d}.parquet")
-    import pyarrow.parquet as pq
-
-    pq.write_table(pa.table({"x": pa.array(x, pa.int64()), "y": pa.array(y, pa.int64())}), path)
-    os.utime(path, (1_000_000 + i * 10, 1_000_000 + i * 10))   # file order = batch order
+    write_in_order(pa.table({"x": pa.array(x, pa.int64()), "y": pa.array(y, pa.int64())}),
+                   os.path.join(directory, f"b{i:03d}.parquet"), i)   # file order = batch order
 
 
 @pytest.mark.spark

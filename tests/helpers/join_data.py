@@ -5,8 +5,9 @@ import os
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyspark.sql import functions as F
+
+from .files import write_in_order
 
 BASE_US = 1_700_000_000_000_000  # 2023-11-14 22:13:20 UTC
 LOWER_S, UPPER_S = -5, 10
@@ -55,10 +56,7 @@ def write(directory: str, name: str, table: pa.Table) -> None:
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, name)
     order = len(os.listdir(directory))
-    pq.write_table(table, path)
-    # The file source takes files in modification-time order (ms resolution; ties in listing order):
-    # distinct times keep one file per micro-batch in the order written.
-    os.utime(path, (1_000_000 + order * 10, 1_000_000 + order * 10))
+    write_in_order(table, path, order)   # one file per micro-batch, in the order written
 
 
 def write_streams(root: str, batches: int, *, null_keys: bool, seed: int) -> None:

@@ -23,7 +23,12 @@ micro-batch) per period; an instance misses when it ends later than D after its 
 - **rejects** at admission a query that cannot meet its deadline even keeping only ``min_kept`` of its input
   (from its plan's costs, in seconds per row, and its sources' known rates).
 
-The baselines of §5.2 are separate policies (:mod:`pyspark_cq_plugins.rtstream_baselines`).
+Its selectivities and costs come from the instances' own reports (the kept rows are a hash sample of the
+input already). The sampler-plan variants of §5.2.3 are separate policies that profile from
+``select_chain``'s sampler plan instead (§4.2, a ``sample_ratio`` in the shedding stage's ``params``,
+:meth:`RTStreamQoS.sampler`): :mod:`pyspark_cq_plugins.rtstream_fixed_sampling` (10 %) and
+:mod:`pyspark_cq_plugins.rtstream_dynamic_sampling` (§5.1). The other baselines of §5.2 are in
+:mod:`pyspark_cq_plugins.rtstream_baselines`.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ import numpy as np
 from pyspark_cq import plan as P
 from pyspark_cq.cost import rtstream
 from pyspark_cq.estimators import ExponentialSmoothing
+from pyspark_cq.operators.select_chain import SAMPLE, sample_ratios
 from pyspark_cq.policies import Admission, Decision, Decisions, Policy, QueryInfo, Snapshot
 
 __all__ = ["RTStreamQoS", "QualityTable", "Negotiation", "negotiate", "Profile", "shedding_operator",
@@ -249,14 +255,16 @@ class Profile:
         sel = [min(max(self.steps[s][1].value, 0.0), 1.0) for s in self.order if s in self.steps]
         return t, sel
 
-    def observe_steps(self, report: Mapping) -> None:
-        """Fold one ``select_chain`` report (``rows_in_<p>``, ``rows_passed_<p>``, ``nanos_<p>``) into t_j, s_j."""
+    def observe_steps(self, report: Mapping, prefix: str = "") -> None:
+        """Fold one ``select_chain`` report (``rows_in_<p>``, ``rows_passed_<p>``, ``nanos_<p>``; with
+        ``prefix="sample_"`` its sampler plan's) into t_j, s_j."""
         order = []
+        head = f"{prefix}rows_in_"
         for key, rows in report.items():
-            if not key.startswith("rows_in_") or not rows:
+            if not key.startswith(head) or not rows:
                 continue
-            step = key[len("rows_in_"):]
-            nanos, passed = report.get(f"nanos_{step}"), report.get(f"rows_passed_{step}")
+            step = key[len(head):]
+            nanos, passed = report.get(f"{prefix}nanos_{step}"), report.get(f"{prefix}rows_passed_{step}")
             if nanos is None or passed is None:
                 continue
             t, s = self.steps.setdefault(step, (ExponentialSmoothing(self.alpha), ExponentialSmoothing(self.alpha)))
@@ -271,14 +279,26 @@ class Profile:
         t, s = self.chain()
         return rtstream.chain_time(n, t, s) if t else 0.0
 
-    def observe_instance(self, rows: float, duration: float) -> None:
-        """One measured instance: ``rows`` processed (after shedding) in ``duration`` seconds."""
-        self.rest.update(rows, duration - self.operators_time(rows))
+    def sampler_time(self, n: float, sample_ratio) -> float:
+        """Equation (1) for the sampler plan over n input rows: step j sees its sample ratio r_j of what
+        reaches it (``sample_ratio`` as in ``params``; :func:`~pyspark_cq.operators.select_chain.sample_ratios`).
+        """
+        ratios = sample_ratios({"sample_ratio": sample_ratio}, self.order, where="sampler") if self.order else None
+        if ratios is None:
+            return 0.0
+        t, s = self.chain()
+        return rtstream.chain_time(n, [tj * r for tj, r in zip(t, ratios)], s)
 
-    def predict(self, n: float) -> tuple[float, float]:
-        """(predicted time, the fixed part of it) for an instance over n rows."""
+    def observe_instance(self, rows: float, duration: float, sampler: float = 0.0) -> None:
+        """One measured instance: ``rows`` processed (after shedding) in ``duration`` seconds, of which
+        ``sampler`` seconds ran the sampler plan."""
+        self.rest.update(rows, duration - sampler - self.operators_time(rows))
+
+    def predict(self, n: float, sampler: float = 0.0) -> tuple[float, float]:
+        """(predicted time, the part of it shedding cannot reduce) for an instance over n rows, given the
+        time of its sampler plan (which runs on all of the input)."""
         fixed, per_row = self.rest.fit()
-        fixed = max(fixed, 0.0)
+        fixed = max(fixed, 0.0) + sampler
         total = fixed + self.operators_time(n) + per_row * n
         return max(total, fixed), fixed
 
@@ -362,6 +382,15 @@ class RTStreamQoS(Policy):
     def _unit_test_params(cls) -> list[dict]:
         return [{}, {"capacity": 1.0, "alpha": 0.3}]
 
+    def sampler(self, query: QueryInfo, profile: Profile):
+        """The ``sample_ratio`` of the query's sampler plan (§4.2): None runs none and profiles from the
+        instances' own reports; the sampling policies override it."""
+        return None
+
+    @staticmethod
+    def _sample_ratio(query: QueryInfo):
+        return (query.control.get(shedding_operator(query), {}).get("params") or {}).get("sample_ratio")
+
     def profile(self, query: str) -> Profile | None:
         """The profile learned for ``query`` (None before its first instance)."""
         return self._profiles.get(query)
@@ -371,13 +400,16 @@ class RTStreamQoS(Policy):
         op = shedding_operator(q)
         stats = q.operators.get(op) if op is not None else None
         last = q.instances[-1].batch if q.instances else -1
+        sampling = self._sample_ratio(q) if self.sampler(q, prof) is not None else None
         if stats is not None and stats.report and last > prof.last_report_batch:
-            prof.observe_steps(stats.report)   # the latest report: the latest instance's
+            # the latest report: the latest instance's (its sampler plan's, when the policy samples)
+            prof.observe_steps(stats.report, SAMPLE if sampling is not None else "")
             prof.last_report_batch = last
         for inst in q.instances:
             if inst.batch > prof.last_batch and inst.input_rows > 0:
                 if prof.warmed:
-                    prof.observe_instance(inst.input_rows * inst.kept, inst.duration)
+                    prof.observe_instance(inst.input_rows * inst.kept, inst.duration,
+                                          prof.sampler_time(inst.input_rows, sampling) if sampling else 0.0)
                 # the query's first instance with data also starts its Python workers and loads the
                 # kernels, a one-time cost (seconds) that is not the steady state §4.1 profiles
                 prof.warmed = True
@@ -391,7 +423,8 @@ class RTStreamQoS(Policy):
             return None
         last = q.instances[-1]
         rows = float(last.input_rows) + (last.backlog_rows or 0.0)
-        time_full, fixed = prof.predict(rows)
+        sampling = self.sampler(q, prof)
+        time_full, fixed = prof.predict(rows, prof.sampler_time(rows, sampling) if sampling is not None else 0.0)
         return rows, time_full, fixed
 
     def decide(self, snapshot: Snapshot) -> Decisions:
@@ -399,11 +432,15 @@ class RTStreamQoS(Policy):
         capped by the negotiation (§4.3) when ``capacity`` is set.
         """
         self._check(snapshot)
-        plans = {}
+        plans, sampling = {}, {}
         for q in snapshot.queries.values():
             if q.period is None or shedding_operator(q) is None:
                 continue
-            pred = self._predict(q, self._learn(q))
+            prof = self._learn(q)
+            want = self.sampler(q, prof)
+            if want is not None and want != self._sample_ratio(q):
+                sampling[q.name] = want
+            pred = self._predict(q, prof)
             if pred is None:
                 continue
             rows, time_full, fixed = pred
@@ -430,8 +467,16 @@ class RTStreamQoS(Policy):
                       f"{self.target:g}·D = {self.target * q.deadline:.3g} s less {late:.3g} s start delay: "
                       f"keep ε = {kept:.3f}")
             d = _drop_decision(q, shedding_operator(q), kept, reason, self.name)
+            if n in sampling:   # one decision for the operator: the drop ratio and the sampler plan
+                changes = dict(d.changes) if d is not None else {}
+                d = Decision(shedding_operator(q), {**changes, "params": {"sample_ratio": sampling.pop(n)}},
+                             f"{reason}; sampler plan" if d is not None else "sampler plan", query=n)
             if d is not None:
                 out.append(d)
+        for n, want in sampling.items():   # queries without a prediction yet
+            q = snapshot.queries[n]
+            out.append(Decision(shedding_operator(q), {"params": {"sample_ratio": want}},
+                                f"sampler plan: sample_ratio {want}", query=n))
         return Decisions(out, self.name)
 
     def admit(self, query: QueryInfo, snapshot: Snapshot) -> Admission:

@@ -257,7 +257,8 @@ class Profile:
 
     def observe_steps(self, report: Mapping, prefix: str = "") -> None:
         """Fold one ``select_chain`` report (``rows_in_<p>``, ``rows_passed_<p>``, ``nanos_<p>``; with
-        ``prefix="sample_"`` its sampler plan's) into t_j, s_j."""
+        ``prefix="sample_"`` its sampler plan's) into t_j, s_j.
+        """
         order = []
         head = f"{prefix}rows_in_"
         for key, rows in report.items():
@@ -291,12 +292,14 @@ class Profile:
 
     def observe_instance(self, rows: float, duration: float, sampler: float = 0.0) -> None:
         """One measured instance: ``rows`` processed (after shedding) in ``duration`` seconds, of which
-        ``sampler`` seconds ran the sampler plan."""
+        ``sampler`` seconds ran the sampler plan.
+        """
         self.rest.update(rows, duration - sampler - self.operators_time(rows))
 
     def predict(self, n: float, sampler: float = 0.0) -> tuple[float, float]:
         """(predicted time, the part of it shedding cannot reduce) for an instance over n rows, given the
-        time of its sampler plan (which runs on all of the input)."""
+        time of its sampler plan (which runs on all of the input).
+        """
         fixed, per_row = self.rest.fit()
         fixed = max(fixed, 0.0) + sampler
         total = fixed + self.operators_time(n) + per_row * n
@@ -384,7 +387,8 @@ class RTStreamQoS(Policy):
 
     def sampler(self, query: QueryInfo, profile: Profile):
         """The ``sample_ratio`` of the query's sampler plan (§4.2): None runs none and profiles from the
-        instances' own reports; the sampling policies override it."""
+        instances' own reports; the sampling policies override it.
+        """
         return None
 
     @staticmethod

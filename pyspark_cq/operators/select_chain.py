@@ -178,7 +178,8 @@ def sample_ratios(params: Mapping | None, order: Sequence[str], *, where: str) -
     if isinstance(value, Mapping):
         unknown = sorted(set(value) - set(order))
         if unknown:
-            raise ValueError(f"{where}: params['sample_ratio'] names unknown predicates {unknown}; known: {list(order)}")
+            raise ValueError(f"{where}: params['sample_ratio'] names unknown predicates {unknown}; "
+                             f"known: {list(order)}")
         ratios = [value.get(step, 0.0) for step in order]
     else:
         ratios = [value] * len(order)

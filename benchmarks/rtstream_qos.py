@@ -142,6 +142,7 @@ def main(argv=None):
     ap.add_argument("--deadline", type=float, default=2.5)
     ap.add_argument("--quick", action="store_true", help="two loads, five instances")
     ap.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES))
+    ap.add_argument("--verbose", action="store_true", help="print every instance (kept fraction, lateness)")
     ap.add_argument("--no-a-priori", dest="a_priori", action="store_false",
                     help="register the queries without plan and rates (no admission-time shedding)")
     args = ap.parse_args(argv)
@@ -162,7 +163,7 @@ def main(argv=None):
         fixed, per_row, capacity = fit_capacity(spark, root, args.period, args.deadline, args.queries)
         print(f"# capacity: c0 = {fixed:.3f} s per instance, c = {per_row * 1e6:.1f} µs per row -> "
               f"{capacity} rows per instance within D = {args.deadline} s (P = {args.period} s)")
-        print("load  strategy     instances  miss_ratio  quality  steady_miss  steady_quality  pred_err_median  "
+        print("load  strategy          instances  miss_ratio  quality  steady_miss  steady_quality  pred_err_median  "
               "pred_err_p90")
         for load in args.loads:
             rows = int(load * capacity)
@@ -183,7 +184,10 @@ def main(argv=None):
                     e = [x for q in got.values() for x in prediction_errors(policies[0], q)]
                     if e:
                         err = f"{statistics.median(e):15.3f}  {np.percentile(e, 90):12.3f}"
-                print(f"{load:4.0%}  {sname:<11}  {len(inst):9d}  {misses / len(inst):10.3f}  {quality:7.3f}  "
+                if args.verbose:
+                    for q in got.values():
+                        print("#   " + " ".join(f"{i.batch}:{i.kept:.2f}/{i.lateness:+.2f}" for i in q))
+                print(f"{load:4.0%}  {sname:<16}  {len(inst):9d}  {misses / len(inst):10.3f}  {quality:7.3f}  "
                       f"{steady_miss:11.3f}  {steady_quality:14.3f}  {err}", flush=True)
     finally:
         spark.stop()

@@ -333,3 +333,18 @@ def test_sample_ratios_are_nested_and_validated():
         sample_ratios({"sample_ratio": {"c": 0.1}}, ["a", "b"], where="x")
     with pytest.raises(ValueError, match=r"params\['sample_ratio'\] must be a fraction"):
         sample_ratios({"sample_ratio": 1.5}, ["a"], where="x")
+
+
+def test_admission_drop_ratio_reaches_a_shedding_stage_made_after_admission():
+    plan = P.Select(P.Source("s"), 0.5, cost=0.001)     # 1 ms per row, 1000 rows/s: 2000 rows per 2 s = 2 s
+    src = {"s": SourceStats("s", 1000.0, 1e-3)}
+    bare = QueryInfo("q", plan, {}, src, {}, {}, period=2.0, deadline=1.5)   # the builder has not run yet
+    policy = RTStreamQoS(target=0.8)
+    verdict = policy.admit(bare, Snapshot())
+    assert verdict.accepted and len(verdict.decisions) == 0
+    (d,) = policy.decide(Snapshot(1.0, {"q": _query([], plan=plan, sources=src)}))   # the stage exists now
+    assert d.changes["drop_ratio"] == pytest.approx(1 - 0.8 * 1.5 / 2.0, abs=1e-3) and "a priori" in d.reason
+    # after the first measured instances the prediction takes over (the first one is not profiled)
+    hist = [_inst(0, 800, 0.9), _inst(1, 800, 0.9)]
+    (d,) = policy.decide(Snapshot(2.0, {"q": _query(hist, drop=0.4, plan=plan, sources=src)}))
+    assert "predicted" in d.reason and "a priori" not in d.reason

@@ -379,6 +379,7 @@ class RTStreamQoS(Policy):
         self.alpha, self.target, self.min_kept, self.capacity = alpha, target, min_kept, capacity
         self.quality, self.step = quality, step
         self._profiles: dict[str, Profile] = {}
+        self._a_priori: dict[str, tuple[float, str]] = {}    # query -> (kept, reason) from admission
         self.predictions: list[Prediction] = []
 
     @classmethod
@@ -436,16 +437,23 @@ class RTStreamQoS(Policy):
         capped by the negotiation (§4.3) when ``capacity`` is set.
         """
         self._check(snapshot)
-        plans, sampling = {}, {}
+        plans, changes = {}, {}    # changes: query -> (params, reasons) of its shedding stage
         for q in snapshot.queries.values():
             if q.period is None or shedding_operator(q) is None:
                 continue
             prof = self._learn(q)
             want = self.sampler(q, prof)
             if want is not None and want != self._sample_ratio(q):
-                sampling[q.name] = want
+                changes[q.name] = ({"params": {"sample_ratio": want}}, [f"sampler plan: sample_ratio {want}"])
             pred = self._predict(q, prof)
             if pred is None:
+                if q.name in self._a_priori:   # nothing measured yet: the admission's prediction (§4.4)
+                    d = _drop_decision(q, shedding_operator(q), self._a_priori[q.name][0],
+                                       self._a_priori[q.name][1], self.name)
+                    if d is not None:
+                        params, reasons = changes.setdefault(q.name, ({}, []))
+                        params.update(d.changes)
+                        reasons.insert(0, d.reason)
                 continue
             rows, time_full, fixed = pred
             # the next instance starts late by what the last one overran its period (its release stays):
@@ -462,7 +470,6 @@ class RTStreamQoS(Policy):
             deal = negotiate(est, tables, self.capacity, fixed=fix, step=self.step)
             for n, p in plans.items():
                 plans[n] = p[:4] + (max(min(p[4], deal.kept[n]), self.min_kept),)
-        out = []
         for n, (q, rows, time_full, fixed, kept) in plans.items():
             predicted = fixed + kept * (time_full - fixed)
             self.predictions.append(Prediction(n, q.instances[-1].batch, rows, time_full, fixed, kept, predicted))
@@ -471,17 +478,13 @@ class RTStreamQoS(Policy):
                       f"{self.target:g}·D = {self.target * q.deadline:.3g} s less {late:.3g} s start delay: "
                       f"keep ε = {kept:.3f}")
             d = _drop_decision(q, shedding_operator(q), kept, reason, self.name)
-            if n in sampling:   # one decision for the operator: the drop ratio and the sampler plan
-                changes = dict(d.changes) if d is not None else {}
-                d = Decision(shedding_operator(q), {**changes, "params": {"sample_ratio": sampling.pop(n)}},
-                             f"{reason}; sampler plan" if d is not None else "sampler plan", query=n)
             if d is not None:
-                out.append(d)
-        for n, want in sampling.items():   # queries without a prediction yet
-            q = snapshot.queries[n]
-            out.append(Decision(shedding_operator(q), {"params": {"sample_ratio": want}},
-                                f"sampler plan: sample_ratio {want}", query=n))
-        return Decisions(out, self.name)
+                params, reasons = changes.setdefault(n, ({}, []))
+                params.update(d.changes)
+                reasons.insert(0, reason)
+        # one decision per shedding stage: its drop ratio and its sampler plan
+        return Decisions([Decision(shedding_operator(snapshot.queries[n]), params, "; ".join(reasons), query=n)
+                          for n, (params, reasons) in changes.items()], self.name)
 
     def admit(self, query: QueryInfo, snapshot: Snapshot) -> Admission:
         """Reject a periodic query whose plan cannot meet its deadline even keeping ``min_kept`` of its
@@ -504,7 +507,10 @@ class RTStreamQoS(Policy):
                                     f"{self.target:g}·D = {self.target * query.deadline:.3g} s "
                                     f"(all input: {full:.3g} s)", Decisions((), self.name))
         op = shedding_operator(query)
-        d = _drop_decision(query, op, kept, f"a priori: predicted {full:.3g} s per instance", self.name) if op else None
+        why = f"a priori: predicted {full:.3g} s per instance from the plan"
+        # the shedding stage is usually made by the builder, after admission: the first rounds apply it
+        self._a_priori[query.name] = (kept, why)
+        d = _drop_decision(query, op, kept, why, self.name) if op else None
         return Admission(True, f"predicted {full:.3g} s per instance, keeps ε = {kept:.3f}",
                          Decisions([d] if d else [], self.name))
 
@@ -512,4 +518,5 @@ class RTStreamQoS(Policy):
         """Forget the query's profile."""
         super().remove(query)
         self._profiles.pop(query, None)
+        self._a_priori.pop(query, None)
         return Decisions((), self.name)

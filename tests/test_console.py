@@ -388,3 +388,30 @@ def test_console_command(spark, capsys, tmp_path, kind):
     assert not any(q.name == name for q in spark.streams.active)                     # stopped at the end
     with pytest.raises(urllib.error.URLError):
         urllib.request.urlopen(url, timeout=5)
+
+
+@pytest.mark.spark
+def test_a_change_the_operator_does_not_read_is_refused_before_it_is_written(spark, tmp_path):
+    """plan_id on a sliding_aggregate: the operator would fail its query at the next micro-batch, so the
+    runtime refuses it up front, from a user (set_control) and from a policy alike; nothing is written."""
+    import pyspark_cq as cq
+    from pyspark_cq.runtime import CQRuntime
+
+    def build(ctx):
+        df = ctx.spark.readStream.format("rate").load().withWatermark("timestamp", "1 second")
+        out = cq.sliding_aggregate(df, "timestamp", "6 seconds", "1 second", aggs={"value": ["sum"]},
+                                   control=ctx.control("agg1", window=6 * S))
+        return out.writeStream.format("memory")
+
+    echo = Echo()
+    rt = CQRuntime(spark, policies=[echo], control_path=str(tmp_path / "control.json"), every_batches=10_000)
+    rt.register("q1", build)
+    table = rt.control_table()
+    version = table.version
+    with pytest.raises(ValueError, match=r"'agg1' is a sliding_aggregate, which does not read plan_id") as err:
+        rt.set_control("agg1", who="alice", plan_id="a>b")
+    echo.decision = Decision("agg1", {"plan_id": "a>b"}, "echo", query="q1")
+    with pytest.warns(RuntimeWarning):
+        record = rt.run_policies()[0]
+    assert not record["applied"] and record["error"] in str(err.value)
+    assert table.version == version and "plan_id" not in table.entry("agg1").params

@@ -409,3 +409,24 @@ def test_runtime_statistics_survive_lost_listener_events(spark, tmp_path):
             assert rt.await_batches("lossy", i + 1, timeout=120) == i + 1
         stats = rt.statistics().queries["lossy"]
     assert stats.batches == 3
+
+
+def test_explain_error_finds_the_workers_sentence():
+    """A worker's error inside Spark's report: the last Python traceback through pyspark-cq gives the
+    sentence; a failure raised elsewhere gives None; bad input is refused."""
+    import pyspark_cq as cq
+
+    ours = ('[STREAM_FAILED] Query [id = 1] terminated with exception: Traceback (most recent call last):\n'
+            '  File "/usr/lib/pyspark/worker.py", line 10, in main\n'
+            '  File "/site/pyspark_cq/operators/_join_worker.py", line 219, in restore\n'
+            '    raise ValueError(msg)\n'
+            'ValueError: shards: written with shards=4, the query now has shards=8. SQLSTATE: 39000\n'
+            '=== Streaming Query ===\n\tat org.apache.spark.sql.Foo(Foo.scala:1)\n')
+    assert cq.explain_error(ours) == "ValueError: shards: written with shards=4, the query now has shards=8."
+    assert cq.explain_error(RuntimeError(ours)).startswith("ValueError: shards:")
+    theirs = ('Traceback (most recent call last):\n  File "/home/u/udf.py", line 3, in f\n'
+              'ZeroDivisionError: division by zero\n')
+    assert cq.explain_error(theirs) is None
+    assert cq.explain_error("[STREAM_FAILED] java.lang.OutOfMemoryError") is None
+    with pytest.raises(TypeError, match="exc"):
+        cq.explain_error(None)

@@ -11,6 +11,7 @@ import struct
 import numpy as np
 import pytest
 
+import pyspark_cq as cq
 from pyspark_cq._native import load
 
 _VERSION_AT = 4 + 4 + 1 + 1 + 8   # the first int64 of the first column
@@ -94,3 +95,6 @@ def test_incompatible_option_change_on_restart_fails_clearly(spark, tmp_path, op
     with pytest.raises(Exception) as info:
         CF.run(spark, operator, root, checkpoint, **options)
     assert message in str(info.value)
+    # the sentence, without the page of Java and Python stack traces around it (issue 17, defect 9)
+    sentence = cq.explain_error(info.value)
+    assert sentence.startswith("ValueError: ") and message in sentence and "\n" not in sentence

@@ -117,6 +117,19 @@ class Entry:
         return [] if sched is None else sched.transitions()
 
 
+# (table uri, operator id) -> the kind of the operator defined on it in this (driver) process, recorded by
+# ControlHandle.bind: the runtime refuses a change its operator would not read before it is written,
+# instead of the query failing at its next micro-batch (the worker-side check, ControlHandle.entry).
+_BOUND: dict[tuple[str, str], str] = {}
+
+
+def bound_kind(path: str, operator: str) -> str | None:
+    """The kind of the operator defined in this process on entry ``operator`` of the table at ``path``
+    (None when no operator bound a handle to it here).
+    """
+    return _BOUND.get((path, operator))
+
+
 _CACHE: dict[str, tuple] = {}   # uri -> (stamp, document, checked_at)
 _CACHE_LOCK = threading.Lock()
 _STORES: dict[str, object] = {}
@@ -218,6 +231,7 @@ class ControlHandle:
         """
         bound = replace(self, kind=kind)
         bound.entry(when="when the operator was defined")
+        _BOUND[(self.path, self.operator)] = kind
         return bound
 
     def entry(self, *, when: str = "at a micro-batch") -> Entry | None:

@@ -149,6 +149,11 @@ class ControlTable:
     def __contains__(self, operator) -> bool:
         return isinstance(operator, str) and operator in self._read()["operators"]
 
+    @property
+    def uri(self) -> str:
+        """The table's location as its handles name it (``ControlHandle.path``)."""
+        return self._store.uri
+
     def handle(self, operator: str, *, max_age: float = 0.0) -> ControlHandle:
         """A picklable handle for operators (their worker-side reader)."""
         validate_operator_id(operator)

@@ -40,6 +40,14 @@ _log = logging.getLogger("pyspark_cq.runtime")
 _CATCH_UP_SECONDS = 1.0   # how often the monitor checks the queries' progress for events the listener lost
 
 
+def _failure(name: str, exc) -> str:
+    """``query <name> failed: <why>``, with a pyspark-cq worker error's sentence before Spark's report."""
+    from .._errors import explain_error
+
+    why = explain_error(exc)
+    return f"query {name!r} failed: {why}\n\n{exc}" if why else f"query {name!r} failed: {exc}"
+
+
 def _is_active(query) -> bool:
     try:
         return bool(query.isActive)
@@ -502,7 +510,7 @@ class CQRuntime:
             return self
         from pyspark.sql.streaming import StreamingQueryListener
 
-        events = self._events
+        events, runtime = self._events, self
 
         class _Listener(StreamingQueryListener):
             def onQueryStarted(self, event):
@@ -515,7 +523,8 @@ class CQRuntime:
                 pass
 
             def onQueryTerminated(self, event):
-                pass
+                if event.exception:   # the operator's own sentence first, not a page of stack traces
+                    _log.error("%s", _failure(runtime._name_of(event.id), event.exception))
 
         self._listener = _Listener()
         self.spark.streams.addListener(self._listener)
@@ -588,6 +597,18 @@ class CQRuntime:
                     self.run_policies()
                 except Exception as exc:
                     _log.warning("policy round failed: %r", exc)
+
+    def _name_of(self, query_id) -> str:
+        """The registered name of the query with id ``query_id`` (its id when it is not ours)."""
+        with self._lock:
+            regs = [(r.name, r.query) for r in self._queries.values() if r.query is not None]
+        for name, query in regs:
+            try:
+                if str(query.id) == str(query_id):
+                    return name
+            except Exception:
+                continue
+        return str(query_id)
 
     def _catch_up(self) -> int:
         """File the progress of batches the listener did not deliver; returns how many.
@@ -715,7 +736,7 @@ class CQRuntime:
                 return seen
             query = self.query(name)
             if query is not None and not query.isActive and query.exception() is not None:
-                raise RuntimeError(f"query {name!r} failed: {query.exception()}")
+                raise RuntimeError(_failure(name, query.exception()))
             if time.monotonic() > deadline:
                 raise TimeoutError(f"query {name!r} reached {seen} of {count} micro-batches in {timeout} s")
             time.sleep(0.05)

@@ -16,6 +16,8 @@ from collections import deque
 from collections.abc import Iterable
 
 from ..control import ControlTable
+from ..control.reader import bound_kind
+from ..control.schema import OPERATOR_PARAMETERS, unread_parameters
 from ..policies.base import Policy
 from ..policies.decisions import Decisions, bound_violations
 from ..policies.snapshot import Snapshot
@@ -80,6 +82,15 @@ class PolicyLoop:
         unknown = sorted({d.operator for d in decisions} - set(self.control.entries()))
         if unknown:
             return f"decisions for operators not in the control table: {unknown}"
+        unread = []
+        for d in decisions:   # the operator would fail its query at the next micro-batch
+            kind = bound_kind(self.control.uri, d.operator)
+            params = unread_parameters(kind, d.changes) if kind is not None else []
+            if params:
+                unread.append(f"{d.operator!r} is a {kind}, which does not read {', '.join(params)} "
+                              f"(it reads {', '.join(OPERATOR_PARAMETERS[kind])})")
+        if unread:
+            return "decisions for parameters the operator does not read: " + "; ".join(unread)
         problems = bound_violations(decisions, bounds)
         if problems:
             return "decisions outside declared QoS bounds: " + "; ".join(problems)

@@ -348,3 +348,15 @@ def test_admission_drop_ratio_reaches_a_shedding_stage_made_after_admission():
     hist = [_inst(0, 800, 0.9), _inst(1, 800, 0.9)]
     (d,) = policy.decide(Snapshot(2.0, {"q": _query(hist, drop=0.4, plan=plan, sources=src)}))
     assert "predicted" in d.reason and "a priori" not in d.reason
+
+
+def test_profile_clamps_a_slope_fitted_on_barely_varying_rows():
+    # rows 44 000 and 43 600 (1 % shed) with 0.3 s of noise: the raw fit is ~750 µs per row and a fixed cost
+    # of −33 s, which would predict 33 s for 44 000 rows; clamped, the line passes through the means
+    prof = Profile(0.5)
+    for rows, duration in ((44_000, 1.5), (44_000, 1.4), (43_600, 1.2), (44_000, 1.5)):
+        prof.observe_instance(rows, duration)
+    fixed, per_row = prof.rest.fit()
+    assert fixed >= 0 and 0 <= per_row <= 1.5 / 43_000
+    time, _ = prof.predict(44_000)
+    assert 1.2 <= time <= 1.5

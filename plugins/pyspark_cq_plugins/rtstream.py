@@ -223,13 +223,14 @@ class _Regression:
         return self._m[0].n
 
     def fit(self) -> tuple[float, float]:
-        """(intercept, slope); the slope is 0 while the x seen barely vary (a level, not a line)."""
+        """(intercept, slope) with both >= 0; the slope is 0 while the x seen do not vary (a level)."""
         mx, my, mxx, mxy = (e.value for e in self._m)
         var = mxx - mx * mx
         slope = (mxy - mx * my) / var if var > 1e-9 * max(mxx, 1.0) else 0.0
-        # a cost per row is never negative; a negative fit is noise in the fixed cost: read it as a level
-        slope = max(slope, 0.0)
-        return my - slope * mx, slope
+        # a cost per row is never negative and a fixed cost neither: a fit outside [0, my/mx] (rows that
+        # barely vary under noisy times give any slope) is noise; clamped, the line still passes (mx, my)
+        slope = min(max(slope, 0.0), my / mx if mx > 0 and my > 0 else 0.0)
+        return max(my - slope * mx, 0.0), slope
 
 
 @dataclass

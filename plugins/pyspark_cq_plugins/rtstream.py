@@ -330,6 +330,14 @@ def shedding_operator(query: QueryInfo) -> str | None:
     return None
 
 
+def _start_delay(last, period: float) -> float:
+    """How late the instance after ``last`` starts: Spark triggers it at the first multiple of P after
+    ``last``'s start, or at once when ``last`` ends later (its release stays that multiple). For the first
+    instance, which Spark starts at once and not at a multiple of P, that multiple is not ``release + P``.
+    """
+    return max(last.end - (math.floor(last.start / period + 1e-9) + 1) * period, 0.0)
+
+
 def _drop_decision(query: QueryInfo, op: str, kept: float, reason: str, policy: str) -> Decision | None:
     """A decision setting ``op``'s drop ratio to ``1 − kept`` (3 decimals), None if it is already there."""
     drop = round(min(max(1.0 - kept, 0.0), 0.999), 3)
@@ -460,7 +468,7 @@ class RTStreamQoS(Policy):
             # the next instance starts late by what the last one overran its period (its release stays):
             # that part of D is gone before it starts
             last = q.instances[-1]
-            budget = self.target * q.deadline - max(last.end - (last.release + q.period), 0.0)
+            budget = self.target * q.deadline - _start_delay(last, q.period)
             # §4.4: ε = D/T on the part of T that dropping input reduces
             kept = rtstream.kept_fraction(time_full - fixed, budget - fixed) if budget > fixed else 0.0
             plans[q.name] = (q, rows, time_full, fixed, max(kept, self.min_kept))
@@ -474,7 +482,7 @@ class RTStreamQoS(Policy):
         for n, (q, rows, time_full, fixed, kept) in plans.items():
             predicted = fixed + kept * (time_full - fixed)
             self.predictions.append(Prediction(n, q.instances[-1].batch, rows, time_full, fixed, kept, predicted))
-            late = max(q.instances[-1].end - (q.instances[-1].release + q.period), 0.0)
+            late = _start_delay(q.instances[-1], q.period)
             reason = (f"predicted {time_full:.3g} s for {rows:.0f} rows (fixed {fixed:.3g} s) against "
                       f"{self.target:g}·D = {self.target * q.deadline:.3g} s less {late:.3g} s start delay: "
                       f"keep ε = {kept:.3f}")

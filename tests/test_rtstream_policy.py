@@ -360,3 +360,14 @@ def test_profile_clamps_a_slope_fitted_on_barely_varying_rows():
     assert fixed >= 0 and 0 <= per_row <= 1.5 / 43_000
     time, _ = prof.predict(44_000)
     assert 1.2 <= time <= 1.5
+
+
+def test_start_delay_after_the_first_instance_counts_from_the_next_multiple_of_the_period():
+    from pyspark_cq_plugins.rtstream import _start_delay
+    t0 = 1_700_000_000.0                                   # a multiple of 2 s
+    # the first instance starts at once at t0 + 1.5 (not a multiple of P = 2) and ends at t0 + 3.2: Spark
+    # triggers the next one at once, 1.2 s after its release t0 + 2 (release + P of the first is t0 + 3.5)
+    first = Instance(0, t0 + 1.5, t0 + 1.5, 1.7, 1.5, 100, 0, 1.0)
+    assert _start_delay(first, 2.0) == pytest.approx(1.2)
+    later = Instance(1, t0 + 4, t0 + 4.1, 1.0, 1.5, 100, 0, 1.0)  # ends t0 + 5.1 before t0 + 6: no delay
+    assert _start_delay(later, 2.0) == 0.0

@@ -71,7 +71,7 @@ def write_files(directory, sizes, seed):
         os.utime(path, (1_000_000 + 10 * i, 1_000_000 + 10 * i))
 
 
-def run(spark, root, tag, policies, sizes_per_query, period, deadline, cost_per_row=None):
+def run(spark, root, tag, policies, sizes_per_query, period, deadline, cost_per_row=None, align=False):
     """Run the queries under ``policies``; returns ({query: instances}, the runtime). With ``cost_per_row``
     every query is registered with a one-selection plan of that cost and its source's rate (rows per period)."""
     import pyspark_cq as cq
@@ -100,6 +100,8 @@ def run(spark, root, tag, policies, sizes_per_query, period, deadline, cost_per_
     # one policy round before the queries start: the shedding stages exist now (the builders made them), so
     # the admission's a-priori drop ratio reaches the first instance, which Spark starts at once
     rt.run_policies()
+    if align:   # Spark runs the first micro-batch at once and the next at the next multiple of P: start at one
+        time.sleep(-time.time() % period)
     with rt:
         for name, sizes in zip(names, sizes_per_query):
             rt.await_batches(name, len(sizes), timeout=60 + 4 * period * len(sizes))
@@ -145,6 +147,8 @@ def main(argv=None):
     ap.add_argument("--deadline", type=float, default=2.5)
     ap.add_argument("--quick", action="store_true", help="two loads, five instances")
     ap.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES))
+    ap.add_argument("--align", action="store_true",
+                    help="start the queries just after a multiple of P (a full first period)")
     ap.add_argument("--verbose", action="store_true", help="print every instance (kept fraction, lateness)")
     ap.add_argument("--no-a-priori", dest="a_priori", action="store_false",
                     help="register the queries without plan and rates (no admission-time shedding)")
@@ -175,7 +179,7 @@ def main(argv=None):
                 policies = [create(STRATEGIES[sname])]
                 tag = f"{sname}_{int(load * 100)}"
                 got, _ = run(spark, root, tag, policies, [[rows] * args.instances] * args.queries,
-                             args.period, args.deadline, cost)
+                             args.period, args.deadline, cost, args.align)
                 inst = [i for q in got.values() for i in q[1:]]
                 steady = [i for q in got.values() for i in q[WARMUP:]]
                 misses = sum(i.missed for i in inst)

@@ -15,8 +15,9 @@ __all__ = ["explain_error"]
 
 _TRACEBACK = "Traceback (most recent call last):"
 _OUR_FRAME = re.compile(r'File "[^"]*[/\\]pyspark_cq[/\\]')
-# the exception line that ends a Python traceback: "ValueError: ..." or "pkg.mod.SomeError: ..."
-_RAISED = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*(?:Error|Exception)): (.*)$")
+# the exception line that ends a Python traceback (its first unindented line): "ValueError: ...",
+# "pyarrow.lib.ArrowInvalid: ..."
+_RAISED = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*)(?:: (.*))?$")
 _SQLSTATE = re.compile(r"(\s+SQLSTATE: \w+)+\s*$")    # Spark appends these to the worker's line
 
 
@@ -51,8 +52,8 @@ def explain_error(exc) -> str | None:
     for block in reversed(text.split(_TRACEBACK)[1:]):
         if not _OUR_FRAME.search(block):
             continue
-        for line in block.splitlines():
-            match = _RAISED.match(line)
-            if match is not None:   # its first line: what follows may be Spark's report, not the message
-                return f"{match.group(1)}: {_SQLSTATE.sub('', match.group(2)).strip()}"
+        line = next((li for li in block.splitlines()[1:] if li.strip() and not li[0].isspace()), "")
+        match = _RAISED.match(line)
+        if match is not None:   # the message's first line: what follows may be Spark's report
+            return f"{match.group(1)}: {_SQLSTATE.sub('', match.group(2) or '').strip()}"
     return None

@@ -98,3 +98,43 @@ def test_incompatible_option_change_on_restart_fails_clearly(spark, tmp_path, op
     # the sentence, without the page of Java and Python stack traces around it (issue 17, defect 9)
     sentence = cq.explain_error(info.value)
     assert sentence.startswith("ValueError: ") and message in sentence and "\n" not in sentence
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("operator, first, then, message", [
+    ("interval_join", {}, {"on": None, "left_on": "v_l", "right_on": "v_r"},
+     ("this checkpoint's interval_join state was written with left_on=['k'], right_on=['k']",
+      "the query now has left_on=['v_l'], right_on=['v_r']")),
+])
+def test_changed_join_keys_on_restart_fail_clearly(spark, tmp_path, operator, first, then, message):
+    """A join restarted on its checkpoint with other key columns (same types, so nothing else notices) fails
+    with a message naming the arguments and both values, instead of matching rows on the wrong keys."""
+    from helpers import checkpoint_fixtures as CF
+
+    root, checkpoint = tmp_path / "input", tmp_path / "checkpoint"
+    CF.write_inputs(root, operator, files=2)
+    assert CF.run(spark, operator, root, checkpoint, **first)
+    CF.write_inputs(root, operator, files=3)
+    with pytest.raises(Exception) as info:
+        CF.run(spark, operator, root, checkpoint, **then)
+    sentence = cq.explain_error(info.value)
+    assert sentence.startswith("ValueError: left_on, right_on") and all(m in sentence for m in message)
+
+
+def test_join_state_records_and_checks_its_columns():
+    """The payload table records the operator's key and input columns; a restore with other ones is refused
+    naming what changed; a state saved before the columns were recorded passes."""
+    import pyarrow as pa
+
+    from pyspark_cq.operators._join_worker import PayloadSide
+
+    schema = pa.schema([("__cq_k0", pa.int64()), ("__cq_p0_0", pa.int64())])
+    side = PayloadSide(schema, pa.table({"__cq_k0": [1, 2], "__cq_p0_0": [3, 4]}, schema=schema))
+    columns = {"on": ["k", "k", "k"], "inputs": [["ts_a", "k", "v_a"], ["ts_b", "k", "v_b"], ["ts_c", "k", "v_c"]]}
+    restored = PayloadSide.from_bytes(schema, side.to_bytes(4, columns))
+    restored.check_columns(columns, "multi_join")                    # the same columns: fine
+    with pytest.raises(ValueError, match=r"^on: this checkpoint's multi_join state was written with "
+                                         r"on=\['k', 'k', 'k'\], the query now has on=\['k', 'k', 'v_c'\]"):
+        restored.check_columns({**columns, "on": ["k", "k", "v_c"]}, "multi_join")
+    PayloadSide.from_bytes(schema, side.to_bytes(4)).check_columns({**columns, "on": ["x"] * 3}, "multi_join")

@@ -11,6 +11,7 @@ Column names of the transport layout (the tagged union of both inputs) all start
 """
 from __future__ import annotations
 
+import json
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -38,6 +39,9 @@ WINDOW = "__cq_w"        # window join under a control table: the row's own wind
 EMITTED = "__cq_e"       # left semi join: the left row has been output (at its first match)
 METRICS = _metrics.METRICS + (SHED,)
 _I64_MAX = np.iinfo(np.int64).max
+# The key and input columns a join state was written with, in the schema metadata of its first payload
+# table (PayloadSide.check_columns): JSON {"left_on": [...], "right_on": [...], "left": [...], ...}.
+_COLUMNS_META = b"pyspark_cq.columns"
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class JoinConfig:
     out_arrow: pa.Schema | None = None  # the output's Arrow schema (packed streaming output)
     shards: int | None = None         # layout "shard": the shard count, recorded in and checked against the state
     out_keys: tuple[int, ...] | None = None  # the key pairs output once (one name on both sides); None: all
+    key_names: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())   # left_on, right_on
 
     @classmethod
     def of(cls, spec: JoinSpec) -> JoinConfig:
@@ -72,7 +77,13 @@ class JoinConfig:
             out += ("valid_from", "valid_to")
         return cls(keys, (lc, rc), out, len(spec.left_keys), spec.how, spec.lower, spec.upper, spec.window,
                    spec.control, spec.drop_ratio, spec.seed, out_arrow=_metrics.arrow_schema(spec.output_schema()),
-                   shards=spec.shards if spec.layout == "shard" else None, out_keys=tuple(spec.out_keys))
+                   shards=spec.shards if spec.layout == "shard" else None, out_keys=tuple(spec.out_keys),
+                   key_names=(tuple(spec.left_keys), tuple(spec.right_keys)))
+
+    def columns(self) -> dict:
+        """The key and input columns the state depends on (recorded in and checked against the state)."""
+        return {"left_on": list(self.key_names[LEFT]), "right_on": list(self.key_names[RIGHT]),
+                "left": [c.name for c in self.side_codecs[LEFT]], "right": [c.name for c in self.side_codecs[RIGHT]]}
 
     def payload_schema(self, side: int) -> pa.Schema:
         fields = [c.payload_field for c in self.key_codecs + self.side_codecs[side]]
@@ -210,10 +221,32 @@ class PayloadSide:
             return  # already in order (e.g. a batch without input)
         self.table = self.take(ids).combine_chunks()
 
-    def to_bytes(self, shards: int | None = None) -> bytes:
-        """The payload as bytes; ``shards`` (the shard layout) is recorded for :meth:`check_shards`."""
+    def to_bytes(self, shards: int | None = None, columns: dict | None = None) -> bytes:
+        """The payload as bytes; ``shards`` (the shard layout) is recorded for :meth:`check_shards`,
+        ``columns`` (the operator's key and input columns) for :meth:`check_columns`.
+        """
         table = self.table if shards is None else with_shard_count(self.table, shards)
+        if columns is not None:
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                                   _COLUMNS_META: json.dumps(columns).encode()})
         return _state_bytes.table_to_bytes(table)
+
+    def check_columns(self, columns: dict, operator: str) -> None:
+        """Refuse state written with other key or input columns (recorded by :meth:`to_bytes`): its rows
+        would be matched on the wrong keys or read into the wrong columns, a silently wrong result.
+        States saved before the columns were recorded pass.
+        """
+        saved = (self.table.schema.metadata or {}).get(_COLUMNS_META)
+        if saved is None:
+            return
+        saved = json.loads(saved)
+        changed = [k for k in columns if saved.get(k) != columns[k]]
+        if changed:
+            raise ValueError(
+                f"{', '.join(changed)}: this checkpoint's {operator} state was written with "
+                f"{', '.join(f'{k}={saved.get(k)}' for k in changed)}, the query now has "
+                f"{', '.join(f'{k}={columns[k]}' for k in changed)}. Keep the join keys and the inputs' columns "
+                f"for the life of a checkpoint, or start with a new checkpoint location.")
 
     def check_shards(self, shards: int | None) -> None:
         """Refuse state written with another shard count, e.g. after ``spark.sql.shuffle.partitions``
@@ -461,6 +494,7 @@ class JoinWorker:
         sides = [PayloadSide.from_bytes(config.payload_schema(LEFT), lblob),
                  PayloadSide.from_bytes(config.payload_schema(RIGHT), rblob)]
         sides[LEFT].check_shards(config.shards)
+        sides[LEFT].check_columns(config.columns(), "interval_join" if not config.window else "window_join")
         return kernel, sides
 
     def _save(self, state, kernel, sides, wm_ms: int) -> int:
@@ -472,7 +506,7 @@ class JoinWorker:
             return 0
         for side in (LEFT, RIGHT):
             sides[side].canonicalize(kernel, side)
-        blobs = (_state_bytes.pack(kernel.serialize()), sides[LEFT].to_bytes(self.config.shards),
+        blobs = (_state_bytes.pack(kernel.serialize()), sides[LEFT].to_bytes(self.config.shards, self.config.columns()),
                  sides[RIGHT].to_bytes())
         state.update(blobs)
         timeout = timeout_ms(wm_ms, (kernel.min_end(LEFT), kernel.min_end(RIGHT)))

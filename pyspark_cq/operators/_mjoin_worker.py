@@ -99,6 +99,11 @@ class MultiJoinConfig:
     def payload_schema(self, i: int) -> pa.Schema:
         return pa.schema([c.payload_field for c in self.codecs[i]])
 
+    def columns(self) -> dict:
+        """The key and input columns the state depends on (recorded in and checked against the state)."""
+        return {"on": [self.codecs[i][self.key_pos[i]].name for i in range(self.n)],
+                "inputs": [[c.name for c in self.codecs[i]] for i in range(self.n)]}
+
 
 class MultiJoinWorker:
     """The per-group function. One micro-batch of one shard: restore the kernel and the payload tables,
@@ -138,6 +143,7 @@ class MultiJoinWorker:
         kernel = load("_mjoin").MultiJoinState.deserialize(_state_bytes.unpack(blobs[0]))
         sides = [PayloadSide.from_bytes(config.payload_schema(i), blobs[1 + i]) for i in range(config.n)]
         check_shard_count(sides[0].table, config.shards, MULTI_JOIN, default_rule(MULTI_JOIN))
+        sides[0].check_columns(config.columns(), MULTI_JOIN)
         return kernel, sides
 
     def _save(self, state, kernel, sides, wm_ms: int) -> int:
@@ -151,7 +157,7 @@ class MultiJoinWorker:
         for i in range(n):
             sides[i].keep(kernel.canonical_ids(i))
         blobs = (_state_bytes.pack(kernel.serialize()),) + tuple(
-            s.to_bytes(self.config.shards if i == 0 else None) for i, s in enumerate(sides))
+            s.to_bytes(*((self.config.shards, self.config.columns()) if i == 0 else ())) for i, s in enumerate(sides))
         state.update(blobs)
         timeout = timeout_at(wm_ms, [kernel.min_end(i) for i in range(n)])
         if timeout is not None:

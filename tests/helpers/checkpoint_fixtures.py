@@ -63,8 +63,11 @@ def build(spark, operator: str, root: Path, **options):
         return cq.sliding_aggregate(src("in"), "ts_in", "20 seconds", "5 seconds",
                                     aggs={"v_in": ["sum", "max"], "*": ["count"]}, name="fixture", **args)
     if operator == "multi_join":
-        return cq.multi_join([src(n) for n in INPUTS[operator]], "k", [f"ts_{n}" for n in INPUTS[operator]],
-                             [(0, 1, "-3 seconds", "3 seconds"), (1, 2, "0 seconds", "4 seconds")], name="fixture")
+        args = dict(on="k")
+        args.update(options)
+        return cq.multi_join([src(n) for n in INPUTS[operator]], args.pop("on"), [f"ts_{n}" for n in INPUTS[operator]],
+                             [(0, 1, "-3 seconds", "3 seconds"), (1, 2, "0 seconds", "4 seconds")], name="fixture",
+                             **args)
     raise ValueError(operator)
 
 

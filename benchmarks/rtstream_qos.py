@@ -2,7 +2,8 @@
 
 Wei, Prasad, Son & Stankovic, "Prediction-Based QoS Management for Real-Time Data Streams", §5.2: several
 periodic queries, offered load from 60 % to 150 % of capacity, the prediction-based policy (``rtstream``)
-against best effort and feedback control, all through the same runtime, control table and operator
+against the four baselines of §5.2.3 (best effort, feedback control, fixed sampling, dynamic sampling), all
+through the same runtime, control table and operator
 (``select_chain`` with a scoring predicate of ~``COST · ROUNDS`` sine evaluations per row, a stand-in for a
 model as in benchmarks/select_chain_vs_filter.py).
 
@@ -11,13 +12,16 @@ model as in benchmarks/select_chain_vs_filter.py).
    finish within D: ``(D − c0) / c``.
 2. **Runs.** For every load L and strategy, ``--queries`` periodic queries (period P, deadline D) run
    ``--instances`` instances each, every instance reading one file of ``L · capacity`` rows
-   (``maxFilesPerTrigger = 1``), the queries side by side on local[2].
+   (``maxFilesPerTrigger = 1``), the queries side by side on local[2]. Every query is registered with a plan
+   whose cost per row is the fitted instance time at that size over its rows and the source rate those
+   rows per period (``--a-priori``, the default): the admission control of the prediction-based policies
+   (§4.4 before the query starts) sheds the first instances, which no measurement can reach yet.
 3. **Reported** per (strategy, load): the deadline-miss ratio, the mean delivered quality (the fraction of
    input kept through a linear input/quality table; a missed instance delivers 0, §5.2.2), over the
    instances after the first (the first one of every strategy runs before anything is measured) and in the
    steady state (from the ``WARMUP``-th instance on: a decision made after instance k reaches instance k + 2
    when instance k + 1 was triggered at once after an overrun); and for
-   the prediction-based policy the relative error of its predicted instance time (equation (1) over the
+   the prediction-based policies the relative error of their predicted instance times (equation (1) over the
    learned profile, scaled to the rows the instance really processed).
 
 Usage::
@@ -39,6 +43,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+#: strategy -> policy name (entry point): the prediction-based policy and §5.2.3's four baselines
+STRATEGIES = {"best_effort": "rtstream_best_effort", "feedback": "rtstream_feedback",
+              "fixed_sampling": "rtstream_fixed_sampling", "dynamic_sampling": "rtstream_dynamic_sampling",
+              "rtstream": "rtstream"}
 WARMUP = 3    # instances before the steady state: the first runs unmeasured, the second may be triggered
               # before the first's statistics arrive (an overrun), the third is the first a decision reaches
 COST = 200    # sine evaluations per row and round of the scoring predicate
@@ -63,9 +71,11 @@ def write_files(directory, sizes, seed):
         os.utime(path, (1_000_000 + 10 * i, 1_000_000 + 10 * i))
 
 
-def run(spark, root, tag, policies, sizes_per_query, period, deadline):
-    """Run the queries under ``policies``; returns ({query: instances}, the runtime)."""
+def run(spark, root, tag, policies, sizes_per_query, period, deadline, cost_per_row=None, align=False):
+    """Run the queries under ``policies``; returns ({query: instances}, the runtime). With ``cost_per_row``
+    every query is registered with a one-selection plan of that cost and its source's rate (rows per period)."""
     import pyspark_cq as cq
+    from pyspark_cq import plan as P
     from pyspark_cq.runtime import CQRuntime
 
     rt = CQRuntime(spark, policies=policies, control_path=os.path.join(root, f"ct_{tag}.json"), every_batches=1)
@@ -81,8 +91,17 @@ def run(spark, root, tag, policies, sizes_per_query, period, deadline):
             return out.writeStream.format("noop").option("checkpointLocation", os.path.join(root, f"ck_{tag}_{qi}"))
 
         name = f"{tag}_{qi}"
-        rt.register(name, build, period=period, deadline=deadline)
+        known = {}
+        if cost_per_row is not None:
+            known = {"plan": P.Select(P.Source("files"), 1.0, cost=cost_per_row),
+                     "sources": {"files": period / sizes[-1]}}     # a fixed gap between rows: the rate
+        rt.register(name, build, period=period, deadline=deadline, **known)
         names.append(name)
+    # one policy round before the queries start: the shedding stages exist now (the builders made them), so
+    # the admission's a-priori drop ratio reaches the first instance, which Spark starts at once
+    rt.run_policies()
+    if align:   # Spark runs the first micro-batch at once and the next at the next multiple of P: start at one
+        time.sleep(-time.time() % period)
     with rt:
         for name, sizes in zip(names, sizes_per_query):
             rt.await_batches(name, len(sizes), timeout=60 + 4 * period * len(sizes))
@@ -127,14 +146,19 @@ def main(argv=None):
     ap.add_argument("--period", type=float, default=3.0)
     ap.add_argument("--deadline", type=float, default=2.5)
     ap.add_argument("--quick", action="store_true", help="two loads, five instances")
+    ap.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES))
+    ap.add_argument("--align", action="store_true",
+                    help="start the queries just after a multiple of P (a full first period)")
+    ap.add_argument("--verbose", action="store_true", help="print every instance (kept fraction, lateness)")
+    ap.add_argument("--no-a-priori", dest="a_priori", action="store_false",
+                    help="register the queries without plan and rates (no admission-time shedding)")
     args = ap.parse_args(argv)
     if args.quick:
         args.loads, args.instances = [0.6, 1.5], 5
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plugins"))
-    from pyspark_cq_plugins.rtstream import RTStreamQoS
-
     import pyspark_cq
+    from pyspark_cq.policies import create
 
     spark = pyspark_cq.spark("local[2]", "rtstream-bench", shuffle_partitions=2,
                              conf={"spark.sql.adaptive.enabled": "false", "spark.driver.memory": "2g"})
@@ -146,17 +170,16 @@ def main(argv=None):
         fixed, per_row, capacity = fit_capacity(spark, root, args.period, args.deadline, args.queries)
         print(f"# capacity: c0 = {fixed:.3f} s per instance, c = {per_row * 1e6:.1f} µs per row -> "
               f"{capacity} rows per instance within D = {args.deadline} s (P = {args.period} s)")
-        strategies = {"best_effort": lambda: ["rtstream_best_effort"], "feedback": lambda: ["rtstream_feedback"],
-                      "rtstream": lambda: [RTStreamQoS(target=0.8)]}
-        print("load  strategy     instances  miss_ratio  quality  steady_miss  steady_quality  pred_err_median  "
+        print("load  strategy          instances  miss_ratio  quality  steady_miss  steady_quality  pred_err_median  "
               "pred_err_p90")
         for load in args.loads:
             rows = int(load * capacity)
-            for sname, make in strategies.items():
-                policies = make()
+            cost = (fixed + per_row * rows) / rows if args.a_priori else None
+            for sname in args.strategies:
+                policies = [create(STRATEGIES[sname])]
                 tag = f"{sname}_{int(load * 100)}"
                 got, _ = run(spark, root, tag, policies, [[rows] * args.instances] * args.queries,
-                             args.period, args.deadline)
+                             args.period, args.deadline, cost, args.align)
                 inst = [i for q in got.values() for i in q[1:]]
                 steady = [i for q in got.values() for i in q[WARMUP:]]
                 misses = sum(i.missed for i in inst)
@@ -164,11 +187,14 @@ def main(argv=None):
                 steady_miss = sum(i.missed for i in steady) / len(steady)
                 steady_quality = statistics.fmean(0.0 if i.missed else i.kept for i in steady)
                 err = ""
-                if sname == "rtstream":
+                if hasattr(policies[0], "predictions"):
                     e = [x for q in got.values() for x in prediction_errors(policies[0], q)]
                     if e:
                         err = f"{statistics.median(e):15.3f}  {np.percentile(e, 90):12.3f}"
-                print(f"{load:4.0%}  {sname:<11}  {len(inst):9d}  {misses / len(inst):10.3f}  {quality:7.3f}  "
+                if args.verbose:
+                    for q in got.values():
+                        print("#   " + " ".join(f"{i.batch}:{i.kept:.2f}/{i.lateness:+.2f}" for i in q))
+                print(f"{load:4.0%}  {sname:<16}  {len(inst):9d}  {misses / len(inst):10.3f}  {quality:7.3f}  "
                       f"{steady_miss:11.3f}  {steady_quality:14.3f}  {err}", flush=True)
     finally:
         spark.stop()

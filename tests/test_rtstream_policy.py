@@ -8,6 +8,8 @@ import json
 import pytest
 from pyspark_cq_plugins.rtstream import Profile, QualityTable, RTStreamQoS, negotiate, shedding_operator
 from pyspark_cq_plugins.rtstream_baselines import BestEffort, FeedbackControl
+from pyspark_cq_plugins.rtstream_dynamic_sampling import DynamicSampling
+from pyspark_cq_plugins.rtstream_fixed_sampling import FixedSampling
 
 from pyspark_cq import plan as P
 from pyspark_cq.cost import rtstream
@@ -139,9 +141,11 @@ def test_backlog_from_source_offsets():
 
 # -- the prediction-based policy on synthetic snapshots ----------------------------------------------
 
-def _query(instances, drop=0.0, report=None, period=2.0, deadline=1.5, name="q", plan=None, sources=None):
+def _query(instances, drop=0.0, report=None, period=2.0, deadline=1.5, name="q", plan=None, sources=None,
+           params=None):
     ops = {"chain": OperatorStats("chain", len(instances), report=report or {})}
-    return QueryInfo(name, plan, {}, sources or {}, ops, {"chain": {"drop_ratio": drop}}, batches=len(instances),
+    entry = {"drop_ratio": drop, **({"params": params} if params else {})}
+    return QueryInfo(name, plan, {}, sources or {}, ops, {"chain": entry}, batches=len(instances),
                      period=period, deadline=deadline, instances=tuple(instances))
 
 
@@ -255,3 +259,115 @@ def test_feedback_follows_lateness_and_best_effort_resets():
     assert d.changes["drop_ratio"] == pytest.approx(0.15)
     (d,) = BestEffort().decide(Snapshot(1.0, {"q": _query([late], drop=0.4)}))
     assert d.changes["drop_ratio"] == 0.0
+
+
+# -- the sampler-plan baselines (§4.2, §5.1, §5.2.3) ---------------------------------------------------
+
+# a sampler plan's report: 10 % of 1000 input rows through a (1 µs/row, s = 0.5) and b (40 µs/row, s = 0.2)
+SAMPLED = {"sample_rows_in_a": 100, "sample_rows_passed_a": 50, "sample_nanos_a": 100_000,
+           "sample_rows_in_b": 50, "sample_rows_passed_b": 10, "sample_nanos_b": 2_000_000,
+           "rows_in_a": 1000, "rows_passed_a": 900, "nanos_a": 9_000_000}   # the chain's own: not read
+
+
+def test_fixed_sampling_runs_the_sampler_plan_and_profiles_from_it():
+    policy = FixedSampling(sample_ratio=0.1)
+    (d,) = policy.decide(Snapshot(1.0, {"q": _query([])}))      # before any instance: start the sampler
+    assert d.changes == {"params": {"sample_ratio": 0.1}}
+    hist = [_inst(i, 1000, 0.2 + 0.0001 * 1000) for i in range(4)]
+    q = _query(hist, report=SAMPLED, params={"sample_ratio": 0.1})
+    policy.decide(Snapshot(2.0, {"q": q}))
+    prof = policy.profile("q")
+    assert prof.order == ("a", "b")                              # from the sample, not from rows_in_a
+    t, s = prof.chain()
+    assert t == pytest.approx([1e-6, 40e-6]) and s == pytest.approx([0.5, 0.2])
+    # the sampler's own time, equation (1) at 10 % of every step's input, is predicted as not sheddable
+    sampler = rtstream.chain_time(1000, [0.1e-6, 4e-6], [0.5, 0.2])
+    assert prof.sampler_time(1000, 0.1) == pytest.approx(sampler)
+    time_full, fixed = prof.predict(1000, sampler)
+    assert fixed == pytest.approx(max(prof.rest.fit()[0], 0.0) + sampler)
+    assert time_full == pytest.approx(fixed + prof.operators_time(1000) + prof.rest.fit()[1] * 1000)
+
+
+def test_fixed_sampling_sheds_with_the_sampler_time_left_out_of_epsilon():
+    policy = FixedSampling(sample_ratio=0.1, min_kept=0.01)
+    hist = [_inst(i, rows, 0.2 + 0.0002 * rows) for i, rows in enumerate([100, 300, 200, 400, 300])]
+    hist.append(_inst(5, 6000, 1.7))
+    (d,) = policy.decide(Snapshot(2.0, {"q": _query(hist, report=SAMPLED, params={"sample_ratio": 0.1})}))
+    pred = policy.predictions[-1]
+    eps = rtstream.kept_fraction(pred.time_full - pred.fixed, 0.8 * 1.5 - pred.fixed)
+    assert d.changes == {"drop_ratio": pytest.approx(round(1 - eps, 3))}
+    assert pred.time == pytest.approx(0.8 * 1.5, rel=1e-2)
+
+
+def test_dynamic_sampling_samples_cheap_operators_more_than_expensive_ones():
+    policy = DynamicSampling(budget=0.05, min_ratio=0.01, max_ratio=0.2)
+    (d,) = policy.decide(Snapshot(1.0, {"q": _query([])}))
+    assert d.changes == {"params": {"sample_ratio": 0.2}}     # no profile yet: the largest ratio
+    hist = [_inst(i, 1000, 0.3) for i in range(3)]
+    (d,) = policy.decide(Snapshot(2.0, {"q": _query(hist, report=SAMPLED, params={"sample_ratio": 0.2})}))
+    ratios = d.changes["params"]["sample_ratio"]
+    # c = (1 µs, 40 µs·0.5 = 20 µs) per input row: r_j = 0.05·21 / (2·c_j) -> a: 0.525 -> 0.2, b: 0.026
+    assert ratios == {"a": 0.2, "b": pytest.approx(0.026)}
+    assert ratios["a"] > ratios["b"]
+    # the worker evaluates a on at least b's sample (nested samples), which the prediction accounts for
+    prof = policy.profile("q")
+    assert prof.sampler_time(1000, ratios) == pytest.approx(rtstream.chain_time(1000, [0.2e-6, 40e-6 * 0.026],
+                                                                                  [0.5, 0.2]))
+
+
+def test_sampling_policies_name_bad_arguments():
+    with pytest.raises(ValueError, match="sample_ratio"):
+        FixedSampling(sample_ratio=0)
+    with pytest.raises(ValueError, match="budget"):
+        DynamicSampling(budget=1.0)
+    with pytest.raises(ValueError, match="min_ratio"):
+        DynamicSampling(min_ratio=0.5, max_ratio=0.1)
+
+
+def test_sample_ratios_are_nested_and_validated():
+    from pyspark_cq.operators.select_chain import sample_ratios
+    assert sample_ratios(None, ["a"], where="x") is None and sample_ratios({"sample_ratio": 0}, ["a"], where="x") is None
+    assert sample_ratios({"sample_ratio": 0.1}, ["a", "b"], where="x") == [0.1, 0.1]
+    assert sample_ratios({"sample_ratio": {"b": 0.3}}, ["a", "b"], where="x") == [0.3, 0.3]
+    with pytest.raises(ValueError, match=r"unknown predicates \['c'\]"):
+        sample_ratios({"sample_ratio": {"c": 0.1}}, ["a", "b"], where="x")
+    with pytest.raises(ValueError, match=r"params\['sample_ratio'\] must be a fraction"):
+        sample_ratios({"sample_ratio": 1.5}, ["a"], where="x")
+
+
+def test_admission_drop_ratio_reaches_a_shedding_stage_made_after_admission():
+    plan = P.Select(P.Source("s"), 0.5, cost=0.001)     # 1 ms per row, 1000 rows/s: 2000 rows per 2 s = 2 s
+    src = {"s": SourceStats("s", 1000.0, 1e-3)}
+    bare = QueryInfo("q", plan, {}, src, {}, {}, period=2.0, deadline=1.5)   # the builder has not run yet
+    policy = RTStreamQoS(target=0.8)
+    verdict = policy.admit(bare, Snapshot())
+    assert verdict.accepted and len(verdict.decisions) == 0
+    (d,) = policy.decide(Snapshot(1.0, {"q": _query([], plan=plan, sources=src)}))   # the stage exists now
+    assert d.changes["drop_ratio"] == pytest.approx(1 - 0.8 * 1.5 / 2.0, abs=1e-3) and "a priori" in d.reason
+    # after the first measured instances the prediction takes over (the first one is not profiled)
+    hist = [_inst(0, 800, 0.9), _inst(1, 800, 0.9)]
+    (d,) = policy.decide(Snapshot(2.0, {"q": _query(hist, drop=0.4, plan=plan, sources=src)}))
+    assert "predicted" in d.reason and "a priori" not in d.reason
+
+
+def test_profile_clamps_a_slope_fitted_on_barely_varying_rows():
+    # rows 44 000 and 43 600 (1 % shed) with 0.3 s of noise: the raw fit is ~750 µs per row and a fixed cost
+    # of −33 s, which would predict 33 s for 44 000 rows; clamped, the line passes through the means
+    prof = Profile(0.5)
+    for rows, duration in ((44_000, 1.5), (44_000, 1.4), (43_600, 1.2), (44_000, 1.5)):
+        prof.observe_instance(rows, duration)
+    fixed, per_row = prof.rest.fit()
+    assert fixed >= 0 and 0 <= per_row <= 1.5 / 43_000
+    time, _ = prof.predict(44_000)
+    assert 1.2 <= time <= 1.5
+
+
+def test_start_delay_after_the_first_instance_counts_from_the_next_multiple_of_the_period():
+    from pyspark_cq_plugins.rtstream import _start_delay
+    t0 = 1_700_000_000.0                                   # a multiple of 2 s
+    # the first instance starts at once at t0 + 1.5 (not a multiple of P = 2) and ends at t0 + 3.2: Spark
+    # triggers the next one at once, 1.2 s after its release t0 + 2 (release + P of the first is t0 + 3.5)
+    first = Instance(0, t0 + 1.5, t0 + 1.5, 1.7, 1.5, 100, 0, 1.0)
+    assert _start_delay(first, 2.0) == pytest.approx(1.2)
+    later = Instance(1, t0 + 4, t0 + 4.1, 1.0, 1.5, 100, 0, 1.0)  # ends t0 + 5.1 before t0 + 6: no delay
+    assert _start_delay(later, 2.0) == 0.0

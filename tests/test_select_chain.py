@@ -19,7 +19,8 @@ from pyspark.sql import functions as F
 
 import pyspark_cq as cq
 from pyspark_cq.control import ControlTable, chain_plan_id, parse_chain_plan
-from pyspark_cq.operators.select_chain import _Chain, _shed
+from pyspark_cq.operators._shed import row_uniform
+from pyspark_cq.operators.select_chain import _Chain, _shed, sample_ratios
 
 # The predicates below run in Spark's Python workers, which cannot import this test module: ship them by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -204,3 +205,69 @@ def test_stream_switches_plans_between_batches_and_reports_each_step(spark, tmp_
         for before, after in zip(names, names[1:]):
             assert report[f"rows_in_{after}"] == report[f"rows_passed_{before}"], (i, order, report)
         assert report["output_rows"] == int(_oracle(x, y).sum())
+
+
+# ---- the sampler plan (RTStream §4.2) and the kept fraction per row ------------------------------------------
+
+
+def test_sampler_plan_runs_the_chain_on_nested_hash_samples():
+    rng = np.random.default_rng(11)
+    x, y = rng.integers(0, 100, 20_000), rng.integers(0, 100, 20_000)
+    batch = pa.RecordBatch.from_arrays([pa.array(x), pa.array(y)], names=["x", "y"])
+    chain, order = _chain()
+    ratios = sample_ratios({"sample_ratio": {"even": 0.05, "small": 0.3, "y3": 0.1}}, order, where="t")
+    assert ratios == [0.3, 0.3, 0.1]
+    totals = {f"sample_{k}_{n}": 0 for n in order for k in ("rows_in", "rows_passed", "nanos")}
+    assert chain._sample(batch, order, ratios, totals) is batch       # the input goes on whole
+    # oracle: the same hash numbers and numpy masks
+    u, even, small = row_uniform(batch, 1), x % 2 == 0, x < 50
+    assert totals["sample_rows_in_even"] == (u < 0.3).sum()
+    assert totals["sample_rows_passed_even"] == totals["sample_rows_in_small"] == ((u < 0.3) & even).sum()
+    assert totals["sample_rows_passed_small"] == ((u < 0.3) & even & small).sum()
+    assert totals["sample_rows_in_y3"] == ((u < 0.1) & even & small).sum()
+    assert totals["sample_rows_passed_y3"] == ((u < 0.1) & _oracle(x, y)).sum()
+    assert abs(totals["sample_rows_in_even"] / 20_000 - 0.3) < 0.02          # ~6 standard deviations
+    assert abs(totals["sample_rows_passed_even"] / totals["sample_rows_in_even"] - even.mean()) < 0.03
+
+
+@pytest.mark.spark
+def test_stream_reports_the_sampler_plan_and_each_rows_kept_fraction(spark, tmp_dir):
+    src = tmp_dir / "in"
+    src.mkdir()
+    rng = np.random.default_rng(5)
+    batches = [(rng.integers(0, 100, 4000), rng.integers(0, 100, 4000)) for _ in range(2)]
+    table = ControlTable(str(tmp_dir / "control.json"))
+    table.register("chain2", drop_ratio=0.4, params={"sample_ratio": 0.1})
+    df = spark.readStream.schema("x long, y long").option("maxFilesPerTrigger", 1).parquet(str(src))
+    with pytest.raises(ValueError, match="kept_column must be a new column name"):
+        cq.select_chain(df, PREDICATES, control=table.handle("chain2"), kept_column="x")
+    out = cq.select_chain(df, PREDICATES, control=table.handle("chain2"), kept_column="kept")
+    assert out.columns == ["x", "y", "kept"]
+    q = (out.writeStream.format("memory").queryName("chain_kept").outputMode("append")
+         .option("checkpointLocation", str(tmp_dir / "ck")).start())
+    reports, kept = [], []
+    try:
+        for i, (x, y) in enumerate(batches):
+            if i:
+                table.set("chain2", drop_ratio=0.0, params={"sample_ratio": None}, reason="test: stop shedding")
+            _write(str(src), i, x, y)
+            q.processAllAvailable()
+            with_data = [p for p in q.recentProgress if p.numInputRows > 0]
+            reports.append(cq.read_metrics(with_data[-1], "chain2"))
+            kept.append(sorted({r.kept for r in spark.table("chain_kept").collect()}))
+    finally:
+        q.stop()
+    first, second = reports
+    x, y = batches[0]
+    # shedding kept ~60 %: every row says so; the sampler ran over ~10 % of all input, before shedding
+    assert kept[0] == [pytest.approx(0.6)] and kept[1] == [pytest.approx(0.6), 1.0]
+    assert abs(first["shed_rows"] / 4000 - 0.4) < 0.05 and first["input_rows"] == 4000
+    assert abs(first["sample_rows_in_even"] / 4000 - 0.1) < 0.03
+    assert abs(first["sample_rows_passed_even"] / first["sample_rows_in_even"] - (x % 2 == 0).mean()) < 0.1
+    assert first["sample_rows_in_small"] == first["sample_rows_passed_even"]
+    assert first["rows_in_even"] == 4000 - first["shed_rows"]
+    # without shedding and sampler: all rows of the oracle, and no sample
+    rows = {(r.x, r.y) for r in spark.table("chain_kept").collect() if r.kept == 1.0}
+    x2, y2 = batches[1]
+    assert sorted(rows) == sorted({(int(a), int(b)) for a, b in zip(x2, y2) if _oracle(a, b)})
+    assert second["shed_rows"] == 0 and second["sample_rows_in_even"] == 0

@@ -23,7 +23,12 @@ micro-batch) per period; an instance misses when it ends later than D after its 
 - **rejects** at admission a query that cannot meet its deadline even keeping only ``min_kept`` of its input
   (from its plan's costs, in seconds per row, and its sources' known rates).
 
-The baselines of §5.2 are separate policies (:mod:`pyspark_cq_plugins.rtstream_baselines`).
+Its selectivities and costs come from the instances' own reports (the kept rows are a hash sample of the
+input already). The sampler-plan variants of §5.2.3 are separate policies that profile from
+``select_chain``'s sampler plan instead (§4.2, a ``sample_ratio`` in the shedding stage's ``params``,
+:meth:`RTStreamQoS.sampler`): :mod:`pyspark_cq_plugins.rtstream_fixed_sampling` (10 %) and
+:mod:`pyspark_cq_plugins.rtstream_dynamic_sampling` (§5.1). The other baselines of §5.2 are in
+:mod:`pyspark_cq_plugins.rtstream_baselines`.
 """
 from __future__ import annotations
 
@@ -36,6 +41,7 @@ import numpy as np
 from pyspark_cq import plan as P
 from pyspark_cq.cost import rtstream
 from pyspark_cq.estimators import ExponentialSmoothing
+from pyspark_cq.operators.select_chain import SAMPLE, sample_ratios
 from pyspark_cq.policies import Admission, Decision, Decisions, Policy, QueryInfo, Snapshot
 
 __all__ = ["RTStreamQoS", "QualityTable", "Negotiation", "negotiate", "Profile", "shedding_operator",
@@ -217,13 +223,14 @@ class _Regression:
         return self._m[0].n
 
     def fit(self) -> tuple[float, float]:
-        """(intercept, slope); the slope is 0 while the x seen barely vary (a level, not a line)."""
+        """(intercept, slope) with both >= 0; the slope is 0 while the x seen do not vary (a level)."""
         mx, my, mxx, mxy = (e.value for e in self._m)
         var = mxx - mx * mx
         slope = (mxy - mx * my) / var if var > 1e-9 * max(mxx, 1.0) else 0.0
-        # a cost per row is never negative; a negative fit is noise in the fixed cost: read it as a level
-        slope = max(slope, 0.0)
-        return my - slope * mx, slope
+        # a cost per row is never negative and a fixed cost neither: a fit outside [0, my/mx] (rows that
+        # barely vary under noisy times give any slope) is noise; clamped, the line still passes (mx, my)
+        slope = min(max(slope, 0.0), my / mx if mx > 0 and my > 0 else 0.0)
+        return max(my - slope * mx, 0.0), slope
 
 
 @dataclass
@@ -249,14 +256,17 @@ class Profile:
         sel = [min(max(self.steps[s][1].value, 0.0), 1.0) for s in self.order if s in self.steps]
         return t, sel
 
-    def observe_steps(self, report: Mapping) -> None:
-        """Fold one ``select_chain`` report (``rows_in_<p>``, ``rows_passed_<p>``, ``nanos_<p>``) into t_j, s_j."""
+    def observe_steps(self, report: Mapping, prefix: str = "") -> None:
+        """Fold one ``select_chain`` report (``rows_in_<p>``, ``rows_passed_<p>``, ``nanos_<p>``; with
+        ``prefix="sample_"`` its sampler plan's) into t_j, s_j.
+        """
         order = []
+        head = f"{prefix}rows_in_"
         for key, rows in report.items():
-            if not key.startswith("rows_in_") or not rows:
+            if not key.startswith(head) or not rows:
                 continue
-            step = key[len("rows_in_"):]
-            nanos, passed = report.get(f"nanos_{step}"), report.get(f"rows_passed_{step}")
+            step = key[len(head):]
+            nanos, passed = report.get(f"{prefix}nanos_{step}"), report.get(f"{prefix}rows_passed_{step}")
             if nanos is None or passed is None:
                 continue
             t, s = self.steps.setdefault(step, (ExponentialSmoothing(self.alpha), ExponentialSmoothing(self.alpha)))
@@ -271,14 +281,28 @@ class Profile:
         t, s = self.chain()
         return rtstream.chain_time(n, t, s) if t else 0.0
 
-    def observe_instance(self, rows: float, duration: float) -> None:
-        """One measured instance: ``rows`` processed (after shedding) in ``duration`` seconds."""
-        self.rest.update(rows, duration - self.operators_time(rows))
+    def sampler_time(self, n: float, sample_ratio) -> float:
+        """Equation (1) for the sampler plan over n input rows: step j sees its sample ratio r_j of what
+        reaches it (``sample_ratio`` as in ``params``; :func:`~pyspark_cq.operators.select_chain.sample_ratios`).
+        """
+        ratios = sample_ratios({"sample_ratio": sample_ratio}, self.order, where="sampler") if self.order else None
+        if ratios is None:
+            return 0.0
+        t, s = self.chain()
+        return rtstream.chain_time(n, [tj * r for tj, r in zip(t, ratios)], s)
 
-    def predict(self, n: float) -> tuple[float, float]:
-        """(predicted time, the fixed part of it) for an instance over n rows."""
+    def observe_instance(self, rows: float, duration: float, sampler: float = 0.0) -> None:
+        """One measured instance: ``rows`` processed (after shedding) in ``duration`` seconds, of which
+        ``sampler`` seconds ran the sampler plan.
+        """
+        self.rest.update(rows, duration - sampler - self.operators_time(rows))
+
+    def predict(self, n: float, sampler: float = 0.0) -> tuple[float, float]:
+        """(predicted time, the part of it shedding cannot reduce) for an instance over n rows, given the
+        time of its sampler plan (which runs on all of the input).
+        """
         fixed, per_row = self.rest.fit()
-        fixed = max(fixed, 0.0)
+        fixed = max(fixed, 0.0) + sampler
         total = fixed + self.operators_time(n) + per_row * n
         return max(total, fixed), fixed
 
@@ -304,6 +328,14 @@ def shedding_operator(query: QueryInfo) -> str | None:
         if "drop_ratio" in params:
             return op
     return None
+
+
+def _start_delay(last, period: float) -> float:
+    """How late the instance after ``last`` starts: Spark triggers it at the first multiple of P after
+    ``last``'s start, or at once when ``last`` ends later (its release stays that multiple). For the first
+    instance, which Spark starts at once and not at a multiple of P, that multiple is not ``release + P``.
+    """
+    return max(last.end - (math.floor(last.start / period + 1e-9) + 1) * period, 0.0)
 
 
 def _drop_decision(query: QueryInfo, op: str, kept: float, reason: str, policy: str) -> Decision | None:
@@ -356,11 +388,22 @@ class RTStreamQoS(Policy):
         self.alpha, self.target, self.min_kept, self.capacity = alpha, target, min_kept, capacity
         self.quality, self.step = quality, step
         self._profiles: dict[str, Profile] = {}
+        self._a_priori: dict[str, tuple[float, str]] = {}    # query -> (kept, reason) from admission
         self.predictions: list[Prediction] = []
 
     @classmethod
     def _unit_test_params(cls) -> list[dict]:
         return [{}, {"capacity": 1.0, "alpha": 0.3}]
+
+    def sampler(self, query: QueryInfo, profile: Profile):
+        """The ``sample_ratio`` of the query's sampler plan (§4.2): None runs none and profiles from the
+        instances' own reports; the sampling policies override it.
+        """
+        return None
+
+    @staticmethod
+    def _sample_ratio(query: QueryInfo):
+        return (query.control.get(shedding_operator(query), {}).get("params") or {}).get("sample_ratio")
 
     def profile(self, query: str) -> Profile | None:
         """The profile learned for ``query`` (None before its first instance)."""
@@ -371,13 +414,16 @@ class RTStreamQoS(Policy):
         op = shedding_operator(q)
         stats = q.operators.get(op) if op is not None else None
         last = q.instances[-1].batch if q.instances else -1
+        sampling = self._sample_ratio(q) if self.sampler(q, prof) is not None else None
         if stats is not None and stats.report and last > prof.last_report_batch:
-            prof.observe_steps(stats.report)   # the latest report: the latest instance's
+            # the latest report: the latest instance's (its sampler plan's, when the policy samples)
+            prof.observe_steps(stats.report, SAMPLE if sampling is not None else "")
             prof.last_report_batch = last
         for inst in q.instances:
             if inst.batch > prof.last_batch and inst.input_rows > 0:
                 if prof.warmed:
-                    prof.observe_instance(inst.input_rows * inst.kept, inst.duration)
+                    prof.observe_instance(inst.input_rows * inst.kept, inst.duration,
+                                          prof.sampler_time(inst.input_rows, sampling) if sampling else 0.0)
                 # the query's first instance with data also starts its Python workers and loads the
                 # kernels, a one-time cost (seconds) that is not the steady state §4.1 profiles
                 prof.warmed = True
@@ -391,7 +437,8 @@ class RTStreamQoS(Policy):
             return None
         last = q.instances[-1]
         rows = float(last.input_rows) + (last.backlog_rows or 0.0)
-        time_full, fixed = prof.predict(rows)
+        sampling = self.sampler(q, prof)
+        time_full, fixed = prof.predict(rows, prof.sampler_time(rows, sampling) if sampling is not None else 0.0)
         return rows, time_full, fixed
 
     def decide(self, snapshot: Snapshot) -> Decisions:
@@ -399,18 +446,29 @@ class RTStreamQoS(Policy):
         capped by the negotiation (§4.3) when ``capacity`` is set.
         """
         self._check(snapshot)
-        plans = {}
+        plans, changes = {}, {}    # changes: query -> (params, reasons) of its shedding stage
         for q in snapshot.queries.values():
             if q.period is None or shedding_operator(q) is None:
                 continue
-            pred = self._predict(q, self._learn(q))
+            prof = self._learn(q)
+            want = self.sampler(q, prof)
+            if want is not None and want != self._sample_ratio(q):
+                changes[q.name] = ({"params": {"sample_ratio": want}}, [f"sampler plan: sample_ratio {want}"])
+            pred = self._predict(q, prof)
             if pred is None:
+                if q.name in self._a_priori:   # nothing measured yet: the admission's prediction (§4.4)
+                    d = _drop_decision(q, shedding_operator(q), self._a_priori[q.name][0],
+                                       self._a_priori[q.name][1], self.name)
+                    if d is not None:
+                        params, reasons = changes.setdefault(q.name, ({}, []))
+                        params.update(d.changes)
+                        reasons.insert(0, d.reason)
                 continue
             rows, time_full, fixed = pred
             # the next instance starts late by what the last one overran its period (its release stays):
             # that part of D is gone before it starts
             last = q.instances[-1]
-            budget = self.target * q.deadline - max(last.end - (last.release + q.period), 0.0)
+            budget = self.target * q.deadline - _start_delay(last, q.period)
             # §4.4: ε = D/T on the part of T that dropping input reduces
             kept = rtstream.kept_fraction(time_full - fixed, budget - fixed) if budget > fixed else 0.0
             plans[q.name] = (q, rows, time_full, fixed, max(kept, self.min_kept))
@@ -421,18 +479,21 @@ class RTStreamQoS(Policy):
             deal = negotiate(est, tables, self.capacity, fixed=fix, step=self.step)
             for n, p in plans.items():
                 plans[n] = p[:4] + (max(min(p[4], deal.kept[n]), self.min_kept),)
-        out = []
         for n, (q, rows, time_full, fixed, kept) in plans.items():
             predicted = fixed + kept * (time_full - fixed)
             self.predictions.append(Prediction(n, q.instances[-1].batch, rows, time_full, fixed, kept, predicted))
-            late = max(q.instances[-1].end - (q.instances[-1].release + q.period), 0.0)
+            late = _start_delay(q.instances[-1], q.period)
             reason = (f"predicted {time_full:.3g} s for {rows:.0f} rows (fixed {fixed:.3g} s) against "
                       f"{self.target:g}·D = {self.target * q.deadline:.3g} s less {late:.3g} s start delay: "
                       f"keep ε = {kept:.3f}")
             d = _drop_decision(q, shedding_operator(q), kept, reason, self.name)
             if d is not None:
-                out.append(d)
-        return Decisions(out, self.name)
+                params, reasons = changes.setdefault(n, ({}, []))
+                params.update(d.changes)
+                reasons.insert(0, reason)
+        # one decision per shedding stage: its drop ratio and its sampler plan
+        return Decisions([Decision(shedding_operator(snapshot.queries[n]), params, "; ".join(reasons), query=n)
+                          for n, (params, reasons) in changes.items()], self.name)
 
     def admit(self, query: QueryInfo, snapshot: Snapshot) -> Admission:
         """Reject a periodic query whose plan cannot meet its deadline even keeping ``min_kept`` of its
@@ -455,7 +516,10 @@ class RTStreamQoS(Policy):
                                     f"{self.target:g}·D = {self.target * query.deadline:.3g} s "
                                     f"(all input: {full:.3g} s)", Decisions((), self.name))
         op = shedding_operator(query)
-        d = _drop_decision(query, op, kept, f"a priori: predicted {full:.3g} s per instance", self.name) if op else None
+        why = f"a priori: predicted {full:.3g} s per instance from the plan"
+        # the shedding stage is usually made by the builder, after admission: the first rounds apply it
+        self._a_priori[query.name] = (kept, why)
+        d = _drop_decision(query, op, kept, why, self.name) if op else None
         return Admission(True, f"predicted {full:.3g} s per instance, keeps ε = {kept:.3f}",
                          Decisions([d] if d else [], self.name))
 
@@ -463,4 +527,5 @@ class RTStreamQoS(Policy):
         """Forget the query's profile."""
         super().remove(query)
         self._profiles.pop(query, None)
+        self._a_priori.pop(query, None)
         return Decisions((), self.name)

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from . import _metrics
 
-__all__ = ["shed_mask", "shed_batch", "SHED"]
+__all__ = ["shed_mask", "shed_batch", "row_uniform", "SHED"]
 
 SHED = "shed_rows"  #: the report counter of rows dropped by load shedding
 
@@ -52,14 +52,28 @@ def shed_mask(table: pa.Table, micros: np.ndarray, side: int, seed: int, ratio: 
     ratio : float
         Drop probability in [0, 1).
     """
+    if ratio <= 0.0 or table.num_rows == 0:
+        return np.zeros(table.num_rows, dtype=bool)
+    return _uniform(table, micros, side, seed) < ratio
+
+
+def _uniform(table: pa.Table, micros: np.ndarray, side: int, seed: int) -> np.ndarray:
+    """A number in [0, 1) per row, a hash of (seed, side, time, values): equal rows get equal numbers."""
     n = table.num_rows
-    if ratio <= 0.0 or n == 0:
-        return np.zeros(n, dtype=bool)
     values = pd.util.hash_pandas_object(_metrics.to_pandas(table), index=False).to_numpy(dtype=np.uint64)
     h = _splitmix64_finalize(np.full(n, (int(seed) * 2 + side) % 2**64, dtype=np.uint64))
     h = _splitmix64_finalize(h ^ np.asarray(micros, dtype=np.int64).view(np.uint64))
     h = _splitmix64_finalize(h ^ values)
-    return (h >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53) < ratio
+    return (h >> np.uint64(11)).astype(np.float64) * (1.0 / 2**53)
+
+
+def row_uniform(batch: pa.RecordBatch, seed: int) -> np.ndarray:
+    """A number in [0, 1) per row of ``batch``, a hash of its values (no time): ``row_uniform(b, s) < r``
+    is a sample of ratio r, and the samples of smaller ratios are inside those of larger ones.
+    """
+    if batch.num_rows == 0:
+        return np.zeros(0)
+    return _uniform(pa.Table.from_batches([batch]), np.zeros(batch.num_rows, dtype=np.int64), 0, seed)
 
 
 def shed_batch(batch: pa.RecordBatch, ratio: float, seed: int = 0) -> tuple[pa.RecordBatch, int]:

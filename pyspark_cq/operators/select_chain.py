@@ -13,7 +13,14 @@ selectivity and cost-per-row estimates those policies need.
 
 Its ``drop_ratio`` (load shedding, RTStream §4.4: keep ε = 1 − drop_ratio of the input, dropped before the
 expensive operators) is applied by a shedding stage in front of the first predicate (:func:`_shed`), which
-counts the rows it drops as ``shed_rows``.
+counts the rows it drops as ``shed_rows``. With ``kept_column`` every output row carries the fraction of its
+micro-batch's input kept (ε = 1 − drop_ratio, the probability that the shedding stage kept a row).
+
+Its ``params['sample_ratio']`` runs a **sampler plan** (RTStream §4.2): the same predicates in the same order
+over a sample of the micro-batch's input before shedding (a hash of the row picks it), reporting
+``sample_rows_in_p``, ``sample_rows_passed_p`` and ``sample_nanos_p``, the selectivity and cost estimates of
+the fixed and dynamic sampling policies (§5.1, §5.2.3). Its cost is paid inside the micro-batch, as the
+paper's sampler queries are.
 
 Data path (one micro-batch)::
 
@@ -23,7 +30,7 @@ Data path (one micro-batch)::
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -35,9 +42,9 @@ from ..control import operator_handle, parse_chain_plan
 from ..control.plans import check_predicate_name
 from . import _metrics
 from ._chunks import ChunkScheduler, schedule_from_params
-from ._shed import SHED, shed_batch
+from ._shed import SHED, row_uniform, shed_batch
 
-__all__ = ["select_chain", "DEFAULT_NAME"]
+__all__ = ["select_chain", "DEFAULT_NAME", "sample_ratios", "SAMPLE"]
 
 #: Name of the per-batch report when neither ``name`` nor ``control`` is given.
 DEFAULT_NAME = "cq_select_chain"
@@ -45,6 +52,9 @@ _KIND = "select_chain"
 _COLUMN = "__cq_pred_"        # a Column predicate's value, computed by Spark before the chain
 _DATA = "__cq_col_"           # the data columns in transport, by position
 _METRICS = ("rows_in", "rows_passed", "nanos")
+SAMPLE = "sample_"            #: prefix of the sampler plan's metrics (``sample_rows_in_p`` ...)
+_SAMPLE_SEED = 1              # the sample is independent of the rows shedding drops (seed 0)
+_KEPT = "__cq_kept"           # the kept fraction in transport
 #: Per-batch maxima over the tasks (the others are sums): the chunk scheduler's memory figures.
 _PEAKS = ("peak_buffered_rows", "peak_worker_rss")
 
@@ -53,7 +63,7 @@ def _metric(kind: str, name: str) -> str:
     return f"{kind}_{name}"
 
 
-def select_chain(df, predicates, *, control=None, name=None):
+def select_chain(df, predicates, *, control=None, name=None, kept_column=None):
     """Keep the rows that pass every predicate, evaluating the predicates in a run-time order.
 
     Parameters
@@ -75,21 +85,28 @@ def select_chain(df, predicates, *, control=None, name=None):
         of the input before the first predicate (a hash of the row decides, so a replay drops the same rows).
         Its ``params`` may schedule the predicates over chunks of a large batch (``schedule``,
         ``chunk_rows``, ``max_buffered_rows``, ``priorities``, ``selectivities``; docs/chain.md), as the
-        ``chain`` policy writes them; the rows kept never depend on it.
+        ``chain`` policy writes them; the rows kept never depend on it. ``params['sample_ratio']`` (a
+        fraction, or a mapping predicate -> fraction) runs the sampler plan over that sample of the input
+        (:func:`sample_ratios`); the rows kept never depend on it either.
     name : str, optional
         Name of the per-batch report (``cq.read_metrics(query, name)``); default the control handle's
         operator id, else ``"cq_select_chain"``.
+    kept_column : str, optional
+        Adds a double column of that name: the fraction of its micro-batch's input the shedding stage kept
+        (1 − drop_ratio; 1.0 without shedding). Off by default (the output keeps ``df``'s columns).
 
     Returns
     -------
     DataFrame
-        The rows of ``df`` that pass every predicate, with ``df``'s columns. The per-batch report holds
+        The rows of ``df`` that pass every predicate, with ``df``'s columns (and ``kept_column``). The
+        per-batch report holds
         ``input_rows`` (before shedding), ``shed_rows``, ``output_rows`` and, for every predicate ``p``,
         ``rows_in_p``, ``rows_passed_p`` and ``nanos_p`` (time spent in it): ``rows_passed_p / rows_in_p``
         is its observed selectivity and ``nanos_p / rows_in_p`` its cost per row; ``chunk_steps``
         (predicate invocations), and the largest over the tasks of ``peak_buffered_rows`` (rows that passed a
         predicate and wait for the next) and ``peak_worker_rss`` (the Python worker's resident memory in
-        bytes, sampled after every step).
+        bytes, sampled after every step); with a sampler plan ``sample_rows_in_p``, ``sample_rows_passed_p``
+        and ``sample_nanos_p`` (0 without one).
 
     Examples
     --------
@@ -108,20 +125,26 @@ def select_chain(df, predicates, *, control=None, name=None):
         name = control.operator if control is not None else DEFAULT_NAME
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty string, got {name!r}")
+    if kept_column is not None and (not isinstance(kept_column, str) or not kept_column
+                                    or kept_column in df.columns):
+        raise ValueError(f"kept_column must be a new column name (not one of {df.columns}), got {kept_column!r}")
     label = f"select_chain {name!r}"
     # The data travel under internal names: PySpark's mapInArrow refers to its input's columns by
     # unquoted name, which a name with a backtick (or a dot) would break.
     transport = tuple(_DATA + str(i) for i in range(len(df.columns)))
     data_fields = [T.StructField(t, f.dataType, True) for t, f in zip(transport, df.schema.fields)]
     counters = ([_metric(k, n) for n in names for k in _METRICS] + ["input_rows", "output_rows", SHED, "chunk_steps"]
-                + list(_PEAKS))
+                + list(_PEAKS) + [SAMPLE + _metric(k, n) for n in names for k in _METRICS])
+    if kept_column is not None:
+        data_fields.append(T.StructField(_KEPT, T.DoubleType(), True))
     raw_schema = T.StructType(data_fields + [T.StructField(_metrics.METRICS_ROW, T.BooleanType(), False)]
                               + [T.StructField(_metrics.PREFIX + c, T.LongType(), True) for c in counters])
     worker = _Chain(label, tuple(names), callables, tuple(df.columns), control,
-                    _metrics.arrow_schema(raw_schema), tuple(counters), transport)
-    if control is not None:   # a bad plan or schedule fails here, not in a task
+                    _metrics.arrow_schema(raw_schema), tuple(counters), transport, kept=kept_column is not None)
+    if control is not None:   # a bad plan, schedule or sample ratio fails here, not in a task
         entry = control.entry(when="when the operator was defined")
         worker.schedule(entry, worker.order(entry), label)
+        sample_ratios(entry.get("params"), worker.order(entry), where=label)
     staged = df.select(*[_validate.ref(c).alias(t) for c, t in zip(df.columns, transport)],
                        *[col.alias(_COLUMN + n) for n, col in columns.items()])
     raw = staged.mapInArrow(worker, raw_schema)
@@ -129,7 +152,47 @@ def select_chain(df, predicates, *, control=None, name=None):
     out = _metrics.attach(raw, name, aggregate,
                           keep=~F.col(_metrics.METRICS_ROW),
                           drop=[_metrics.METRICS_ROW] + [_metrics.PREFIX + c for c in counters])
-    return out.select(*[F.col(t).alias(c) for t, c in zip(transport, df.columns)])
+    kept = [F.col(_KEPT).alias(kept_column)] if kept_column is not None else []
+    return out.select(*[F.col(t).alias(c) for t, c in zip(transport, df.columns)], *kept)
+
+
+def sample_ratios(params: Mapping | None, order: Sequence[str], *, where: str) -> list[float] | None:
+    """The sample ratio of every step of the sampler plan (RTStream §4.2), in evaluation ``order``; None
+    without ``params['sample_ratio']`` (or when all are 0).
+
+    ``params['sample_ratio']`` is a fraction in [0, 1] for every predicate, or a mapping predicate ->
+    fraction (missing ones 0: dynamic sampling, §5.1). A step must see the rows its predecessors passed in
+    its own sample, so a step is evaluated on the largest ratio of itself and the steps after it (the
+    samples are nested: a hash of the row below the ratio).
+
+    >>> sample_ratios({"sample_ratio": {"cheap": 0.02, "model": 0.2}}, ["cheap", "model"], where="")
+    [0.2, 0.2]
+    >>> sample_ratios({"sample_ratio": {"model": 0.02, "cheap": 0.2}}, ["model", "cheap"], where="")
+    [0.2, 0.2]
+    >>> sample_ratios({"sample_ratio": {"model": 0.2, "cheap": 0.02}}, ["model", "cheap"], where="")
+    [0.2, 0.02]
+    """
+    value = (params or {}).get("sample_ratio")
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - set(order))
+        if unknown:
+            raise ValueError(f"{where}: params['sample_ratio'] names unknown predicates {unknown}; "
+                             f"known: {list(order)}")
+        ratios = [value.get(step, 0.0) for step in order]
+    else:
+        ratios = [value] * len(order)
+    for step, r in zip(order, ratios):
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r <= 1:
+            raise ValueError(f"{where}: params['sample_ratio'] must be a fraction in [0, 1] or a mapping predicate "
+                             f"-> fraction, got {r!r} for {step!r}")
+    out, running = [], 0.0
+    for r in reversed(ratios):
+        running = max(running, float(r))
+        out.append(running)
+    out.reverse()
+    return out if out[0] > 0 else None
 
 
 def _shed(batch: pa.RecordBatch, ratio: float, totals: dict) -> pa.RecordBatch:
@@ -167,8 +230,9 @@ class _Chain:
     """The worker side: every Arrow batch through the predicates in the plan's order, then one report row."""
 
     def __init__(self, label: str, names: tuple, callables: dict, columns: tuple, control, schema: pa.Schema,
-                 counters: tuple, transport: tuple | None = None):
+                 counters: tuple, transport: tuple | None = None, kept: bool = False):
         self.label, self.names, self.callables, self.columns = label, names, callables, columns
+        self.kept = kept
         self.control, self.schema, self.counters = control, schema, counters
         # the data columns' names in the batches (default: the user's); predicates see the user's names
         self.transport = columns if transport is None else transport
@@ -188,6 +252,7 @@ class _Chain:
             entry = self.control.entry() if self.control is not None else None
             order = self.order(entry)
             schedule = self.schedule(entry, order, where)
+            sampler = sample_ratios(entry.get("params") if entry is not None else None, order, where=where)
         except ValueError as exc:
             text = str(exc)
             raise ValueError(text if "micro-batch" in text else f"{text} (micro-batch {_validate.micro_batch_id()})"
@@ -195,8 +260,9 @@ class _Chain:
         ratio = float(entry.get("drop_ratio", 0.0)) if entry is not None else 0.0
         totals = dict.fromkeys(self.counters, 0)
         scheduler = ChunkScheduler(self.steps(order, totals), schedule)
-        for kept in scheduler.run(_shed(batch, ratio, totals) for batch in batches):
-            yield self._data(kept)
+        for kept in scheduler.run(_shed(self._sample(batch, order, sampler, totals), ratio, totals)
+                                  for batch in batches):
+            yield self._data(kept, 1.0 - ratio)
         totals.update(chunk_steps=scheduler.steps_run, peak_buffered_rows=scheduler.peak_buffered,
                       peak_worker_rss=scheduler.peak_rss)
         yield self._metrics_row(totals)
@@ -220,6 +286,28 @@ class _Chain:
                 return out
             return run
         return [step(k, name) for k, name in enumerate(order)]
+
+    def _sample(self, batch: pa.RecordBatch, order, ratios, totals: dict) -> pa.RecordBatch:
+        """The sampler plan (RTStream §4.2) over ``batch``'s sample; counts into ``totals``, returns ``batch``."""
+        if ratios is None or batch.num_rows == 0:
+            return batch
+        u = row_uniform(batch, _SAMPLE_SEED)
+        pick = u < ratios[0]
+        sample, u = batch.filter(pa.array(pick)), u[pick]
+        for name, r in zip(order, ratios):
+            inside = u < r
+            if not inside.all():
+                sample, u = sample.filter(pa.array(inside)), u[inside]
+            if sample.num_rows == 0:
+                break
+            start = time.perf_counter_ns()
+            mask = self._evaluate(name, sample)
+            totals[SAMPLE + _metric("nanos", name)] += time.perf_counter_ns() - start
+            totals[SAMPLE + _metric("rows_in", name)] += sample.num_rows
+            passed = mask.fill_null(False).to_numpy(zero_copy_only=False)
+            sample, u = sample.filter(pa.array(passed)), u[passed]
+            totals[SAMPLE + _metric("rows_passed", name)] += sample.num_rows
+        return batch
 
     def run(self, batch: pa.RecordBatch, order, totals: dict) -> pa.RecordBatch:
         """The rows of ``batch`` that pass every predicate, evaluated in ``order``; counts into ``totals``."""
@@ -251,16 +339,18 @@ class _Chain:
                             f"(micro-batch {_validate.micro_batch_id()})")
         return result
 
-    def _data(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+    def _data(self, batch: pa.RecordBatch, kept: float = 1.0) -> pa.RecordBatch:
         n = batch.num_rows
         cols = [batch.column(batch.schema.get_field_index(c)) for c in self.transport]
+        if self.kept:
+            cols.append(pa.array(np.full(n, kept)))
         cols = [c if c.type == f.type else c.cast(f.type) for c, f in zip(cols, self.schema)]
         cols.append(pa.array(np.zeros(n, dtype=bool)))
         cols += [pa.nulls(n, pa.int64()) for _ in self.counters]
         return pa.RecordBatch.from_arrays(cols, schema=self.schema)
 
     def _metrics_row(self, totals: dict) -> pa.RecordBatch:
-        cols = [pa.nulls(1, self.schema.field(i).type) for i in range(len(self.columns))]
+        cols = [pa.nulls(1, self.schema.field(i).type) for i in range(len(self.columns) + self.kept)]
         cols.append(pa.array([True]))
         cols += [pa.array([int(totals[c])], pa.int64()) for c in self.counters]
         return pa.RecordBatch.from_arrays(cols, schema=self.schema)

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from helpers import aggregate_reference as R
+from helpers.files import write_in_order
 from pyspark.sql import functions as F
 
 import pyspark_cq
@@ -60,9 +60,7 @@ def write_files(directory: Path, batches, first=0):
     directory.mkdir(parents=True, exist_ok=True)
     for i, batch in enumerate(batches, start=first):
         cols = {c: [r[c] for r in batch] for c in ARROW.names}
-        path = directory / f"part-{i:03d}.parquet"
-        pq.write_table(pa.table(cols, schema=ARROW), path)
-        os.utime(path, (1_000_000 + i * 10, 1_000_000 + i * 10))
+        write_in_order(pa.table(cols, schema=ARROW), directory / f"part-{i:03d}.parquet", i)
 
 
 def source(spark, directory, files_per_batch=1):

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pyspark_cq import plan as P
+from pyspark_cq.control.plans import SAMPLE, sample_ratios
 from pyspark_cq.cost import rtstream
 from pyspark_cq.estimators import ExponentialSmoothing
-from pyspark_cq.operators.select_chain import SAMPLE, sample_ratios
 from pyspark_cq.policies import Admission, Decision, Decisions, Policy, QueryInfo, Snapshot
 
 __all__ = ["RTStreamQoS", "QualityTable", "Negotiation", "negotiate", "Profile", "shedding_operator",
@@ -283,7 +283,7 @@ class Profile:
 
     def sampler_time(self, n: float, sample_ratio) -> float:
         """Equation (1) for the sampler plan over n input rows: step j sees its sample ratio r_j of what
-        reaches it (``sample_ratio`` as in ``params``; :func:`~pyspark_cq.operators.select_chain.sample_ratios`).
+        reaches it (``sample_ratio`` as in ``params``; :func:`~pyspark_cq.control.plans.sample_ratios`).
         """
         ratios = sample_ratios({"sample_ratio": sample_ratio}, self.order, where="sampler") if self.order else None
         if ratios is None:

@@ -23,10 +23,10 @@ Examples
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 __all__ = ["PREDICATE_NAME", "check_predicate_name", "chain_plan_id", "parse_chain_plan", "join_plan_id",
-           "parse_join_plan"]
+           "parse_join_plan", "SAMPLE", "sample_ratios"]
 
 #: A predicate's name: letters, digits and ``_``, not starting with a digit (it also names its metrics).
 PREDICATE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -150,3 +150,46 @@ def parse_join_plan(plan_id: str, n_inputs: int, *, operator: str = "multi_join"
         raise ValueError(f"{operator}: plan_id {plan_id!r} gives no probe order for input(s) {missing}; "
                          f"write e.g. {example!r}")
     return tuple(orders[i] for i in range(n_inputs))
+
+
+#: Prefix of the metrics of ``select_chain``'s sampler plan (``sample_rows_in_<p>`` ...), RTStream §4.2.
+SAMPLE = "sample_"
+
+
+def sample_ratios(params: Mapping | None, order: Sequence[str], *, where: str) -> list[float] | None:
+    """The sample ratio of every step of the sampler plan (RTStream §4.2), in evaluation ``order``; None
+    without ``params['sample_ratio']`` (or when all are 0).
+
+    ``params['sample_ratio']`` is a fraction in [0, 1] for every predicate, or a mapping predicate ->
+    fraction (missing ones 0: dynamic sampling, §5.1). A step must see the rows its predecessors passed in
+    its own sample, so a step is evaluated on the largest ratio of itself and the steps after it (the
+    samples are nested: a hash of the row below the ratio).
+
+    >>> sample_ratios({"sample_ratio": {"cheap": 0.02, "model": 0.2}}, ["cheap", "model"], where="")
+    [0.2, 0.2]
+    >>> sample_ratios({"sample_ratio": {"model": 0.02, "cheap": 0.2}}, ["model", "cheap"], where="")
+    [0.2, 0.2]
+    >>> sample_ratios({"sample_ratio": {"model": 0.2, "cheap": 0.02}}, ["model", "cheap"], where="")
+    [0.2, 0.02]
+    """
+    value = (params or {}).get("sample_ratio")
+    if value is None:
+        return None
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - set(order))
+        if unknown:
+            raise ValueError(f"{where}: params['sample_ratio'] names unknown predicates {unknown}; "
+                             f"known: {list(order)}")
+        ratios = [value.get(step, 0.0) for step in order]
+    else:
+        ratios = [value] * len(order)
+    for step, r in zip(order, ratios):
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r <= 1:
+            raise ValueError(f"{where}: params['sample_ratio'] must be a fraction in [0, 1] or a mapping predicate "
+                             f"-> fraction, got {r!r} for {step!r}")
+    out, running = [], 0.0
+    for r in reversed(ratios):
+        running = max(running, float(r))
+        out.append(running)
+    out.reverse()
+    return out if out[0] > 0 else None

@@ -30,7 +30,7 @@ Data path (one micro-batch)::
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -39,7 +39,7 @@ from pyspark.sql import types as T
 
 from .. import _validate
 from ..control import operator_handle, parse_chain_plan
-from ..control.plans import check_predicate_name
+from ..control.plans import SAMPLE, check_predicate_name, sample_ratios
 from . import _metrics
 from ._chunks import ChunkScheduler, schedule_from_params
 from ._shed import SHED, row_uniform, shed_batch
@@ -52,7 +52,6 @@ _KIND = "select_chain"
 _COLUMN = "__cq_pred_"        # a Column predicate's value, computed by Spark before the chain
 _DATA = "__cq_col_"           # the data columns in transport, by position
 _METRICS = ("rows_in", "rows_passed", "nanos")
-SAMPLE = "sample_"            #: prefix of the sampler plan's metrics (``sample_rows_in_p`` ...)
 _SAMPLE_SEED = 1              # the sample is independent of the rows shedding drops (seed 0)
 _KEPT = "__cq_kept"           # the kept fraction in transport
 #: Per-batch maxima over the tasks (the others are sums): the chunk scheduler's memory figures.
@@ -154,45 +153,6 @@ def select_chain(df, predicates, *, control=None, name=None, kept_column=None):
                           drop=[_metrics.METRICS_ROW] + [_metrics.PREFIX + c for c in counters])
     kept = [F.col(_KEPT).alias(kept_column)] if kept_column is not None else []
     return out.select(*[F.col(t).alias(c) for t, c in zip(transport, df.columns)], *kept)
-
-
-def sample_ratios(params: Mapping | None, order: Sequence[str], *, where: str) -> list[float] | None:
-    """The sample ratio of every step of the sampler plan (RTStream §4.2), in evaluation ``order``; None
-    without ``params['sample_ratio']`` (or when all are 0).
-
-    ``params['sample_ratio']`` is a fraction in [0, 1] for every predicate, or a mapping predicate ->
-    fraction (missing ones 0: dynamic sampling, §5.1). A step must see the rows its predecessors passed in
-    its own sample, so a step is evaluated on the largest ratio of itself and the steps after it (the
-    samples are nested: a hash of the row below the ratio).
-
-    >>> sample_ratios({"sample_ratio": {"cheap": 0.02, "model": 0.2}}, ["cheap", "model"], where="")
-    [0.2, 0.2]
-    >>> sample_ratios({"sample_ratio": {"model": 0.02, "cheap": 0.2}}, ["model", "cheap"], where="")
-    [0.2, 0.2]
-    >>> sample_ratios({"sample_ratio": {"model": 0.2, "cheap": 0.02}}, ["model", "cheap"], where="")
-    [0.2, 0.02]
-    """
-    value = (params or {}).get("sample_ratio")
-    if value is None:
-        return None
-    if isinstance(value, Mapping):
-        unknown = sorted(set(value) - set(order))
-        if unknown:
-            raise ValueError(f"{where}: params['sample_ratio'] names unknown predicates {unknown}; "
-                             f"known: {list(order)}")
-        ratios = [value.get(step, 0.0) for step in order]
-    else:
-        ratios = [value] * len(order)
-    for step, r in zip(order, ratios):
-        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 <= r <= 1:
-            raise ValueError(f"{where}: params['sample_ratio'] must be a fraction in [0, 1] or a mapping predicate "
-                             f"-> fraction, got {r!r} for {step!r}")
-    out, running = [], 0.0
-    for r in reversed(ratios):
-        running = max(running, float(r))
-        out.append(running)
-    out.reverse()
-    return out if out[0] > 0 else None
 
 
 def _shed(batch: pa.RecordBatch, ratio: float, totals: dict) -> pa.RecordBatch:

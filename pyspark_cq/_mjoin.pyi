@@ -25,6 +25,24 @@ class MultiJoinState:
         order: Sequence[int],
         ends: npt.ArrayLike | None = None,
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
+    def probe_step(
+        self,
+        input: SupportsIndex,
+        order: Sequence[int],
+        step: SupportsIndex,
+        keys: npt.ArrayLike,
+        ids: npt.ArrayLike,
+        times: npt.ArrayLike,
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]: ...
+    def store(
+        self,
+        input: SupportsIndex,
+        keys: npt.ArrayLike,
+        times: npt.ArrayLike,
+        ids: npt.ArrayLike,
+        null_key: npt.ArrayLike | None = None,
+        ends: npt.ArrayLike | None = None,
+    ) -> None: ...
     def evict(self, input: SupportsIndex, threshold: SupportsIndex) -> npt.NDArray[np.int64]: ...
     def closure(self) -> list[list[float]]: ...
     def canonical_ids(self, input: SupportsIndex) -> npt.NDArray[np.int64]: ...

@@ -40,29 +40,40 @@ py::list bounds_of(const MultiJoinState& st) {
   return out;
 }
 
+// Arriving rows of one input, decoded once for insert_probe and store: the arrays stay alive (and the
+// pointers valid) as long as this object; null_key and ends are optional (nullptr when None).
+struct Rows {
+  I64 k, t, id;
+  U8 nk;
+  I64 en;
+  py::ssize_t n = 0;
+  const uint8_t* null_key = nullptr;
+  const int64_t* ends = nullptr;
+
+  Rows(py::handle keys, py::handle times, py::handle ids, py::object null_key_arg, py::object ends_arg) {
+    k = cq::bind::as_array<int64_t>(keys, "keys");
+    n = k.shape(0);
+    t = cq::bind::as_array<int64_t>(times, "times", n);
+    id = cq::bind::as_array<int64_t>(ids, "ids", n);
+    if (!null_key_arg.is_none()) {
+      nk = cq::bind::as_array<uint8_t>(null_key_arg, "null_key", n);
+      null_key = nk.data();
+    }
+    if (!ends_arg.is_none()) {
+      en = cq::bind::as_array<int64_t>(ends_arg, "ends", n);
+      ends = en.data();
+    }
+  }
+};
+
 py::tuple insert_probe(MultiJoinState& st, int input, py::handle keys, py::handle times, py::handle ids,
                        py::object null_key, const std::vector<int>& order, py::object ends) {
   st.check_order(input, order);
-  const I64 k = cq::bind::as_array<int64_t>(keys, "keys");
-  const py::ssize_t n = k.shape(0);
-  const I64 t = cq::bind::as_array<int64_t>(times, "times", n);
-  const I64 id = cq::bind::as_array<int64_t>(ids, "ids", n);
-  U8 nk;
-  const uint8_t* nkp = nullptr;
-  if (!null_key.is_none()) {
-    nk = cq::bind::as_array<uint8_t>(null_key, "null_key", n);
-    nkp = nk.data();
-  }
-  I64 en;
-  const int64_t* enp = nullptr;
-  if (!ends.is_none()) {
-    en = cq::bind::as_array<int64_t>(ends, "ends", n);
-    enp = en.data();
-  }
+  const Rows a(keys, times, ids, null_key, ends);
   cq::mjoin::Result r;
   {
     py::gil_scoped_release release;
-    r = st.insert_probe(input, n, k.data(), t.data(), id.data(), nkp, enp, order);
+    r = st.insert_probe(input, a.n, a.k.data(), a.t.data(), a.id.data(), a.null_key, a.ends, order);
   }
   const py::ssize_t cols = st.n_inputs();
   py::array_t<int64_t> flat = to_numpy(std::move(r.ids));
@@ -103,24 +114,9 @@ py::tuple probe_step(const MultiJoinState& st, int input, const std::vector<int>
 void store(MultiJoinState& st, int input, py::handle keys, py::handle times, py::handle ids, py::object null_key,
            py::object ends) {
   st.input_index(input);
-  const I64 k = cq::bind::as_array<int64_t>(keys, "keys");
-  const py::ssize_t n = k.shape(0);
-  const I64 t = cq::bind::as_array<int64_t>(times, "times", n);
-  const I64 id = cq::bind::as_array<int64_t>(ids, "ids", n);
-  U8 nk;
-  const uint8_t* nkp = nullptr;
-  if (!null_key.is_none()) {
-    nk = cq::bind::as_array<uint8_t>(null_key, "null_key", n);
-    nkp = nk.data();
-  }
-  I64 en;
-  const int64_t* enp = nullptr;
-  if (!ends.is_none()) {
-    en = cq::bind::as_array<int64_t>(ends, "ends", n);
-    enp = en.data();
-  }
+  const Rows a(keys, times, ids, null_key, ends);
   py::gil_scoped_release release;
-  st.store(input, n, k.data(), t.data(), id.data(), nkp, enp);
+  st.store(input, a.n, a.k.data(), a.t.data(), a.id.data(), a.null_key, a.ends);
 }
 
 py::array_t<int64_t> evict(MultiJoinState& st, int input, int64_t threshold) {

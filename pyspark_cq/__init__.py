@@ -11,7 +11,7 @@ load PySpark, so pure modules stay cheap in Spark workers and in tools.
 """
 from __future__ import annotations
 
-import importlib
+from ._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -57,13 +57,7 @@ _ALIASES = {"read_metrics": "read"}
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pyspark_cq' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), _ALIASES.get(name, name))
-    globals()[name] = value  # cache: later lookups skip __getattr__
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS, _ALIASES)
 
 
 def __dir__():

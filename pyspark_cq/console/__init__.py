@@ -17,6 +17,7 @@ name               what
 
 Needs the ``console`` extra (``pip install "pyspark-cq[console]"``: starlette, uvicorn, plotly).
 """
+from .._lazy import lazy_exports
 from .graph import format_duration, plan_svg
 
 __all__ = ["Console", "plan_svg", "format_duration", "demo_query"]
@@ -24,11 +25,4 @@ __all__ = ["Console", "plan_svg", "format_duration", "demo_query"]
 _LAZY = {"Console": ".server", "demo_query": ".demo"}
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)

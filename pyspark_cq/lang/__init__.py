@@ -6,8 +6,7 @@ See docs/cql.md.
 """
 from __future__ import annotations
 
-import importlib
-
+from .._lazy import lazy_exports
 from .parser import CQLSyntaxError, parse, parse_expression
 from .printer import to_text
 
@@ -18,9 +17,4 @@ _LAZY = {"CQLCompileError": ".errors", "cql": ".compiler", "compile_cql": ".comp
          "CompiledQuery": ".compiler"}
 
 
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'pyspark_cq.lang' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _LAZY)

@@ -13,6 +13,7 @@ The control table itself (and the reader operators use on Spark's workers) is :m
 the runtime is the one place that ties operators, statistics, policies and the control table together.
 The Spark-facing :class:`CQRuntime` is imported only when first used.
 """
+from .._lazy import lazy_exports
 from ..control import ControlHandle, ControlTable, Entry
 
 __all__ = ["CQRuntime", "QueryRejected", "ControlTable", "ControlHandle", "Entry", "StatisticsStore",
@@ -21,11 +22,4 @@ __all__ = ["CQRuntime", "QueryRejected", "ControlTable", "ControlHandle", "Entry
 _LAZY = {"CQRuntime": ".core", "QueryRejected": ".core", "StatisticsStore": ".stats", "PolicyLoop": ".loop"}
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)

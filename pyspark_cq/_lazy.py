@@ -1,0 +1,38 @@
+"""Lazy exports (PEP 562): a package lists what it offers; each module behind a name is imported on first use.
+
+Importing ``pyspark_cq`` (on the driver and in every Python worker) then costs only what is used.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+
+def lazy_exports(package: str, table: dict, aliases: dict | None = None):
+    """A module ``__getattr__`` importing ``table[name]`` (relative to ``package``) on first access.
+
+    Parameters
+    ----------
+    package : str
+        The package's ``__name__``.
+    table : dict of str to str
+        Exported name → module path relative to ``package`` (e.g. ``".core"``).
+    aliases : dict of str to str, optional
+        Exported name → the attribute's name in its module, where they differ.
+
+    Returns
+    -------
+    callable
+        ``__getattr__(name)``; it caches each value in the package so later lookups skip it.
+    """
+    aliases = aliases or {}
+
+    def __getattr__(name: str):
+        module = table.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module, package), aliases.get(name, name))
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__

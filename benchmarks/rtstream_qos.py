@@ -71,7 +71,7 @@ def write_files(directory, sizes, seed):
         os.utime(path, (1_000_000 + 10 * i, 1_000_000 + 10 * i))
 
 
-def run(spark, root, tag, policies, sizes_per_query, period, deadline, cost_per_row=None, align=False):
+def run(spark, root, tag, policies, sizes_per_query, period, deadline, cost_per_row=None, align=True):
     """Run the queries under ``policies``; returns ({query: instances}, the runtime). With ``cost_per_row``
     every query is registered with a one-selection plan of that cost and its source's rate (rows per period)."""
     import pyspark_cq as cq
@@ -95,14 +95,12 @@ def run(spark, root, tag, policies, sizes_per_query, period, deadline, cost_per_
         if cost_per_row is not None:
             known = {"plan": P.Select(P.Source("files"), 1.0, cost=cost_per_row),
                      "sources": {"files": period / sizes[-1]}}     # a fixed gap between rows: the rate
-        rt.register(name, build, period=period, deadline=deadline, **known)
+        rt.register(name, build, period=period, deadline=deadline, align=align, **known)
         names.append(name)
     # one policy round before the queries start: the shedding stages exist now (the builders made them), so
     # the admission's a-priori drop ratio reaches the first instance, which Spark starts at once
     rt.run_policies()
-    if align:   # Spark runs the first micro-batch at once and the next at the next multiple of P: start at one
-        time.sleep(-time.time() % period)
-    with rt:
+    with rt:   # with align, the runtime starts each query at a multiple of P (CQRuntime.register)
         for name, sizes in zip(names, sizes_per_query):
             rt.await_batches(name, len(sizes), timeout=60 + 4 * period * len(sizes))
     return {n: [i for i in rt.instances(n) if i.input_rows > 0] for n in names}, rt
@@ -147,8 +145,8 @@ def main(argv=None):
     ap.add_argument("--deadline", type=float, default=2.5)
     ap.add_argument("--quick", action="store_true", help="two loads, five instances")
     ap.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES))
-    ap.add_argument("--align", action="store_true",
-                    help="start the queries just after a multiple of P (a full first period)")
+    ap.add_argument("--no-align", dest="align", action="store_false",
+                    help="start the queries at once, not at a multiple of P (Spark's default; runs D-F)")
     ap.add_argument("--verbose", action="store_true", help="print every instance (kept fraction, lateness)")
     ap.add_argument("--no-a-priori", dest="a_priori", action="store_false",
                     help="register the queries without plan and rates (no admission-time shedding)")

@@ -371,3 +371,27 @@ def test_start_delay_after_the_first_instance_counts_from_the_next_multiple_of_t
     assert _start_delay(first, 2.0) == pytest.approx(1.2)
     later = Instance(1, t0 + 4, t0 + 4.1, 1.0, 1.5, 100, 0, 1.0)  # ends t0 + 5.1 before t0 + 6: no delay
     assert _start_delay(later, 2.0) == 0.0
+
+
+@pytest.mark.parametrize("now, period, expected", [
+    (99.0, 3.0, 0.0),        # at a multiple
+    (99.3, 3.0, 0.0),        # within a tenth of P after one: start now
+    (99.31, 3.0, 2.69),      # past the slack: wait for 102
+    (101.999, 3.0, 0.001),
+    (1_764_143_000.5, 2.0, 1.5),
+])
+def test_release_wait_starts_periodic_queries_at_multiples_of_the_period(now, period, expected):
+    from pyspark_cq.runtime.core import release_wait
+
+    wait = release_wait(now, period)
+    assert wait == pytest.approx(expected, abs=1e-6)
+    assert (now + wait) % period == pytest.approx(0.0, abs=1e-6) or wait == 0.0
+
+
+@pytest.mark.parametrize("period, slack, match", [(0, 0.1, "period"), (-1.0, 0.1, "period"), (True, 0.1, "period"),
+                                                  (3.0, 1.0, "slack"), (3.0, -0.1, "slack")])
+def test_release_wait_bad_arguments(period, slack, match):
+    from pyspark_cq.runtime.core import release_wait
+
+    with pytest.raises(ValueError, match=match):
+        release_wait(100.0, period, slack)

@@ -148,6 +148,44 @@ class QueryContext:
         return self._runtime._register_operator(self.name, operator, params)
 
 
+def release_wait(now: float, period: float, slack: float = 0.1) -> float:
+    """Seconds to wait before starting a periodic query so that its first instance is released at a
+    multiple of the period ``P`` (Wei et al., §2: instance k is released at ``k·P``).
+
+    Spark's ``processingTime`` trigger runs the first micro-batch when the query starts and the later ones
+    at multiples of P since the epoch. Started between two multiples, the first instance takes part of the
+    second one's period. Within ``slack · P`` after a multiple the query starts at once (the instance is
+    released that little late); otherwise it waits for the next multiple.
+
+    Parameters
+    ----------
+    now : float
+        The current time, seconds since the epoch.
+    period : float
+        P in seconds, > 0.
+    slack : float, default 0.1
+        The fraction of P after a multiple within which no wait is needed, in [0, 1).
+
+    Returns
+    -------
+    float
+        The wait in seconds, in ``[0, (1 - slack)·P)``.
+
+    Examples
+    --------
+    >>> release_wait(100.2, 3.0)      # 99 is a multiple of 3; 1.2 s after it: wait for 102
+    1.8
+    >>> release_wait(99.1, 3.0)       # 0.1 s after 99: start now
+    0.0
+    """
+    if not (isinstance(period, (int, float)) and not isinstance(period, bool) and period > 0):
+        raise ValueError(f"period must be a positive number of seconds, got {period!r}")
+    if not (isinstance(slack, (int, float)) and 0 <= slack < 1):
+        raise ValueError(f"slack must be a fraction in [0, 1), got {slack!r}")
+    since = now % period
+    return 0.0 if since <= slack * period else round(period - since, 9)
+
+
 @dataclass
 class _Registration:
     name: str
@@ -157,6 +195,7 @@ class _Registration:
     sources: dict
     period: float | None = None
     deadline: float | None = None
+    align: bool = True
     operators: list = field(default_factory=list)
     built: object = None
     query: object = None
@@ -317,7 +356,7 @@ class CQRuntime:
 
     def register(self, name: str, builder: Callable, *, plan: P.Node | None = None,
                  qos: Mapping[str, QoSRange] | None = None, sources: Mapping | None = None, period=None,
-                 deadline=None) -> QueryContext:
+                 deadline=None, align: bool = True) -> QueryContext:
         """Register a continuous query: admission control, then build it (and start it if running).
 
         Parameters
@@ -341,6 +380,12 @@ class CQRuntime:
             such as ``"2 seconds"``; D defaults to P). The runtime starts it with
             ``trigger(processingTime=P)`` (the builder returns the ``DataStreamWriter``); every instance
             (micro-batch) is recorded with its lateness, misses and delivered quality (:meth:`instances`).
+        align : bool, default True
+            Start a periodic query at a multiple of its period (waiting up to P, or at once when less than
+            a tenth of P has passed since one; see :func:`release_wait`), so that its first instance is
+            released where the paper's periodic model and Spark's later triggers put it. Spark otherwise
+            runs the first micro-batch at once and the second at the next multiple of P, which can leave
+            the second instance only part of a period and start it late.
 
         Raises
         ------
@@ -354,6 +399,8 @@ class CQRuntime:
         if plan is not None and not isinstance(plan, P.Node):
             raise TypeError(f"plan must be a pyspark_cq.plan.Node or None, got {type(plan).__name__}")
         period, deadline = periodic_spec(period, deadline)
+        if not isinstance(align, bool):
+            raise TypeError(f"align must be True or False, got {align!r}")
         qos = dict(qos or {})
         for key, rng in qos.items():
             parse_label(key, f"qos key {key!r}")
@@ -364,7 +411,7 @@ class CQRuntime:
                 raise ValueError(f"a query named {name!r} is already registered")
         snapshot = self.statistics()
         self._store.register(name, sources=sources, period=period, deadline=deadline)
-        reg = _Registration(name, builder, plan, qos, dict(sources or {}), period, deadline)
+        reg = _Registration(name, builder, plan, qos, dict(sources or {}), period, deadline, align)
         info = self._store.query_info(name, plan=plan, qos=qos)
         admissions = self._admit(info, snapshot)
         with self._lock:
@@ -512,6 +559,8 @@ class CQRuntime:
         else:
             if reg.period is not None:  # Spark fires a processingTime trigger at multiples of P
                 built = built.trigger(processingTime=f"{max(1, round(reg.period * 1000))} milliseconds")
+                if reg.align:
+                    time.sleep(release_wait(time.time(), reg.period))
             reg.query = built.queryName(reg.name).start()
 
     def start(self) -> CQRuntime:

@@ -388,3 +388,64 @@ def test_bad_control_arguments_are_named(spark, tmp_dir):
                                control=ControlTable(str(tmp_dir / "c2.json")))
     handle = ControlHandle(str(tmp_dir / "c3.json"), "op7")
     assert call(control=handle, drop_ratio=0.25, seed=np.int64(3)) is not None
+
+
+def test_kept_column_is_the_product_of_each_rows_batch_fraction(spark, tmp_dir):
+    """RTStream §4.4's kept fraction per result: a pair of a left row of batch i and a right row of batch
+    i + 1 says ε_i · ε_(i+1), each ε = 1 − the drop ratio in force in that batch (changed between batches)."""
+    root, n, ratios = str(tmp_dir / "in"), 60, [0.0, 0.5, 0.25, 0.0]
+    table = ControlTable(str(tmp_dir / "control.json"))
+    table.register("kj", drop_ratio=ratios[0])
+
+    def write_file(i):   # left rows of batch i pair with the right rows of batch i + 1 (1 s later)
+        t = BASE_US + i * 20 * S
+        _write(root, "l", i, list(range(i * n, (i + 1) * n)), [t] * n, [i] * n)
+        prev = list(range((i - 1) * n, i * n)) if i else [-1]
+        _write(root, "r", i, prev, [t - 20 * S + S] * len(prev), [i] * len(prev))
+
+    write_file(0)
+    df = pyspark_cq.interval_join(_source(spark, root, "l"), _source(spark, root, "r"), "k", "ts", "ts",
+                                  "0 seconds", "2 seconds", suffixes=("_l", "_r"), control=table.handle("kj"),
+                                  kept_column="kept")
+    assert df.columns[-1] == "kept" and dict(df.dtypes)["kept"] == "double"
+    q = (df.writeStream.format("memory").queryName("kept_join")
+         .option("checkpointLocation", str(tmp_dir / "ck")).start())
+    try:
+        for i, ratio in enumerate(ratios):
+            if i:
+                table.set("kj", drop_ratio=ratio, reason="test")
+                write_file(i)
+            q.processAllAvailable()
+        rows = spark.table("kept_join").select("lv", "rv", "kept").collect()
+    finally:
+        q.stop()
+    assert rows, "no pair survived the shedding"
+    for r in rows:
+        assert r["rv"] == r["lv"] + 1
+        assert r["kept"] == pytest.approx((1 - ratios[r["lv"]]) * (1 - ratios[r["rv"]]))
+    assert {r["lv"] for r in rows} == {0, 1, 2}
+
+
+def test_kept_column_on_batch_outer_and_semi_joins(spark):
+    from pyspark.sql import functions as F
+
+    left = spark.range(200).select(F.col("id").alias("k"), F.timestamp_seconds(F.col("id")).alias("ts"),
+                                   F.col("id").alias("lv"))
+    right = spark.range(100, 300).select(F.col("id").alias("k"), F.timestamp_seconds(F.col("id")).alias("ts"),
+                                         F.col("id").alias("rv"))
+    out = pyspark_cq.interval_join(left, right, "k", "ts", "ts", "0 seconds", "0 seconds", how="full",
+                                   suffixes=("_l", "_r"), drop_ratio=0.3, kept_column="kept").collect()
+    pairs = [r for r in out if r["lv"] is not None and r["rv"] is not None]
+    lonely = [r for r in out if (r["lv"] is None) != (r["rv"] is None)]
+    assert pairs and lonely
+    assert all(r["kept"] == pytest.approx(0.49) for r in pairs)
+    assert all(r["kept"] == pytest.approx(0.7) for r in lonely)
+    plain = pyspark_cq.interval_join(left, right, "k", "ts", "ts", "0 seconds", "0 seconds", how="left_semi",
+                                     kept_column="kept").collect()
+    assert plain and all(r["kept"] == 1.0 for r in plain) and len(plain) == 100
+    with pytest.raises(ValueError, match="kept_column must be a new column name"):
+        pyspark_cq.interval_join(left, right, "k", "ts", "ts", "0 seconds", "0 seconds", suffixes=("_l", "_r"),
+                                 kept_column="lv")
+    with pytest.raises(ValueError, match="kept_column must be a new column name"):
+        pyspark_cq.window_join(left, right, "k", "ts", "ts", "1 second", "1 second", suffixes=("_l", "_r"),
+                               kept_column="valid_to")

@@ -138,3 +138,28 @@ def test_join_state_records_and_checks_its_columns():
                                          r"on=\['k', 'k', 'k'\], the query now has on=\['k', 'k', 'v_c'\]"):
         restored.check_columns({**columns, "on": ["k", "k", "v_c"]}, "multi_join")
     PayloadSide.from_bytes(schema, side.to_bytes(4)).check_columns({**columns, "on": ["x"] * 3}, "multi_join")
+
+
+def test_join_state_checks_kept_column():
+    """A join state records whether its rows carry their kept fraction (``kept_column``); a restart that
+    turns it on or off is refused naming it, and states recorded before it existed count as without."""
+    import json
+
+    import pyarrow as pa
+
+    from pyspark_cq.operators._join_worker import _COLUMNS_META, PayloadSide
+
+    schema = pa.schema([("__cq_k0", pa.int64())])
+    side = PayloadSide(schema, pa.table({"__cq_k0": [1]}, schema=schema))
+    base = {"left_on": ["k"], "right_on": ["k"], "left": ["ts"], "right": ["ts"]}
+    without = PayloadSide.from_bytes(schema, side.to_bytes(4, {**base, "kept": False}))
+    without.check_columns({**base, "kept": False}, "interval_join")
+    with pytest.raises(ValueError, match=r"^kept: .* written with kept=False, the query now has kept=True"):
+        without.check_columns({**base, "kept": True}, "interval_join")
+    with_kept = PayloadSide.from_bytes(schema, side.to_bytes(4, {**base, "kept": True}))
+    with pytest.raises(ValueError, match="kept_column for the life of a checkpoint"):
+        with_kept.check_columns({**base, "kept": False}, "interval_join")
+    older = PayloadSide.from_bytes(schema, side.to_bytes(4, base))     # recorded before kept_column
+    assert b"kept" not in older.table.schema.metadata[_COLUMNS_META]
+    older.check_columns({**base, "kept": False}, "interval_join")
+    assert json.loads(older.table.schema.metadata[_COLUMNS_META]) == base

@@ -88,6 +88,7 @@ class JoinSpec:
     lower: int = 0
     upper: int = 0
     out_keys: list[int] = field(default_factory=list)
+    kept_column: str | None = None
 
     @property
     def keys(self) -> list[str]:
@@ -97,7 +98,7 @@ class JoinSpec:
     @classmethod
     def build(cls, left, right, on, left_time, right_time, how, suffixes, shards, grouping, name, window, *,
               control=None, drop_ratio=0.0, seed=0, function="interval_join", left_on=None,
-              right_on=None) -> JoinSpec:
+              right_on=None, kept_column=None) -> JoinSpec:
         """Check the arguments (raising TypeError / ValueError naming the argument) and decide.
 
         ``function`` is the public function called (``"interval_join"`` or ``"window_join"``): it names
@@ -129,12 +130,16 @@ class JoinSpec:
             right_others = [c for c in right.columns if c not in keys]
         left_out, right_out = output_names([left_keys[i] for i in out_keys], left_others, right_others, suffixes,
                                            extra=("valid_from", "valid_to") if window else ())
+        taken = [left_keys[i] for i in out_keys] + left_out + right_out + (["valid_from", "valid_to"] if window else [])
+        if kept_column is not None and (not isinstance(kept_column, str) or not kept_column or kept_column in taken):
+            raise ValueError(f"kept_column must be a new column name (not one of the output's {taken}), "
+                             f"got {kept_column!r}")
         layout, count = resolve_shards(shards, JOIN, df=left)
         if layout == "key":  # the count is unused (and not recorded); it stays what the default says
             count = resolve_shards(None, JOIN, df=left)[1]
         return cls(left, right, left_keys, right_keys, key_types, left_time, right_time, how, left_others,
                    right_others, left_out, right_out, left.isStreaming, count, layout, name, window,
-                   control, drop_ratio, seed, out_keys=out_keys)
+                   control, drop_ratio, seed, out_keys=out_keys, kept_column=kept_column)
 
     def output_schema(self) -> T.StructType:
         fields = [T.StructField(self.left_keys[i], self.key_types[i], True) for i in self.out_keys]
@@ -145,6 +150,8 @@ class JoinSpec:
         if self.window:
             fields += [T.StructField("valid_from", T.TimestampType(), True),
                        T.StructField("valid_to", T.TimestampType(), True)]
+        if self.kept_column is not None:
+            fields.append(T.StructField(self.kept_column, T.DoubleType(), True))
         return T.StructType(fields)
 
 

@@ -37,6 +37,7 @@ TIME = "__cq_t"          # the event-time column, carrying the watermark marker 
 MICROS = "__cq_tus"      # the same instant as epoch microseconds, for the kernel
 WINDOW = "__cq_w"        # window join under a control table: the row's own window (µs)
 EMITTED = "__cq_e"       # left semi join: the left row has been output (at its first match)
+KEPT = "__cq_kept"       # kept_column: the fraction of its micro-batch's input the row's shedding kept
 METRICS = _metrics.METRICS + (SHED,)
 _I64_MAX = np.iinfo(np.int64).max
 # The key and input columns a join state was written with, in the schema metadata of its first payload
@@ -65,6 +66,7 @@ class JoinConfig:
     shards: int | None = None         # layout "shard": the shard count, recorded in and checked against the state
     out_keys: tuple[int, ...] | None = None  # the key pairs output once (one name on both sides); None: all
     key_names: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())   # left_on, right_on
+    kept: bool = False                # kept_column: each stored row keeps its batch's kept fraction
 
     @classmethod
     def of(cls, spec: JoinSpec) -> JoinConfig:
@@ -75,15 +77,18 @@ class JoinConfig:
         out = tuple(spec.keys) + tuple(spec.left_out) + tuple(spec.right_out)
         if spec.window:
             out += ("valid_from", "valid_to")
+        if spec.kept_column is not None:
+            out += (spec.kept_column,)
         return cls(keys, (lc, rc), out, len(spec.left_keys), spec.how, spec.lower, spec.upper, spec.window,
                    spec.control, spec.drop_ratio, spec.seed, out_arrow=_metrics.arrow_schema(spec.output_schema()),
                    shards=spec.shards if spec.layout == "shard" else None, out_keys=tuple(spec.out_keys),
-                   key_names=(tuple(spec.left_keys), tuple(spec.right_keys)))
+                   key_names=(tuple(spec.left_keys), tuple(spec.right_keys)), kept=spec.kept_column is not None)
 
     def columns(self) -> dict:
         """The key and input columns the state depends on (recorded in and checked against the state)."""
         return {"left_on": list(self.key_names[LEFT]), "right_on": list(self.key_names[RIGHT]),
-                "left": [c.name for c in self.side_codecs[LEFT]], "right": [c.name for c in self.side_codecs[RIGHT]]}
+                "left": [c.name for c in self.side_codecs[LEFT]], "right": [c.name for c in self.side_codecs[RIGHT]],
+                "kept": self.kept}   # with kept_column the stored rows carry their kept fraction
 
     def payload_schema(self, side: int) -> pa.Schema:
         fields = [c.payload_field for c in self.key_codecs + self.side_codecs[side]]
@@ -93,6 +98,8 @@ class JoinConfig:
             fields.append(pa.field(MICROS, pa.int64()))
             if self.control is not None:  # ... and, when windows can change, each row's own window
                 fields.append(pa.field(WINDOW, pa.int64()))
+        if self.kept:
+            fields.append(pa.field(KEPT, pa.float64()))
         return pa.schema(fields)
 
     def row_bounds(self, entry, side: int, micros: np.ndarray):
@@ -239,14 +246,14 @@ class PayloadSide:
         saved = (self.table.schema.metadata or {}).get(_COLUMNS_META)
         if saved is None:
             return
-        saved = json.loads(saved)
+        saved = {"kept": False, **json.loads(saved)}   # recorded before kept_column existed: without it
         changed = [k for k in columns if saved.get(k) != columns[k]]
         if changed:
             raise ValueError(
                 f"{', '.join(changed)}: this checkpoint's {operator} state was written with "
                 f"{', '.join(f'{k}={saved.get(k)}' for k in changed)}, the query now has "
-                f"{', '.join(f'{k}={columns[k]}' for k in changed)}. Keep the join keys and the inputs' columns "
-                f"for the life of a checkpoint, or start with a new checkpoint location.")
+                f"{', '.join(f'{k}={columns[k]}' for k in changed)}. Keep the join keys, the inputs' columns and "
+                f"kept_column for the life of a checkpoint, or start with a new checkpoint location.")
 
     def check_shards(self, shards: int | None) -> None:
         """Refuse state written with another shard count, e.g. after ``spark.sql.shuffle.partitions``
@@ -284,7 +291,7 @@ class JoinWorker:
         if config.window:
             arrays.append(pa.array(micros, type=pa.int64()))
         schema = config.payload_schema(side)
-        for late in (WINDOW, EMITTED):  # appended once the row's window is known (_insert_probe)
+        for late in (WINDOW, EMITTED, KEPT):  # appended once the row's window is known (_insert_probe)
             if late in schema.names:
                 schema = schema.remove(schema.get_field_index(late))
         return pa.Table.from_arrays(arrays, schema=schema), micros
@@ -314,9 +321,10 @@ class JoinWorker:
     # -- one batch through the kernel
 
     def _insert_probe(self, kernel, sides, side: int, table: pa.Table, micros: np.ndarray, null_time: np.ndarray,
-                      wm_ms: int | None, entry):
+                      wm_ms: int | None, entry, ratio: float = 0.0):
         """Probe the other side's state with one side's rows and store them (kernel ``insert_probe``);
-        returns the matched pairs as (left payload ids, right payload ids).
+        returns the matched pairs as (left payload ids, right payload ids). ``ratio`` is the batch's drop
+        ratio (stored with each row as its kept fraction ``1 - ratio`` with ``kept_column``).
         """
         config = self.config
         lower, upper, window = config.row_bounds(entry, side, micros)
@@ -324,6 +332,8 @@ class JoinWorker:
             table = table.append_column(WINDOW, pa.array(window, type=pa.int64()))
         if EMITTED in sides[side].schema.names:
             table = table.append_column(EMITTED, pa.array(np.zeros(len(micros), dtype=bool)))
+        if config.kept:
+            table = table.append_column(KEPT, pa.array(np.full(len(micros), 1.0 - ratio)))
         ids = sides[side].append(table)
         key_arrays = [table.column(i).combine_chunks() for i in range(config.n_keys)]
         offsets, data, null_key = encode_keys(key_arrays, load("_join").concat_keys)
@@ -399,7 +409,7 @@ class JoinWorker:
             table, micros, null_time, bad, dropped = self._side_input(pdf, side, wm_ms is not None, ratio)
             malformed, shed = malformed + bad, shed + dropped
             if len(micros):
-                pairs[side] = self._insert_probe(kernel, sides, side, table, micros, null_time, wm_ms, entry)
+                pairs[side] = self._insert_probe(kernel, sides, side, table, micros, null_time, wm_ms, entry, ratio)
         evicted = self._evict(kernel, wm_ms)
         return self._emit(sides, pairs, evicted), sum(len(e[0]) for e in evicted), malformed, shed
 
@@ -425,6 +435,9 @@ class JoinWorker:
                 cols.append(t.column(pos) if t is not None else pa.nulls(n, schema.field(pos).type))
         if config.window:
             cols += self._validity(lt, rt)
+        if config.kept:  # a pair exists only when both rows were kept: the product of their fractions
+            kept = [t.column(KEPT).to_numpy() for t in (lt, rt) if t is not None]
+            cols.append(pa.array(kept[0] * kept[1] if len(kept) == 2 else kept[0]))
         return pa.Table.from_arrays(cols, names=list(config.out_columns[:len(cols)]))
 
     def _validity(self, lt: pa.Table, rt: pa.Table) -> list:

@@ -66,7 +66,7 @@ _STATE_SCHEMA = T.StructType([T.StructField("kernel", T.BinaryType(), True),
 
 def interval_join(left, right, on=None, left_time=None, right_time=None, lower=None, upper=None, how="inner", *,
                   left_on=None, right_on=None, suffixes=None, shards=None, grouping=None, name=None, control=None,
-                  drop_ratio=0.0, seed=0):
+                  drop_ratio=0.0, seed=0, kept_column=None):
     """Join two DataFrames on equal keys and a time band (PIPES join, Cammert et al., §2.4.1, §3.6.3).
 
     A left row ``l`` and a right row ``r`` join when every ``on`` column is equal and
@@ -129,6 +129,13 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
     seed : int
         Seed of the shedding decisions, which hash (seed, side, time, key, payload) so that a restart
         from a checkpoint drops the same rows.
+    kept_column : str, optional
+        Adds a double column of that name: the fraction of the input that load shedding kept for the row
+        (Wei et al., RTStream §4.4: each result says what fraction of its input it reflects). Every input
+        row is kept with probability ``ε = 1 − drop_ratio`` of its micro-batch, so a pair gets the
+        product of its two rows' ε (both had to be kept), an unmatched row of an outer join and a semi
+        or anti join's left row their own; 1.0 without shedding. A downstream estimate of a count divides
+        by it. Recorded in the state: a checkpoint keeps it (restoring with another raises ValueError).
 
     Returns
     -------
@@ -156,7 +163,7 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
     """
     spec = JoinSpec.build(left, right, on, left_time, right_time, how, suffixes, shards, grouping, name,
                           window=None, control=control, drop_ratio=drop_ratio, seed=seed, function="interval_join",
-                          left_on=left_on, right_on=right_on)
+                          left_on=left_on, right_on=right_on, kept_column=kept_column)
     for value, arg in ((lower, "lower"), (upper, "upper")):
         if value is None:
             raise TypeError(f"{arg} is required: a duration such as '-10 seconds' (docs/errors.md, *Durations*)")
@@ -171,7 +178,7 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
 
 def window_join(left, right, on=None, left_time=None, right_time=None, left_window=None, right_window=None, *,
                 left_on=None, right_on=None, suffixes=None, shards=None, grouping=None, name=None, control=None,
-                drop_ratio=0.0, seed=0):
+                drop_ratio=0.0, seed=0, kept_column=None):
     """Window join of PIPES (Cammert et al., §2.4.1–§2.4.2): keys equal and validities intersect.
 
     Each row is valid during ``[t, t + window)`` (the time-based window operator ω, §2.4.2). A left
@@ -182,6 +189,7 @@ def window_join(left, right, on=None, left_time=None, right_time=None, left_wind
     Parameters
     ----------
     left, right, on, left_time, right_time, left_on, right_on, suffixes, shards, grouping, drop_ratio, seed
+    kept_column
         As for :func:`interval_join`.
     left_window, right_window : str, datetime.timedelta or numpy.timedelta64
         Positive window sizes of the two inputs.
@@ -217,7 +225,7 @@ def window_join(left, right, on=None, left_time=None, right_time=None, left_wind
     wr = parse_duration(right_window, "right_window", allow_negative=False, allow_zero=False)
     spec = JoinSpec.build(left, right, on, left_time, right_time, "inner", suffixes, shards, grouping, name,
                           window=(wl, wr), control=control, drop_ratio=drop_ratio, seed=seed,
-                          function="window_join", left_on=left_on, right_on=right_on)
+                          function="window_join", left_on=left_on, right_on=right_on, kept_column=kept_column)
     spec.lower, spec.upper = -wr + 1, wl - 1
     warn_shuffle_partitions(left)
     return _execute(spec)

@@ -42,7 +42,16 @@ from pyspark_cq import plan as P
 from pyspark_cq.control.plans import SAMPLE, sample_ratios
 from pyspark_cq.cost import rtstream
 from pyspark_cq.estimators import ExponentialSmoothing
-from pyspark_cq.policies import Admission, Decision, Decisions, Policy, QueryInfo, Snapshot
+from pyspark_cq.policies import (
+    Admission,
+    Decision,
+    Decisions,
+    Policy,
+    QueryInfo,
+    Snapshot,
+    drop_decision,
+    shedding_operator,
+)
 
 __all__ = ["RTStreamQoS", "QualityTable", "Negotiation", "negotiate", "Profile", "shedding_operator",
            "Prediction"]
@@ -322,29 +331,12 @@ class Prediction:
     time: float
 
 
-def shedding_operator(query: QueryInfo) -> str | None:
-    """The query's shedding stage: the first of its control-table entries that carries a ``drop_ratio``."""
-    for op, params in query.control.items():
-        if "drop_ratio" in params:
-            return op
-    return None
-
-
 def _start_delay(last, period: float) -> float:
     """How late the instance after ``last`` starts: Spark triggers it at the first multiple of P after
     ``last``'s start, or at once when ``last`` ends later (its release stays that multiple). For the first
     instance, which Spark starts at once and not at a multiple of P, that multiple is not ``release + P``.
     """
     return max(last.end - (math.floor(last.start / period + 1e-9) + 1) * period, 0.0)
-
-
-def _drop_decision(query: QueryInfo, op: str, kept: float, reason: str, policy: str) -> Decision | None:
-    """A decision setting ``op``'s drop ratio to ``1 − kept`` (3 decimals), None if it is already there."""
-    drop = round(min(max(1.0 - kept, 0.0), 0.999), 3)
-    current = float(query.control.get(op, {}).get("drop_ratio", 0.0))
-    if abs(drop - current) < 0.005:
-        return None
-    return Decision(op, {"drop_ratio": drop}, reason, query=query.name)
 
 
 class RTStreamQoS(Policy):
@@ -457,7 +449,7 @@ class RTStreamQoS(Policy):
             pred = self._predict(q, prof)
             if pred is None:
                 if q.name in self._a_priori:   # nothing measured yet: the admission's prediction (§4.4)
-                    d = _drop_decision(q, shedding_operator(q), self._a_priori[q.name][0],
+                    d = drop_decision(q, shedding_operator(q), self._a_priori[q.name][0],
                                        self._a_priori[q.name][1], self.name)
                     if d is not None:
                         params, reasons = changes.setdefault(q.name, ({}, []))
@@ -486,7 +478,7 @@ class RTStreamQoS(Policy):
             reason = (f"predicted {time_full:.3g} s for {rows:.0f} rows (fixed {fixed:.3g} s) against "
                       f"{self.target:g}·D = {self.target * q.deadline:.3g} s less {late:.3g} s start delay: "
                       f"keep ε = {kept:.3f}")
-            d = _drop_decision(q, shedding_operator(q), kept, reason, self.name)
+            d = drop_decision(q, shedding_operator(q), kept, reason, self.name)
             if d is not None:
                 params, reasons = changes.setdefault(n, ({}, []))
                 params.update(d.changes)
@@ -519,7 +511,7 @@ class RTStreamQoS(Policy):
         why = f"a priori: predicted {full:.3g} s per instance from the plan"
         # the shedding stage is usually made by the builder, after admission: the first rounds apply it
         self._a_priori[query.name] = (kept, why)
-        d = _drop_decision(query, op, kept, why, self.name) if op else None
+        d = drop_decision(query, op, kept, why, self.name) if op else None
         return Admission(True, f"predicted {full:.3g} s per instance, keeps ε = {kept:.3f}",
                          Decisions([d] if d else [], self.name))
 

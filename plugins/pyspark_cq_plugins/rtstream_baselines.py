@@ -8,13 +8,11 @@
   within [0, ``max_drop``]. Unlike the prediction-based policy it reacts only to instances that already
   missed or finished early.
 
-Both act on the query's shedding operator (:func:`pyspark_cq_plugins.rtstream.shedding_operator`).
+Both act on the query's shedding operator (:func:`pyspark_cq.policies.shedding_operator`).
 """
 from __future__ import annotations
 
-from pyspark_cq.policies import Decisions, Policy, Snapshot
-
-from .rtstream import _drop_decision, shedding_operator
+from pyspark_cq.policies import Decisions, Policy, Snapshot, drop_decision, shedding_operator
 
 __all__ = ["BestEffort", "FeedbackControl"]
 
@@ -30,7 +28,7 @@ class BestEffort(Policy):
         out = []
         for q in snapshot.queries.values():
             op = shedding_operator(q) if q.period is not None else None
-            d = _drop_decision(q, op, 1.0, "best effort: drop nothing", self.name) if op else None
+            d = drop_decision(q, op, 1.0, "best effort: drop nothing", self.name) if op else None
             if d is not None:
                 out.append(d)
         return Decisions(out, self.name)
@@ -69,7 +67,7 @@ class FeedbackControl(Policy):
             self._seen[q.name] = last.batch
             drop = float(q.control[op].get("drop_ratio", 0.0))
             drop = min(max(drop + self.gain * last.lateness / q.deadline, 0.0), self.max_drop)
-            d = _drop_decision(q, op, 1.0 - drop, f"feedback: instance {last.batch} lateness "
+            d = drop_decision(q, op, 1.0 - drop, f"feedback: instance {last.batch} lateness "
                                                   f"{last.lateness:+.3g} s", self.name)
             if d is not None:
                 out.append(d)

@@ -8,6 +8,8 @@ name                          what
 `Admission`                   accept (with decisions) or reject (with a reason), PIPES §4.1.1
 `QoSRange`                    a QoS range ``[min, max]`` of a window or granularity, PIPES §4.3
 `Snapshot`, `QueryInfo`, …    the statistics a policy sees
+`shedding_operator`,          a query's shedding stage and a decision setting its drop ratio
+`drop_decision`
 `available`, `load`,          the plugin registry (entry-point group ``pyspark_cq.policies``)
 `create`, `problems`
 `checks.check_policy`         the check suite every registered policy passes
@@ -18,11 +20,22 @@ This package imports neither Spark nor the runtime. Importing it loads no plugin
 from .base import Policy
 from .decisions import PARAMETERS, TRANSITION_PARAMETERS, Admission, Decision, Decisions, QoSRange, parse_size
 from .registry import GROUP, PolicyLoadError, PolicyPluginWarning, available, create, load, problems, refresh
-from .snapshot import Instance, OperatorStats, QueryInfo, Snapshot, SourceStats, label, parse_label, periodic_spec
+from .snapshot import (
+    Instance,
+    OperatorStats,
+    QueryInfo,
+    Snapshot,
+    SourceStats,
+    drop_decision,
+    label,
+    parse_label,
+    periodic_spec,
+    shedding_operator,
+)
 
 __all__ = [
     "Policy", "Decision", "Decisions", "Admission", "QoSRange", "PARAMETERS", "TRANSITION_PARAMETERS",
     "Snapshot", "QueryInfo", "SourceStats", "OperatorStats", "Instance", "periodic_spec", "label",
-    "parse_label", "parse_size",
+    "parse_label", "parse_size", "shedding_operator", "drop_decision",
     "GROUP", "PolicyLoadError", "PolicyPluginWarning", "available", "create", "load", "problems", "refresh",
 ]

@@ -15,11 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .. import plan as P
+from ..control.decision import Decision
 from ..control.schema import PARAMETERS, validate_operator_id
 from .decisions import QoSRange, duration_value
 
 __all__ = ["OperatorStats", "SourceStats", "Instance", "QueryInfo", "Snapshot", "parse_label", "label",
-           "periodic_spec"]
+           "periodic_spec", "shedding_operator", "drop_decision"]
 
 NAN = math.nan
 
@@ -150,6 +151,27 @@ class Instance:
     def missed(self) -> bool:
         """Whether the instance ended after its deadline."""
         return self.lateness > 0
+
+
+def shedding_operator(query: QueryInfo) -> str | None:
+    """The query's shedding stage: the first of its control-table entries that carries a ``drop_ratio``
+    (registered with ``ctx.control(op, drop_ratio=0.0)``); None when it has none.
+    """
+    for op, params in query.control.items():
+        if "drop_ratio" in params:
+            return op
+    return None
+
+
+def drop_decision(query: QueryInfo, op: str, kept: float, reason: str, policy: str) -> Decision | None:
+    """A decision setting ``op``'s drop ratio to ``1 − kept`` (3 decimals, at most 0.999), None if the
+    control table holds it already (within 0.005).
+    """
+    drop = round(min(max(1.0 - kept, 0.0), 0.999), 3)
+    current = float(query.control.get(op, {}).get("drop_ratio", 0.0))
+    if abs(drop - current) < 0.005:
+        return None
+    return Decision(op, {"drop_ratio": drop}, reason, query=query.name)
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report", default=None, help="report directory (default: <output>/report)")
     parser.add_argument("--every", type=float, default=5.0, help="seconds between progress lines (default 5)")
     parser.add_argument("--master", default=None, help="Spark master (default $SPARK_MASTER or local[*])")
+    parser.add_argument("--shed", action="store_true",
+                        help="let the resource manager shed the join's input when even the QoS minimum does not "
+                             "fit the budget (PIPES §5.3; default: windows and granularities only)")
 
 
 def _check(args) -> tuple[float, float]:
@@ -198,13 +201,14 @@ def _packets(spark, profile, clock):
     return spark.readStream.format(SOURCE_NAME).options(**profile.options(clock)).load()
 
 
-def _pairs_builder(profile, paths):
+def _pairs_builder(profile, paths, shed=False):
     def build(ctx):
         from pyspark.sql import functions as F
 
         import pyspark_cq as cq
 
-        handle = ctx.control("join1", upper=30 * S, lower=LOWER)
+        # with shed: the join is the query's shedding stage (its entry carries a drop_ratio)
+        handle = ctx.control("join1", upper=30 * S, lower=LOWER, **({"drop_ratio": 0.0} if shed else {}))
         packets = _packets(ctx.spark, profile, paths["clock"])
         req = packets.where(F.col("kind") == "req").select(
             "flow", "host", F.col("bytes").alias("req_bytes"), F.col("ts").alias("req_ts")
@@ -459,12 +463,12 @@ def run(args) -> int:
 
     rt = CQRuntime(spark, policies=["pipes"], memory_budget=budget, every_batches=2, every_seconds=4.0, alpha=0.5,
                    control_path=str(paths["control"] / "control.json"),
-                   policy_options={"pipes": {"profile": cost_profile(), "retention": True}})
+                   policy_options={"pipes": {"profile": cost_profile(), "retention": True, "shed": args.shed}})
     pairs_plan, traffic_plan = plans(30 * S, 60 * S, 1 * S, args.hosts)
     pairs_qos, traffic_qos = qos()
     profile = BurstProfile(quiet=args.rate, burst=args.burst_rate, hosts=args.hosts)
     registrations = {
-        "pairs": dict(builder=_pairs_builder(profile, paths), plan=pairs_plan, qos=pairs_qos,
+        "pairs": dict(builder=_pairs_builder(profile, paths, args.shed), plan=pairs_plan, qos=pairs_qos,
                       sources={"scans": ""}),
         "traffic": dict(builder=_traffic_builder(profile, paths), plan=traffic_plan, qos=traffic_qos,
                         sources={"packets": ""})}

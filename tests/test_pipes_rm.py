@@ -463,3 +463,56 @@ def test_watermark_retention_is_the_validation_correction():
     assert (left, right) == (l2, r2)
     with pytest.raises(ValueError, match="batch_span"):
         pipes.watermark_retention(1.0, 0.0, -1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# load shedding as the last resort (shed=True; PIPES §5.3)
+
+
+def _stages(drops):
+    """Control of queries with a shedding stage ``<query>-shed`` at the given drop ratios (None: no stage)."""
+    return {q: ({f"{q}-shed": {"drop_ratio": r}} if r is not None else {}) for q, r in drops.items()}
+
+
+def test_shedding_keeps_the_fraction_that_fits_at_the_qos_minimum():
+    q1, q2 = window_query("q1", "A", d_s=1e-4), window_query("q2", "B", d_s=1e-4)   # 10,000 each at 1 s
+    rm = PipesResourceManager(12_000, estimate=toy_estimate, reserve=0.0, shed=True)
+    out = rm.decide(_snapshot([q1, q2], 12_000, _stages({"q1": 0.0, "q2": 0.0})))
+    assert not rm.allocation.feasible
+    drops = {d.operator: d.changes["drop_ratio"] for d in out if "drop_ratio" in d.changes}
+    # memory is linear in the rate: 20,000·ε <= 12,000 gives ε = 0.6
+    assert drops == {"q1-shed": pytest.approx(0.4, abs=0.006), "q2-shed": pytest.approx(0.4, abs=0.006)}
+    assert rm.kept == pytest.approx(0.6, abs=0.005) and rm.kept <= 0.6
+    assert {d.changes.get("window") for d in out if d.operator.endswith("-w")} == {S}   # windows at minimum first
+
+    only_q1 = PipesResourceManager(12_000, estimate=toy_estimate, reserve=0.0, shed=True)
+    out = only_q1.decide(_snapshot([q1, q2], 12_000, _stages({"q1": 0.0, "q2": None})))
+    # q2 cannot shed: 10,000·ε + 10,000 <= 12,000 gives ε = 0.2
+    assert {d.operator: d.changes["drop_ratio"] for d in out if "drop_ratio" in d.changes} == {
+        "q1-shed": pytest.approx(0.8, abs=0.006)}
+
+    floor = PipesResourceManager(12_000, estimate=toy_estimate, reserve=0.0, shed=True, min_kept=0.5)
+    out = floor.decide(_snapshot([q1, q2], 12_000, _stages({"q1": 0.0, "q2": None})))
+    assert [d.changes["drop_ratio"] for d in out if "drop_ratio" in d.changes] == [0.5]   # never below min_kept
+
+
+def test_shedding_stops_when_the_allocation_fits_again_and_is_off_by_default():
+    q1, q2 = window_query("q1", "A", d_s=1e-4), window_query("q2", "B", d_s=1e-4)
+    rm = PipesResourceManager(estimate=toy_estimate, reserve=0.0, shed=True)
+    rm.decide(_snapshot([q1, q2], 12_000, _stages({"q1": 0.0, "q2": 0.0})))
+    out = rm.decide(_snapshot([q1, q2], 50_000, _stages({"q1": 0.4, "q2": 0.4})))   # the budget grew
+    assert rm.allocation.feasible and rm.kept == 1.0
+    assert {d.operator: d.changes["drop_ratio"] for d in out if "drop_ratio" in d.changes} == {
+        "q1-shed": 0.0, "q2-shed": 0.0}
+    assert not [d for d in rm.decide(_snapshot([q1, q2], 50_000, _stages({"q1": 0.0, "q2": 0.0})))
+                if "drop_ratio" in d.changes]                                           # nothing to undo
+    plain = PipesResourceManager(estimate=toy_estimate, reserve=0.0)
+    assert not [d for d in plain.decide(_snapshot([q1, q2], 12_000, _stages({"q1": 0.0, "q2": 0.0})))
+                if "drop_ratio" in d.changes]
+
+
+@pytest.mark.parametrize("kw, match", [({"shed": 1}, "shed must be a bool"), ({"min_kept": 0}, "min_kept"),
+                                       ({"min_kept": 1.5}, "min_kept"), ({"min_kept": True}, "min_kept")])
+def test_shedding_arguments_validated(kw, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        PipesResourceManager(**kw)

@@ -19,6 +19,15 @@ within the memory bound M and the processing bound C:
   of the queries over that source are recomputed and the plan redone.
 - **Reserve (§4.1.2, §5.4).** A share ``reserve`` of both bounds is kept free for bursts and adaptation
   delays (a window reduction takes effect only after the old window, §4.2).
+- **Load shedding as the last resort (``shed=True``; §5.3, random load shedding after Tatbul et al.).**
+  When even every query at the minimum of its QoS range is estimated over a bound (an infeasible
+  allocation, e.g. in a burst), the queries that have a shedding stage (a control-table entry carrying a
+  ``drop_ratio``) keep a common fraction ε of their input: the largest ε in [``min_kept``, 1] (bisection
+  over the cost model) at which the estimates at the QoS minimum fit, with every source of a shedding query
+  costed at distance d/ε (a stage that drops 1 − ε of the input thins every stream behind it by ε:
+  memory of a window join falls by ε per side, its CPU by ε², §5.3). Windows are reduced first — they keep
+  the results exact for the chosen QoS, shedding does not (§5.3) — and shedding stops (``drop_ratio`` 0)
+  as soon as the allocation is feasible again.
 
 Costing. Every query's memory and CPU are evaluated with the PIPES cost model (through ``estimate``, by
 default :func:`pipes_estimate`, i.e. :func:`pyspark_cq.cost.pipes.cost_plan`) at ``knots + 1`` fractions
@@ -59,8 +68,10 @@ from pyspark_cq.policies import (
     QoSRange,
     QueryInfo,
     Snapshot,
+    drop_decision,
     parse_label,
     parse_size,
+    shedding_operator,
 )
 from pyspark_cq.policies.decisions import duration_value, qos_values
 
@@ -212,6 +223,12 @@ class PipesResourceManager(Policy):
         Cost every time-based window of a query as ``window + δ + B``, the event time a watermark-driven
         Spark operator really keeps (δ, B: the query's ``watermark_delay`` and ``batch_span`` statistics,
         0 until measured); False (default): the plain PIPES windows.
+    shed : bool
+        Load shedding as the last resort (see the module docstring): when the allocation is infeasible,
+        set the ``drop_ratio`` of every managed query's shedding stage so that the estimates fit; back to
+        0 once it is feasible. False (default): windows and granularities only, as in the paper's §4.3.
+    min_kept : float
+        The smallest fraction of the input shedding keeps, in (0, 1].
     """
 
     name = "pipes"
@@ -219,7 +236,7 @@ class PipesResourceManager(Policy):
     def __init__(self, memory=None, cpu=None, *, p: int = 8, knots: int = 16, tolerance: float = 1e-3,
                  reserve: float = 0.1, distance_threshold: float = 0.2, time_unit=1000, profile=None,
                  estimate: Callable | None = None, distances: Mapping[str, float] | None = None,
-                 prefetch: bool = True, retention: bool = False):
+                 prefetch: bool = True, retention: bool = False, shed: bool = False, min_kept: float = 0.05):
         self.memory = None if memory is None else parse_size(memory, "memory")
         if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not cpu > 0):
             raise ValueError(f"cpu must be a positive processing-cost bound or None, got {cpu!r}")
@@ -255,6 +272,11 @@ class PipesResourceManager(Policy):
             raise TypeError(f"retention must be a bool (cost windows as window + watermark delay + batch span), "
                             f"got {retention!r}")
         self.retention = retention
+        if not isinstance(shed, bool):
+            raise TypeError(f"shed must be a bool (load shedding when the QoS minimum does not fit), got {shed!r}")
+        if isinstance(min_kept, bool) or not isinstance(min_kept, (int, float)) or not 0 < min_kept <= 1:
+            raise ValueError(f"min_kept must be a fraction in (0, 1], got {min_kept!r}")
+        self.shed, self.min_kept = shed, float(min_kept)
         self._reset()
 
     def _reset(self) -> None:
@@ -270,11 +292,13 @@ class PipesResourceManager(Policy):
         self._emitted: dict[str, dict] = {}         # query -> label -> value last decided
         self._structure = 0                         # bumped when the set of queries changes
         self._layout = None
+        self.kept = 1.0                             # the fraction of input shedding keeps (shed=True)
 
     @classmethod
     def _unit_test_params(cls) -> list[dict]:
         return [{}, {"memory": "2 MB", "p": 4, "knots": 8, "reserve": 0.2}, {"retention": True},
-                {"memory": "2 MB", "p": 4, "knots": 8, "retention": True}]
+                {"memory": "2 MB", "p": 4, "knots": 8, "retention": True},
+                {"memory": "64 KB", "p": 2, "knots": 4, "shed": True}]
 
     # -- configuration helpers -------------------------------------------------------------------
 
@@ -666,6 +690,75 @@ class PipesResourceManager(Policy):
             out.extend(Decision(op, changes, reason, query=name) for op, changes in sorted(per_op.items()))
         return Decisions(out, self.name)
 
+    # -- load shedding (shed=True) ---------------------------------------------------------------
+
+    def _totals_at_minimum(self, kept: float, rows: np.ndarray, shedding: set) -> tuple[float, float]:
+        """Estimated totals with every query at its QoS minimum (level p, f = 0) and the sources of the
+        queries in ``shedding`` thinned to ``kept`` (distance d / kept); evaluated by the cost model.
+        """
+        if kept >= 1.0:
+            return self._totals(self.p, 0.0, rows)
+        estimate = self._estimator()
+        mem = cpu = 0.0
+        for row in rows.tolist():
+            q = self._rows[row]
+            if q.name not in shedding:
+                m, c = self._row_costs(self.p, 0.0, np.asarray([row]))
+                mem, cpu = mem + float(m[0]), cpu + float(c[0])
+                continue
+            distances = {src: self._d_used[src] / kept for src in q.sources}
+            m, c = estimate(self._plan_at(q, q.window_knots[:, 0], self.p), distances)
+            self.evaluations += 1
+            mem, cpu = mem + m, cpu + c
+        return mem, cpu
+
+    def shed_fraction(self, shedding) -> float:
+        """The largest fraction ε in [``min_kept``, 1] of their input the queries named in ``shedding`` may
+        keep so that all estimates at the QoS minimum fit the bounds (bisection to 0.005; ``min_kept`` when
+        even that does not fit, 1.0 when the current allocation is feasible).
+        """
+        if self._allocation is None:
+            raise RuntimeError("no allocation yet: call replan() first")
+        shedding = set(shedding)
+        if self._allocation.feasible or not shedding:
+            return 1.0
+        rows = self._planned_rows()
+        mem_bound, cpu_bound = self._bounds()
+
+        def fits(kept: float) -> bool:
+            m, c = self._totals_at_minimum(kept, rows, shedding)
+            return (mem_bound is None or m <= mem_bound) and (cpu_bound is None or c <= cpu_bound)
+
+        lo, hi = self.min_kept, 1.0
+        if not fits(lo):
+            return lo
+        while hi - lo > 0.005:
+            mid = (lo + hi) / 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def _shed_decisions(self, current: Mapping[str, QueryInfo]) -> list[Decision]:
+        """``drop_ratio`` decisions for the shedding stages of the managed queries in ``current``."""
+        stages = {name: shedding_operator(current[name]) for name in self._queries if name in current}
+        stages = {name: op for name, op in stages.items() if op is not None}
+        self.kept = self.shed_fraction(stages)
+        a = self._allocation
+        if self.kept < 1.0:
+            reason = (f"PIPES resource manager, load shedding (Cammert et al. §5.3): every query at its QoS "
+                      f"minimum is estimated at {a.memory:.6g} (memory bound {a.memory_bound}); keep "
+                      f"{self.kept:.3f} of the input of {sorted(stages)}")
+        else:
+            reason = "PIPES resource manager: the allocation fits without load shedding"
+        out = []
+        for name, op in sorted(stages.items()):
+            d = drop_decision(current[name], op, self.kept, reason, self.name)
+            if d is not None:
+                out.append(d)
+        return out
+
     # -- Policy interface ------------------------------------------------------------------------
 
     def _sync(self, snapshot: Snapshot) -> None:
@@ -709,7 +802,10 @@ class PipesResourceManager(Policy):
         self._sync(snapshot)
         if self._dirty or self._allocation is None:
             self.replan()
-        return self._decisions(snapshot.queries)
+        decisions = self._decisions(snapshot.queries)
+        if not self.shed:
+            return decisions
+        return Decisions(list(decisions) + self._shed_decisions(snapshot.queries), self.name)
 
     def admit_query(self, info: QueryInfo) -> Admission:
         """Admission control for ``info`` against the managed queries (Cammert et al., §4.1.1).

@@ -72,7 +72,11 @@ enum Kind : std::uint8_t {
 //   [7] top index of the positive store, [8] of the negative store (of |x|); kDDEmpty: no value
 //   [9 .. 9 + kDDBins / 2) positive bins, then kDDBins / 2 words of negative bins; bin j counts
 //       index top - j (j = kDDBins - 1 also everything below)
-constexpr double kDDAlpha = 0.02;
+constexpr double kDDAlpha = 0.02;  // the documented bound
+// The sketch is built with a slightly smaller alpha: a value on a bucket boundary (1.0 = gamma^0 is one)
+// is off by exactly alpha in real arithmetic, and the rounding of exp / log could push it just past the
+// bound; with this margin every value stays strictly within kDDAlpha.
+constexpr double kDDAlphaBuild = kDDAlpha * 0.995;
 constexpr int kDDBins = 512;
 constexpr std::size_t kDDHead = 9;
 constexpr std::size_t kDDWords = kDDHead + kDDBins;  // 2 signs x kDDBins / 2 words
@@ -194,7 +198,7 @@ inline void hll_update(std::int64_t* words, int p, std::uint64_t hash) {
 
 // DDSketch helpers (layout and references at kDDSketch above).
 inline double dd_log_gamma() {
-  static const double lg = std::log((1 + kDDAlpha) / (1 - kDDAlpha));
+  static const double lg = std::log((1 + kDDAlphaBuild) / (1 - kDDAlphaBuild));
   return lg;
 }
 // Bucket of a finite magnitude m > 0: ceil(log_gamma m) (§2, Definition 2).
@@ -202,7 +206,7 @@ inline std::int64_t dd_index(double m) { return static_cast<std::int64_t>(std::c
 // The value a bucket stands for, 2 gamma^i / (gamma + 1) (§2, Proposition 3: within relative error alpha
 // of every value of the bucket). Computed as one exp so that the bucket of DBL_MAX does not overflow.
 inline double dd_value(std::int64_t i) {
-  static const double lf = std::log(2.0 / (1.0 + (1 + kDDAlpha) / (1 - kDDAlpha)));
+  static const double lf = std::log(2.0 / (1.0 + (1 + kDDAlphaBuild) / (1 - kDDAlphaBuild)));
   return std::exp(static_cast<double>(i) * dd_log_gamma() + lf);
 }
 inline std::uint64_t dd_get(const std::int64_t* bins, std::int64_t j) {

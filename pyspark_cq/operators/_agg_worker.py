@@ -684,7 +684,7 @@ def quantile_column(bits: np.ndarray, valid: np.ndarray | None, dtype: T.DataTyp
 
     The kernel returns a DDSketch bucket's value clamped to the window's [min, max] (native/aggregate_core.hpp,
     ``dd_quantile``); an integral column's result is rounded to the nearest integer (within
-    ``alpha·|x| + 0.5`` of the true value ``x``, so exact while ``|x| < 0.5 / alpha = 50``); Spark truncates
+    ``alpha·|x| + 0.5`` of the true value ``x``, so exact while ``|x| < 0.5 / alpha = 25``); Spark truncates
     its own double, which is a data value and hence an integer already.
     """
     x = np.asarray(bits, dtype=np.int64).view(np.float64)

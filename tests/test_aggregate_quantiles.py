@@ -210,5 +210,5 @@ def test_change_intervals_of_quantiles():
     assert column(0.0) == [(0, 2, 5.0), (2, 3, 5.0), (3, 4, 5.0), (4, 5, 7.0), (10, 13, 5.0)]
     assert column(1.0) == [(0, 2, 5.0), (2, 3, 7.0), (3, 4, 7.0), (4, 5, 7.0), (10, 13, 5.0)]
     median = column(0.5)
-    assert median[2][2] == pytest.approx(5.0, rel=S.DD_ALPHA) and median[3][2] == 5.0   # rank 2 of 3; rank 1 of 2
+    assert median[1][2] == pytest.approx(5.0, rel=S.DD_ALPHA) and median[2][2] == 5.0   # rank 2 of 3; rank 1 of 2
     assert valids[0].all()

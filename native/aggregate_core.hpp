@@ -55,13 +55,16 @@ enum Kind : std::uint8_t {
 //
 // Bucket i holds the values x with gamma^(i-1) < |x| <= gamma^i, gamma = (1 + alpha) / (1 - alpha)
 // (§2, Definition 2: i = ceil(log_gamma x)); returning 2 gamma^i / (gamma + 1) for any of them is
-// within relative error alpha (§2, Proposition 3). A fixed number of bins is kept per sign with the
-// paper's collapsing rule (§2.2, Algorithm 3, "collapse the lowest buckets"): a store holds the
-// kDDBins buckets top - kDDBins + 1 .. top below its highest bucket `top`, the lowest bin also counts
-// every smaller index. Collapsing is clamping the index from below, and clamping twice is clamping at
-// the larger bound, so merging two stores (re-clamp both at max(top) - kDDBins + 1, add counts) gives
-// the store of the union whatever the order: the merge is associative and commutative (the two-stacks
-// queue relies on that) but has no inverse, so it cannot subtract on evict.
+// within relative error alpha (§2, Proposition 3). Negative values go to a second store of |x|. A
+// fixed number of bins is kept with the paper's collapsing rule (§2.2, Algorithm 3, "collapse the lowest
+// buckets"): a store of capacity c holds the buckets top - c + 1 .. top below its highest bucket `top`,
+// the lowest bin also counts every smaller index. The kDDBins bins are shared: a sketch whose values
+// have one sign gives that store all of them, one with both signs kDDBins / 2 to each -- so the capacity
+// depends only on which signs occur, and a merge never raises it. Collapsing is clamping the index from
+// below, and clamping twice is clamping at the larger bound (the merged top is the larger, the merged
+// capacity the smaller), so merging two sketches (re-clamp every bin at the merged top - capacity + 1,
+// add counts) gives the sketch of the union whatever the order: the merge is associative and
+// commutative (the two-stacks queue relies on that) but has no inverse, so it cannot subtract on evict.
 // Layout of the kDDWords int64 slots (counts packed two uint32 to a word: a window holds fewer than
 // 2^32 values, the limit the integral sums already assume, so a word-wise add never carries between
 // the halves):
@@ -70,16 +73,16 @@ enum Kind : std::uint8_t {
 //   [5] min, [6] max: f64_key order keys (Spark's ordering, NaN largest), for the clamp and the ranks
 //       1 and n (exact)
 //   [7] top index of the positive store, [8] of the negative store (of |x|); kDDEmpty: no value
-//   [9 .. 9 + kDDBins / 2) positive bins, then kDDBins / 2 words of negative bins; bin j counts
-//       index top - j (j = kDDBins - 1 also everything below)
+//   [9 .. 9 + kDDBins / 2) the bins: bin j of the positive store (index top - j; the last one also
+//       everything below) is bin j, bin j of the negative store is bin kDDBins - 1 - j
 constexpr double kDDAlpha = 0.02;  // the documented bound
 // The sketch is built with a slightly smaller alpha: a value on a bucket boundary (1.0 = gamma^0 is one)
 // is off by exactly alpha in real arithmetic, and the rounding of exp / log could push it just past the
 // bound; with this margin every value stays strictly within kDDAlpha.
 constexpr double kDDAlphaBuild = kDDAlpha * 0.995;
-constexpr int kDDBins = 512;
+constexpr std::int64_t kDDBins = 1024;
 constexpr std::size_t kDDHead = 9;
-constexpr std::size_t kDDWords = kDDHead + kDDBins;  // 2 signs x kDDBins / 2 words
+constexpr std::size_t kDDWords = kDDHead + kDDBins / 2;
 constexpr std::int64_t kDDEmpty = kI64Min;
 
 // Slots of a kind: a multi-slot kind at p is followed by width - 1 kPairValue partials.
@@ -215,38 +218,15 @@ inline std::uint64_t dd_get(const std::int64_t* bins, std::int64_t j) {
 inline void dd_add(std::int64_t* bins, std::int64_t j, std::uint64_t c) {
   bins[j >> 1] = static_cast<std::int64_t>(static_cast<std::uint64_t>(bins[j >> 1]) + (c << (32 * (j & 1))));
 }
-// Merges store (src_top, src) into (*top, bins): both re-collapsed below the higher top (§2.2: the
-// buckets below top - kDDBins + 1 fold into the lowest bin), then added.
-inline void dd_merge_store(std::int64_t* top, std::int64_t* bins, std::int64_t src_top, const std::int64_t* src) {
-  constexpr std::int64_t kWords = kDDBins / 2, kLast = kDDBins - 1;
-  if (src_top == kDDEmpty) return;
-  if (*top == kDDEmpty) {
-    *top = src_top;
-    std::copy(src, src + kWords, bins);
-    return;
-  }
-  if (src_top > *top) {  // this store moves down by d bins
-    const std::int64_t d = src_top - *top;
-    std::uint64_t old[kDDBins];
-    for (std::int64_t j = 0; j < kDDBins; ++j) old[j] = dd_get(bins, j);
-    std::fill(bins, bins + kWords, 0);
-    for (std::int64_t j = 0; j < kDDBins; ++j)
-      if (old[j]) dd_add(bins, std::min(j + d, kLast), old[j]);
-    *top = src_top;
-  }
-  const std::int64_t off = *top - src_top;
-  if (off == 0) {  // aligned: a word-wise add (no carry between the packed halves, see the layout)
-    for (std::int64_t w = 0; w < kWords; ++w)
-      bins[w] = static_cast<std::int64_t>(static_cast<std::uint64_t>(bins[w]) + static_cast<std::uint64_t>(src[w]));
-    return;
-  }
-  for (std::int64_t j = 0; j < kDDBins; ++j) {
-    const std::uint64_t c = dd_get(src, j);
-    if (c) dd_add(bins, std::min(j + off, kLast), c);
-  }
+// Capacity of each store of a sketch with (top_pos, top_neg), and where bin j of a store lies.
+inline std::int64_t dd_capacity(std::int64_t top_pos, std::int64_t top_neg) {
+  return top_pos != kDDEmpty && top_neg != kDDEmpty ? kDDBins / 2 : kDDBins;
 }
-// dst = dst merged with src (§2.2, Algorithm 4: counts add bucket by bucket).
+inline std::int64_t dd_slot(bool neg, std::int64_t j) { return neg ? kDDBins - 1 - j : j; }
+// dst = dst merged with src (§2.2, Algorithm 4: counts add bucket by bucket, after both are collapsed
+// to the merged sketch's tops and capacity).
 inline void dd_merge(std::int64_t* dst, const std::int64_t* src) {
+  constexpr std::int64_t kWords = kDDBins / 2;
   if (src[0] == 0) return;
   if (dst[0] == 0) {
     std::copy(src, src + kDDWords, dst);
@@ -255,8 +235,33 @@ inline void dd_merge(std::int64_t* dst, const std::int64_t* src) {
   for (int i = 0; i < 5; ++i) dst[i] += src[i];
   dst[5] = std::min(dst[5], src[5]);
   dst[6] = std::max(dst[6], src[6]);
-  dd_merge_store(&dst[7], &dst[kDDHead], src[7], &src[kDDHead]);
-  dd_merge_store(&dst[8], &dst[kDDHead + kDDBins / 2], src[8], &src[kDDHead + kDDBins / 2]);
+  const std::int64_t top[2] = {std::max(dst[7], src[7]), std::max(dst[8], src[8])};  // kDDEmpty is the lowest
+  const std::int64_t cap = dd_capacity(top[0], top[1]);
+  std::int64_t* bins = &dst[kDDHead];
+  const std::int64_t* sbins = &src[kDDHead];
+  if (dst[7] == src[7] && dst[8] == src[8] && dd_capacity(dst[7], dst[8]) == cap) {
+    // aligned (same tops and capacity, hence src's too): a word-wise add, no carry between the halves
+    for (std::int64_t w = 0; w < kWords; ++w)
+      bins[w] = static_cast<std::int64_t>(static_cast<std::uint64_t>(bins[w]) + static_cast<std::uint64_t>(sbins[w]));
+    return;
+  }
+  std::uint64_t merged[kDDBins] = {};
+  for (const std::int64_t* d : {static_cast<const std::int64_t*>(dst), src}) {
+    const std::int64_t c = dd_capacity(d[7], d[8]);
+    for (int neg = 0; neg < 2; ++neg) {
+      if (d[7 + neg] == kDDEmpty) continue;
+      const std::int64_t shift = top[neg] - d[7 + neg];
+      for (std::int64_t j = 0; j < c; ++j) {
+        const std::uint64_t n = dd_get(&d[kDDHead], dd_slot(neg, j));
+        if (n) merged[dd_slot(neg, std::min(j + shift, cap - 1))] += n;
+      }
+    }
+  }
+  std::fill(bins, bins + kWords, 0);
+  for (std::int64_t j = 0; j < kDDBins; ++j)
+    if (merged[j]) dd_add(bins, j, merged[j]);
+  dst[7] = top[0];
+  dst[8] = top[1];
 }
 // The value of rank r = ceil(q * n) (1-based, at least 1) in Spark's order (-inf, negatives, zeros,
 // positives, +inf, NaN) -- the rank Spark's ApproximatePercentile (QuantileSummaries.query) returns.
@@ -272,15 +277,15 @@ inline double dd_quantile(const std::int64_t* d, double q) {
   auto clamp = [&](double v) { return v < lo ? lo : v > hi ? hi : v; };
   std::int64_t cum = d[2];
   if (cum >= r) return -std::numeric_limits<double>::infinity();
-  const std::int64_t* neg = &d[kDDHead + kDDBins / 2];
+  const std::int64_t* bins = &d[kDDHead];
+  const std::int64_t cap = dd_capacity(d[7], d[8]);
   if (d[8] != kDDEmpty)
-    for (std::int64_t j = 0; j < kDDBins; ++j)  // most negative first
-      if ((cum += static_cast<std::int64_t>(dd_get(neg, j))) >= r) return clamp(-dd_value(d[8] - j));
+    for (std::int64_t j = 0; j < cap; ++j)  // most negative first
+      if ((cum += static_cast<std::int64_t>(dd_get(bins, dd_slot(true, j)))) >= r) return clamp(-dd_value(d[8] - j));
   if ((cum += d[1]) >= r) return 0.0;
-  const std::int64_t* pos = &d[kDDHead];
   if (d[7] != kDDEmpty)
-    for (std::int64_t j = kDDBins - 1; j >= 0; --j)
-      if ((cum += static_cast<std::int64_t>(dd_get(pos, j))) >= r) return clamp(dd_value(d[7] - j));
+    for (std::int64_t j = cap - 1; j >= 0; --j)
+      if ((cum += static_cast<std::int64_t>(dd_get(bins, dd_slot(false, j)))) >= r) return clamp(dd_value(d[7] - j));
   if ((cum += d[3]) >= r) return std::numeric_limits<double>::infinity();
   return std::numeric_limits<double>::quiet_NaN();
 }
@@ -580,8 +585,8 @@ inline Slices preaggregate(std::size_t n, const std::int64_t* hash, const std::i
           if (idx[i] == kDDEmpty) continue;
           const std::size_t g = static_cast<std::size_t>(gid[i]);
           const bool pos = c.f64[i] > 0;
-          const std::int64_t j = std::min<std::int64_t>(w[pos ? 7 : 8][g] - idx[i], kDDBins - 1);
-          std::int64_t& word = w[kDDHead + (pos ? 0 : kDDBins / 2) + static_cast<std::size_t>(j >> 1)][g];
+          const std::int64_t j = dd_slot(!pos, std::min(w[pos ? 7 : 8][g] - idx[i], dd_capacity(w[7][g], w[8][g]) - 1));
+          std::int64_t& word = w[kDDHead + static_cast<std::size_t>(j >> 1)][g];
           word = static_cast<std::int64_t>(static_cast<std::uint64_t>(word) + (std::uint64_t{1} << (32 * (j & 1))));
         }
         break;

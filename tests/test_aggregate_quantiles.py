@@ -123,27 +123,35 @@ def test_infinities_nan_and_zeros_in_sparks_order():
                 assert abs(g - want) <= S.DD_ALPHA * abs(want), (q, g, want)
 
 
-def test_collapsed_buckets_keep_the_high_quantiles_and_stay_in_range():
-    """Magnitudes spanning more than gamma^(DD_BINS - 1): the lowest buckets collapse (DDSketch §2.2), the
-    quantiles of the values above the collapse keep alpha, the others stay within [min, max] and within
-    the collapse bound in absolute terms."""
+@pytest.mark.parametrize("signs", ["positive", "both"])
+def test_collapsed_buckets_keep_the_high_quantiles_and_stay_in_range(signs):
+    """Magnitudes spanning more than a store's capacity (all DD_BINS bins for one sign, half each with both
+    signs): the lowest buckets collapse (DDSketch §2.2), the quantiles of the values above the collapse
+    keep alpha, the others stay within [min, max] and within the collapse bound in absolute terms."""
     rng = np.random.default_rng(3)
     n = 3000
-    x = 10.0 ** rng.uniform(-12, 6, n)    # 18 decades
+    x = 10.0 ** rng.uniform(-22, 6, n)    # 28 decades
+    if signs == "both":
+        x = np.where(rng.random(n) < 0.4, -x, x)
     keys = np.zeros(n, dtype=np.int64)
     times = rng.integers(0, 40, n).astype(np.int64)
     alpha = S.DD_ALPHA * 0.995            # the kernel's buckets (kDDAlphaBuild: a margin below the bound)
     gamma = (1 + alpha) / (1 - alpha)
+    collapsed = 0
     for (_key, start), vals in _windows(keys, times, x).items():
         v = x[(times >= start) & (times < start + W)]
-        floor = v.max() * gamma ** -(S.DD_BINS - 1)
+        cap = S.DD_BINS // 2 if (v < 0).any() and (v > 0).any() else S.DD_BINS
         for q, g in zip(QS, vals):
             want = _exact(v, q)
             assert v.min() <= g <= v.max()
-            if want > floor * gamma:
-                assert abs(g - want) <= S.DD_ALPHA * want * (1 + 1e-9), (q, g, want)
+            same_sign = v[np.sign(v) == np.sign(want)]
+            floor = np.abs(same_sign).max() * gamma ** -(cap - 1)
+            if abs(want) > floor * gamma:
+                assert abs(g - want) <= S.DD_ALPHA * abs(want) * (1 + 1e-9), (q, g, want)
             else:
+                collapsed += 1
                 assert abs(g - want) <= floor * gamma ** 2, (q, g, want)
+    assert collapsed > 0
 
 
 def test_empty_and_all_null_windows_are_null():

@@ -31,11 +31,11 @@ QUANTILE_FUNCS = ("percentile_approx", "approx_percentile")
 #: How the aggregates are listed in error messages.
 AGG_FORMS = AGG_NAMES + tuple(f"{f}(p)" for f in QUANTILE_FUNCS)
 _QUANTILE_RE = re.compile(r"\s*(percentile_approx|approx_percentile)\s*(?:\((.*)\))?\s*", re.IGNORECASE | re.DOTALL)
-#: DDSketch of percentile_approx (native/aggregate_core.hpp, kDDSketch): relative accuracy alpha, bins per
-#: sign (collapsing the lowest), int64 words per sketch; percentages reach the kernel in units of 1e-9.
+#: DDSketch of percentile_approx (native/aggregate_core.hpp, kDDSketch): relative accuracy alpha, bins (one
+#: sign: all, both: half each; collapsing the lowest), int64 words per sketch; percentages in units of 1e-9.
 DD_ALPHA = 0.02
-DD_BINS = 512
-DD_WORDS = 9 + DD_BINS
+DD_BINS = 1024
+DD_WORDS = 9 + DD_BINS // 2
 QUANTILE_UNITS = 10**9
 #: HyperLogLog precision of ``approx_count_distinct``: Spark's default ``rsd=0.05`` gives
 #: ``p = ceil(2 log2(1.106 / rsd)) = 9`` (HyperLogLogPlusPlus), 2^9 registers in 64 words.

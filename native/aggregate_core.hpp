@@ -247,13 +247,20 @@ inline void dd_merge(std::int64_t* dst, const std::int64_t* src) {
   }
   std::uint64_t merged[kDDBins] = {};
   for (const std::int64_t* d : {static_cast<const std::int64_t*>(dst), src}) {
-    const std::int64_t c = dd_capacity(d[7], d[8]);
-    for (int neg = 0; neg < 2; ++neg) {
-      if (d[7 + neg] == kDDEmpty) continue;
-      const std::int64_t shift = top[neg] - d[7 + neg];
-      for (std::int64_t j = 0; j < c; ++j) {
-        const std::uint64_t n = dd_get(&d[kDDHead], dd_slot(neg, j));
-        if (n) merged[dd_slot(neg, std::min(j + shift, cap - 1))] += n;
+    // Slot by slot, skipping empty words (a slice's sketch is mostly empty). With one sign every slot
+    // is that sign's; with both, the first half is the positive store's.
+    const bool has_pos = d[7] != kDDEmpty, has_neg = d[8] != kDDEmpty;
+    const std::int64_t shift[2] = {has_pos ? top[0] - d[7] : 0, has_neg ? top[1] - d[8] : 0};  // no kDDEmpty arithmetic
+    for (std::int64_t w = 0; w < kWords; ++w) {
+      const std::uint64_t word = static_cast<std::uint64_t>(d[kDDHead + w]);
+      if (!word) continue;
+      for (std::int64_t h = 0; h < 2; ++h) {
+        const std::uint64_t n = (word >> (32 * h)) & 0xFFFFFFFFULL;
+        if (!n) continue;
+        const std::int64_t at = 2 * w + h;
+        const bool neg = has_neg && (!has_pos || at >= kDDBins / 2);
+        const std::int64_t j = neg ? kDDBins - 1 - at : at;
+        merged[dd_slot(neg, std::min(j + shift[neg], cap - 1))] += n;
       }
     }
   }

@@ -54,9 +54,9 @@ enum Kind : std::uint8_t {
 // Relative-Error Guarantees", VLDB 2019) --------------------------------------------------------------
 //
 // Bucket i holds the values x with gamma^(i-1) < |x| <= gamma^i, gamma = (1 + alpha) / (1 - alpha)
-// (§2, Definition 2: i = ceil(log_gamma x)); returning 2 gamma^i / (gamma + 1) for any of them is
-// within relative error alpha (§2, Proposition 3). Negative values go to a second store of |x|. A
-// fixed number of bins is kept with the paper's collapsing rule (§2.2, Algorithm 3, "collapse the lowest
+// (§2: i = ceil(log_gamma x)); returning 2 gamma^i / (gamma + 1) for any of them is
+// within relative error alpha (§2). Negative values go to a second store of |x|. A
+// fixed number of bins is kept with the paper's collapsing rule (§2.2, "collapse the lowest
 // buckets"): a store of capacity c holds the buckets top - c + 1 .. top below its highest bucket `top`,
 // the lowest bin also counts every smaller index. The kDDBins bins are shared: a sketch whose values
 // have one sign gives that store all of them, one with both signs kDDBins / 2 to each -- so the capacity
@@ -204,9 +204,9 @@ inline double dd_log_gamma() {
   static const double lg = std::log((1 + kDDAlphaBuild) / (1 - kDDAlphaBuild));
   return lg;
 }
-// Bucket of a finite magnitude m > 0: ceil(log_gamma m) (§2, Definition 2).
+// Bucket of a finite magnitude m > 0: ceil(log_gamma m) (§2).
 inline std::int64_t dd_index(double m) { return static_cast<std::int64_t>(std::ceil(std::log(m) / dd_log_gamma())); }
-// The value a bucket stands for, 2 gamma^i / (gamma + 1) (§2, Proposition 3: within relative error alpha
+// The value a bucket stands for, 2 gamma^i / (gamma + 1) (§2: within relative error alpha
 // of every value of the bucket). Computed as one exp so that the bucket of DBL_MAX does not overflow.
 inline double dd_value(std::int64_t i) {
   static const double lf = std::log(2.0 / (1.0 + (1 + kDDAlphaBuild) / (1 - kDDAlphaBuild)));
@@ -223,7 +223,7 @@ inline std::int64_t dd_capacity(std::int64_t top_pos, std::int64_t top_neg) {
   return top_pos != kDDEmpty && top_neg != kDDEmpty ? kDDBins / 2 : kDDBins;
 }
 inline std::int64_t dd_slot(bool neg, std::int64_t j) { return neg ? kDDBins - 1 - j : j; }
-// dst = dst merged with src (§2.2, Algorithm 4: counts add bucket by bucket, after both are collapsed
+// dst = dst merged with src (§2.2: counts add bucket by bucket, after both are collapsed
 // to the merged sketch's tops and capacity).
 inline void dd_merge(std::int64_t* dst, const std::int64_t* src) {
   constexpr std::int64_t kWords = kDDBins / 2;

@@ -5,7 +5,7 @@ order, save / restore, eviction) against exact quantiles computed with numpy.
 The oracle is the value of rank ``ceil(p * n)`` (at least 1) of the sorted window -- what Spark's
 ``percentile_approx`` returns while it is exact (windows of at most 10 000 rows at its default accuracy)
 -- and the documented bound is the relative accuracy ``alpha`` of DDSketch (Masson, Rim, Lee, VLDB 2019,
-§2, Proposition 3), for values within the stores' ``gamma^(DD_BINS - 1)`` range below each sign's largest
+§2), for values within the stores' ``gamma^(DD_BINS - 1)`` range below each sign's largest
 magnitude (docs/aggregate.md, *Statistical aggregates*).
 """
 from __future__ import annotations

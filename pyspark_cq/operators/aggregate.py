@@ -113,9 +113,9 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
 
         ``percentile_approx`` keeps a DDSketch per slice (Masson, Rim, Lee, "DDSketch: A Fast and
         Fully-Mergeable Quantile Sketch with Relative-Error Guarantees", VLDB 2019): a value ``x`` counts
-        in bucket ``i = ceil(log_gamma |x|)`` with ``gamma = (1 + alpha) / (1 - alpha)`` (§2, Definition
-        2), and the bucket stands for ``2 gamma^i / (gamma + 1)``, within relative error ``alpha = 0.02`` of
-        each of its values (Proposition 3); 1024 bins, all for one sign or 512 per sign, the lowest
+        in bucket ``i = ceil(log_gamma |x|)`` with ``gamma = (1 + alpha) / (1 - alpha)``, and the bucket
+        stands for ``2 gamma^i / (gamma + 1)``, within relative error ``alpha = 0.02`` of each of its values
+        (§2); 1024 bins, all for one sign or 512 per sign, the lowest
         collapsing (§2.2). The result is the value of rank ``ceil(p·n)`` as in Spark's
         ``percentile_approx``: ``p = 0`` / ``1`` are the exact min / max, infinities, NaN and zeros are
         exact, other values within ``alpha·|x|`` (integral columns: rounded, ``+ 0.5``) for magnitudes

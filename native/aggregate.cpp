@@ -64,7 +64,7 @@ py::dict preaggregate_py(const py::handle& hash, const py::handle& time, const p
   std::vector<std::pair<std::uint8_t, int>> op_list;
   for (py::ssize_t i = 0; i < op_arr.shape(0); i += 2) {
     const int op = op_arr.at(i), col = op_arr.at(i + 1);
-    if (op < cq::agg::kOpRows || op > cq::agg::kOpMoments) throw py::value_error("unknown op code " + std::to_string(op));
+    if (op < cq::agg::kOpRows || op > cq::agg::kOpDDSketch) throw py::value_error("unknown op code " + std::to_string(op));
     if (op != cq::agg::kOpRows && (col < 0 || col >= static_cast<int>(values.size())))
       throw py::value_error("op refers to a missing value column " + std::to_string(col));
     op_list.emplace_back(static_cast<std::uint8_t>(op), col);
@@ -94,7 +94,7 @@ py::dict preaggregate_py(const py::handle& hash, const py::handle& time, const p
   for (const auto& [op, col] : op_list) {
     if (op == cq::agg::kOpRows || op == cq::agg::kOpCount || op == cq::agg::kOpPairValue) continue;
     const bool f = op == cq::agg::kOpSumF || op == cq::agg::kOpMinF || op == cq::agg::kOpMaxF ||
-                   op == cq::agg::kOpMoments;
+                   op == cq::agg::kOpMoments || op == cq::agg::kOpDDSketch;
     if (f ? !cols[col].f64 : !cols[col].i64)
       throw py::type_error("values[" + std::to_string(col) + "] must be " + (f ? "float64" : "int64") +
                            " for op " + std::to_string(op));
@@ -411,4 +411,11 @@ int64 arrays, floats bit-cast) and null_time (rows skipped for a null time).)doc
   m.attr("OUT_MAX") = static_cast<int>(cq::agg::kOutMax);
   m.attr("OUT_SUM_I_CHECKED") = static_cast<int>(cq::agg::kOutSumIChecked);
   m.attr("OUT_RAW") = static_cast<int>(cq::agg::kOutRaw);
+  m.attr("OP_DDSKETCH") = static_cast<int>(cq::agg::kOpDDSketch);
+  m.attr("KIND_DDSKETCH") = static_cast<int>(cq::agg::kDDSketch);
+  m.attr("OUT_QUANTILE") = static_cast<int>(cq::agg::kOutQuantile);
+  m.attr("DD_WORDS") = static_cast<int>(cq::agg::kDDWords);
+  m.attr("DD_BINS") = static_cast<int>(cq::agg::kDDBins);
+  m.attr("DD_ALPHA") = cq::agg::kDDAlpha;
+  m.attr("QUANTILE_UNITS") = static_cast<int>(cq::agg::kQuantileUnits);
 }

@@ -10,6 +10,8 @@
 //   - non-invertible ones (min, max, and floating sums, which must not subtract: inf - inf = NaN and
 //     cancellation would drift) use the two-stacks queue: the front holds suffix aggregates, the back a
 //     running aggregate, a flip moves the back to the front once per slice.
+//   - quantile sketches (DDSketch with collapsing stores, see dd_merge) merge associatively but not
+//     invertibly: two-stacks as well.
 //
 // Everything here is plain C++17 (no Python), so the algorithm can be benchmarked and tested alone.
 #pragma once
@@ -45,12 +47,49 @@ enum Kind : std::uint8_t {
   kLast = 7,      // idem, the latest (ties: the larger value)
   kPairValue = 8, // a further slot of a multi-slot kind (kFirst, kLast, kMoments), combined with it
   kMoments = 9,   // (n, mean, M2) as doubles at p, p + 1, p + 2: count, mean and sum of squared deviations
+  kDDSketch = 10, // a DDSketch of kDDWords slots at p .. p + kDDWords - 1 (layout below)
 };
+
+// ---- DDSketch (Masson, Rim, Lee, "DDSketch: A Fast and Fully-Mergeable Quantile Sketch with
+// Relative-Error Guarantees", VLDB 2019) --------------------------------------------------------------
+//
+// Bucket i holds the values x with gamma^(i-1) < |x| <= gamma^i, gamma = (1 + alpha) / (1 - alpha)
+// (§2: i = ceil(log_gamma x)); returning 2 gamma^i / (gamma + 1) for any of them is
+// within relative error alpha (§2). Negative values go to a second store of |x|. A
+// fixed number of bins is kept with the paper's collapsing rule (§2.2, "collapse the lowest
+// buckets"): a store of capacity c holds the buckets top - c + 1 .. top below its highest bucket `top`,
+// the lowest bin also counts every smaller index. The kDDBins bins are shared: a sketch whose values
+// have one sign gives that store all of them, one with both signs kDDBins / 2 to each -- so the capacity
+// depends only on which signs occur, and a merge never raises it. Collapsing is clamping the index from
+// below, and clamping twice is clamping at the larger bound (the merged top is the larger, the merged
+// capacity the smaller), so merging two sketches (re-clamp every bin at the merged top - capacity + 1,
+// add counts) gives the sketch of the union whatever the order: the merge is associative and
+// commutative (the two-stacks queue relies on that) but has no inverse, so it cannot subtract on evict.
+// Layout of the kDDWords int64 slots (counts packed two uint32 to a word: a window holds fewer than
+// 2^32 values, the limit the integral sums already assume, so a word-wise add never carries between
+// the halves):
+//   [0] n: values (not null); n == 0 is the empty sketch, whatever the other slots hold (the identity)
+//   [1] zeros  [2] -inf  [3] +inf  [4] NaN counts
+//   [5] min, [6] max: f64_key order keys (Spark's ordering, NaN largest), for the clamp and the ranks
+//       1 and n (exact)
+//   [7] top index of the positive store, [8] of the negative store (of |x|); kDDEmpty: no value
+//   [9 .. 9 + kDDBins / 2) the bins: bin j of the positive store (index top - j; the last one also
+//       everything below) is bin j, bin j of the negative store is bin kDDBins - 1 - j
+constexpr double kDDAlpha = 0.02;  // the documented bound
+// The sketch is built with a slightly smaller alpha: a value on a bucket boundary (1.0 = gamma^0 is one)
+// is off by exactly alpha in real arithmetic, and the rounding of exp / log could push it just past the
+// bound; with this margin every value stays strictly within kDDAlpha.
+constexpr double kDDAlphaBuild = kDDAlpha * 0.995;
+constexpr std::int64_t kDDBins = 1024;
+constexpr std::size_t kDDHead = 9;
+constexpr std::size_t kDDWords = kDDHead + kDDBins / 2;
+constexpr std::int64_t kDDEmpty = kI64Min;
 
 // Slots of a kind: a multi-slot kind at p is followed by width - 1 kPairValue partials.
 inline std::size_t width(std::uint8_t kind) {
-  return kind == kMoments ? 3 : (kind == kFirst || kind == kLast) ? 2 : 1;
+  return kind == kDDSketch ? kDDWords : kind == kMoments ? 3 : (kind == kFirst || kind == kLast) ? 2 : 1;
 }
+constexpr std::size_t kMaxWidth = kDDWords;
 inline bool is_pair(std::uint8_t kind) { return width(kind) > 1; }
 
 // Map-side operations: which partial a raw row contributes to (see preaggregate()).
@@ -71,6 +110,7 @@ enum Op : std::uint8_t {
   kOpLast = 11,   // times, the kOpPairValue partial right after it names the value column
   kOpPairValue = 12,
   kOpMoments = 13,  // (n, mean, M2) of a float64 column, Welford per slice; two kOpPairValue partials follow
+  kOpDDSketch = 14, // DDSketch of a float64 column; kDDWords - 1 kOpPairValue partials follow
 };
 
 inline Kind kind_of(std::uint8_t op) {
@@ -84,6 +124,7 @@ inline Kind kind_of(std::uint8_t op) {
     case kOpLast: return kLast;
     case kOpPairValue: return kPairValue;
     case kOpMoments: return kMoments;
+    case kOpDDSketch: return kDDSketch;
     default: throw std::invalid_argument("unknown partial operation code " + std::to_string(op));
   }
 }
@@ -158,9 +199,111 @@ inline void hll_update(std::int64_t* words, int p, std::uint64_t hash) {
                                                 (rho << (8 * (idx & 7))));
 }
 
+// DDSketch helpers (layout and references at kDDSketch above).
+inline double dd_log_gamma() {
+  static const double lg = std::log((1 + kDDAlphaBuild) / (1 - kDDAlphaBuild));
+  return lg;
+}
+// Bucket of a finite magnitude m > 0: ceil(log_gamma m) (§2).
+inline std::int64_t dd_index(double m) { return static_cast<std::int64_t>(std::ceil(std::log(m) / dd_log_gamma())); }
+// The value a bucket stands for, 2 gamma^i / (gamma + 1) (§2: within relative error alpha
+// of every value of the bucket). Computed as one exp so that the bucket of DBL_MAX does not overflow.
+inline double dd_value(std::int64_t i) {
+  static const double lf = std::log(2.0 / (1.0 + (1 + kDDAlphaBuild) / (1 - kDDAlphaBuild)));
+  return std::exp(static_cast<double>(i) * dd_log_gamma() + lf);
+}
+inline std::uint64_t dd_get(const std::int64_t* bins, std::int64_t j) {
+  return (static_cast<std::uint64_t>(bins[j >> 1]) >> (32 * (j & 1))) & 0xFFFFFFFFULL;
+}
+inline void dd_add(std::int64_t* bins, std::int64_t j, std::uint64_t c) {
+  bins[j >> 1] = static_cast<std::int64_t>(static_cast<std::uint64_t>(bins[j >> 1]) + (c << (32 * (j & 1))));
+}
+// Capacity of each store of a sketch with (top_pos, top_neg), and where bin j of a store lies.
+inline std::int64_t dd_capacity(std::int64_t top_pos, std::int64_t top_neg) {
+  return top_pos != kDDEmpty && top_neg != kDDEmpty ? kDDBins / 2 : kDDBins;
+}
+inline std::int64_t dd_slot(bool neg, std::int64_t j) { return neg ? kDDBins - 1 - j : j; }
+// dst = dst merged with src (§2.2: counts add bucket by bucket, after both are collapsed
+// to the merged sketch's tops and capacity).
+inline void dd_merge(std::int64_t* dst, const std::int64_t* src) {
+  constexpr std::int64_t kWords = kDDBins / 2;
+  if (src[0] == 0) return;
+  if (dst[0] == 0) {
+    std::copy(src, src + kDDWords, dst);
+    return;
+  }
+  for (int i = 0; i < 5; ++i) dst[i] += src[i];
+  dst[5] = std::min(dst[5], src[5]);
+  dst[6] = std::max(dst[6], src[6]);
+  const std::int64_t top[2] = {std::max(dst[7], src[7]), std::max(dst[8], src[8])};  // kDDEmpty is the lowest
+  const std::int64_t cap = dd_capacity(top[0], top[1]);
+  std::int64_t* bins = &dst[kDDHead];
+  const std::int64_t* sbins = &src[kDDHead];
+  if (dst[7] == src[7] && dst[8] == src[8] && dd_capacity(dst[7], dst[8]) == cap) {
+    // aligned (same tops and capacity, hence src's too): a word-wise add, no carry between the halves
+    for (std::int64_t w = 0; w < kWords; ++w)
+      bins[w] = static_cast<std::int64_t>(static_cast<std::uint64_t>(bins[w]) + static_cast<std::uint64_t>(sbins[w]));
+    return;
+  }
+  std::uint64_t merged[kDDBins] = {};
+  for (const std::int64_t* d : {static_cast<const std::int64_t*>(dst), src}) {
+    // Slot by slot, skipping empty words (a slice's sketch is mostly empty). With one sign every slot
+    // is that sign's; with both, the first half is the positive store's.
+    const bool has_pos = d[7] != kDDEmpty, has_neg = d[8] != kDDEmpty;
+    const std::int64_t shift[2] = {has_pos ? top[0] - d[7] : 0, has_neg ? top[1] - d[8] : 0};  // no kDDEmpty arithmetic
+    for (std::int64_t w = 0; w < kWords; ++w) {
+      const std::uint64_t word = static_cast<std::uint64_t>(d[kDDHead + w]);
+      if (!word) continue;
+      for (std::int64_t h = 0; h < 2; ++h) {
+        const std::uint64_t n = (word >> (32 * h)) & 0xFFFFFFFFULL;
+        if (!n) continue;
+        const std::int64_t at = 2 * w + h;
+        const bool neg = has_neg && (!has_pos || at >= kDDBins / 2);
+        const std::int64_t j = neg ? kDDBins - 1 - at : at;
+        merged[dd_slot(neg, std::min(j + shift[neg], cap - 1))] += n;
+      }
+    }
+  }
+  std::fill(bins, bins + kWords, 0);
+  for (std::int64_t j = 0; j < kDDBins; ++j)
+    if (merged[j]) dd_add(bins, j, merged[j]);
+  dst[7] = top[0];
+  dst[8] = top[1];
+}
+// The value of rank r = ceil(q * n) (1-based, at least 1) in Spark's order (-inf, negatives, zeros,
+// positives, +inf, NaN) -- the rank Spark's ApproximatePercentile (QuantileSummaries.query) returns.
+// Ranks 1 and n are the exact min and max; the others a bucket's value clamped to [min, max], within
+// relative error alpha of the true value unless its bucket was collapsed.
+inline double dd_quantile(const std::int64_t* d, double q) {
+  const std::int64_t n = d[0];
+  std::int64_t r = static_cast<std::int64_t>(std::ceil(q * static_cast<double>(n)));
+  r = std::max<std::int64_t>(1, std::min(r, n));
+  const double lo = key_f64(d[5]), hi = key_f64(d[6]);
+  if (r == 1) return lo;
+  if (r == n) return hi;
+  auto clamp = [&](double v) { return v < lo ? lo : v > hi ? hi : v; };
+  std::int64_t cum = d[2];
+  if (cum >= r) return -std::numeric_limits<double>::infinity();
+  const std::int64_t* bins = &d[kDDHead];
+  const std::int64_t cap = dd_capacity(d[7], d[8]);
+  if (d[8] != kDDEmpty)
+    for (std::int64_t j = 0; j < cap; ++j)  // most negative first
+      if ((cum += static_cast<std::int64_t>(dd_get(bins, dd_slot(true, j)))) >= r) return clamp(-dd_value(d[8] - j));
+  if ((cum += d[1]) >= r) return 0.0;
+  if (d[7] != kDDEmpty)
+    for (std::int64_t j = cap - 1; j >= 0; --j)
+      if ((cum += static_cast<std::int64_t>(dd_get(bins, dd_slot(false, j)))) >= r) return clamp(dd_value(d[7] - j));
+  if ((cum += d[3]) >= r) return std::numeric_limits<double>::infinity();
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
 // dst[0] (+ dst[1] for a pair kind) combined with src[0] (+ src[1]): every layout (slice rows, suffix
 // columns, running aggregates) keeps a pair's value right after its time. All kinds are commutative.
 inline void combine_at(std::uint8_t kind, std::int64_t* dst, const std::int64_t* src) {
+  if (kind == kDDSketch) {
+    dd_merge(dst, src);
+    return;
+  }
   if (kind == kMoments) {
     // Chan, Golub and LeVeque, "Algorithms for computing the sample variance" (1983), eq. 2.1: the
     // pairwise update of (n, mean, M2), which never subtracts two large sums of squares.
@@ -418,6 +561,43 @@ inline Slices preaggregate(std::size_t n, const std::int64_t* hash, const std::i
         }
         break;
       }
+      case kOpDDSketch: {
+        for (std::size_t j = 1; j < kDDWords; ++j)
+          if (p + j >= ops.size() || ops[p + j].first != kOpPairValue)
+            throw std::invalid_argument("a DDSketch partial needs its value partials right after it");
+        std::vector<std::int64_t>* w = &out.part[p];
+        for (std::size_t j = 1; j < kDDWords; ++j) w[j].assign(m, 0);
+        w[5].assign(m, kI64Max), w[6].assign(m, kI64Min), w[7].assign(m, kDDEmpty), w[8].assign(m, kDDEmpty);
+        // Two passes: the tops of a slice's stores first, so that each value lands in its final
+        // (collapsed) bin at once -- no per-row shifting of the stores.
+        std::vector<std::int64_t> idx(n, kDDEmpty);
+        for (std::size_t i = 0; i < n; ++i) {
+          if (gid[i] < 0 || (v && !v[i])) continue;
+          const std::size_t g = static_cast<std::size_t>(gid[i]);
+          const double x = c.f64[i];
+          ++acc[g];
+          const std::int64_t key = f64_key(x);
+          w[5][g] = std::min(w[5][g], key);
+          w[6][g] = std::max(w[6][g], key);
+          if (std::isnan(x)) ++w[4][g];
+          else if (x == 0) ++w[1][g];
+          else if (std::isinf(x)) ++w[x < 0 ? 2 : 3][g];
+          else {
+            idx[i] = dd_index(std::fabs(x));
+            std::int64_t& top = w[x > 0 ? 7 : 8][g];
+            top = std::max(top, idx[i]);
+          }
+        }
+        for (std::size_t i = 0; i < n; ++i) {
+          if (idx[i] == kDDEmpty) continue;
+          const std::size_t g = static_cast<std::size_t>(gid[i]);
+          const bool pos = c.f64[i] > 0;
+          const std::int64_t j = dd_slot(!pos, std::min(w[pos ? 7 : 8][g] - idx[i], dd_capacity(w[7][g], w[8][g]) - 1));
+          std::int64_t& word = w[kDDHead + static_cast<std::size_t>(j >> 1)][g];
+          word = static_cast<std::int64_t>(static_cast<std::uint64_t>(word) + (std::uint64_t{1} << (32 * (j & 1))));
+        }
+        break;
+      }
       case kOpHll: {
         std::size_t w = 1;  // the sketch's words: this partial and the kOpHll partials of the column after it
         while (p + w < ops.size() && ops[p + w].first == kOpHll && ops[p + w].second == ops[p].second) ++w;
@@ -455,7 +635,10 @@ enum OutKind : std::int32_t {
   kOutSumIChecked = 8,  // kOutSumI with the high-half sum at partial value + 1: valid is 2 when the
                         // exact sum is outside int64 (the value is then the wrapped sum, Spark's non-ANSI one)
   kOutRaw = 9,    // the combined partial as it is, always valid (e.g. a sketch word finished in Python)
+  kOutQuantile = 10,  // a DDSketch's quantile (double bits), null for an empty sketch; `count` holds the
+                      // percentage in units of 1e-9 (0 .. 10^9), not a partial index
 };
+constexpr std::int32_t kQuantileUnits = 1000000000;
 
 // Whether an output reads the high-half sum partial (kOpSumHi) at its value partial + 1.
 inline bool uses_high_half(std::int32_t kind) { return kind == kOutAvgI || kind == kOutSumIChecked; }
@@ -480,6 +663,12 @@ inline std::int64_t canonical_double_bits(double x) { return std::isnan(x) ? kNa
 
 // Final value of one output aggregate from combined partials: (bits, valid).
 inline void finalize(const OutSpec& o, const std::int64_t* combined, std::int64_t* value, std::uint8_t* valid) {
+  if (o.kind == kOutQuantile) {
+    const std::int64_t* d = &combined[o.value];
+    *valid = d[0] > 0;
+    *value = *valid ? canonical_double_bits(dd_quantile(d, static_cast<double>(o.count) / kQuantileUnits)) : 0;
+    return;
+  }
   if (o.kind == kOutCount || o.kind == kOutRaw) {
     *value = combined[o.value];
     *valid = 1;
@@ -516,7 +705,7 @@ inline void finalize(const OutSpec& o, const std::int64_t* combined, std::int64_
 inline bool same_value(const OutSpec& o, std::int64_t a, std::int64_t b) {
   if (a == b) return true;
   switch (o.kind) {
-    case kOutSumF: case kOutAvgI: case kOutAvgF: return bits_f64(a) == bits_f64(b);
+    case kOutSumF: case kOutAvgI: case kOutAvgF: case kOutQuantile: return bits_f64(a) == bits_f64(b);
     default: return false;
   }
 }
@@ -563,11 +752,18 @@ class ShardState {
     if (kinds_.empty() || kinds_[0] != kAddI64)
       throw std::invalid_argument("partial 0 must be count(*) (kind add-int64)");
     for (auto k : kinds_) {
-      if (k < kAddI64 || k > kMoments) throw std::invalid_argument("unknown partial kind " + std::to_string(k));
+      if (k < kAddI64 || k > kDDSketch) throw std::invalid_argument("unknown partial kind " + std::to_string(k));
       suf_of_.push_back(k == kAddI64 ? -1 : static_cast<int>(Q_++));
     }
     for (const auto& o : outs_) {
-      if (o.kind < kOutCount || o.kind > kOutRaw) throw std::invalid_argument("unknown output kind");
+      if (o.kind < kOutCount || o.kind > kOutQuantile) throw std::invalid_argument("unknown output kind");
+      if (o.kind == kOutQuantile) {
+        if (o.value < 0 || o.value >= static_cast<std::int32_t>(kinds_.size()) || kinds_[o.value] != kDDSketch)
+          throw std::invalid_argument("a quantile output needs a DDSketch partial");
+        if (o.count < 0 || o.count > kQuantileUnits)
+          throw std::invalid_argument("a quantile output's percentage must be in [0, 1e9] (units of 1e-9)");
+        continue;
+      }
       if (uses_high_half(o.kind) && (o.value + 1 >= static_cast<std::int32_t>(kinds_.size()) ||
                                      kinds_[o.value + 1] != kAddI64))
         throw std::invalid_argument("an integral sum or avg needs its high-half sum partial right after it");
@@ -580,7 +776,7 @@ class ShardState {
       if (kinds_[p] == kPairValue) throw std::invalid_argument("a value partial without its first / last / moments");
       for (; j < w; ++j)
         if (p + j >= kinds_.size() || kinds_[p + j] != kPairValue) break;
-      if (j != w) throw std::invalid_argument("a first / last / moments partial lacks its value partials");
+      if (j != w) throw std::invalid_argument("a first / last / moments / DDSketch partial lacks its value partials");
       p += w;
     }
     P_ = kinds_.size();
@@ -907,7 +1103,8 @@ class ShardState {
       const std::size_t q = static_cast<std::size_t>(suf_of_[p]);
       std::int64_t* base = &k.rows[2 + P_ + q];  // a pair's value suffix is q + 1, right after it
       if (new_row) {
-        std::int64_t acc[3] = {x[p], 0, 0};
+        std::int64_t acc[kMaxWidth];
+        acc[0] = x[p];
         for (std::size_t j = 1; j < width(kind); ++j) acc[j] = x[p + j];
         if (pos + 1 < k.mid) combine_at(kind, acc, &base[(pos + 1) * R_]);
         for (std::size_t j = 0; j < width(kind); ++j) base[pos * R_ + j] = acc[j];
@@ -939,7 +1136,9 @@ class ShardState {
       const std::uint8_t kind = kinds_[p];
       if (kind == kAddI64 || kind == kPairValue) continue;
       const std::size_t q = static_cast<std::size_t>(suf_of_[p]);
-      std::int64_t acc[3] = {identity(kind), 0, 0};
+      std::int64_t acc[kMaxWidth];
+      acc[0] = identity(kind);
+      std::fill(acc + 1, acc + width(kind), 0);
       for (std::int64_t i = k.hi - 1; i >= k.lo; --i) {
         std::int64_t* r = &k.rows[i * R_];
         combine_at(kind, acc, &r[2 + p]);

@@ -37,6 +37,13 @@ OUT_MIN: Final[int]
 OUT_MAX: Final[int]
 OUT_SUM_I_CHECKED: Final[int]
 OUT_RAW: Final[int]
+OP_DDSKETCH: Final[int]
+KIND_DDSKETCH: Final[int]
+OUT_QUANTILE: Final[int]
+DD_WORDS: Final[int]
+DD_BINS: Final[int]
+DD_ALPHA: Final[float]
+QUANTILE_UNITS: Final[int]
 
 @type_check_only
 class _Slices(TypedDict):

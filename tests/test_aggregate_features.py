@@ -315,3 +315,151 @@ def test_kernel_multi_slot_kinds_with_out_of_order_slices():
         state = K.ShardState.from_bytes(state.to_bytes(), kinds, outs, False)
         state.watermark = wm
         late_end = wm
+
+
+# ---- percentile_approx (DDSketch) --------------------------------------------------------------------
+
+PCTS = [0.0, 0.01, 0.25, 0.5, 0.9, 0.99, 1.0]
+QUANTILE_SCHEMA = "ts timestamp, k long, x double, v long, f float, i int"
+
+
+def _quantile_rows(rng, n, t0_s, span_s):
+    """Per key a different shape: skewed (lognormal, 7 decades), signs mixed with exact zeros, heavy
+    negative tail, small integers (ties); longs from -1000 to 1e6, floats; 5 % nulls."""
+    k = rng.integers(0, 4, n)
+    x = np.select([k == 0, k == 1, k == 2],
+                  [rng.lognormal(0, 2, n), np.where(rng.random(n) < 0.1, 0.0, rng.normal(-3, 50, n)),
+                   -(rng.pareto(1.5, n) + 1)], rng.integers(-5, 6, n).astype(np.float64))
+    micros = t0_s * 1_000_000 + rng.integers(0, span_s * 1_000_000, n)
+
+    def nulls(a, t):
+        return pa.array([None if rng.random() < 0.05 else a_ for a_ in a.tolist()], t)
+    return pa.table({
+        "ts": pa.array(micros, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+        "k": pa.array(k, pa.int64()),
+        "x": nulls(x, pa.float64()),
+        "v": nulls(np.where(k == 3, rng.integers(-1000, 1000, n), rng.geometric(1e-4, n)), pa.int64()),
+        "f": nulls(rng.normal(10, 3, n).astype(np.float32), pa.float32()),
+        "i": nulls(rng.integers(-30, 30, n).astype(np.int32), pa.int32())})
+
+
+def _quantile_aggs():
+    forms = ("percentile_approx", "approx_percentile")
+    return {c: [f"{forms[j % 2]}({p})" for j, p in enumerate(PCTS)] for c in ("x", "v", "f", "i")}
+
+
+def _quantile_names():
+    return {c: [(p, f"{a.split('(')[0]}_{np.format_float_positional(p, trim='-').replace('.', '_')}_{c}")
+                for a, p in zip(names, PCTS)] for c, names in _quantile_aggs().items()}
+
+
+def _spark_quantiles(df, window, slide):
+    names = _quantile_names()
+    exprs = [F.percentile_approx(c, p).alias(name) for c, pairs in names.items() for p, name in pairs]
+    return (df.groupBy(F.window("ts", window, slide), "k").agg(*exprs)
+            .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), "k",
+                    *[name for pairs in names.values() for _, name in pairs]))
+
+
+def _compare_quantiles(ours: list[dict], theirs: list[dict]):
+    """Spark's percentile_approx is exact on these windows (<= 10 000 rows at its default accuracy); ours
+    is within the sketch's documented relative error alpha (plus rounding to the nearest integer for
+    integral columns, and float32 rounding for floats); min (p = 0) and max (p = 1) are exact."""
+    from pyspark_cq.operators._agg_spec import DD_ALPHA
+
+    got = {(r["window_start"], r["k"]): r for r in ours}
+    want = {(r["window_start"], r["k"]): r for r in theirs}
+    assert got.keys() == want.keys() and got
+    checked = 0
+    for kk, w in want.items():
+        for c, pairs in _quantile_names().items():
+            for p, name in pairs:
+                gv, wv = got[kk][name], w[name]
+                assert (gv is None) == (wv is None), (kk, name, gv, wv)
+                if wv is None:
+                    continue
+                checked += 1
+                slack = 0.5 if c in ("v", "i") else 1e-6 * abs(wv) if c == "f" else 0.0
+                if p in (0.0, 1.0):
+                    assert gv == wv, (kk, name, gv, wv)
+                else:
+                    assert abs(gv - wv) <= DD_ALPHA * abs(wv) + slack, (kk, name, gv, wv)
+    return checked
+
+
+def test_batch_percentile_approx_within_alpha_of_spark(spark):
+    rng = np.random.default_rng(21)
+    table = pa.concat_tables([_quantile_rows(rng, 4000, 0, 60), _quantile_rows(rng, 1, 300, 1)])
+    df = spark.createDataFrame(table.to_pandas(), QUANTILE_SCHEMA)
+    ours = pyspark_cq.sliding_aggregate(df, "ts", "20 seconds", "5 seconds", by="k", aggs=_quantile_aggs(),
+                                        name="cq_quantiles")
+    assert ours.columns[3:6] == ["percentile_approx_0_x", "approx_percentile_0_01_x", "percentile_approx_0_25_x"]
+    types = {f.name: f.dataType.simpleString() for f in ours.schema.fields}
+    assert (types["approx_percentile_0_5_x"], types["approx_percentile_0_99_v"], types["approx_percentile_0_5_f"],
+            types["percentile_approx_1_i"]) == ("double", "bigint", "float", "int")   # the column's type, as Spark
+    assert _compare_quantiles([r.asDict() for r in ours.collect()],
+                              [r.asDict() for r in _spark_quantiles(df, "20 seconds", "5 seconds").collect()]) > 1000
+
+
+def test_percentile_approx_of_only_nulls_is_null_and_rejects_bad_forms(spark):
+    df = spark.createDataFrame([(1, None), (2, 3.0), (30, None)], "t long, x double").withColumn(
+        "ts", F.timestamp_seconds("t"))
+    out = pyspark_cq.sliding_aggregate(df, "ts", "10 seconds", aggs={"x": ["percentile_approx(0.5)"]}, name="cq_qn")
+    assert sorted((r.window_start.second, r.percentile_approx_0_5_x) for r in out.collect()) == [(0, 3.0), (30, None)]
+    with pytest.raises(ValueError, match=r"aggs\['x'\]: 'percentile_approx\(2\)': the percentage must be in \[0, 1\]"):
+        pyspark_cq.sliding_aggregate(df, "ts", "10 seconds", aggs={"x": ["percentile_approx(2)"]})
+    with pytest.raises(ValueError, match=r"aggs asks for 'percentile_approx\(0.5\)' of 'x' twice"):
+        pyspark_cq.sliding_aggregate(df, "ts", "10 seconds", aggs={"x": ["percentile_approx(0.5)",
+                                                                         "percentile_approx(.50)"]})
+    with pytest.raises(TypeError, match=r"aggs\['ts'\]: percentile_approx\(0.5\) needs a numeric column"):
+        pyspark_cq.sliding_aggregate(df, "ts", "10 seconds", aggs={"ts": ["percentile_approx(0.5)"]})
+
+
+def _quantile_files(root, rng):
+    root.mkdir()
+    for i in range(4):
+        table = _quantile_rows(rng, 600, i * 20, 20)
+        if i >= 2:   # rows behind the watermark: late for some windows, dropped by both
+            table = pa.concat_tables([table, _quantile_rows(rng, 30, i * 20 - 40, 10)])
+        path = os.path.join(root, f"b{i}.parquet")
+        pq.write_table(table, path)
+        os.utime(path, (1_000_000 + i * 10, 1_000_000 + i * 10))
+
+
+@pytest.mark.slow
+def test_stream_percentile_approx_append_and_update_within_alpha_of_spark(spark, tmp_path):
+    """Append mode (each window once, when the watermark passes it) and update mode (the last value of
+    each window over the micro-batches) against Spark's own streaming aggregation on the same files."""
+    _quantile_files(tmp_path / "in", np.random.default_rng(23))
+
+    def src():
+        return (spark.readStream.schema(QUANTILE_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(tmp_path / "in"))
+                .withWatermark("ts", "5 seconds"))
+
+    for mode in ("append", "update"):
+        ours = pyspark_cq.sliding_aggregate(src(), "ts", "20 seconds", "5 seconds", by="k", aggs=_quantile_aggs(),
+                                            output_mode=mode, name=f"cq_stream_quantiles_{mode}")
+        for df, label in ((ours, f"ours_q_{mode}"), (_spark_quantiles(src(), "20 seconds", "5 seconds"),
+                                                     f"spark_q_{mode}")):
+            out = tmp_path / label
+
+            def collect(batch_df, batch_id, out=out):
+                pdf = batch_df.toPandas()
+                pdf.attrs = {}
+                os.makedirs(out, exist_ok=True)
+                pdf.to_parquet(f"{out}/{batch_id:06d}.parquet")
+            q = (df.writeStream.outputMode(mode).foreachBatch(collect).trigger(availableNow=True)
+                 .option("checkpointLocation", str(tmp_path / f"ck_{label}")).start())
+            q.awaitTermination()
+
+        def last(label):
+            import pandas as pd
+
+            files = sorted((tmp_path / label).glob("*.parquet"))
+            pdf = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+            pdf = pdf.drop_duplicates(["window_start", "k"], keep="last")   # batches in order: the last update
+            return [{c: (None if isinstance(v, float) and v != v else v) for c, v in r.items()}   # NaN: a null
+                    for r in pdf.to_dict("records")]
+        if mode == "append":
+            assert len({f.name for f in (tmp_path / f"ours_q_{mode}").glob("*.parquet")}) > 1
+        assert _compare_quantiles(last(f"ours_q_{mode}"), last(f"spark_q_{mode}")) > 500

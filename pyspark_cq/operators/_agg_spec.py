@@ -12,6 +12,7 @@ the pandas conversion of ``applyInPandasWithState`` exactly (nullable integers, 
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -25,6 +26,17 @@ MOMENTS = ("stddev", "stddev_samp", "stddev_pop", "variance", "var_samp", "var_p
 #: Aggregates finished in Python from several kernel outputs (see :class:`Output`).
 DERIVED = MOMENTS + ("approx_count_distinct", "first", "last")
 AGG_NAMES = ("count", "sum", "min", "max", "avg") + DERIVED
+#: Spark's names of the approximate percentile, written with the percentage: ``"percentile_approx(0.95)"``.
+QUANTILE_FUNCS = ("percentile_approx", "approx_percentile")
+#: How the aggregates are listed in error messages.
+AGG_FORMS = AGG_NAMES + tuple(f"{f}(p)" for f in QUANTILE_FUNCS)
+_QUANTILE_RE = re.compile(r"\s*(percentile_approx|approx_percentile)\s*(?:\((.*)\))?\s*", re.IGNORECASE | re.DOTALL)
+#: DDSketch of percentile_approx (native/aggregate_core.hpp, kDDSketch): relative accuracy alpha, bins (one
+#: sign: all, both: half each; collapsing the lowest), int64 words per sketch; percentages in units of 1e-9.
+DD_ALPHA = 0.02
+DD_BINS = 1024
+DD_WORDS = 9 + DD_BINS // 2
+QUANTILE_UNITS = 10**9
 #: HyperLogLog precision of ``approx_count_distinct``: Spark's default ``rsd=0.05`` gives
 #: ``p = ceil(2 log2(1.106 / rsd)) = 9`` (HyperLogLogPlusPlus), 2^9 registers in 64 words.
 HLL_P = 9
@@ -35,17 +47,18 @@ HLL_THRESHOLD = 400
 
 # Op / kind / output codes of native/aggregate_core.hpp (checked against the module in tests).
 OP_ROWS, OP_COUNT, OP_SUM_I, OP_SUM_F, OP_MIN_I, OP_MIN_F, OP_MAX_I, OP_MAX_F, OP_SUM_HI, OP_HLL = range(10)
-OP_FIRST, OP_LAST, OP_PAIR_VALUE, OP_MOMENTS = 10, 11, 12, 13
+OP_FIRST, OP_LAST, OP_PAIR_VALUE, OP_MOMENTS, OP_DDSKETCH = 10, 11, 12, 13, 14
 (KIND_ADD_I64, KIND_ADD_F64, KIND_MIN, KIND_MAX, KIND_MAX_BYTES, KIND_FIRST, KIND_LAST, KIND_PAIR_VALUE,
- KIND_MOMENTS) = range(1, 10)
+ KIND_MOMENTS, KIND_DDSKETCH) = range(1, 11)
 #: Ops whose partials Spark's own aggregation cannot compute (the batch path slices with the native slicer).
-NATIVE_ONLY_OPS = (OP_HLL, OP_FIRST, OP_LAST, OP_MOMENTS)
-OUT_COUNT, OUT_SUM_I, OUT_SUM_F, OUT_AVG_I, OUT_AVG_F, OUT_MIN, OUT_MAX, OUT_SUM_I_CHECKED, OUT_RAW = range(1, 10)
+NATIVE_ONLY_OPS = (OP_HLL, OP_FIRST, OP_LAST, OP_MOMENTS, OP_DDSKETCH)
+(OUT_COUNT, OUT_SUM_I, OUT_SUM_F, OUT_AVG_I, OUT_AVG_F, OUT_MIN, OUT_MAX, OUT_SUM_I_CHECKED, OUT_RAW,
+ OUT_QUANTILE) = range(1, 11)
 
 _KIND_OF_OP = {OP_ROWS: KIND_ADD_I64, OP_COUNT: KIND_ADD_I64, OP_SUM_I: KIND_ADD_I64, OP_SUM_F: KIND_ADD_F64,
                OP_MIN_I: KIND_MIN, OP_MIN_F: KIND_MIN, OP_MAX_I: KIND_MAX, OP_MAX_F: KIND_MAX, OP_SUM_HI: KIND_ADD_I64,
                OP_HLL: KIND_MAX_BYTES, OP_FIRST: KIND_FIRST, OP_LAST: KIND_LAST, OP_PAIR_VALUE: KIND_PAIR_VALUE,
-               OP_MOMENTS: KIND_MOMENTS}
+               OP_MOMENTS: KIND_MOMENTS, OP_DDSKETCH: KIND_DDSKETCH}
 
 _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 _FLOATING = (T.FloatType, T.DoubleType)
@@ -121,6 +134,47 @@ class AggSpec:
         return np.array([x for o in self.outputs for k in o.kernel_outputs for x in k], dtype=np.int32)
 
 
+def parse_quantile(column: str, name: str) -> tuple[str, float] | None:
+    """``(canonical name, percentage)`` of ``"percentile_approx(p)"`` / ``"approx_percentile(p)"``, None
+    for any other aggregate.
+
+    Raises
+    ------
+    ValueError
+        Naming ``aggs[column]`` and the expected form, for a missing or second argument (the accuracy is
+        fixed: the sketch's relative error) or a percentage outside [0, 1].
+    """
+    m = _QUANTILE_RE.fullmatch(name)
+    if m is None:
+        return None
+    func = m.group(1).lower()
+    form = f"e.g. '{func}(0.95)' (one percentage in [0, 1])"
+    arg = m.group(2)
+    if arg is None or not arg.strip():
+        raise ValueError(f"aggs[{column!r}]: {name!r} needs its percentage, {form}")
+    if "," in arg:
+        raise ValueError(f"aggs[{column!r}]: {name!r} takes one argument, the percentage, {form}; the accuracy "
+                         f"is fixed (relative error {DD_ALPHA}, docs/aggregate.md), and several percentages are "
+                         f"several aggregates")
+    try:
+        pct = float(arg)
+    except ValueError:
+        raise ValueError(f"aggs[{column!r}]: {name!r}: the percentage must be a number in [0, 1], {form}") from None
+    if not 0.0 <= pct <= 1.0:
+        raise ValueError(f"aggs[{column!r}]: {name!r}: the percentage must be in [0, 1], {form}; got {pct!r}")
+    return f"{func}({pct!r})", pct
+
+
+def quantile_output_name(name: str, pct: float, column: str) -> str:
+    """``percentile_approx_0_95_<column>``: ``<agg>_<column>`` with the percentage's digits.
+
+    The dot becomes ``_``: in a column name it would make ``col()`` read a nested field.
+    """
+    func = name.split("(", 1)[0]
+    digits = np.format_float_positional(pct, trim="-").replace(".", "_")
+    return f"{func}_{digits}_{column}"
+
+
 def parse_aggs(df, aggs, by: Sequence[str], ansi: bool = True, time: str | None = None) -> AggSpec:
     """Validate ``aggs`` against ``df``'s schema and lay out partials and outputs.
 
@@ -138,7 +192,7 @@ def parse_aggs(df, aggs, by: Sequence[str], ansi: bool = True, time: str | None 
         aggs = {"*": ["count"]}
     if not isinstance(aggs, Mapping):
         raise TypeError(f"aggs must be a mapping of column name to a list of aggregates "
-                        f"({', '.join(AGG_NAMES)}), e.g. {{'value': ['sum', 'max'], '*': ['count']}}; "
+                        f"({', '.join(AGG_FORMS)}), e.g. {{'value': ['sum', 'max'], '*': ['count']}}; "
                         f"got {type(aggs).__name__}")
     if not aggs:
         raise ValueError("aggs must name at least one aggregate")
@@ -146,6 +200,7 @@ def parse_aggs(df, aggs, by: Sequence[str], ansi: bool = True, time: str | None 
     values: list[ValueColumn] = []
     value_index: dict[str, int] = {}
     requested: list[tuple[str, str]] = []
+    pct_of: dict[str, float] = {}   # canonical quantile name -> percentage
     for column, names in aggs.items():
         if not isinstance(column, str):
             raise TypeError(f"aggs keys must be column names (str) or '*', got {column!r}")
@@ -154,9 +209,12 @@ def parse_aggs(df, aggs, by: Sequence[str], ansi: bool = True, time: str | None 
         if not isinstance(names, (list, tuple)) or not names:
             raise TypeError(f"aggs[{column!r}] must be a non-empty list of aggregates, got {names!r}")
         for name in names:
-            if not isinstance(name, str) or name.lower() not in AGG_NAMES:
+            quantile = parse_quantile(column, name) if isinstance(name, str) else None
+            if quantile is not None:
+                name, pct_of[quantile[0]] = quantile
+            elif not isinstance(name, str) or name.lower() not in AGG_NAMES:
                 raise ValueError(f"aggs[{column!r}]: unknown aggregate {name!r}; "
-                                 f"supported: {', '.join(AGG_NAMES)}")
+                                 f"supported: {', '.join(AGG_FORMS)}")
             name = name.lower()
             if column == "*":
                 if name != "count":
@@ -173,14 +231,15 @@ def parse_aggs(df, aggs, by: Sequence[str], ansi: bool = True, time: str | None 
         dtype = schema[column].dataType
         names = {n for c, n in requested if c == column}
         cls = "f" if isinstance(dtype, _FLOATING) else "i"
-        needs_values = bool(names - {"count", "approx_count_distinct"} - set(MOMENTS))
+        needs_values = bool(names - {"count", "approx_count_distinct"} - set(MOMENTS) - set(pct_of))
         if column not in value_index:
             value_index[column] = len(values)
             values.append(ValueColumn(column, dtype, cls if needs_values else "c"))
-    # Derived value columns: the value and its square as doubles (second moments), hashes (distinct counts).
+    # Derived value columns: the value as a double (second moments, quantiles), hashes (distinct counts).
     derived: set[tuple[str, str]] = set()
     for column, name in requested:
-        kinds = ("double",) if name in MOMENTS else ("hash",) if name == "approx_count_distinct" else ()
+        kinds = (("double",) if name in MOMENTS or name in pct_of else
+                 ("hash",) if name == "approx_count_distinct" else ())
         for kind in kinds:
             if (column, kind) not in derived:
                 derived.add((column, kind))
@@ -194,9 +253,14 @@ def parse_aggs(df, aggs, by: Sequence[str], ansi: bool = True, time: str | None 
     ops: list[tuple[int, int]] = [(OP_ROWS, -1)]
     where: dict[tuple[str, str], int] = {}
     for ci, vc in enumerate(values):
-        if vc.derive == "double":   # (n, mean, M2) of the value as a double: the second moments
-            where[(vc.name, "moments")] = len(ops)
-            ops += [(OP_MOMENTS, ci), (OP_PAIR_VALUE, ci), (OP_PAIR_VALUE, ci)]
+        if vc.derive == "double":
+            names = {n for c, n in requested if c == vc.name}
+            if names & set(MOMENTS):   # (n, mean, M2) of the value as a double: the second moments
+                where[(vc.name, "moments")] = len(ops)
+                ops += [(OP_MOMENTS, ci), (OP_PAIR_VALUE, ci), (OP_PAIR_VALUE, ci)]
+            if names & set(pct_of):    # one DDSketch for all the column's percentages
+                where[(vc.name, "ddsketch")] = len(ops)
+                ops += [(OP_DDSKETCH, ci)] + [(OP_PAIR_VALUE, ci)] * (DD_WORDS - 1)
             continue
         if vc.derive == "hash":
             where[(vc.name, "hll")] = len(ops)
@@ -226,7 +290,8 @@ def parse_aggs(df, aggs, by: Sequence[str], ansi: bool = True, time: str | None 
     outputs: list[Output] = []
     seen: set[str] = set()
     for column, name in requested:
-        out_name = "count" if column == "*" else f"{name}_{column}"
+        out_name = ("count" if column == "*" else quantile_output_name(name, pct_of[name], column)
+                    if name in pct_of else f"{name}_{column}")
         if out_name in seen:
             raise ValueError(f"aggs asks for {name!r} of {column!r} twice")
         seen.add(out_name)
@@ -241,6 +306,9 @@ def parse_aggs(df, aggs, by: Sequence[str], ansi: bool = True, time: str | None 
             p = where[(column, "moments")]
             outputs.append(Output(out_name, name, column, OUT_RAW, p, -1, T.DoubleType(),
                                   extra=((OUT_RAW, p + 1, -1), (OUT_RAW, p + 2, -1))))
+        elif name in pct_of:
+            outputs.append(Output(out_name, name, column, OUT_QUANTILE, where[(column, "ddsketch")],
+                                  round(pct_of[name] * QUANTILE_UNITS), dtype))
         elif name in ("first", "last"):
             p = where[(column, name)]
             outputs.append(Output(out_name, name, column, OUT_RAW, p + 1, -1, dtype, extra=((OUT_RAW, p, -1),)))
@@ -277,7 +345,7 @@ def _check_type(column: str, dtype: T.DataType, name: str) -> None:
                             f"strings, binary, decimals, dates, timestamps); {column!r} has type "
                             f"{dtype.simpleString()}")
         return
-    if name in ("sum", "avg") + MOMENTS:
+    if name in ("sum", "avg") + MOMENTS or _QUANTILE_RE.fullmatch(name):
         if isinstance(dtype, T.DecimalType):
             raise TypeError(f"aggs[{column!r}]: {name} of decimal columns is not supported by sliding_aggregate; "
                             f"cast {column!r} to double or long first")

@@ -34,6 +34,7 @@ from ._agg_spec import (
     OUT_AVG_I,
     OUT_MAX,
     OUT_MIN,
+    OUT_QUANTILE,
     OUT_SUM_F,
     OUT_SUM_I_CHECKED,
     AggSpec,
@@ -678,6 +679,26 @@ def hll_estimate(words: np.ndarray) -> np.ndarray:
     return np.floor(est + 0.5).astype(np.int64)
 
 
+def quantile_column(bits: np.ndarray, valid: np.ndarray | None, dtype: T.DataType) -> pa.Array:
+    """``percentile_approx`` results in the column's type (Spark's) from the kernel's doubles.
+
+    The kernel returns a DDSketch bucket's value clamped to the window's [min, max] (native/aggregate_core.hpp,
+    ``dd_quantile``); an integral column's result is rounded to the nearest integer (within
+    ``alpha·|x| + 0.5`` of the true value ``x``, so exact while ``|x| < 0.5 / alpha = 25``); Spark truncates
+    its own double, which is a data value and hence an integer already.
+    """
+    x = np.asarray(bits, dtype=np.int64).view(np.float64)
+    mask = None if valid is None else valid == 0
+    if isinstance(dtype, (T.FloatType, T.DoubleType)):
+        return pa.array(x, mask=mask, type=pa.float64()).cast(arrow_type(dtype))
+    with np.errstate(invalid="ignore"):
+        ints = np.rint(np.where(np.isfinite(x), x, 0.0))
+    # |x| <= 2^63 by the clamp to the column's min / max as doubles; 2^63 saturates as Java's (long) cast does
+    big = ints >= 2.0**63
+    ints = np.where(big, np.iinfo(np.int64).max, np.where(big, 0.0, ints).astype(np.int64))
+    return from_int64(ints, valid, dtype)
+
+
 def _derived(o, values: list) -> pa.Array:
     """The value of a derived aggregate (``_agg_spec.DERIVED``) from its kernel outputs."""
     if o.agg in ("first", "last"):  # (value, time) of the earliest / latest row; no row: the identity time
@@ -712,7 +733,9 @@ def _output_table(config: AggConfig, emitted, keys_tbl: pa.Table | None) -> pa.T
         if o.kind == OUT_SUM_I_CHECKED and config.ansi:
             check_overflow(config, o, ok, slot, frm, to, keys_tbl)
         valid = None if ok.all() else ok
-        if o.kind in (OUT_SUM_F, OUT_AVG_I, OUT_AVG_F):
+        if o.kind == OUT_QUANTILE:
+            cols.append(quantile_column(v, valid, o.dtype))
+        elif o.kind in (OUT_SUM_F, OUT_AVG_I, OUT_AVG_F):
             cols.append(pa.array(v.view(np.float64), mask=None if valid is None else valid == 0, type=pa.float64()))
         elif o.kind in (OUT_MIN, OUT_MAX) and isinstance(o.dtype, (T.FloatType, T.DoubleType)):
             f64_keys = f64_keys or load("_aggregate").keys_f64

@@ -102,11 +102,25 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         ``"avg"``, ``"stddev"`` / ``"stddev_samp"``, ``"stddev_pop"``, ``"variance"`` / ``"var_samp"``,
         ``"var_pop"`` (Welford / Chan et al. moments), ``"first"`` / ``"last"`` (the value of the
         earliest / latest row by event time among non-null values; ties: the smaller / larger value),
-        ``"approx_count_distinct"`` (HyperLogLog, p = 9, Spark's rsd 0.05), plus ``"*": ["count"]`` for
+        ``"approx_count_distinct"`` (HyperLogLog, p = 9, Spark's rsd 0.05),
+        ``"percentile_approx(p)"`` / ``"approx_percentile(p)"`` (Spark's names; one percentage ``p`` in
+        [0, 1] per entry, of a numeric column; the column's type), plus ``"*": ["count"]`` for
         ``count(*)`` (the default when None); see docs/aggregate.md, *Statistical aggregates*. Output columns are
-        named ``<agg>_<column>`` and ``count``; types follow Spark (count long, sum long for integral and
+        named ``<agg>_<column>`` (``percentile_approx_0_95_<column>`` for ``"percentile_approx(0.95)"``)
+        and ``count``; types follow Spark (count long, sum long for integral and
         double for floating columns, avg double, min/max the column's type). Nulls are ignored; an
         aggregate over only nulls is null.
+
+        ``percentile_approx`` keeps a DDSketch per slice (Masson, Rim, Lee, "DDSketch: A Fast and
+        Fully-Mergeable Quantile Sketch with Relative-Error Guarantees", VLDB 2019): a value ``x`` counts
+        in bucket ``i = ceil(log_gamma |x|)`` with ``gamma = (1 + alpha) / (1 - alpha)``, and the bucket
+        stands for ``2 gamma^i / (gamma + 1)``, within relative error ``alpha = 0.02`` of each of its values
+        (§2); 1024 bins, all for one sign or 512 per sign, the lowest
+        collapsing (§2.2). The result is the value of rank ``ceil(p·n)`` as in Spark's
+        ``percentile_approx``: ``p = 0`` / ``1`` are the exact min / max, infinities, NaN and zeros are
+        exact, other values within ``alpha·|x|`` (integral columns: rounded, ``+ 0.5``) for magnitudes
+        within ``gamma^1023`` (~5e17; ``gamma^511``, ~7e8, when the window has both signs) of the largest
+        of their sign in the window.
     granularity : str or datetime.timedelta, optional
         Time granularity ``g`` (PIPES §2.4.3, Cost Formula 8): every row's time is rounded down to a
         multiple of ``g`` before windowing. It must divide ``W``; the default is ``gcd(W, S)`` (the

@@ -20,7 +20,8 @@ more often there. Modes:
 
 * ``kill`` (default): the SIGKILLs above.
 * ``worker``: the query runs once (master ``local[2,4]``: a task may fail 3 times) and the parent kills
-  one of Spark's Python workers (a process forked by the Python daemon) during batches.
+  one of Spark's busy Python workers (a process forked by the Python daemon whose CPU time grows) during
+  batches; ``failed_tasks`` counts the task attempts that failed (one per kill that landed).
 * ``control``: ``sliding_aggregate`` under a control table whose granularity / window entries the
   parent changes between kills, at event times ahead of the data read so far; the reference run uses
   the final table (the same decisions).
@@ -74,15 +75,21 @@ AGGS = {"v": ["sum", "max", "min", "avg"], "*": ["count"]}
 
 # ---- input ------------------------------------------------------------------------------------------
 
-def write_inputs(root: Path, operator: str, seed: int, tight: bool = False, files: int = FILES) -> None:
+def write_inputs(root: Path, operator: str, seed: int, tight: bool = False, files: int = FILES,
+                 scale: int = 1) -> None:
     """``files`` parquet files per input; file i holds times in [i·P, (i+1)·P) (shuffled), so the
     watermark after file i (its max time minus the delay) never passes a row of file i+1. With ``tight``
     (Spark's replay-window trap), file i also holds 5 % rows about 41–48 s old: late in an uninterrupted
-    run, not late if the batch runs with the watermark one batch behind."""
+    run, not late if the batch runs with the watermark one batch behind. ``scale`` multiplies the rows per
+    file (and, for the joins, the keys, so that their output grows in proportion): longer batches, for
+    ``--mode worker``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     names, rows, keys = DATA[operator]
+    rows *= scale
+    if operator in ("interval_join", "multi_join"):
+        keys *= scale
     rng = np.random.default_rng(seed)
     for name in names:
         d = root / "input" / name
@@ -304,25 +311,78 @@ def run_killed(args, root: Path, rng, control_changes=None) -> tuple[list, list]
             control_changes(ck)
 
 
+FAILED_TASK = "Exception in task"   # the executor's ERROR line for a failed task attempt
+
+
 def run_worker_kills(args, root: Path, rng) -> tuple[list, list]:
-    """One run; SIGKILL a Spark Python worker (a child of pyspark.daemon) once in each of ``--kills``
-    different batches while the batch is in flight."""
+    """One run; SIGKILL a busy Spark Python worker (a child of the Python daemon whose CPU time grew in two
+    of the parent's looks in a row, i.e. one running a task) while a batch is in flight, until ``--kills``
+    task attempts have failed, in as many different batches. An idle worker is not a target: Spark
+    discards a dead idle worker when it takes it from its pool, and no task fails. A busy worker may be
+    idle too: after each task a reused worker runs ``gc.collect()`` (``pyspark/daemon.py``), likely longer
+    than a short task's own Python work. So a kill *lands* when the child's log shows a failed
+    task within 1.5 s (the executor's ERROR line); a kill that does not is logged, and the parent tries
+    again, at most 3 times per batch (``local[2,4]``: a 4th failure of one task would fail the query)."""
     sink, ck, dump = root / "sink_killed", root / "ck_killed", root / "rows_killed.json"
+    log = root / "child.log"
+    log_start = log.stat().st_size if log.exists() else 0
     proc = _start(args, root, sink, ck, dump)
-    kills, seen = [], set()
+    kills, landed, tries, cpu = [], set(), Counter(), {}
+    pending, failed, size = None, 0, log_start     # pending: the last kill's time, until it lands or 1.5 s pass
+    started = time.monotonic()
     _wait_alive(proc, root)
     while proc.poll() is None:
+        if log.stat().st_size != size:
+            size, count = log.stat().st_size, _log_text(log, log_start).count(FAILED_TASK)
+            if count > failed and pending is not None:
+                kills[-1][3] = True
+                landed.add(kills[-1][1])
+                pending = None
+            failed = count
+        if pending is not None and time.monotonic() - pending > 1.5:
+            pending = None
         phase, n = _phase(ck, sink)
-        if len(kills) < args.kills and phase in ("batch", "state") and n not in seen:
-            workers = _python_workers(proc.pid)
-            if workers:
-                os.kill(int(rng.choice(workers)), signal.SIGKILL)
-                kills.append(["worker", n])
-                seen.add(n)
+        if (pending is None and failed < args.kills and phase in ("batch", "state") and n not in landed
+                and tries[n] < 3):
+            now = _python_workers_cpu(proc.pid)
+            grew = {p for p, t in now.items() if t > cpu.get(p, (t, 0))[0]}
+            cpu = {p: (t, cpu.get(p, (t, 0))[1] + 1 if p in grew else 0) for p, t in now.items()}
+            busy = sorted(p for p, (_, looks) in cpu.items() if looks >= 2)   # busy for two looks in a row
+            if busy:
+                try:
+                    os.kill(int(rng.choice(busy)), signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+                pending = time.monotonic()
+                kills.append(["worker", n, round(pending - started, 1), False])
+                tries[n] += 1
+                cpu = {}
+        else:
+            cpu = {}
         time.sleep(0.005)
     if proc.returncode != 0 or not dump.exists():
-        raise RuntimeError(f"worker-kill run failed with {proc.returncode}; see {root / 'child.log'}")
+        raise RuntimeError(f"worker-kill run failed with {proc.returncode}; see {log}")
+    # each landed kill fails one task attempt (Spark retries it)
+    args.failed_tasks = _log_text(log, log_start).count(FAILED_TASK)
     return json.loads(dump.read_text())["rows"], kills
+
+
+def _log_text(log: Path, offset: int) -> str:
+    with open(log, "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
+def _python_workers_cpu(session: int) -> dict[int, int]:
+    """CPU time (clock ticks, user + system) of each Python worker of session ``session``."""
+    out = {}
+    for p in _python_workers(session):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[p] = int(fields[11]) + int(fields[12])
+    return out
 
 
 def _python_workers(session: int) -> list[int]:
@@ -358,7 +418,7 @@ def run_operator(args, base: Path) -> dict:
     root = base / f"{args.operator}-{args.mode}{'-tight' if args.tight else ''}"
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    write_inputs(root, args.operator, args.seed, args.tight, args.files)
+    write_inputs(root, args.operator, args.seed, args.tight, args.files, args.rows_scale)
     t0 = time.monotonic()
     changes = None
     if args.mode == "control":
@@ -371,10 +431,13 @@ def run_operator(args, base: Path) -> dict:
     expected = run_once(args, root, "reference", getattr(args, "control_path", None) if changes else None)
     result = {"operator": args.operator, "mode": args.mode, "tight": args.tight, "seed": args.seed,
               "kills": len(kills), "kill_phases": dict(Counter(k[0] for k in kills)),
+              "kill_log": kills, "rows_scale": args.rows_scale,
               "median_s_to_kill": float(np.median([k[2] for k in kills])) if kills and len(kills[0]) > 2 else None,
               **compare(expected, got), "seconds": round(time.monotonic() - t0, 1),
               "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
               "load": os.getloadavg()}
+    if args.mode == "worker":
+        result["failed_tasks"] = args.failed_tasks
     if changes is not None:
         from pyspark_cq.control import ControlTable
         result["control_changes"] = len(ControlTable(args.control_path).changes("agg"))
@@ -406,6 +469,8 @@ def main(argv=None) -> int:
     p.add_argument("--kills", type=int, default=20, help="SIGKILLs per operator (default 20)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--files", type=int, default=FILES, help=f"input files (micro-batches) per input (default {FILES})")
+    p.add_argument("--rows-scale", type=int, default=1,
+                   help="multiply the rows per input file (longer batches, for --mode worker; default 1)")
     p.add_argument("--mode", choices=["kill", "worker", "control"], default="kill")
     p.add_argument("--tight", action="store_true", help="rows just behind the watermark (replay-window trap)")
     p.add_argument("--out", help="write the results as JSON here")
@@ -419,6 +484,8 @@ def main(argv=None) -> int:
         return child(args)
     if args.kills < 0:
         p.error(f"--kills must be >= 0, got {args.kills}")
+    if args.rows_scale < 1:
+        p.error(f"--rows-scale must be >= 1, got {args.rows_scale}")
     if args.files < 2:
         p.error(f"--files must be >= 2, got {args.files}")
     ops = OPERATORS if args.operator == "all" else [args.operator]

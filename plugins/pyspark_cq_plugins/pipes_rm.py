@@ -692,30 +692,13 @@ class PipesResourceManager(Policy):
 
     # -- load shedding (shed=True) ---------------------------------------------------------------
 
-    def _totals_at_minimum(self, kept: float, rows: np.ndarray, shedding: set) -> tuple[float, float]:
-        """Estimated totals with every query at its QoS minimum (level p, f = 0) and the sources of the
-        queries in ``shedding`` thinned to ``kept`` (distance d / kept); evaluated by the cost model.
-        """
-        if kept >= 1.0:
-            return self._totals(self.p, 0.0, rows)
-        estimate = self._estimator()
-        mem = cpu = 0.0
-        for row in rows.tolist():
-            q = self._rows[row]
-            if q.name not in shedding:
-                m, c = self._row_costs(self.p, 0.0, np.asarray([row]))
-                mem, cpu = mem + float(m[0]), cpu + float(c[0])
-                continue
-            distances = {src: self._d_used[src] / kept for src in q.sources}
-            m, c = estimate(self._plan_at(q, q.window_knots[:, 0], self.p), distances)
-            self.evaluations += 1
-            mem, cpu = mem + m, cpu + c
-        return mem, cpu
-
     def shed_fraction(self, shedding) -> float:
         """The largest fraction ε in [``min_kept``, 1] of their input the queries named in ``shedding`` may
         keep so that all estimates at the QoS minimum fit the bounds (bisection to 0.005; ``min_kept`` when
         even that does not fit, 1.0 when the current allocation is feasible).
+
+        The queries that do not shed keep their cached estimates at the minimum (level p, f = 0); the
+        shedding ones are evaluated by the cost model with their sources at distance d / ε.
         """
         if self._allocation is None:
             raise RuntimeError("no allocation yet: call replan() first")
@@ -723,11 +706,21 @@ class PipesResourceManager(Policy):
         if self._allocation.feasible or not shedding:
             return 1.0
         rows = self._planned_rows()
+        sheds = np.asarray([self._rows[r].name in shedding for r in rows.tolist()], dtype=bool)
+        shed_rows = rows[sheds].tolist()
+        fixed_mem, fixed_cpu = self._totals(self.p, 0.0, rows[~sheds])
         mem_bound, cpu_bound = self._bounds()
+        estimate = self._estimator()
 
         def fits(kept: float) -> bool:
-            m, c = self._totals_at_minimum(kept, rows, shedding)
-            return (mem_bound is None or m <= mem_bound) and (cpu_bound is None or c <= cpu_bound)
+            mem, cpu = fixed_mem, fixed_cpu
+            for row in shed_rows:
+                q = self._rows[row]
+                m, c = estimate(self._plan_at(q, q.window_knots[:, 0], self.p),
+                                {src: self._d_used[src] / kept for src in q.sources})
+                self.evaluations += 1
+                mem, cpu = mem + m, cpu + c
+            return (mem_bound is None or mem <= mem_bound) and (cpu_bound is None or cpu <= cpu_bound)
 
         lo, hi = self.min_kept, 1.0
         if not fits(lo):

@@ -291,7 +291,7 @@ class JoinWorker:
         if config.window:
             arrays.append(pa.array(micros, type=pa.int64()))
         schema = config.payload_schema(side)
-        for late in (WINDOW, EMITTED, KEPT):  # appended once the row's window is known (_insert_probe)
+        for late in (WINDOW, EMITTED, KEPT):  # appended per batch by _insert_probe
             if late in schema.names:
                 schema = schema.remove(schema.get_field_index(late))
         return pa.Table.from_arrays(arrays, schema=schema), micros
@@ -321,7 +321,7 @@ class JoinWorker:
     # -- one batch through the kernel
 
     def _insert_probe(self, kernel, sides, side: int, table: pa.Table, micros: np.ndarray, null_time: np.ndarray,
-                      wm_ms: int | None, entry, ratio: float = 0.0):
+                      wm_ms: int | None, entry, ratio: float):
         """Probe the other side's state with one side's rows and store them (kernel ``insert_probe``);
         returns the matched pairs as (left payload ids, right payload ids). ``ratio`` is the batch's drop
         ratio (stored with each row as its kept fraction ``1 - ratio`` with ``kept_column``).

@@ -62,31 +62,39 @@ def score(batch):
     return np.isfinite(total)
 
 
-def write_files(directory, sizes, seed):
+def write_files(directory, sizes, seed, files=1):
+    """One instance's rows per entry of ``sizes``, split into ``files`` files (one task each)."""
     os.makedirs(directory)
     rng = np.random.default_rng(seed)
-    for i, n in enumerate(sizes):
-        path = os.path.join(directory, f"f{i:03d}.parquet")
-        pq.write_table(pa.table({"x": np.arange(n, dtype=np.int64), "f": rng.random(n)}), path)
-        os.utime(path, (1_000_000 + 10 * i, 1_000_000 + 10 * i))
+    k = 0
+    for n in sizes:
+        for part in np.array_split(np.arange(n, dtype=np.int64), files):
+            path = os.path.join(directory, f"f{k:04d}.parquet")
+            pq.write_table(pa.table({"x": part, "f": rng.random(len(part))}), path)
+            os.utime(path, (1_000_000 + 10 * k, 1_000_000 + 10 * k))
+            k += 1
 
 
-def run(spark, root, tag, policies, sizes_per_query, period, deadline, cost_per_row=None, align=True):
-    """Run the queries under ``policies``; returns ({query: instances}, the runtime). With ``cost_per_row``
-    every query is registered with a one-selection plan of that cost and its source's rate (rows per period)."""
+def run(spark, root, tag, policies, sizes_per_query, period, deadline, cost_per_row=None, align=True, files=1,
+        edf=None):
+    """Run the queries under ``policies``; returns ({query: instances}, the runtime). ``deadline`` is one D or
+    one per query; with ``cost_per_row`` every query is registered with a one-selection plan of that cost and
+    its source's rate (rows per period); ``files`` per instance; ``edf`` as ``CQRuntime``'s."""
     import pyspark_cq as cq
     from pyspark_cq import plan as P
     from pyspark_cq.runtime import CQRuntime
 
-    rt = CQRuntime(spark, policies=policies, control_path=os.path.join(root, f"ct_{tag}.json"), every_batches=1)
+    rt = CQRuntime(spark, policies=policies, control_path=os.path.join(root, f"ct_{tag}.json"), every_batches=1,
+                   edf=edf)
+    deadlines = list(deadline) if isinstance(deadline, (list, tuple)) else [deadline] * len(sizes_per_query)
     names = []
     for qi, sizes in enumerate(sizes_per_query):
         src = os.path.join(root, f"in_{tag}_{qi}")
-        write_files(src, sizes, seed=qi)
+        write_files(src, sizes, seed=qi, files=files)
 
         def build(ctx, src=src, qi=qi):
             handle = ctx.control(f"chain_{tag}_{qi}", drop_ratio=0.0)
-            df = spark.readStream.schema("x long, f double").option("maxFilesPerTrigger", 1).parquet(src)
+            df = spark.readStream.schema("x long, f double").option("maxFilesPerTrigger", files).parquet(src)
             out = cq.select_chain(df, {"score": score}, control=handle)
             return out.writeStream.format("noop").option("checkpointLocation", os.path.join(root, f"ck_{tag}_{qi}"))
 
@@ -95,7 +103,7 @@ def run(spark, root, tag, policies, sizes_per_query, period, deadline, cost_per_
         if cost_per_row is not None:
             known = {"plan": P.Select(P.Source("files"), 1.0, cost=cost_per_row),
                      "sources": {"files": period / sizes[-1]}}     # a fixed gap between rows: the rate
-        rt.register(name, build, period=period, deadline=deadline, align=align, **known)
+        rt.register(name, build, period=period, deadline=deadlines[qi], align=align, **known)
         names.append(name)
     # one policy round before the queries start: the shedding stages exist now (the builders made them), so
     # the admission's a-priori drop ratio reaches the first instance, which Spark starts at once
@@ -106,14 +114,15 @@ def run(spark, root, tag, policies, sizes_per_query, period, deadline, cost_per_
     return {n: [i for i in rt.instances(n) if i.input_rows > 0] for n in names}, rt
 
 
-def fit_capacity(spark, root, period, deadline, queries):
+def fit_capacity(spark, root, period, deadline, queries, files=1):
     """Fit ``duration = c0 + c·rows`` on best-effort instances of ``queries`` queries side by side (as the
     runs will share the cores), twice: the second time at sizes around the first estimate of the capacity,
     where the fit matters."""
     guess = 10_000
     for stage in range(2):
         sizes = [guess // 2, guess, guess // 2, guess, guess // 2, guess]
-        got, _ = run(spark, root, f"calib{stage}", ["rtstream_best_effort"], [sizes] * queries, period, deadline)
+        got, _ = run(spark, root, f"calib{stage}", ["rtstream_best_effort"], [sizes] * queries, period, deadline,
+                     files=files, edf=False)
         inst = [i for q in got.values() for i in q[1:]]   # the first instance includes the workers' start-up
         n = np.array([i.input_rows for i in inst], dtype=float)
         d = np.array([i.duration for i in inst])
@@ -150,7 +159,16 @@ def main(argv=None):
     ap.add_argument("--verbose", action="store_true", help="print every instance (kept fraction, lateness)")
     ap.add_argument("--no-a-priori", dest="a_priori", action="store_false",
                     help="register the queries without plan and rates (no admission-time shedding)")
+    ap.add_argument("--deadlines", type=float, nargs="+",
+                    help="one relative deadline per query (default: --deadline for all); capacity is fitted at "
+                         "--deadline")
+    ap.add_argument("--files", type=int, default=1, help="files (tasks) per instance")
+    ap.add_argument("--edf", action="store_true",
+                    help="a session with pyspark-cq's scheduler pools; every (load, strategy) runs twice: all "
+                         "queries in one fair pool (shared) and the tightest deadline first (edf)")
     args = ap.parse_args(argv)
+    if args.deadlines is not None and len(args.deadlines) != args.queries:
+        ap.error(f"--deadlines needs one deadline per query ({args.queries}), got {args.deadlines}")
     if args.quick:
         args.loads, args.instances = [0.6, 1.5], 5
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -158,42 +176,46 @@ def main(argv=None):
     import pyspark_cq
     from pyspark_cq.policies import create
 
-    spark = pyspark_cq.spark("local[2]", "rtstream-bench", shuffle_partitions=2,
+    spark = pyspark_cq.spark("local[2]", "rtstream-bench", shuffle_partitions=2, edf=args.edf,
                              conf={"spark.sql.adaptive.enabled": "false", "spark.driver.memory": "2g"})
     spark.sparkContext.setLogLevel("ERROR")
     root = tempfile.mkdtemp(prefix="rtstream_bench_")
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {os.getloadavg()[0]:.2f}")
     try:
-        fixed, per_row, capacity = fit_capacity(spark, root, args.period, args.deadline, args.queries)
+        fixed, per_row, capacity = fit_capacity(spark, root, args.period, args.deadline, args.queries, args.files)
         print(f"# capacity: c0 = {fixed:.3f} s per instance, c = {per_row * 1e6:.1f} µs per row -> "
               f"{capacity} rows per instance within D = {args.deadline} s (P = {args.period} s)")
-        print("load  strategy          instances  miss_ratio  quality  steady_miss  steady_quality  pred_err_median  "
-              "pred_err_p90")
-        for load in args.loads:
+        deadlines = args.deadlines or args.deadline
+        modes = {"shared": False, "edf": True} if args.edf else {"": None}
+        print("load  strategy          mode    instances  miss_ratio  quality  steady_miss  steady_quality  "
+              "pred_err_median  pred_err_p90  steady_miss_per_query")
+        for load, sname, mode in ((ld, sn, m) for ld in args.loads for sn in args.strategies for m in modes):
             rows = int(load * capacity)
             cost = (fixed + per_row * rows) / rows if args.a_priori else None
-            for sname in args.strategies:
-                policies = [create(STRATEGIES[sname])]
-                tag = f"{sname}_{int(load * 100)}"
-                got, _ = run(spark, root, tag, policies, [[rows] * args.instances] * args.queries,
-                             args.period, args.deadline, cost, args.align)
-                inst = [i for q in got.values() for i in q[1:]]
-                steady = [i for q in got.values() for i in q[WARMUP:]]
-                misses = sum(i.missed for i in inst)
-                quality = statistics.fmean(0.0 if i.missed else i.kept for i in inst)
-                steady_miss = sum(i.missed for i in steady) / len(steady)
-                steady_quality = statistics.fmean(0.0 if i.missed else i.kept for i in steady)
-                err = ""
-                if hasattr(policies[0], "predictions"):
-                    e = [x for q in got.values() for x in prediction_errors(policies[0], q)]
-                    if e:
-                        err = f"{statistics.median(e):15.3f}  {np.percentile(e, 90):12.3f}"
-                if args.verbose:
-                    for q in got.values():
-                        print("#   " + " ".join(f"{i.batch}:{i.kept:.2f}/{i.lateness:+.2f}" for i in q))
-                print(f"{load:4.0%}  {sname:<16}  {len(inst):9d}  {misses / len(inst):10.3f}  {quality:7.3f}  "
-                      f"{steady_miss:11.3f}  {steady_quality:14.3f}  {err}", flush=True)
+            policies = [create(STRATEGIES[sname])]
+            tag = f"{sname}_{int(load * 100)}{'_' + mode if mode else ''}"
+            got, _ = run(spark, root, tag, policies, [[rows] * args.instances] * args.queries,
+                         args.period, deadlines, cost, args.align, args.files, modes[mode])
+            inst = [i for q in got.values() for i in q[1:]]
+            steady = [i for q in got.values() for i in q[WARMUP:]]
+            misses = sum(i.missed for i in inst)
+            quality = statistics.fmean(0.0 if i.missed else i.kept for i in inst)
+            steady_miss = sum(i.missed for i in steady) / len(steady)
+            steady_quality = statistics.fmean(0.0 if i.missed else i.kept for i in steady)
+            err = ""
+            if hasattr(policies[0], "predictions"):
+                e = [x for q in got.values() for x in prediction_errors(policies[0], q)]
+                if e:
+                    err = f"{statistics.median(e):15.3f}  {np.percentile(e, 90):12.3f}"
+            if args.verbose:
+                for q in got.values():
+                    print("#   " + " ".join(f"{i.batch}:{i.kept:.2f}/{i.lateness:+.2f}" for i in q))
+            per_query = " ".join(f"{sum(i.missed for i in q[WARMUP:]) / max(len(q[WARMUP:]), 1):.2f}"
+                                 for q in got.values())
+            print(f"{load:4.0%}  {sname:<16}  {mode or '-':<6}  {len(inst):9d}  {misses / len(inst):10.3f}  "
+                  f"{quality:7.3f}  {steady_miss:11.3f}  {steady_quality:14.3f}  {err or ' ' * 29:>29}  "
+                  f"{per_query}", flush=True)
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)

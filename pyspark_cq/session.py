@@ -90,7 +90,8 @@ def java_version(java_home: str) -> str:
 
 
 def spark(master: str | None = None, app_name: str = "pyspark-cq", *, remote: str | None = None,
-          shuffle_partitions: int | None = None, ui: bool = False, conf: dict | None = None, **extra_conf):
+          shuffle_partitions: int | None = None, ui: bool = False, edf: bool = False, conf: dict | None = None,
+          **extra_conf):
     """Get or create a SparkSession configured for pyspark-cq: classic, or a Spark Connect client.
 
     Parameters
@@ -110,6 +111,11 @@ def spark(master: str | None = None, app_name: str = "pyspark-cq", *, remote: st
         200 wastes time on a laptop), Spark's default otherwise.
     ui : bool
         Start the Spark UI (off by default: it costs start-up time and a port).
+    edf : bool
+        Run Spark's FAIR scheduler with pyspark-cq's two pools, so that ``CQRuntime`` runs the periodic
+        queries with the tightest deadline before the others (RTStream's EDF order;
+        :mod:`pyspark_cq.runtime.pools`, docs/rtstream.md). A static setting: it fails when a session without
+        it is already running in this process, and on a remote Spark Connect server.
     conf : dict, optional
         Extra Spark configuration, passed through unchanged (``extra_conf`` keyword arguments too, with
         ``_`` in keys standing for ``.``, e.g. ``spark_driver_memory="4g"``).
@@ -131,8 +137,17 @@ def spark(master: str | None = None, app_name: str = "pyspark-cq", *, remote: st
         raise ValueError(f"shuffle_partitions must be a positive int, got {shuffle_partitions!r}")
     if conf is not None and not isinstance(conf, dict):
         raise TypeError(f"conf must be a dict of Spark settings, got {type(conf).__name__}")
+    if not isinstance(edf, bool):
+        raise TypeError(f"edf must be True or False, got {edf!r}")
     local = (remote or master).startswith("local")
+    if edf and remote is not None and not remote.startswith("local"):
+        raise ValueError(f"edf=True sets the scheduler of the SparkContext, which a remote Spark Connect server "
+                         f"({remote}) fixes when it starts; start that server with spark.scheduler.mode=FAIR and "
+                         f"the allocation file of pyspark_cq.runtime.pools.allocation_file()")
+    if edf:
+        from .runtime.pools import allocation_file
 
+        conf = {"spark.scheduler.mode": "FAIR", "spark.scheduler.allocation.file": allocation_file(), **(conf or {})}
     settings = _settings(local, ui, shuffle_partitions, conf, extra_conf)
     if remote is not None:
         session = _connect_session(remote, app_name, settings, user_keys={*map(str, conf or {}),
@@ -150,6 +165,13 @@ def spark(master: str | None = None, app_name: str = "pyspark-cq", *, remote: st
                 session.conf.set(key, value)
         except Exception:  # a static conf of an existing session cannot change; leave it
             pass
+    if edf and remote is None:
+        from .runtime.pools import has_pools
+
+        if not has_pools(session):
+            raise RuntimeError("edf=True: this process already runs a SparkSession without pyspark-cq's scheduler "
+                               "pools (spark.scheduler.mode is static); stop it first (spark.stop()), then call "
+                               "pyspark_cq.spark(..., edf=True)")
     return session
 
 

@@ -31,6 +31,7 @@ from ..policies import registry
 from ..policies.base import Policy
 from ..policies.decisions import Admission, QoSRange, duration_value, parse_size, validate_operator_id
 from ..policies.snapshot import Instance, QueryInfo, Snapshot, parse_label, periodic_spec
+from . import pools
 from .loop import PolicyLoop
 from .stats import StatisticsStore
 
@@ -72,6 +73,23 @@ def _jvm_root_log_level(spark) -> str | None:
         return str(spark.sparkContext._jvm.org.apache.logging.log4j.LogManager.getRootLogger().getLevel().toString())
     except Exception:
         return None
+
+
+@contextlib.contextmanager
+def _scheduler_pool(spark, pool: str | None):
+    """Inside the block, jobs (and streaming queries started) from this thread go to the scheduler ``pool``;
+    the thread's previous pool afterwards. Nothing when ``pool`` is None.
+    """
+    if pool is None:
+        yield
+        return
+    sc = spark.sparkContext
+    before = sc.getLocalProperty("spark.scheduler.pool")
+    sc.setLocalProperty("spark.scheduler.pool", pool)
+    try:
+        yield
+    finally:
+        sc.setLocalProperty("spark.scheduler.pool", before)
 
 
 @contextlib.contextmanager
@@ -199,6 +217,7 @@ class _Registration:
     operators: list = field(default_factory=list)
     built: object = None
     query: object = None
+    pool: str | None = None
 
 
 def _policies(specs, options: Mapping) -> tuple[list[Policy], list[str]]:
@@ -245,12 +264,17 @@ class CQRuntime:
         change reaches the operators before elements from that instant (PIPES §4.2: new elements only).
     policy_options : mapping str -> dict, optional
         Constructor arguments of policies given by name.
+    edf : bool, optional
+        Deadline order of the periodic queries (:mod:`pyspark_cq.runtime.pools`): in a session started with
+        ``pyspark_cq.spark(..., edf=True)`` every periodic query runs in a pyspark-cq scheduler pool, the ones
+        with the smallest deadline D in the pool that gets the cores first. None (default): when the session
+        has the pools; True: required (an error without them); False: the periodic queries share one pool.
     """
 
     def __init__(self, spark, policies: Sequence = (), *, memory_budget=None, cpu_budget=None,
                  control_path: str | None = None, every_batches: int | None = None,
                  every_seconds: float | None = None, alpha: float = 0.3, lead=None,
-                 policy_options: Mapping | None = None):
+                 policy_options: Mapping | None = None, edf: bool | None = None):
         if not (hasattr(spark, "readStream") and hasattr(spark, "streams")):
             raise TypeError(f"spark must be a SparkSession, got {type(spark).__name__}")
         if every_batches is not None and (isinstance(every_batches, bool) or not isinstance(every_batches, int)
@@ -263,6 +287,13 @@ class CQRuntime:
             every_batches = 5
         if policy_options is not None and not isinstance(policy_options, Mapping):
             raise TypeError(f"policy_options must be a mapping name -> dict of arguments, got {policy_options!r}")
+        if edf is not None and not isinstance(edf, bool):
+            raise TypeError(f"edf must be True, False or None, got {edf!r}")
+        self._pools = pools.has_pools(spark)
+        if edf and not self._pools:
+            raise ValueError("edf=True needs Spark's FAIR scheduler with pyspark-cq's pools: start the session with "
+                             "pyspark_cq.spark(..., edf=True) (a classic session; see pyspark_cq.runtime.pools)")
+        self.edf = self._pools if edf is None else edf
         self.spark = spark
         self.memory_budget = None if memory_budget is None else parse_size(memory_budget, "memory_budget")
         if cpu_budget is not None and (isinstance(cpu_budget, bool) or not isinstance(cpu_budget, (int, float))
@@ -557,11 +588,34 @@ class CQRuntime:
                                  f".queryName({reg.name!r}) or return the DataStreamWriter")
             reg.query = built
         else:
+            pool = None
             if reg.period is not None:  # Spark fires a processingTime trigger at multiples of P
                 built = built.trigger(processingTime=f"{max(1, round(reg.period * 1000))} milliseconds")
+                pool = self._pool(reg)
                 if reg.align:
                     time.sleep(release_wait(time.time(), reg.period))
-            reg.query = built.queryName(reg.name).start()
+            with _scheduler_pool(self.spark, pool):   # the query's thread inherits the starting thread's pool
+                reg.query = built.queryName(reg.name).start()
+            reg.pool = pool
+
+    def _pool(self, reg: _Registration) -> str | None:
+        """The scheduler pool of the periodic query ``reg`` (None without pyspark-cq's pools): by its deadline
+        among the periodic queries registered so far (a pool is fixed when a query starts).
+        """
+        if not self._pools:
+            return None
+        if not self.edf:
+            return pools.PERIODIC_POOL
+        with self._lock:
+            deadlines = {r.name: r.deadline for r in self._queries.values() if r.period is not None}
+        return pools.deadline_pools(deadlines)[reg.name]
+
+    def pool(self, name: str) -> str | None:
+        """The Spark scheduler pool the query ``name`` was started in (None: Spark's default)."""
+        with self._lock:
+            if name not in self._queries:
+                raise KeyError(f"no query {name!r}; registered: {sorted(self._queries)}")
+            return self._queries[name].pool
 
     def start(self) -> CQRuntime:
         """Start watching (listener and monitor thread) and start every registered query."""

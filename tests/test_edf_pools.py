@@ -1,0 +1,107 @@
+"""Deadline order of periodic queries (RTStream's EDF, Wei et al. §4.3) on Spark's FAIR scheduler pools.
+
+The pure part: which pool each periodic query gets, the allocation file, the arguments. The Spark part runs
+``tests/helpers/edf_run.py`` in its own process (a SparkContext's scheduler mode is fixed when it starts):
+two periodic queries of one period, a tight and a loose deadline, whose instances together need more cores
+than there are when released together. With the deadline order the tight query goes first; with both in one
+fair pool (the baseline, same session, same files) it shares the cores and misses. Assertions count misses,
+never durations.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from pyspark_cq.runtime import pools
+
+HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "helpers", "edf_run.py")
+WARMUP = 2   # the first instance starts the Python workers and overruns; the second inherits that delay
+
+
+def test_deadline_pools_put_the_tightest_deadline_first():
+    assert pools.deadline_pools({"a": 2.0, "b": 1.0, "c": 3.0}) == {
+        "a": pools.PERIODIC_POOL, "b": pools.URGENT_POOL, "c": pools.PERIODIC_POOL}
+    assert pools.deadline_pools({"a": 1.0, "b": 1.0}) == {"a": pools.URGENT_POOL, "b": pools.URGENT_POOL}
+    assert pools.deadline_pools({"only": 5}) == {"only": pools.URGENT_POOL}
+    assert pools.deadline_pools({}) == {}
+
+
+@pytest.mark.parametrize("bad, match", [
+    ([("a", 1.0)], "deadlines must be a mapping"),
+    ({"a": 0}, r"deadlines\['a'\] must be a positive"),
+    ({"a": -1.0}, r"deadlines\['a'\]"),
+    ({"a": float("nan")}, r"deadlines\['a'\]"),
+    ({"a": True}, r"deadlines\['a'\]"),
+    ({"a": "1 second"}, r"deadlines\['a'\]"),
+])
+def test_deadline_pools_refuse_bad_deadlines(bad, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        pools.deadline_pools(bad)
+
+
+def test_allocation_file_makes_the_urgent_pool_always_needy(tmp_path):
+    root = ET.parse(pools.allocation_file(str(tmp_path))).getroot()
+    got = {p.get("name"): {c.tag: c.text for c in p} for p in root.findall("pool")}
+    assert set(got) == {pools.URGENT_POOL, pools.PERIODIC_POOL}
+    # needy while running fewer tasks than minShare: above any cluster's cores, it is always needy
+    assert int(got[pools.URGENT_POOL]["minShare"]) >= 100_000
+    assert int(got[pools.PERIODIC_POOL]["minShare"]) == 0
+    assert got[pools.PERIODIC_POOL]["schedulingMode"] == "FAIR"
+
+
+def test_has_pools_is_false_without_a_spark_context():
+    class NoContext:
+        @property
+        def sparkContext(self):
+            raise RuntimeError("Spark Connect has no SparkContext")
+    assert pools.has_pools(NoContext()) is False
+
+
+def test_spark_refuses_a_bad_edf_argument():
+    import pyspark_cq
+
+    with pytest.raises(TypeError, match="edf must be True or False"):
+        pyspark_cq.spark("local[1]", edf="yes")
+    with pytest.raises(ValueError, match="edf=True sets the scheduler"):
+        pyspark_cq.spark(remote="sc://localhost:15002", edf=True)
+
+
+@pytest.mark.spark
+def test_runtime_edf_needs_the_pools(spark):
+    from pyspark_cq.runtime import CQRuntime
+
+    with pytest.raises(TypeError, match="edf must be True, False or None"):
+        CQRuntime(spark, edf="on")
+    if pools.has_pools(spark):   # pragma: no cover - the shared test session runs Spark's FIFO scheduler
+        pytest.skip("the shared session has pyspark-cq's pools")
+    with pytest.raises(ValueError, match=r"edf=True needs Spark's FAIR scheduler.*pyspark_cq.spark\(\.\.\., edf=True\)"):
+        CQRuntime(spark, edf=True)
+    assert CQRuntime(spark).edf is False
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_the_tight_query_goes_first_and_meets_its_deadlines(tmp_path):
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    out = subprocess.run([sys.executable, HELPER, "--root", str(tmp_path)], capture_output=True, text=True,
+                         timeout=600, env=env)
+    assert out.returncode == 0, out.stderr[-4000:]
+    runs = json.loads(out.stdout.strip().splitlines()[-1])
+    assert runs["edf"]["tight"]["pool"] == pools.URGENT_POOL
+    assert runs["edf"]["loose"]["pool"] == pools.PERIODIC_POOL
+    assert runs["shared"]["tight"]["pool"] == runs["shared"]["loose"]["pool"] == pools.PERIODIC_POOL
+
+    def misses(mode, query):
+        inst = runs[mode][query]["instances"][WARMUP:]
+        assert len(inst) >= 3, runs[mode][query]
+        return sum(i["missed"] for i in inst)
+
+    # the deadline order gives the tight query the cores first: it misses less than when it shares them ...
+    assert misses("edf", "tight") < misses("shared", "tight"), runs
+    # ... and the loose query, which waits for it, still has the time its deadline leaves
+    assert misses("edf", "loose") <= misses("shared", "tight"), runs

@@ -458,6 +458,25 @@ def _medians(res: dict) -> dict:
     return out
 
 
+def pool_runs(paths: list[str]) -> dict:
+    """Saved Spark parts, their passes pooled (they must have run over the same data with the same oracle)."""
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            runs.append(json.load(f))
+    if len(runs) == 1:
+        return runs[0]
+    first = runs[0]
+    for r in runs[1:]:
+        if r["observed"] != first["observed"] or r["oracle"] != first["oracle"]:
+            raise SystemExit("--from-json: the runs differ in data or oracle plans; they cannot be pooled")
+    return {**first, "date": " and ".join(r["date"] for r in runs),
+            "load_start": " | ".join(r["load_start"] for r in runs), "load_end": " | ".join(r["load_end"] for r in runs),
+            "invocations": [{k: r[k] for k in ("date", "load_start", "load_end")} for r in runs],
+            "args": {**first["args"], "repeat": sum(r["args"]["repeat"] for r in runs)},
+            "runs": {m: [x for r in runs for x in r["runs"][m]] for m in first["runs"]}}
+
+
 def print_spark(res: dict) -> None:
     print(f"# OM on Spark — {res['date']}, {res['machine']} ({res['cores']} cores), {res['args']['spark_rounds']} "
           f"rounds, medians of {res['args']['repeat']} passes\n# start: {res['load_start']}\n# end:   {res['load_end']}")
@@ -534,11 +553,14 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=2, help="passes of the Spark part (medians; run order rotated)")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--json", default=None)
-    ap.add_argument("--from-json", default=None, help="spark: report (and plot) a saved run instead of running")
+    ap.add_argument("--from-json", default=None,
+                    help="spark: report (and plot) saved runs instead of running; several (a,b): their passes pooled")
     args = ap.parse_args(argv)
     if args.from_json:
-        with open(args.from_json) as f:
-            res = json.load(f)
+        res = pool_runs(args.from_json.split(","))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=1, default=str)
         print_spark(res)
         if args.plots:
             plot_spark(res, os.path.join(args.plots, "om_spark.png"))

@@ -8,6 +8,9 @@ available here):
    on Spark by ``--part spark``, or the defaults below), against RAND and STATIC (the paper's RATE):
    Fig. 3(a) fidelity per 100 rounds, Fig. 3(b) / 4(a) fidelity vs the coefficient of variation of λ
    (0.09 … 0.26), Fig. 3(c) / 4(b) fidelity vs k (2 … 40 for Q1, 2 … 10 for Q2), with moves and switches.
+   Q2 is costed with the policy's default model (``--q2-model mjoin``: our multi_join's probe steps,
+   :func:`pyspark_cq.cost.om.mjoin_plan_cost`, ``join_cost`` = :data:`PROBE_COST` s per state row), or
+   with OM's left-deep tree (``--q2-model tree``, for comparison; its plot is ``om_q2_fidelity_tree.png``).
 ``--part spark``: Q1 (a ``select_chain``) and Q2 (a 3-way ``multi_join``) run on Spark for ``--spark-rounds``
    micro-batches (one round each) over the same files, after a discarded warm-up run (the first run of a
    session pays the JVM's and the Python workers' start): each static plan; ``om`` (the policy as shipped:
@@ -35,7 +38,7 @@ plans are the 3 left-deep orders (§5.3), run as probe orders.
 
 Usage::
 
-    python benchmarks/om_fidelity.py --part figures [--rounds 600] [--plots docs/img]
+    python benchmarks/om_fidelity.py --part figures [--rounds 600] [--seeds 5] [--q2-model mjoin|tree] [--plots docs/img]
     sparkslot --all python benchmarks/om_fidelity.py --part spark [--spark-rounds 24] [--repeat 2] [--plots docs/img]
 """
 from __future__ import annotations
@@ -62,6 +65,9 @@ W_R, W_M = 0.4, 0.6        # §5.1's default weights
 #: select_chain's nanos_p / rows_in_p on this machine; the kernel's probe step, bench_mjoin)
 COSTS = {"dest": 1.5e-7, "tcp": 1.5e-7}
 JOIN_COST = 1e-6
+#: OM's seconds per state row a probe step scans (the "mjoin" model's ``join_cost``, measured on Spark;
+#: plan_switch_backlog's): Q2's figures and the Spark part
+PROBE_COST = 1e-9
 TCP_SHARE = 0.45
 
 
@@ -123,13 +129,14 @@ def q1_model(costs=COSTS):
                      W_R, W_M, ("dest", "tcp"), "dest")
 
 
-def q2_model(join_cost=JOIN_COST, join_model="mjoin"):
-    """Q2's model; by default the policy's (``"mjoin"``: our multi_join's probe steps, see docs/om.md). The
-    recorded figures used OM's left-deep tree (``"tree"``), which :func:`figures` still passes."""
+def q2_model(join_cost=None, join_model="mjoin"):
+    """Q2's model; by default the policy's (``"mjoin"``: our multi_join's probe steps, see docs/om.md), or OM's
+    left-deep tree (``"tree"``). ``join_cost`` defaults to :data:`PROBE_COST` (seconds per state row a probe
+    scans) for ``"mjoin"`` and :data:`JOIN_COST` (seconds per joined tuple) for ``"tree"``."""
     from pyspark_cq_plugins.om import PlanModel
 
     held = {f"pair:{i},{j}": 1.0 / HOSTS for i in range(3) for j in range(i + 1, 3)}
-    held["join_cost"] = join_cost
+    held["join_cost"] = join_cost if join_cost is not None else PROBE_COST if join_model == "mjoin" else JOIN_COST
     return PlanModel(ps.MULTI_JOIN, tuple(ps.left_deep_plans(3)), tuple(f"rate:{i}" for i in range(3)), held,
                      WINDOW, W_R, W_M, (0, 1, 2), join_model=join_model)
 
@@ -152,11 +159,13 @@ def run_all(model, observed, k, d=5, decay=0.5, ranges=None, seed=0):
 
 
 def figures(args) -> dict:
+    q2 = q2_model(join_cost=args.q2_join_cost, join_model=args.q2_model)
     out = {"machine": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "load": os.getloadavg()}
+           "load": os.getloadavg(), "rounds": args.rounds, "seeds": args.seeds,
+           "q2_join_model": q2.join_model, "q2_join_cost": q2.held["join_cost"]}
     cvs = [0.09, 0.13, 0.17, 0.21, 0.26]
     for name, model, observe, ks in (("Q1", q1_model(), q1_observed, [2, 5, 10, 20, 30, 40]),
-                                     ("Q2", q2_model(join_model="tree"), q2_observed, [2, 3, 4, 5, 6, 8, 10])):
+                                     ("Q2", q2, q2_observed, [2, 3, 4, 5, 6, 8, 10])):
         seeds = range(args.seeds)
         # Fig. 3(a): fidelity over time at k = 10, CV 0.17
         om_run, _, _ = run_all(model, observe(1, args.rounds, 0.17), 10)
@@ -177,15 +186,20 @@ def figures(args) -> dict:
                           "optimal_changes": float(np.mean([sum(a != b for a, b in zip(r[0].optimal, r[0].optimal[1:]))
                                                             for r in runs]))})
         out[f"{name}_cv"] = table
-        # Fig. 3(c) / 4(b): fidelity vs k (CV 0.17)
-        out[f"{name}_k"] = [{"k": k, "om": float(np.mean([run_all(model, observe(s, args.rounds, 0.17), k)[0].fidelity
-                                                          for s in seeds]))} for k in ks]
+        # Fig. 3(c) / 4(b): fidelity vs k (CV 0.17; RAND and STATIC do not depend on k: the CV 0.17 row)
+        out[f"{name}_k"] = []
+        for k in ks:
+            runs = [run_all(model, observe(s, args.rounds, 0.17), k)[0] for s in seeds]
+            out[f"{name}_k"].append({"k": k, "om": float(np.mean([r.fidelity for r in runs])),
+                                     "moves": float(np.mean([r.moves for r in runs])),
+                                     "switches": float(np.mean([r.switches for r in runs]))})
     return out
 
 
 def print_figures(res: dict) -> None:
     print(f"# OM fidelity (Algorithm 2 over generated packet streams) — {res['date']}, {res['machine']}, "
-          f"load {tuple(round(x, 2) for x in res['load'])}")
+          f"load {tuple(round(x, 2) for x in res['load'])}; {res.get('rounds')} rounds, {res.get('seeds')} seeds; "
+          f"Q2's join model {res.get('q2_join_model', 'tree')!r}, join_cost {res.get('q2_join_cost')}")
     for name in ("Q1", "Q2"):
         t = res[f"{name}_time"]
         print(f"\n{name} Fig. 3(a)-style: fidelity {t['fidelity']:.3f} over {t['rounds']} rounds, "
@@ -197,7 +211,9 @@ def print_figures(res: dict) -> None:
         for row in res[f"{name}_cv"]:
             print(f"| {row['cv']:.2f} | {row['cv_measured']:.3f} | {row['om']:.3f} | {row['rand']:.3f} | "
                   f"{row['static']:.3f} | {row['moves']:.1f} | {row['switches']:.1f} | {row['optimal_changes']:.1f} |")
-        print(f"{name} fidelity vs k (CV 0.17): " + ", ".join(f"k={r['k']}: {r['om']:.3f}" for r in res[f"{name}_k"]))
+        print(f"{name} fidelity vs k (CV 0.17): " + ", ".join(
+            f"k={r['k']}: {r['om']:.3f} ({r.get('moves', float('nan')):.0f} moves, "
+            f"{r.get('switches', float('nan')):.0f} switches)" for r in res[f"{name}_k"]))
 
 
 def plot(res: dict, directory: str) -> None:
@@ -208,10 +224,11 @@ def plot(res: dict, directory: str) -> None:
 
     os.makedirs(directory, exist_ok=True)
     for name in ("Q1", "Q2"):
+        model = f" ({res.get('q2_join_model', 'tree')} model)" if name == "Q2" else ""
         fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
         per = res[f"{name}_time"]["fidelity_per_100"]
         axes[0].plot([100 * (i + 1) for i in range(len(per))], per, marker="o")
-        axes[0].set(title=f"{name}: fidelity per 100 rounds", xlabel="round", ylabel="fidelity", ylim=(0, 1.05))
+        axes[0].set(title=f"{name}{model}: fidelity per 100 rounds", xlabel="round", ylabel="fidelity", ylim=(0, 1.05))
         rows = res[f"{name}_cv"]
         for p in ("om", "rand", "static"):
             axes[1].plot([r["cv_measured"] for r in rows], [r[p] for r in rows], marker="o", label=p.upper())
@@ -221,7 +238,8 @@ def plot(res: dict, directory: str) -> None:
         axes[2].plot([r["k"] for r in ks], [r["om"] for r in ks], marker="o")
         axes[2].set(title=f"{name}: fidelity vs k", xlabel="k (partitions per dimension)", ylim=(0, 1.05))
         fig.tight_layout()
-        fig.savefig(os.path.join(directory, f"om_{name.lower()}_fidelity.png"), dpi=90)
+        tail = "_tree" if name == "Q2" and res.get("q2_join_model") == "tree" else ""   # the comparison
+        fig.savefig(os.path.join(directory, f"om_{name.lower()}_fidelity{tail}.png"), dpi=90)
         plt.close(fig)
 
 
@@ -261,8 +279,6 @@ def _write(directory: str, step: int, table) -> None:
 Q1_PLANS = ("dest>tcp", "tcp>dest")
 Q2_PLANS = tuple(ps.left_deep_plans(3))
 OPS = {"Q1": "q1f", "Q2": "q2j"}
-#: OM's seconds per state row a probe step scans (the "mjoin" model's ``join_cost``; plan_switch_backlog's)
-PROBE_COST = 1e-9
 
 
 def _spark_inputs(args, root: str) -> dict:
@@ -545,6 +561,12 @@ def main(argv=None) -> int:
     ap.add_argument("--part", choices=("figures", "spark"), required=True)
     ap.add_argument("--rounds", type=int, default=600, help="rounds per run of the figures (the paper: 600 s)")
     ap.add_argument("--seeds", type=int, default=5, help="runs per point of the figures")
+    ap.add_argument("--q2-model", choices=("mjoin", "tree"), default="mjoin",
+                    help="figures: Q2's join cost model (mjoin: the policy's default, our probe steps; "
+                         "tree: OM's left-deep tree, for comparison)")
+    ap.add_argument("--q2-join-cost", type=float, default=None,
+                    help=f"figures: Q2's join_cost (default {PROBE_COST} s per state row for mjoin, "
+                         f"{JOIN_COST} s per joined tuple for tree)")
     ap.add_argument("--plots", default=None, help="directory for PNG plots (figures: om_q*_fidelity.png; spark: om_spark.png)")
     ap.add_argument("--spark-rounds", type=int, default=24)
     ap.add_argument("--q1-rows", type=float, default=20000.0, help="Q1's mean packets per round on Spark")

@@ -8,12 +8,20 @@ available here):
    on Spark by ``--part spark``, or the defaults below), against RAND and STATIC (the paper's RATE):
    Fig. 3(a) fidelity per 100 rounds, Fig. 3(b) / 4(a) fidelity vs the coefficient of variation of λ
    (0.09 … 0.26), Fig. 3(c) / 4(b) fidelity vs k (2 … 40 for Q1, 2 … 10 for Q2), with moves and switches.
+   Q2 is costed with the policy's default model (``--q2-model mjoin``: our multi_join's probe steps,
+   :func:`pyspark_cq.cost.om.mjoin_plan_cost`, ``join_cost`` = :data:`PROBE_COST` s per state row), or
+   with OM's left-deep tree (``--q2-model tree``, for comparison; its plot is ``om_q2_fidelity_tree.png``).
 ``--part spark``: Q1 (a ``select_chain``) and Q2 (a 3-way ``multi_join``) run on Spark for ``--spark-rounds``
-   micro-batches (one round each) three times over the same files: plans chosen by the ``om`` policy through
-   the runtime and the control table, the best static plan (the one of least total OM cost over the run,
-   chosen offline), and the per-round oracle (each round's optimal plan for its true statistics, written
-   before the batch). Prints rows/s, Spark's batch time, the join's state memory, and OM's fidelity, moves
-   and switches measured on Spark; checks the three runs return the same rows.
+   micro-batches (one round each) over the same files, after a discarded warm-up run (the first run of a
+   session pays the JVM's and the Python workers' start): each static plan; ``om`` (the policy as shipped:
+   ``join_model="mjoin"``, its per-row costs measured by the operators) through the runtime and the control
+   table; and the per-round oracle, which writes before each step the plan whose static run did the least
+   plan-dependent work in that step (predicate rows tested for Q1, state rows scanned by the probes for Q2:
+   what no policy can know). ``--repeat`` passes, the order of the runs rotated; medians. Prints rows/s,
+   Spark's batch time, the join's state memory, the best static plan (least batch time, measured), and OM's
+   fidelity, moves and switches measured on Spark (``policy.status()``: against OM's model at each round's
+   observed statistics; and how often OM ran the oracle's plan); checks every run returns the same rows.
+   ``--plots DIR`` writes ``om_spark.png`` (batch time per step, and OM's plan vs the oracle's).
 
 The generator. DEC-PKT's packet traces (TCP/UDP wide-area traffic) have bursty, heavy-tailed arrival counts
 with slow trends, and the share of packets to one host changes as connections come and go. Per round (1 s)
@@ -30,8 +38,8 @@ plans are the 3 left-deep orders (§5.3), run as probe orders.
 
 Usage::
 
-    python benchmarks/om_fidelity.py --part figures [--rounds 600] [--plots docs/img]
-    python benchmarks/om_fidelity.py --part spark [--spark-rounds 24]
+    python benchmarks/om_fidelity.py --part figures [--rounds 600] [--seeds 5] [--q2-model mjoin|tree] [--plots docs/img]
+    sparkslot --all python benchmarks/om_fidelity.py --part spark [--spark-rounds 24] [--repeat 2] [--plots docs/img]
 """
 from __future__ import annotations
 
@@ -57,6 +65,9 @@ W_R, W_M = 0.4, 0.6        # §5.1's default weights
 #: select_chain's nanos_p / rows_in_p on this machine; the kernel's probe step, bench_mjoin)
 COSTS = {"dest": 1.5e-7, "tcp": 1.5e-7}
 JOIN_COST = 1e-6
+#: OM's seconds per state row a probe step scans (the "mjoin" model's ``join_cost``, measured on Spark;
+#: plan_switch_backlog's): Q2's figures and the Spark part
+PROBE_COST = 1e-9
 TCP_SHARE = 0.45
 
 
@@ -118,13 +129,14 @@ def q1_model(costs=COSTS):
                      W_R, W_M, ("dest", "tcp"), "dest")
 
 
-def q2_model(join_cost=JOIN_COST, join_model="tree"):
-    """Q2's model; the recorded figures used OM's left-deep tree (``"tree"``), the policy now costs our
-    multi_join's probe steps (``"mjoin"``, see docs/om.md)."""
+def q2_model(join_cost=None, join_model="mjoin"):
+    """Q2's model; by default the policy's (``"mjoin"``: our multi_join's probe steps, see docs/om.md), or OM's
+    left-deep tree (``"tree"``). ``join_cost`` defaults to :data:`PROBE_COST` (seconds per state row a probe
+    scans) for ``"mjoin"`` and :data:`JOIN_COST` (seconds per joined tuple) for ``"tree"``."""
     from pyspark_cq_plugins.om import PlanModel
 
     held = {f"pair:{i},{j}": 1.0 / HOSTS for i in range(3) for j in range(i + 1, 3)}
-    held["join_cost"] = join_cost
+    held["join_cost"] = join_cost if join_cost is not None else PROBE_COST if join_model == "mjoin" else JOIN_COST
     return PlanModel(ps.MULTI_JOIN, tuple(ps.left_deep_plans(3)), tuple(f"rate:{i}" for i in range(3)), held,
                      WINDOW, W_R, W_M, (0, 1, 2), join_model=join_model)
 
@@ -147,11 +159,13 @@ def run_all(model, observed, k, d=5, decay=0.5, ranges=None, seed=0):
 
 
 def figures(args) -> dict:
+    q2 = q2_model(join_cost=args.q2_join_cost, join_model=args.q2_model)
     out = {"machine": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "load": os.getloadavg()}
+           "load": os.getloadavg(), "rounds": args.rounds, "seeds": args.seeds,
+           "q2_join_model": q2.join_model, "q2_join_cost": q2.held["join_cost"]}
     cvs = [0.09, 0.13, 0.17, 0.21, 0.26]
     for name, model, observe, ks in (("Q1", q1_model(), q1_observed, [2, 5, 10, 20, 30, 40]),
-                                     ("Q2", q2_model(), q2_observed, [2, 3, 4, 5, 6, 8, 10])):
+                                     ("Q2", q2, q2_observed, [2, 3, 4, 5, 6, 8, 10])):
         seeds = range(args.seeds)
         # Fig. 3(a): fidelity over time at k = 10, CV 0.17
         om_run, _, _ = run_all(model, observe(1, args.rounds, 0.17), 10)
@@ -172,15 +186,20 @@ def figures(args) -> dict:
                           "optimal_changes": float(np.mean([sum(a != b for a, b in zip(r[0].optimal, r[0].optimal[1:]))
                                                             for r in runs]))})
         out[f"{name}_cv"] = table
-        # Fig. 3(c) / 4(b): fidelity vs k (CV 0.17)
-        out[f"{name}_k"] = [{"k": k, "om": float(np.mean([run_all(model, observe(s, args.rounds, 0.17), k)[0].fidelity
-                                                          for s in seeds]))} for k in ks]
+        # Fig. 3(c) / 4(b): fidelity vs k (CV 0.17; RAND and STATIC do not depend on k: the CV 0.17 row)
+        out[f"{name}_k"] = []
+        for k in ks:
+            runs = [run_all(model, observe(s, args.rounds, 0.17), k)[0] for s in seeds]
+            out[f"{name}_k"].append({"k": k, "om": float(np.mean([r.fidelity for r in runs])),
+                                     "moves": float(np.mean([r.moves for r in runs])),
+                                     "switches": float(np.mean([r.switches for r in runs]))})
     return out
 
 
 def print_figures(res: dict) -> None:
     print(f"# OM fidelity (Algorithm 2 over generated packet streams) — {res['date']}, {res['machine']}, "
-          f"load {tuple(round(x, 2) for x in res['load'])}")
+          f"load {tuple(round(x, 2) for x in res['load'])}; {res.get('rounds')} rounds, {res.get('seeds')} seeds; "
+          f"Q2's join model {res.get('q2_join_model', 'tree')!r}, join_cost {res.get('q2_join_cost')}")
     for name in ("Q1", "Q2"):
         t = res[f"{name}_time"]
         print(f"\n{name} Fig. 3(a)-style: fidelity {t['fidelity']:.3f} over {t['rounds']} rounds, "
@@ -192,7 +211,9 @@ def print_figures(res: dict) -> None:
         for row in res[f"{name}_cv"]:
             print(f"| {row['cv']:.2f} | {row['cv_measured']:.3f} | {row['om']:.3f} | {row['rand']:.3f} | "
                   f"{row['static']:.3f} | {row['moves']:.1f} | {row['switches']:.1f} | {row['optimal_changes']:.1f} |")
-        print(f"{name} fidelity vs k (CV 0.17): " + ", ".join(f"k={r['k']}: {r['om']:.3f}" for r in res[f"{name}_k"]))
+        print(f"{name} fidelity vs k (CV 0.17): " + ", ".join(
+            f"k={r['k']}: {r['om']:.3f} ({r.get('moves', float('nan')):.0f} moves, "
+            f"{r.get('switches', float('nan')):.0f} switches)" for r in res[f"{name}_k"]))
 
 
 def plot(res: dict, directory: str) -> None:
@@ -203,10 +224,11 @@ def plot(res: dict, directory: str) -> None:
 
     os.makedirs(directory, exist_ok=True)
     for name in ("Q1", "Q2"):
+        model = f" ({res.get('q2_join_model', 'tree')} model)" if name == "Q2" else ""
         fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
         per = res[f"{name}_time"]["fidelity_per_100"]
         axes[0].plot([100 * (i + 1) for i in range(len(per))], per, marker="o")
-        axes[0].set(title=f"{name}: fidelity per 100 rounds", xlabel="round", ylabel="fidelity", ylim=(0, 1.05))
+        axes[0].set(title=f"{name}{model}: fidelity per 100 rounds", xlabel="round", ylabel="fidelity", ylim=(0, 1.05))
         rows = res[f"{name}_cv"]
         for p in ("om", "rand", "static"):
             axes[1].plot([r["cv_measured"] for r in rows], [r[p] for r in rows], marker="o", label=p.upper())
@@ -216,7 +238,8 @@ def plot(res: dict, directory: str) -> None:
         axes[2].plot([r["k"] for r in ks], [r["om"] for r in ks], marker="o")
         axes[2].set(title=f"{name}: fidelity vs k", xlabel="k (partitions per dimension)", ylim=(0, 1.05))
         fig.tight_layout()
-        fig.savefig(os.path.join(directory, f"om_{name.lower()}_fidelity.png"), dpi=90)
+        tail = "_tree" if name == "Q2" and res.get("q2_join_model") == "tree" else ""   # the comparison
+        fig.savefig(os.path.join(directory, f"om_{name.lower()}_fidelity{tail}.png"), dpi=90)
         plt.close(fig)
 
 
@@ -253,143 +276,284 @@ def _write(directory: str, step: int, table) -> None:
     os.replace(tmp, os.path.join(directory, f"b{step:04d}.parquet"))
 
 
-def spark_part(args) -> dict:
+Q1_PLANS = ("dest>tcp", "tcp>dest")
+Q2_PLANS = tuple(ps.left_deep_plans(3))
+OPS = {"Q1": "q1f", "Q2": "q2j"}
+
+
+def _spark_inputs(args, root: str) -> dict:
+    """The Spark part's files, one per step and input (every run reads the same data); returns the statistics."""
+    rng = np.random.default_rng(5)
+    q1 = q1_observed(11, args.spark_rounds, 0.17, base=args.q1_rows)
+    q2 = q2_observed(12, args.spark_rounds, 0.17, bases=(args.q2_rows, 0.8 * args.q2_rows, 0.6 * args.q2_rows))
+    for step in range(args.spark_rounds):
+        _write(os.path.join(root, "q1"), step, _packets(rng, int(q1[step]["rate"]), q1[step]["sel"]))
+        for i in range(3):
+            _write(os.path.join(root, f"q2_{i}"), step, _join_input(rng, i, int(q2[step][f"rate:{i}"]), step))
+    return {"Q1": q1, "Q2": q2}
+
+
+def _work(name: str, r: dict) -> float:
+    """The plan-dependent work of one batch: predicate rows tested (Q1); state rows the partial matches scanned
+    (Q2: the kernel walks the probed state's key chain for each, ``probed_i_j · state_rows_j``)."""
+    if name == "Q1":
+        return sum(v for k, v in r.items() if k.startswith("rows_in_"))
+    return sum(v * r.get(f"state_rows_{k.rsplit('_', 1)[1]}", 0) for k, v in r.items() if k.startswith("probed_"))
+
+
+def spark_run(spark, args, data: str, mode: str, rounds: int, oracle: dict | None = None) -> dict:
+    """One run of Q1 and Q2 over ``rounds`` steps: ``om``, ``static:<i>`` (plan i of each query; Q1 has two) or
+    ``oracle`` (``oracle[query][step]`` written before each step). Steps run one query at a time (Q1's file and
+    batch, then Q2's), so the two queries do not share the cores."""
     import pyarrow.compute as pc
     from pyspark_cq_plugins.om import OMPolicy
 
     import pyspark_cq as cq
     from pyspark_cq.runtime import CQRuntime
 
+    run_dir = tempfile.mkdtemp(prefix=f"run-{mode.replace(':', '')}-", dir=os.path.dirname(data))
+    names = ["Q1", "Q2"]
+    if mode.startswith("static:"):
+        i = int(mode.split(":")[1])
+        start = {"Q1": Q1_PLANS[i] if i < len(Q1_PLANS) else None, "Q2": Q2_PLANS[i]}
+        names = [n for n in names if start[n] is not None]
+    elif mode == "oracle":
+        start = {n: oracle[n][0] for n in names}
+    else:                                        # the adaptive run starts in the plans of the old run
+        start = {"Q1": "tcp>dest", "Q2": Q2_PLANS[0]}
+    policy = None
+    if mode == "om":                             # the policy's default cost model: join_model="mjoin"
+        policy = OMPolicy(k=args.k, d=5, window=WINDOW, w_r=W_R, w_m=W_M, join_cost=PROBE_COST,
+                          ranges={"q1f": {"sel": (0.0, 1.0), "rate": (0.5 * args.q1_rows, 2.0 * args.q1_rows)},
+                                  "q2j": {f"rate:{i}": (0.25 * args.q2_rows, 2.0 * args.q2_rows) for i in range(3)}},
+                          chart_predicate={"q1f": "dest"})
+    rt = CQRuntime(spark, policies=[policy] if policy else [], control_path=os.path.join(run_dir, "ct.json"),
+                   every_batches=10**9)
+    live = {"Q1": [os.path.join(run_dir, "q1")], "Q2": [os.path.join(run_dir, f"q2_{i}") for i in range(3)]}
+    src = {"Q1": ["q1"], "Q2": [f"q2_{i}" for i in range(3)]}
+    for d in live["Q1"] + live["Q2"]:
+        os.makedirs(d)
+
+    def build_q1(ctx):
+        h = ctx.control("q1f", plan_id=start["Q1"])
+        df = ctx.spark.readStream.schema("src_host long, dest_host long, proto long, size long") \
+            .option("maxFilesPerTrigger", 1).parquet(live["Q1"][0])
+        out = cq.select_chain(df, {"dest": lambda b: pc.equal(b["dest_host"], 2),
+                                   "tcp": lambda b: pc.equal(b["proto"], 6)}, control=h) \
+            .select("src_host", "dest_host")                       # Q1's projection
+        return out.writeStream.format("noop").option("checkpointLocation", os.path.join(run_dir, "ck1"))
+
+    def build_q2(ctx):
+        h = ctx.control("q2j", plan_id=start["Q2"])
+        dfs = [ctx.spark.readStream.schema(f"h{i} long, t{i} timestamp, v{i} long")
+               .option("maxFilesPerTrigger", 1).parquet(live["Q2"][i]).withWatermark(f"t{i}", "2 seconds")
+               for i in range(3)]
+        out = cq.multi_join(dfs, ["h0", "h1", "h2"], ["t0", "t1", "t2"],
+                            [(0, 1, "-1 second", "1 second"), (1, 2, "-1 second", "1 second")], control=h)
+        return out.writeStream.format("noop").option("checkpointLocation", os.path.join(run_dir, "ck2"))
+
+    for n in names:
+        rt.register(n, {"Q1": build_q1, "Q2": build_q2}[n])
+    ran = {n: [] for n in names}
+    step_end = {n: [] for n in names}
+    policy_s = []
+    with rt:
+        for step in range(rounds):
+            for n in names:
+                if mode == "oracle":
+                    rt.control_table().set(OPS[n], plan_id=oracle[n][step], reason="oracle")
+                ran[n].append(rt.control_table().entry(OPS[n]).params.get("plan_id"))
+                for s, d in zip(src[n], live[n]):   # hidden copies, then renames: one batch sees all the files
+                    shutil.copy2(os.path.join(data, s, f"b{step:04d}.parquet"), os.path.join(d, f".b{step:04d}.parquet"))
+                for d in live[n]:
+                    os.replace(os.path.join(d, f".b{step:04d}.parquet"), os.path.join(d, f"b{step:04d}.parquet"))
+                q = rt.query(n)
+                q.processAllAvailable()
+                step_end[n].append(q.lastProgress["batchId"])     # a step's files can land in two batches
+                want = cq.read_metrics([p for p in q.recentProgress if p["numInputRows"] > 0][-1], OPS[n])
+                deadline = time.monotonic() + 60
+                while dict(rt.statistics().queries[n].operators[OPS[n]].report) != want \
+                        and time.monotonic() < deadline:
+                    time.sleep(0.02)
+            if policy is not None:
+                t0 = time.perf_counter()
+                rt.run_policies()
+                policy_s.append(time.perf_counter() - t0)
+        batches = {}
+        for n in names:
+            batches[n] = []
+            for p in rt.query(n).recentProgress:
+                r = cq.read_metrics(p, OPS[n])
+                if r and r["input_rows"]:
+                    batches[n].append({"batch": p["batchId"], "seconds": p["batchDuration"] / 1000.0,
+                                       "input_rows": r["input_rows"], "output_rows": r["output_rows"],
+                                       "work": _work(n, r), "state_bytes": r.get("state_bytes", 0),
+                                       "nanos": {k[6:]: (v, r.get("rows_in_" + k[6:], 0)) for k, v in r.items()
+                                                 if k.startswith("nanos_")}})
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return {"mode": mode, "ran": ran, "step_end": step_end, "batches": batches, "policy_s": policy_s,
+            "status": policy.status() if policy is not None else None}
+
+
+def per_step(run: dict, name: str, what: str) -> list[float]:
+    """``what`` summed over the batches of each step of query ``name``."""
+    out, prev = [], -1
+    for end in run["step_end"][name]:
+        out.append(sum(b[what] for b in run["batches"][name] if prev < b["batch"] <= end))
+        prev = end
+    return out
+
+
+def summarize(run: dict, name: str) -> dict:
+    b = run["batches"][name]
+    secs = [x["seconds"] for x in b]
+    out = {"batches": len(b), "rows": sum(x["input_rows"] for x in b), "seconds": sum(secs),
+           "rows_per_s": sum(x["input_rows"] for x in b) / sum(secs), "median_batch_s": statistics.median(secs),
+           "output_rows": sum(x["output_rows"] for x in b), "work": sum(x["work"] for x in b),
+           "state_bytes_mean": statistics.mean(x["state_bytes"] for x in b),
+           "switches": sum(a != c for a, c in zip(run["ran"][name], run["ran"][name][1:]))}
+    if run["policy_s"]:
+        out["policy_s_median"] = statistics.median(run["policy_s"])
+    return out
+
+
+def spark_part(args) -> dict:
+    import subprocess
+
+    import pyspark_cq as cq
+
+    load0 = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     # no no-data batches: a round's statistics are then always its batch's report (see docs/om.md)
     spark = cq.spark("local[2]", "om-fidelity", shuffle_partitions=2,
                      conf={"spark.sql.streaming.metricsEnabled": "false", "spark.ui.enabled": "false",
                            "spark.sql.streaming.noDataMicroBatches.enabled": "false"})
     root = tempfile.mkdtemp(prefix="om-bench-")
-    rounds = args.spark_rounds
-    rng = np.random.default_rng(5)
-    q1 = q1_observed(11, rounds, 0.17, base=args.q1_rows)
-    q2 = q2_observed(12, rounds, 0.17, bases=(args.q2_rows, 0.8 * args.q2_rows, 0.6 * args.q2_rows))
-    # the files, written once per step (all runs read the same data)
-    files = os.path.join(root, "data")
-    for step in range(rounds):
-        _write(os.path.join(files, "q1"), step, _packets(rng, int(q1[step]["rate"]), q1[step]["sel"]))
-        for i in range(3):
-            _write(os.path.join(files, f"q2_{i}"), step, _join_input(rng, i, int(q2[step][f"rate:{i}"]), step))
-    m1, m2 = q1_model(), q2_model()
-    best_static = {"Q1": min(m1.plans, key=lambda p: sum(m1.cost(p, o) for o in q1)),
-                   "Q2": min(m2.plans, key=lambda p: sum(m2.cost(p, o) for o in q2))}
-    oracle = {"Q1": [m1.best(o) for o in q1], "Q2": [m2.best(o) for o in q2]}
-    results = {}
-    for mode in ("om", "static", "oracle"):
-        run_dir = os.path.join(root, mode)
-        policy = OMPolicy(k=args.k, d=5, window=WINDOW, w_r=W_R, w_m=W_M, join_cost=JOIN_COST,
-                          ranges={"q1f": {"sel": (0.0, 1.0), "rate": (0.5 * args.q1_rows, 2.0 * args.q1_rows)},
-                                  "q2j": {f"rate:{i}": (0.25 * args.q2_rows, 2.0 * args.q2_rows) for i in range(3)}},
-                          chart_predicate={"q1f": "dest"})
-        rt = CQRuntime(spark, policies=[policy] if mode == "om" else [], control_path=os.path.join(run_dir, "ct.json"),
-                       every_batches=10**9)
-        live = [os.path.join(run_dir, "q1")] + [os.path.join(run_dir, f"q2_{i}") for i in range(3)]
-        for d in live:
-            os.makedirs(d)
-        start = {"Q1": best_static["Q1"] if mode == "static" else oracle["Q1"][0] if mode == "oracle" else "tcp>dest",
-                 "Q2": best_static["Q2"] if mode == "static" else oracle["Q2"][0] if mode == "oracle"
-                 else ps.left_deep_plans(3)[0]}
-
-        def build_q1(ctx, start=start, live=live, run_dir=run_dir):
-            h = ctx.control("q1f", plan_id=start["Q1"])
-            df = ctx.spark.readStream.schema("src_host long, dest_host long, proto long, size long") \
-                .option("maxFilesPerTrigger", 1).parquet(live[0])
-            out = cq.select_chain(df, {"dest": lambda b: pc.equal(b["dest_host"], 2),
-                                       "tcp": lambda b: pc.equal(b["proto"], 6)}, control=h) \
-                .select("src_host", "dest_host")                       # Q1's projection
-            return out.writeStream.format("noop").option("checkpointLocation", os.path.join(run_dir, "ck1"))
-
-        def build_q2(ctx, start=start, live=live, run_dir=run_dir):
-            h = ctx.control("q2j", plan_id=start["Q2"])
-            dfs = [ctx.spark.readStream.schema(f"h{i} long, t{i} timestamp, v{i} long")
-                   .option("maxFilesPerTrigger", 1).parquet(live[1 + i]).withWatermark(f"t{i}", "2 seconds")
-                   for i in range(3)]
-            out = cq.multi_join(dfs, ["h0", "h1", "h2"], ["t0", "t1", "t2"],
-                                [(0, 1, "-1 second", "1 second"), (1, 2, "-1 second", "1 second")], control=h)
-            return out.writeStream.format("noop").option("checkpointLocation", os.path.join(run_dir, "ck2"))
-
-        rt.register("Q1", build_q1)
-        rt.register("Q2", build_q2)
-        reports = {"Q1": [], "Q2": []}
-        with rt:
-            for step in range(rounds):
-                if mode == "oracle":
-                    rt.control_table().set("q1f", plan_id=oracle["Q1"][step], reason="oracle")
-                    rt.control_table().set("q2j", plan_id=oracle["Q2"][step], reason="oracle")
-                shutil.copy2(os.path.join(files, "q1", f"b{step:04d}.parquet"), live[0])
-                for i in range(3):   # hidden copies, then renames: narrows the window in which a batch
-                    shutil.copy2(os.path.join(files, f"q2_{i}", f"b{step:04d}.parquet"),   # sees one input's file only:
-                                 os.path.join(live[1 + i], f".b{step:04d}.parquet"))       # it skews the rounds
-                for i in range(3):
-                    os.replace(os.path.join(live[1 + i], f".b{step:04d}.parquet"),
-                               os.path.join(live[1 + i], f"b{step:04d}.parquet"))
-                for name, op in (("Q1", "q1f"), ("Q2", "q2j")):
-                    q = rt.query(name)
-                    q.processAllAvailable()
-                    want = cq.read_metrics([p for p in q.recentProgress if p["numInputRows"] > 0][-1], op)
-                    deadline = time.monotonic() + 60
-                    while dict(rt.statistics().queries[name].operators[op].report) != want \
-                            and time.monotonic() < deadline:
-                        time.sleep(0.02)
-                if mode == "om":
-                    rt.run_policies()
-            for name, op in (("Q1", "q1f"), ("Q2", "q2j")):
-                for p in rt.query(name).recentProgress:
-                    r = cq.read_metrics(p, op)
-                    if r and r["input_rows"]:
-                        reports[name].append((p["batchDuration"] / 1000.0, r))
-        res = {}
-        for name in ("Q1", "Q2"):
-            rows = sum(r["input_rows"] for _, r in reports[name])
-            secs = sum(d for d, _ in reports[name])
-            res[name] = {"batches": len(reports[name]), "rows": rows, "seconds": secs, "rows_per_s": rows / secs,
-                         "median_batch_s": statistics.median(d for d, _ in reports[name]),
-                         "output_rows": sum(r["output_rows"] for _, r in reports[name])}
-            if name == "Q2":
-                res[name]["state_bytes_mean"] = statistics.mean(r["state_bytes"] for _, r in reports[name])
-                res[name]["state_rows_mean"] = statistics.mean(r["state_rows"] for _, r in reports[name])
-                res[name]["probe_steps"] = sum(v for _, r in reports[name] for k, v in r.items()
-                                               if k.startswith("probed_"))
-            if name == "Q1":
-                res[name]["predicate_rows"] = sum(v for _, r in reports[name] for k, v in r.items()
-                                                  if k.startswith("rows_in_"))
-                nanos = {p: sum(r[f"nanos_{p}"] for _, r in reports[name]) /
-                         max(sum(r[f"rows_in_{p}"] for _, r in reports[name]), 1) / 1e9 for p in ("dest", "tcp")}
-                res[name]["cost_per_row"] = nanos
-        if mode == "om":
-            res["status"] = policy.status()
-        results[mode] = res
+    data = os.path.join(root, "data")
+    observed = _spark_inputs(args, data)
+    # a warm-up run (discarded): the first run of a session pays the JVM's and the Python workers' start
+    spark_run(spark, args, data, "static:0", min(3, args.spark_rounds))
+    statics = [f"static:{i}" for i in range(len(Q2_PLANS))]
+    runs: dict[str, list[dict]] = {}
+    oracle = None
+    for rep in range(args.repeat):
+        order = statics + (["oracle"] if rep > 0 else []) + ["om"]
+        order = order[rep % len(order):] + order[:rep % len(order)]
+        for mode in order:
+            runs.setdefault(mode, []).append(spark_run(spark, args, data, mode, args.spark_rounds, oracle))
+            print(f"  pass {rep + 1} {mode}: " + "; ".join(f"{n} {summarize(runs[mode][-1], n)}"
+                                                          for n in runs[mode][-1]["ran"]), flush=True)
+        if oracle is None:
+            # the per-round oracle: each step, the plan whose static run (first pass) did the least work in it
+            oracle = {}
+            for n, plans in (("Q1", Q1_PLANS), ("Q2", Q2_PLANS)):
+                work = {p: per_step(runs[f"static:{i}"][0], n, "work") for i, p in enumerate(plans)}
+                oracle[n] = [min(plans, key=lambda p: work[p][r]) for r in range(args.spark_rounds)]
+            runs.setdefault("oracle", []).append(spark_run(spark, args, data, "oracle", args.spark_rounds, oracle))
+            print(f"  pass {rep + 1} oracle: " + "; ".join(f"{n} {summarize(runs['oracle'][-1], n)}"
+                                                          for n in ("Q1", "Q2")), flush=True)
     spark.stop()
     shutil.rmtree(root, ignore_errors=True)
-    out = {"machine": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-           "load": os.getloadavg(), "rounds": rounds, "best_static": best_static, "results": results,
-           "oracle_switches": {n: sum(a != b for a, b in zip(oracle[n], oracle[n][1:])) for n in oracle}}
-    for name in ("Q1", "Q2"):
-        outs = {m: results[m][name]["output_rows"] for m in results}
-        assert len(set(outs.values())) == 1, f"{name}: the runs' outputs differ: {outs}"
+    load1 = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    res = {"machine": platform.node(), "cores": os.cpu_count(),
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_start": load0, "load_end": load1,
+           "args": vars(args), "observed": observed, "oracle": oracle, "runs": runs}
+    for n in ("Q1", "Q2"):
+        outs = {m: summarize(r, n)["output_rows"] for m, rs in runs.items() for r in rs if n in r["ran"]}
+        assert len(set(outs.values())) == 1, f"{n}: the runs' outputs differ: {outs}"
+    return res
+
+
+def _medians(res: dict) -> dict:
+    """Per query and run, the median over the passes of every summary figure."""
+    out = {}
+    for n in ("Q1", "Q2"):
+        for m, rs in res["runs"].items():
+            ss = [summarize(r, n) for r in rs if n in r["ran"]]
+            if ss:
+                out.setdefault(n, {})[m] = {k: statistics.median(s[k] for s in ss) for k in ss[0]} | {"passes": len(ss)}
     return out
 
 
+def pool_runs(paths: list[str]) -> dict:
+    """Saved Spark parts, their passes pooled (they must have run over the same data with the same oracle)."""
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            runs.append(json.load(f))
+    if len(runs) == 1:
+        return runs[0]
+    first = runs[0]
+    for r in runs[1:]:
+        if r["observed"] != first["observed"] or r["oracle"] != first["oracle"]:
+            raise SystemExit("--from-json: the runs differ in data or oracle plans; they cannot be pooled")
+    return {**first, "date": " and ".join(r["date"] for r in runs),
+            "load_start": " | ".join(r["load_start"] for r in runs), "load_end": " | ".join(r["load_end"] for r in runs),
+            "invocations": [{k: r[k] for k in ("date", "load_start", "load_end")} for r in runs],
+            "args": {**first["args"], "repeat": sum(r["args"]["repeat"] for r in runs)},
+            "runs": {m: [x for r in runs for x in r["runs"][m]] for m in first["runs"]}}
+
+
 def print_spark(res: dict) -> None:
-    print(f"# OM on Spark — {res['date']}, {res['machine']}, load {tuple(round(x, 2) for x in res['load'])}, "
-          f"{res['rounds']} rounds")
-    print(f"best static plans: {res['best_static']}; the oracle switches {res['oracle_switches']}")
-    print("| query | run | rows/s | Spark batch time (s, sum) | median batch (s) | work | state bytes (mean) |")
-    print("|---|---|---|---|---|---|---|")
-    for name in ("Q1", "Q2"):
-        base = res["results"]["static"][name]["rows_per_s"]
-        for mode in ("om", "static", "oracle"):
-            r = res["results"][mode][name]
-            work = r.get("predicate_rows", r.get("probe_steps"))
-            print(f"| {name} | {mode} | {r['rows_per_s']:.0f} ({r['rows_per_s'] / base:.2f}×) | {r['seconds']:.2f} | "
-                  f"{r['median_batch_s']:.3f} | {work} | {r.get('state_bytes_mean', float('nan')):.0f} |")
-    print("OM on Spark (policy.status()):", json.dumps(res["results"]["om"]["status"], default=str))
-    print("measured cost per row (Q1, static run):", res["results"]["static"]["Q1"]["cost_per_row"])
+    print(f"# OM on Spark — {res['date']}, {res['machine']} ({res['cores']} cores), {res['args']['spark_rounds']} "
+          f"rounds, medians of {res['args']['repeat']} passes\n# start: {res['load_start']}\n# end:   {res['load_end']}")
+    med = _medians(res)
+    print("| query | run | passes | rows/s (vs best static) | Spark batch time, sum (s) | median batch (s) | work | "
+          "state bytes (mean) | switches |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for n in ("Q1", "Q2"):
+        statics = [m for m in med[n] if m.startswith("static:")]
+        best = min(statics, key=lambda m: med[n][m]["seconds"])
+        plans = Q1_PLANS if n == "Q1" else Q2_PLANS
+        for m, s in med[n].items():
+            label = f"static {plans[int(m[7:])]}" + (" (best)" if m == best else "") if m in statics else m
+            print(f"| {n} | {label} | {s['passes']} | {s['rows_per_s']:,.0f} ({med[n][best]['seconds'] / s['seconds']:.2f}×) | "
+                  f"{s['seconds']:.2f} | {s['median_batch_s']:.3f} | {s['work']:,.0f} | {s['state_bytes_mean']:,.0f} | "
+                  f"{s['switches']:.0f} |")
+    for n in ("Q1", "Q2"):
+        oracle = res["oracle"][n]
+        for r in res["runs"]["om"]:
+            st = r["status"].get(f"{n}/{OPS[n]}", {})
+            agree = sum(a == b for a, b in zip(r["ran"][n], oracle)) / len(oracle)
+            print(f"{n} om: fidelity (OM's model, policy.status()) {st.get('fidelity', float('nan')):.3f} over "
+                  f"{st.get('rounds')} rounds, moves {st.get('moves')}, switches {st.get('switches')}, rebuilds "
+                  f"{st.get('rebuilds')}; its plan = the measured oracle's in {agree:.0%} of steps; "
+                  f"policy round median {statistics.median(r['policy_s']):.3f} s")
+        print(f"{n} oracle plans: {oracle}")
+        print(f"{n} om plans (pass 1): {res['runs']['om'][0]['ran'][n]}")
+    r = res["runs"]["static:0"][0]["batches"]["Q1"]
+    print("measured seconds per row of Q1's predicates (static:0, pass 1):",
+          {p: sum(b["nanos"][p][0] for b in r) / max(sum(b["nanos"][p][1] for b in r), 1) / 1e9 for p in ("dest", "tcp")})
+
+
+def plot_spark(res: dict, path: str) -> None:
+    """Per query: batch time per step of each run (pass 1), and the plan OM ran vs the oracle's."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(12, 6.5))
+    for row, (n, plans) in enumerate((("Q1", Q1_PLANS), ("Q2", Q2_PLANS))):
+        for m, rs in res["runs"].items():
+            if n not in rs[0]["ran"]:
+                continue
+            secs = per_step(rs[0], n, "seconds")
+            label = f"static {plans[int(m[7:])]}" if m.startswith("static:") else m
+            axes[row][0].plot(range(len(secs)), secs, "--" if m.startswith("static:") else "-o", ms=3, label=label)
+        axes[row][0].set(title=f"{n}: Spark batch time per step (pass 1)", xlabel="step (round)", ylabel="s")
+        axes[row][0].legend(fontsize=7)
+        idx = {p: i for i, p in enumerate(plans)}
+        axes[row][1].step(range(len(res["oracle"][n])), [idx[p] for p in res["oracle"][n]], where="mid",
+                          label="oracle (least work measured)")
+        axes[row][1].step(range(len(res["runs"]["om"][0]["ran"][n])), [idx[p] for p in res["runs"]["om"][0]["ran"][n]],
+                          "--", where="mid", label="om (pass 1)")
+        axes[row][1].set(title=f"{n}: plan per step", xlabel="step (round)", yticks=range(len(plans)),
+                         yticklabels=plans)
+        axes[row][1].legend(fontsize=7)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 def main(argv=None) -> int:
@@ -397,13 +561,32 @@ def main(argv=None) -> int:
     ap.add_argument("--part", choices=("figures", "spark"), required=True)
     ap.add_argument("--rounds", type=int, default=600, help="rounds per run of the figures (the paper: 600 s)")
     ap.add_argument("--seeds", type=int, default=5, help="runs per point of the figures")
-    ap.add_argument("--plots", default=None, help="directory for PNG plots of the figures")
+    ap.add_argument("--q2-model", choices=("mjoin", "tree"), default="mjoin",
+                    help="figures: Q2's join cost model (mjoin: the policy's default, our probe steps; "
+                         "tree: OM's left-deep tree, for comparison)")
+    ap.add_argument("--q2-join-cost", type=float, default=None,
+                    help=f"figures: Q2's join_cost (default {PROBE_COST} s per state row for mjoin, "
+                         f"{JOIN_COST} s per joined tuple for tree)")
+    ap.add_argument("--plots", default=None, help="directory for PNG plots (figures: om_q*_fidelity.png; spark: om_spark.png)")
     ap.add_argument("--spark-rounds", type=int, default=24)
     ap.add_argument("--q1-rows", type=float, default=20000.0, help="Q1's mean packets per round on Spark")
-    ap.add_argument("--q2-rows", type=float, default=2000.0, help="Q2's mean rows per round of its first input")
+    ap.add_argument("--q2-rows", type=float, default=800.0,
+                    help="Q2's mean rows per round of its first input (800: 2 passes take ~12 min on 2 cores)")
+    ap.add_argument("--repeat", type=int, default=2, help="passes of the Spark part (medians; run order rotated)")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--from-json", default=None,
+                    help="spark: report (and plot) saved runs instead of running; several (a,b): their passes pooled")
     args = ap.parse_args(argv)
+    if args.from_json:
+        res = pool_runs(args.from_json.split(","))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=1, default=str)
+        print_spark(res)
+        if args.plots:
+            plot_spark(res, os.path.join(args.plots, "om_spark.png"))
+        return 0
     if args.part == "figures":
         res = figures(args)
         print_figures(res)
@@ -411,7 +594,12 @@ def main(argv=None) -> int:
             plot(res, args.plots)
     else:
         res = spark_part(args)
+        if args.json:          # first: a failing report must not lose a long run
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=1, default=str)
         print_spark(res)
+        if args.plots:
+            plot_spark(res, os.path.join(args.plots, "om_spark.png"))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(res, f, indent=1, default=str)

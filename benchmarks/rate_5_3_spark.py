@@ -17,7 +17,7 @@
 - **Run-time switchable.** One 5-way ``cq.multi_join`` with the probe orders that follow each tree
   (``rate.tree_probe_orders``), static, and under the ``rate`` policy started in Left Deep's orders.
 - **Predicted.** Per step of event time (1 s) the model's work: trees — ``rate.plan_work`` (Equation 2's
-  denominator summed over the joins, Table 3's symmetric hash join: one unit per arrival at every join);
+  denominator summed over the joins; Table 3's symmetric nested-loops join within a key, see ``tree_work``);
   ``multi_join`` — ``MultiJoinModel(scan=True)`` (state rows met by the partial matches) with the states'
   sizes measured in the first static run. Predicted order = order of the work. Predicted times: batch time
   = a + c·work, (a, c) fitted by least squares on the OTHER plans of the same kind (leave one out), so every
@@ -57,7 +57,8 @@ EDGES = {("A", "C"): F_AC, ("A", "B"): F_AB, ("B", "D"): F_BD, ("D", "E"): F_DE}
 BASE_US = 1_700_000_000_000_000
 DELAY = "1 second"
 OP = "mj5"
-UNIT = R.JoinCosts(move=1.0)      # one unit of work per arrival at a join (Table 3, hash join)
+#: seconds of input a Spark join state holds: the watermark delay plus the step the watermark lags behind
+RETAIN = 2.0
 
 
 def half_widths(keys: int, f_scale: float) -> dict:
@@ -65,9 +66,9 @@ def half_widths(keys: int, f_scale: float) -> dict:
     return {e: int(round(f * f_scale * keys / 2 * 1e6)) for e, f in EDGES.items()}
 
 
-def shapes(f_scale: float = 1.0):
+def shapes(f_scale: float = 1.0, method: str = "hash"):
     """Figure 11's three plans without §5.2's 5 ms handling cost of A⋈C (not simulated on Spark)."""
-    return plans_5_3(ac_cost=0.0, f_scale=f_scale)
+    return plans_5_3(ac_cost=0.0, f_scale=f_scale, method=method)
 
 
 def step_rows(scale: float) -> dict:
@@ -235,10 +236,14 @@ def per_step(run: dict, what: str) -> list[float]:
 # ------------------------------------------------------------------------------------------ model
 
 
-def tree_work(scale: float, f_scale: float) -> dict:
-    """Predicted work per step (join arrivals, Table 3 with one unit per arrival) of each tree."""
+def tree_work(scale: float, f_scale: float, keys: int) -> dict:
+    """Predicted work per step of each tree: Spark's stream-stream join keeps a list of rows per key and an
+    arrival is checked against every row of its key in the other side's state, so each join is Table 3's
+    symmetric nested-loops join within a key: ``C_l = move + |S_r|/K·comp`` with ``|S_r| = r_r·RETAIN``
+    (``plan_work`` at t = 1 with ``comp = RETAIN/K``). Units: comparisons; an arrival counts one."""
     rates = {n: float(r) for n, r in step_rows(scale).items()}
-    return {p.label: R.plan_work(p, rates, 1.0, costs=UNIT) for p in shapes(f_scale)}
+    costs = R.JoinCosts(move=1.0, comp=RETAIN / keys)
+    return {p.label: R.plan_work(p, rates, 1.0, costs=costs) for p in shapes(f_scale, "nested_loops")}
 
 
 def mj_model(scale: float, f_scale: float, retention: list[float]) -> R.MultiJoinModel:
@@ -286,7 +291,7 @@ def analyse(res: dict) -> dict:
             continue
         secs = {k: per_step(r, "seconds")[1:] for k, r in rs.items()}      # the first step: empty states
         if kind == "tree":
-            work = {k: v for k, v in tree_work(args["scale"], args["fscale"]).items() if k in rs}
+            work = {k: v for k, v in tree_work(args["scale"], args["fscale"], args["keys"]).items() if k in rs}
         else:
             work = {k: mj_work(mj_model(args["scale"], args["fscale"], res["retention"]), rs[k]["plan_id"]) for k in rs}
         fits = fit_leave_one_out(work, secs)
@@ -338,19 +343,22 @@ def plot(res: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     an = analyse(res)
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
     colors = {"Left Deep": "C3", "Fast Leaves": "C1", "Evenly Spread": "C2"}
-    for ax, kind, title in ((axes[0], "tree", "Spark's binary join trees"), (axes[1], "mj", "multi_join (tree probe orders)")):
+    for ax, kind, title in ((axes[0], "tree", "Spark's binary join trees"), (axes[1], "mj", "multi_join, tree probe orders")):
         for k, v in an[kind].items():
             ax.plot([0] + v["measured_t"], [0] + v["outputs"], "-o", ms=3, color=colors.get(k), label=f"{k} measured")
             ax.plot([0] + v["predicted_t"], [0] + v["outputs"], ":", color=colors.get(k), label=f"{k} predicted")
         ax.set(xlabel="cumulative Spark batch time (s)", ylabel="outputs", title=f"§5.3 backlog: {title}")
-    for r in res["runs"]:
-        if r["kind"] == "rate":
-            axes[1].plot(np.cumsum([0] + per_step(r, "seconds")), np.cumsum([0] + per_step(r, "output_rows")), "-k",
-                         label="multi_join + rate")
-    for ax in axes:
         ax.legend(fontsize=7)
+    for r in res["runs"]:
+        if r["kind"] in ("mj", "rate"):
+            label = f"static {r['label']}" if r["kind"] == "mj" else "under rate (starts in Left Deep)"
+            axes[2].plot(range(1, len(r["step_end"]) + 1), per_step(r, "seconds"), "-o" if r["kind"] == "rate" else "--o",
+                         ms=3, color=colors.get(r["label"], "k"), label=label)
+    axes[2].set(yscale="log", xlabel="step (one micro-batch)", ylabel="batch time (s)",
+                title="multi_join: static probe orders vs rate")
+    axes[2].legend(fontsize=7)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=90)

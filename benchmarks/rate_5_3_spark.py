@@ -329,6 +329,19 @@ def report(res: dict) -> None:
         if an[kind]:
             print(f"{kind}: predicted order {an[kind + '_order_predicted']}; measured to all {an[kind + '_order_measured']}; "
                   f"measured to the first {an[kind + '_order_measured_first']}")
+    if an["tree"]:     # the registration-time choice among the trees, at the fitted cost per comparison
+        from pyspark_cq_plugins.rate_based import choose_join_tree
+
+        args = res["args"]
+        c = float(np.median([v["c"] for v in an["tree"].values()]))
+        costs = R.JoinCosts(move=c, comp=c * RETAIN / args["keys"])
+        rates = {n: float(r) for n, r in step_rows(args["scale"]).items()}
+        plans = shapes(args["fscale"], "nested_loops")
+        total = float(sum(per_step(res["runs"][0], "output_rows")))
+        rate_pick = choose_join_tree(plans, rates, objective="rate", t_p=float(args["steps"]), costs=costs)[0]
+        time_pick = choose_join_tree(plans, rates, objective="time", n=total, costs=costs)[0]
+        print(f"choose_join_tree (c = {c:.3g} s per comparison): objective rate, t_p = {args['steps']} s -> "
+              f"{rate_pick.label}; objective time, n = {total:.0f} -> {time_pick.label}")
     for r in res["runs"]:
         if r["kind"] == "rate":
             s = np.cumsum(per_step(r, "seconds"))

@@ -61,18 +61,21 @@ def plans_5_2():
     return [ab_c, ac_b]
 
 
-def plans_5_3():
-    """Figure 11's shapes over A…E with Table 5's predicates (E the fastest stream, D the second)."""
-    ac = lambda: P.Join(_s("A"), _s("C"), selectivity=F_AC, left_cost=AC_COST, right_cost=AC_COST)  # noqa: E731
+def plans_5_3(ac_cost=AC_COST, f_scale=1.0, method="hash"):
+    """Figure 11's shapes over A…E with Table 5's predicates (E the fastest stream, D the second); every
+    selectivity times ``f_scale`` (the Spark runs scale them to the data that runs here), every join by
+    ``method`` (Table 3: ``"hash"`` or ``"nested_loops"``)."""
+    f_ab, f_ac, f_bd, f_de = (f * f_scale for f in (F_AB, F_AC, F_BD, F_DE))
+    ac = lambda: P.Join(_s("A"), _s("C"), selectivity=f_ac, method=method, left_cost=ac_cost, right_cost=ac_cost)  # noqa: E731
     # (a) Left Deep: the fastest stream at the top
-    left_deep = P.Join(P.Join(P.Join(ac(), _s("B"), selectivity=F_AB), _s("D"), selectivity=F_BD), _s("E"),
-                       selectivity=F_DE, label="Left Deep")
+    left_deep = P.Join(P.Join(P.Join(ac(), _s("B"), selectivity=f_ab, method=method), _s("D"), selectivity=f_bd, method=method), _s("E"),
+                       selectivity=f_de, method=method, label="Left Deep")
     # (b) Fast Leaves: the fast streams at the lowest level
-    fast_leaves = P.Join(P.Join(ac(), _s("B"), selectivity=F_AB), P.Join(_s("D"), _s("E"), selectivity=F_DE),
-                         selectivity=F_BD, label="Fast Leaves")
+    fast_leaves = P.Join(P.Join(ac(), _s("B"), selectivity=f_ab, method=method), P.Join(_s("D"), _s("E"), selectivity=f_de, method=method),
+                         selectivity=f_bd, method=method, label="Fast Leaves")
     # (c) Evenly Spread: the fastest in the middle, the second fastest at the lowest level
-    evenly = P.Join(P.Join(P.Join(_s("B"), _s("D"), selectivity=F_BD), _s("E"), selectivity=F_DE), ac(),
-                    selectivity=F_AB, label="Evenly Spread")
+    evenly = P.Join(P.Join(P.Join(_s("B"), _s("D"), selectivity=f_bd, method=method), _s("E"), selectivity=f_de, method=method), ac(),
+                    selectivity=f_ab, method=method, label="Evenly Spread")
     return [left_deep, fast_leaves, evenly]
 
 

@@ -205,3 +205,62 @@ def test_per_arrival_conditionals_and_measured_outputs():
         MultiJoinModel((1.0, 1.0), outputs=(1.0,))
     with pytest.raises(ValueError, match=r"outputs\[1\]"):
         MultiJoinModel((1.0, 1.0), outputs=(1.0, -1.0))
+
+
+# --------------------------------------------------------------------------- join trees on one processor, §5.3
+
+
+def _fig11():
+    from pyspark_cq import plan as P
+
+    s = P.Source
+    ac = P.Join(s("A"), s("C"), selectivity=0.5)
+    left_deep = P.Join(P.Join(P.Join(ac, s("B"), selectivity=0.2), s("D"), selectivity=0.1), s("E"), selectivity=0.01)
+    evenly = P.Join(P.Join(P.Join(s("B"), s("D"), selectivity=0.1), s("E"), selectivity=0.01), ac, selectivity=0.2)
+    return left_deep, evenly
+
+
+def test_plan_work_sums_each_joins_arrival_costs():
+    left_deep, evenly = _fig11()
+    r = {"A": 2.0, "B": 10.0, "C": 4.0, "D": 5.0, "E": 20.0}
+    unit = rate.JoinCosts(move=1.0)
+    # by hand: every join handles its children's unhindered output rates at t = 1, one unit per arrival
+    ac = 0.5 * 2 * 4
+    acb = 0.2 * ac * 10
+    acbd = 0.1 * acb * 5
+    assert rate.plan_work(left_deep, r, 1.0, costs=unit) == pytest.approx((2 + 4) + (ac + 10) + (acb + 5) + (acbd + 20))
+    bd = 0.1 * 10 * 5
+    bde = 0.01 * bd * 20
+    assert rate.plan_work(evenly, r, 1.0, costs=unit) == pytest.approx((10 + 5) + (bd + 20) + (2 + 4) + (bde + ac))
+    # Table 3's costs of each join's method, and the nodes' own costs, are added per arrival
+    costs = rate.JoinCosts(move=1.0, hash=2.0, probe=3.0)
+    assert rate.plan_work(evenly, r, 1.0, costs=costs) == pytest.approx(6 * rate.plan_work(evenly, r, 1.0, costs=unit))
+    from pyspark_cq import plan as P
+
+    j = P.Join(P.Source("A"), P.Source("B"), selectivity=0.1, left_cost=0.5, method="nested_loops")
+    cl, cr = rate.join_arrival_costs("nested_loops", 2, 10, 3.0, rate.JoinCosts(move=1, comp=0.1))
+    assert rate.plan_work(j, {"A": 2, "B": 10}, 3.0, costs=rate.JoinCosts(move=1, comp=0.1)) == pytest.approx(
+        2 * (cl + 0.5) + 10 * cr)
+    assert rate.plan_work(j, {"A": 2, "B": 10}, 0.0) == pytest.approx(2 * 0.5)      # no join cost: only its own
+    with pytest.raises(ValueError, match="t"):
+        rate.plan_work(j, {"A": 2, "B": 10}, -1.0)
+    with pytest.raises(ValueError, match="'B'"):
+        rate.plan_work(j, {"A": 2}, 1.0)
+
+
+def test_tree_probe_orders_follow_the_tree_and_the_predicates():
+    left_deep, evenly = _fig11()
+    edges = [("A", "C"), ("A", "B"), ("B", "D"), ("D", "E")]
+    # Left Deep: E (at the top) probes D, B, A, C going down the chain; A probes C, then B, D, E
+    assert rate.tree_probe_orders(left_deep, "ABCDE", edges) == (
+        (2, 1, 3, 4), (0, 2, 3, 4), (0, 1, 3, 4), (1, 0, 2, 4), (3, 1, 0, 2))
+    # Evenly Spread: B meets D, E, then the A⋈C subtree from A (joined to B), C last
+    orders = rate.tree_probe_orders(evenly, ["A", "B", "C", "D", "E"], edges)
+    assert orders[1] == (3, 4, 0, 2)
+    assert orders[0] == (2, 1, 3, 4)
+    for i, o in enumerate(orders):     # every order is a permutation of the other inputs
+        assert sorted(o) == [j for j in range(5) if j != i]
+    with pytest.raises(ValueError, match="does not match the query"):
+        rate.tree_probe_orders(evenly, "ABCDF", edges)
+    with pytest.raises(ValueError, match="edges"):
+        rate.tree_probe_orders(evenly, "ABCDE", [("A", "Z")])

@@ -30,7 +30,7 @@ __all__ = [
     "plan_output_rate", "plan_outputs_by_time", "plan_time_to_outputs",
     "local_rate_estimate", "best_plan_by_rate",
     "output_size", "split_required_outputs", "local_time_estimate", "best_plan_by_time",
-    "chain_cost", "chain_output_rate", "best_chain_order", "MultiJoinModel",
+    "chain_cost", "chain_output_rate", "best_chain_order", "MultiJoinModel", "plan_work", "tree_probe_orders",
 ]
 
 
@@ -910,3 +910,109 @@ class MultiJoinModel:
         k = self.n_inputs
         return tuple(min(itertools.permutations([j for j in range(k) if j != i]),
                          key=lambda o, i=i: self._per_arrival(i, o, t)[1]) for i in range(k))
+
+
+# ---------------------------------------------------------------------------------------------
+# join trees on one processor, and a join tree as multi_join probe orders (§5.3 on Spark)
+
+
+def plan_work(plan: P.Node, rates: Mapping[str, float], t: float, *, costs: JoinCosts = JoinCosts()) -> float:
+    """Processing time per unit time of a plan's joins at time t: ``Σ_joins r_l·C_l + r_r·C_r``.
+
+    The denominator of Equation 2 (§3.3) summed over the plan's joins, with C_l, C_r from Table 3
+    (``costs`` and the node's ``method``) plus the node's ``left_cost``/``right_cost``, and each join's
+    input rates those its children would deliver unhindered (:func:`plan_output_rate` without costs). When
+    all joins share one processor — a Spark task runs a tree's joins one after the other — the plan keeps
+    up while this is at most 1; a backlog takes ``plan_work`` times its event-time span to replay.
+
+    Examples
+    --------
+    (A⋈B)⋈C with f_AB = 0.01, f_(AB)C = 0.1, rates A 10, B 20, C 5 and one unit per arrival at t = 1:
+    A⋈B handles 10 + 20 arrivals and emits ``0.01·10·20 = 2`` per unit time, the top join 2 + 5.
+
+    >>> from pyspark_cq import plan as P
+    >>> from pyspark_cq.cost.rate import JoinCosts, plan_work
+    >>> ab_c = P.Join(P.Join(P.Source("A"), P.Source("B"), selectivity=0.01), P.Source("C"), selectivity=0.1)
+    >>> plan_work(ab_c, {"A": 10, "B": 20, "C": 5}, 1.0, costs=JoinCosts(move=1))
+    37.0
+    """
+    order, checked = _compile(plan, rates, costs)
+    t = chk.non_negative(t, "t")
+    free = JoinCosts()
+    work = 0.0
+    for node in order:
+        if isinstance(node, P.Join):
+            r_l = _run(list(P.postorder(node.left)), checked, t, free)
+            r_r = _run(list(P.postorder(node.right)), checked, t, free)
+            c_l, c_r = _arrival_costs(node.method, r_l, r_r, t, costs)
+            work += r_l * (c_l + node.left_cost) + r_r * (c_r + node.right_cost)
+    return work
+
+
+def _leaves(node: P.Node) -> list[str]:
+    return [n.name for n in P.postorder(node) if isinstance(n, P.Source)]
+
+
+def tree_probe_orders(plan: P.Node, inputs: Sequence[str], edges) -> tuple[tuple[int, ...], ...]:
+    """The probe orders of a ``multi_join`` that follow a binary join tree (MJoin running a tree's order).
+
+    A row arriving on input i meets, going up from its leaf, the sibling subtree of every ancestor join in
+    turn; within a sibling subtree it probes first the input joined to the inputs bound so far by a
+    predicate (``edges``), then the next such input, and so on (an input with no predicate to the bound set
+    comes last, in the subtree's left-to-right order).
+
+    Parameters
+    ----------
+    plan : pyspark_cq.plan.Node
+        A tree of :class:`~pyspark_cq.plan.Join` over :class:`~pyspark_cq.plan.Source` leaves named as
+        ``inputs``.
+    inputs : sequence of str
+        The ``multi_join``'s inputs in index order.
+    edges : iterable of (str, str)
+        The query's join predicates as pairs of input names.
+
+    Examples
+    --------
+    Figure 11's Fast Leaves over a chain C–A–B–D–E: E's rows probe D, then the other subtree from B.
+
+    >>> from pyspark_cq import plan as P
+    >>> from pyspark_cq.cost.rate import tree_probe_orders
+    >>> s = P.Source
+    >>> fast = P.Join(P.Join(P.Join(s("A"), s("C")), s("B")), P.Join(s("D"), s("E")))
+    >>> tree_probe_orders(fast, "ABCDE", [("A", "C"), ("A", "B"), ("B", "D"), ("D", "E")])
+    ((2, 1, 3, 4), (0, 2, 3, 4), (0, 1, 3, 4), (4, 1, 0, 2), (3, 1, 0, 2))
+    """
+    chk.instance(plan, "plan", P.Node, "a plan node (pyspark_cq.plan.Node)")
+    if isinstance(inputs, str):
+        inputs = list(inputs)
+    names = list(inputs)
+    leaves = _leaves(plan)
+    if sorted(leaves) != sorted(names) or len(set(names)) != len(names):
+        raise ValueError(f"plan does not match the query: its sources {sorted(leaves)} are not the inputs {names}")
+    adjacent = set()
+    for pair in edges:
+        if isinstance(pair, str) or not isinstance(pair, Sequence) or len(pair) != 2 or not set(pair) <= set(names):
+            raise ValueError(f"edges must be pairs of input names from {names}, got {pair!r}")
+        adjacent.add(frozenset(pair))
+    parent: dict[int, P.Node] = {}
+    for node in P.postorder(plan):
+        if isinstance(node, P.Join):
+            parent[id(node.left)] = parent[id(node.right)] = node
+        elif not isinstance(node, P.Source):
+            raise ValueError(f"plan must be a tree of joins over sources, got a {type(node).__name__}")
+    index = {n: i for i, n in enumerate(names)}
+    nodes = {n.name: n for n in P.postorder(plan) if isinstance(n, P.Source)}
+    orders = []
+    for name in names:
+        node, bound, order = nodes[name], {name}, []
+        while id(node) in parent:
+            up = parent[id(node)]
+            rest = _leaves(up.right if up.left is node else up.left)
+            while rest:
+                nxt = next((x for x in rest if any(frozenset((x, b)) in adjacent for b in bound)), rest[0])
+                order.append(index[nxt])
+                bound.add(nxt)
+                rest.remove(nxt)
+            node = up
+        orders.append(tuple(order))
+    return tuple(orders)

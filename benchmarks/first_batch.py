@@ -6,7 +6,8 @@ with a fresh JVM** (a first batch is only first once), on a tiny file stream (``
 ``--rows`` rows, ``maxFilesPerTrigger=1``, ``availableNow``, ``noop`` sink):
 
 - ``session``: ``cq`` (``cq.spark("local[2]")``: the Python workers start through ``pyspark_cq._daemon``,
-  which imports the installed PySpark, and Arrow's per-row size check is off) or ``plain``
+  which imports the installed PySpark, Arrow's per-row size check is off, and a background job starts
+  warm Python workers, ``warm_workers``), ``cq-cold`` (the same without the warm workers) or ``plain``
   (``SparkSession.builder.master("local[2]")`` with 2 shuffle partitions, as a newcomer writes it);
 - ``query``: ``join`` (interval join ±30 s) or ``agg`` (10 s windows sliding by 1 s, count / sum / max
   per key), ours or Spark's (``join`` / ``groupBy(window(...))``).
@@ -32,8 +33,7 @@ import sys
 import tempfile
 import time
 
-CASES = [(session, query, engine) for session in ("cq", "plain") for query in ("join", "agg")
-         for engine in ("ours", "spark")]
+SESSIONS = ("cq", "cq-cold", "plain")
 
 
 def _write(root, files, rows):
@@ -61,6 +61,10 @@ def _one(session, query, engine, root):
         import pyspark_cq as cq
 
         spark = cq.spark("local[2]", "first-batch", shuffle_partitions=2)
+    elif session == "cq-cold":
+        import pyspark_cq as cq
+
+        spark = cq.spark("local[2]", "first-batch", shuffle_partitions=2, warm_workers=False)
     else:
         from pyspark.sql import SparkSession
 
@@ -113,6 +117,7 @@ def main(argv=None):
     ap.add_argument("--files", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--json")
+    ap.add_argument("--sessions", nargs="+", default=list(SESSIONS), choices=SESSIONS)
     ap.add_argument("--case", help=argparse.SUPPRESS)   # internal: run one case in this process
     ap.add_argument("--root", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -121,7 +126,7 @@ def main(argv=None):
         return
     root = tempfile.mkdtemp(prefix="cq_first_data_")
     _write(root, args.files, args.rows)
-    results = {f"{s},{q},{e}": [] for s, q, e in CASES}
+    results = {f"{s},{q},{e}": [] for s in args.sessions for q in ("join", "agg") for e in ("ours", "spark")}
     for _ in range(args.repeats):
         for case in results:   # alternate the cases, so that load drifts hit all of them
             out = subprocess.run([sys.executable, __file__, "--case", case, "--root", root], capture_output=True,
@@ -135,11 +140,11 @@ def main(argv=None):
     load = os.getloadavg()
     print(f"{platform.node()} {os.cpu_count()} cores, load {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}; "
           f"{args.files} files x {args.rows} rows; medians of {args.repeats} fresh processes")
-    print(f"{'session':8}{'query':6}{'engine':8}{'session s':>11}{'query wall s':>14}{'first batch s':>15}")
+    print(f"{'session':9}{'query':6}{'engine':8}{'session s':>11}{'query wall s':>14}{'first batch s':>15}")
     for c, m in med.items():
         s, q, e = c.split(",")
-        print(f"{s:8}{q:6}{e:8}{m['session_s']:11.1f}{m['wall_s']:14.1f}{m['first_batch_s']:15.1f}")
-    for s in ("cq", "plain"):
+        print(f"{s:9}{q:6}{e:8}{m['session_s']:11.1f}{m['wall_s']:14.1f}{m['first_batch_s']:15.1f}")
+    for s in args.sessions:
         for q in ("join", "agg"):
             o, sp = med[f"{s},{q},ours"], med[f"{s},{q},spark"]
             print(f"ours / Spark, {s} session, {q}: wall {o['wall_s'] / sp['wall_s']:.2f}x, "

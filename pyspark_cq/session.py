@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -90,8 +91,8 @@ def java_version(java_home: str) -> str:
 
 
 def spark(master: str | None = None, app_name: str = "pyspark-cq", *, remote: str | None = None,
-          shuffle_partitions: int | None = None, ui: bool = False, edf: bool = False, conf: dict | None = None,
-          **extra_conf):
+          shuffle_partitions: int | None = None, ui: bool = False, edf: bool = False, warm_workers: bool = True,
+          conf: dict | None = None, **extra_conf):
     """Get or create a SparkSession configured for pyspark-cq: classic, or a Spark Connect client.
 
     Parameters
@@ -115,7 +116,12 @@ def spark(master: str | None = None, app_name: str = "pyspark-cq", *, remote: st
         Run Spark's FAIR scheduler with pyspark-cq's two pools, so that ``CQRuntime`` runs the periodic
         queries with the tightest deadline before the others (RTStream's EDF order;
         :mod:`pyspark_cq.runtime.pools`, docs/rtstream.md). A static setting: it fails when a session without
-        it is already running in this process, and on a remote Spark Connect server.
+        it is already running in this process, and with ``remote`` (Spark Connect has no SparkContext here).
+    warm_workers : bool
+        In a new local classic session, start its Python workers in the background (a small job of two
+        chained Python stages per core that imports pandas, pyarrow and the operators' worker modules), so
+        that the first micro-batch of a query started within a minute (Spark's idle-worker timeout) reuses
+        warm workers instead of starting and importing its own (:func:`warm_python_workers`).
     conf : dict, optional
         Extra Spark configuration, passed through unchanged (``extra_conf`` keyword arguments too, with
         ``_`` in keys standing for ``.``, e.g. ``spark_driver_memory="4g"``).
@@ -139,11 +145,12 @@ def spark(master: str | None = None, app_name: str = "pyspark-cq", *, remote: st
         raise TypeError(f"conf must be a dict of Spark settings, got {type(conf).__name__}")
     if not isinstance(edf, bool):
         raise TypeError(f"edf must be True or False, got {edf!r}")
+    if not isinstance(warm_workers, bool):
+        raise TypeError(f"warm_workers must be True or False, got {warm_workers!r}")
     local = (remote or master).startswith("local")
-    if edf and remote is not None and not remote.startswith("local"):
-        raise ValueError(f"edf=True sets the scheduler of the SparkContext, which a remote Spark Connect server "
-                         f"({remote}) fixes when it starts; start that server with spark.scheduler.mode=FAIR and "
-                         f"the allocation file of pyspark_cq.runtime.pools.allocation_file()")
+    if edf and remote is not None:
+        raise ValueError(f"edf=True needs a classic session: the runtime puts each periodic query into its scheduler "
+                         f"pool through the SparkContext, which a Spark Connect client ({remote}) does not have")
     if edf:
         from .runtime.pools import allocation_file
 
@@ -157,7 +164,11 @@ def spark(master: str | None = None, app_name: str = "pyspark-cq", *, remote: st
         builder = SparkSession.builder.master(master).appName(app_name)
         for key, value in settings.items():
             builder = builder.config(key, value)
+        new = SparkSession.getActiveSession() is None
         session = builder.getOrCreate()
+        if warm_workers and local and new:
+            threading.Thread(target=warm_python_workers, args=(session,), name="pyspark-cq-warm-workers",
+                             daemon=True).start()
     for key, value in settings.items():  # getOrCreate on a live session keeps static confs; set runtime ones
         try:
             if session.conf.get(key, None) != value and not key.startswith(("spark.ui", "spark.executorEnv",
@@ -165,7 +176,7 @@ def spark(master: str | None = None, app_name: str = "pyspark-cq", *, remote: st
                 session.conf.set(key, value)
         except Exception:  # a static conf of an existing session cannot change; leave it
             pass
-    if edf and remote is None:
+    if edf:
         from .runtime.pools import has_pools
 
         if not has_pools(session):
@@ -173,6 +184,41 @@ def spark(master: str | None = None, app_name: str = "pyspark-cq", *, remote: st
                                "pools (spark.scheduler.mode is static); stop it first (spark.stop()), then call "
                                "pyspark_cq.spark(..., edf=True)")
     return session
+
+
+#: Spark job group of :func:`warm_python_workers`' job.
+WARM_JOB_GROUP = "pyspark-cq-warm-workers"
+
+
+def _load_worker_modules(batches):
+    """A ``mapInArrow`` function that imports what an operator's Python worker needs, then passes through."""
+    import pandas  # noqa: F401
+
+    import pyspark_cq.operators._agg_worker  # noqa: F401
+    import pyspark_cq.operators._join_worker  # noqa: F401
+    import pyspark_cq.operators._mjoin_worker  # noqa: F401
+
+    yield from batches
+
+
+def warm_python_workers(session, tasks: int | None = None) -> None:
+    """Start Python workers with the operators' modules imported, and leave them idle for reuse.
+
+    Spark keeps an idle Python worker for a minute and gives it to the next Python task. A query's first
+    micro-batch otherwise starts one worker per task and Python stage, each importing pandas, pyarrow and
+    PySpark's SQL modules (about a second of CPU each on a 2-core machine; docs/benchmarks.md, "First
+    micro-batch"). The job runs two chained Python stages, the shape of a stateful operator followed by its
+    unpacking, over ``tasks`` partitions (default: the default parallelism). A failure is ignored: warming
+    is an optimisation.
+    """
+    try:
+        sc = session.sparkContext
+        tasks = tasks or max(1, sc.defaultParallelism // 2)
+        sc.setJobGroup(WARM_JOB_GROUP, "pyspark-cq: start Python workers")
+        (session.range(0, tasks, numPartitions=tasks).mapInArrow(_load_worker_modules, "id long")
+         .mapInArrow(_load_worker_modules, "id long").collect())
+    except Exception:  # the session stopped, or workers cannot start (the query will say why)
+        pass
 
 
 def _settings(local: bool, ui: bool, shuffle_partitions: int | None, conf: dict | None, extra_conf: dict) -> dict:

@@ -67,7 +67,7 @@ def test_spark_refuses_a_bad_edf_argument():
 
     with pytest.raises(TypeError, match="edf must be True or False"):
         pyspark_cq.spark("local[1]", edf="yes")
-    with pytest.raises(ValueError, match="edf=True sets the scheduler"):
+    with pytest.raises(ValueError, match="edf=True needs a classic session"):
         pyspark_cq.spark(remote="sc://localhost:15002", edf=True)
 
 

@@ -566,6 +566,27 @@ def spark_sweep(args) -> dict:
     return res
 
 
+#: Q1's seconds per row measured on Spark by ``--part spark`` (2026-11-26, static:0, pass 1)
+SPARK_Q1_COSTS = {"dest": 9.4e-8, "tcp": 4.8e-8}
+
+
+def same_rounds(args, cv: float, k: int) -> dict:
+    """Algorithm 2, RAND and STATIC (:func:`run_all`) over the generated statistics of a sweep's Spark rounds (the
+    same seeds, rounds and OM ranges; no Spark): what the figures' method gives on the stretch Spark ran. Q1 with
+    the figures' per-row costs and with those measured on Spark; Q2 with the figures' held pair selectivities."""
+    q1 = q1_observed(11, args.spark_rounds, cv, base=args.q1_rows)
+    q2 = q2_observed(12, args.spark_rounds, cv, bases=(args.q2_rows, 0.8 * args.q2_rows, 0.6 * args.q2_rows))
+    q1_ranges = [("sel", 0.0, 1.0), ("rate", 0.5 * args.q1_rows, 2.0 * args.q1_rows)]
+    out = {}
+    for label, model, obs, ranges in (("Q1", q1_model(), q1, q1_ranges),
+                                      ("Q1 (Spark costs)", q1_model(SPARK_Q1_COSTS), q1, q1_ranges),
+                                      ("Q2", q2_model(join_cost=PROBE_COST), q2,
+                                       [(f"rate:{i}", 0.25 * args.q2_rows, 2.0 * args.q2_rows) for i in range(3)])):
+        runs = run_all(model, obs, k, ranges=ranges)
+        out[label] = {p: (r.fidelity, r.moves, r.switches) for p, r in zip(("om", "rand", "static"), runs)}
+    return out
+
+
 def print_sweep(res: dict) -> None:
     a = res["args"]
     print(f"# OM, RAND, STATIC on Spark: fidelity measured by the policies (status()) — {res['date']}, "
@@ -585,6 +606,20 @@ def print_sweep(res: dict) -> None:
             f"k={p['k']}: {p['fidelity']:.3f} ({p['moves']} moves, {p['switches']} switches)"
             for p in sorted((p for p in pts if p["policy"] == "om" and abs(p["cv"] - 0.17) < 1e-9),
                             key=lambda p: p["k"])))
+    args = argparse.Namespace(**a)
+    cvs = sorted({p["cv"] for p in res["points"] if p["k"] == 10})
+    print(f"\nAlgorithm 2 over the same {a['spark_rounds']} rounds' generated statistics (no Spark; k = 10): "
+          "fidelity (moves, switches)")
+    print("| CV | query | OM | RAND | STATIC |")
+    print("|---|---|---|---|---|")
+    for cv in cvs:
+        for label, row in same_rounds(args, cv, 10).items():
+            print(f"| {cv:.2f} | {label} | " + " | ".join(f"{row[p][0]:.3f} ({row[p][1]}, {row[p][2]})"
+                                                        for p in ("om", "rand", "static")) + " |")
+    ks = sorted({p["k"] for p in res["points"] if p["policy"] == "om" and abs(p["cv"] - 0.17) < 1e-9})
+    print("OM vs k (CV 0.17), same rounds: " + "; ".join(
+        f"k={k}: " + ", ".join(f"{label} {row['om'][0]:.3f} ({row['om'][1]}, {row['om'][2]})"
+                               for label, row in same_rounds(args, 0.17, k).items()) for k in ks))
 
 
 def _medians(res: dict) -> dict:

@@ -22,6 +22,13 @@ available here):
    fidelity, moves and switches measured on Spark (``policy.status()``: against OM's model at each round's
    observed statistics; and how often OM ran the oracle's plan); checks every run returns the same rows.
    ``--plots DIR`` writes ``om_spark.png`` (batch time per step, and OM's plan vs the oracle's).
+``--part spark-sweep``: the figures' points measured on Spark. Q1 and Q2 run as in ``--part spark`` (one
+   session, one warm-up) under ``om``, ``rand`` (RAND) and ``static`` (RATE: the best plan at the first 5
+   rounds' estimate) at each CV of ``--cvs`` (k = 10), and under ``om`` at each k of ``--ks`` (CV 0.17), the
+   inputs regenerated per CV; each policy's fidelity, moves and switches are its ``status()`` (the plan that
+   ran scored against OM's model at each round's observed statistics, as ``--part spark`` measures OM).
+   ``--json`` is rewritten after every point; ``--from-json a.json[,b.json]`` reports saved sweeps, and with
+   ``--figures-json F --plots DIR`` redraws the figures of F with the Spark points added.
 
 The generator. DEC-PKT's packet traces (TCP/UDP wide-area traffic) have bursty, heavy-tailed arrival counts
 with slow trends, and the share of packets to one host changes as connections come and go. Per round (1 s)
@@ -40,6 +47,10 @@ Usage::
 
     python benchmarks/om_fidelity.py --part figures [--rounds 600] [--seeds 5] [--q2-model mjoin|tree] [--plots docs/img]
     sparkslot --all python benchmarks/om_fidelity.py --part spark [--spark-rounds 24] [--repeat 2] [--plots docs/img]
+    sparkslot --all python benchmarks/om_fidelity.py --part spark-sweep [--cvs 0.17,0.09,0.26] [--ks 2,5,10] \
+        [--spark-rounds 24] [--q2-rows 600] [--json sweep.json]
+    python benchmarks/om_fidelity.py --part spark-sweep --from-json sweep.json \
+        --figures-json docs/figures/om_fidelity_figures.json --plots docs/img
 """
 from __future__ import annotations
 
@@ -216,7 +227,9 @@ def print_figures(res: dict) -> None:
             f"{r.get('switches', float('nan')):.0f} switches)" for r in res[f"{name}_k"]))
 
 
-def plot(res: dict, directory: str) -> None:
+def plot(res: dict, directory: str, sweep: dict | None = None) -> None:
+    """The figures; with ``sweep`` (a ``--part spark-sweep`` result) its Spark-measured points added to the
+    fidelity-vs-CV and fidelity-vs-k panels (hollow markers, at the CV measured over the Spark rounds)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -225,17 +238,31 @@ def plot(res: dict, directory: str) -> None:
     os.makedirs(directory, exist_ok=True)
     for name in ("Q1", "Q2"):
         model = f" ({res.get('q2_join_model', 'tree')} model)" if name == "Q2" else ""
-        fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
+        fig, axes = plt.subplots(1, 3, figsize=(13, 4.3 if sweep else 3.4))
         per = res[f"{name}_time"]["fidelity_per_100"]
         axes[0].plot([100 * (i + 1) for i in range(len(per))], per, marker="o")
         axes[0].set(title=f"{name}{model}: fidelity per 100 rounds", xlabel="round", ylabel="fidelity", ylim=(0, 1.05))
         rows = res[f"{name}_cv"]
-        for p in ("om", "rand", "static"):
-            axes[1].plot([r["cv_measured"] for r in rows], [r[p] for r in rows], marker="o", label=p.upper())
+        pts = [p for p in (sweep or {}).get("points", []) if p["query"] == name]
+        for p, marker in (("om", "s"), ("rand", "^"), ("static", "D")):
+            line, = axes[1].plot([r["cv_measured"] for r in rows], [r[p] for r in rows], marker="o",
+                                 label=f"{p.upper()} (Algorithm 2)" if pts else p.upper())
+            mine = [q for q in pts if q["policy"] == p and q["k"] == 10]
+            if mine:
+                axes[1].plot([q["cv_measured"] for q in mine], [q["fidelity"] for q in mine], marker, ls="none",
+                             mfc="none", mew=1.5, ms=8, color=line.get_color(), label=f"{p.upper()} on Spark")
         axes[1].set(title=f"{name}: fidelity vs CV of λ", xlabel="coefficient of variation", ylim=(0, 1.05))
-        axes[1].legend()
+        if pts:         # below the panel: the Spark points fill the upper and the lower corners
+            axes[1].legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.2))
+        else:
+            axes[1].legend()
         ks = res[f"{name}_k"]
-        axes[2].plot([r["k"] for r in ks], [r["om"] for r in ks], marker="o")
+        axes[2].plot([r["k"] for r in ks], [r["om"] for r in ks], marker="o", label="OM (Algorithm 2)")
+        mine = [q for q in pts if q["policy"] == "om" and abs(q["cv"] - 0.17) < 1e-9]
+        if mine:
+            axes[2].plot([q["k"] for q in mine], [q["fidelity"] for q in mine], "s", mfc="none", mew=1.5, ms=8,
+                         color="C0", label="OM on Spark (CV 0.17)")
+            axes[2].legend(fontsize=7, loc="lower right")
         axes[2].set(title=f"{name}: fidelity vs k", xlabel="k (partitions per dimension)", ylim=(0, 1.05))
         fig.tight_layout()
         tail = "_tree" if name == "Q2" and res.get("q2_join_model") == "tree" else ""   # the comparison
@@ -281,11 +308,11 @@ Q2_PLANS = tuple(ps.left_deep_plans(3))
 OPS = {"Q1": "q1f", "Q2": "q2j"}
 
 
-def _spark_inputs(args, root: str) -> dict:
+def _spark_inputs(args, root: str, cv: float = 0.17) -> dict:
     """The Spark part's files, one per step and input (every run reads the same data); returns the statistics."""
     rng = np.random.default_rng(5)
-    q1 = q1_observed(11, args.spark_rounds, 0.17, base=args.q1_rows)
-    q2 = q2_observed(12, args.spark_rounds, 0.17, bases=(args.q2_rows, 0.8 * args.q2_rows, 0.6 * args.q2_rows))
+    q1 = q1_observed(11, args.spark_rounds, cv, base=args.q1_rows)
+    q2 = q2_observed(12, args.spark_rounds, cv, bases=(args.q2_rows, 0.8 * args.q2_rows, 0.6 * args.q2_rows))
     for step in range(args.spark_rounds):
         _write(os.path.join(root, "q1"), step, _packets(rng, int(q1[step]["rate"]), q1[step]["sel"]))
         for i in range(3):
@@ -301,12 +328,32 @@ def _work(name: str, r: dict) -> float:
     return sum(v * r.get(f"state_rows_{k.rsplit('_', 1)[1]}", 0) for k, v in r.items() if k.startswith("probed_"))
 
 
-def spark_run(spark, args, data: str, mode: str, rounds: int, oracle: dict | None = None) -> dict:
-    """One run of Q1 and Q2 over ``rounds`` steps: ``om``, ``static:<i>`` (plan i of each query; Q1 has two) or
-    ``oracle`` (``oracle[query][step]`` written before each step). Steps run one query at a time (Q1's file and
-    batch, then Q2's), so the two queries do not share the cores."""
-    import pyarrow.compute as pc
+def _policy(mode: str, args, k: int):
+    """The plan policy of an adaptive run (None for ``static:<i>`` and ``oracle``): ``om`` as shipped
+    (``join_model="mjoin"``), or the baselines ``rand`` (RAND) and ``static`` (RATE: the best plan at
+    the estimate of the first 5 rounds, the figures' d). All score their rounds the same way (``status()``)."""
     from pyspark_cq_plugins.om import OMPolicy
+    from pyspark_cq_plugins.plan_baselines import RandPolicy, StaticPolicy
+
+    common = {"d": 5, "window": WINDOW, "w_r": W_R, "w_m": W_M, "join_cost": PROBE_COST}
+    if mode == "om":
+        return OMPolicy(k=k, **common, chart_predicate={"q1f": "dest"},
+                        ranges={"q1f": {"sel": (0.0, 1.0), "rate": (0.5 * args.q1_rows, 2.0 * args.q1_rows)},
+                                "q2j": {f"rate:{i}": (0.25 * args.q2_rows, 2.0 * args.q2_rows) for i in range(3)}})
+    if mode == "rand":
+        return RandPolicy(seed=0, **common)
+    if mode == "static":                       # not "static:<i>": a fixed plan, no policy
+        return StaticPolicy(warmup=5, **common)
+    return None
+
+
+def spark_run(spark, args, data: str, mode: str, rounds: int, oracle: dict | None = None,
+              k: int | None = None) -> dict:
+    """One run of Q1 and Q2 over ``rounds`` steps: ``om``, ``rand``, ``static`` (:func:`_policy`; OM's
+    ``k``, default ``args.k``), ``static:<i>`` (plan i of each query; Q1 has two) or ``oracle``
+    (``oracle[query][step]`` written before each step). Steps run one query at a time (Q1's file and batch,
+    then Q2's), so the two queries do not share the cores."""
+    import pyarrow.compute as pc
 
     import pyspark_cq as cq
     from pyspark_cq.runtime import CQRuntime
@@ -321,12 +368,7 @@ def spark_run(spark, args, data: str, mode: str, rounds: int, oracle: dict | Non
         start = {n: oracle[n][0] for n in names}
     else:                                        # the adaptive run starts in the plans of the old run
         start = {"Q1": "tcp>dest", "Q2": Q2_PLANS[0]}
-    policy = None
-    if mode == "om":                             # the policy's default cost model: join_model="mjoin"
-        policy = OMPolicy(k=args.k, d=5, window=WINDOW, w_r=W_R, w_m=W_M, join_cost=PROBE_COST,
-                          ranges={"q1f": {"sel": (0.0, 1.0), "rate": (0.5 * args.q1_rows, 2.0 * args.q1_rows)},
-                                  "q2j": {f"rate:{i}": (0.25 * args.q2_rows, 2.0 * args.q2_rows) for i in range(3)}},
-                          chart_predicate={"q1f": "dest"})
+    policy = _policy(mode, args, args.k if k is None else k)
     rt = CQRuntime(spark, policies=[policy] if policy else [], control_path=os.path.join(run_dir, "ct.json"),
                    every_batches=10**9)
     live = {"Q1": [os.path.join(run_dir, "q1")], "Q2": [os.path.join(run_dir, f"q2_{i}") for i in range(3)]}
@@ -463,6 +505,123 @@ def spark_part(args) -> dict:
     return res
 
 
+def _cv_of(observed: list[dict], dim: str) -> float:
+    v = [o[dim] for o in observed]
+    return float(np.std(v) / np.mean(v))
+
+
+def spark_sweep(args) -> dict:
+    """Fidelity, moves and switches measured on Spark (``policy.status()``) of ``om``, ``rand`` and ``static``
+    at each CV of ``--cvs`` (k = 10), and of ``om`` at each k of ``--ks`` (CV 0.17): one session, one warm-up;
+    per CV the inputs regenerated (the same seeds as ``--part spark``). Points run in the order given, the JSON
+    rewritten after each, so a cut-off sweep keeps the points it ran."""
+    import subprocess
+
+    import pyspark_cq as cq
+
+    cvs = [float(c) for c in args.cvs.split(",")]
+    ks = [int(k) for k in args.ks.split(",")]
+    plan = [(cv, p, 10) for cv in cvs for p in ("om", "rand", "static")]
+    plan += [(0.17, "om", k) for k in ks if k != 10 or 0.17 not in cvs]
+    plan.sort(key=lambda x: x[0] != 0.17)        # CV 0.17 first (its data serves the k points), then as given
+    load0 = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    spark = cq.spark("local[2]", "om-fidelity-sweep", shuffle_partitions=2,
+                     conf={"spark.sql.streaming.metricsEnabled": "false", "spark.ui.enabled": "false",
+                           "spark.sql.streaming.noDataMicroBatches.enabled": "false"})
+    root = tempfile.mkdtemp(prefix="om-sweep-")
+    res = {"machine": platform.node(), "cores": os.cpu_count(), "load_start": load0, "args": vars(args),
+           "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "points": [], "outputs": {}}
+    data, warm = None, False
+    for cv, pol, k in plan:
+        if data is None or data[0] != cv:
+            if data is not None:
+                shutil.rmtree(data[1], ignore_errors=True)
+            data = (cv, os.path.join(root, f"cv{cv}"))
+            observed = _spark_inputs(args, data[1], cv)
+        if not warm:            # the first run of a session pays the JVM's and the Python workers' start
+            spark_run(spark, args, data[1], "static:0", min(3, args.spark_rounds))
+            warm = True
+        t0 = time.perf_counter()
+        run = spark_run(spark, args, data[1], pol, args.spark_rounds, k=k)
+        wall = time.perf_counter() - t0
+        for n, dim in (("Q1", "rate"), ("Q2", "rate:2")):
+            st = run["status"][f"{n}/{OPS[n]}"]
+            out_rows = summarize(run, n)["output_rows"]
+            prev = res["outputs"].setdefault(f"{n}@{cv}", out_rows)
+            assert prev == out_rows, f"{n} at CV {cv}: the runs' outputs differ ({prev} vs {out_rows})"
+            res["points"].append({"query": n, "cv": cv, "cv_measured": _cv_of(observed[n], dim), "policy": pol,
+                                  "k": k, **{f: st[f] for f in ("fidelity", "rounds", "hits", "moves", "switches",
+                                                                "rebuilds")},
+                                  "ran": run["ran"][n], "wall_s": wall})
+        print(f"  CV {cv} {pol} k={k} ({wall:.0f} s): " + "; ".join(
+            f"{q['query']} fidelity {q['fidelity']:.3f} ({q['hits']}/{q['rounds']}), moves {q['moves']}, "
+            f"switches {q['switches']}" for q in res["points"][-2:]), flush=True)
+        res["load_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+        res["date"] = f"{res['started']} – {time.strftime('%H:%M UTC', time.gmtime())}"
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=1, default=str)
+    spark.stop()
+    shutil.rmtree(root, ignore_errors=True)
+    return res
+
+
+#: Q1's seconds per row measured on Spark by ``--part spark`` (2026-11-26, static:0, pass 1)
+SPARK_Q1_COSTS = {"dest": 9.4e-8, "tcp": 4.8e-8}
+
+
+def same_rounds(args, cv: float, k: int) -> dict:
+    """Algorithm 2, RAND and STATIC (:func:`run_all`) over the generated statistics of a sweep's Spark rounds (the
+    same seeds, rounds and OM ranges; no Spark): what the figures' method gives on the stretch Spark ran. Q1 with
+    the figures' per-row costs and with those measured on Spark; Q2 with the figures' held pair selectivities."""
+    q1 = q1_observed(11, args.spark_rounds, cv, base=args.q1_rows)
+    q2 = q2_observed(12, args.spark_rounds, cv, bases=(args.q2_rows, 0.8 * args.q2_rows, 0.6 * args.q2_rows))
+    q1_ranges = [("sel", 0.0, 1.0), ("rate", 0.5 * args.q1_rows, 2.0 * args.q1_rows)]
+    out = {}
+    for label, model, obs, ranges in (("Q1", q1_model(), q1, q1_ranges),
+                                      ("Q1 (Spark costs)", q1_model(SPARK_Q1_COSTS), q1, q1_ranges),
+                                      ("Q2", q2_model(join_cost=PROBE_COST), q2,
+                                       [(f"rate:{i}", 0.25 * args.q2_rows, 2.0 * args.q2_rows) for i in range(3)])):
+        runs = run_all(model, obs, k, ranges=ranges)
+        out[label] = {p: (r.fidelity, r.moves, r.switches) for p, r in zip(("om", "rand", "static"), runs)}
+    return out
+
+
+def print_sweep(res: dict) -> None:
+    a = res["args"]
+    print(f"# OM, RAND, STATIC on Spark: fidelity measured by the policies (status()) — {res['date']}, "
+          f"{res['machine']} ({res['cores']} cores); {a['spark_rounds']} rounds, Q1 {a['q1_rows']:.0f} and Q2 "
+          f"{a['q2_rows']:.0f} rows per round (mean)\n# start: {res['load_start']}\n# end:   {res['load_end']}")
+    for n in ("Q1", "Q2"):
+        pts = [p for p in res["points"] if p["query"] == n]
+        print(f"\n{n} fidelity vs CV (k = 10): fidelity (moves, switches)")
+        print("| CV (target) | CV of the run's rates | OM | RAND | STATIC |")
+        print("|---|---|---|---|---|")
+        for cv in sorted({p["cv"] for p in pts if p["k"] == 10}):
+            row = {p["policy"]: p for p in pts if p["cv"] == cv and p["k"] == 10}
+            cells = [f"{row[q]['fidelity']:.3f} ({row[q]['moves']}, {row[q]['switches']})" if q in row else "–"
+                     for q in ("om", "rand", "static")]
+            print(f"| {cv:.2f} | {next(iter(row.values()))['cv_measured']:.3f} | " + " | ".join(cells) + " |")
+        print(f"{n} OM fidelity vs k (CV 0.17): " + ", ".join(
+            f"k={p['k']}: {p['fidelity']:.3f} ({p['moves']} moves, {p['switches']} switches)"
+            for p in sorted((p for p in pts if p["policy"] == "om" and abs(p["cv"] - 0.17) < 1e-9),
+                            key=lambda p: p["k"])))
+    args = argparse.Namespace(**a)
+    cvs = sorted({p["cv"] for p in res["points"] if p["k"] == 10})
+    print(f"\nAlgorithm 2 over the same {a['spark_rounds']} rounds' generated statistics (no Spark; k = 10): "
+          "fidelity (moves, switches)")
+    print("| CV | query | OM | RAND | STATIC |")
+    print("|---|---|---|---|---|")
+    for cv in cvs:
+        for label, row in same_rounds(args, cv, 10).items():
+            print(f"| {cv:.2f} | {label} | " + " | ".join(f"{row[p][0]:.3f} ({row[p][1]}, {row[p][2]})"
+                                                        for p in ("om", "rand", "static")) + " |")
+    ks = sorted({p["k"] for p in res["points"] if p["policy"] == "om" and abs(p["cv"] - 0.17) < 1e-9})
+    print("OM vs k (CV 0.17), same rounds: " + "; ".join(
+        f"k={k}: " + ", ".join(f"{label} {row['om'][0]:.3f} ({row['om'][1]}, {row['om'][2]})"
+                               for label, row in same_rounds(args, 0.17, k).items()) for k in ks))
+
+
 def _medians(res: dict) -> dict:
     """Per query and run, the median over the passes of every summary figure."""
     out = {}
@@ -558,7 +717,7 @@ def plot_spark(res: dict, path: str) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--part", choices=("figures", "spark"), required=True)
+    ap.add_argument("--part", choices=("figures", "spark", "spark-sweep"), required=True)
     ap.add_argument("--rounds", type=int, default=600, help="rounds per run of the figures (the paper: 600 s)")
     ap.add_argument("--seeds", type=int, default=5, help="runs per point of the figures")
     ap.add_argument("--q2-model", choices=("mjoin", "tree"), default="mjoin",
@@ -574,10 +733,34 @@ def main(argv=None) -> int:
                     help="Q2's mean rows per round of its first input (800: 2 passes take ~12 min on 2 cores)")
     ap.add_argument("--repeat", type=int, default=2, help="passes of the Spark part (medians; run order rotated)")
     ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--cvs", default="0.09,0.17,0.26", help="spark-sweep: the CVs (om, rand, static at k = 10)")
+    ap.add_argument("--ks", default="2,5,10", help="spark-sweep: OM's k at CV 0.17")
+    ap.add_argument("--figures-json", default=None,
+                    help="spark-sweep: a --part figures JSON; with --plots, its plots redrawn with the Spark points")
     ap.add_argument("--json", default=None)
     ap.add_argument("--from-json", default=None,
                     help="spark: report (and plot) saved runs instead of running; several (a,b): their passes pooled")
     args = ap.parse_args(argv)
+    if args.part == "spark-sweep":
+        if args.from_json:     # saved sweeps (several: their points together, e.g. a cut-off sweep and its rest)
+            parts = []
+            for path in args.from_json.split(","):
+                with open(path) as f:
+                    parts.append(json.load(f))
+            res = {**parts[0], "points": [p for r in parts for p in r["points"]],
+                   "date": " and ".join(r["date"] for r in parts),
+                   "load_start": " | ".join(r["load_start"] for r in parts),
+                   "load_end": " | ".join(r["load_end"] for r in parts)}
+        else:
+            res = spark_sweep(args)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=1, default=str)
+        print_sweep(res)
+        if args.plots and args.figures_json:
+            with open(args.figures_json) as f:
+                plot(json.load(f), args.plots, sweep=res)
+        return 0
     if args.from_json:
         res = pool_runs(args.from_json.split(","))
         if args.json:

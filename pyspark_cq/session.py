@@ -208,15 +208,20 @@ def warm_python_workers(session, tasks: int | None = None) -> None:
     micro-batch otherwise starts one worker per task and Python stage, each importing pandas, pyarrow and
     PySpark's SQL modules (about a second of CPU each on a 2-core machine; docs/benchmarks.md, "First
     micro-batch"). The job runs two chained Python stages, the shape of a stateful operator followed by its
-    unpacking, over ``tasks`` partitions (default: the default parallelism). A failure is ignored: warming
-    is an optimisation.
+    unpacking, over ``tasks`` partitions (default: half the default parallelism, which ``spark()`` sets to
+    twice the local cores: one per core). The job group is the calling thread's for the job only. A failure
+    is ignored: warming is an optimisation.
     """
     try:
         sc = session.sparkContext
         tasks = tasks or max(1, sc.defaultParallelism // 2)
         sc.setJobGroup(WARM_JOB_GROUP, "pyspark-cq: start Python workers")
-        (session.range(0, tasks, numPartitions=tasks).mapInArrow(_load_worker_modules, "id long")
-         .mapInArrow(_load_worker_modules, "id long").collect())
+        try:
+            (session.range(0, tasks, numPartitions=tasks).mapInArrow(_load_worker_modules, "id long")
+             .mapInArrow(_load_worker_modules, "id long").collect())
+        finally:   # later jobs of this thread are not the warm-up's
+            for key in ("spark.jobGroup.id", "spark.job.description", "spark.job.interruptOnCancel"):
+                sc.setLocalProperty(key, None)
     except Exception:  # the session stopped, or workers cannot start (the query will say why)
         pass
 

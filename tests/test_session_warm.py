@@ -21,10 +21,10 @@ def test_warm_python_workers_runs_its_job_and_leaves_the_session_usable(spark):
     jobs = tracker.getJobIdsForGroup(S.WARM_JOB_GROUP)
     assert jobs, "the warm-up job did not run"
     assert all(tracker.getJobInfo(j).status == "SUCCEEDED" for j in jobs)
-    # the job group is the warming thread's (here: this one's) only: clear it for the next tests
-    spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-    spark.sparkContext.setLocalProperty("spark.job.description", None)
+    # the job group was the warm-up job's only: this thread's later jobs are not in it
+    assert spark.sparkContext.getLocalProperty("spark.jobGroup.id") is None
     assert spark.range(3).count() == 3
+    assert set(tracker.getJobIdsForGroup(S.WARM_JOB_GROUP)) == set(jobs)
 
 
 def test_warm_python_workers_ignores_a_stopped_session():

@@ -495,7 +495,7 @@ class RTStreamQoS(Policy):
         if query.period is None or query.plan is None:
             return Admission(True, "not a periodic query with a plan: nothing to predict", Decisions((), self.name))
         rates = {name: s.input_rate for name, s in query.sources.items()}
-        names = {n.name for n in P.postorder(query.plan) if isinstance(n, P.Source)}
+        names = set(P.source_names(query.plan))
         if not names <= set(rates) or not all(math.isfinite(rates[n]) and rates[n] > 0 for n in names):
             return Admission(True, "source rates unknown: admitted without a prediction", Decisions((), self.name))
         counts = {n: rates[n] * query.period for n in names}

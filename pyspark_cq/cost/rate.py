@@ -949,10 +949,6 @@ def plan_work(plan: P.Node, rates: Mapping[str, float], t: float, *, costs: Join
     return work
 
 
-def _leaves(node: P.Node) -> list[str]:
-    return [n.name for n in P.postorder(node) if isinstance(n, P.Source)]
-
-
 def tree_probe_orders(plan: P.Node, inputs: Sequence[str], edges) -> tuple[tuple[int, ...], ...]:
     """The probe orders of a ``multi_join`` that follow a binary join tree (MJoin running a tree's order).
 
@@ -986,7 +982,7 @@ def tree_probe_orders(plan: P.Node, inputs: Sequence[str], edges) -> tuple[tuple
     if isinstance(inputs, str):
         inputs = list(inputs)
     names = list(inputs)
-    leaves = _leaves(plan)
+    leaves = P.source_names(plan)
     if sorted(leaves) != sorted(names) or len(set(names)) != len(names):
         raise ValueError(f"plan does not match the query: its sources {sorted(leaves)} are not the inputs {names}")
     adjacent = set()
@@ -1007,7 +1003,7 @@ def tree_probe_orders(plan: P.Node, inputs: Sequence[str], edges) -> tuple[tuple
         node, bound, order = nodes[name], {name}, []
         while id(node) in parent:
             up = parent[id(node)]
-            rest = _leaves(up.right if up.left is node else up.left)
+            rest = list(P.source_names(up.right if up.left is node else up.left))
             while rest:
                 nxt = next((x for x in rest if any(frozenset((x, b)) in adjacent for b in bound)), rest[0])
                 order.append(index[nxt])

@@ -89,6 +89,7 @@ class JoinSpec:
     upper: int = 0
     out_keys: list[int] = field(default_factory=list)
     kept_column: str | None = None
+    bucket_width: int | None = None   # streaming inner interval join with bucket=: the bucket width (µs)
 
     @property
     def keys(self) -> list[str]:
@@ -140,6 +141,30 @@ class JoinSpec:
         return cls(left, right, left_keys, right_keys, key_types, left_time, right_time, how, left_others,
                    right_others, left_out, right_out, left.isStreaming, count, layout, name, window,
                    control, drop_ratio, seed, out_keys=out_keys, kept_column=kept_column)
+
+    def set_bucket(self, bucket, control) -> None:
+        """Decide the bucket layout of ``interval_join(..., bucket=...)`` (after ``lower`` / ``upper``).
+
+        Refused (ValueError naming ``bucket``) where flags or bands would have to merge across buckets:
+        outer, semi and anti joins, a control table, ``shards="key"``. Batch inputs ignore it (one pass,
+        no state kept).
+        """
+        from ._join_bucket import resolve_width
+
+        width = resolve_width(bucket, self.lower, self.upper)
+        if width is None:
+            return
+        if self.how != "inner":
+            raise ValueError(f"bucket: the bucket layout supports how='inner' only (an unmatched or first-match "
+                             f"flag would have to merge across buckets), got how={self.how!r}; drop bucket=")
+        if control is not None:
+            raise ValueError("bucket: the bucket layout does not take a control table (bounds that change would "
+                             "change the buckets a row reaches); drop bucket= or control=")
+        if self.layout != "shard":
+            raise ValueError("bucket: the bucket layout shards each bucket by key hash; it does not combine "
+                             "with shards='key' (give shards=None or an int)")
+        if self.streaming:
+            self.bucket_width = width
 
     def output_schema(self) -> T.StructType:
         fields = [T.StructField(self.left_keys[i], self.key_types[i], True) for i in self.out_keys]

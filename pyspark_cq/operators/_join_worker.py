@@ -67,6 +67,7 @@ class JoinConfig:
     out_keys: tuple[int, ...] | None = None  # the key pairs output once (one name on both sides); None: all
     key_names: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())   # left_on, right_on
     kept: bool = False                # kept_column: each stored row keeps its batch's kept fraction
+    bucket_width: int | None = None   # bucket layout (_join_bucket): groups are (shard, bucket of this width)
 
     @classmethod
     def of(cls, spec: JoinSpec) -> JoinConfig:
@@ -82,10 +83,18 @@ class JoinConfig:
         return cls(keys, (lc, rc), out, len(spec.left_keys), spec.how, spec.lower, spec.upper, spec.window,
                    spec.control, spec.drop_ratio, spec.seed, out_arrow=_metrics.arrow_schema(spec.output_schema()),
                    shards=spec.shards if spec.layout == "shard" else None, out_keys=tuple(spec.out_keys),
-                   key_names=(tuple(spec.left_keys), tuple(spec.right_keys)), kept=spec.kept_column is not None)
+                   key_names=(tuple(spec.left_keys), tuple(spec.right_keys)), kept=spec.kept_column is not None,
+                   bucket_width=spec.bucket_width)
 
     def columns(self) -> dict:
-        """The key and input columns the state depends on (recorded in and checked against the state)."""
+        """The key and input columns the state depends on (recorded in and checked against the state);
+        the bucket layout adds its width (absent from the shard layout's record, which stays as it was).
+        """
+        if self.bucket_width is not None:
+            return {**self._columns(), "bucket_width": self.bucket_width}
+        return self._columns()
+
+    def _columns(self) -> dict:
         return {"left_on": list(self.key_names[LEFT]), "right_on": list(self.key_names[RIGHT]),
                 "left": [c.name for c in self.side_codecs[LEFT]], "right": [c.name for c in self.side_codecs[RIGHT]],
                 "kept": self.kept}   # with kept_column the stored rows carry their kept fraction
@@ -321,10 +330,12 @@ class JoinWorker:
     # -- one batch through the kernel
 
     def _insert_probe(self, kernel, sides, side: int, table: pa.Table, micros: np.ndarray, null_time: np.ndarray,
-                      wm_ms: int | None, entry, ratio: float):
+                      wm_ms: int | None, entry, ratio: float, store: bool = True):
         """Probe the other side's state with one side's rows and store them (kernel ``insert_probe``);
         returns the matched pairs as (left payload ids, right payload ids). ``ratio`` is the batch's drop
-        ratio (stored with each row as its kept fraction ``1 - ratio`` with ``kept_column``).
+        ratio (stored with each row as its kept fraction ``1 - ratio`` with ``kept_column``). With
+        ``store=False`` (probe copies of the bucket layout) the rows only probe; their payload rows are
+        appended for the output and dropped again by :meth:`PayloadSide.canonicalize`.
         """
         config = self.config
         lower, upper, window = config.row_bounds(entry, side, micros)
@@ -344,8 +355,8 @@ class JoinWorker:
         if wm_ms is not None:  # streaming: expiry keys = the watermark (ms) that evicts each row
             ends = evict_at_ms(micros, config.lower if lower is None else lower,
                                config.upper if upper is None else upper, side, guard=entry is not None)
-        idx, other = kernel.insert_probe(side, offsets, data, null_key, micros, ids, lower=lower, upper=upper,
-                                         ends=ends)
+        idx, other = kernel.insert_probe(side, offsets, data, null_key, micros, ids, store=store, lower=lower,
+                                         upper=upper, ends=ends)
         return (ids[idx], other) if side == LEFT else (other, ids[idx])
 
     @staticmethod
@@ -392,16 +403,21 @@ class JoinWorker:
         sides[LEFT].table = table.set_column(pos, EMITTED, pa.array(emitted))
         return [self._rows(sides, ids, None)]
 
-    def _process(self, kernel, sides, inputs, wm_ms: int | None, entry=None):
+    def _process(self, kernel, sides, inputs, wm_ms: int | None, entry=None, copies=None):
         """Run one batch through the kernel.
 
         ``entry`` is the operator's control-table entry of this batch (None: the arguments apply).
+        ``copies`` (bucket layout) are the probe copies per side from earlier and from later buckets,
+        ``(earlier, later)``: the earlier ones probe the old state, the later ones after this group's
+        own rows are stored (the order that gives each pair once, :mod:`._join_bucket`).
         Returns (output tables, evicted rows, malformed rows, shed rows).
         """
         config = self.config
         pairs = [None, None]
         malformed = shed = 0
         ratio = config.drop_ratio if entry is None else float(entry.get("drop_ratio", config.drop_ratio))
+        if copies is not None:
+            pairs += self._probe_copies(kernel, sides, copies[0], wm_ms, entry, ratio)
         for side in (LEFT, RIGHT):  # Spark's order: left input first, then right input
             pdf = inputs[side]
             if pdf is None or len(pdf) == 0:
@@ -410,8 +426,48 @@ class JoinWorker:
             malformed, shed = malformed + bad, shed + dropped
             if len(micros):
                 pairs[side] = self._insert_probe(kernel, sides, side, table, micros, null_time, wm_ms, entry, ratio)
+        if copies is not None:
+            pairs += self._probe_copies(kernel, sides, copies[1], wm_ms, entry, ratio)
         evicted = self._evict(kernel, wm_ms)
         return self._emit(sides, pairs, evicted), sum(len(e[0]) for e in evicted), malformed, shed
+
+    def _probe_copies(self, kernel, sides, frames, wm_ms, entry, ratio: float) -> list:
+        """Probe (never store) with the bucket layout's copies of each side; their shed decision is the
+        stored row's (same hash), and neither it nor a null time is counted again (only the own row is).
+        """
+        pairs = []
+        for side in (LEFT, RIGHT):
+            pdf = frames[side]
+            if pdf is None or len(pdf) == 0 or kernel.rows(1 - side) == 0:
+                continue
+            table, micros, null_time, _, _ = self._side_input(pdf, side, True, ratio)
+            if len(micros):
+                pairs.append(self._insert_probe(kernel, sides, side, table, micros, null_time, wm_ms, entry, ratio,
+                                                store=False))
+        return pairs
+
+    @staticmethod
+    def _bucket_inputs(key, frames) -> tuple[list, tuple[list, list]]:
+        """Bucket layout: this group's own rows per side, and the probe copies per side whose own bucket is
+        earlier / later than the group's (``key`` is ``(shard, bucket)``; a null bucket holds null times).
+        """
+        from ._join_bucket import OWN
+
+        inputs = split_sides(frames, 2)
+        bucket = key[1]
+        own, early, late = [None, None], [None, None], [None, None]
+        for side, pdf in enumerate(inputs):
+            if pdf is None:
+                continue
+            if bucket is None or pd.isna(bucket):
+                own[side] = pdf
+                continue
+            b = int(bucket)
+            rows = pd.array(pdf[OWN], dtype="Int64").fillna(b).to_numpy(dtype=np.int64)
+            for target, mask in ((own, rows == b), (early, rows < b), (late, rows > b)):
+                if mask.any():
+                    target[side] = pdf[mask].reset_index(drop=True)
+        return own, (early, late)
 
     # -- output
 
@@ -534,11 +590,27 @@ class JoinWorker:
         warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty")
         entry = self._entry()
         kernel, sides = self._restore(state)
-        inputs = [None, None] if state.hasTimedOut else split_sides(list(pdf_iter), 2)
-        n_in = sum(len(x) for x in inputs if x is not None)
+        copies = None
+        if state.hasTimedOut:
+            inputs = [None, None]
+        elif self.config.bucket_width is not None:
+            inputs, copies = self._bucket_inputs(key, list(pdf_iter))
+        else:
+            inputs = split_sides(list(pdf_iter), 2)
+        n_in = sum(len(x) for x in inputs if x is not None)   # own rows only: copies are no input
         wm_ms = state.getCurrentWatermarkMs()
-        parts, n_evicted, malformed, shed = self._process(kernel, sides, inputs, wm_ms, entry)
-        state_bytes = self._save(state, kernel, sides, wm_ms)
+        rows_before = kernel.rows(LEFT) + kernel.rows(RIGHT)
+        parts, n_evicted, malformed, shed = self._process(kernel, sides, inputs, wm_ms, entry, copies)
+        rows_after = kernel.rows(LEFT) + kernel.rows(RIGHT)
+        if copies is not None and state.exists and not n_evicted and rows_after == rows_before:
+            # Bucket layout, only probed (no row stored or evicted): the JVM keeps its copy of the state; the
+            # timeout is set again (each invocation starts without one).
+            state_bytes = sum(len(b) for b in state.get)
+            timeout = timeout_ms(wm_ms, (kernel.min_end(LEFT), kernel.min_end(RIGHT)))
+            if timeout is not None:
+                state.setTimeoutTimestamp(timeout)
+        else:
+            state_bytes = self._save(state, kernel, sides, wm_ms)
         out = self._packed(parts)
         yield _metrics.packed_row(out, self.config.out_arrow, METRICS, input_rows=n_in,
                                  output_rows=0 if out is None else out.num_rows,

@@ -40,6 +40,7 @@ from .._native import load
 from .._validate import ref
 from ..session import warn_shuffle_partitions
 from . import _metrics
+from ._join_bucket import BUCKET, OWN, own_column, targets_column
 from ._join_codec import ColumnCodec, checked_micros, codecs_for, normalized_key
 from ._join_spec import JoinSpec
 from ._join_worker import (
@@ -66,7 +67,7 @@ _STATE_SCHEMA = T.StructType([T.StructField("kernel", T.BinaryType(), True),
 
 def interval_join(left, right, on=None, left_time=None, right_time=None, lower=None, upper=None, how="inner", *,
                   left_on=None, right_on=None, suffixes=None, shards=None, grouping=None, name=None, control=None,
-                  drop_ratio=0.0, seed=0, kept_column=None):
+                  drop_ratio=0.0, seed=0, kept_column=None, bucket=None):
     """Join two DataFrames on equal keys and a time band (PIPES join, Cammert et al., §2.4.1, §3.6.3).
 
     A left row ``l`` and a right row ``r`` join when every ``on`` column is equal and
@@ -136,6 +137,13 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
         product of its two rows' ε (both had to be kept), an unmatched row of an outer join and a semi
         or anti join's left row their own; 1.0 without shedding. A downstream estimate of a count divides
         by it. Recorded in the state: a checkpoint keeps it (restoring with another raises ValueError).
+    bucket : None, "auto" or duration, optional
+        Streaming inner joins: keep the state per (key shard, time bucket of width ``bucket``) instead of
+        per key shard, so that a micro-batch moves only the buckets near its rows between the JVM and
+        Python, not the whole state (docs/join.md, *Time buckets*). ``"auto"``: ``max(upper - lower,
+        1 second)``. None (default): the shard layout. Results are the same. Refused (ValueError) with
+        another ``how``, ``control`` or ``shards="key"``; ignored on batch inputs. A checkpoint keeps
+        its layout and width: restoring it with another is refused.
 
     Returns
     -------
@@ -172,6 +180,7 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
     if lo > hi:
         raise ValueError(f"lower must be <= upper, got lower={lower!r} and upper={upper!r}")
     spec.lower, spec.upper = lo, hi
+    spec.set_bucket(bucket, control)
     warn_shuffle_partitions(left)
     return _execute(spec)
 
@@ -260,7 +269,19 @@ def _tagged(spec: JoinSpec, side: int, streaming_union: bool):
 
 
 def _group_cols(spec: JoinSpec) -> list[str]:
+    if spec.bucket_width is not None:
+        return [SHARD, BUCKET]
     return [SHARD] if spec.layout == "shard" else [f"__cq_g{i}" for i in range(len(spec.left_keys))]
+
+
+def _with_buckets(union, spec: JoinSpec):
+    """The tagged union with each row's own bucket and one row per bucket it goes to (itself in its own
+    bucket, probe copies in the others: :mod:`._join_bucket`).
+    """
+    w, micros = spec.bucket_width, F.col(MICROS)
+    targets = F.when(F.col(SIDE) == LEFT, targets_column(micros, LEFT, spec.lower, spec.upper, w)) \
+        .otherwise(targets_column(micros, RIGHT, spec.lower, spec.upper, w))
+    return union.select("*", own_column(micros, w).alias(OWN), F.explode(targets).alias(BUCKET))
 
 
 def _execute(spec: JoinSpec):
@@ -271,7 +292,9 @@ def _execute(spec: JoinSpec):
         from pyspark.sql.streaming.state import GroupStateTimeout
 
         union = _tagged(spec, LEFT, True).union(_tagged(spec, RIGHT, True))
-        union = _metrics.observe_input(union, spec.name)
+        union = _metrics.observe_input(union, spec.name)   # before the bucket copies: they are no input
+        if spec.bucket_width is not None:
+            union = _with_buckets(union, spec)
         packed = union.groupBy(*_group_cols(spec)).applyInPandasWithState(
             worker.streaming, _metrics.packed_schema(out_schema, METRICS), _STATE_SCHEMA, "append",
             GroupStateTimeout.EventTimeTimeout)

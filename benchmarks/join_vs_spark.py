@@ -7,9 +7,13 @@ Prints medians and ratios for
    per-batch time, Spark's per-batch eviction time (``allRemovalsTimeMs``) and the state memory both keep;
 4. state grouped by hash shard vs by raw key (``grouping="shard"`` / ``"key"``).
 
+``--bucket WIDTH`` (e.g. ``auto`` or ``"60 seconds"``) adds, in 3, a run of the time-bucket layout
+(``interval_join(..., bucket=WIDTH)``, issue 14) next to the shard layout and Spark.
+
 Usage::
 
     python benchmarks/join_vs_spark.py [--rows-per-file 150000] [--files 8] [--keys 200000] [--quick]
+                                       [--bucket auto]
 """
 from __future__ import annotations
 
@@ -118,7 +122,7 @@ def run_query(spark, df, checkpoint):
     return wall, [json.loads(p.json) for p in query.recentProgress]
 
 
-def end_to_end(spark, root, files, rows, delay, grouping="shard", shards=None):
+def end_to_end(spark, root, files, rows, delay, grouping="shard", shards=None, bucket=None):
     from pyspark.sql import functions as F
 
     import pyspark_cq
@@ -129,17 +133,19 @@ def end_to_end(spark, root, files, rows, delay, grouping="shard", shards=None):
 
     results = {}
     ck = tempfile.mkdtemp(prefix="cqjoin_ck_")
-    ours = pyspark_cq.interval_join(source("l"), source("r"), "k", "ts", "ts", "-30 seconds", "30 seconds",
-                                    suffixes=("_l", "_r"), grouping=grouping, shards=shards, name="bench")
-    wall, progress = run_query(spark, ours, os.path.join(ck, "ours"))
-    reports = [pyspark_cq.read_metrics(p, "bench") for p in progress]
-    results["ours"] = {
-        "wall_s": wall, "rows_per_s": 2 * files * rows / wall,
-        "batch_ms": [p["durationMs"].get("triggerExecution", 0) for p in progress],
-        "state_rows": [r["state_rows"] if r else 0 for r in reports],
-        "state_bytes": [r["state_bytes"] if r else 0 for r in reports],
-        "output_rows": sum(r["output_rows"] for r in reports if r),
-    }
+    for label, width in (("ours", None),) + ((("ours_bucket", bucket),) if bucket else ()):
+        ours = pyspark_cq.interval_join(source("l"), source("r"), "k", "ts", "ts", "-30 seconds", "30 seconds",
+                                        suffixes=("_l", "_r"), grouping=grouping, shards=shards, name="bench",
+                                        bucket=width)
+        wall, progress = run_query(spark, ours, os.path.join(ck, label))
+        reports = [pyspark_cq.read_metrics(p, "bench") for p in progress]
+        results[label] = {
+            "wall_s": wall, "rows_per_s": 2 * files * rows / wall,
+            "batch_ms": [p["durationMs"].get("triggerExecution", 0) for p in progress],
+            "state_rows": [r["state_rows"] if r else 0 for r in reports],
+            "state_bytes": [r["state_bytes"] if r else 0 for r in reports],
+            "output_rows": sum(r["output_rows"] for r in reports if r),
+        }
     if grouping == "shard":
         l, r = source("l").alias("l"), source("r").alias("r")
         cond = F.expr("l.k = r.k AND r.ts >= l.ts + interval -30 seconds AND r.ts <= l.ts + interval 30 seconds")
@@ -168,6 +174,8 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     ap.add_argument("--cold", action="store_true",
                     help="no warm-up run: the measured runs include the session's start-up (ours first)")
+    ap.add_argument("--bucket", default=None,
+                    help="also run the time-bucket layout with this width ('auto' or a duration), issue 14")
     ap.add_argument("--skip", action="append", default=[], choices=["kernel", "keys"],
                     help="leave out a part: the kernel runs, or the (slow) shard-vs-key comparison")
     args = ap.parse_args(argv)
@@ -199,12 +207,13 @@ def main(argv=None):
             # Python workers stay alive for reuse (Spark keeps idle workers for a minute), so the measured
             # runs compare the engines rather than who ran first. --cold measures from a fresh session.
             write_streams(os.path.join(root, "warm"), 2, 20_000, 20_000)
-            warm = end_to_end(spark, os.path.join(root, "warm"), 2, 20_000, args.delay)
+            warm = end_to_end(spark, os.path.join(root, "warm"), 2, 20_000, args.delay, bucket=args.bucket)
             print(f"warm-up (2 files x 20,000 rows a side): ours {warm['ours']['wall_s']:.1f} s "
                   f"(first batch {warm['ours']['batch_ms'][0] / 1e3:.1f} s), Spark {warm['spark']['wall_s']:.1f} s "
                   f"(first batch {warm['spark']['batch_ms'][0] / 1e3:.1f} s)")
         write_streams(os.path.join(root, "big"), args.files, args.rows_per_file, args.keys)
-        res = end_to_end(spark, os.path.join(root, "big"), args.files, args.rows_per_file, args.delay)
+        res = end_to_end(spark, os.path.join(root, "big"), args.files, args.rows_per_file, args.delay,
+                         bucket=args.bucket)
         o, s = res["ours"], res["spark"]
         print(f"end to end, {args.files} files x {args.rows_per_file:,} rows a side, {args.keys:,} keys, ±30 s, "
               f"watermark delay {args.delay}:")
@@ -222,6 +231,18 @@ def main(argv=None):
             bo, bs = sum(o["batch_ms"][i] for i in big) / 1e3, sum(s["batch_ms"][i] for i in big) / 1e3
             print(f"  with >= 1 M rows of state (batches {big[0]}..{big[-1]}): ours {bo:.1f} s, Spark {bs:.1f} s "
                   f"-> ratio {bs / bo:.2f}x")
+        if "ours_bucket" in res:
+            b = res["ours_bucket"]
+            sb = sum(b["batch_ms"][1:]) / 1e3
+            print(f"  bucket layout (bucket={args.bucket!r}): wall {b['wall_s']:.1f} s, steady state {sb:.1f} s "
+                  f"-> Spark / bucket {ss / sb:.2f}x, shard / bucket {so / sb:.2f}x")
+            if big:
+                bb = sum(b["batch_ms"][i] for i in big) / 1e3
+                print(f"  with >= 1 M rows of state: bucket {bb:.1f} s -> Spark / bucket {bs / bb:.2f}x")
+            print(f"  per batch ms bucket: {b['batch_ms']}")
+            print(f"  state rows   bucket: {b['state_rows']}")
+            print(f"  state bytes  bucket: {[round(x / 2**20, 1) for x in b['state_bytes']]} MiB (serialized)")
+            print(f"  output rows: bucket {b['output_rows']:,} (shard layout {o['output_rows']:,})")
         print(f"  per batch ms   ours: {o['batch_ms']}")
         print(f"  per batch ms  Spark: {s['batch_ms']}")
         print(f"  Spark eviction (allRemovalsTimeMs) per batch: {s['removal_ms']}")

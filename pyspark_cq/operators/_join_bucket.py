@@ -59,18 +59,23 @@ BUCKET = "__cq_b"       # the group's bucket (the explode target)
 OWN = "__cq_own"        # the row's own bucket (where it is stored)
 #: The smallest automatic width (µs): a band of zero width would otherwise give one bucket per instant.
 MIN_AUTO_WIDTH = 1_000_000
+#: ``"auto"``: the width in band widths. A row of a band of width ``B`` gets a probe copy with probability
+#: ``B / width``: 1 (every row, the shuffle and the workers' input doubled) at 1, a third at 3, which
+#: measured 1.7-2.6 s per batch against 3.4-5.9 s at 1 in one session (docs/benchmarks.md, issue 14).
+AUTO_BANDS = 3
 
 
 def resolve_width(bucket, lower: int, upper: int) -> int | None:
     """The bucket width in µs of the ``bucket`` argument, or None (the shard layout).
 
-    ``bucket`` is None (off), ``"auto"`` (``max(upper - lower, 1 s)``: a row reaches at most its own and
-    one neighbouring bucket on each side it probes) or a positive duration (``"30 seconds"``).
+    ``bucket`` is None (off), ``"auto"`` (``max(3 * (upper - lower), 1 s)``: a row reaches at most one
+    bucket besides its own, and only a third of the rows do: :data:`AUTO_BANDS`) or a positive duration
+    (``"30 seconds"``).
     """
     if bucket is None:
         return None
     if isinstance(bucket, str) and bucket == "auto":
-        return max(int(upper) - int(lower), MIN_AUTO_WIDTH)
+        return max(AUTO_BANDS * (int(upper) - int(lower)), MIN_AUTO_WIDTH)
     return parse_duration(bucket, "bucket", allow_negative=False, allow_zero=False)
 
 

@@ -450,24 +450,32 @@ class JoinWorker:
     def _bucket_inputs(key, frames) -> tuple[list, tuple[list, list]]:
         """Bucket layout: this group's own rows per side, and the probe copies per side whose own bucket is
         earlier / later than the group's (``key`` is ``(shard, bucket)``; a null bucket holds null times).
+
+        One stable sort by (side, earlier / own / later) and one ``take``, then slices: a boolean mask per
+        part copied every column six times (measured 100-200 ms per batch of 300 k rows and 300 k copies).
         """
         from ._join_bucket import OWN
 
-        inputs = split_sides(frames, 2)
         bucket = key[1]
-        own, early, late = [None, None], [None, None], [None, None]
-        for side, pdf in enumerate(inputs):
-            if pdf is None:
-                continue
-            if bucket is None or pd.isna(bucket):
-                own[side] = pdf
-                continue
-            b = int(bucket)
-            rows = pd.array(pdf[OWN], dtype="Int64").fillna(b).to_numpy(dtype=np.int64)
-            for target, mask in ((own, rows == b), (early, rows < b), (late, rows > b)):
-                if mask.any():
-                    target[side] = pdf[mask].reset_index(drop=True)
-        return own, (early, late)
+        if bucket is None or pd.isna(bucket):
+            return split_sides(frames, 2), ([None, None], [None, None])
+        frames = [f for f in frames if len(f)]
+        if not frames:
+            return [None, None], ([None, None], [None, None])
+        pdf = frames[0] if len(frames) == 1 else pd.DataFrame(
+            {c: pd.concat([f[c] for f in frames], ignore_index=True) for c in frames[0].columns})
+        b = int(bucket)
+        own = pd.array(pdf[OWN], dtype="Int64").fillna(b).to_numpy(dtype=np.int64)
+        # part: 0 earlier, 1 own, 2 later; code = side * 3 + part
+        code = pdf[SIDE].to_numpy(dtype=np.int64) * 3 + (own >= b) + (own > b)
+        order = np.argsort(code, kind="stable")
+        bounds = np.searchsorted(code[order], np.arange(7))
+        pdf = pdf.take(order)
+        parts = [None] * 6
+        for c in range(6):
+            if bounds[c + 1] > bounds[c]:
+                parts[c] = pdf.iloc[bounds[c]:bounds[c + 1]].reset_index(drop=True)
+        return [parts[1], parts[4]], ([parts[0], parts[3]], [parts[2], parts[5]])
 
     # -- output
 

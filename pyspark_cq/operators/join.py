@@ -140,8 +140,8 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
     bucket : None, "auto" or duration, optional
         Streaming inner joins: keep the state per (key shard, time bucket of width ``bucket``) instead of
         per key shard, so that a micro-batch moves only the buckets near its rows between the JVM and
-        Python, not the whole state (docs/join.md, *Time buckets*). ``"auto"``: ``max(upper - lower,
-        1 second)``. None (default): the shard layout. Results are the same. Refused (ValueError) with
+        Python, not the whole state (docs/join.md, *Time buckets*). ``"auto"``: ``max(3 * (upper -
+        lower), 1 second)``. None (default): the shard layout. Results are the same. Refused (ValueError) with
         another ``how``, ``control`` or ``shards="key"``; ignored on batch inputs. A checkpoint keeps
         its layout and width: restoring it with another is refused.
 

@@ -123,7 +123,7 @@ def write_inputs(root: str, args, seed: int = 7) -> dict:
 
 
 def _edge(left: P.Node, right: P.Node) -> tuple[str, str, int]:
-    ls, rs = R._leaves(left), R._leaves(right)
+    ls, rs = P.source_names(left), P.source_names(right)
     for (u, v) in EDGES:
         if u in ls and v in rs:
             return u, v, 0
@@ -171,7 +171,7 @@ def spark_tree(node: P.Node, dfs: dict, widths: dict, want: str | None = None):
     out = left.join(right, F.expr(cond))
     if want is None:
         return out, kl
-    keep = kl if want in R._leaves(node.left) else kr
+    keep = kl if want in P.source_names(node.left) else kr
     out = out.select(*[F.col(c).alias(c, metadata={}) if c.startswith("t") and c != f"t{keep}" else F.col(c)
                        for c in out.columns])
     return out, keep

@@ -161,3 +161,7 @@ def test_join_bands_and_key_only_steps():
     assert ps.key_only_steps(parse_join_plan("0:1>2;1:0>2;2:0>1", 3), bands) == []
     # input 1 probing 2 first, and 2 probing 1 first, match on the key alone (no band between 1 and 2)
     assert ps.key_only_steps(parse_join_plan("0:1>2;1:2>0;2:1>0", 3), bands) == [(1, 2), (2, 1)]
+    with pytest.raises(TypeError, match="orders"):
+        ps.key_only_steps("0:1>2", bands)
+    with pytest.raises(TypeError, match="bands"):
+        ps.key_only_steps(((1, 2), (0, 2), (0, 1)), [(0, 1)])

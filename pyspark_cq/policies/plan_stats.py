@@ -326,6 +326,11 @@ def key_only_steps(orders: Sequence[Sequence[int]], bands) -> list[tuple[int, in
     from :func:`join_bands`) to any input bound before it: the kernel checks no time band there, so such a
     step matches every row of the key in j's state (a product within the key).
     """
+    if isinstance(orders, str) or not isinstance(orders, Sequence) or any(
+            isinstance(o, str) or not isinstance(o, Sequence) for o in orders):
+        raise TypeError(f"orders must be a sequence of per-input probe orders, got {orders!r}")
+    if not isinstance(bands, (set, frozenset)) or not all(isinstance(b, frozenset) and len(b) == 2 for b in bands):
+        raise TypeError(f"bands must be a set of frozenset({{i, j}}) pairs (plan_stats.join_bands), got {bands!r}")
     out = []
     for i, order in enumerate(orders):
         bound = {i}

@@ -43,17 +43,27 @@ _I64_MAX = np.iinfo(np.int64).max
 PEAKS = ("peak_buffered_rows", "peak_worker_rss")
 
 
+def band_names(n: int) -> tuple[str, ...]:
+    """The bounds-graph flags of an ``n``-input join, ``banded_<i>_<j>`` for i < j: 1 when the query gives a
+    bound between inputs i and j (the kernel checks a time band when one of them probes the other), else 0.
+    Maxima over the shards like :data:`PEAKS`: constant per query, reported so that a plan policy can tell a
+    banded probe step from one that matches on the key alone.
+    """
+    return tuple(f"banded_{i}_{j}" for i in range(n) for j in range(i + 1, n))
+
+
 def metric_names(n: int) -> tuple[str, ...]:
     """The counters of an ``n``-input join: the shared ones and ``shed_rows``, per input ``input_rows_<i>``,
     ``state_rows_<i>``, ``malformed_rows_<i>`` and ``shed_rows_<i>``, per probe step ``probed_<i>_<j>`` /
     ``matched_<i>_<j>`` (partial matches of rows arriving on input ``i`` that entered / left the step
     probing input ``j``) and ``probe_nanos_<i>_<j>`` (its time, measured only when the steps run in chunks),
-    and the chunk scheduler's ``chunk_steps``, ``peak_buffered_rows`` and ``peak_worker_rss``.
+    and the chunk scheduler's ``chunk_steps``, ``peak_buffered_rows`` and ``peak_worker_rss``, and the bounds
+    graph's ``banded_<i>_<j>`` (:func:`band_names`).
     """
     per_input = [f"{m}_{i}" for i in range(n) for m in ("input_rows", "state_rows", "malformed_rows", SHED)]
     steps = [f"{m}_{i}_{j}" for i in range(n) for j in range(n) if i != j
              for m in ("probed", "matched", "probe_nanos")]
-    return _metrics.METRICS + (SHED,) + tuple(per_input) + tuple(steps) + ("chunk_steps",) + PEAKS
+    return _metrics.METRICS + (SHED,) + tuple(per_input) + tuple(steps) + ("chunk_steps",) + PEAKS + band_names(n)
 
 
 def step_names(n: int) -> tuple[str, ...]:
@@ -130,6 +140,7 @@ class MultiJoinWorker:
     def __init__(self, config: MultiJoinConfig):
         self.config = config
         self.metrics = metric_names(config.n)
+        self._bands = {f"banded_{min(b[0], b[1])}_{max(b[0], b[1])}": 1 for b in config.bounds}
 
     # -- plan
 
@@ -320,7 +331,9 @@ class MultiJoinWorker:
         return _metrics.packed_row(out, self.config.out_arrow, self.metrics, **counters)
 
     def _counters(self) -> dict:
-        return dict.fromkeys(self.metrics, 0)
+        counters = dict.fromkeys(self.metrics, 0)
+        counters.update(self._bands)
+        return counters
 
     def _entry(self):
         return None if self.config.control is None else self.config.control.entry()

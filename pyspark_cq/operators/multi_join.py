@@ -44,6 +44,7 @@ from ._mjoin_worker import (
     TIME,
     MultiJoinConfig,
     MultiJoinWorker,
+    band_names,
     closure,
     default_orders,
     metric_names,
@@ -101,7 +102,9 @@ def multi_join(inputs, on, times, bounds, *, control=None, name=None):
         probe step ``probed_<i>_<j>`` / ``matched_<i>_<j>`` (partial matches of rows arriving on input i
         entering / leaving the step that probes input j: the step's observed selectivity is their ratio;
         under a chunk schedule also ``probe_nanos_<i>_<j>``, its time), and ``chunk_steps``,
-        ``peak_buffered_rows`` and ``peak_worker_rss`` (maxima over the shards; see docs/chain.md).
+        ``peak_buffered_rows`` and ``peak_worker_rss`` (maxima over the shards; see docs/chain.md), and
+        ``banded_<i>_<j>`` (i < j): 1 when ``bounds`` link inputs i and j, else 0 (the bounds graph, for
+        plan policies).
         Default: the control handle's operator id, else ``"cq_multi_join"``. ``late_rows`` and
         ``late_rows_<i>`` are only complete through ``cq.read_metrics`` (the raw counters under
         ``progress.observedMetrics[name]`` are always 0: Spark drops late rows before the operator).
@@ -358,4 +361,4 @@ def _execute(spec: MultiJoinSpec):
         # A plain 1-argument function: Spark picks (pdf) or (key, pdf) by counting parameters.
         packed = union.groupBy(SHARD).applyInPandas(lambda pdf: worker.batch(pdf),
                                                     _metrics.packed_schema(spec.output_schema(), metrics))
-    return _metrics.attach_packed(packed, spec.name, spec.output_schema(), metrics, peaks=PEAKS)
+    return _metrics.attach_packed(packed, spec.name, spec.output_schema(), metrics, peaks=PEAKS + band_names(spec.n))

@@ -27,7 +27,7 @@ from ..control import ControlHandle, parse_join_plan
 from . import _metrics, _state_bytes
 from ._chunks import WHOLE_BATCHES, ChunkScheduler, Schedule, schedule_from_params
 from ._join_codec import ColumnCodec
-from ._join_worker import PayloadSide, split_sides, timeout_ms
+from ._join_worker import KEPT, PayloadSide, split_sides, timeout_ms
 from ._shards import MULTI_JOIN, check_shard_count, default_rule
 from ._shed import SHED, shed_mask
 
@@ -120,14 +120,23 @@ class MultiJoinConfig:
     name: str
     control: ControlHandle | None = None
     shards: int = 1
+    kept: bool = False                             # params["kept_column"]: stored rows carry their kept fraction
 
-    def payload_schema(self, i: int) -> pa.Schema:
+    def input_schema(self, i: int) -> pa.Schema:
+        """Input ``i``'s decoded columns (what the shedding hash sees)."""
         return pa.schema([c.payload_field for c in self.codecs[i]])
 
+    def payload_schema(self, i: int) -> pa.Schema:
+        """Input ``i``'s stored rows: its columns, and with ``kept`` the kept fraction of the row's batch."""
+        schema = self.input_schema(i)
+        return schema.append(pa.field(KEPT, pa.float64())) if self.kept else schema
+
     def columns(self) -> dict:
-        """The key and input columns the state depends on (recorded in and checked against the state)."""
+        """The key and input columns the state depends on (recorded in and checked against the state;
+        a state saved before ``kept`` was recorded was saved without it).
+        """
         return {"on": [self.codecs[i][self.key_pos[i]].name for i in range(self.n)],
-                "inputs": [[c.name for c in self.codecs[i]] for i in range(self.n)]}
+                "inputs": [[c.name for c in self.codecs[i]] for i in range(self.n)], "kept": self.kept}
 
 
 class MultiJoinWorker:
@@ -205,7 +214,7 @@ class MultiJoinWorker:
         a time or a key never match, so they are not kept.
         """
         config = self.config
-        table = pa.Table.from_arrays([c.to_arrow(pdf) for c in config.codecs[i]], schema=config.payload_schema(i))
+        table = pa.Table.from_arrays([c.to_arrow(pdf) for c in config.codecs[i]], schema=config.input_schema(i))
         null_time = pdf[MICROS].isna().to_numpy()
         micros = pdf[MICROS].to_numpy(dtype=np.int64, na_value=0)
         keys = pdf[KEY].to_numpy(dtype=np.int64, na_value=0)
@@ -231,7 +240,10 @@ class MultiJoinWorker:
         config = self.config
         taken = [sides[i].take(matches[:, i]) for i in range(config.n)]
         # Payload types as stored (TIMESTAMP_NTZ in ns); _metrics.packed_row casts to the output schema.
-        return pa.Table.from_arrays([taken[i].column(p) for i, p in config.out], names=config.out_arrow.names)
+        cols = [taken[i].column(p) for i, p in config.out]
+        if config.kept:  # a result exists only when all its rows were kept: RTStream §4.4, the product of their ε
+            cols.append(pa.array(np.prod([t.column(KEPT).to_numpy() for t in taken], axis=0), type=pa.float64()))
+        return pa.Table.from_arrays(cols, names=config.out_arrow.names)
 
     def _probe_in_chunks(self, kernel, i: int, order: list, keys, micros, ids, schedule: Schedule, counters: dict):
         """Input ``i``'s probe steps over chunks of partial matches under ``schedule`` (STREAM §5.3, Chain;
@@ -303,6 +315,8 @@ class MultiJoinWorker:
                 counters[f"{SHED}_{i}"] += int(drop.sum())
             if not len(keys):
                 continue
+            if config.kept:   # after the shedding hash, which must not see it
+                table = table.append_column(KEPT, pa.array(np.full(len(keys), 1.0 - ratio)))
             ids = sides[i].append(table)
             if schedule is WHOLE_BATCHES:
                 matches, probed, matched = kernel.insert_probe(i, keys, micros, ids, None, list(orders[i]))

@@ -127,6 +127,12 @@ def fit_capacity(spark, root, period, deadline, queries, files=1):
         n = np.array([i.input_rows for i in inst], dtype=float)
         d = np.array([i.duration for i in inst])
         per_row, fixed = np.polyfit(n, d, 1)
+        if per_row <= 0 or fixed >= deadline:
+            # a fixed cost per instance above D: no input size meets the deadline (the machine is too busy
+            # now, or D too short for Spark's per-batch cost); say so rather than fail on a negative size
+            raise SystemExit(f"capacity fit: c0 = {fixed:.2f} s per instance, c = {per_row * 1e6:.1f} µs per row "
+                             f"(load {os.getloadavg()[0]:.2f}): no input fits D = {deadline} s; run again on a "
+                             f"quieter machine or with a larger --deadline")
         guess = int((deadline - fixed) / per_row)
     return fixed, per_row, guess
 

@@ -49,7 +49,12 @@ def band_names(n: int) -> tuple[str, ...]:
     Maxima over the shards like :data:`PEAKS`: constant per query, reported so that a plan policy can tell a
     banded probe step from one that matches on the key alone.
     """
-    return tuple(f"banded_{i}_{j}" for i in range(n) for j in range(i + 1, n))
+    return tuple(band_name(i, j) for i in range(n) for j in range(i + 1, n))
+
+
+def band_name(i: int, j: int) -> str:
+    """The bounds-graph flag of inputs i and j (either order): ``banded_<min>_<max>``."""
+    return f"banded_{min(i, j)}_{max(i, j)}"
 
 
 def metric_names(n: int) -> tuple[str, ...]:
@@ -149,7 +154,7 @@ class MultiJoinWorker:
     def __init__(self, config: MultiJoinConfig):
         self.config = config
         self.metrics = metric_names(config.n)
-        self._bands = {f"banded_{min(b[0], b[1])}_{max(b[0], b[1])}": 1 for b in config.bounds}
+        self._bands = {band_name(b[0], b[1]): 1 for b in config.bounds}
 
     # -- plan
 

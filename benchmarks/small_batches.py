@@ -65,10 +65,7 @@ def join_floor(spark, left, right, checkpoint, sizes=None) -> dict:
     ``pyspark_cq.interval_join`` (±30 s on ``k``, ``ts``), a trivial function, a state of ``sizes[b]`` /
     shards random bytes per shard in batch b (a few bytes without ``sizes``).
     """
-    import numpy as np
-    import pandas as pd
-    from pyspark.sql import types as T
-    from pyspark.sql.streaming.state import GroupStateTimeout
+    from floor_shapes import carrying_state
 
     from pyspark_cq.operators import _metrics
     from pyspark_cq.operators import join as J
@@ -76,20 +73,7 @@ def join_floor(spark, left, right, checkpoint, sizes=None) -> dict:
 
     spec = JoinSpec.build(left, right, "k", "ts", "ts", "inner", ("_l", "_r"), None, None, "floor", None)
     union = _metrics.observe_input(J._tagged(spec, J.LEFT, True).union(J._tagged(spec, J.RIGHT, True)), "floor")
-    per_shard = [int(b) // spec.shards for b in (sizes or [0])]
-    blob = np.random.default_rng(0).integers(0, 255, max(per_shard) + 1, dtype=np.uint8).tobytes()
-
-    def fn(key, pdfs, state):
-        seen = state.get[1] if state.exists else 0
-        rows = sum(len(p) for p in pdfs)
-        old = len(state.get[0]) if state.exists else 0
-        state.update((blob[:per_shard[min(seen, len(per_shard) - 1)]], seen + 1))
-        state.setTimeoutTimestamp(max(int(state.getCurrentWatermarkMs()), 1) + 3_600_000)
-        yield pd.DataFrame({"rows": [rows], "read": [old]})
-
-    st = T.StructType([T.StructField("b", T.BinaryType()), T.StructField("n", T.LongType())])
-    out = union.groupBy(*J._group_cols(spec)).applyInPandasWithState(
-        fn, "rows long, read long", st, "append", GroupStateTimeout.EventTimeTimeout)
+    out = carrying_state(union.groupBy(*J._group_cols(spec)), [int(b) // spec.shards for b in (sizes or [0])])
     return _run(spark, out, checkpoint)
 
 

@@ -112,6 +112,28 @@ def ours(spark, root, delay, ck, plan=None):
             "probe_steps": sum(v for r in reports for k, v in r.items() if k.startswith("probed_"))}
 
 
+def floor(spark, root, delay, ck, sizes=None):
+    """The funnel's shape with no work: the same tagged union, observed and grouped by shard into an
+    ``applyInPandasWithState`` whose function only reads its rows and rewrites a state of random
+    (incompressible) bytes: ``sizes[b]`` / shards bytes per shard in batch b (our run's ``state_bytes``), or
+    a few bytes without ``sizes``. What any operator of this shape costs per batch before doing anything.
+    """
+    from floor_shapes import carrying_state
+
+    from pyspark_cq.operators import _metrics
+    from pyspark_cq.operators import multi_join as M
+
+    spec = M.MultiJoinSpec.build(_sources(spark, root, delay), ["imp_user", "clk_user", "buy_user"],
+                                 ["imp_ts", "clk_ts", "buy_ts"], BOUNDS, None, "floor")
+    config = spec.config()
+    union = M._tagged(spec, config, 0).union(M._tagged(spec, config, 1)).union(M._tagged(spec, config, 2))
+    out = carrying_state(_metrics.observe_input(union, "floor", per=(M.SIDE, 3)).groupBy(M.SHARD),
+                         [int(b) // spec.shards for b in (sizes or [0])])
+    wall, progress = run(out, os.path.join(ck, "floor" if sizes is None else "floor_state"))
+    return {"wall_s": wall, "batch_ms": [p["durationMs"].get("triggerExecution", 0) for p in progress],
+            "phases": _phases(progress)}
+
+
 def theirs(spark, root, delay, ck):
     wall, progress = run(spark_chain(*_sources(spark, root, delay)), os.path.join(ck, "spark"))
     return {"wall_s": wall, "batch_ms": [p["durationMs"].get("triggerExecution", 0) for p in progress],
@@ -132,6 +154,8 @@ def main(argv=None):
     ap.add_argument("--rocksdb", action="store_true",
                     help="RocksDB state store with changelog checkpointing (both queries) instead of the default")
     ap.add_argument("--skip-plans", action="store_true", help="leave out the every-plan runs")
+    ap.add_argument("--floor", action="store_true",
+                    help="also run the funnel's shape with no work (with and without our run's state bytes)")
     args = ap.parse_args(argv)
     if args.quick:
         args.files, args.impressions, args.users = 4, 5_000, 20_000
@@ -177,6 +201,13 @@ def main(argv=None):
         print(f"  medians of Spark's phases (ms)      Spark: {s['phases']}")
         print(f"  per batch ms multi_join: {o['batch_ms']}")
         print(f"  per batch ms      Spark: {s['batch_ms']}")
+        if args.floor:
+            for label, sizes in (("no state", None), ("our state's bytes", o["state_bytes"])):
+                f = floor(spark, os.path.join(root, "u"), args.delay, os.path.join(root, "ck1"), sizes)
+                sf = sum(f["batch_ms"][1:])
+                print(f"  floor ({label}): wall {f['wall_s']:.1f} s, batches 1.. {sf / 1e3:.1f} s -> at most "
+                      f"{ss / sf:.2f}x Spark's (ours {ss / so:.2f}x); median batch "
+                      f"{statistics.median(f['batch_ms'][1:]):.0f} ms; phases {f['phases']}")
 
         if args.skip_plans:
             return

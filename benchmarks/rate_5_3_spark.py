@@ -23,10 +23,18 @@
   = a + c·work, (a, c) fitted by least squares on the OTHER plans of the same kind (leave one out), so every
   plan's curve is predicted out of sample; the error is |predicted − measured| / measured of the time to the
   first step's outputs and to all outputs.
+- **Rates changing mid-stream** (``--swap AB``): from step ``steps // 2`` on, the listed pairs of sources
+  swap their rates (``AB``: A gets B's rows per step and B gets A's). The static runs add, besides the
+  trees' orders, the model's best probe orders for each half's rates (``best 1st half``, ``best 2nd
+  half``: :meth:`~pyspark_cq.cost.rate.MultiJoinModel.best_orders` among orders without key-only steps);
+  ``rate+reset`` runs the policy with ``reset_factor`` (``--reset-factor``). The predicted work per step
+  follows each half's rates. For the policy runs the script prints, per step, the output rate the policy
+  predicted for the plan it ran against the measured one (outputs of the step over its batch time).
 
 Usage::
 
     sparkslot --all python benchmarks/rate_5_3_spark.py [--steps 10] [--scale 10] [--keys 100] \
+        [--swap AB] [--kinds mj,rate,rate+reset] [--reset-factor 3] \
         [--json docs/figures/rate_5_3_spark.json] [--plot docs/figures/rate_5_3_spark.png]
     python benchmarks/rate_5_3_spark.py --from-json docs/figures/rate_5_3_spark.json --plot ...
 """
@@ -71,16 +79,39 @@ def shapes(f_scale: float = 1.0, method: str = "hash"):
     return plans_5_3(ac_cost=0.0, f_scale=f_scale, method=method)
 
 
-def step_rows(scale: float) -> dict:
-    return {n: int(round(RATES[n] * scale)) for n in NAMES}
+def swap_map(swap: str | None) -> dict:
+    """``"AB,CD"`` -> {A: B, B: A, C: D, D: C}: whose §5 rate each source takes after the change."""
+    out = {}
+    for pair in (swap or "").split(","):
+        pair = pair.strip()
+        if not pair:
+            continue
+        if len(pair) != 2 or not set(pair) <= set(NAMES) or pair[0] == pair[1] or set(pair) & set(out):
+            raise ValueError(f"swap must be comma-separated pairs of two different sources of {NAMES}, got {swap!r}")
+        out[pair[0]], out[pair[1]] = pair[1], pair[0]
+    return out
 
 
-def write_inputs(root: str, steps: int, scale: float, keys: int, seed: int = 7) -> dict:
+def step_rows(scale: float, swap: str | None = None) -> dict:
+    """Rows per step of each source: §5's rates times ``scale``, with the pairs of ``swap`` exchanged."""
+    m = swap_map(swap)
+    return {n: int(round(RATES[m.get(n, n)] * scale)) for n in NAMES}
+
+
+def rows_at(args, step: int) -> dict:
+    """Rows per step of each source at ``step`` (after ``steps // 2`` with ``--swap``: the swapped rates)."""
+    args = args if isinstance(args, dict) else vars(args)
+    swapped = args.get("swap") and step >= args["steps"] // 2
+    return step_rows(args["scale"], args["swap"] if swapped else None)
+
+
+def write_inputs(root: str, args, seed: int = 7) -> dict:
     import pyarrow as pa
 
     rng = np.random.default_rng(seed)
-    rows = step_rows(scale)
-    for s in range(steps):
+    keys = args.keys
+    for s in range(args.steps):
+        rows = rows_at(args, s)
         for n in NAMES:
             k = rows[n]
             t = BASE_US + s * 1_000_000 + np.sort(rng.integers(0, 1_000_000, k))
@@ -88,11 +119,11 @@ def write_inputs(root: str, steps: int, scale: float, keys: int, seed: int = 7) 
                 f"k{n}": pa.array(rng.integers(0, keys, k), pa.int64()),
                 f"t{n}": pa.array(t, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
                 f"v{n}": pa.array(np.arange(k) + s * 10**7, pa.int64())}))
-    return rows
+    return rows_at(args, 0)
 
 
 def _edge(left: P.Node, right: P.Node) -> tuple[str, str, int]:
-    ls, rs = R._leaves(left), R._leaves(right)
+    ls, rs = P.source_names(left), P.source_names(right)
     for (u, v) in EDGES:
         if u in ls and v in rs:
             return u, v, 0
@@ -140,7 +171,7 @@ def spark_tree(node: P.Node, dfs: dict, widths: dict, want: str | None = None):
     out = left.join(right, F.expr(cond))
     if want is None:
         return out, kl
-    keep = kl if want in R._leaves(node.left) else kr
+    keep = kl if want in P.source_names(node.left) else kr
     out = out.select(*[F.col(c).alias(c, metadata={}) if c.startswith("t") and c != f"t{keep}" else F.col(c)
                        for c in out.columns])
     return out, keep
@@ -160,6 +191,21 @@ def tree_plan_ids() -> dict:
     return {p.label: join_plan_id(R.tree_probe_orders(p, NAMES, EDGES)) for p in shapes()}
 
 
+def model_best_plan(scale: float, f_scale: float, swap: str | None = None) -> str:
+    """The model's best probe orders (local rate, t_p = 2 s) among those without a step into an input with
+    no predicate to the bound inputs, for the rates of ``swap`` and states of RETAIN seconds."""
+    import itertools
+
+    from pyspark_cq.policies import plan_stats as S
+
+    m = mj_model(scale, f_scale, [RETAIN] * 5, swap)
+    idx = {n: i for i, n in enumerate(NAMES)}
+    bands = frozenset(frozenset((idx[u], idx[v])) for u, v in EDGES)
+    allowed = [[o for o in itertools.permutations([j for j in range(5) if j != i])
+                if not S.key_only_steps([()] * i + [o], bands)] for i in range(5)]
+    return join_plan_id(m.best_orders(t_p=2.0, allowed=allowed)[0])
+
+
 def run_once(spark, root: str, kind: str, label: str, args, plan_id: str | None = None) -> dict:
     """One run over the backlog: ``kind`` 'tree' (Spark's joins, plan ``label``), 'mj' (static probe orders
     ``plan_id``) or 'rate' (multi_join under the rate policy, starting in ``plan_id``)."""
@@ -175,7 +221,8 @@ def run_once(spark, root: str, kind: str, label: str, args, plan_id: str | None 
     if kind == "rate":
         from pyspark_cq_plugins.rate_based import RateBased
 
-        policy = RateBased(objective="rate", t_p=2.0, margin=0.1, min_batches=1, d=3)
+        policy = RateBased(objective="rate", t_p=2.0, margin=0.1, min_batches=1, d=3,
+                           reset_factor=args.reset_factor if label == "rate+reset" else None)
     rt = CQRuntime(spark, policies=[policy] if policy else [], control_path=os.path.join(run_dir, "ct.json"),
                    every_batches=10**9)
 
@@ -222,7 +269,7 @@ def run_once(spark, root: str, kind: str, label: str, args, plan_id: str | None 
                                            for k, v in r.items() if k.startswith("probed_"))})
     shutil.rmtree(run_dir, ignore_errors=True)
     return {"kind": kind, "label": label, "plan_id": plan_id, "ran": ran, "predicted": predicted,
-            "step_end": step_end, "batches": batches}
+            "step_end": step_end, "batches": batches, "resets": list(policy.resets) if policy else []}
 
 
 def per_step(run: dict, what: str) -> list[float]:
@@ -236,20 +283,20 @@ def per_step(run: dict, what: str) -> list[float]:
 # ------------------------------------------------------------------------------------------ model
 
 
-def tree_work(scale: float, f_scale: float, keys: int) -> dict:
+def tree_work(scale: float, f_scale: float, keys: int, swap: str | None = None) -> dict:
     """Predicted work per step of each tree: Spark's stream-stream join keeps a list of rows per key and an
     arrival is checked against every row of its key in the other side's state, so each join is Table 3's
     symmetric nested-loops join within a key: ``C_l = move + |S_r|/K·comp`` with ``|S_r| = r_r·RETAIN``
     (``plan_work`` at t = 1 with ``comp = RETAIN/K``). Units: comparisons; an arrival counts one."""
-    rates = {n: float(r) for n, r in step_rows(scale).items()}
+    rates = {n: float(r) for n, r in step_rows(scale, swap).items()}
     costs = R.JoinCosts(move=1.0, comp=RETAIN / keys)
     return {p.label: R.plan_work(p, rates, 1.0, costs=costs) for p in shapes(f_scale, "nested_loops")}
 
 
-def mj_model(scale: float, f_scale: float, retention: list[float]) -> R.MultiJoinModel:
+def mj_model(scale: float, f_scale: float, retention: list[float], swap: str | None = None) -> R.MultiJoinModel:
     """The 5-way multi_join in its steady state: states of ``retention_j`` seconds of input j, the pair
     selectivities per state row (Table 5's per second over the retention), a probe meets the probed state."""
-    rows = step_rows(scale)
+    rows = step_rows(scale, swap)
     idx = {n: i for i, n in enumerate(NAMES)}
     rates = [float(rows[n]) for n in NAMES]
     states = [r * h for r, h in zip(rates, retention)]
@@ -267,10 +314,11 @@ def mj_work(model: R.MultiJoinModel, plan_id: str) -> float:
 
 
 def fit_leave_one_out(work: dict, measured: dict) -> dict:
-    """Per plan: (a, c) of batch time = a + c·work fitted on the other plans' batches; returns a, c."""
+    """Per plan: (a, c) of batch time = a + c·work fitted on the other plans' batches (``work[p]``: per
+    step, as ``measured[p]``); returns a, c."""
     out = {}
     for p in work:
-        xs = [work[q] for q in work if q != p for _ in measured[q]]
+        xs = [w for q in work if q != p for w in work[q]]
         ys = [s for q in work if q != p for s in measured[q]]
         if len(set(xs)) < 2:       # one other plan: no slope to fit; scale its mean by the work
             c = float(np.mean(ys)) / xs[0] if xs else 0.0
@@ -290,15 +338,19 @@ def analyse(res: dict) -> dict:
         if not rs:
             continue
         secs = {k: per_step(r, "seconds")[1:] for k, r in rs.items()}      # the first step: empty states
+        halves = [args.get("swap") if args.get("swap") and s >= args["steps"] // 2 else None
+                  for s in range(1, args["steps"])]
         if kind == "tree":
-            work = {k: v for k, v in tree_work(args["scale"], args["fscale"], args["keys"]).items() if k in rs}
+            per = {h: tree_work(args["scale"], args["fscale"], args["keys"], h) for h in set(halves)}
+            work = {k: [per[h][k] for h in halves] for k in rs}
         else:
-            work = {k: mj_work(mj_model(args["scale"], args["fscale"], res["retention"]), rs[k]["plan_id"]) for k in rs}
+            models = {h: mj_model(args["scale"], args["fscale"], res["retention"], h) for h in set(halves)}
+            work = {k: [mj_work(models[h], rs[k]["plan_id"]) for h in halves] for k in rs}
         fits = fit_leave_one_out(work, secs)
         for k, r in rs.items():
             s, o = per_step(r, "seconds"), np.cumsum(per_step(r, "output_rows"))
             a, c = fits[k]
-            pred = np.cumsum([s[0]] + [a + c * work[k]] * (len(s) - 1))     # step 0 measured (warm-up of states)
+            pred = np.cumsum([s[0]] + [a + c * w for w in work[k]])     # step 0 measured (warm-up of states)
             meas = np.cumsum(s)
             first_n = first_n or int(o[1]) if len(o) > 1 else None
             k1 = int(np.searchsorted(o, first_n)) if first_n else 1
@@ -306,7 +358,7 @@ def analyse(res: dict) -> dict:
                            "predicted_t": pred.tolist(),
                            "err_first": abs(pred[k1] - meas[k1]) / meas[k1], "err_all": abs(pred[-1] - meas[-1]) / meas[-1],
                            "t_first": float(meas[k1]), "t_first_pred": float(pred[k1])}
-        an[kind + "_order_predicted"] = sorted(work, key=work.get)
+        an[kind + "_order_predicted"] = sorted(work, key=lambda k: sum(work[k]))
         an[kind + "_order_measured"] = sorted(an[kind], key=lambda k: an[kind][k]["measured_t"][-1])
         an[kind + "_order_measured_first"] = sorted(an[kind], key=lambda k: an[kind][k]["t_first"])
     an["first_n"] = first_n
@@ -323,7 +375,8 @@ def report(res: dict) -> None:
     print("|---|---|---|---|---|---|")
     for kind in ("tree", "mj"):
         for k, v in an[kind].items():
-            print(f"| {k} | {'Spark join tree' if kind == 'tree' else 'multi_join, tree orders'} | {v['work']:,.0f} | "
+            w = " → ".join(f"{x:,.3g}" for x in dict.fromkeys(v["work"]))      # per half with --swap
+            print(f"| {k} | {'Spark join tree' if kind == 'tree' else 'multi_join, static orders'} | {w} | "
                   f"{v['t_first']:.2f} / {v['measured_t'][-1]:.2f} | {v['t_first_pred']:.2f} / {v['predicted_t'][-1]:.2f} | "
                   f"{100 * v['err_first']:.0f} % / {100 * v['err_all']:.0f} % |")
         if an[kind]:
@@ -335,18 +388,37 @@ def report(res: dict) -> None:
         args = res["args"]
         c = float(np.median([v["c"] for v in an["tree"].values()]))
         costs = R.JoinCosts(move=c, comp=c * RETAIN / args["keys"])
-        rates = {n: float(r) for n, r in step_rows(args["scale"]).items()}
+        rates = {n: float(r) for n, r in step_rows(args["scale"]).items()}     # the first half's with --swap
         plans = shapes(args["fscale"], "nested_loops")
         total = float(sum(per_step(res["runs"][0], "output_rows")))
         rate_pick = choose_join_tree(plans, rates, objective="rate", t_p=float(args["steps"]), costs=costs)[0]
         time_pick = choose_join_tree(plans, rates, objective="time", n=total, costs=costs)[0]
         print(f"choose_join_tree (c = {c:.3g} s per comparison): objective rate, t_p = {args['steps']} s -> "
               f"{rate_pick.label}; objective time, n = {total:.0f} -> {time_pick.label}")
+    names = {**res["tree_plans"], **res.get("extra_plans", {})}
     for r in res["runs"]:
         if r["kind"] == "rate":
-            s = np.cumsum(per_step(r, "seconds"))
-            print(f"rate: time to all outputs {s[-1]:.2f} s; plans per step: "
-                  f"{[next((k for k, v in res['tree_plans'].items() if v == p), p) for p in r['ran']]}")
+            secs, outs = per_step(r, "seconds"), per_step(r, "output_rows")
+            s = np.cumsum(secs)
+            print(f"{r['label']}: time to all outputs {s[-1]:.2f} s, to half of them "
+                  f"{s[int(np.searchsorted(np.cumsum(outs), sum(outs) / 2))]:.2f} s; resets at batches "
+                  f"{[b for _, _, b in r.get('resets', [])]}; plans per step: "
+                  f"{[next((k for k, v in names.items() if v == p), p) for p in r['ran']]}")
+            rows, errs = [], []
+            for k in range(1, len(secs)):       # the rate predicted (after step k-1) for the plan that ran step k
+                pred = r["predicted"][k - 1].get(r["ran"][k]) if k - 1 < len(r["predicted"]) else None
+                meas = outs[k] / secs[k] if secs[k] > 0 else float("nan")
+                rows.append(f"{pred:.0f}/{meas:.0f}" if pred is not None else f"–/{meas:.0f}")
+                if pred is not None and meas > 0:
+                    errs.append(abs(pred - meas) / meas)
+            print(f"  predicted/measured output rate per step 2…: {', '.join(rows)}; median error "
+                  f"{100 * float(np.median(errs)) if errs else float('nan'):.0f} %")
+    for r in res["runs"]:
+        if r["kind"] == "mj":
+            secs, outs = per_step(r, "seconds"), per_step(r, "output_rows")
+            half = int(np.searchsorted(np.cumsum(outs), sum(outs) / 2))
+            print(f"static {r['label']}: time to all {sum(secs):.2f} s, to half {np.cumsum(secs)[half]:.2f} s; "
+                  f"measured output rate per step {[round(o / t) if t else 0 for o, t in zip(outs, secs)]}")
 
 
 def plot(res: dict, path: str) -> None:
@@ -366,7 +438,7 @@ def plot(res: dict, path: str) -> None:
         ax.legend(fontsize=7)
     for r in res["runs"]:
         if r["kind"] in ("mj", "rate"):
-            label = f"static {r['label']}" if r["kind"] == "mj" else "under rate (starts in Left Deep)"
+            label = f"static {r['label']}" if r["kind"] == "mj" else f"under {r['label']} (starts in Left Deep)"
             axes[2].plot(range(1, len(r["step_end"]) + 1), per_step(r, "seconds"), "-o" if r["kind"] == "rate" else "--o",
                          ms=3, color=colors.get(r["label"], "k"), label=label)
     axes[2].set(yscale="log", xlabel="step (one micro-batch)", ylabel="batch time (s)",
@@ -384,7 +456,10 @@ def main(argv=None) -> int:
     ap.add_argument("--scale", type=float, default=10.0, help="rows per step = §5's rate × scale")
     ap.add_argument("--keys", type=int, default=100)
     ap.add_argument("--fscale", type=float, default=0.25, help="Table 5's selectivities times this")
-    ap.add_argument("--kinds", default="tree,mj,rate")
+    ap.add_argument("--kinds", default="tree,mj,rate", help="of tree, mj, rate, rate+reset")
+    ap.add_argument("--swap", default=None, help="pairs of sources whose rates swap halfway, e.g. AB or AB,CD")
+    ap.add_argument("--reset-factor", type=float, default=3.0, help="reset_factor of the rate+reset run")
+    ap.add_argument("--reverse", action="store_true", help="run the plans in the reverse order")
     ap.add_argument("--json", default=None)
     ap.add_argument("--from-json", default=None)
     ap.add_argument("--plot", default=None)
@@ -401,34 +476,39 @@ def main(argv=None) -> int:
                                "spark.sql.streaming.noDataMicroBatches.enabled": "false"})
         spark.sparkContext.setLogLevel("ERROR")
         root = tempfile.mkdtemp(prefix="rate53-")
-        rows = write_inputs(os.path.join(root, "data"), args.steps, args.scale, args.keys)
+        swap_map(args.swap)      # validate before Spark work
+        rows = write_inputs(os.path.join(root, "data"), args)
         kinds = args.kinds.split(",")
         plans = tree_plan_ids()
+        extra = {}
+        if args.swap:
+            extra = {"best 1st half": model_best_plan(args.scale, args.fscale),
+                     "best 2nd half": model_best_plan(args.scale, args.fscale, args.swap)}
         runs = []
         warm = argparse.Namespace(**{**vars(args), "steps": 2})
         run_once(spark, root, "tree", "Left Deep", warm)                       # JVM / worker warm-up, discarded
         run_once(spark, root, "mj", "Left Deep", warm, plans["Left Deep"])
-        for label in plans:
-            if "tree" in kinds:
-                runs.append(run_once(spark, root, "tree", label, args))
-                print(f"  tree {label}: {sum(per_step(runs[-1], 'seconds')):.2f} s", flush=True)
-            if "mj" in kinds:
-                runs.append(run_once(spark, root, "mj", label, args, plans[label]))
-                print(f"  mj {label}: {sum(per_step(runs[-1], 'seconds')):.2f} s", flush=True)
-        if "rate" in kinds:
-            runs.append(run_once(spark, root, "rate", "rate", args, plans["Left Deep"]))
-            print(f"  rate: {sum(per_step(runs[-1], 'seconds')):.2f} s", flush=True)
+        jobs = [(kind, label, plans.get(label)) for label in plans for kind in ("tree", "mj") if kind in kinds]
+        jobs += [("mj", label, plan_id) for label, plan_id in extra.items() if "mj" in kinds]
+        jobs += [("rate", label, plans["Left Deep"]) for label in ("rate", "rate+reset") if label in kinds]
+        if args.reverse:      # a second pass in the other order: later runs of a session tend to be faster
+            jobs.reverse()
+        for kind, label, plan_id in jobs:
+            runs.append(run_once(spark, root, kind, label, args, None if kind == "tree" else plan_id))
+            print(f"  {kind} {label}: {sum(per_step(runs[-1], 'seconds')):.2f} s", flush=True)
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
         # the states' sizes (seconds of each input kept) measured in the first static multi_join run
-        mj = [r for r in runs if r["kind"] == "mj"]
+        mj = sorted((r for r in runs if r["kind"] == "mj"), key=lambda r: r["label"] != "Left Deep")
         retention = [1.0] * 5
-        if mj:
-            st = np.array([b["state_rows"] for b in mj[0]["batches"][1:]], dtype=float).mean(axis=0)
+        if mj:      # with --swap: from the first half's batches
+            first = mj[0]["batches"][1:args.steps // 2] if args.swap else mj[0]["batches"][1:]
+            st = np.array([b["state_rows"] for b in first], dtype=float).mean(axis=0)
             retention = [max(float(s) / rows[n], 1e-3) for s, n in zip(st, NAMES)]
         res = {"machine": platform.node(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "load_start": load0, "load_end": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
-               "args": vars(args), "rows_per_step": rows, "tree_plans": plans, "retention": retention, "runs": runs}
+               "args": vars(args), "rows_per_step": rows, "tree_plans": plans, "extra_plans": extra,
+               "retention": retention, "runs": runs}
         if args.json:
             with open(args.json, "w") as fh:
                 json.dump(res, fh, indent=1, default=str)

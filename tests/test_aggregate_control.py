@@ -356,6 +356,40 @@ def test_control_argument_is_validated(spark, tmp_dir):
         sliding_aggregate(df, "ts", "10 seconds", control=table.handle("agg10"))
 
 
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(rows_st, st.sampled_from([0.0, 0.3, 0.6]), st.sampled_from([(20, 10), (6, 3), (5, 5)]))
+def test_kept_column_is_the_kept_share_of_each_windows_rows(tmp_path, rows, ratio, ws):
+    """RTStream §4.4, a window's kept fraction (kept_column): the aggregates are those of the rows the hash
+    keeps, and the fraction is kept / all of the rows whose time falls into the window (plain Python over
+    all rows); windows whose every row was shed are not emitted. The same rows are shed as without it."""
+    from pyspark_cq.operators._agg_spec import with_kept
+    from pyspark_cq.operators._shed import shed_mask
+
+    table = ControlTable(str(tmp_path / f"control-{uuid.uuid4().hex[:8]}.json"))
+    table.register("agg1", drop_ratio=ratio)
+    base = plan_with(KT.make_plan(*ws, mode="update"), table.handle("agg1"))
+    plan = KT.AggConfig(**{**base.__dict__, "spec": with_kept(base.spec, "kept"),
+                           "out_names": base.out_names + ("kept",)})
+    outputs, metrics = run_batches(plan, [rows])
+    drop = np.zeros(len(rows), dtype=bool)
+    if rows:
+        drop = shed_mask(pa.Table.from_batches([KT.input_batch(rows, base)]), np.zeros(len(rows), dtype=np.int64),
+                         0, 0, ratio)
+    kept = [r for r, d in zip(rows, drop) if not d]
+    w, g = Sched([(None, ws[0])]), Sched([(None, math.gcd(*ws))])
+    aggregates = ref_windows([kept], ws[1], w, g)[0]
+    every = ref_windows([rows], ws[1], w, g, aggs=[("*", "count")])[0]
+    want = {key: value + (value[-1] / every[key][0],) for key, value in aggregates.items()}
+    KT.assert_same(union(outputs), want)
+    assert metrics[0]["shed_rows"] == int(drop.sum()) and metrics[0]["input_rows"] == len(rows)
+    plain, plain_metrics = run_batches(base, [rows])    # the same rows are shed without kept_column
+    KT.assert_same(union(plain), {key: value[:-1] for key, value in union(outputs).items()})
+    # the state also holds the slices of shed rows (to count them): state_rows and state_bytes differ
+    assert [{**m, "state_rows": 0, "state_bytes": 0} for m in plain_metrics] == [
+        {**m, "state_rows": 0, "state_bytes": 0} for m in metrics]
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                  HealthCheck.function_scoped_fixture])
 @given(rows_st, st.sampled_from([0.3, 0.6]))
@@ -580,3 +614,82 @@ def test_stream_sheds_by_drop_ratio_and_reports_it(spark, tmp_dir):
     for r in spark.table(name).collect():
         last[(r["window_start"], r["k"])] = max(last.get((r["window_start"], r["k"]), 0), r["count"])
     assert sum(last.values()) == total - shed
+
+
+@pytest.mark.spark
+def test_stream_kept_column_says_each_windows_kept_share(spark, tmp_dir):
+    """kept_column on a streaming sliding aggregation in append mode, with the drop ratio changed between
+    micro-batches (RTStream §4.4): every window says kept / all of the rows whose time falls into it, all
+    counted in plain Python over the whole input; a window of rows from batches that shed nothing is
+    exact (count and sum); every window with such a row is emitted."""
+    import pyspark_cq
+    from pyspark_cq import sliding_aggregate
+
+    ratios = [0.0, 0.5, 0.0]
+    batches = [spark_rows(20 + i, 20 * i, 20 * (i + 1), 150) for i in range(len(ratios))]
+    batches.append([{"t": 200 * SEC, "k": 0, "v": 0, "x": 0.0}])   # moves the watermark past the rest
+    ratios.append(0.0)
+    table = ControlTable(str(tmp_dir / "kept.json"))
+    table.register("agg_kept", drop_ratio=0.0)
+    (tmp_dir / "in").mkdir()
+    src = (spark.readStream.schema("ts timestamp, k long, v long").option("maxFilesPerTrigger", 1)
+           .parquet(str(tmp_dir / "in")).withWatermark("ts", "5 seconds"))
+    out = sliding_aggregate(src, "ts", "10 seconds", "5 seconds", by="k", aggs={"v": ["sum"], "*": ["count"]},
+                            shards=2, control=table.handle("agg_kept"), kept_column="kept")
+    assert out.columns[-1] == "kept" and dict(out.dtypes)["kept"] == "double"
+    name = "q_" + uuid.uuid4().hex[:10]
+    q = (out.writeStream.format("memory").queryName(name).outputMode("append")
+         .option("checkpointLocation", str(tmp_dir / "ck_kept")).start())
+    try:
+        for i, (rows, ratio) in enumerate(zip(batches, ratios)):
+            table.set("agg_kept", drop_ratio=ratio, reason="test")
+            write_file(tmp_dir / "in", i, rows)
+            q.processAllAvailable()
+        got = {(_us(r["window_start"]), r["k"]): r for r in spark.table(name).collect()}
+        reports = [pyspark_cq.read_metrics(p, "agg_kept") for p in q.recentProgress if p["numInputRows"]]
+    finally:
+        q.stop()
+    every, exact = {}, {}   # (window start, key) -> rows; -> whether all came in batches that shed nothing
+    for rows, ratio in zip(batches[:-1], ratios):
+        for r in rows:
+            for start in (r["t"] // (5 * SEC) * 5 * SEC - 5 * SEC, r["t"] // (5 * SEC) * 5 * SEC):
+                every.setdefault((start, r["k"]), []).append(r)
+                exact[(start, r["k"])] = exact.get((start, r["k"]), True) and ratio == 0
+    assert set(got) <= set(every) and {key for key, ok in exact.items() if ok} <= set(got)
+    for key, r in got.items():
+        assert r["kept"] == pytest.approx(r["count"] / len(every[key]))
+        if exact[key]:
+            assert r["kept"] == 1.0 and r["sum_v"] == sum(x["v"] for x in every[key])
+    assert 0 < min(r["kept"] for r in got.values()) < 1
+    shed = sum(r["shed_rows"] for r in reports)
+    assert 0 < shed < len(batches[1])
+    # tumbling count of what was kept: every kept row is in exactly two windows of the sliding ones
+    assert sum(r["count"] for r in got.values()) == 2 * (sum(len(b) for b in batches[:-1]) - shed)
+
+
+@pytest.mark.spark
+def test_kept_column_on_a_batch_dataframe_and_bad_arguments(spark):
+    """A batch DataFrame is never shed: kept_column is 1.0 on the rows the aggregation gives without it
+    (Spark's slicing and the native slicer's, for first / last); bad uses are refused naming kept_column."""
+    from pyspark_cq import sliding_aggregate
+
+    rows = spark_rows(5, 0, 30, 80)
+    df = spark.createDataFrame([(r["t"], r["k"], r["v"]) for r in rows], "t long, k long, v long") \
+        .selectExpr("timestamp_micros(t) AS ts", "k", "v")
+    plain = sliding_aggregate(df, "ts", "10 seconds", "5 seconds", by="k", aggs=SPARK_AGGS, shards=2)
+    kept = sliding_aggregate(df, "ts", "10 seconds", "5 seconds", by="k", aggs=SPARK_AGGS, shards=2,
+                             kept_column="kept")
+    assert kept.columns == plain.columns + ["kept"]
+    got = kept.collect()
+    assert sorted(tuple(r)[:-1] for r in got) == sorted(tuple(r) for r in plain.collect())
+    assert {r["kept"] for r in got} == {1.0}
+    native = sliding_aggregate(df, "ts", "10 seconds", by="k", aggs={"v": ["first"]}, kept_column="kept")
+    assert {r["kept"] for r in native.collect()} == {1.0}
+    for kw, message in (({"kept_column": "count"}, "kept_column must be a new column name"),
+                        ({"kept_column": ""}, "kept_column must be a new column name"),
+                        ({"kept_column": "kept", "emit": "changes"}, "kept_column needs emit='windows'")):
+        with pytest.raises(ValueError, match=message):
+            sliding_aggregate(df, "ts", "10 seconds", by="k", **kw)
+    stream = spark.readStream.format("rate").load().withWatermark("timestamp", "1 second")
+    with pytest.raises(ValueError, match="kept_column is not supported with output_mode='complete'"):
+        sliding_aggregate(stream, "timestamp", "10 seconds", output_mode="complete", kept_column="kept")

@@ -4,8 +4,9 @@ The pure part: which pool each periodic query gets, the allocation file, the arg
 ``tests/helpers/edf_run.py`` in its own process (a SparkContext's scheduler mode is fixed when it starts):
 two periodic queries of one period, a tight and a loose deadline, whose instances together need more cores
 than there are when released together. With the deadline order the tight query goes first; with both in one
-fair pool (the baseline, same session, same files) it shares the cores and misses. Assertions count misses,
-never durations.
+fair pool (the baseline, same session, same files) it shares the cores and misses. The work is sized so that
+the tight deadline lies far from both outcomes (6 core-seconds per query and instance on 2 cores: ~4 s when it
+goes first, ~6.5 s when it shares, D = 5.3 s; see docs/rtstream.md). Assertions count misses, never durations.
 """
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ Streams are parquet directories read one file per trigger, so both queries see t
 """
 from __future__ import annotations
 
+import datetime
 import itertools
 import os
 
@@ -558,3 +559,54 @@ def test_runtime_chain_policy_schedules_a_running_multi_join(spark, tmp_dir):
     assert prio and set(prio) <= {"0_1", "0_2", "1_0", "1_2", "2_1", "2_0"}
     assert all({f"{i}_{j}" for j in range(n) if j != i} <= set(prio) for i in {int(s[0]) for s in prio})
     assert reports[-1]["chunk_steps"] > 0 and reports[-1]["peak_buffered_rows"] > 0
+
+
+@pytest.mark.spark
+def test_stream_kept_column_is_the_product_of_each_rows_batch_fraction(spark, tmp_dir):
+    """RTStream §4.4's kept fraction per result (``params["kept_column"]`` of the entry): a result says the
+    product over its rows of 1 − the drop ratio of the micro-batch that brought the row (changed between
+    batches). Checked against the plain-Python enumeration: every result is one of its tuples, and every
+    tuple whose rows all came in batches that shed nothing is there."""
+    n, ratios = 3, [0.0, 0.5, 0.25]
+    root = str(tmp_dir / "in")
+    rng = np.random.default_rng(41)
+    for i in range(n):
+        os.makedirs(os.path.join(root, f"in{i}"))
+    table = ControlTable(str(tmp_dir / "ct.json"))
+    table.register("mj_kept", drop_ratio=ratios[0], params={"kept_column": "kept"})
+    ours = cq.multi_join(_sources(spark, root, n), [f"k{i}" for i in range(n)], [f"t{i}" for i in range(n)],
+                         _bounds(n), control=table.handle("mj_kept"))
+    assert ours.columns == _cols(n) + ["kept"] and dict(ours.dtypes)["kept"] == "double"
+    tables = [[] for _ in range(n)]
+    q = (ours.writeStream.format("memory").queryName("mj_kept_out").outputMode("append")
+         .option("checkpointLocation", str(tmp_dir / "ck")).start())
+    try:
+        for b, ratio in enumerate(ratios):
+            table.set("mj_kept", drop_ratio=ratio, reason="test")
+            for i in range(n):
+                t = _table(rng, i, 30, jd.BASE_US + b * 10_000_000)
+                tables[i].append(t)
+                jd.write(os.path.join(root, f"in{i}"), f"b{b:03d}.parquet", t)
+            q.processAllAvailable()
+        got = spark.table("mj_kept_out").collect()
+    finally:
+        q.stop()
+    full = _python_oracle([pa.concat_tables(ts) for ts in tables], n)
+    cols = _cols(n)
+
+    def batch_of(ts):   # batch b holds the times [BASE + b·10 s, BASE + (b + 1)·10 s)
+        return (round(ts.replace(tzinfo=datetime.timezone.utc).timestamp() * 1e6) - jd.BASE_US) // 10_000_000
+
+    rows = [tuple(r[c] for c in cols) for r in got]
+    assert set(rows) <= set(full) and len(got) < len(full)
+    for r in got:
+        want = np.prod([1 - ratios[batch_of(r[f"t{i}"])] for i in range(n)])
+        assert r["kept"] == pytest.approx(want)
+    unshed = [f for f in full if all(ratios[batch_of(f[3 * i + 1])] == 0 for i in range(n))]
+    assert unshed and set(unshed) <= set(rows)
+    assert {r["kept"] for r in got} > {1.0}
+    # a kept_column that clashes with an output column is refused when the operator is defined
+    table.register("mj_bad", params={"kept_column": "v1"})
+    with pytest.raises(ValueError, match=r"multi_join 'mj_bad': params\['kept_column'\] must be a new column"):
+        cq.multi_join(_sources(spark, root, n), [f"k{i}" for i in range(n)], [f"t{i}" for i in range(n)],
+                      _bounds(n), control=table.handle("mj_bad"))

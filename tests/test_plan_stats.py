@@ -146,3 +146,22 @@ def test_round_estimates_decay_weighted_once_per_batch():
         ps.RoundEstimates(d=0)
     with pytest.raises(TypeError, match="name"):
         est.add("", 1.0)
+
+
+def test_join_bands_and_key_only_steps():
+    """The bounds graph from ``banded_<i>_<j>`` (None when no flag is set), and the steps that enter an input
+    with no bound to the inputs bound before it."""
+    report = dict.fromkeys(metric_names(3), 0)
+    report["input_rows_0"] = 5
+    stats = OperatorStats("mj", batches=1, report=report)
+    assert ps.join_bands(stats) is None                       # an older report: unknown
+    report.update({"banded_0_1": 1, "banded_0_2": 1})
+    bands = ps.join_bands(OperatorStats("mj", batches=1, report=report))
+    assert bands == {frozenset((0, 1)), frozenset((0, 2))}
+    assert ps.key_only_steps(parse_join_plan("0:1>2;1:0>2;2:0>1", 3), bands) == []
+    # input 1 probing 2 first, and 2 probing 1 first, match on the key alone (no band between 1 and 2)
+    assert ps.key_only_steps(parse_join_plan("0:1>2;1:2>0;2:1>0", 3), bands) == [(1, 2), (2, 1)]
+    with pytest.raises(TypeError, match="orders"):
+        ps.key_only_steps("0:1>2", bands)
+    with pytest.raises(TypeError, match="bands"):
+        ps.key_only_steps(((1, 2), (0, 2), (0, 1)), [(0, 1)])

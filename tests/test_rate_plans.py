@@ -145,6 +145,27 @@ def test_multi_join_time_objective():
     assert m.best_orders(n=n, candidates=[worst])[0] == worst
 
 
+def test_best_orders_within_allowed_orders():
+    """``allowed`` restricts each input's choice; the result is the brute-force best of the allowed plans."""
+    m = MultiJoinModel(RATES_52, SEL_52, states=(100.0, 0.0, 20.0), growth=(10.0, 500.0, 0.0),
+                       probe_cost=2e-4, arrival_cost=1e-4, scan=True)
+    assert m.best_orders(t_p=60.0)[0][1] == (0, 2)
+    allowed = [[(1, 2), (2, 1)], [(2, 0)], [(0, 1), (1, 0)]]       # input 1 must probe C first
+    best, value = m.best_orders(t_p=60.0, allowed=allowed)
+    plans = list(itertools.product(*allowed))
+    brute = max(plans, key=lambda p: m.local_rate_estimate(p, 60.0))
+    assert best[1] == (2, 0) and value == pytest.approx(m.local_rate_estimate(brute, 60.0))
+    assert m.best_orders(n=5_000.0, allowed=allowed)[0][1] == (2, 0)
+    with pytest.raises(ValueError, match="at most one of candidates and allowed"):
+        m.best_orders(t_p=1.0, allowed=allowed, candidates=[best])
+    with pytest.raises(ValueError, match=r"allowed\[1\]"):
+        m.best_orders(t_p=1.0, allowed=[[(1, 2)], [], [(0, 1)]])
+    with pytest.raises(ValueError, match=r"allowed\[0\]"):
+        m.best_orders(t_p=1.0, allowed=[[(1, 1)], [(0, 2)], [(0, 1)]])
+    with pytest.raises(ValueError, match="per input"):
+        m.best_orders(t_p=1.0, allowed=[[(1, 2)]])
+
+
 def test_conditional_overrides_the_product():
     m = MultiJoinModel((1.0, 1.0, 1.0), {frozenset({0, 1}): 0.5, frozenset({1, 2}): 0.5, frozenset({0, 2}): 0.5},
                        conditional={(2, frozenset({0, 1})): 0.5})

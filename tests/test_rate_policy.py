@@ -1,13 +1,16 @@
 """The rate-based policy plugin (Viglas & Naughton §4) on synthetic operator reports, and the join-tree choice
 for binary interval joins; its Spark run is tests/test_rate_policy_spark.py."""
+import itertools
+
 import pytest
 from pyspark_cq_plugins.rate_based import RateBased, choose_join_tree
 
 from pyspark_cq import plan as P
 from pyspark_cq import policies
-from pyspark_cq.control import parse_join_plan
+from pyspark_cq.control import join_plan_id, parse_join_plan
 from pyspark_cq.cost import rate as R
 from pyspark_cq.policies import OperatorStats, QueryInfo, Snapshot
+from pyspark_cq.policies import plan_stats as S
 from pyspark_cq.policies.checks import check_policy
 
 ROWS = (10, 400, 200)           # rows per batch: input 1 fast, input 0 slow
@@ -204,3 +207,119 @@ def test_scan_costs_a_probe_per_state_row():
         assert score == pytest.approx(model.local_rate_estimate(parse_join_plan(plan_id, 3), 60.0), rel=1e-6)
     with pytest.raises(TypeError, match="scan"):
         RateBased(scan="yes")
+
+
+# §5.3's 5-way chain C–A–B–D–E (inputs A…E = 0…4): bands only between C–A, A–B, B–D, D–E, one key of 100
+# values. A step into an input banded to a bound input keeps the band's share of the key's rows; a step into
+# one with no band to the bound inputs (the kernel checks no band there) keeps every row of the key.
+CHAIN_EDGES = [("A", "C"), ("A", "B"), ("B", "D"), ("D", "E")]
+CHAIN_BAND = {frozenset((0, 2)): 0.0625, frozenset((0, 1)): 0.025, frozenset((1, 3)): 0.00125,
+              frozenset((3, 4)): 0.000125}
+CHAIN_KEY = 0.01
+CHAIN_ROWS = (1500, 15000, 3000, 7500, 30000)
+CHAIN_STATES = (3000, 30000, 6000, 15000, 60000)
+
+
+def chain_true_selectivity(j, bound):
+    """f(j | B) as the kernel meets it: the key, times the band of every bound input linked to j."""
+    f = CHAIN_KEY
+    for b in bound:
+        f *= CHAIN_BAND.get(frozenset((b, j)), 1.0)
+    return f
+
+
+def chain_true_work(orders):
+    """State rows the partial matches of one batch meet under ``orders`` (the oracle: the kernel's scans)."""
+    work = 0.0
+    for i, order in enumerate(orders):
+        partial, bound = float(CHAIN_ROWS[i]), {i}
+        for j in order:
+            work += partial * CHAIN_STATES[j]
+            partial *= CHAIN_STATES[j] * chain_true_selectivity(j, bound)
+            bound.add(j)
+    return work
+
+
+def five_way_snapshot(batches, orders, bands=True):
+    report = {"input_rows": sum(CHAIN_ROWS), "output_rows": 0}
+    if bands:
+        report.update({f"banded_{min(p)}_{max(p)}": 1 for p in CHAIN_BAND})
+    for i, order in enumerate(orders):
+        report[f"input_rows_{i}"] = CHAIN_ROWS[i]
+        report[f"state_rows_{i}"] = CHAIN_STATES[i]
+        partial, bound = float(CHAIN_ROWS[i]), {i}
+        for j in order:
+            report[f"probed_{i}_{j}"] = int(round(partial))
+            partial *= CHAIN_STATES[j] * chain_true_selectivity(j, bound)
+            report[f"matched_{i}_{j}"] = int(round(partial))
+            bound.add(j)
+    plan_id = join_plan_id(orders)
+    stats = OperatorStats("mj", batches=batches, input_rows=report["input_rows"], output_rows=0,
+                          input_rate=float(sum(CHAIN_ROWS)), report=report)
+    info = QueryInfo("q", operators={"mj": stats}, control={"mj": {"plan_id": plan_id}}, batches=batches,
+                     input_rate=float(sum(CHAIN_ROWS)), batch_duration=10.0)
+    return Snapshot(float(batches), {"q": info})
+
+
+def left_deep_chain_orders():
+    s = P.Source
+    left_deep = P.Join(P.Join(P.Join(P.Join(s("A"), s("C")), s("B")), s("D")), s("E"))
+    return R.tree_probe_orders(left_deep, "ABCDE", CHAIN_EDGES)
+
+
+def test_chain_never_switches_to_a_key_only_step():
+    """On the 5-way chain the loosest-pair assumption (an unmeasured pair as selective as A–C) made a plan
+    whose steps enter an input with no band to the bound ones look best (measured on Spark: A probing D
+    first, 7.7–11× the static plans' time). With the operator's bounds graph the policy offers only plans
+    without such steps, and the one it picks does less work than the running plan by the oracle's count."""
+    start = left_deep_chain_orders()
+    assert not S.key_only_steps(start, frozenset(CHAIN_BAND))
+    policy = RateBased(t_p=2.0, margin=0.1, min_batches=1)
+    out = policy.decide(five_way_snapshot(1, start))
+    scores = policy.predictions[("q", "mj")]
+    for plan_id in scores:
+        assert S.key_only_steps(parse_join_plan(plan_id, 5), frozenset(CHAIN_BAND)) == [], plan_id
+    assert len(out) == 1
+    chosen = parse_join_plan(out[0].changes["plan_id"], 5)
+    assert chain_true_work(chosen) < chain_true_work(start)
+    # the best orders without a key-only step, by brute force over each input's orders against the oracle
+    best = []
+    for i in range(5):
+        ok = [o for o in itertools.permutations([j for j in range(5) if j != i])
+              if not S.key_only_steps([()] * i + [o], frozenset(CHAIN_BAND))]
+        best.append(min(ok, key=lambda o, i=i: chain_true_work([()] * i + [o])))
+    assert chain_true_work(chosen) <= chain_true_work(best) * 1.5
+
+
+def test_chain_without_the_bounds_graph_trusts_the_loosest_pair():
+    """The same report without ``banded_<i>_<j>`` (an unknown graph): the policy keeps its old candidates
+    (the left-deep orders) and picks one with key-only steps, the failure measured on Spark."""
+    policy = RateBased(t_p=2.0, margin=0.1, min_batches=1)
+    out = policy.decide(five_way_snapshot(1, left_deep_chain_orders(), bands=False))
+    assert len(out) == 1
+    chosen = parse_join_plan(out[0].changes["plan_id"], 5)
+    assert S.key_only_steps(chosen, frozenset(CHAIN_BAND))
+    assert chain_true_work(chosen) > chain_true_work(left_deep_chain_orders())
+
+
+def test_reset_factor_forgets_estimates_when_an_input_rate_changes():
+    """With ``reset_factor`` a batch whose rows on some input differ from their estimate by more than the
+    factor restarts the operator's estimates from that batch; a smaller change, or none given, keeps them."""
+    def snap(batches, rows_1):
+        s = join_snapshot(batches, FAST_PLAN)
+        s.queries["q"].operators["mj"].report["input_rows_1"] = rows_1
+        return s
+
+    for factor, rows_1, resets in ((4.0, 4000, [("q", "mj", 4)]), (4.0, 1200, []), (None, 4000, [])):
+        policy = RateBased(reset_factor=factor, min_batches=1)
+        for b in (1, 2, 3):
+            policy.decide(snap(b, ROWS[1]))
+        policy.decide(snap(4, rows_1))
+        policy.decide(snap(4, rows_1))            # the same batch again: nothing new
+        assert policy.resets == resets
+        estimate = policy._est[("q", "mj")].get("rows:1")
+        assert (estimate == rows_1) == bool(resets)
+    with pytest.raises(ValueError, match="reset_factor"):
+        RateBased(reset_factor=1.0)
+    with pytest.raises(ValueError, match="reset_factor"):
+        RateBased(reset_factor=-2)

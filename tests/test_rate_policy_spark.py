@@ -14,6 +14,7 @@ from pyspark_cq_plugins.rate_based import RateBased
 
 import pyspark_cq as cq
 from pyspark_cq.control import parse_join_plan
+from pyspark_cq.policies import plan_stats as S
 
 BATCHES = 6
 ROWS = (10, 200, 100)            # input 1 fast, input 0 slow
@@ -49,6 +50,15 @@ def _oracle(frames):
     return sorted(zip(abc.v0.tolist(), abc.v1.tolist(), abc.v2.tolist()))
 
 
+class _Recording(RateBased):
+    """The policy, keeping its scores of every round."""
+
+    def decide(self, snapshot):
+        out = super().decide(snapshot)
+        self.history = getattr(self, "history", []) + [dict(self.predictions.get(("rate_mj", "mj"), {}))]
+        return out
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_rate_policy_switches_a_running_multi_join(spark, tmp_path):
@@ -56,7 +66,7 @@ def test_rate_policy_switches_a_running_multi_join(spark, tmp_path):
 
     root = str(tmp_path / "in")
     frames = _inputs(root)
-    policy = RateBased(margin=0.1, min_batches=1)
+    policy = _Recording(margin=0.1, min_batches=1)
     rt = CQRuntime(spark, policies=[policy], control_path=str(tmp_path / "ct.json"), every_batches=1)
 
     def build(ctx):
@@ -81,10 +91,18 @@ def test_rate_policy_switches_a_running_multi_join(spark, tmp_path):
     assert len(switches) == 1 and switches[0]["applied"]
     assert rt.control_table().entry("mj").params["plan_id"] == FAST_PLAN
     assert any(c.who == "rate" and c.new.get("plan_id") == FAST_PLAN for c in rt.control_table().changes("mj"))
+    first = next(h for h in policy.history if h)      # the round that switched, in SLOW_PLAN
+    assert max(first, key=first.get) == FAST_PLAN and first[FAST_PLAN] > 1.1 * first[SLOW_PLAN]
     scores = policy.predictions[("rate_mj", "mj")]
-    assert max(scores, key=scores.get) == FAST_PLAN and scores[FAST_PLAN] > 1.1 * scores[SLOW_PLAN]
+    assert max(scores, key=scores.get) == FAST_PLAN
     # batches before the switch ran the slow plan (input 1 probed 2 first), the last ones the chosen plan
     reports = [r for r in (cq.read_metrics(p, "mj") for p in progress) if r and r["input_rows_1"]]
     firsts = [(r["probed_1_2"] == r["input_rows_1"], r["probed_1_0"] == r["input_rows_1"]) for r in reports]
     assert firsts[0] == (True, False) and firsts[-1] == (False, True)
     assert parse_join_plan(FAST_PLAN, 3)[1][0] == 0
+    # the operator reports its bounds graph (0–1, 0–2; no band between 1 and 2), and the policy offered no
+    # plan with a step checked on the key alone except the running one (SLOW_PLAN: input 1 probes 2 first)
+    assert all((r["banded_0_1"], r["banded_0_2"], r["banded_1_2"]) == (1, 1, 0) for r in reports)
+    bands = frozenset({frozenset((0, 1)), frozenset((0, 2))})
+    assert [p for p in first if S.key_only_steps(parse_join_plan(p, 3), bands)] == [SLOW_PLAN]
+    assert [p for p in scores if S.key_only_steps(parse_join_plan(p, 3), bands)] == []

@@ -84,6 +84,9 @@ def test_checkpoint_fixture_restores_and_continues(spark, tmp_path, operator):
      "by: this checkpoint's sliding_aggregate state 'fixture' was written with by=['k'], the query now has "
      "by=['k', 'v_in']"),
     ("sliding_aggregate", {"shards": 2}, "state was written with shards=4, the query now has shards=2"),
+    ("sliding_aggregate", {"kept_column": "kept"},
+     "kept_column, which adds a partial to every slice, is part of the layout too: keep it for the life of a "
+     "checkpoint; the query now has kept_column set"),
     ("interval_join", {"shards": 8}, "state was written with shards=4, the query now has shards=8"),
 ])
 def test_incompatible_option_change_on_restart_fails_clearly(spark, tmp_path, operator, options, message):

@@ -30,16 +30,26 @@ equates one key over all its inputs, so the key predicate is shared by all pairs
 product would count it once per bound input. A pair no first step has measured yet is taken as selective as
 the loosest measured pair.
 
+A ``multi_join`` reports its bounds graph (``banded_<i>_<j>``). A probe step that enters an input with no
+bound to the inputs already bound is checked on the key alone: it meets and matches every row of the key in
+the probed state, which no banded measurement predicts (on §5.3's chain C–A–B–D–E the loosest band passes
+1/16 of a key's rows). So with a known graph the candidate plans are those without such a step — the
+left-deep orders that have none, and every input's cheapest order among those that have none
+(:meth:`pyspark_cq.cost.rate.MultiJoinModel.best_orders` with ``allowed``) — and a step is estimated only
+from measurements of steps of the same kind (banded or key-only). The running plan is always scored from
+its own measurements, whatever its steps.
+
 Join trees of binary ``interval_join`` s are fixed when a query starts (Spark cannot switch them):
 :func:`choose_join_tree` picks one at registration with the same objectives.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 
 from pyspark_cq import plan as P
-from pyspark_cq.control import parse_chain_plan, parse_join_plan
+from pyspark_cq.control import join_plan_id, parse_chain_plan, parse_join_plan
 from pyspark_cq.cost import rate as R
 from pyspark_cq.policies import Decision, Decisions, OperatorStats, Policy, Snapshot
 from pyspark_cq.policies import plan_stats as S
@@ -134,13 +144,17 @@ class RateBased(Policy):
         Cost a join's probe per row of the probed state (our kernel walks the key's rows; a measured
         ``probe_cost`` is then the batch time over the state rows the partial matches met), not per probe
         (:class:`pyspark_cq.cost.rate.MultiJoinModel`'s ``scan``). Default True.
+    reset_factor : float, optional
+        When an input's rows in a micro-batch differ from their estimate by more than this factor (> 1),
+        forget the operator's estimates and start again from that batch: the decay-weighted means would
+        otherwise need several rounds to forget the rates before the change. Default None: never.
     """
 
     name = "rate"
 
     def __init__(self, objective: str = "rate", t_p: float = 60.0, n: float = 10_000.0, margin: float = 0.1,
                  min_batches: int = 2, probe_cost: float | None = None, d: int = 5, decay: float = 0.5,
-                 scan: bool = True):
+                 scan: bool = True, reset_factor: float | None = None):
         if objective not in OBJECTIVES:
             raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
         self.objective = objective
@@ -158,6 +172,10 @@ class RateBased(Policy):
         if not isinstance(scan, bool):
             raise TypeError(f"scan must be a bool, got {scan!r}")
         self.scan = scan
+        if reset_factor is not None and _positive(reset_factor, "reset_factor") <= 1:
+            raise ValueError(f"reset_factor must be > 1 (a factor of change in an input's rows), got {reset_factor!r}")
+        self.reset_factor = None if reset_factor is None else float(reset_factor)
+        self.resets: list[tuple[str, str, int]] = []          # (query, operator, batches) of every reset
         self._reset()
 
     def _reset(self) -> None:
@@ -168,7 +186,8 @@ class RateBased(Policy):
 
     @classmethod
     def _unit_test_params(cls) -> list[dict]:
-        return [{}, {"objective": "time", "n": 5000.0, "margin": 0.0, "min_batches": 1, "probe_cost": 1e-6}]
+        return [{}, {"objective": "time", "n": 5000.0, "margin": 0.0, "min_batches": 1, "probe_cost": 1e-6},
+                {"reset_factor": 4.0}]
 
     # -- per operator ----------------------------------------------------------------------------
 
@@ -220,6 +239,7 @@ class RateBased(Policy):
 
     def _join_model(self, est: S.RoundEstimates, stats: OperatorStats, batch_duration: float):
         n = S.join_inputs(stats)
+        bands = S.join_bands(stats)
         report = stats.report
         rates = [est.get(f"rate:{i}") for i in range(n)]
         if not all(math.isfinite(r) and r > 0 for r in rates):
@@ -253,7 +273,9 @@ class RateBased(Policy):
                 others = [b for b in range(n) if b not in (i, j)]
                 for mask in range(1 << len(others)):
                     bound = frozenset([i] + [b for k, b in enumerate(others) if mask >> k & 1])
-                    conditional[(i, j, bound)] = min(max(self._step_estimate(measured, pairs, i, j, bound), 0.0), 1.0)
+                    f = self._step_estimate(measured, pairs, i, j, bound, bands)
+                    if math.isfinite(f):     # else the model's product of the pairs
+                        conditional[(i, j, bound)] = min(max(f, 0.0), 1.0)
         states = tuple(float(report.get(f"state_rows_{j}", 0)) for j in range(n))
         growth = tuple(max(est.get(f"growth:{j}", 0.0), 0.0) for j in range(n))
         probe = self.probe_cost
@@ -272,31 +294,71 @@ class RateBased(Policy):
                                 scan=self.scan)
 
     @staticmethod
-    def _step_estimate(measured, pairs, i: int, j: int, bound: frozenset) -> float:
+    def _step_estimate(measured, pairs, i: int, j: int, bound: frozenset, bands=None) -> float:
         """f(j | B) for rows arriving on i: measured for this bound set; else the measurement of the nearest
         bound set of the same arriving input (fewest inputs bound differently; a step with more bound inputs
-        filters at least as much); else the most selective bound pair.
+        filters at least as much); else the most selective bound pair. With the bounds graph ``bands``
+        known, only measurements of the same kind count (a step checked on the key alone, or one with a
+        band), and the pairs are those with a band (a key-only step without a measurement of its kind has
+        no estimate from them: nan, and the policy does not offer plans with such steps).
         """
         near = measured.get((i, j))
+        if bands is not None:
+            def banded(b):
+                return any(frozenset((x, j)) in bands for x in b)
+            near = [m for m in near or () if banded(m[1]) == banded(bound)]
+            linked = [pairs[frozenset((b, j))] for b in bound if frozenset((b, j)) in bands]
+        else:
+            linked = [pairs[frozenset((b, j))] for b in bound]
         if near:
             return min(near, key=lambda m: (len(m[1] ^ bound), m[0], sorted(m[1])))[2]
-        return min(pairs[frozenset((b, j))] for b in bound)
+        return min(linked) if linked else math.nan
+
+    def _join_candidates(self, model: R.MultiJoinModel, stats: OperatorStats, control) -> list[str]:
+        """The left-deep plans; with the bounds graph known, only those without a key-only step, and every
+        input's cheapest order without one (local rate maximization for ``t_p``, or for ``n`` outputs).
+        """
+        plans = S.candidate_plans(stats, control)
+        bands = S.join_bands(stats)
+        if bands is None:
+            return plans
+        n = model.n_inputs
+        plans = [p for p in plans if not S.key_only_steps(parse_join_plan(p, n), bands)]
+        allowed = [[o for o in itertools.permutations([j for j in range(n) if j != i])
+                    if not S.key_only_steps([()] * i + [o], bands)] for i in range(n)]
+        goal = {"t_p": self.t_p} if self.objective == "rate" else {"n": self.n}
+        orders, _ = model.best_orders(allowed=allowed, **goal)
+        best = join_plan_id(orders)
+        return plans + ([best] if best not in plans else [])
 
     def _join_scores(self, model: R.MultiJoinModel, stats: OperatorStats, control) -> dict[str, float]:
         n = model.n_inputs
+        plans = self._join_candidates(model, stats, control)
+        current = S.current_plan(stats, control)
+        if current is not None and current not in plans:     # a running plan that is not a candidate
+            plans.append(current)
         scores = {}
-        for plan_id in S.candidate_plans(stats, control):
+        for plan_id in plans:
             orders = parse_join_plan(plan_id, n)
             if self.objective == "rate":
                 scores[plan_id] = model.local_rate_estimate(orders, self.t_p)
             else:
                 scores[plan_id] = model.time_to_outputs(orders, self.n, rtol=1e-6)
-        current = S.current_plan(stats, control)
-        if current is not None and current not in scores:     # a running plan that is not left-deep
-            orders = parse_join_plan(current, n)
-            scores[current] = (model.local_rate_estimate(orders, self.t_p) if self.objective == "rate"
-                               else model.time_to_outputs(orders, self.n, rtol=1e-6))
         return scores
+
+    def _rates_changed(self, key, est: S.RoundEstimates, stats: OperatorStats) -> bool:
+        """True when ``reset_factor`` is set and some input's rows in this (new) batch differ from their
+        estimate by more than that factor.
+        """
+        seen = self._seen.get(key)
+        if self.reset_factor is None or (seen is not None and stats.batches <= seen[0]):
+            return False
+        for i, rows in enumerate(S.input_rows(stats)):
+            before = est.get(f"rows:{i}")
+            if math.isfinite(before) and before > 0 and rows > 0 and (
+                    rows > before * self.reset_factor or rows * self.reset_factor < before):
+                return True
+        return False
 
     # -- Policy interface ------------------------------------------------------------------------
 
@@ -320,6 +382,9 @@ class RateBased(Policy):
                 key = (qname, op)
                 control = info.control.get(op, {})
                 est = self._est.setdefault(key, S.RoundEstimates(self.d, self.decay))
+                if kind == S.MULTI_JOIN and self._rates_changed(key, est, stats):
+                    est = self._est[key] = S.RoundEstimates(self.d, self.decay)
+                    self.resets.append((qname, op, stats.batches))
                 if not est.observe(stats, control):
                     continue
                 if kind == S.SELECT_CHAIN:

@@ -867,32 +867,46 @@ class MultiJoinModel:
         n = chk.positive(n, "n")
         return _invert_integral(lambda t: self._rate(orders, t), n, chk.positive(rtol, "rtol"))
 
-    def best_orders(self, *, t_p: float | None = None, n: float | None = None,
-                    candidates: Sequence | None = None) -> tuple[tuple[tuple[int, ...], ...], float]:
+    def best_orders(self, *, t_p: float | None = None, n: float | None = None, candidates: Sequence | None = None,
+                    allowed: Sequence | None = None) -> tuple[tuple[tuple[int, ...], ...], float]:
         """The best probe orders and their score: local rate maximization for horizon ``t_p`` (highest
         :meth:`local_rate_estimate`, §4.2.1) or, with ``n``, the least :meth:`time_to_outputs`.
 
         Without ``candidates`` every input's order is chosen on its own among its ``(n-1)!`` orders (the
         costs add up per input and the outputs do not depend on the orders): the cheapest at ``t_p/2``, or
         at half the time to n outputs. With ``candidates`` (a list of per-input orders) the best of those is
-        returned; ties go to the first.
+        returned; ties go to the first. ``allowed`` (without ``candidates``) restricts each input's choice to
+        ``allowed[i]``, a non-empty list of its probe orders (e.g. those without a step that no predicate
+        links to the bound inputs).
         """
         if (t_p is None) == (n is None):
             raise ValueError("give exactly one objective: t_p (maximum output rate) or n (least time to n outputs)")
         t_p = None if t_p is None else chk.positive(t_p, "t_p")
         n = None if n is None else chk.positive(n, "n")
+        if allowed is not None:
+            if candidates is not None:
+                raise ValueError("give at most one of candidates and allowed")
+            n_in = self.n_inputs
+            if isinstance(allowed, (str, Mapping)) or not isinstance(allowed, Sequence) or len(allowed) != n_in:
+                raise ValueError(f"allowed must give a list of probe orders per input ({self.n_inputs} inputs), "
+                                 f"got {allowed!r}")
+            allowed = tuple(tuple(_order(o, [j for j in range(self.n_inputs) if j != i], f"allowed[{i}]")
+                                  for o in orders) for i, orders in enumerate(allowed))
+            for i, orders in enumerate(allowed):
+                if not orders:
+                    raise ValueError(f"allowed[{i}] must list at least one probe order of input {i}")
         if candidates is None:
             # the costs add up per input and P_i does not depend on the orders: the best orders at one time t
             # are each input's cheapest. For t_p that time is t_p/2; for n it is half the time the plan
             # needs, found by iterating from the orders that are cheapest at t = 0 (a fixed point in a few steps)
             at = t_p / 2.0 if t_p is not None else 0.0
-            candidates = [self._cheapest(at)]
+            candidates = [self._cheapest(at, allowed)]
             if n is not None:
                 for _ in range(4):
                     at = _invert_integral(lambda t, c=candidates[-1]: self._rate(c, t), n, 1e-9) / 2.0
-                    if not math.isfinite(at) or self._cheapest(at) in candidates:
+                    if not math.isfinite(at) or self._cheapest(at, allowed) in candidates:
                         break
-                    candidates.append(self._cheapest(at))
+                    candidates.append(self._cheapest(at, allowed))
         else:
             if isinstance(candidates, str) or not isinstance(candidates, Sequence) or not candidates:
                 raise ValueError(f"candidates must be a non-empty list of per-input probe orders, got {candidates!r}")
@@ -905,10 +919,12 @@ class MultiJoinModel:
             best = min(scored, key=lambda s: s[0])
         return best[1], best[0]
 
-    def _cheapest(self, t: float) -> tuple[tuple[int, ...], ...]:
-        """Every input's order with the fewest probes per arrival at time t (ties: the first permutation)."""
+    def _cheapest(self, t: float, allowed=None) -> tuple[tuple[int, ...], ...]:
+        """Every input's order with the fewest probes per arrival at time t (among ``allowed[i]`` if given;
+        ties: the first).
+        """
         k = self.n_inputs
-        return tuple(min(itertools.permutations([j for j in range(k) if j != i]),
+        return tuple(min(itertools.permutations([j for j in range(k) if j != i]) if allowed is None else allowed[i],
                          key=lambda o, i=i: self._per_arrival(i, o, t)[1]) for i in range(k))
 
 

@@ -96,7 +96,8 @@ class ValueColumn:
 
     ``derive`` says what the map side feeds instead of the column itself: ``"double"`` the value as a
     double (second moments), ``"time"`` the event time (first / last), ``"hash"`` its 64-bit xxhash64 with seed 42, null
-    for nulls (Spark's HyperLogLog hash); ``name`` is then the source column.
+    for nulls (Spark's HyperLogLog hash); ``name`` is then the source column. ``"shed"``: 1 for a row the
+    slicer's load shedding dropped, else 0 (``kept_column``; no source column, the slicer makes it).
     """
 
     name: str
@@ -329,6 +330,31 @@ def parse_aggs(df, aggs, by: Sequence[str], ansi: bool = True, time: str | None 
             outputs.append(Output(out_name, name, column, OUT_MIN if name == "min" else OUT_MAX,
                                   where[(column, name)], cnt, dtype))
     return AggSpec(tuple(values), tuple(ops), tuple(outputs))
+
+
+#: The value column of the shed-row count behind ``kept_column`` (:func:`with_kept`).
+SHED_VALUE = "__cq_shed_rows"
+
+
+def with_kept(spec: AggSpec, name: str) -> AggSpec:
+    """``spec`` with a window's kept fraction as output ``name`` (RTStream, Wei et al., §4.4: each result
+    says what fraction of its input the shedding stage kept).
+
+    One more partial per slice, the sum of a 0/1 value column that marks the rows load shedding dropped
+    (the slicer feeds it; every other value of a shed row reaches the kernel as null, so no aggregate sees
+    it, and count(*) counts kept rows only). The output is finished from the window's count(*) ``k`` and its
+    shed rows ``s`` as ``k / (k + s)`` (:func:`kept_fraction`).
+    """
+    values = spec.values + (ValueColumn(SHED_VALUE, T.LongType(), "i", "shed"),)
+    ops = spec.ops + ((OP_SUM_I, len(spec.values)),)
+    out = Output(name, "kept", None, OUT_COUNT, 0, -1, T.DoubleType(), extra=((OUT_COUNT, len(spec.ops), -1),))
+    return AggSpec(values, ops, spec.outputs + (out,))
+
+
+def kept_fraction(kept: np.ndarray, shed: np.ndarray) -> np.ndarray:
+    """The kept fraction per window, ``kept / (kept + shed)`` (1.0 where nothing was shed)."""
+    kept = np.asarray(kept, dtype=np.float64)
+    return kept / (kept + np.asarray(shed, dtype=np.float64))
 
 
 def has_high_half(ops, j: int) -> bool:

@@ -41,11 +41,12 @@ from ._agg_spec import (
     KeyColumn,
     arrow_type,
     from_int64,
+    kept_fraction,
     nonnull_numpy,
     to_int64,
 )
 from ._shards import AGGREGATE, check_shard_count, default_rule, shard_key_values, with_shard_count
-from ._shed import SHED, shed_batch
+from ._shed import SHED, batch_shed_mask, shed_batch
 
 _FLOAT_OPS = (OP_SUM_F, OP_MIN_F, OP_MAX_F)
 
@@ -102,6 +103,24 @@ class AggConfig:
     control: ControlHandle | None = None   # read at every micro-batch (see :func:`batch_params`)
     name: str = "cq_sliding_aggregate"     # the operator's metrics name (named by its errors)
     ansi: bool = True    # spark.sql.ansi.enabled when the query was defined: a long sum overflow raises
+
+    @property
+    def shed_partial(self) -> int | None:
+        """The partial counting a slice's shed rows (``kept_column``, :func:`~._agg_spec.with_kept`), or None."""
+        for j, (_op, ci) in enumerate(self.spec.ops):
+            if ci >= 0 and self.spec.values[ci].derive == "shed":
+                return j
+        return None
+
+    @property
+    def kept_output(self) -> int | None:
+        """Position among the kernel's outputs of the ``kept_column`` output (its count(*)), or None."""
+        pos = 0
+        for o in self.spec.outputs:
+            if o.agg == "kept":
+                return pos
+            pos += len(o.kernel_outputs)
+        return None
 
     @property
     def step(self) -> int:
@@ -269,30 +288,47 @@ class Slicer:
             raise ValueError(f"sliding_aggregate {self.config.name!r}: drop_ratio {ratio} needs the shard layout "
                              f"(the marker rows carry the shed count); shards='key' cannot shed "
                              f"(micro-batch {_validate.micro_batch_id()})")
+        counted = self.config.shed_partial is not None
         bad = shed = 0
         for batch in batches:
             if batch.num_rows == 0:
                 continue
-            batch, dropped = shed_batch(batch, ratio)   # RTStream §4.4: drop before the aggregation
-            shed += dropped
+            drop = None
+            if counted:  # kept_column: shed rows stay, masked, so that each slice counts them
+                drop = batch_shed_mask(batch, ratio)
+                shed += int(drop.sum())
+                gone = drop & batch.column(TIME).is_null().to_numpy(zero_copy_only=False)
+                if gone.any():   # shed before they could count as malformed, as without kept_column
+                    batch, drop = batch.filter(pa.array(~gone)), drop[~gone]
+            else:
+                batch, dropped = shed_batch(batch, ratio)   # RTStream §4.4: drop before the aggregation
+                shed += dropped
             if batch.num_rows == 0:
                 continue
-            out, null_time = self.slice(kernel, batch, gsched)
+            out, null_time = self.slice(kernel, batch, gsched, drop)
             bad += null_time
             if out.num_rows:
                 yield out
         if self.emit_markers:
             yield self.markers(bad, shed)
 
-    def slice(self, kernel, batch: pa.RecordBatch, gsched=None):
+    def slice(self, kernel, batch: pa.RecordBatch, gsched=None, drop: np.ndarray | None = None):
         """Slices of one Arrow batch; with a granularity schedule each row is rounded down with the
         granularity in effect at its time (so slices of several granularities may come out).
+
+        ``drop`` (with ``kept_column``): the rows load shedding dropped. They reach the kernel with every
+        value null, so no aggregate sees them, and are counted in the slice's shed partial; count(*) is
+        then corrected to the kept rows. A slice of shed rows only has count(*) 0.
         """
         config, spec = self.config, self.config.spec
         t, tv = nonnull_numpy(to_int64(batch.column(TIME)), np.int64)
         h = np.ascontiguousarray(batch.column(HASH).to_numpy(zero_copy_only=False), dtype=np.int64)
         values, valids = [], []
         for i, vc in enumerate(spec.values):
+            if vc.derive == "shed":
+                values.append(np.zeros(batch.num_rows, dtype=np.int64) if drop is None else drop.astype(np.int64))
+                valids.append(None)
+                continue
             col = batch.column(value_name(i))
             if vc.cls == "c":
                 values.append(None)
@@ -303,13 +339,20 @@ class Slicer:
                                      np.int64 if vc.cls == "i" else np.float64)
                 values.append(v)
                 valids.append(m)
+            if drop is not None and drop.any():
+                valids[-1] = ((np.ones(batch.num_rows, dtype=np.uint8) if valids[-1] is None else valids[-1])
+                              & ~drop).astype(np.uint8)
         if gsched is None:
             r = kernel.preaggregate(h, t, tv, config.granularity, spec.ops_array, values, valids)
         else:
             r = kernel.preaggregate(h, round_starts(t, gsched), tv, 1, spec.ops_array, values, valids)
         first = pa.array(r["first_row"])
         keys = [batch.column(key_name(i)).take(first) for i in range(len(config.keys))]
-        return self._rows(r["hash"], keys, r["start"], r["partials"]), int(r["null_time"])
+        partials = r["partials"]
+        if drop is not None:   # count(*) of the kept rows: all rows with a time less the shed ones
+            partials = list(partials)
+            partials[0] = partials[0] - partials[config.shed_partial]
+        return self._rows(r["hash"], keys, r["start"], partials), int(r["null_time"])
 
     def _rows(self, hashes: np.ndarray, keys, starts, partials, bad=None, shed=None) -> pa.RecordBatch:
         config = self.config
@@ -416,7 +459,7 @@ def run_shard(config: AggConfig, table: pa.Table, state: tuple | None, watermark
     """
     kernel = load("_aggregate")
     params = batch_params(config, entry)
-    data, bad, input_rows = _unmarked(table)
+    data, bad, input_rows = _unmarked(table, config.shed_partial)
     shed = int(_int64(table, SHED_COL).sum()) if table.num_rows else 0
     st, keys_tbl, late_end = _restore(kernel, config, state)
     data, pre_late = _drop_late_slices(config, params, data, late_end)
@@ -447,13 +490,17 @@ def _int64(table: pa.Table, name: str) -> np.ndarray:
     return np.ascontiguousarray(table.column(name).to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def _unmarked(table: pa.Table) -> tuple[pa.Table, int, int]:
+def _unmarked(table: pa.Table, shed_partial: int | None = None) -> tuple[pa.Table, int, int]:
     """The slices of ``table`` without the marker rows (count(*) = 0), the null-time rows the markers
-    carry, and the input rows the slices stand for.
+    carry, and the input rows the slices stand for. With ``shed_partial`` (``kept_column``) a slice of
+    shed rows only (count(*) = 0, shed rows > 0) is a slice too.
     """
     bad = int(_int64(table, BAD).sum()) if table.num_rows else 0
     rows = _int64(table, partial_name(0))
-    real = np.flatnonzero(rows > 0)  # markers carry count(*) = 0
+    real = rows > 0  # markers carry count(*) = 0
+    if shed_partial is not None:
+        real |= _int64(table, partial_name(shed_partial)) > 0
+    real = np.flatnonzero(real)
     data = table.take(pa.array(real)) if len(real) != table.num_rows else table
     return data, bad, int(_int64(data, partial_name(0)).sum())
 
@@ -465,7 +512,15 @@ def _restore(kernel, config: AggConfig, state: tuple | None):
     spec = config.spec
     runs = config.emit == "changes"
     if state is not None:
-        st = kernel.ShardState.from_bytes(_state_bytes.unpack(state[0]), spec.kinds, spec.outputs_array, runs)
+        try:
+            st = kernel.ShardState.from_bytes(_state_bytes.unpack(state[0]), spec.kinds, spec.outputs_array, runs)
+        except ValueError as exc:
+            if "different aggregation" not in str(exc):
+                raise
+            raise ValueError(f"sliding_aggregate {config.name!r}: {exc} (kept_column, which adds a partial to "
+                             f"every slice, is part of the layout too: keep it for the life of a checkpoint; "
+                             f"the query now has kept_column "
+                             f"{'set' if config.shed_partial is not None else 'unset'})") from None
         keys_tbl = _state_bytes.table_from_bytes(state[1]) if state[1] else None
         _check_saved_keys(keys_tbl, config)
         if keys_tbl is not None:
@@ -562,7 +617,21 @@ def _emit(st, config: AggConfig, params: BatchParams, grid: int, late_end, wm, k
         parts = [st.emit_windows(w, config.slide, lo, hi, config.mode == "update", seg_lo, seg_hi)
                  for seg_lo, seg_hi, w in params.segments]
         emitted = _concat_emitted(parts)
-    return _output_table(config, emitted, keys_tbl)
+    return _output_table(config, _with_kept_rows(config, emitted), keys_tbl)
+
+
+def _with_kept_rows(config: AggConfig, emitted):
+    """``emitted`` without the windows of shed rows only (count(*) 0; ``kept_column``): without shedding
+    they would hold no row, and Spark emits no window without rows.
+    """
+    pos = config.kept_output
+    if pos is None:
+        return emitted
+    keep = emitted[3][pos] > 0
+    if keep.all():
+        return emitted
+    slot, frm, to, values, valids = emitted
+    return (slot[keep], frm[keep], to[keep], [v[keep] for v in values], [v[keep] for v in valids])
 
 
 def _evict(st, config: AggConfig, params: BatchParams, step: int, wm, keys_tbl):
@@ -710,6 +779,8 @@ def _derived(o, values: list) -> pa.Array:
         return from_int64(value, valid, o.dtype)
     if o.agg == "approx_count_distinct":
         return pa.array(hll_estimate(np.stack(values, axis=1)), type=pa.int64())
+    if o.agg == "kept":   # kept_column: (count(*), shed rows) of the window
+        return pa.array(kept_fraction(*values), type=pa.float64())
     n, _mean, m2 = values
     return moment(o.agg, n.view(np.float64), m2.view(np.float64))
 

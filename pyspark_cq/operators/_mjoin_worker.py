@@ -27,7 +27,7 @@ from ..control import ControlHandle, parse_join_plan
 from . import _metrics, _state_bytes
 from ._chunks import WHOLE_BATCHES, ChunkScheduler, Schedule, schedule_from_params
 from ._join_codec import ColumnCodec
-from ._join_worker import PayloadSide, split_sides, timeout_ms
+from ._join_worker import KEPT, PayloadSide, split_sides, timeout_ms
 from ._shards import MULTI_JOIN, check_shard_count, default_rule
 from ._shed import SHED, shed_mask
 
@@ -43,17 +43,32 @@ _I64_MAX = np.iinfo(np.int64).max
 PEAKS = ("peak_buffered_rows", "peak_worker_rss")
 
 
+def band_names(n: int) -> tuple[str, ...]:
+    """The bounds-graph flags of an ``n``-input join, ``banded_<i>_<j>`` for i < j: 1 when the query gives a
+    bound between inputs i and j (the kernel checks a time band when one of them probes the other), else 0.
+    Maxima over the shards like :data:`PEAKS`: constant per query, reported so that a plan policy can tell a
+    banded probe step from one that matches on the key alone.
+    """
+    return tuple(band_name(i, j) for i in range(n) for j in range(i + 1, n))
+
+
+def band_name(i: int, j: int) -> str:
+    """The bounds-graph flag of inputs i and j (either order): ``banded_<min>_<max>``."""
+    return f"banded_{min(i, j)}_{max(i, j)}"
+
+
 def metric_names(n: int) -> tuple[str, ...]:
     """The counters of an ``n``-input join: the shared ones and ``shed_rows``, per input ``input_rows_<i>``,
     ``state_rows_<i>``, ``malformed_rows_<i>`` and ``shed_rows_<i>``, per probe step ``probed_<i>_<j>`` /
     ``matched_<i>_<j>`` (partial matches of rows arriving on input ``i`` that entered / left the step
     probing input ``j``) and ``probe_nanos_<i>_<j>`` (its time, measured only when the steps run in chunks),
-    and the chunk scheduler's ``chunk_steps``, ``peak_buffered_rows`` and ``peak_worker_rss``.
+    and the chunk scheduler's ``chunk_steps``, ``peak_buffered_rows`` and ``peak_worker_rss``, and the bounds
+    graph's ``banded_<i>_<j>`` (:func:`band_names`).
     """
     per_input = [f"{m}_{i}" for i in range(n) for m in ("input_rows", "state_rows", "malformed_rows", SHED)]
     steps = [f"{m}_{i}_{j}" for i in range(n) for j in range(n) if i != j
              for m in ("probed", "matched", "probe_nanos")]
-    return _metrics.METRICS + (SHED,) + tuple(per_input) + tuple(steps) + ("chunk_steps",) + PEAKS
+    return _metrics.METRICS + (SHED,) + tuple(per_input) + tuple(steps) + ("chunk_steps",) + PEAKS + band_names(n)
 
 
 def step_names(n: int) -> tuple[str, ...]:
@@ -110,14 +125,23 @@ class MultiJoinConfig:
     name: str
     control: ControlHandle | None = None
     shards: int = 1
+    kept: bool = False                             # params["kept_column"]: stored rows carry their kept fraction
 
-    def payload_schema(self, i: int) -> pa.Schema:
+    def input_schema(self, i: int) -> pa.Schema:
+        """Input ``i``'s decoded columns (what the shedding hash sees)."""
         return pa.schema([c.payload_field for c in self.codecs[i]])
 
+    def payload_schema(self, i: int) -> pa.Schema:
+        """Input ``i``'s stored rows: its columns, and with ``kept`` the kept fraction of the row's batch."""
+        schema = self.input_schema(i)
+        return schema.append(pa.field(KEPT, pa.float64())) if self.kept else schema
+
     def columns(self) -> dict:
-        """The key and input columns the state depends on (recorded in and checked against the state)."""
+        """The key and input columns the state depends on (recorded in and checked against the state;
+        a state saved before ``kept`` was recorded was saved without it).
+        """
         return {"on": [self.codecs[i][self.key_pos[i]].name for i in range(self.n)],
-                "inputs": [[c.name for c in self.codecs[i]] for i in range(self.n)]}
+                "inputs": [[c.name for c in self.codecs[i]] for i in range(self.n)], "kept": self.kept}
 
 
 class MultiJoinWorker:
@@ -130,6 +154,7 @@ class MultiJoinWorker:
     def __init__(self, config: MultiJoinConfig):
         self.config = config
         self.metrics = metric_names(config.n)
+        self._bands = {band_name(b[0], b[1]): 1 for b in config.bounds}
 
     # -- plan
 
@@ -194,7 +219,7 @@ class MultiJoinWorker:
         a time or a key never match, so they are not kept.
         """
         config = self.config
-        table = pa.Table.from_arrays([c.to_arrow(pdf) for c in config.codecs[i]], schema=config.payload_schema(i))
+        table = pa.Table.from_arrays([c.to_arrow(pdf) for c in config.codecs[i]], schema=config.input_schema(i))
         null_time = pdf[MICROS].isna().to_numpy()
         micros = pdf[MICROS].to_numpy(dtype=np.int64, na_value=0)
         keys = pdf[KEY].to_numpy(dtype=np.int64, na_value=0)
@@ -220,7 +245,10 @@ class MultiJoinWorker:
         config = self.config
         taken = [sides[i].take(matches[:, i]) for i in range(config.n)]
         # Payload types as stored (TIMESTAMP_NTZ in ns); _metrics.packed_row casts to the output schema.
-        return pa.Table.from_arrays([taken[i].column(p) for i, p in config.out], names=config.out_arrow.names)
+        cols = [taken[i].column(p) for i, p in config.out]
+        if config.kept:  # a result exists only when all its rows were kept: RTStream §4.4, the product of their ε
+            cols.append(pa.array(np.prod([t.column(KEPT).to_numpy() for t in taken], axis=0), type=pa.float64()))
+        return pa.Table.from_arrays(cols, names=config.out_arrow.names)
 
     def _probe_in_chunks(self, kernel, i: int, order: list, keys, micros, ids, schedule: Schedule, counters: dict):
         """Input ``i``'s probe steps over chunks of partial matches under ``schedule`` (STREAM §5.3, Chain;
@@ -292,6 +320,8 @@ class MultiJoinWorker:
                 counters[f"{SHED}_{i}"] += int(drop.sum())
             if not len(keys):
                 continue
+            if config.kept:   # after the shedding hash, which must not see it
+                table = table.append_column(KEPT, pa.array(np.full(len(keys), 1.0 - ratio)))
             ids = sides[i].append(table)
             if schedule is WHOLE_BATCHES:
                 matches, probed, matched = kernel.insert_probe(i, keys, micros, ids, None, list(orders[i]))
@@ -320,7 +350,9 @@ class MultiJoinWorker:
         return _metrics.packed_row(out, self.config.out_arrow, self.metrics, **counters)
 
     def _counters(self) -> dict:
-        return dict.fromkeys(self.metrics, 0)
+        counters = dict.fromkeys(self.metrics, 0)
+        counters.update(self._bands)
+        return counters
 
     def _entry(self):
         return None if self.config.control is None else self.config.control.entry()

@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from . import _metrics
 
-__all__ = ["shed_mask", "shed_batch", "row_uniform", "SHED"]
+__all__ = ["shed_mask", "shed_batch", "batch_shed_mask", "row_uniform", "SHED"]
 
 SHED = "shed_rows"  #: the report counter of rows dropped by load shedding
 
@@ -76,12 +76,21 @@ def row_uniform(batch: pa.RecordBatch, seed: int) -> np.ndarray:
     return _uniform(pa.Table.from_batches([batch]), np.zeros(batch.num_rows, dtype=np.int64), 0, seed)
 
 
+def batch_shed_mask(batch: pa.RecordBatch, ratio: float, seed: int = 0) -> np.ndarray:
+    """Which rows of ``batch`` the shedding stage of a stateless operator drops: :func:`shed_mask` hashing
+    every column (no time).
+    """
+    if ratio <= 0.0 or batch.num_rows == 0:
+        return np.zeros(batch.num_rows, dtype=bool)
+    return shed_mask(pa.Table.from_batches([batch]), np.zeros(batch.num_rows, dtype=np.int64), 0, seed, ratio)
+
+
 def shed_batch(batch: pa.RecordBatch, ratio: float, seed: int = 0) -> tuple[pa.RecordBatch, int]:
-    """The shedding stage of a stateless operator: ``batch`` without the rows :func:`shed_mask` drops
-    (hashing every column; no time), and how many it dropped.
+    """The shedding stage of a stateless operator: ``batch`` without the rows :func:`batch_shed_mask`
+    drops, and how many it dropped.
     """
     if ratio <= 0.0 or batch.num_rows == 0:
         return batch, 0
-    drop = shed_mask(pa.Table.from_batches([batch]), np.zeros(batch.num_rows, dtype=np.int64), 0, seed, ratio)
+    drop = batch_shed_mask(batch, ratio, seed)
     n = int(drop.sum())
     return (batch.filter(pa.array(~drop)) if n else batch), n

@@ -29,6 +29,7 @@ from ._agg_spec import (
     has_high_half,
     key_columns,
     parse_aggs,
+    with_kept,
 )
 from ._agg_worker import (
     BAD,
@@ -67,7 +68,8 @@ _I64_MAX, _I64_MIN = 2**63 - 1, -(2**63)
 
 
 def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularity=None, emit="windows", *,
-                      output_mode="append", shards=None, name=None, control=None, state="groupstate"):
+                      output_mode="append", shards=None, name=None, control=None, state="groupstate",
+                      kept_column=None):
     """Sliding-window aggregation over slices, exact against Spark's ``window()`` aggregation.
 
     Spark evaluates ``groupBy(window(time, W, S), *by).agg(...)`` by copying every row into each of its
@@ -176,6 +178,14 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         ``spark.sql.streaming.stateStore.providerClass`` set to Spark's RocksDB provider. Both give the
         same rows; see docs/benchmarks.md, "transformWithStateInPandas as the state home" for what each
         costs. Keep it fixed for the life of a checkpoint (the two are different Spark operators).
+    kept_column : str, optional
+        A new output column (double, last): per window the fraction of its input rows the shedding stage
+        kept, ``kept / (kept + shed)`` over the rows that fell into the window (RTStream, Wei et al., §4.4;
+        1.0 without shedding, and for a batch DataFrame, which is never shed). The slicer then counts shed
+        rows per slice and the state keeps that count (one more partial per slice): keep the option for the
+        life of a checkpoint. ``emit="windows"`` and ``output_mode`` ``"append"`` or ``"update"`` only. In
+        update mode a window is also emitted again when only shed rows of it arrived (its kept fraction
+        changed). See docs/aggregate.md, "Control table".
 
     Returns
     -------
@@ -242,6 +252,9 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
     clash = sorted({n for n in out_names if out_names.count(n) > 1})
     if clash:
         raise ValueError(f"by: output column name(s) {clash} would appear twice; rename the by column(s)")
+    if kept_column is not None:
+        spec = _check_kept_column(kept_column, out_names, spec, emit, output_mode, df.isStreaming)
+        out_names += (kept_column,)
 
     streaming = df.isStreaming
     delay = _validate.watermark_delay_ms(df, time) if streaming else None
@@ -315,6 +328,21 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         return _metrics.attach(raw, name)
 
 
+def _check_kept_column(kept_column, out_names, spec, emit, output_mode, streaming):
+    """The aggregation with ``kept_column`` (:func:`~._agg_spec.with_kept`); ValueError naming the argument
+    for a name that is not new, ``emit="changes"`` or ``output_mode="complete"``.
+    """
+    if not isinstance(kept_column, str) or not kept_column or kept_column in out_names:
+        raise ValueError(f"kept_column must be a new column name (not one of the output's {list(out_names)}), "
+                         f"got {kept_column!r}")
+    if emit != "windows":
+        raise ValueError(f"kept_column needs emit='windows' (a change interval spans several windows), got "
+                         f"emit={emit!r}")
+    if streaming and output_mode == "complete":
+        raise ValueError("kept_column is not supported with output_mode='complete'; use 'append' or 'update'")
+    return with_kept(spec, kept_column)
+
+
 def _check_tws(df):
     """A stream with ``state="tws"`` needs Spark's RocksDB state store, which Spark requires for
     ``transformWithStateInPandas`` (it reads the provider when the query starts; on the default store the
@@ -363,12 +391,15 @@ def _projection(df, time, keys, spec):
     key_exprs = _key_exprs(keys)
     cols = [_validate.ref(time).alias(TIME), _hash_expr(keys, key_exprs).alias(HASH)]
     cols += [e.alias(key_name(i)) for i, e in enumerate(key_exprs)]
-    cols += [value_expr(v).alias(value_name(i)) for i, v in enumerate(spec.values)]
+    # the shed-row marker (kept_column) is the slicer's own: not a column, so the shedding hash never sees it
+    cols += [value_expr(v).alias(value_name(i)) for i, v in enumerate(spec.values) if v.derive != "shed"]
     return cols
 
 
 def value_expr(v):
     """The Spark column a value column of the aggregation is fed from (``ValueColumn.derive``)."""
+    if v.derive == "shed":  # a batch DataFrame is never shed (kept_column: the shed-row count is 0)
+        return F.lit(0).cast("long")
     c = _validate.ref(v.name)
     if v.derive == "double":
         return c.cast("double")

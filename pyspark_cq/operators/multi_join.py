@@ -44,6 +44,7 @@ from ._mjoin_worker import (
     TIME,
     MultiJoinConfig,
     MultiJoinWorker,
+    band_names,
     closure,
     default_orders,
     metric_names,
@@ -93,6 +94,9 @@ def multi_join(inputs, on, times, bounds, *, control=None, name=None):
         ``chain`` policy); the result is the same under every schedule.
         Its ``drop_ratio`` sheds that share of every input before it is inserted or probed (RTStream
         §4.4; a hash of input, time and row decides), counted as ``shed_rows`` and ``shed_rows_<i>``.
+        ``params["kept_column"]`` (a new column name), read once when the operator is defined, adds a
+        double column: the product over a result's input rows of the fraction ``1 - drop_ratio`` each row's
+        micro-batch kept (as ``interval_join(..., kept_column=)``); keep it for the life of a checkpoint.
     name : str, optional
         Name under which the per-batch counters are observed (:func:`pyspark_cq.read_metrics`): the
         shared ones (input_rows, output_rows, state_rows, state_bytes, evicted_rows, late_rows,
@@ -101,7 +105,9 @@ def multi_join(inputs, on, times, bounds, *, control=None, name=None):
         probe step ``probed_<i>_<j>`` / ``matched_<i>_<j>`` (partial matches of rows arriving on input i
         entering / leaving the step that probes input j: the step's observed selectivity is their ratio;
         under a chunk schedule also ``probe_nanos_<i>_<j>``, its time), and ``chunk_steps``,
-        ``peak_buffered_rows`` and ``peak_worker_rss`` (maxima over the shards; see docs/chain.md).
+        ``peak_buffered_rows`` and ``peak_worker_rss`` (maxima over the shards; see docs/chain.md), and
+        ``banded_<i>_<j>`` (i < j): 1 when ``bounds`` link inputs i and j, else 0 (the bounds graph, for
+        plan policies).
         Default: the control handle's operator id, else ``"cq_multi_join"``. ``late_rows`` and
         ``late_rows_<i>`` are only complete through ``cq.read_metrics`` (the raw counters under
         ``progress.observedMetrics[name]`` are always 0: Spark drops late rows before the operator).
@@ -109,7 +115,8 @@ def multi_join(inputs, on, times, bounds, *, control=None, name=None):
     Returns
     -------
     DataFrame
-        Every column of every input, in input order (with ``on`` a string: the key once, first). Column
+        Every column of every input, in input order (with ``on`` a string: the key once, first), then the
+        entry's ``params["kept_column"]`` if set. Column
         names other than a shared key must not clash: rename them first. A stream is append-only: write
         it with ``outputMode("append")``.
 
@@ -147,6 +154,7 @@ class MultiJoinSpec:
     shards: int
     name: str
     control: ControlHandle | None
+    kept_column: str | None = None        # the entry's params["kept_column"] when the query was defined
 
     @classmethod
     def build(cls, inputs, on, times, bounds, control, name) -> MultiJoinSpec:
@@ -169,6 +177,7 @@ class MultiJoinSpec:
             name = control.operator if control is not None else "cq_multi_join"
         if not isinstance(name, str) or not name:
             raise TypeError(f"name must be a non-empty string, got {name!r}")
+        entry = None
         if control is not None:  # a bad plan fails here, not in a task
             entry = control.entry(when="when the operator was defined")
             if entry is not None and entry.get("plan_id") is not None:
@@ -176,15 +185,20 @@ class MultiJoinSpec:
             if entry is not None:   # and a bad chunk schedule (params, docs/chain.md)
                 schedule_from_params(entry.get("params"), step_names(n), where=f"multi_join {name!r}")
         out = _output_columns(inputs, on, keys)
+        kept = _check_kept_column(entry, [c for _, c in out], name)
         _, shards = resolve_shards(None, MULTI_JOIN)
-        return cls(inputs, keys, _key_type(inputs, keys), times, checked, out, streaming, shards, name, control)
+        return cls(inputs, keys, _key_type(inputs, keys), times, checked, out, streaming, shards, name, control,
+                   kept)
 
     @property
     def n(self) -> int:
         return len(self.inputs)
 
     def output_schema(self) -> T.StructType:
-        return T.StructType([T.StructField(c, self.inputs[i].schema[c].dataType, True) for i, c in self.out])
+        fields = [T.StructField(c, self.inputs[i].schema[c].dataType, True) for i, c in self.out]
+        if self.kept_column is not None:
+            fields.append(T.StructField(self.kept_column, T.DoubleType(), True))
+        return T.StructType(fields)
 
     def config(self) -> MultiJoinConfig:
         codecs = tuple(tuple(codecs_for(df.schema, df.columns, f"__cq_p{i}_")) for i, df in enumerate(self.inputs))
@@ -193,7 +207,7 @@ class MultiJoinSpec:
         return MultiJoinConfig(self.n, codecs, key_pos, out, _metrics.arrow_schema(self.output_schema()),
                                self.bounds, default_orders(self.n, self.bounds),
                                hashed=not isinstance(self.key_type, DIRECT), name=self.name,
-                               control=self.control, shards=self.shards)
+                               control=self.control, shards=self.shards, kept=self.kept_column is not None)
 
 
 # --- argument checks -----------------------------------------------------------------------------------
@@ -262,6 +276,17 @@ def _check_bounds(bounds, n: int) -> tuple[tuple[int, int, int, int], ...]:
     if any(d[i][i] < 0 for i in range(n)):
         raise ValueError("bounds contradict each other: no tuple of times satisfies all of them")
     return tuple(out)
+
+
+def _check_kept_column(entry, taken: list[str], name: str) -> str | None:
+    """The entry's ``params["kept_column"]`` (None without it): a new output column name. The output schema
+    is fixed when the query is defined, so this is the one moment it is read.
+    """
+    value = ((entry.get("params") or {}) if entry is not None else {}).get("kept_column")
+    if value is not None and (not isinstance(value, str) or not value or value in taken):
+        raise ValueError(f"multi_join {name!r}: params['kept_column'] must be a new column name (not one of the "
+                         f"output's {taken}), got {value!r}")
+    return value
 
 
 def _key_type(inputs, keys) -> T.DataType:
@@ -358,4 +383,4 @@ def _execute(spec: MultiJoinSpec):
         # A plain 1-argument function: Spark picks (pdf) or (key, pdf) by counting parameters.
         packed = union.groupBy(SHARD).applyInPandas(lambda pdf: worker.batch(pdf),
                                                     _metrics.packed_schema(spec.output_schema(), metrics))
-    return _metrics.attach_packed(packed, spec.name, spec.output_schema(), metrics, peaks=PEAKS)
+    return _metrics.attach_packed(packed, spec.name, spec.output_schema(), metrics, peaks=PEAKS + band_names(spec.n))

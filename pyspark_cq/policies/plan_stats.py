@@ -52,7 +52,7 @@ __all__ = [
     "SELECT_CHAIN", "MULTI_JOIN", "operator_kind", "chain_predicates", "join_inputs", "chain_plans",
     "left_deep_orders", "left_deep_probe_orders", "left_deep_plans", "left_deep_order", "candidate_plans",
     "current_plan", "StepEstimate", "chain_steps", "join_steps", "input_rows", "input_rates",
-    "join_pair_selectivities", "RoundEstimates",
+    "join_pair_selectivities", "join_bands", "key_only_steps", "RoundEstimates",
 ]
 
 SELECT_CHAIN = "select_chain"
@@ -62,6 +62,7 @@ NAN = math.nan
 _CHAIN_KEY = re.compile(r"^rows_in_([A-Za-z_][A-Za-z0-9_]*)$")
 _INPUT_KEY = re.compile(r"^input_rows_(\d+)$")
 _STEP_KEY = re.compile(r"^probed_(\d+)_(\d+)$")
+_BAND_KEY = re.compile(r"^banded_(\d+)_(\d+)$")
 
 
 def _stats(stats) -> OperatorStats:
@@ -307,6 +308,37 @@ def join_pair_selectivities(stats: OperatorStats, control: Mapping | None = None
             matched[key] = matched.get(key, 0.0) + step.rows_out
             pairs[key] = pairs.get(key, 0.0) + step.rows_in * float(stored)
     return {k: matched[k] / pairs[k] for k in pairs}
+
+
+def join_bands(stats: OperatorStats) -> frozenset | None:
+    """The bounds graph of a ``multi_join``: the pairs ``frozenset({i, j})`` its ``bounds`` link, from the
+    report's ``banded_<i>_<j>`` flags; None when the report has none set (an older report, or a batch no
+    shard reported), i.e. unknown.
+    """
+    report = _stats(stats).report
+    bands = frozenset(frozenset((int(m.group(1)), int(m.group(2))))
+                      for k, m in ((k, _BAND_KEY.match(k)) for k in report) if m and report[k])
+    return bands or None
+
+
+def key_only_steps(orders: Sequence[Sequence[int]], bands) -> list[tuple[int, int]]:
+    """The probe steps ``(i, j)`` of per-input ``orders`` that enter an input j with no bound (``bands``, as
+    from :func:`join_bands`) to any input bound before it: the kernel checks no time band there, so such a
+    step matches every row of the key in j's state (a product within the key).
+    """
+    if isinstance(orders, str) or not isinstance(orders, Sequence) or any(
+            isinstance(o, str) or not isinstance(o, Sequence) for o in orders):
+        raise TypeError(f"orders must be a sequence of per-input probe orders, got {orders!r}")
+    if not isinstance(bands, (set, frozenset)) or not all(isinstance(b, frozenset) and len(b) == 2 for b in bands):
+        raise TypeError(f"bands must be a set of frozenset({{i, j}}) pairs (plan_stats.join_bands), got {bands!r}")
+    out = []
+    for i, order in enumerate(orders):
+        bound = {i}
+        for j in order:
+            if not any(frozenset((b, j)) in bands for b in bound):
+                out.append((i, j))
+            bound.add(j)
+    return out
 
 
 class RoundEstimates:

@@ -60,7 +60,8 @@ def input_batch(rows, plan, hash_of=None):
     for i, k in enumerate(plan.keys):
         cols[key_name(i)] = pa.array([r[k.name] for r in rows], type=S.arrow_type(k.dtype))
     for i, vc in enumerate(plan.spec.values):
-        cols[value_name(i)] = pa.array([r[vc.name] for r in rows], type=S.arrow_type(vc.dtype))
+        if vc.derive != "shed":   # kept_column's shed-row marker is the slicer's own, not an input column
+            cols[value_name(i)] = pa.array([r[vc.name] for r in rows], type=S.arrow_type(vc.dtype))
     return pa.RecordBatch.from_pydict(cols)
 
 

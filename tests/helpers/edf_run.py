@@ -9,7 +9,7 @@ does not preempt a running task, so a priority acts as tasks end: an instance ne
 line: per mode (``edf``: the tight query in the urgent pool; ``shared``: both in one fair pool) and
 query, its pool and instances (batch, duration, lateness, missed).
 
-Usage: ``python tests/helpers/edf_run.py --root DIR [--instances 8] [--files 8] [--rows 250] [--ms-per-row 1.5]``
+Usage: ``python tests/helpers/edf_run.py --root DIR [--instances 6] [--files 16] [--rows 250] [--ms-per-row 1.5]``
 """
 from __future__ import annotations
 
@@ -71,19 +71,21 @@ def run_mode(spark, root: str, mode: str, args) -> dict:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", required=True)
-    ap.add_argument("--instances", type=int, default=8)
-    ap.add_argument("--files", type=int, default=8)
+    ap.add_argument("--instances", type=int, default=6)
+    ap.add_argument("--files", type=int, default=16)
     ap.add_argument("--rows", type=int, default=250)
     ap.add_argument("--ms-per-row", type=float, default=1.5)
-    ap.add_argument("--period", type=float, default=5.5)
-    ap.add_argument("--tight", type=float, default=3.5)
-    ap.add_argument("--loose", type=float, default=5.4)
+    ap.add_argument("--period", type=float, default=8.5)
+    ap.add_argument("--tight", type=float, default=5.3)
+    ap.add_argument("--loose", type=float, default=8.4)
     ap.add_argument("--modes", nargs="+", default=["edf", "shared"], choices=["edf", "shared"])
     args = ap.parse_args(argv)
     import pyspark_cq
 
     spark = pyspark_cq.spark("local[2]", "pyspark-cq-edf", shuffle_partitions=2, edf=True,
                              conf={"spark.sql.adaptive.enabled": "false",
+                                   # one task per file: Spark packs small files into few tasks otherwise
+                                   "spark.sql.files.openCostInBytes": str(256 << 20),
                                    "spark.sql.streaming.metricsEnabled": "false"})
     spark.sparkContext.setLogLevel("ERROR")
     try:

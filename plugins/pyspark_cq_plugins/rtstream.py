@@ -17,6 +17,11 @@ micro-batch) per period; an instance misses when it ends later than D after its 
   ε = D/T of the input (:func:`pyspark_cq.cost.rtstream.kept_fraction`; the fixed per-batch cost cannot be
   shed, so ε applies to the per-row part), as ``drop_ratio = 1 − ε`` of the query's shedding operator
   (the first of its control-table entries that carries a ``drop_ratio``), dropped before the predicates;
+- **sheds a join per input** (§4.4, §5.2.2): for a query with a :class:`JoinQualityTable`, the highest
+  level of the table whose predicted time (the join plan's time at the level's per-input fractions,
+  :func:`join_time`) fits, written as the join's ``params["drop_left"]`` / ``["drop_right"]``, so the two
+  inputs' drops conform to the table; the query's quality is that of its worse branch
+  (:meth:`JoinQualityTable.quality`);
 - **negotiates** inter-query (§4.3, Figure 7, :func:`negotiate`): when the predicted load of all periodic
   queries exceeds ``capacity``, the common quality is lowered step by step from 100 % and every query keeps
   the input fraction its input/quality table (:class:`QualityTable`) gives for that quality;

@@ -29,6 +29,29 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import aggregate_vs_spark as agg  # noqa: E402  (data, session, the two aggregations, the streaming runner)
 
 
+def carrying_state(grouped, per_shard):
+    """``grouped.applyInPandasWithState`` with a function that does no work: it counts its rows and rewrites
+    a state of ``per_shard[b]`` random (incompressible) bytes in batch b (the last entry after that), with
+    event-time timeouts as our operators use. The floor of an operator of that grouping carrying that state.
+    """
+    import pandas as pd
+    from pyspark.sql import types as T
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    blob = np.random.default_rng(0).integers(0, 255, max(per_shard) + 1, dtype=np.uint8).tobytes()
+
+    def fn(key, pdfs, state):
+        seen = state.get[1] if state.exists else 0
+        rows = sum(len(p) for p in pdfs)
+        old = len(state.get[0]) if state.exists else 0
+        state.update((blob[:per_shard[min(seen, len(per_shard) - 1)]], seen + 1))
+        state.setTimeoutTimestamp(max(int(state.getCurrentWatermarkMs()), 1) + 3_600_000)
+        yield pd.DataFrame({"rows": [rows], "read": [old]})
+
+    st = T.StructType([T.StructField("b", T.BinaryType()), T.StructField("n", T.LongType())])
+    return grouped.applyInPandasWithState(fn, "rows long, read long", st, "append", GroupStateTimeout.EventTimeTimeout)
+
+
 def _state(key, pdfs, state, timeout=False):
     n = sum(len(p) for p in pdfs)
     state.update((n,))

@@ -118,10 +118,7 @@ def floor(spark, root, delay, ck, sizes=None):
     (incompressible) bytes: ``sizes[b]`` / shards bytes per shard in batch b (our run's ``state_bytes``), or
     a few bytes without ``sizes``. What any operator of this shape costs per batch before doing anything.
     """
-    import numpy as np
-    import pandas as pd
-    from pyspark.sql import types as T
-    from pyspark.sql.streaming.state import GroupStateTimeout
+    from floor_shapes import carrying_state
 
     from pyspark_cq.operators import _metrics
     from pyspark_cq.operators import multi_join as M
@@ -130,20 +127,8 @@ def floor(spark, root, delay, ck, sizes=None):
                                  ["imp_ts", "clk_ts", "buy_ts"], BOUNDS, None, "floor")
     config = spec.config()
     union = M._tagged(spec, config, 0).union(M._tagged(spec, config, 1)).union(M._tagged(spec, config, 2))
-    per_shard = [int(b) // spec.shards for b in (sizes or [0])]
-    blob = np.random.default_rng(0).integers(0, 255, max(per_shard) + 1, dtype=np.uint8).tobytes()
-
-    def fn(key, pdfs, state):
-        seen = state.get[1] if state.exists else 0
-        rows = sum(len(p) for p in pdfs)
-        old = len(state.get[0]) if state.exists else 0
-        state.update((blob[:per_shard[min(seen, len(per_shard) - 1)]], seen + 1))
-        state.setTimeoutTimestamp(max(int(state.getCurrentWatermarkMs()), 1) + 3_600_000)
-        yield pd.DataFrame({"rows": [rows], "read": [old]})
-
-    st = T.StructType([T.StructField("b", T.BinaryType()), T.StructField("n", T.LongType())])
-    out = _metrics.observe_input(union, "floor", per=(M.SIDE, 3)).groupBy(M.SHARD).applyInPandasWithState(
-        fn, "rows long, read long", st, "append", GroupStateTimeout.EventTimeTimeout)
+    out = carrying_state(_metrics.observe_input(union, "floor", per=(M.SIDE, 3)).groupBy(M.SHARD),
+                         [int(b) // spec.shards for b in (sizes or [0])])
     wall, progress = run(out, os.path.join(ck, "floor" if sizes is None else "floor_state"))
     return {"wall_s": wall, "batch_ms": [p["durationMs"].get("triggerExecution", 0) for p in progress],
             "phases": _phases(progress)}

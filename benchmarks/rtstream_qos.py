@@ -8,8 +8,8 @@ through the same runtime, control table and operator
 model as in benchmarks/select_chain_vs_filter.py).
 
 1. **Capacity.** ``--queries`` queries side by side run a few best-effort instances of two sizes; the fixed
-   per-instance cost c0 and the cost per row c are fitted, and the capacity is the rows per instance that
-   finish within D: ``(D − c0) / c``.
+   per-instance cost c0 and the cost per row c are fitted (the line through each size's median duration),
+   and the capacity is the rows per instance that finish within D: ``(D − c0) / c``.
 2. **Runs.** For every load L and strategy, ``--queries`` periodic queries (period P, deadline D) run
    ``--instances`` instances each, every instance reading one file of ``L · capacity`` rows
    (``maxFilesPerTrigger = 1``), the queries side by side on local[2]. Every query is registered with a plan
@@ -114,7 +114,7 @@ def run(spark, root, tag, policies, sizes_per_query, period, deadline, cost_per_
     return {n: [i for i in rt.instances(n) if i.input_rows > 0] for n in names}, rt
 
 
-def fit_capacity(spark, root, period, deadline, queries, files=1):
+def fit_capacity(spark, root, period, deadline, queries, files=1, verbose=False):
     """Fit ``duration = c0 + c·rows`` on best-effort instances of ``queries`` queries side by side (as the
     runs will share the cores), twice: the second time at sizes around the first estimate of the capacity,
     where the fit matters."""
@@ -126,7 +126,12 @@ def fit_capacity(spark, root, period, deadline, queries, files=1):
         inst = [i for q in got.values() for i in q[1:]]   # the first instance includes the workers' start-up
         n = np.array([i.input_rows for i in inst], dtype=float)
         d = np.array([i.duration for i in inst])
-        per_row, fixed = np.polyfit(n, d, 1)
+        # the line through each size's median duration: an instance that shares the cores with another
+        # process on this machine runs up to twice as long, and a least-squares fit over all points follows it
+        sizes_seen = np.unique(n)
+        per_row, fixed = np.polyfit(sizes_seen, [np.median(d[n == x]) for x in sizes_seen], 1)
+        if verbose:   # the points behind the fit: a bad fit shows as a capacity the runs do not meet
+            print(f"#   calibration {stage}: " + " ".join(f"{r:.0f}:{t:.2f}s" for r, t in zip(n, d)), flush=True)
         if per_row <= 0 or fixed >= deadline:
             # a fixed cost per instance above D: no input size meets the deadline (the machine is too busy
             # now, or D too short for Spark's per-batch cost); say so rather than fail on a negative size
@@ -189,7 +194,8 @@ def main(argv=None):
     print(f"# {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {os.getloadavg()[0]:.2f}")
     try:
-        fixed, per_row, capacity = fit_capacity(spark, root, args.period, args.deadline, args.queries, args.files)
+        fixed, per_row, capacity = fit_capacity(spark, root, args.period, args.deadline, args.queries, args.files,
+                                                 args.verbose)
         print(f"# capacity: c0 = {fixed:.3f} s per instance, c = {per_row * 1e6:.1f} µs per row -> "
               f"{capacity} rows per instance within D = {args.deadline} s (P = {args.period} s)")
         deadlines = args.deadlines or args.deadline

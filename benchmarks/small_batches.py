@@ -9,9 +9,15 @@ sink) in one session, alternating ours and Spark's per size. Printed per size: t
 the final no-data batch), Spark's phases (``addBatch``, the state operator's update / removal / commit
 times summed over tasks), and the ratio Spark / ours (> 1: ours is faster).
 
+``--floor`` also runs the join's *shape* with no work in the same session: the same tagged union of both
+sides, observed and grouped by shard into an ``applyInPandasWithState`` with event-time timeouts whose
+function only counts its rows and rewrites a state of random (incompressible) bytes — a few bytes, and
+then as many per shard as our join reported as ``state_bytes`` in that batch. What any join of this shape
+costs per batch before doing anything (the ratio Spark / floor bounds what a faster kernel could give).
+
 Usage::
 
-    python benchmarks/small_batches.py [--sizes 5000,50000] [--files 12] [--json out.json]
+    python benchmarks/small_batches.py [--sizes 5000,50000] [--files 12] [--only join] [--floor] [--json out.json]
 """
 from __future__ import annotations
 
@@ -44,9 +50,31 @@ def _summary(progress: list[dict]) -> dict:
             "batch_ms": [p["durationMs"]["triggerExecution"] for p in progress]}
 
 
-def _run(spark, df, checkpoint) -> dict:
+def _run(spark, df, checkpoint, report=None) -> dict:
     _, progress = join.run_query(spark, df, checkpoint)
-    return _summary(progress)
+    out = _summary(progress)
+    if report is not None:   # our operator's state bytes per batch, for the floor that carries them
+        import pyspark_cq
+
+        out["state_bytes"] = [(pyspark_cq.read_metrics(p, report) or {}).get("state_bytes", 0) for p in progress]
+    return out
+
+
+def join_floor(spark, left, right, checkpoint, sizes=None) -> dict:
+    """The join's shape with no work (see the module docstring): the union and grouping of
+    ``pyspark_cq.interval_join`` (±30 s on ``k``, ``ts``), a trivial function, a state of ``sizes[b]`` /
+    shards random bytes per shard in batch b (a few bytes without ``sizes``).
+    """
+    from floor_shapes import carrying_state
+
+    from pyspark_cq.operators import _metrics
+    from pyspark_cq.operators import join as J
+    from pyspark_cq.operators._join_spec import JoinSpec
+
+    spec = JoinSpec.build(left, right, "k", "ts", "ts", "inner", ("_l", "_r"), None, None, "floor", None)
+    union = _metrics.observe_input(J._tagged(spec, J.LEFT, True).union(J._tagged(spec, J.RIGHT, True)), "floor")
+    out = carrying_state(union.groupBy(*J._group_cols(spec)), [int(b) // spec.shards for b in (sizes or [0])])
+    return _run(spark, out, checkpoint)
 
 
 def aggregation(spark, tmp, rows, files):
@@ -62,7 +90,7 @@ def aggregation(spark, tmp, rows, files):
     return ours, theirs
 
 
-def interval_join(spark, tmp, rows, files, keys=200_000, delay="4 minutes"):
+def interval_join(spark, tmp, rows, files, keys=200_000, delay="4 minutes", floor=False):
     from pyspark.sql import functions as F
 
     import pyspark_cq
@@ -76,7 +104,11 @@ def interval_join(spark, tmp, rows, files, keys=200_000, delay="4 minutes"):
 
     ours_df = pyspark_cq.interval_join(source("l"), source("r"), "k", "ts", "ts", "-30 seconds", "30 seconds",
                                        suffixes=("_l", "_r"), name="bench")
-    ours = _run(spark, ours_df, os.path.join(tmp, f"ck_join_o{rows}"))
+    ours = _run(spark, ours_df, os.path.join(tmp, f"ck_join_o{rows}"), report="bench")
+    if floor:
+        ours["floor"] = join_floor(spark, source("l"), source("r"), os.path.join(tmp, f"ck_join_f{rows}"))
+        ours["floor_state"] = join_floor(spark, source("l"), source("r"), os.path.join(tmp, f"ck_join_fs{rows}"),
+                                         ours["state_bytes"])
     l, r = source("l").alias("l"), source("r").alias("r")
     cond = F.expr("l.k = r.k AND r.ts >= l.ts + interval -30 seconds AND r.ts <= l.ts + interval 30 seconds")
     theirs_df = l.join(r, cond).select("l.k", F.col("l.ts").alias("ts_l"), "lv", F.col("r.ts").alias("ts_r"), "rv")
@@ -89,6 +121,7 @@ def main(argv=None):
     ap.add_argument("--sizes", default="5000,50000", help="rows per micro-batch (per side for the join)")
     ap.add_argument("--files", type=int, default=12, help="micro-batches per run")
     ap.add_argument("--only", choices=["aggregation", "join"], default=None)
+    ap.add_argument("--floor", action="store_true", help="also the join's shape with no work (module docstring)")
     ap.add_argument("--json", default=None, help="also write the results to this file")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -100,7 +133,8 @@ def main(argv=None):
             for op, run in (("aggregation", aggregation), ("join", interval_join)):
                 if args.only and op != args.only:
                     continue
-                ours, theirs = run(spark, tmp, rows, args.files)
+                extra = {"floor": True} if args.floor and op == "join" else {}
+                ours, theirs = run(spark, tmp, rows, args.files, **extra)
                 ratio = theirs["median_ms"] / ours["median_ms"]
                 load = os.getloadavg()[0]
                 results["runs"].append({"operator": op, "rows_per_batch": rows, "ours": ours, "spark": theirs,
@@ -108,6 +142,11 @@ def main(argv=None):
                 print(f"{op:11s} {rows:>7,} rows/batch: ours {ours['median_ms']:,.0f} ms "
                       f"{ours['phases_ms']}, Spark {theirs['median_ms']:,.0f} ms {theirs['phases_ms']}, "
                       f"Spark/ours {ratio:.2f}x (ours/Spark {1 / ratio:.2f}), load {load:.1f}", flush=True)
+                for shape in ("floor", "floor_state"):
+                    if shape in ours:
+                        f = ours[shape]["median_ms"]
+                        print(f"  {shape}: {f:,.0f} ms {ours[shape]['phases_ms']}, Spark/{shape} "
+                              f"{theirs['median_ms'] / f:.2f}x", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         spark.stop()

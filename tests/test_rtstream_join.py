@@ -168,3 +168,13 @@ def test_per_input_ratios_are_validated_where_they_are_written(tmp_path):
     assert side_drop_ratios(e.params, (0.0, 0.0)) == (0.25, 0.5)
     e = table.set("j", params={"drop_left": None}, reason="test")       # None deletes: back to drop_ratio
     assert side_drop_ratios(e.params, (0.0, 0.0)) == (0.0, 0.5)
+
+
+def test_per_input_ratios_on_an_operator_that_does_not_read_them_are_refused():
+    from pyspark_cq.control import check_reads, unread_parameters
+
+    entry = {"drop_ratio": 0.1, "params": {"drop_left": 0.5, "drop_right": 0.0}}
+    assert unread_parameters("interval_join", entry) == unread_parameters("window_join", entry) == []
+    assert unread_parameters("select_chain", entry) == ["params['drop_left']"]
+    with pytest.raises(ValueError, match=r"'chain'.*params\['drop_left'\].*interval_join and window_join only"):
+        check_reads("multi_join", "chain", entry)

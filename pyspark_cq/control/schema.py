@@ -222,12 +222,18 @@ _NEUTRAL = {"drop_ratio": 0.0}
 
 _WHY_UNREAD = {
     "plan_id": "it has a single physical plan",
+    "params['drop_left']": "per-input drop ratios are read by interval_join and window_join only",
+    "params['drop_right']": "per-input drop ratios are read by interval_join and window_join only",
 }
+
+#: The operators that read :data:`SIDE_DROP_PARAMS`.
+_TWO_INPUT_JOINS = ("interval_join", "window_join")
 
 
 def unread_parameters(operator_kind: str, params: Mapping) -> list[str]:
     """The parameters set in ``params`` that an operator of ``operator_kind`` does not read, in
-    :data:`PARAMETERS` order (``drop_ratio = 0`` drops nothing, so it counts as unset).
+    :data:`PARAMETERS` order (``drop_ratio = 0`` drops nothing, so it counts as unset), then
+    ``params['drop_left']`` / ``params['drop_right']`` (nonzero) on an operator other than a two-input join.
 
     Parameters
     ----------
@@ -242,8 +248,12 @@ def unread_parameters(operator_kind: str, params: Mapping) -> list[str]:
         raise TypeError(f"params must be a mapping of parameter -> value, got {params!r}")
     reads = OPERATOR_PARAMETERS[operator_kind]
     # a parameter at its neutral value changes nothing, so an operator that does not read it may ignore it
-    return [p for p in PARAMETERS
-            if p in params and p not in reads and not (p in _NEUTRAL and params[p] == _NEUTRAL[p])]
+    unread = [p for p in PARAMETERS
+              if p in params and p not in reads and not (p in _NEUTRAL and params[p] == _NEUTRAL[p])]
+    if operator_kind not in _TWO_INPUT_JOINS:   # per-input drop ratios: only a two-input join sheds per input
+        extra = params.get("params") or {}
+        unread += [f"params[{k!r}]" for k in SIDE_DROP_PARAMS if extra.get(k) not in (None, 0, 0.0)]
+    return unread
 
 
 def check_reads(operator_kind: str, operator: str, params: Mapping, *, when: str = "") -> None:

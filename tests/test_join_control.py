@@ -363,6 +363,56 @@ def test_load_shedding_accounts_for_every_row_and_is_reproducible(spark, tmp_dir
     assert all((lv is None) != (rv is None) or lv == rv for _, lv, rv in rows)
 
 
+def test_per_input_drop_ratios_from_the_argument_or_the_control_entry(spark, tmp_dir):
+    """RTStream §4.4: each input shed by its own ratio. The control entry's ``params["drop_left"]`` /
+    ``["drop_right"]`` override its ``drop_ratio`` per input and shed exactly the rows the argument pair
+    ``drop_ratio=(left, right)`` sheds, in a stream and in a batch (the decision hashes the row, not its
+    batch); ``shed_rows_left`` / ``shed_rows_right`` count them; ``kept_column`` is ε_left·ε_right."""
+    from pyspark.sql import functions as F
+
+    root, n, files, ratios = str(tmp_dir / "in"), 120, 3, (0.1, 0.7)
+    for i in range(files):
+        ids = list(range(i * n, (i + 1) * n))
+        for side in ("l", "r"):     # unique keys: each left row has exactly one partner at the same time
+            _write(root, side, i, ids, [BASE_US + i * 20 * S + j * 1000 for j in range(n)], ids)
+    for side in ("l", "r"):         # far-future rows push the watermark past everything else
+        _write(root, side, files, [-1], [BASE_US + 3600 * S], [-1])
+    table = ControlTable(str(tmp_dir / "control.json"))
+    table.register("pj", drop_ratio=0.5, params={"drop_left": ratios[0], "drop_right": ratios[1]})
+
+    def join(left, right, **kw):
+        return pyspark_cq.interval_join(left, right, "k", "ts", "ts", "0 seconds", "0 seconds", how="full",
+                                        suffixes=("_l", "_r"), seed=42, kept_column="kept", **kw)
+
+    def query(name, **kw):
+        df = join(_source(spark, root, "l", "5 seconds"), _source(spark, root, "r", "5 seconds"), name=name, **kw)
+        return (df.writeStream.format("memory").queryName(name).trigger(availableNow=True)
+                .option("checkpointLocation", str(tmp_dir / name)).start())
+
+    queries = [query("pj_ctl", control=table.handle("pj")), query("pj_arg", drop_ratio=ratios)]
+    for q in queries:
+        q.awaitTermination()
+    batch = join(*(spark.read.schema(f"k long, ts timestamp, {s}v long").parquet(os.path.join(root, s))
+                   for s in ("l", "r")), drop_ratio=ratios)
+    everything = _collect(batch, "k", "lv", "rv", "kept")            # batch: every kept row is emitted
+    rows = _collect(spark.table("pj_ctl"), "k", "lv", "rv", "kept")
+    assert rows == _collect(spark.table("pj_arg"), "k", "lv", "rv", "kept")
+    assert rows == [r for r in everything if r[0] >= 0]          # the sentinels stay in the streams' state
+    kept = [{r[1 + s] for r in everything if r[1 + s] is not None} for s in (0, 1)]
+    reports = [r for r in (pyspark_cq.read_metrics(p, "pj_ctl") for p in queries[0].recentProgress) if r]
+    for s, side in enumerate(("left", "right")):
+        assert sum(r[f"shed_rows_{side}"] for r in reports) == files * n + 1 - len(kept[s])
+        sigma = np.sqrt(files * n * ratios[s] * (1 - ratios[s]))
+        assert abs(len(kept[s]) - files * n * (1 - ratios[s])) < 5 * sigma
+    assert sum(r["shed_rows"] for r in reports) == 2 * (files * n + 1) - len(kept[0]) - len(kept[1])
+    # a pair survives only when both rows do; ε_left·ε_right for a pair, ε of its side for a lonely row
+    for _, lv, rv, eps in rows:
+        assert (lv in kept[0] and rv in kept[1]) if lv is not None and rv is not None else True
+        assert eps == pytest.approx((1 - ratios[0]) ** (lv is not None) * (1 - ratios[1]) ** (rv is not None))
+    assert {lv for _, lv, rv, _ in rows if lv is not None and rv is not None} == kept[0] & kept[1] - {-1}
+    assert batch.select(F.col("kept")).distinct().count() == 3
+
+
 def test_bad_control_arguments_are_named(spark, tmp_dir):
     from pyspark.sql import functions as F
 
@@ -380,6 +430,10 @@ def test_bad_control_arguments_are_named(spark, tmp_dir):
             call(drop_ratio=ratio)
     with pytest.raises(TypeError, match="drop_ratio must be a real number"):
         call(drop_ratio="half")
+    with pytest.raises(ValueError, match=r"drop_ratio\[1\] \(right\) must be in \[0, 1\)"):
+        call(drop_ratio=(0.2, 1.0))
+    with pytest.raises(ValueError, match=r"a \(left, right\) pair"):
+        call(drop_ratio=(0.2, 0.3, 0.4))
     for seed in (1.5, True, "1"):
         with pytest.raises(TypeError, match="seed must be an int"):
             call(seed=seed)

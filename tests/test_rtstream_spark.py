@@ -19,12 +19,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from helpers.files import write_in_order
-from pyspark_cq_plugins.rtstream import RTStreamQoS
+from pyspark_cq_plugins.rtstream import JoinQualityTable, RTStreamQoS
 from pyspark_cq_plugins.rtstream_baselines import FeedbackControl
 from pyspark_cq_plugins.rtstream_dynamic_sampling import DynamicSampling
 from pyspark_cq_plugins.rtstream_fixed_sampling import FixedSampling
 
 import pyspark_cq as cq
+from pyspark_cq import plan as P
 
 PERIOD, DEADLINE = 3.0, 2.5
 SECONDS_PER_ROW = 1e-3
@@ -135,3 +136,103 @@ def test_feedback_control_sheds_after_misses_on_spark(spark, tmp_path, best_effo
     assert sum(i.missed for i in got[2:]) < sum(i.missed for i in best_effort[2:])
     changes = rt.control_table().changes("chain_fb")
     assert any(c.who == "rtstream_feedback" and c.new.get("drop_ratio", 0) > 0 for c in changes)
+
+
+# -- a join query (§4.4): per-input drop ratios from its JoinQualityTable -------------------------------
+
+JOIN_SIZES = [SMALL] * 2 + [LARGE] * 4     # rows per input and instance; every row has one partner
+JOIN_BASE = 1_700_000_000                  # seconds; file i holds times in [JOIN_BASE + 20·i, + 20·i + n ms)
+# the right input tolerates dropping less than the left one: at quality 0.6 drop 60 % of the left, 20 % of
+# the right input
+JOIN_TABLE = JoinQualityTable([(0.3, 0.2, 0.5), (0.6, 0.4, 0.8), (1, 1, 1)])
+
+
+def _costly_pairs(per_pair):
+    """A predicate keeping every row of a full join after ``per_pair`` seconds per matched pair (the
+    unmatched rows, which only show which rows were kept, cost nothing)."""
+    def costly(batch):
+        pairs = pc.sum(pc.and_(pc.is_valid(batch["lv"]), pc.is_valid(batch["rv"]))).as_py() or 0
+        time.sleep(pairs * per_pair)
+        return pc.is_valid(batch["k"])
+    return costly
+
+
+def _write_join_inputs(directory):
+    """Per input one file per instance, key = value = a row id, the same time on both sides; then one
+    far-future row per input (the sentinel), which moves the watermark past every row so that the full
+    join emits every kept row (matched, or unmatched once evicted)."""
+    start = 0
+    for i, n in enumerate(JOIN_SIZES + [1]):
+        ids = np.arange(start, start + n) if i < len(JOIN_SIZES) else np.array([-1])
+        base = (JOIN_BASE + (20 * i if i < len(JOIN_SIZES) else 3600)) * 1_000_000
+        ts = pa.array(base + np.arange(len(ids)) * 1000, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+        for side in ("l", "r"):
+            os.makedirs(os.path.join(directory, side), exist_ok=True)
+            table = pa.table({"k": pa.array(ids, pa.int64()), "ts": ts, f"{side}v": pa.array(ids, pa.int64())})
+            write_in_order(table, os.path.join(directory, side, f"f{i:03d}.parquet"), i)
+        start += n
+
+
+def _run_join(spark, tmp_path, tag, policies):
+    from pyspark_cq.runtime import CQRuntime
+
+    src, out, op = tmp_path / "in", str(tmp_path / f"out_{tag}"), f"join_{tag}"
+    if not src.exists():
+        _write_join_inputs(str(src))
+    rt = CQRuntime(spark, policies=policies, control_path=str(tmp_path / f"ct_{tag}.json"), every_batches=1)
+
+    def build(ctx):
+        handle = ctx.control(op, drop_ratio=0.0)
+        left, right = (spark.readStream.schema(f"k long, ts timestamp, {s}v long").option("maxFilesPerTrigger", 1)
+                       .parquet(str(src / s)).withWatermark("ts", "5 seconds") for s in ("l", "r"))
+        pairs = cq.interval_join(left, right, "k", "ts", "ts", "0 seconds", "0 seconds", how="full",
+                                 suffixes=("_l", "_r"), control=handle, seed=11)
+        kept = cq.select_chain(pairs, {"model": _costly_pairs(SECONDS_PER_ROW)})
+        return (kept.writeStream.format("parquet").option("path", out)
+                .option("checkpointLocation", str(tmp_path / f"ck_{tag}")))
+
+    # a pair of inputs costs SECONDS_PER_ROW: time ∝ n_L·ε_L · n_R·ε_R / n (Figure 5)
+    plan = P.Select(P.Join(P.Source("L"), P.Source("R"), selectivity=1 / LARGE, cost=0.0), 1.0,
+                    cost=SECONDS_PER_ROW)
+    name = f"join_periodic_{tag}"
+    rt.register(name, build, plan=plan, period=PERIOD, deadline=DEADLINE)
+    with rt:   # the data instances, the sentinel's, and the no-data batch that evicts behind it
+        rt.await_batches(name, len(JOIN_SIZES) + 2, timeout=240)
+    instances = [i for i in rt.instances(name) if i.input_rows > 0]
+    totals = rt.statistics().queries[name].operators[op].totals
+    rows = [tuple(r) for r in spark.read.parquet(out).select("k", "lv", "rv").collect()]
+    return instances, rows, totals, rt.control_table().changes(op)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_join_query_sheds_each_input_by_its_quality_table(spark, tmp_path):
+    policy = RTStreamQoS(target=0.8, quality={"join_periodic_rts": JOIN_TABLE})
+    best, best_rows, _, _ = _run_join(spark, tmp_path, "best", ["rtstream_best_effort"])
+    got, rows, totals, changes = _run_join(spark, tmp_path, "rts", [policy])
+    n = sum(JOIN_SIZES)
+
+    assert [i.input_rows for i in best] == [2 * s for s in JOIN_SIZES] + [2]
+    assert sorted(r for r in best_rows if r[0] >= 0) == [(k, k, k) for k in range(n)]
+    assert [i.input_rows for i in got] == [2 * s for s in JOIN_SIZES] + [2]
+    # the policy's per-input drop ratios are always one level of the table (their ratio conforms, §4.4)
+    written = [(c.new["params"]["drop_left"], c.new["params"]["drop_right"]) for c in changes
+               if c.who == policy.name and "drop_left" in (c.new.get("params") or {})]
+    assert written, changes
+    levels = {(round(1 - kl, 3), round(1 - kr, 3)) for _, kl, kr in JOIN_TABLE.levels}
+    assert all(w in levels for w in written) and any(w != (0.0, 0.0) for w in written)
+    assert policy.predictions[-1].kept_sides in {lv[1:] for lv in JOIN_TABLE.levels}
+    # every row read is shed or written, per input; the full join writes every kept row (the sentinels,
+    # k = -1, stay in the state: their instance's shed_rows says how many of them were shed)
+    kept = [{r[1 + s] for r in rows if r[1 + s] is not None and r[0] >= 0} for s in (0, 1)]
+    sentinel_shed = [totals[f"shed_rows_{side}"] - (n - len(kept[s])) for s, side in enumerate(("left", "right"))]
+    assert all(d in (0, 1) for d in sentinel_shed) and sum(sentinel_shed) == got[-1].shed_rows
+    assert totals["shed_rows"] == sum(i.shed_rows for i in got) > 0
+    # the output is exactly the interval join (equal key and time) of the kept rows
+    pairs = sorted((k, lv, rv) for k, lv, rv in rows if lv is not None and rv is not None and k >= 0)
+    assert pairs == [(k, k, k) for k in sorted(kept[0] & kept[1])]
+    assert len(kept[0]) < len(kept[1]) < n      # the left input dropped more, as the table says
+    # deadlines: best effort misses every large instance (3 s of pairs > D); shedding misses fewer
+    assert sum(i.missed for i in best[2:len(JOIN_SIZES)]) == len(JOIN_SIZES) - 2
+    assert sum(i.missed for i in got[2:len(JOIN_SIZES)]) < len(JOIN_SIZES) - 2, \
+        [(i.batch, round(i.lateness, 2), i.kept) for i in got]

@@ -17,6 +17,11 @@ micro-batch) per period; an instance misses when it ends later than D after its 
   ε = D/T of the input (:func:`pyspark_cq.cost.rtstream.kept_fraction`; the fixed per-batch cost cannot be
   shed, so ε applies to the per-row part), as ``drop_ratio = 1 − ε`` of the query's shedding operator
   (the first of its control-table entries that carries a ``drop_ratio``), dropped before the predicates;
+- **sheds a join per input** (§4.4, §5.2.2): for a query with a :class:`JoinQualityTable`, the highest
+  level of the table whose predicted time (the join plan's time at the level's per-input fractions,
+  :func:`join_time`) fits, written as the join's ``params["drop_left"]`` / ``["drop_right"]``, so the two
+  inputs' drops conform to the table; the query's quality is that of its worse branch
+  (:meth:`JoinQualityTable.quality`);
 - **negotiates** inter-query (§4.3, Figure 7, :func:`negotiate`): when the predicted load of all periodic
   queries exceeds ``capacity``, the common quality is lowered step by step from 100 % and every query keeps
   the input fraction its input/quality table (:class:`QualityTable`) gives for that quality;
@@ -40,6 +45,7 @@ import numpy as np
 
 from pyspark_cq import plan as P
 from pyspark_cq.control.plans import SAMPLE, sample_ratios
+from pyspark_cq.control.schema import SIDE_DROP_PARAMS, side_drop_ratios
 from pyspark_cq.cost import rtstream
 from pyspark_cq.estimators import ExponentialSmoothing
 from pyspark_cq.policies import (
@@ -53,8 +59,8 @@ from pyspark_cq.policies import (
     shedding_operator,
 )
 
-__all__ = ["RTStreamQoS", "QualityTable", "Negotiation", "negotiate", "Profile", "shedding_operator",
-           "Prediction"]
+__all__ = ["RTStreamQoS", "QualityTable", "JoinQualityTable", "join_sides", "join_time", "Negotiation", "negotiate",
+           "Profile", "shedding_operator", "Prediction", "join_drop_decision"]
 
 
 # -- input/quality tables and the Figure 7 negotiation ------------------------------------------------
@@ -133,6 +139,132 @@ class QualityTable:
         return isinstance(other, QualityTable) and self.points == other.points
 
     __hash__ = None
+
+
+class JoinQualityTable:
+    """The input/quality table of a two-input join query (Wei et al., §4.3 Figure 6, §4.4): quality levels,
+    each with the fraction of each input kept.
+
+    §4.4: "for query plans involving joins ... the dropping ratios between two inputs conform to the ratios
+    specified in the input/quality table"; the policy chooses one of these levels (:meth:`best_level`),
+    so the two drop ratios always come from one row of the table.
+
+    Parameters
+    ----------
+    levels : sequence of (quality, kept_left, kept_right)
+        Qualities strictly increasing in [0, 1]; the fractions kept of the left and the right input in
+        (0, 1], non-decreasing with the quality (more quality never keeps less input); the last level
+        must be (1, 1, 1).
+
+    Examples
+    --------
+    A join whose right input (a reference stream) tolerates dropping less than its left one:
+
+    >>> from pyspark_cq_plugins.rtstream import JoinQualityTable
+    >>> table = JoinQualityTable([(0.5, 0.25, 0.75), (0.8, 0.5, 0.9), (1, 1, 1)])
+    >>> table.quality(0.5, 0.9), table.quality(0.5, 0.75)
+    (0.8, 0.5)
+    """
+
+    def __init__(self, levels: Sequence):
+        if isinstance(levels, (str, bytes)) or not isinstance(levels, Sequence) or len(levels) < 2:
+            raise TypeError(f"levels must be a sequence of at least two (quality, kept_left, kept_right) "
+                            f"triples, got {levels!r}")
+        rows = []
+        for i, lv in enumerate(levels):
+            if isinstance(lv, (str, bytes)) or not isinstance(lv, Sequence) or len(lv) != 3:
+                raise TypeError(f"levels[{i}] must be a (quality, kept_left, kept_right) triple, got {lv!r}")
+            for value, what in zip(lv, ("quality", "kept_left", "kept_right")):
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+                if not ok or (what != "quality" and value == 0):
+                    form = "[0, 1]" if what == "quality" else "(0, 1] (a drop ratio stays < 1)"
+                    raise ValueError(f"levels[{i}] {what} must be a number in {form}, got {value!r}")
+            rows.append(tuple(float(v) for v in lv))
+        for i in range(1, len(rows)):
+            if rows[i][0] <= rows[i - 1][0]:
+                raise ValueError(f"levels must have strictly increasing qualities, got {[r[0] for r in rows]}")
+            for j, what in ((1, "kept_left"), (2, "kept_right")):
+                if rows[i][j] < rows[i - 1][j]:
+                    raise ValueError(f"levels must have {what} non-decreasing with the quality (the table must be "
+                                     f"monotone), got {[r[j] for r in rows]}")
+        if rows[-1] != (1.0, 1.0, 1.0):
+            raise ValueError(f"levels must end at (1, 1, 1): all input kept is full quality, got {levels[-1]!r}")
+        self.levels = tuple(rows)
+
+    def branch_quality(self, side: int, kept: float) -> float:
+        """The quality one input's kept fraction allows: the highest along the table (linear between its
+        levels, below the first level its quality) whose fraction kept of input ``side`` (0 left, 1 right)
+        is at most ``kept``.
+        """
+        if side not in (0, 1):
+            raise ValueError(f"side must be 0 (left) or 1 (right), got {side!r}")
+        if isinstance(kept, bool) or not isinstance(kept, (int, float)) or not 0 <= kept <= 1:
+            raise ValueError(f"kept must be a fraction in [0, 1], got {kept!r}")
+        best = self.levels[0][0]
+        for (q0, *k0), (q1, *k1) in zip(self.levels, self.levels[1:]):
+            a, b = k0[side], k1[side]
+            if kept >= b:
+                best = q1
+            elif kept >= a:   # a <= kept < b: inside this segment
+                best = max(best, q0 + (kept - a) / (b - a) * (q1 - q0))
+        return float(best)
+
+    def quality(self, kept_left: float, kept_right: float) -> float:
+        """The quality delivered with these fractions kept (§5.2.2): that of the branch whose drop is higher
+        compared with the table, i.e. the smaller of the two :meth:`branch_quality`.
+        """
+        return min(self.branch_quality(0, kept_left), self.branch_quality(1, kept_right))
+
+    def best_level(self, time_at, remaining: float) -> tuple[float, float, float]:
+        """The highest level ``(quality, kept_left, kept_right)`` whose predicted time
+        ``time_at(kept_left, kept_right)`` is at most ``remaining`` (§4.4); the lowest level when none is.
+        """
+        if not callable(time_at):
+            raise TypeError(f"time_at must be callable(kept_left, kept_right) -> predicted time, got {time_at!r}")
+        for level in reversed(self.levels):
+            if time_at(level[1], level[2]) <= remaining:
+                return level
+        return self.levels[0]
+
+    def __repr__(self) -> str:
+        return f"JoinQualityTable({list(self.levels)!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, JoinQualityTable) and self.levels == other.levels
+
+    __hash__ = None
+
+
+def join_sides(plan: P.Node) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The source names under the left and the right input of the plan's top-most join (§4.3, Figure 5):
+    the streams a :class:`JoinQualityTable`'s ``kept_left`` / ``kept_right`` apply to.
+    """
+    for node in P.breadth_first(plan):
+        if isinstance(node, P.Join):
+            return P.source_names(node.left), P.source_names(node.right)
+    raise ValueError(f"plan must contain a join for a JoinQualityTable, got {P.render(plan)}")
+
+
+def join_time(plan: P.Node, counts: Mapping[str, float], kept_left: float, kept_right: float) -> float:
+    """:func:`pyspark_cq.cost.rtstream.plan_execution_time` with the join's left streams at
+    ``kept_left·n`` and its right streams at ``kept_right·n`` input tuples (Figure 5 with ε_L, ε_R).
+    """
+    left, right = join_sides(plan)
+    scale = {**{n: kept_left for n in left}, **{n: kept_right for n in right}}
+    return rtstream.plan_execution_time(plan, {n: c * scale.get(n, 1.0) for n, c in counts.items()})
+
+
+def join_drop_decision(query: QueryInfo, op: str, kept: tuple[float, float], reason: str,
+                       policy: str) -> Decision | None:
+    """A decision setting the join ``op``'s per-input drop ratios ``params["drop_left"]`` /
+    ``params["drop_right"]`` to ``1 − kept`` (as :func:`~pyspark_cq.policies.drop_decision`: 3 decimals,
+    at most 0.999), None if the control table holds both already (within 0.005).
+    """
+    drops = [round(min(max(1.0 - k, 0.0), 0.999), 3) for k in kept]
+    current = side_drop_ratios(query.control.get(op, {}), (0.0, 0.0))
+    if all(abs(d - c) < 0.005 for d, c in zip(drops, current)):
+        return None
+    return Decision(op, {"params": dict(zip(SIDE_DROP_PARAMS, drops))}, reason, query=query.name)
 
 
 @dataclass(frozen=True)
@@ -319,7 +451,8 @@ class Profile:
 @dataclass(frozen=True)
 class Prediction:
     """One prediction: made after ``after_batch``, for an instance over ``rows`` rows, all-input time
-    ``time_full`` (of which ``fixed`` per instance), the kept fraction chosen and the time predicted with it.
+    ``time_full`` (of which ``fixed`` per instance), the kept fraction chosen and the time predicted with it
+    (for a join query with a :class:`JoinQualityTable`: the level's fractions kept of each input).
     """
 
     query: str
@@ -329,6 +462,7 @@ class Prediction:
     fixed: float
     kept: float
     time: float
+    kept_sides: tuple[float, float] | None = None   #: a join query's (kept_left, kept_right); kept: its time share
 
 
 def _start_delay(last, period: float) -> float:
@@ -353,8 +487,10 @@ class RTStreamQoS(Policy):
     capacity : float, optional
         Inter-query negotiation (§4.3): the bound on Σ T_i / P_i over the periodic queries (e.g. the
         number of cores they share); None negotiates nothing.
-    quality : mapping query -> QualityTable, optional
-        Input/quality tables; a query without one is linear.
+    quality : mapping query -> QualityTable or JoinQualityTable, optional
+        Input/quality tables; a query without one is linear. A :class:`JoinQualityTable` makes the query's
+        shedding stage a two-input join shed per input (§4.4; docs/rtstream.md, *Joins*); such a query
+        takes no part in the negotiation and ``min_kept`` does not bound its levels.
     step : float
         Quality step of the negotiation.
     """
@@ -373,8 +509,9 @@ class RTStreamQoS(Policy):
             raise ValueError(f"capacity must be a positive utilisation bound or None, got {capacity!r}")
         quality = dict(quality or {})
         for q, table in quality.items():
-            if not isinstance(table, QualityTable):
-                raise TypeError(f"quality[{q!r}] must be a QualityTable, got {type(table).__name__}")
+            if not isinstance(table, (QualityTable, JoinQualityTable)):
+                raise TypeError(f"quality[{q!r}] must be a QualityTable or (a join query's) JoinQualityTable, "
+                                f"got {type(table).__name__}")
         if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 < step <= 1:
             raise ValueError(f"step must be in (0, 1], got {step!r}")
         self.alpha, self.target, self.min_kept, self.capacity = alpha, target, min_kept, capacity
@@ -449,8 +586,9 @@ class RTStreamQoS(Policy):
             pred = self._predict(q, prof)
             if pred is None:
                 if q.name in self._a_priori:   # nothing measured yet: the admission's prediction (§4.4)
-                    d = drop_decision(q, shedding_operator(q), self._a_priori[q.name][0],
-                                       self._a_priori[q.name][1], self.name)
+                    kept, why = self._a_priori[q.name]
+                    d = (join_drop_decision(q, shedding_operator(q), kept, why, self.name) if isinstance(kept, tuple)
+                         else drop_decision(q, shedding_operator(q), kept, why, self.name))
                     if d is not None:
                         params, reasons = changes.setdefault(q.name, ({}, []))
                         params.update(d.changes)
@@ -461,6 +599,13 @@ class RTStreamQoS(Policy):
             # that part of D is gone before it starts
             last = q.instances[-1]
             budget = self.target * q.deadline - _start_delay(last, q.period)
+            if isinstance(self.quality.get(q.name), JoinQualityTable):
+                d = self._join_step(q, rows, time_full, fixed, budget)
+                if d is not None:
+                    params, reasons = changes.setdefault(q.name, ({}, []))
+                    params.update(d.changes)
+                    reasons.insert(0, d.reason)
+                continue
             # §4.4: ε = D/T on the part of T that dropping input reduces
             kept = rtstream.kept_fraction(time_full - fixed, budget - fixed) if budget > fixed else 0.0
             plans[q.name] = (q, rows, time_full, fixed, max(kept, self.min_kept))
@@ -500,6 +645,8 @@ class RTStreamQoS(Policy):
             return Admission(True, "source rates unknown: admitted without a prediction", Decisions((), self.name))
         counts = {n: rates[n] * query.period for n in names}
         full = rtstream.plan_execution_time(query.plan, counts)
+        if isinstance(self.quality.get(query.name), JoinQualityTable):
+            return self._admit_join(query, counts, full)
         kept = rtstream.plan_kept_fraction(query.plan, counts, self.target * query.deadline)
         if kept < self.min_kept:
             at_min = rtstream.plan_execution_time(query.plan, {n: c * self.min_kept for n, c in counts.items()})
@@ -514,6 +661,60 @@ class RTStreamQoS(Policy):
         d = drop_decision(query, op, kept, why, self.name) if op else None
         return Admission(True, f"predicted {full:.3g} s per instance, keeps ε = {kept:.3f}",
                          Decisions([d] if d else [], self.name))
+
+    # -- joins: per-input drop ratios from a JoinQualityTable (§4.4, §5.2.2)
+
+    def _join_share(self, q: QueryInfo, rows: float):
+        """``share(kept_left, kept_right)``: the fraction of the per-row time left when the join keeps these
+        fractions of its inputs: :func:`join_time` over the plan's :func:`join_time` with all input (counts
+        from the sources' rates, else ``rows`` shared evenly); without a plan with a join, time is taken as
+        linear in the rows kept, the inputs equally large.
+        """
+        plan = q.plan
+        if plan is None or not any(isinstance(n, P.Join) for n in P.postorder(plan)):
+            return lambda kl, kr: (kl + kr) / 2
+        names = P.source_names(plan)
+        rates = {n: q.sources[n].input_rate if n in q.sources else math.nan for n in names}
+        if all(math.isfinite(r) and r > 0 for r in rates.values()):
+            counts = {n: rates[n] * q.period for n in names}
+        else:
+            counts = {n: rows / len(names) for n in names}
+        full = join_time(plan, counts, 1.0, 1.0)
+        return (lambda kl, kr: join_time(plan, counts, kl, kr) / full) if full > 0 else (lambda kl, kr: 1.0)
+
+    def _join_step(self, q: QueryInfo, rows: float, time_full: float, fixed: float, budget: float):
+        """§4.4 for a join query: the highest level of its :class:`JoinQualityTable` whose predicted time
+        ``fixed + share·(T − fixed)`` fits ``budget``; recorded as a :class:`Prediction`, returned as a
+        decision (None when the control table holds it already).
+        """
+        table = self.quality[q.name]
+        share = self._join_share(q, rows)
+        quality, kl, kr = table.best_level(lambda a, b: fixed + share(a, b) * (time_full - fixed), budget)
+        predicted = fixed + share(kl, kr) * (time_full - fixed)
+        self.predictions.append(Prediction(q.name, q.instances[-1].batch, rows, time_full, fixed, share(kl, kr),
+                                           predicted, (kl, kr)))
+        reason = (f"predicted {time_full:.3g} s for {rows:.0f} rows (fixed {fixed:.3g} s) against "
+                  f"{budget:.3g} s left: quality level {quality:g}, keep ε_L = {kl:g}, ε_R = {kr:g} "
+                  f"({predicted:.3g} s)")
+        return join_drop_decision(q, shedding_operator(q), (kl, kr), reason, self.name)
+
+    def _admit_join(self, query: QueryInfo, counts: Mapping[str, float], full: float) -> Admission:
+        """Admission of a join query with a :class:`JoinQualityTable`: its plan at the table's levels."""
+        table = self.quality[query.name]
+        budget = self.target * query.deadline
+        quality, kl, kr = table.best_level(lambda a, b: join_time(query.plan, counts, a, b), budget)
+        at_level = join_time(query.plan, counts, kl, kr)
+        if at_level > budget:
+            return Admission(False, f"cannot meet its deadline: at the lowest level of its JoinQualityTable "
+                                    f"(quality {quality:g}, ε_L = {kl:g}, ε_R = {kr:g}) the predicted time is "
+                                    f"{at_level:.3g} s > {self.target:g}·D = {budget:.3g} s (all input: "
+                                    f"{full:.3g} s)", Decisions((), self.name))
+        why = f"a priori: predicted {full:.3g} s per instance from the plan, quality level {quality:g}"
+        self._a_priori[query.name] = ((kl, kr), why)
+        op = shedding_operator(query)
+        d = join_drop_decision(query, op, (kl, kr), why, self.name) if op else None
+        return Admission(True, f"predicted {full:.3g} s per instance, quality level {quality:g} keeps "
+                               f"ε_L = {kl:g}, ε_R = {kr:g} ({at_level:.3g} s)", Decisions([d] if d else [], self.name))
 
     def remove(self, query: str) -> Decisions:
         """Forget the query's profile."""

@@ -23,6 +23,11 @@ plan_id        non-empty str                   the physical plan to run (plan ch
 params         dict str -> JSON value          free-form operator parameters; ``None`` deletes
 =============  ==============================  ==================================================
 
+Two ``params`` keys have a fixed meaning: ``drop_left`` and ``drop_right`` (floats in [0, 1)) are a
+two-input join's per-input drop ratios (RTStream §4.4: the ratio between the inputs' drops follows the
+query's input/quality table). Each overrides ``drop_ratio`` for its input; :func:`side_drop_ratios` reads
+them. An entry without them sheds both inputs by ``drop_ratio``, as before they existed.
+
 Durations are integer microseconds (Spark's timestamp resolution); strings such as ``"30 seconds"``,
 ``datetime.timedelta`` and ``numpy.timedelta64`` are accepted and converted (:mod:`pyspark_cq._duration`).
 
@@ -49,13 +54,17 @@ import numpy as np
 
 from .._duration import LONG_MAX, LONG_MIN, parse_duration
 
-__all__ = ["PARAMETERS", "TRANSITION_PARAMETERS", "OPERATOR_PARAMETERS", "validate_changes",
-           "validate_operator_id", "duration_value", "unread_parameters", "check_reads"]
+__all__ = ["PARAMETERS", "TRANSITION_PARAMETERS", "OPERATOR_PARAMETERS", "SIDE_DROP_PARAMS", "validate_changes",
+           "validate_operator_id", "duration_value", "unread_parameters", "check_reads", "drop_ratio_value",
+           "side_drop_ratios"]
 
 #: Parameters with PIPES transition semantics (§4.2): a change applies to elements from an instant on.
 TRANSITION_PARAMETERS = ("window", "lower", "upper", "granularity")
 #: Every parameter a control-table entry holds.
 PARAMETERS = TRANSITION_PARAMETERS + ("drop_ratio", "plan_id", "params")
+
+#: The ``params`` keys of a two-input join's per-input drop ratios (left, right).
+SIDE_DROP_PARAMS = ("drop_left", "drop_right")
 
 _OPERATOR_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_\-:/]*$")
 
@@ -108,12 +117,7 @@ def _one(param: str, value, where: str):
     if param == "granularity":
         return duration_value(value, name, allow_negative=False, allow_zero=False)
     if param == "drop_ratio":
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-            raise TypeError(f"{name} must be a real number in [0, 1), got {value!r}")
-        value = float(value)
-        if not 0.0 <= value < 1.0:
-            raise ValueError(f"{name} must be in [0, 1), got {value}")
-        return value
+        return drop_ratio_value(value, name)
     if param == "plan_id":
         if not isinstance(value, str) or not value:
             raise TypeError(f"{name} must be a non-empty str, got {value!r}")
@@ -126,7 +130,41 @@ def _one(param: str, value, where: str):
         if not isinstance(key, str) or not key:
             raise TypeError(f"{name} keys must be non-empty str, got {key!r}")
         out[key] = _json_value(item, f"{name}[{key!r}]")
+        if key in SIDE_DROP_PARAMS and item is not None:
+            out[key] = drop_ratio_value(item, f"{name}[{key!r}]")
     return out
+
+
+def drop_ratio_value(value, name: str) -> float:
+    """A drop ratio checked: a real number in [0, 1) (``name`` names it in errors), as float."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number in [0, 1), got {value!r}")
+    value = float(value)
+    if not 0.0 <= value < 1.0:
+        raise ValueError(f"{name} must be in [0, 1), got {value}")
+    return value
+
+
+def side_drop_ratios(params: Mapping, default: tuple[float, float]) -> tuple[float, float]:
+    """A two-input join's (left, right) drop ratios from an entry's parameters.
+
+    ``params["drop_left"]`` / ``params["drop_right"]`` (in the entry's ``params``) override ``drop_ratio``
+    for their input; ``drop_ratio`` overrides ``default`` (the operator's argument) for both.
+
+    Examples
+    --------
+    >>> side_drop_ratios({"drop_ratio": 0.2, "params": {"drop_right": 0.5}}, (0.0, 0.0))
+    (0.2, 0.5)
+    >>> side_drop_ratios({"window": 10}, (0.1, 0.3))
+    (0.1, 0.3)
+    """
+    both = params.get("drop_ratio")
+    ratios = list(default) if both is None else [drop_ratio_value(both, "drop_ratio")] * 2
+    extra = params.get("params") or {}
+    for i, key in enumerate(SIDE_DROP_PARAMS):
+        if extra.get(key) is not None:
+            ratios[i] = drop_ratio_value(extra[key], f"params[{key!r}]")
+    return ratios[0], ratios[1]
 
 
 def validate_changes(changes: Mapping, *, where: str = "") -> dict:
@@ -184,12 +222,18 @@ _NEUTRAL = {"drop_ratio": 0.0}
 
 _WHY_UNREAD = {
     "plan_id": "it has a single physical plan",
+    "params['drop_left']": "per-input drop ratios are read by interval_join and window_join only",
+    "params['drop_right']": "per-input drop ratios are read by interval_join and window_join only",
 }
+
+#: The operators that read :data:`SIDE_DROP_PARAMS`.
+_TWO_INPUT_JOINS = ("interval_join", "window_join")
 
 
 def unread_parameters(operator_kind: str, params: Mapping) -> list[str]:
     """The parameters set in ``params`` that an operator of ``operator_kind`` does not read, in
-    :data:`PARAMETERS` order (``drop_ratio = 0`` drops nothing, so it counts as unset).
+    :data:`PARAMETERS` order (``drop_ratio = 0`` drops nothing, so it counts as unset), then
+    ``params['drop_left']`` / ``params['drop_right']`` (nonzero) on an operator other than a two-input join.
 
     Parameters
     ----------
@@ -204,8 +248,12 @@ def unread_parameters(operator_kind: str, params: Mapping) -> list[str]:
         raise TypeError(f"params must be a mapping of parameter -> value, got {params!r}")
     reads = OPERATOR_PARAMETERS[operator_kind]
     # a parameter at its neutral value changes nothing, so an operator that does not read it may ignore it
-    return [p for p in PARAMETERS
-            if p in params and p not in reads and not (p in _NEUTRAL and params[p] == _NEUTRAL[p])]
+    unread = [p for p in PARAMETERS
+              if p in params and p not in reads and not (p in _NEUTRAL and params[p] == _NEUTRAL[p])]
+    if operator_kind not in _TWO_INPUT_JOINS:   # per-input drop ratios: only a two-input join sheds per input
+        extra = params.get("params") or {}
+        unread += [f"params[{k!r}]" for k in SIDE_DROP_PARAMS if extra.get(k) not in (None, 0, 0.0)]
+    return unread
 
 
 def check_reads(operator_kind: str, operator: str, params: Mapping, *, when: str = "") -> None:

@@ -6,6 +6,7 @@ receive the picklable subset of it (:class:`pyspark_cq.operators._join_worker.Jo
 """
 from __future__ import annotations
 
+import numbers
 import warnings
 from dataclasses import dataclass, field
 
@@ -13,7 +14,8 @@ import numpy as np
 from pyspark.sql import types as T
 
 from .. import _validate
-from ..control import ControlHandle, operator_handle, validate_changes
+from ..control import ControlHandle, operator_handle
+from ..control.schema import drop_ratio_value
 from ._shards import JOIN, resolve_shards
 
 #: Accepted spellings of ``how`` and the join type each means.
@@ -83,7 +85,7 @@ class JoinSpec:
     name: str
     window: tuple[int, int] | None
     control: ControlHandle | None = None
-    drop_ratio: float = 0.0
+    drop_ratio: tuple[float, float] = (0.0, 0.0)   # (left, right)
     seed: int = 0
     lower: int = 0
     upper: int = 0
@@ -214,9 +216,26 @@ def _check_inputs(left, right, on, left_time, right_time, left_on=None, right_on
     return left_keys, right_keys
 
 
-def _check_control(control, name, drop_ratio, seed, default_name) -> tuple[str, float, int]:
-    """The metrics name, drop ratio and seed, checked (``control``: a bound ControlHandle or None)."""
-    drop_ratio = validate_changes({"drop_ratio": drop_ratio})["drop_ratio"]
+def _drop_ratios(drop_ratio) -> tuple[float, float]:
+    """``drop_ratio`` (one float for both inputs or a (left, right) pair) as a checked (left, right) pair."""
+    if isinstance(drop_ratio, (tuple, list)):
+        if len(drop_ratio) != 2:
+            raise ValueError(f"drop_ratio must be a real number in [0, 1) or a (left, right) pair of them, got "
+                             f"{drop_ratio!r}")
+        return (drop_ratio_value(drop_ratio[0], "drop_ratio[0] (left)"),
+                drop_ratio_value(drop_ratio[1], "drop_ratio[1] (right)"))
+    if isinstance(drop_ratio, (bool, np.bool_)) or not isinstance(drop_ratio, numbers.Real):
+        raise TypeError(f"drop_ratio must be a real number in [0, 1) or a (left, right) pair of them, got "
+                        f"{drop_ratio!r}")
+    value = drop_ratio_value(drop_ratio, "drop_ratio")
+    return value, value
+
+
+def _check_control(control, name, drop_ratio, seed, default_name) -> tuple[str, tuple[float, float], int]:
+    """The metrics name, (left, right) drop ratios and seed, checked (``control``: a bound ControlHandle
+    or None).
+    """
+    drop_ratio = _drop_ratios(drop_ratio)
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int, got {seed!r}")
     if name is None:

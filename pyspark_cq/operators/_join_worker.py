@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from .._native import load
 from ..control import ControlHandle
+from ..control.schema import side_drop_ratios
 from . import _metrics, _state_bytes
 from ._join_codec import ColumnCodec, codecs_for, encode_keys
 from ._shards import JOIN, check_shard_count, default_rule, with_shard_count
@@ -38,7 +39,8 @@ MICROS = "__cq_tus"      # the same instant as epoch microseconds, for the kerne
 WINDOW = "__cq_w"        # window join under a control table: the row's own window (µs)
 EMITTED = "__cq_e"       # left semi join: the left row has been output (at its first match)
 KEPT = "__cq_kept"       # kept_column: the fraction of its micro-batch's input the row's shedding kept
-METRICS = _metrics.METRICS + (SHED,)
+SHED_SIDES = (SHED + "_left", SHED + "_right")   # shed_rows per input
+METRICS = _metrics.METRICS + (SHED,) + SHED_SIDES
 _I64_MAX = np.iinfo(np.int64).max
 # The key and input columns a join state was written with, in the schema metadata of its first payload
 # table (PayloadSide.check_columns): JSON {"left_on": [...], "right_on": [...], "left": [...], ...}.
@@ -60,7 +62,7 @@ class JoinConfig:
     upper: int
     window: tuple[int, int] | None
     control: ControlHandle | None = None
-    drop_ratio: float = 0.0
+    drop_ratio: tuple[float, float] = (0.0, 0.0)   # (left, right), the argument
     seed: int = 0
     out_arrow: pa.Schema | None = None  # the output's Arrow schema (packed streaming output)
     shards: int | None = None         # layout "shard": the shard count, recorded in and checked against the state
@@ -276,6 +278,11 @@ class PayloadSide:
         return cls(schema, _state_bytes.table_from_bytes(blob))
 
 
+def _shed_counters(shed) -> dict:
+    """The report's shedding counters from the rows shed per input: ``shed_rows`` and per input."""
+    return {SHED: int(shed[0] + shed[1]), SHED_SIDES[0]: int(shed[0]), SHED_SIDES[1]: int(shed[1])}
+
+
 class JoinWorker:
     """The per-group function: kernel + payload tables, driven as Spark's join drives its state.
 
@@ -410,40 +417,44 @@ class JoinWorker:
         ``copies`` (bucket layout) are the probe copies per side from earlier and from later buckets,
         ``(earlier, later)``: the earlier ones probe the old state, the later ones after this group's
         own rows are stored (the order that gives each pair once, :mod:`._join_bucket`).
-        Returns (output tables, evicted rows, malformed rows, shed rows).
+        Returns (output tables, evicted rows, malformed rows, [shed left rows, shed right rows]). Each input
+        is shed by its own ratio (the entry's ``params["drop_left"]`` / ``["drop_right"]``, else its
+        ``drop_ratio``, else the argument: :func:`~pyspark_cq.control.schema.side_drop_ratios`).
         """
         config = self.config
         pairs = [None, None]
-        malformed = shed = 0
-        ratio = config.drop_ratio if entry is None else float(entry.get("drop_ratio", config.drop_ratio))
+        malformed, shed = 0, [0, 0]
+        ratios = config.drop_ratio if entry is None else side_drop_ratios(entry.params, config.drop_ratio)
         if copies is not None:
-            pairs += self._probe_copies(kernel, sides, copies[0], wm_ms, entry, ratio)
+            pairs += self._probe_copies(kernel, sides, copies[0], wm_ms, entry, ratios)
         for side in (LEFT, RIGHT):  # Spark's order: left input first, then right input
             pdf = inputs[side]
             if pdf is None or len(pdf) == 0:
                 continue
-            table, micros, null_time, bad, dropped = self._side_input(pdf, side, wm_ms is not None, ratio)
-            malformed, shed = malformed + bad, shed + dropped
+            table, micros, null_time, bad, dropped = self._side_input(pdf, side, wm_ms is not None, ratios[side])
+            malformed, shed[side] = malformed + bad, dropped
             if len(micros):
-                pairs[side] = self._insert_probe(kernel, sides, side, table, micros, null_time, wm_ms, entry, ratio)
+                pairs[side] = self._insert_probe(kernel, sides, side, table, micros, null_time, wm_ms, entry,
+                                                 ratios[side])
         if copies is not None:
-            pairs += self._probe_copies(kernel, sides, copies[1], wm_ms, entry, ratio)
+            pairs += self._probe_copies(kernel, sides, copies[1], wm_ms, entry, ratios)
         evicted = self._evict(kernel, wm_ms)
         return self._emit(sides, pairs, evicted), sum(len(e[0]) for e in evicted), malformed, shed
 
-    def _probe_copies(self, kernel, sides, frames, wm_ms, entry, ratio: float) -> list:
-        """Probe (never store) with the bucket layout's copies of each side; their shed decision is the
-        stored row's (same hash), and neither it nor a null time is counted again (only the own row is).
+    def _probe_copies(self, kernel, sides, frames, wm_ms, entry, ratios) -> list:
+        """Probe (never store) with the bucket layout's copies of each side (``ratios``: the drop ratio per
+        side); their shed decision is the stored row's (same hash), and neither it nor a null time is
+        counted again (only the own row is).
         """
         pairs = []
         for side in (LEFT, RIGHT):
             pdf = frames[side]
             if pdf is None or len(pdf) == 0 or kernel.rows(1 - side) == 0:
                 continue
-            table, micros, null_time, _, _ = self._side_input(pdf, side, True, ratio)
+            table, micros, null_time, _, _ = self._side_input(pdf, side, True, ratios[side])
             if len(micros):
-                pairs.append(self._insert_probe(kernel, sides, side, table, micros, null_time, wm_ms, entry, ratio,
-                                                store=False))
+                pairs.append(self._insert_probe(kernel, sides, side, table, micros, null_time, wm_ms, entry,
+                                                ratios[side], store=False))
         return pairs
 
     @staticmethod
@@ -527,16 +538,19 @@ class JoinWorker:
         return table.cast(self.config.out_arrow)
 
 
-    def _metrics_row(self, shed_rows=0, **counters) -> pd.DataFrame:
+    def _metrics_row(self, **counters) -> pd.DataFrame:
+        own = {m: counters.pop(m, 0) for m in (SHED,) + SHED_SIDES}
         row = _metrics.metrics_row(self.config.out_columns, **counters)
-        row[_metrics.PREFIX + SHED] = [int(shed_rows)]
+        for m, v in own.items():
+            row[_metrics.PREFIX + m] = [int(v)]
         return row
 
     @staticmethod
     def _data(part: pd.DataFrame) -> pd.DataFrame:
         out = _metrics.data_rows(part)
-        out[_metrics.PREFIX + SHED] = pd.arrays.IntegerArray(np.zeros(len(out), dtype=np.int64),
-                                                            np.ones(len(out), dtype=bool))
+        for m in (SHED,) + SHED_SIDES:
+            out[_metrics.PREFIX + m] = pd.arrays.IntegerArray(np.zeros(len(out), dtype=np.int64),
+                                                              np.ones(len(out), dtype=bool))
         return out
 
     # -- state
@@ -623,7 +637,7 @@ class JoinWorker:
         yield _metrics.packed_row(out, self.config.out_arrow, METRICS, input_rows=n_in,
                                  output_rows=0 if out is None else out.num_rows,
                                  state_rows=kernel.rows(LEFT) + kernel.rows(RIGHT), state_bytes=state_bytes,
-                                 evicted_rows=n_evicted, malformed_rows=malformed, shed_rows=shed)
+                                 evicted_rows=n_evicted, malformed_rows=malformed, **_shed_counters(shed))
 
     # -- batch: one call per shard with both sides; everything expires at the end
 
@@ -631,7 +645,7 @@ class JoinWorker:
         kernel, sides = self._new()
         parts, _, _, shed = self._process(kernel, sides, [left_pdf, right_pdf], None, self._entry())
         n_out = sum(p.num_rows for p in parts)
-        row = self._metrics_row(input_rows=len(left_pdf) + len(right_pdf), output_rows=n_out, shed_rows=shed)
+        row = self._metrics_row(input_rows=len(left_pdf) + len(right_pdf), output_rows=n_out, **_shed_counters(shed))
         if not parts:
             return row
         data = self._data(_metrics.to_pandas(pa.concat_tables(parts) if len(parts) > 1 else parts[0]))

@@ -27,8 +27,9 @@ Semantics are those of Spark's built-in stream-stream join with the condition
 With a control table (``control=``, :mod:`pyspark_cq.control`) the bounds (or the window) may
 change while the query runs. Following PIPES §4.2 a change applies to elements whose timestamp is at
 or after its application time; every stored row keeps the band of its own timestamp and a pair is
-decided by the band of the earlier element (§2.4.1). Load shedding (``drop_ratio``, PIPES §5.3) drops
-input rows by a deterministic hash before they are inserted or probed and counts them as ``shed_rows``.
+decided by the band of the earlier element (§2.4.1). Load shedding (``drop_ratio``, PIPES §5.3; one ratio
+or one per input, RTStream §4.4) drops input rows by a deterministic hash before they are inserted or
+probed and counts them as ``shed_rows``.
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ from ._join_worker import (
     RIGHT,
     SHARD,
     SHED,
+    SHED_SIDES,
     SIDE,
     TIME,
     JoinConfig,
@@ -114,29 +116,34 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
     name : str, optional
         Name under which the per-batch counters are observed (``pyspark_cq.read_metrics``):
         input_rows, output_rows, state_rows, state_bytes, evicted_rows, late_rows, malformed_rows,
-        shed_rows. Default: the control handle's operator id, else ``"cq_interval_join"``. Read them
-        with ``cq.read_metrics``: ``late_rows`` is only complete there (Spark drops late rows before the
-        operator's function, so ``progress.observedMetrics[name]["late_rows"]`` is always 0;
-        ``read_metrics`` adds the rows counted under ``<name>__input`` that never reached it).
+        shed_rows, shed_rows_left, shed_rows_right. Default: the control handle's operator id, else
+        ``"cq_interval_join"``. Read them with ``cq.read_metrics``: ``late_rows`` is only complete there
+        (Spark drops late rows before the operator's function, so
+        ``progress.observedMetrics[name]["late_rows"]`` is always 0; ``read_metrics`` adds the rows counted
+        under ``<name>__input`` that never reached it).
     control : pyspark_cq.control.ControlHandle, optional
         The operator's control-table entry (``ctx.control(op_id)``, ``ControlTable(path).handle(op_id)``
         or ``ControlHandle(path, op_id)``), read at every micro-batch. Its ``lower`` / ``upper``
         schedules override the arguments per element (PIPES §4.2: a change applies to rows whose
         timestamp is at or after its application time); a pair is decided by the bounds in force at the
-        earlier row's timestamp. Its ``drop_ratio`` overrides the argument.
-    drop_ratio : float
-        Load shedding (PIPES §5.3): the probability in [0, 1) with which each input row of either side
-        is dropped before it is inserted or probed; counted as ``shed_rows``.
+        earlier row's timestamp. Its ``drop_ratio`` overrides the argument for both inputs, and its
+        ``params["drop_left"]`` / ``params["drop_right"]`` override that for one input (RTStream §4.4:
+        per-input ratios from the query's input/quality table; docs/rtstream.md, *Joins*).
+    drop_ratio : float or (float, float)
+        Load shedding (PIPES §5.3): the probability in [0, 1) with which each input row is dropped before
+        it is inserted or probed, one for both inputs or a ``(left, right)`` pair; counted as
+        ``shed_rows`` (``shed_rows_left`` / ``shed_rows_right`` per input).
     seed : int
         Seed of the shedding decisions, which hash (seed, side, time, key, payload) so that a restart
         from a checkpoint drops the same rows.
     kept_column : str, optional
         Adds a double column of that name: the fraction of the input that load shedding kept for the row
         (Wei et al., RTStream §4.4: each result says what fraction of its input it reflects). Every input
-        row is kept with probability ``ε = 1 − drop_ratio`` of its micro-batch, so a pair gets the
-        product of its two rows' ε (both had to be kept), an unmatched row of an outer join and a semi
-        or anti join's left row their own; 1.0 without shedding. A downstream estimate of a count divides
-        by it. Recorded in the state: a checkpoint keeps it (restoring with another raises ValueError).
+        row is kept with probability ``ε = 1 − drop_ratio`` of its input and micro-batch, so a pair gets
+        the product ``ε_left·ε_right`` of its two rows' ε (both had to be kept), an unmatched row of an
+        outer join and a semi or anti join's left row their own; 1.0 without shedding. A downstream
+        estimate of a count divides by it. Recorded in the state: a checkpoint keeps it (restoring with
+        another raises ValueError).
     bucket : None, "auto" or duration, optional
         Streaming inner joins: keep the state per (key shard, time bucket of width ``bucket``) instead of
         per key shard, so that a micro-batch moves only the buckets near its rows between the JVM and
@@ -311,7 +318,8 @@ def _execute(spec: JoinSpec):
 
 
 def _metrics_schema(out_schema: T.StructType) -> T.StructType:
-    """The shared report columns plus the join's own ``shed_rows``."""
+    """The shared report columns plus the join's own ``shed_rows`` (in all and per input)."""
     schema = _metrics.metrics_schema(out_schema)
-    return T.StructType(list(schema.fields) + [T.StructField(_metrics.PREFIX + SHED, T.LongType(), True)])
+    return T.StructType(list(schema.fields) + [T.StructField(_metrics.PREFIX + m, T.LongType(), True)
+                                               for m in (SHED,) + SHED_SIDES])
 

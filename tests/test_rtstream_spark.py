@@ -145,6 +145,10 @@ JOIN_BASE = 1_700_000_000                  # seconds; file i holds times in [JOI
 # the right input tolerates dropping less than the left one: at quality 0.6 drop 60 % of the left, 20 % of
 # the right input
 JOIN_TABLE = JoinQualityTable([(0.3, 0.2, 0.5), (0.6, 0.4, 0.8), (1, 1, 1)])
+# seconds per matched pair: a large instance's 3000 pairs take 7.5 s, ≥ 3.75 s on two cores however the
+# join's two output partitions split them, far above D = 2.5 s (at 1 ms a pair, 1.5 s per core: best effort
+# met its deadlines on a quiet machine)
+SECONDS_PER_PAIR = 2.5e-3
 
 
 def _costly_pairs(per_pair):
@@ -187,13 +191,13 @@ def _run_join(spark, tmp_path, tag, policies):
                        .parquet(str(src / s)).withWatermark("ts", "5 seconds") for s in ("l", "r"))
         pairs = cq.interval_join(left, right, "k", "ts", "ts", "0 seconds", "0 seconds", how="full",
                                  suffixes=("_l", "_r"), control=handle, seed=11)
-        kept = cq.select_chain(pairs, {"model": _costly_pairs(SECONDS_PER_ROW)})
+        kept = cq.select_chain(pairs, {"model": _costly_pairs(SECONDS_PER_PAIR)})
         return (kept.writeStream.format("parquet").option("path", out)
                 .option("checkpointLocation", str(tmp_path / f"ck_{tag}")))
 
-    # a pair of inputs costs SECONDS_PER_ROW: time ∝ n_L·ε_L · n_R·ε_R / n (Figure 5)
+    # a pair of inputs costs SECONDS_PER_PAIR: time ∝ n_L·ε_L · n_R·ε_R / n (Figure 5)
     plan = P.Select(P.Join(P.Source("L"), P.Source("R"), selectivity=1 / LARGE, cost=0.0), 1.0,
-                    cost=SECONDS_PER_ROW)
+                    cost=SECONDS_PER_PAIR)
     name = f"join_periodic_{tag}"
     rt.register(name, build, plan=plan, period=PERIOD, deadline=DEADLINE)
     with rt:   # the data instances, the sentinel's, and the no-data batch that evicts behind it
@@ -232,7 +236,7 @@ def test_join_query_sheds_each_input_by_its_quality_table(spark, tmp_path):
     pairs = sorted((k, lv, rv) for k, lv, rv in rows if lv is not None and rv is not None and k >= 0)
     assert pairs == [(k, k, k) for k in sorted(kept[0] & kept[1])]
     assert len(kept[0]) < len(kept[1]) < n      # the left input dropped more, as the table says
-    # deadlines: best effort misses every large instance (3 s of pairs > D); shedding misses fewer
+    # deadlines: best effort misses every large instance (≥ 3.75 s of pairs > D); shedding misses fewer
     assert sum(i.missed for i in best[2:len(JOIN_SIZES)]) == len(JOIN_SIZES) - 2
     assert sum(i.missed for i in got[2:len(JOIN_SIZES)]) < len(JOIN_SIZES) - 2, \
         [(i.batch, round(i.lateness, 2), i.kept) for i in got]

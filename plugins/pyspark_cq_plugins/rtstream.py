@@ -49,6 +49,7 @@ from pyspark_cq.control.schema import SIDE_DROP_PARAMS, side_drop_ratios
 from pyspark_cq.cost import rtstream
 from pyspark_cq.estimators import ExponentialSmoothing
 from pyspark_cq.policies import (
+    DROP_TOLERANCE,
     Admission,
     Decision,
     Decisions,
@@ -56,6 +57,7 @@ from pyspark_cq.policies import (
     QueryInfo,
     Snapshot,
     drop_decision,
+    drop_for,
     shedding_operator,
 )
 
@@ -260,9 +262,9 @@ def join_drop_decision(query: QueryInfo, op: str, kept: tuple[float, float], rea
     ``params["drop_right"]`` to ``1 − kept`` (as :func:`~pyspark_cq.policies.drop_decision`: 3 decimals,
     at most 0.999), None if the control table holds both already (within 0.005).
     """
-    drops = [round(min(max(1.0 - k, 0.0), 0.999), 3) for k in kept]
+    drops = [drop_for(k) for k in kept]
     current = side_drop_ratios(query.control.get(op, {}), (0.0, 0.0))
-    if all(abs(d - c) < 0.005 for d, c in zip(drops, current)):
+    if all(abs(d - c) < DROP_TOLERANCE for d, c in zip(drops, current)):
         return None
     return Decision(op, {"params": dict(zip(SIDE_DROP_PARAMS, drops))}, reason, query=query.name)
 
@@ -576,6 +578,12 @@ class RTStreamQoS(Policy):
         """
         self._check(snapshot)
         plans, changes = {}, {}    # changes: query -> (params, reasons) of its shedding stage
+
+        def merge(name: str, d: Decision | None) -> None:   # a drop decision into the stage's changes
+            if d is not None:
+                params, reasons = changes.setdefault(name, ({}, []))
+                params.update(d.changes)
+                reasons.insert(0, d.reason)
         for q in snapshot.queries.values():
             if q.period is None or shedding_operator(q) is None:
                 continue
@@ -587,12 +595,8 @@ class RTStreamQoS(Policy):
             if pred is None:
                 if q.name in self._a_priori:   # nothing measured yet: the admission's prediction (§4.4)
                     kept, why = self._a_priori[q.name]
-                    d = (join_drop_decision(q, shedding_operator(q), kept, why, self.name) if isinstance(kept, tuple)
-                         else drop_decision(q, shedding_operator(q), kept, why, self.name))
-                    if d is not None:
-                        params, reasons = changes.setdefault(q.name, ({}, []))
-                        params.update(d.changes)
-                        reasons.insert(0, d.reason)
+                    merge(q.name, join_drop_decision(q, shedding_operator(q), kept, why, self.name)
+                          if isinstance(kept, tuple) else drop_decision(q, shedding_operator(q), kept, why, self.name))
                 continue
             rows, time_full, fixed = pred
             # the next instance starts late by what the last one overran its period (its release stays):
@@ -600,11 +604,7 @@ class RTStreamQoS(Policy):
             last = q.instances[-1]
             budget = self.target * q.deadline - _start_delay(last, q.period)
             if isinstance(self.quality.get(q.name), JoinQualityTable):
-                d = self._join_step(q, rows, time_full, fixed, budget)
-                if d is not None:
-                    params, reasons = changes.setdefault(q.name, ({}, []))
-                    params.update(d.changes)
-                    reasons.insert(0, d.reason)
+                merge(q.name, self._join_step(q, rows, time_full, fixed, budget))
                 continue
             # §4.4: ε = D/T on the part of T that dropping input reduces
             kept = rtstream.kept_fraction(time_full - fixed, budget - fixed) if budget > fixed else 0.0
@@ -623,11 +623,7 @@ class RTStreamQoS(Policy):
             reason = (f"predicted {time_full:.3g} s for {rows:.0f} rows (fixed {fixed:.3g} s) against "
                       f"{self.target:g}·D = {self.target * q.deadline:.3g} s less {late:.3g} s start delay: "
                       f"keep ε = {kept:.3f}")
-            d = drop_decision(q, shedding_operator(q), kept, reason, self.name)
-            if d is not None:
-                params, reasons = changes.setdefault(n, ({}, []))
-                params.update(d.changes)
-                reasons.insert(0, reason)
+            merge(n, drop_decision(q, shedding_operator(q), kept, reason, self.name))
         # one decision per shedding stage: its drop ratio and its sampler plan
         return Decisions([Decision(shedding_operator(snapshot.queries[n]), params, "; ".join(reasons), query=n)
                           for n, (params, reasons) in changes.items()], self.name)

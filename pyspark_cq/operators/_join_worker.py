@@ -40,7 +40,8 @@ WINDOW = "__cq_w"        # window join under a control table: the row's own wind
 EMITTED = "__cq_e"       # left semi join: the left row has been output (at its first match)
 KEPT = "__cq_kept"       # kept_column: the fraction of its micro-batch's input the row's shedding kept
 SHED_SIDES = (SHED + "_left", SHED + "_right")   # shed_rows per input
-METRICS = _metrics.METRICS + (SHED,) + SHED_SIDES
+SHED_METRICS = (SHED,) + SHED_SIDES               # the join's own report columns, after the shared ones
+METRICS = _metrics.METRICS + SHED_METRICS
 _I64_MAX = np.iinfo(np.int64).max
 # The key and input columns a join state was written with, in the schema metadata of its first payload
 # table (PayloadSide.check_columns): JSON {"left_on": [...], "right_on": [...], "left": [...], ...}.
@@ -539,7 +540,7 @@ class JoinWorker:
 
 
     def _metrics_row(self, **counters) -> pd.DataFrame:
-        own = {m: counters.pop(m, 0) for m in (SHED,) + SHED_SIDES}
+        own = {m: counters.pop(m, 0) for m in SHED_METRICS}
         row = _metrics.metrics_row(self.config.out_columns, **counters)
         for m, v in own.items():
             row[_metrics.PREFIX + m] = [int(v)]
@@ -548,7 +549,7 @@ class JoinWorker:
     @staticmethod
     def _data(part: pd.DataFrame) -> pd.DataFrame:
         out = _metrics.data_rows(part)
-        for m in (SHED,) + SHED_SIDES:
+        for m in SHED_METRICS:
             out[_metrics.PREFIX + m] = pd.arrays.IntegerArray(np.zeros(len(out), dtype=np.int64),
                                                               np.ones(len(out), dtype=bool))
         return out

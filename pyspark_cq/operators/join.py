@@ -50,8 +50,7 @@ from ._join_worker import (
     MICROS,
     RIGHT,
     SHARD,
-    SHED,
-    SHED_SIDES,
+    SHED_METRICS,
     SIDE,
     TIME,
     JoinConfig,
@@ -321,5 +320,5 @@ def _metrics_schema(out_schema: T.StructType) -> T.StructType:
     """The shared report columns plus the join's own ``shed_rows`` (in all and per input)."""
     schema = _metrics.metrics_schema(out_schema)
     return T.StructType(list(schema.fields) + [T.StructField(_metrics.PREFIX + m, T.LongType(), True)
-                                               for m in (SHED,) + SHED_SIDES])
+                                               for m in SHED_METRICS])
 

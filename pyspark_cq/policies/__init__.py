@@ -8,8 +8,8 @@ name                          what
 `Admission`                   accept (with decisions) or reject (with a reason), PIPES §4.1.1
 `QoSRange`                    a QoS range ``[min, max]`` of a window or granularity, PIPES §4.3
 `Snapshot`, `QueryInfo`, …    the statistics a policy sees
-`shedding_operator`,          a query's shedding stage and a decision setting its drop ratio
-`drop_decision`
+`shedding_operator`,          a query's shedding stage, a decision setting its drop ratio, and the
+`drop_decision`, `drop_for`   ratio written for a kept fraction
 `available`, `load`,          the plugin registry (entry-point group ``pyspark_cq.policies``)
 `create`, `problems`
 `checks.check_policy`         the check suite every registered policy passes
@@ -21,12 +21,14 @@ from .base import Policy
 from .decisions import PARAMETERS, TRANSITION_PARAMETERS, Admission, Decision, Decisions, QoSRange, parse_size
 from .registry import GROUP, PolicyLoadError, PolicyPluginWarning, available, create, load, problems, refresh
 from .snapshot import (
+    DROP_TOLERANCE,
     Instance,
     OperatorStats,
     QueryInfo,
     Snapshot,
     SourceStats,
     drop_decision,
+    drop_for,
     label,
     parse_label,
     periodic_spec,
@@ -36,6 +38,6 @@ from .snapshot import (
 __all__ = [
     "Policy", "Decision", "Decisions", "Admission", "QoSRange", "PARAMETERS", "TRANSITION_PARAMETERS",
     "Snapshot", "QueryInfo", "SourceStats", "OperatorStats", "Instance", "periodic_spec", "label",
-    "parse_label", "parse_size", "shedding_operator", "drop_decision",
+    "parse_label", "parse_size", "shedding_operator", "drop_decision", "drop_for", "DROP_TOLERANCE",
     "GROUP", "PolicyLoadError", "PolicyPluginWarning", "available", "create", "load", "problems", "refresh",
 ]

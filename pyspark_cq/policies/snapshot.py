@@ -20,7 +20,7 @@ from ..control.schema import PARAMETERS, validate_operator_id
 from .decisions import QoSRange, duration_value
 
 __all__ = ["OperatorStats", "SourceStats", "Instance", "QueryInfo", "Snapshot", "parse_label", "label",
-           "periodic_spec", "shedding_operator", "drop_decision"]
+           "periodic_spec", "shedding_operator", "drop_decision", "drop_for", "DROP_TOLERANCE"]
 
 NAN = math.nan
 
@@ -167,11 +167,20 @@ def drop_decision(query: QueryInfo, op: str, kept: float, reason: str, policy: s
     """A decision setting ``op``'s drop ratio to ``1 − kept`` (3 decimals, at most 0.999), None if the
     control table holds it already (within 0.005).
     """
-    drop = round(min(max(1.0 - kept, 0.0), 0.999), 3)
+    drop = drop_for(kept)
     current = float(query.control.get(op, {}).get("drop_ratio", 0.0))
-    if abs(drop - current) < 0.005:
+    if abs(drop - current) < DROP_TOLERANCE:
         return None
     return Decision(op, {"drop_ratio": drop}, reason, query=query.name)
+
+
+#: A drop ratio within this of the control table's is not written again (no decision for noise).
+DROP_TOLERANCE = 0.005
+
+
+def drop_for(kept: float) -> float:
+    """The drop ratio a policy writes to keep the fraction ``kept``: ``1 − kept`` in [0, 0.999], 3 decimals."""
+    return round(min(max(1.0 - kept, 0.0), 0.999), 3)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ with a fresh JVM** (a first batch is only first once), on a tiny file stream (``
   warm Python workers, ``warm_workers``), ``cq-cold`` (the same without the warm workers) or ``plain``
   (``SparkSession.builder.master("local[2]")`` with 2 shuffle partitions, as a newcomer writes it);
 - ``query``: ``join`` (interval join ±30 s) or ``agg`` (10 s windows sliding by 1 s, count / sum / max
-  per key), ours or Spark's (``join`` / ``groupBy(window(...))``).
+  per key), ours or Spark's (``join`` / ``groupBy(window(...))``), or for the join ``floor``: its shape with
+  no work (``floor_shapes.join_shape``: the tagged union grouped by shard into a trivial
+  ``applyInPandasWithState``), what any join of this design pays before doing anything (issue 14).
 
 Printed per case: the session's start, the query's wall time (start to termination), its first
 batch's ``triggerExecution``, and the import time of our worker modules on top of pandas / pyarrow /
@@ -34,6 +36,7 @@ import tempfile
 import time
 
 SESSIONS = ("cq", "cq-cold", "plain")
+ENGINES = {"join": ("ours", "spark", "floor"), "agg": ("ours", "spark")}
 
 
 def _write(root, files, rows):
@@ -80,7 +83,12 @@ def _one(session, query, engine, root):
         return (spark.readStream.schema("k long, ts timestamp, v long").option("maxFilesPerTrigger", 1)
                 .parquet(os.path.join(root, side)).withWatermark("ts", "5 seconds"))
 
-    if query == "join" and engine == "ours":
+    if query == "join" and engine == "floor":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from floor_shapes import join_shape
+
+        df = join_shape(src("l"), src("r"))
+    elif query == "join" and engine == "ours":
         df = cq.interval_join(src("l"), src("r"), "k", "ts", "ts", "-30 seconds", "30 seconds")
     elif query == "join":
         left, right = src("l").alias("l"), src("r").alias("r")
@@ -126,7 +134,7 @@ def main(argv=None):
         return
     root = tempfile.mkdtemp(prefix="cq_first_data_")
     _write(root, args.files, args.rows)
-    results = {f"{s},{q},{e}": [] for s in args.sessions for q in ("join", "agg") for e in ("ours", "spark")}
+    results = {f"{s},{q},{e}": [] for s in args.sessions for q in ("join", "agg") for e in ENGINES[q]}
     for _ in range(args.repeats):
         for case in results:   # alternate the cases, so that load drifts hit all of them
             out = subprocess.run([sys.executable, __file__, "--case", case, "--root", root], capture_output=True,
@@ -148,7 +156,11 @@ def main(argv=None):
         for q in ("join", "agg"):
             o, sp = med[f"{s},{q},ours"], med[f"{s},{q},spark"]
             print(f"ours / Spark, {s} session, {q}: wall {o['wall_s'] / sp['wall_s']:.2f}x, "
-                  f"first batch {o['first_batch_s'] / sp['first_batch_s']:.2f}x")
+                  f"first batch {o['first_batch_s'] / sp['first_batch_s']:.2f}x "
+                  f"({o['first_batch_s'] - sp['first_batch_s']:+.1f} s)")
+        fl, sp = med[f"{s},join,floor"], med[f"{s},join,spark"]
+        print(f"join's shape with no work - Spark, {s} session: first batch "
+              f"{fl['first_batch_s'] - sp['first_batch_s']:+.1f} s")
     imports = _imports()
     print(f"our worker modules' import on top of pandas/pyarrow/PySpark: {imports:.3f} s")
     if args.json:

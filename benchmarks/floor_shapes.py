@@ -52,6 +52,19 @@ def carrying_state(grouped, per_shard):
     return grouped.applyInPandasWithState(fn, "rows long, read long", st, "append", GroupStateTimeout.EventTimeTimeout)
 
 
+def join_shape(left, right, per_shard=(0,)):
+    """``pyspark_cq.interval_join``'s shape with no work (±30 s on ``k``, ``ts``): its tagged union grouped
+    by shard into :func:`carrying_state` with ``per_shard[b]`` bytes of state per shard in batch b.
+    """
+    from pyspark_cq.operators import _metrics
+    from pyspark_cq.operators import join as J
+    from pyspark_cq.operators._join_spec import JoinSpec
+
+    spec = JoinSpec.build(left, right, "k", "ts", "ts", "inner", ("_l", "_r"), None, None, "floor", None)
+    union = _metrics.observe_input(J._tagged(spec, J.LEFT, True).union(J._tagged(spec, J.RIGHT, True)), "floor")
+    return carrying_state(union.groupBy(*J._group_cols(spec)), [int(b) // spec.shards for b in per_shard])
+
+
 def _state(key, pdfs, state, timeout=False):
     n = sum(len(p) for p in pdfs)
     state.update((n,))

@@ -61,20 +61,12 @@ def _run(spark, df, checkpoint, report=None) -> dict:
 
 
 def join_floor(spark, left, right, checkpoint, sizes=None) -> dict:
-    """The join's shape with no work (see the module docstring): the union and grouping of
-    ``pyspark_cq.interval_join`` (±30 s on ``k``, ``ts``), a trivial function, a state of ``sizes[b]`` /
-    shards random bytes per shard in batch b (a few bytes without ``sizes``).
+    """The join's shape with no work (see the module docstring): :func:`floor_shapes.join_shape` with a
+    state of ``sizes[b]`` / shards random bytes per shard in batch b (a few bytes without ``sizes``).
     """
-    from floor_shapes import carrying_state
+    from floor_shapes import join_shape
 
-    from pyspark_cq.operators import _metrics
-    from pyspark_cq.operators import join as J
-    from pyspark_cq.operators._join_spec import JoinSpec
-
-    spec = JoinSpec.build(left, right, "k", "ts", "ts", "inner", ("_l", "_r"), None, None, "floor", None)
-    union = _metrics.observe_input(J._tagged(spec, J.LEFT, True).union(J._tagged(spec, J.RIGHT, True)), "floor")
-    out = carrying_state(union.groupBy(*J._group_cols(spec)), [int(b) // spec.shards for b in (sizes or [0])])
-    return _run(spark, out, checkpoint)
+    return _run(spark, join_shape(left, right, sizes or [0]), checkpoint)
 
 
 def aggregation(spark, tmp, rows, files):

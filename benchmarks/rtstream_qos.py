@@ -22,7 +22,8 @@ model as in benchmarks/select_chain_vs_filter.py).
    steady state (from the ``WARMUP``-th instance on: a decision made after instance k reaches instance k + 2
    when instance k + 1 was triggered at once after an overrun); and for
    the prediction-based policies the relative error of their predicted instance times (equation (1) over the
-   learned profile, scaled to the rows the instance really processed).
+   learned profile, scaled to the rows the instance really processed; each instance against the prediction
+   in force for it, ``pyspark_cq_plugins.rtstream.matched_predictions``).
 
 Usage::
 
@@ -142,18 +143,13 @@ def fit_capacity(spark, root, period, deadline, queries, files=1, verbose=False)
     return fixed, per_row, guess
 
 
-def prediction_errors(policy, instances):
-    """Relative error of each prediction against the next instance, scaled to the rows it processed."""
-    errors = []
-    by_batch = {i.batch: i for i in instances}
-    for p in policy.predictions:
-        nxt = by_batch.get(p.after_batch + 1)
-        if nxt is None or p.rows <= 0:
-            continue
-        processed = nxt.input_rows * nxt.kept
-        predicted = p.fixed + (p.time_full - p.fixed) * processed / p.rows
-        errors.append(abs(predicted - nxt.duration) / nxt.duration)
-    return errors
+def prediction_errors(policy, query, instances):
+    """Relative error of each of the query's instances against the prediction behind it, rescaled to the rows
+    it processed (the policy's own matching and rescale: ``matched_predictions``, ``predicted_for``)."""
+    from pyspark_cq_plugins.rtstream import matched_predictions, predicted_for
+
+    return [abs(predicted_for(p, i) - i.duration) / i.duration
+            for p, i in matched_predictions(policy.predictions, query, instances) if p.rows > 0]
 
 
 def main(argv=None):
@@ -217,7 +213,7 @@ def main(argv=None):
             steady_quality = statistics.fmean(0.0 if i.missed else i.kept for i in steady)
             err = ""
             if hasattr(policies[0], "predictions"):
-                e = [x for q in got.values() for x in prediction_errors(policies[0], q)]
+                e = [x for n, q in got.items() for x in prediction_errors(policies[0], n, q)]
                 if e:
                     err = f"{statistics.median(e):15.3f}  {np.percentile(e, 90):12.3f}"
             if args.verbose:

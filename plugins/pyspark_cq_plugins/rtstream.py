@@ -37,6 +37,7 @@ input already). The sampler-plan variants of §5.2.3 are separate policies that 
 """
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,7 +63,8 @@ from pyspark_cq.policies import (
 )
 
 __all__ = ["RTStreamQoS", "QualityTable", "JoinQualityTable", "join_sides", "join_time", "Negotiation", "negotiate",
-           "Profile", "shedding_operator", "Prediction", "join_drop_decision"]
+           "Profile", "shedding_operator", "Prediction", "join_drop_decision", "matched_predictions",
+           "predicted_for", "MAX_ERROR_SCALE", "KEPT_MATCH"]
 
 
 # -- input/quality tables and the Figure 7 negotiation ------------------------------------------------
@@ -452,9 +454,12 @@ class Profile:
 
 @dataclass(frozen=True)
 class Prediction:
-    """One prediction: made after ``after_batch``, for an instance over ``rows`` rows, all-input time
-    ``time_full`` (of which ``fixed`` per instance), the kept fraction chosen and the time predicted with it
-    (for a join query with a :class:`JoinQualityTable`: the level's fractions kept of each input).
+    """One prediction: made after ``after_batch``, for an instance over ``rows`` rows, the profile's all-input
+    time ``time_full`` (of which ``fixed`` per instance), the kept fraction chosen and the time planned with it
+    (``scale``·(fixed + kept·(time_full − fixed)); for a join query with a :class:`JoinQualityTable`, ``kept``
+    is the level's share of the per-row time and ``kept_sides`` its fractions kept of each input). ``scale``
+    is the error scale the decision used (:meth:`RTStreamQoS.error_scale`); ``time_full`` and ``fixed`` are
+    the profile's own, unscaled, so that the error measured against them is the profile's.
     """
 
     query: str
@@ -465,6 +470,66 @@ class Prediction:
     kept: float
     time: float
     kept_sides: tuple[float, float] | None = None   #: a join query's (kept_left, kept_right); kept: its time share
+    scale: float = 1.0
+
+
+#: The largest error scale (:meth:`RTStreamQoS.error_scale`): a profile off by more than twice is better
+#: relearned (the profile's own smoothing does that) than answered by keeping half of what it predicts.
+MAX_ERROR_SCALE = 2.0
+
+#: An instance's measured kept fraction within this of a prediction's ran with that prediction's ε
+#: (:func:`matched_predictions`): the written drop ratio has 3 decimals, is not rewritten within
+#: :data:`~pyspark_cq.policies.DROP_TOLERANCE`, and the hash sample keeps its fraction only on average.
+KEPT_MATCH = 0.02
+
+
+def _time_at(time_full: float, fixed: float, share: float) -> float:
+    """An instance's time when it keeps ``share`` of the per-row part of ``time_full`` (fixed stays)."""
+    return fixed + share * (time_full - fixed)
+
+
+def predicted_for(pred: Prediction, inst) -> float:
+    """The prediction's time rescaled to what instance ``inst`` really ran: its input rows, and its measured
+    kept fraction (a join query: the level's time share, as an instance reports its rows kept over both
+    inputs only); the profile's time, without the error scale. NaN when the prediction was for no rows.
+    """
+    if pred.rows <= 0:
+        return math.nan
+    kept = inst.kept if pred.kept_sides is None else pred.kept
+    return _time_at(pred.time_full, pred.fixed, kept * inst.input_rows / pred.rows)
+
+
+def _applied(pred: Prediction) -> float:
+    """The fraction of the input rows the prediction's decision keeps (a join: its inputs taken as equal)."""
+    return pred.kept if pred.kept_sides is None else sum(pred.kept_sides) / 2
+
+
+def matched_predictions(predictions: Sequence[Prediction], query: str, instances: Sequence) -> list:
+    """The prediction behind each of the query's ``instances``, as ``(prediction, instance)`` pairs.
+
+    The decision made after instance k reaches instance k + 1 when Spark triggers k + 1 at its release, but
+    only k + 2 when k overran its period (k + 1 was triggered at once when k ended, before the decision was
+    written). So an instance is matched with the latest prediction made before it, unless its kept fraction
+    differs from that prediction's by more than :data:`KEPT_MATCH` and agrees with the one before (then that
+    one was in force). When neither agrees (noise in a small instance's hash sample, a join's unequal
+    inputs) the latest is taken: :func:`predicted_for` rescales it to the instance anyway. Instances without
+    rows or duration and instances before the first prediction are left out.
+    """
+    mine = [p for p in predictions if p.query == query]
+    keys = [p.after_batch for p in mine]     # non-decreasing: a prediction is made after the latest instance
+    pairs = []
+    for inst in instances:
+        i = bisect.bisect_left(keys, inst.batch)
+        if inst.input_rows <= 0 or inst.duration <= 0 or i == 0:
+            continue
+        latest = mine[i - 1]
+        j = bisect.bisect_left(keys, latest.after_batch)
+        before = mine[j - 1] if j > 0 else None
+        if (abs(_applied(latest) - inst.kept) > KEPT_MATCH and before is not None
+                and abs(_applied(before) - inst.kept) <= KEPT_MATCH):
+            latest = before
+        pairs.append((latest, inst))
+    return pairs
 
 
 def _start_delay(last, period: float) -> float:
@@ -495,12 +560,33 @@ class RTStreamQoS(Policy):
         takes no part in the negotiation and ``min_kept`` does not bound its levels.
     step : float
         Quality step of the negotiation.
+    raise_step : float or None
+        The most ε may rise, in (0, 1], above the ε last written for the query (what its control table holds:
+        the last decision, or the admission's a-priori one); ε falls at once. For a join query, no level
+        whose time share rises by more than ``raise_step`` above the written one's, except the next level
+        above it (a table's levels may lie further apart than the step). None: no limit (the paper's §4.4).
+    adaptive : bool
+        Scale every prediction by the error scale measured on the query's past instances
+        (:meth:`error_scale`); False uses the profile's prediction as it is (the paper's §4.1, §4.4).
+
+    Notes
+    -----
+    ``raise_step`` and ``adaptive`` are this package's extension, not the paper's: its §4.1.3 smooths the
+    profile exponentially and §4.4 sheds to ε = D/T at once, both ways. Measured on Spark
+    (docs/rtstream.md, *Headroom*), at 100–150 % load the policy raised ε from ~0.8 to 1 in one step after
+    the first instances, its prediction at the larger input ran short, and the instance missed. The step
+    limits a rise to what the profile has seen nearly; the error scale turns how far the past predictions ran
+    short into headroom: the exponentially smoothed (constant ``alpha``) max(measured / predicted, 1) over
+    the instances (:func:`matched_predictions`, :func:`predicted_for`), bounded to [1,
+    :data:`MAX_ERROR_SCALE`], multiplies the fixed and the per-row prediction, so that the effective target
+    is ``target / scale``.
     """
 
     name = "rtstream"
 
     def __init__(self, alpha: float = 0.5, target: float = 0.8, min_kept: float = 0.05,
-                 capacity: float | None = None, quality: Mapping | None = None, step: float = 0.01):
+                 capacity: float | None = None, quality: Mapping | None = None, step: float = 0.01,
+                 raise_step: float | None = 0.2, adaptive: bool = True):
         for value, what, lo in ((alpha, "alpha", 0.0), (target, "target", 0.0), (min_kept, "min_kept", 0.0)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo < value <= 1:
                 raise ValueError(f"{what} must be in (0, 1], got {value!r}")
@@ -516,15 +602,22 @@ class RTStreamQoS(Policy):
                                 f"got {type(table).__name__}")
         if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 < step <= 1:
             raise ValueError(f"step must be in (0, 1], got {step!r}")
+        if raise_step is not None and (isinstance(raise_step, bool) or not isinstance(raise_step, (int, float))
+                                       or not 0 < raise_step <= 1):
+            raise ValueError(f"raise_step must be in (0, 1] or None, got {raise_step!r}")
+        if not isinstance(adaptive, bool):
+            raise TypeError(f"adaptive must be True or False, got {adaptive!r}")
+        self.raise_step, self.adaptive = raise_step, adaptive
         self.alpha, self.target, self.min_kept, self.capacity = alpha, target, min_kept, capacity
         self.quality, self.step = quality, step
         self._profiles: dict[str, Profile] = {}
         self._a_priori: dict[str, tuple[float, str]] = {}    # query -> (kept, reason) from admission
         self.predictions: list[Prediction] = []
+        self._overrun: dict[str, tuple[ExponentialSmoothing, int]] = {}   # query -> (max(ratio, 1), last batch)
 
     @classmethod
     def _unit_test_params(cls) -> list[dict]:
-        return [{}, {"capacity": 1.0, "alpha": 0.3}]
+        return [{}, {"capacity": 1.0, "alpha": 0.3}, {"raise_step": None, "adaptive": False}]
 
     def sampler(self, query: QueryInfo, profile: Profile):
         """The ``sample_ratio`` of the query's sampler plan (§4.2): None runs none and profiles from the
@@ -539,6 +632,33 @@ class RTStreamQoS(Policy):
     def profile(self, query: str) -> Profile | None:
         """The profile learned for ``query`` (None before its first instance)."""
         return self._profiles.get(query)
+
+    def error_scale(self, query: str) -> float:
+        """How much longer than predicted the query's instances ran: the smoothed max(measured / predicted,
+        1) bounded to [1, :data:`MAX_ERROR_SCALE`]; 1 before any instance was matched with a prediction.
+        """
+        smoothed = self._overrun.get(query, (None, -1))[0]
+        return 1.0 if smoothed is None or smoothed.n == 0 else min(max(smoothed.value, 1.0), MAX_ERROR_SCALE)
+
+    def _observe_errors(self, q: QueryInfo) -> float:
+        """Fold the query's instances not seen yet into its error scale (each against the prediction behind
+        it, rescaled to what it ran) and return the scale (1 when not ``adaptive``).
+        """
+        if not self.adaptive:
+            return 1.0
+        smoothed, seen = self._overrun.setdefault(q.name, (ExponentialSmoothing(self.alpha), -1))
+        new = [i for i in q.instances if i.batch > seen]
+        for pred, inst in matched_predictions(self.predictions, q.name, new):
+            predicted = predicted_for(pred, inst)
+            if predicted > 0:
+                smoothed.update(max(inst.duration / predicted, 1.0))
+        if new:
+            self._overrun[q.name] = (smoothed, new[-1].batch)
+        return self.error_scale(q.name)
+
+    def _scale_note(self, scale: float) -> str:
+        """The error scale as the reasons show it (nothing when not ``adaptive``)."""
+        return f", × {scale:.2f} error scale" if self.adaptive else ""
 
     def _learn(self, q: QueryInfo) -> Profile:
         prof = self._profiles.setdefault(q.name, Profile(self.alpha))
@@ -588,6 +708,7 @@ class RTStreamQoS(Policy):
             if q.period is None or shedding_operator(q) is None:
                 continue
             prof = self._learn(q)
+            scale = self._observe_errors(q)
             want = self.sampler(q, prof)
             if want is not None and want != self._sample_ratio(q):
                 changes[q.name] = ({"params": {"sample_ratio": want}}, [f"sampler plan: sample_ratio {want}"])
@@ -604,26 +725,35 @@ class RTStreamQoS(Policy):
             last = q.instances[-1]
             budget = self.target * q.deadline - _start_delay(last, q.period)
             if isinstance(self.quality.get(q.name), JoinQualityTable):
-                merge(q.name, self._join_step(q, rows, time_full, fixed, budget))
+                merge(q.name, self._join_step(q, rows, time_full, fixed, budget, scale))
                 continue
-            # §4.4: ε = D/T on the part of T that dropping input reduces
-            kept = rtstream.kept_fraction(time_full - fixed, budget - fixed) if budget > fixed else 0.0
-            plans[q.name] = (q, rows, time_full, fixed, max(kept, self.min_kept))
+            # §4.4: ε = D/T on the part of T that dropping input reduces (both parts scaled by the error)
+            kept = (rtstream.kept_fraction(scale * (time_full - fixed), budget - scale * fixed)
+                    if budget > scale * fixed else 0.0)
+            plans[q.name] = (q, rows, time_full, fixed, max(kept, self.min_kept), scale)
         if self.capacity is not None and len(plans) > 1:
-            est = {n: p[2] / p[0].period for n, p in plans.items()}
-            fix = {n: p[3] / p[0].period for n, p in plans.items()}
+            est = {n: p[5] * p[2] / p[0].period for n, p in plans.items()}
+            fix = {n: p[5] * p[3] / p[0].period for n, p in plans.items()}
             tables = {n: self.quality.get(n, QualityTable.linear()) for n in plans}
             deal = negotiate(est, tables, self.capacity, fixed=fix, step=self.step)
             for n, p in plans.items():
-                plans[n] = p[:4] + (max(min(p[4], deal.kept[n]), self.min_kept),)
-        for n, (q, rows, time_full, fixed, kept) in plans.items():
-            predicted = fixed + kept * (time_full - fixed)
-            self.predictions.append(Prediction(n, q.instances[-1].batch, rows, time_full, fixed, kept, predicted))
+                plans[n] = p[:4] + (max(min(p[4], deal.kept[n]), self.min_kept), p[5])
+        for n, (q, rows, time_full, fixed, want, scale) in plans.items():
+            op = shedding_operator(q)
+            kept, capped = want, ""
+            if self.raise_step is not None:
+                last = 1.0 - float(q.control.get(op, {}).get("drop_ratio", 0.0))
+                if want > last + self.raise_step:
+                    kept = max(last + self.raise_step, self.min_kept)
+                    capped = f" (ε = {want:.3f} before the step cap: at most {self.raise_step:g} above {last:.3f})"
+            predicted = scale * _time_at(time_full, fixed, kept)
+            self.predictions.append(Prediction(n, q.instances[-1].batch, rows, time_full, fixed, kept, predicted,
+                                               scale=scale))
             late = _start_delay(q.instances[-1], q.period)
-            reason = (f"predicted {time_full:.3g} s for {rows:.0f} rows (fixed {fixed:.3g} s) against "
-                      f"{self.target:g}·D = {self.target * q.deadline:.3g} s less {late:.3g} s start delay: "
-                      f"keep ε = {kept:.3f}")
-            merge(n, drop_decision(q, shedding_operator(q), kept, reason, self.name))
+            reason = (f"predicted {time_full:.3g} s for {rows:.0f} rows (fixed {fixed:.3g} s){self._scale_note(scale)} "
+                      f"against {self.target:g}·D = {self.target * q.deadline:.3g} s less {late:.3g} s start "
+                      f"delay: keep ε = {kept:.3f}{capped}")
+            merge(n, drop_decision(q, op, kept, reason, self.name))
         # one decision per shedding stage: its drop ratio and its sampler plan
         return Decisions([Decision(shedding_operator(snapshot.queries[n]), params, "; ".join(reasons), query=n)
                           for n, (params, reasons) in changes.items()], self.name)
@@ -678,21 +808,41 @@ class RTStreamQoS(Policy):
         full = join_time(plan, counts, 1.0, 1.0)
         return (lambda kl, kr: join_time(plan, counts, kl, kr) / full) if full > 0 else (lambda kl, kr: 1.0)
 
-    def _join_step(self, q: QueryInfo, rows: float, time_full: float, fixed: float, budget: float):
+    def _join_step(self, q: QueryInfo, rows: float, time_full: float, fixed: float, budget: float,
+                   scale: float = 1.0):
         """§4.4 for a join query: the highest level of its :class:`JoinQualityTable` whose predicted time
-        ``fixed + share·(T − fixed)`` fits ``budget``; recorded as a :class:`Prediction`, returned as a
-        decision (None when the control table holds it already).
+        ``scale·(fixed + share·(T − fixed))`` fits ``budget``, among the levels ``raise_step`` allows;
+        recorded as a :class:`Prediction`, returned as a decision (None when the control table holds it
+        already).
         """
         table = self.quality[q.name]
         share = self._join_share(q, rows)
-        quality, kl, kr = table.best_level(lambda a, b: fixed + share(a, b) * (time_full - fixed), budget)
-        predicted = fixed + share(kl, kr) * (time_full - fixed)
+        op = shedding_operator(q)
+
+        def time_at(kl, kr):
+            return scale * _time_at(time_full, fixed, share(kl, kr))
+        level = table.best_level(time_at, budget)
+        capped = ""
+        if self.raise_step is not None:
+            last = share(*(1.0 - d for d in side_drop_ratios(q.control.get(op, {}), (0.0, 0.0))))
+            # a level at most raise_step above the written share, or the next level above it: a table whose
+            # levels lie further apart than the step would otherwise never return to full quality
+            above = [share(kl, kr) for _, kl, kr in table.levels if share(kl, kr) > last + 1e-9]
+            cap = max(last + self.raise_step, above[0] if above else 1.0)
+            allowed = table.best_level(lambda kl, kr: time_at(kl, kr) if share(kl, kr) <= cap + 1e-9 else math.inf,
+                                       budget)
+            if allowed != level:
+                capped = (f" (level {level[0]:g} before the step cap: time share at most {cap:.3f}, "
+                          f"{last:.3f} written)")
+            level = allowed
+        quality, kl, kr = level
+        predicted = time_at(kl, kr)
         self.predictions.append(Prediction(q.name, q.instances[-1].batch, rows, time_full, fixed, share(kl, kr),
-                                           predicted, (kl, kr)))
-        reason = (f"predicted {time_full:.3g} s for {rows:.0f} rows (fixed {fixed:.3g} s) against "
-                  f"{budget:.3g} s left: quality level {quality:g}, keep ε_L = {kl:g}, ε_R = {kr:g} "
-                  f"({predicted:.3g} s)")
-        return join_drop_decision(q, shedding_operator(q), (kl, kr), reason, self.name)
+                                           predicted, (kl, kr), scale))
+        reason = (f"predicted {time_full:.3g} s for {rows:.0f} rows (fixed {fixed:.3g} s){self._scale_note(scale)} "
+                  f"against {budget:.3g} s left: quality level {quality:g}, keep ε_L = {kl:g}, ε_R = {kr:g} "
+                  f"({predicted:.3g} s){capped}")
+        return join_drop_decision(q, op, (kl, kr), reason, self.name)
 
     def _admit_join(self, query: QueryInfo, counts: Mapping[str, float], full: float) -> Admission:
         """Admission of a join query with a :class:`JoinQualityTable`: its plan at the table's levels."""
@@ -717,4 +867,5 @@ class RTStreamQoS(Policy):
         super().remove(query)
         self._profiles.pop(query, None)
         self._a_priori.pop(query, None)
+        self._overrun.pop(query, None)
         return Decisions((), self.name)

@@ -203,7 +203,7 @@ def main(argv=None):
             cost = (fixed + per_row * rows) / rows if args.a_priori else None
             policies = [create(STRATEGIES[sname])]
             tag = f"{sname}_{int(load * 100)}{'_' + mode if mode else ''}"
-            got, _ = run(spark, root, tag, policies, [[rows] * args.instances] * args.queries,
+            got, rt = run(spark, root, tag, policies, [[rows] * args.instances] * args.queries,
                          args.period, deadlines, cost, args.align, args.files, modes[mode])
             inst = [i for q in got.values() for i in q[1:]]
             steady = [i for q in got.values() for i in q[WARMUP:]]
@@ -219,6 +219,11 @@ def main(argv=None):
             if args.verbose:
                 for q in got.values():
                     print("#   " + " ".join(f"{i.batch}:{i.kept:.2f}/{i.lateness:+.2f}" for i in q))
+                first = next(iter(got))   # why the first query's drop ratio changed, round by round
+                for rec in rt.decisions_log():
+                    for d in rec.get("decisions") or []:
+                        if d.get("query") == first and rec.get("applied"):
+                            print(f"#     round {rec['round']}: {d.get('reason', '')[:220]}")
             per_query = " ".join(f"{sum(i.missed for i in q[WARMUP:]) / max(len(q[WARMUP:]), 1):.2f}"
                                  for q in got.values())
             print(f"{load:4.0%}  {sname:<16}  {mode or '-':<6}  {len(inst):9d}  {misses / len(inst):10.3f}  "

@@ -170,6 +170,9 @@ def main(argv=None):
                     help="one relative deadline per query (default: --deadline for all); capacity is fitted at "
                          "--deadline")
     ap.add_argument("--files", type=int, default=1, help="files (tasks) per instance")
+    ap.add_argument("--target", type=float, default=None,
+                    help="RTStreamQoS's target (share of D its prediction aims at) for the prediction-based "
+                         "strategies; default: the policy's own")
     ap.add_argument("--edf", action="store_true",
                     help="a session with pyspark-cq's scheduler pools; every (load, strategy) runs twice: all "
                          "queries in one fair pool (shared) and the tightest deadline first (edf)")
@@ -182,6 +185,8 @@ def main(argv=None):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plugins"))
     import pyspark_cq
     from pyspark_cq.policies import create
+    from pyspark_cq.policies import load as load_policy
+    from pyspark_cq_plugins.rtstream import RTStreamQoS
 
     spark = pyspark_cq.spark("local[2]", "rtstream-bench", shuffle_partitions=2, edf=args.edf,
                              conf={"spark.sql.adaptive.enabled": "false", "spark.driver.memory": "2g"})
@@ -201,7 +206,9 @@ def main(argv=None):
         for load, sname, mode in ((ld, sn, m) for ld in args.loads for sn in args.strategies for m in modes):
             rows = int(load * capacity)
             cost = (fixed + per_row * rows) / rows if args.a_priori else None
-            policies = [create(STRATEGIES[sname])]
+            opts = ({"target": args.target} if args.target is not None
+                    and issubclass(load_policy(STRATEGIES[sname]), RTStreamQoS) else {})
+            policies = [create(STRATEGIES[sname], **opts)]
             tag = f"{sname}_{int(load * 100)}{'_' + mode if mode else ''}"
             got, rt = run(spark, root, tag, policies, [[rows] * args.instances] * args.queries,
                          args.period, deadlines, cost, args.align, args.files, modes[mode])

@@ -183,16 +183,22 @@ def packed_row(table: pa.Table | None, schema: pa.Schema, metrics=METRICS, **cou
                 writer.write_table(table)
             blob = sink.getvalue().to_pybytes()
         row[PACKED] = _cell(blob)
-    for m in metrics:
-        row[_col(m)] = pd.array([int(counters.get(m, 0))], dtype="Int64")
-    return pd.DataFrame(row)
+    for m in metrics:   # a mask per column: the frame's columns must not share (and co-modify) one
+        row[_col(m)] = pd.arrays.IntegerArray(np.array([int(counters.get(m, 0))], dtype=np.int64),
+                                              np.zeros(1, dtype=bool))
+    # Arrays and an explicit index, not Series or pd.array(..., dtype="Int64"): the same frame (object cells,
+    # Int64 counters) in a third of the time (~1 ms less per group and micro-batch, issue 14).
+    return pd.DataFrame(row, index=_ONE_ROW, copy=False)
 
 
-def _cell(value) -> pd.Series:
+_ONE_ROW = pd.RangeIndex(1)
+
+
+def _cell(value) -> np.ndarray:
     """A one-row object column holding ``value`` as is (pandas would unwrap a one-element array)."""
     cell = np.empty(1, dtype=object)
     cell[0] = value
-    return pd.Series(cell, dtype=object)
+    return cell
 
 
 class _Unpack:

@@ -183,10 +183,11 @@ def main(argv=None):
         args.loads, args.instances = [0.6, 1.5], 5
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plugins"))
+    from pyspark_cq_plugins.rtstream import RTStreamQoS
+
     import pyspark_cq
     from pyspark_cq.policies import create
     from pyspark_cq.policies import load as load_policy
-    from pyspark_cq_plugins.rtstream import RTStreamQoS
 
     spark = pyspark_cq.spark("local[2]", "rtstream-bench", shuffle_partitions=2, edf=args.edf,
                              conf={"spark.sql.adaptive.enabled": "false", "spark.driver.memory": "2g"})

@@ -60,6 +60,7 @@ from pyspark_cq.policies import (
     drop_decision,
     drop_for,
     shedding_operator,
+    written_drop_ratio,
 )
 
 __all__ = ["RTStreamQoS", "QualityTable", "JoinQualityTable", "join_sides", "join_time", "Negotiation", "negotiate",
@@ -258,6 +259,11 @@ def join_time(plan: P.Node, counts: Mapping[str, float], kept_left: float, kept_
     return rtstream.plan_execution_time(plan, {n: c * scale.get(n, 1.0) for n, c in counts.items()})
 
 
+def _written_sides(query: QueryInfo, op: str) -> tuple[float, float]:
+    """The (left, right) drop ratios the control table holds for the join ``op`` of ``query`` (0 if none)."""
+    return side_drop_ratios(query.control.get(op, {}), (0.0, 0.0))
+
+
 def join_drop_decision(query: QueryInfo, op: str, kept: tuple[float, float], reason: str,
                        policy: str) -> Decision | None:
     """A decision setting the join ``op``'s per-input drop ratios ``params["drop_left"]`` /
@@ -265,8 +271,7 @@ def join_drop_decision(query: QueryInfo, op: str, kept: tuple[float, float], rea
     at most 0.999), None if the control table holds both already (within 0.005).
     """
     drops = [drop_for(k) for k in kept]
-    current = side_drop_ratios(query.control.get(op, {}), (0.0, 0.0))
-    if all(abs(d - c) < DROP_TOLERANCE for d, c in zip(drops, current)):
+    if all(abs(d - c) < DROP_TOLERANCE for d, c in zip(drops, _written_sides(query, op))):
         return None
     return Decision(op, {"params": dict(zip(SIDE_DROP_PARAMS, drops))}, reason, query=query.name)
 
@@ -742,7 +747,7 @@ class RTStreamQoS(Policy):
             op = shedding_operator(q)
             kept, capped = want, ""
             if self.raise_step is not None:
-                last = 1.0 - float(q.control.get(op, {}).get("drop_ratio", 0.0))
+                last = 1.0 - written_drop_ratio(q, op)
                 if want > last + self.raise_step:
                     kept = max(last + self.raise_step, self.min_kept)
                     capped = f" (ε = {want:.3f} before the step cap: at most {self.raise_step:g} above {last:.3f})"
@@ -824,7 +829,7 @@ class RTStreamQoS(Policy):
         level = table.best_level(time_at, budget)
         capped = ""
         if self.raise_step is not None:
-            last = share(*(1.0 - d for d in side_drop_ratios(q.control.get(op, {}), (0.0, 0.0))))
+            last = share(*(1.0 - d for d in _written_sides(q, op)))
             # a level at most raise_step above the written share, or the next level above it: a table whose
             # levels lie further apart than the step would otherwise never return to full quality
             above = [share(kl, kr) for _, kl, kr in table.levels if share(kl, kr) > last + 1e-9]

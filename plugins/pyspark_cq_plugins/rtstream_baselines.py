@@ -12,7 +12,7 @@ Both act on the query's shedding operator (:func:`pyspark_cq.policies.shedding_o
 """
 from __future__ import annotations
 
-from pyspark_cq.policies import Decisions, Policy, Snapshot, drop_decision, shedding_operator
+from pyspark_cq.policies import Decisions, Policy, Snapshot, drop_decision, shedding_operator, written_drop_ratio
 
 __all__ = ["BestEffort", "FeedbackControl"]
 
@@ -65,7 +65,7 @@ class FeedbackControl(Policy):
                 continue
             last = q.instances[-1]
             self._seen[q.name] = last.batch
-            drop = float(q.control[op].get("drop_ratio", 0.0))
+            drop = written_drop_ratio(q, op)
             drop = min(max(drop + self.gain * last.lateness / q.deadline, 0.0), self.max_drop)
             d = drop_decision(q, op, 1.0 - drop, f"feedback: instance {last.batch} lateness "
                                                   f"{last.lateness:+.3g} s", self.name)

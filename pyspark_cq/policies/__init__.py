@@ -9,7 +9,8 @@ name                          what
 `QoSRange`                    a QoS range ``[min, max]`` of a window or granularity, PIPES §4.3
 `Snapshot`, `QueryInfo`, …    the statistics a policy sees
 `shedding_operator`,          a query's shedding stage, a decision setting its drop ratio, and the
-`drop_decision`, `drop_for`   ratio written for a kept fraction
+`drop_decision`, `drop_for`,  ratio written for a kept fraction, and the ratio the control table holds
+`written_drop_ratio`
 `available`, `load`,          the plugin registry (entry-point group ``pyspark_cq.policies``)
 `create`, `problems`
 `checks.check_policy`         the check suite every registered policy passes
@@ -33,11 +34,13 @@ from .snapshot import (
     parse_label,
     periodic_spec,
     shedding_operator,
+    written_drop_ratio,
 )
 
 __all__ = [
     "Policy", "Decision", "Decisions", "Admission", "QoSRange", "PARAMETERS", "TRANSITION_PARAMETERS",
     "Snapshot", "QueryInfo", "SourceStats", "OperatorStats", "Instance", "periodic_spec", "label",
     "parse_label", "parse_size", "shedding_operator", "drop_decision", "drop_for", "DROP_TOLERANCE",
+    "written_drop_ratio",
     "GROUP", "PolicyLoadError", "PolicyPluginWarning", "available", "create", "load", "problems", "refresh",
 ]

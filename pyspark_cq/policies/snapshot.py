@@ -168,10 +168,14 @@ def drop_decision(query: QueryInfo, op: str, kept: float, reason: str, policy: s
     control table holds it already (within 0.005).
     """
     drop = drop_for(kept)
-    current = float(query.control.get(op, {}).get("drop_ratio", 0.0))
-    if abs(drop - current) < DROP_TOLERANCE:
+    if abs(drop - written_drop_ratio(query, op)) < DROP_TOLERANCE:
         return None
     return Decision(op, {"drop_ratio": drop}, reason, query=query.name)
+
+
+def written_drop_ratio(query: QueryInfo, op: str) -> float:
+    """The drop ratio the control table holds for ``op`` of ``query`` (0 when it holds none)."""
+    return float(query.control.get(op, {}).get("drop_ratio", 0.0))
 
 
 #: A drop ratio within this of the control table's is not written again (no decision for noise).

@@ -37,16 +37,35 @@ def _drop(policy, history, drop=0.0, **kw):
 
 
 def test_a_rise_is_capped_at_raise_step_above_the_written_epsilon():
-    """300 rows predicted at 0.5 s < 1.2 s: ε = 1 wanted; ε = 0.5 written, so 0.7 (drop 0.3)."""
-    drop, reason = _drop(RTStreamQoS(alpha=0.5, target=0.8), LINE, drop=0.5)
+    """300 rows predicted at 0.5 s < 1.2 s: ε = 1 wanted; ε = 0.5 written, so 0.7 (drop 0.3). (Not
+    ``adaptive``: an adaptive policy first holds ε, test_the_first_own_prediction_holds_epsilon.)"""
+    drop, reason = _drop(RTStreamQoS(alpha=0.5, target=0.8, adaptive=False), LINE, drop=0.5)
     assert drop == pytest.approx(0.3)
     assert "keep ε = 0.700 (ε = 1.000 before the step cap: at most 0.2 above 0.500)" in reason
     # from 0.7 the next round may reach 0.9, then 1
-    assert _drop(RTStreamQoS(alpha=0.5, target=0.8), LINE, drop=0.3)[0] == pytest.approx(0.1)
-    assert _drop(RTStreamQoS(alpha=0.5, target=0.8), LINE, drop=0.1)[0] == 0.0
+    assert _drop(RTStreamQoS(alpha=0.5, target=0.8, adaptive=False), LINE, drop=0.3)[0] == pytest.approx(0.1)
+    assert _drop(RTStreamQoS(alpha=0.5, target=0.8, adaptive=False), LINE, drop=0.1)[0] == 0.0
     # without a limit: all input at once (the paper's §4.4)
     drop, reason = _drop(RTStreamQoS(alpha=0.5, target=0.8, raise_step=None), LINE, drop=0.5)
     assert drop == 0.0 and "step cap" not in reason
+
+
+def test_the_first_own_prediction_holds_epsilon():
+    """An adaptive policy's first prediction has no measured error behind it (its scale is 1 for want of
+    data): it may lower ε but not raise it. Once an instance ran with a prediction, ε rises by the step."""
+    policy = RTStreamQoS(alpha=0.5, target=0.8)
+    drop, reason = _drop(policy, LINE[:4], drop=0.5)
+    assert drop is None                        # ε = 0.5 held: the control table holds it already
+    assert policy.predictions[-1].kept == pytest.approx(0.5)
+    # instance 4 ran with that prediction (kept 0.5 of 300 rows: 0.35 s, as predicted): the scale is measured
+    ran = _inst(4, 300, 0.2 + 0.001 * 150, kept=0.5)
+    drop, reason = _drop(policy, LINE[:4] + [ran], drop=0.5)
+    assert drop == pytest.approx(0.3) and "at most 0.2 above 0.500" in reason
+    # a fall is not held: a heavy instance lowers ε at once on the first prediction too
+    fresh = RTStreamQoS(alpha=0.5, target=0.8)
+    assert _drop(fresh, LINE + [_inst(5, 1500, 1.7)])[0] == pytest.approx(1 / 3, abs=1e-3)
+    # a join query holds its level the same way
+    assert _join_level(J.HISTORY[:5], 0.4, adaptive=True)[0] == 0.4
 
 
 def test_a_fall_is_not_capped():
@@ -61,7 +80,7 @@ def test_the_admissions_a_priori_epsilon_counts_as_written():
     want all input, the step allows 0.8."""
     plan = P.Select(P.Source("s"), 0.5, cost=0.001)
     src = {"s": SourceStats("s", 1000.0, 1e-3)}
-    policy = RTStreamQoS(target=0.8)
+    policy = RTStreamQoS(target=0.8, adaptive=False)
     (d,) = policy.admit(_query([], plan=plan, sources=src), Snapshot()).decisions
     assert d.changes["drop_ratio"] == pytest.approx(0.4)
     hist = [_inst(0, 800, 0.9), _inst(1, 800, 0.9)]
@@ -76,7 +95,7 @@ def test_the_step_cap_follows_the_negotiation_cap():
     hist = [_inst(i, rows, 0.1 + 0.0009 * rows) for i, rows in enumerate([500, 1500, 1000])]
 
     def drops(raise_step, drop):
-        policy = RTStreamQoS(capacity=0.6, target=1.0, raise_step=raise_step)
+        policy = RTStreamQoS(capacity=0.6, target=1.0, raise_step=raise_step, adaptive=False)
         snap = Snapshot(1.0, {n: _query(hist, name=n, drop=drop) for n in ("a", "b")})
         return {d.query: d.changes["drop_ratio"] for d in policy.decide(snap)}
     assert drops(None, 0.9) == {"a": pytest.approx(0.45), "b": pytest.approx(0.45)}
@@ -93,8 +112,8 @@ LEVEL = {0.4: {"drop_left": 0.75, "drop_right": 0.5}, 0.7: {"drop_left": 0.5, "d
          1.0: {"drop_left": 0.0, "drop_right": 0.0}}
 
 
-def _join_level(history, written, raise_step=0.2):
-    policy = RTStreamQoS(alpha=0.5, target=0.8, quality={"j": J.TABLE}, raise_step=raise_step)
+def _join_level(history, written, raise_step=0.2, adaptive=False):
+    policy = RTStreamQoS(alpha=0.5, target=0.8, quality={"j": J.TABLE}, raise_step=raise_step, adaptive=adaptive)
     q = J._query(2.0, history, plan=J.DECIDE_PLAN, control={"drop_ratio": 0.0, "params": LEVEL[written]})
     decisions = list(policy.decide(Snapshot(1.0, {"j": q})))
     if not decisions:
@@ -232,3 +251,15 @@ def test_headroom_arguments_are_kept():
     policy = RTStreamQoS(raise_step=1, adaptive=False, quality={"j": JoinQualityTable([(0.5, 0.5, 0.5), (1, 1, 1)])})
     assert policy.raise_step == 1 and policy.adaptive is False
     assert RTStreamQoS().raise_step == 0.2 and RTStreamQoS().adaptive is True
+
+
+def test_predictions_are_kept_per_query_only_as_long_as_the_instances_behind_them():
+    from pyspark_cq.runtime.stats import INSTANCES_KEPT
+
+    policy = RTStreamQoS()
+    for k in range(INSTANCES_KEPT + 5):
+        for q in ("a", "b") if k < 3 else ("a",):
+            policy._record(Prediction(q, k, 100.0, 1.0, 0.1, 1.0, 1.0))
+    mine = [p.after_batch for p in policy.predictions if p.query == "a"]
+    assert mine == list(range(5, INSTANCES_KEPT + 5))
+    assert [p.after_batch for p in policy.predictions if p.query == "b"] == [0, 1, 2]

@@ -339,7 +339,7 @@ def test_admission_drop_ratio_reaches_a_shedding_stage_made_after_admission():
     plan = P.Select(P.Source("s"), 0.5, cost=0.001)     # 1 ms per row, 1000 rows/s: 2000 rows per 2 s = 2 s
     src = {"s": SourceStats("s", 1000.0, 1e-3)}
     bare = QueryInfo("q", plan, {}, src, {}, {}, period=2.0, deadline=1.5)   # the builder has not run yet
-    policy = RTStreamQoS(target=0.8)
+    policy = RTStreamQoS(target=0.8, adaptive=False)   # adaptive would hold ε on its first own prediction
     verdict = policy.admit(bare, Snapshot())
     assert verdict.accepted and len(verdict.decisions) == 0
     (d,) = policy.decide(Snapshot(1.0, {"q": _query([], plan=plan, sources=src)}))   # the stage exists now

@@ -62,6 +62,7 @@ from pyspark_cq.policies import (
     shedding_operator,
     written_drop_ratio,
 )
+from pyspark_cq.runtime.stats import INSTANCES_KEPT
 
 __all__ = ["RTStreamQoS", "QualityTable", "JoinQualityTable", "join_sides", "join_time", "Negotiation", "negotiate",
            "Profile", "shedding_operator", "Prediction", "join_drop_decision", "matched_predictions",
@@ -661,6 +662,25 @@ class RTStreamQoS(Policy):
             self._overrun[q.name] = (smoothed, new[-1].batch)
         return self.error_scale(q.name)
 
+    def _rise_limit(self, query: str) -> float | None:
+        """How far ε may rise above the written one this round: ``raise_step``, or 0 while ``adaptive`` and no
+        instance has measured the error of the query's predictions yet (its first own prediction: the error
+        scale is 1 for want of data, not because the profile is right); None without a step cap.
+        """
+        if self.raise_step is None:
+            return None
+        smoothed = self._overrun.get(query, (None, -1))[0]
+        return 0.0 if self.adaptive and (smoothed is None or smoothed.n == 0) else self.raise_step
+
+    def _record(self, pred: Prediction) -> None:
+        """Append ``pred`` to :attr:`predictions`, keeping the query's latest
+        :data:`~pyspark_cq.runtime.stats.INSTANCES_KEPT` (those behind the instances the runtime holds).
+        """
+        self.predictions.append(pred)
+        mine = [i for i, p in enumerate(self.predictions) if p.query == pred.query]
+        if len(mine) > INSTANCES_KEPT:
+            del self.predictions[mine[0]]
+
     def _scale_note(self, scale: float) -> str:
         """The error scale as the reasons show it (nothing when not ``adaptive``)."""
         return f", × {scale:.2f} error scale" if self.adaptive else ""
@@ -745,15 +765,15 @@ class RTStreamQoS(Policy):
                 plans[n] = p[:4] + (max(min(p[4], deal.kept[n]), self.min_kept), p[5])
         for n, (q, rows, time_full, fixed, want, scale) in plans.items():
             op = shedding_operator(q)
-            kept, capped = want, ""
-            if self.raise_step is not None:
+            kept, capped, rise = want, "", self._rise_limit(n)
+            if rise is not None:
                 last = 1.0 - written_drop_ratio(q, op)
-                if want > last + self.raise_step:
-                    kept = max(last + self.raise_step, self.min_kept)
-                    capped = f" (ε = {want:.3f} before the step cap: at most {self.raise_step:g} above {last:.3f})"
+                if want > last + rise:
+                    kept = max(last + rise, self.min_kept)
+                    capped = (f" (ε = {want:.3f} before the step cap: at most {rise:g} above {last:.3f}"
+                              f"{'' if rise else ', no rise before an instance measured the error'})")
             predicted = scale * _time_at(time_full, fixed, kept)
-            self.predictions.append(Prediction(n, q.instances[-1].batch, rows, time_full, fixed, kept, predicted,
-                                               scale=scale))
+            self._record(Prediction(n, q.instances[-1].batch, rows, time_full, fixed, kept, predicted, scale=scale))
             late = _start_delay(q.instances[-1], q.period)
             reason = (f"predicted {time_full:.3g} s for {rows:.0f} rows (fixed {fixed:.3g} s){self._scale_note(scale)} "
                       f"against {self.target:g}·D = {self.target * q.deadline:.3g} s less {late:.3g} s start "
@@ -828,12 +848,13 @@ class RTStreamQoS(Policy):
             return scale * _time_at(time_full, fixed, share(kl, kr))
         level = table.best_level(time_at, budget)
         capped = ""
-        if self.raise_step is not None:
+        rise = self._rise_limit(q.name)
+        if rise is not None:
             last = share(*(1.0 - d for d in _written_sides(q, op)))
             # a level at most raise_step above the written share, or the next level above it: a table whose
             # levels lie further apart than the step would otherwise never return to full quality
             above = [share(kl, kr) for _, kl, kr in table.levels if share(kl, kr) > last + 1e-9]
-            cap = max(last + self.raise_step, above[0] if above else 1.0)
+            cap = max(last + rise, above[0] if above else 1.0) if rise else last
             allowed = table.best_level(lambda kl, kr: time_at(kl, kr) if share(kl, kr) <= cap + 1e-9 else math.inf,
                                        budget)
             if allowed != level:
@@ -842,8 +863,8 @@ class RTStreamQoS(Policy):
             level = allowed
         quality, kl, kr = level
         predicted = time_at(kl, kr)
-        self.predictions.append(Prediction(q.name, q.instances[-1].batch, rows, time_full, fixed, share(kl, kr),
-                                           predicted, (kl, kr), scale))
+        self._record(Prediction(q.name, q.instances[-1].batch, rows, time_full, fixed, share(kl, kr), predicted,
+                                (kl, kr), scale))
         reason = (f"predicted {time_full:.3g} s for {rows:.0f} rows (fixed {fixed:.3g} s){self._scale_note(scale)} "
                   f"against {budget:.3g} s left: quality level {quality:g}, keep ε_L = {kl:g}, ε_R = {kr:g} "
                   f"({predicted:.3g} s){capped}")

@@ -51,6 +51,7 @@ STRATEGIES = {"best_effort": "rtstream_best_effort", "feedback": "rtstream_feedb
 WARMUP = 3    # instances before the steady state: the first runs unmeasured, the second may be triggered
               # before the first's statistics arrive (an overrun), the third is the first a decision reaches
 COST = 200    # sine evaluations per row and round of the scoring predicate
+CALIBRATION_STAGES = 4   # capacity fits at most (fit_capacity)
 ROUNDS = 10   # rounds: ~2000 sines (~15 µs) per row, so that capacity is ~10^5 rows per instance
 
 
@@ -117,10 +118,12 @@ def run(spark, root, tag, policies, sizes_per_query, period, deadline, cost_per_
 
 def fit_capacity(spark, root, period, deadline, queries, files=1, verbose=False):
     """Fit ``duration = c0 + c·rows`` on best-effort instances of ``queries`` queries side by side (as the
-    runs will share the cores), twice: the second time at sizes around the first estimate of the capacity,
-    where the fit matters."""
+    runs will share the cores), again at half and all of each estimate of the capacity, where the fit matters,
+    until the estimate is within 25 % of the largest size measured (at most ``CALIBRATION_STAGES`` fits): the
+    instance time grows faster than linearly with its rows here (49 k rows took 1.7 s, 127 k rows 5–7 s in
+    run 9), so a line extrapolated 2.6× overstated the capacity by half."""
     guess = 10_000
-    for stage in range(2):
+    for stage in range(CALIBRATION_STAGES):
         sizes = [guess // 2, guess, guess // 2, guess, guess // 2, guess]
         got, _ = run(spark, root, f"calib{stage}", ["rtstream_best_effort"], [sizes] * queries, period, deadline,
                      files=files, edf=False)
@@ -139,7 +142,9 @@ def fit_capacity(spark, root, period, deadline, queries, files=1, verbose=False)
             raise SystemExit(f"capacity fit: c0 = {fixed:.2f} s per instance, c = {per_row * 1e6:.1f} µs per row "
                              f"(load {os.getloadavg()[0]:.2f}): no input fits D = {deadline} s; run again on a "
                              f"quieter machine or with a larger --deadline")
-        guess = int((deadline - fixed) / per_row)
+        measured, guess = guess, int((deadline - fixed) / per_row)
+        if stage > 0 and abs(guess / measured - 1) <= 0.25:
+            break
     return fixed, per_row, guess
 
 

@@ -263,3 +263,23 @@ def test_predictions_are_kept_per_query_only_as_long_as_the_instances_behind_the
     mine = [p.after_batch for p in policy.predictions if p.query == "a"]
     assert mine == list(range(5, INSTANCES_KEPT + 5))
     assert [p.after_batch for p in policy.predictions if p.query == "b"] == [0, 1, 2]
+
+
+# -- joins in the Figure 7 negotiation ------------------------------------------------------------------
+
+
+def test_a_join_query_takes_part_in_the_negotiation_through_its_time_shares():
+    """A selection query "q" (LINE: 300 rows, 0.5 s of which 0.2 fixed, P = 2) and the join "j" (the same
+    profile; TABLE's levels keep the time shares 0.333, 0.608, 1: quality 0.4, 0.7, 1, linear between), with
+    capacity 0.4: Σ 0.1 + 0.15·k_i <= 0.4 holds at quality 0.71 (0.71 + 0.621 <= 4/3), not at 0.72. The
+    selection keeps 0.71; the join, bounded to time share 0.621, the level 0.7 (share 0.608), though alone
+    each would keep all its input (0.5 s < 0.8·D)."""
+    policy = RTStreamQoS(alpha=0.5, target=0.8, quality={"j": J.TABLE}, capacity=0.4)
+    join = J._query(2.0, J.HISTORY[:5], plan=J.DECIDE_PLAN)
+    out = {d.query: d for d in policy.decide(Snapshot(1.0, {"q": _query(LINE), "j": join}))}
+    assert out["q"].changes["drop_ratio"] == pytest.approx(0.29)
+    assert out["j"].changes == {"params": {"drop_left": 0.5, "drop_right": 0.2}}
+    assert "time share at most 0.621 negotiated" in out["j"].reason
+    # without the capacity bound neither sheds
+    alone = RTStreamQoS(alpha=0.5, target=0.8, quality={"j": J.TABLE})
+    assert len(alone.decide(Snapshot(1.0, {"q": _query(LINE), "j": join}))) == 0

@@ -722,7 +722,7 @@ class RTStreamQoS(Policy):
         capped by the negotiation (§4.3) when ``capacity`` is set.
         """
         self._check(snapshot)
-        plans, changes = {}, {}    # changes: query -> (params, reasons) of its shedding stage
+        plans, joins, changes = {}, {}, {}    # changes: query -> (params, reasons) of its shedding stage
 
         def merge(name: str, d: Decision | None) -> None:   # a drop decision into the stage's changes
             if d is not None:
@@ -750,19 +750,31 @@ class RTStreamQoS(Policy):
             last = q.instances[-1]
             budget = self.target * q.deadline - _start_delay(last, q.period)
             if isinstance(self.quality.get(q.name), JoinQualityTable):
-                merge(q.name, self._join_step(q, rows, time_full, fixed, budget, scale))
+                joins[q.name] = (q, rows, time_full, fixed, budget, scale)
                 continue
             # §4.4: ε = D/T on the part of T that dropping input reduces (both parts scaled by the error)
             kept = (rtstream.kept_fraction(scale * (time_full - fixed), budget - scale * fixed)
                     if budget > scale * fixed else 0.0)
             plans[q.name] = (q, rows, time_full, fixed, max(kept, self.min_kept), scale)
-        if self.capacity is not None and len(plans) > 1:
+        negotiated = {}     # join query -> the time share the negotiation leaves it
+        if self.capacity is not None and len(plans) + len(joins) > 1:
             est = {n: p[5] * p[2] / p[0].period for n, p in plans.items()}
             fix = {n: p[5] * p[3] / p[0].period for n, p in plans.items()}
             tables = {n: self.quality.get(n, QualityTable.linear()) for n in plans}
+            sheds = set()
+            for n, (q, rows, time_full, fixed, _, scale) in joins.items():
+                # a join takes part through its quality against the time share its levels keep
+                table = self._share_table(q, rows)
+                est[n], fix[n] = scale * time_full / q.period, scale * (fixed if table else time_full) / q.period
+                tables[n] = table or QualityTable.linear()
+                if table is not None:
+                    sheds.add(n)
             deal = negotiate(est, tables, self.capacity, fixed=fix, step=self.step)
             for n, p in plans.items():
                 plans[n] = p[:4] + (max(min(p[4], deal.kept[n]), self.min_kept), p[5])
+            negotiated = {n: deal.kept[n] for n in sheds}
+        for n, j in joins.items():
+            merge(n, self._join_step(*j, negotiated=negotiated.get(n)))
         for n, (q, rows, time_full, fixed, want, scale) in plans.items():
             op = shedding_operator(q)
             kept, capped, rise = want, "", self._rise_limit(n)
@@ -815,6 +827,20 @@ class RTStreamQoS(Policy):
 
     # -- joins: per-input drop ratios from a JoinQualityTable (§4.4, §5.2.2)
 
+    def _share_table(self, q: QueryInfo, rows: float) -> QualityTable | None:
+        """A join query's :class:`JoinQualityTable` as the Figure 7 negotiation reads tables: its quality as a
+        function of the time share (:meth:`_join_share`) its levels keep, linear between them; below the
+        lowest level, that level's share. None when every level keeps the whole time share (nothing to shed).
+        """
+        share = self._join_share(q, rows)
+        points: dict[float, float] = {}
+        for quality, kl, kr in self.quality[q.name].levels:
+            at = min(round(share(kl, kr), 9), 1.0)
+            points[at] = max(points.get(at, 0.0), quality)
+        if len(points) < 2:
+            return None
+        return QualityTable(sorted(points.items()))
+
     def _join_share(self, q: QueryInfo, rows: float):
         """``share(kept_left, kept_right)``: the fraction of the per-row time left when the join keeps these
         fractions of its inputs: :func:`join_time` over the plan's :func:`join_time` with all input (counts
@@ -834,20 +860,21 @@ class RTStreamQoS(Policy):
         return (lambda kl, kr: join_time(plan, counts, kl, kr) / full) if full > 0 else (lambda kl, kr: 1.0)
 
     def _join_step(self, q: QueryInfo, rows: float, time_full: float, fixed: float, budget: float,
-                   scale: float = 1.0):
+                   scale: float = 1.0, negotiated: float | None = None):
         """§4.4 for a join query: the highest level of its :class:`JoinQualityTable` whose predicted time
-        ``scale·(fixed + share·(T − fixed))`` fits ``budget``, among the levels ``raise_step`` allows;
-        recorded as a :class:`Prediction`, returned as a decision (None when the control table holds it
-        already).
+        ``scale·(fixed + share·(T − fixed))`` fits ``budget``, among the levels ``raise_step`` allows and
+        whose time share is at most ``negotiated`` (the Figure 7 negotiation's, None: no bound); recorded as a
+        :class:`Prediction`, returned as a decision (None when the control table holds it already).
         """
         table = self.quality[q.name]
         share = self._join_share(q, rows)
         op = shedding_operator(q)
 
-        def time_at(kl, kr):
-            return scale * _time_at(time_full, fixed, share(kl, kr))
+        def time_at(kl, kr):   # a level above the negotiated share does not fit
+            over = negotiated is not None and share(kl, kr) > negotiated + 1e-9
+            return math.inf if over else scale * _time_at(time_full, fixed, share(kl, kr))
         level = table.best_level(time_at, budget)
-        capped = ""
+        capped = "" if negotiated is None else f", time share at most {negotiated:.3f} negotiated"
         rise = self._rise_limit(q.name)
         if rise is not None:
             last = share(*(1.0 - d for d in _written_sides(q, op)))

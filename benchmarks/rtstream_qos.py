@@ -27,13 +27,15 @@ model as in benchmarks/select_chain_vs_filter.py).
 
 Usage::
 
-    python benchmarks/rtstream_qos.py [--loads 0.6 0.9 1.2 1.5] [--instances 8] [--queries 2] [--quick]
+    python benchmarks/rtstream_qos.py [--loads 0.6 0.9 1.2 1.5] [--instances 8] [--queries 2] [--quick] [--plot out.png]
+    python benchmarks/rtstream_qos.py --from-logs run1.txt run2.txt --plot out.png   # medians over earlier runs
 """
 from __future__ import annotations
 
 import argparse
 import os
 import platform
+import re
 import shutil
 import statistics
 import sys
@@ -157,6 +159,55 @@ def prediction_errors(policy, query, instances):
             for p, i in matched_predictions(policy.predictions, query, instances) if p.rows > 0]
 
 
+#: a result row as main() prints it: load, strategy, mode, instances, miss ratio, quality, steady miss, steady q.
+ROW = re.compile(r"^\s*(\d+)%\s+(\w+)\s+(\S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)")
+
+
+def read_rows(lines) -> list[dict]:
+    """The result rows of a run's printed output (the lines of a log written by this script)."""
+    rows = []
+    for line in lines:
+        m = ROW.match(line)
+        if m:
+            rows.append({"load": int(m[1]) / 100, "strategy": m[2], "mode": m[3], "miss": float(m[5]),
+                         "quality": float(m[6]), "steady_miss": float(m[7]), "steady_quality": float(m[8])})
+    return rows
+
+
+def plot(runs: list[list[dict]], path: str) -> None:
+    """§5's two figures: deadline-miss ratio and delivered quality against the offered load, one line per
+    strategy through the median over ``runs`` (each run's rows as :func:`read_rows` gives them), every
+    run's value as a dot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for k, sname in enumerate(STRATEGIES):
+        for ax, key in zip(axes, ("miss", "quality")):
+            points = {}
+            for rows in runs:
+                for r in rows:
+                    if r["strategy"] == sname:
+                        points.setdefault(r["load"], []).append(r[key])
+            if not points:
+                continue
+            loads = sorted(points)
+            color = f"C{k}"
+            ax.plot([x * 100 for x in loads], [statistics.median(points[x]) for x in loads], "-o", color=color,
+                    label=sname.replace("_", " "), lw=2 if sname == "rtstream" else 1)
+            for x in loads:
+                ax.scatter([x * 100] * len(points[x]), points[x], color=color, s=8, alpha=0.4)
+    axes[0].set(xlabel="offered load (% of capacity)", ylabel="deadline-miss ratio", ylim=(-0.03, 1.03))
+    axes[0].axhline(0.05, color="grey", ls=":", lw=1)
+    axes[1].set(xlabel="offered load (% of capacity)", ylabel="delivered quality", ylim=(-0.03, 1.03))
+    axes[1].legend(fontsize=8)
+    fig.suptitle(f"RTStream on Spark: median of {len(runs)} run(s), dots: each run", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--loads", type=float, nargs="+", default=[0.6, 0.9, 1.2, 1.5])
@@ -178,12 +229,26 @@ def main(argv=None):
     ap.add_argument("--target", type=float, default=None,
                     help="RTStreamQoS's target (share of D its prediction aims at) for the prediction-based "
                          "strategies; default: the policy's own")
+    ap.add_argument("--plot", default=None, help="also draw miss ratio and quality against load (PNG)")
+    ap.add_argument("--from-logs", nargs="+", default=None, metavar="LOG",
+                    help="no run: --plot the medians over these logs of earlier runs (this script's output)")
     ap.add_argument("--edf", action="store_true",
                     help="a session with pyspark-cq's scheduler pools; every (load, strategy) runs twice: all "
                          "queries in one fair pool (shared) and the tightest deadline first (edf)")
     args = ap.parse_args(argv)
     if args.deadlines is not None and len(args.deadlines) != args.queries:
         ap.error(f"--deadlines needs one deadline per query ({args.queries}), got {args.deadlines}")
+    if args.from_logs:
+        if not args.plot:
+            ap.error("--from-logs needs --plot")
+        runs = []
+        for path in args.from_logs:
+            with open(path) as f:
+                runs.append(read_rows(f))
+            if not runs[-1]:
+                ap.error(f"--from-logs: no result rows in {path}")
+        plot(runs, args.plot)
+        return
     if args.quick:
         args.loads, args.instances = [0.6, 1.5], 5
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -207,6 +272,7 @@ def main(argv=None):
               f"{capacity} rows per instance within D = {args.deadline} s (P = {args.period} s)")
         deadlines = args.deadlines or args.deadline
         modes = {"shared": False, "edf": True} if args.edf else {"": None}
+        printed = []
         print("load  strategy          mode    instances  miss_ratio  quality  steady_miss  steady_quality  "
               "pred_err_median  pred_err_p90  steady_miss_per_query")
         for load, sname, mode in ((ld, sn, m) for ld in args.loads for sn in args.strategies for m in modes):
@@ -239,9 +305,12 @@ def main(argv=None):
                             print(f"#     round {rec['round']}: {d.get('reason', '')[:220]}")
             per_query = " ".join(f"{sum(i.missed for i in q[WARMUP:]) / max(len(q[WARMUP:]), 1):.2f}"
                                  for q in got.values())
-            print(f"{load:4.0%}  {sname:<16}  {mode or '-':<6}  {len(inst):9d}  {misses / len(inst):10.3f}  "
-                  f"{quality:7.3f}  {steady_miss:11.3f}  {steady_quality:14.3f}  {err or ' ' * 29:>29}  "
-                  f"{per_query}", flush=True)
+            printed.append(f"{load:4.0%}  {sname:<16}  {mode or '-':<6}  {len(inst):9d}  "
+                           f"{misses / len(inst):10.3f}  {quality:7.3f}  {steady_miss:11.3f}  {steady_quality:14.3f}  "
+                           f"{err or ' ' * 29:>29}  {per_query}")
+            print(printed[-1], flush=True)
+        if args.plot:
+            plot([read_rows(printed)], args.plot)
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)

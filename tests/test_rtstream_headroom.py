@@ -283,3 +283,14 @@ def test_a_join_query_takes_part_in_the_negotiation_through_its_time_shares():
     # without the capacity bound neither sheds
     alone = RTStreamQoS(alpha=0.5, target=0.8, quality={"j": J.TABLE})
     assert len(alone.decide(Snapshot(1.0, {"q": _query(LINE), "j": join}))) == 0
+
+
+def test_a_join_table_whose_levels_all_keep_everything_counts_as_load_nothing_sheds():
+    """Levels (0.5, 1, 1) and (1, 1, 1) keep the whole time share: the join's 0.25 of the capacity 0.4 is
+    fixed, so the selection alone gives way: 0.1 + 0.15·k <= 0.15, k = 1/3 (quality 0.33), the join stays."""
+    flat = JoinQualityTable([(0.5, 1, 1), (1, 1, 1)])
+    policy = RTStreamQoS(alpha=0.5, target=0.8, quality={"j": flat}, capacity=0.4)
+    join = J._query(2.0, J.HISTORY[:5], plan=J.DECIDE_PLAN)
+    assert policy._share_table(join, 300.0) is None
+    out = {d.query: d for d in policy.decide(Snapshot(1.0, {"q": _query(LINE), "j": join}))}
+    assert set(out) == {"q"} and out["q"].changes["drop_ratio"] == pytest.approx(0.67)

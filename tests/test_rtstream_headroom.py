@@ -254,7 +254,7 @@ def test_headroom_arguments_are_kept():
 
 
 def test_predictions_are_kept_per_query_only_as_long_as_the_instances_behind_them():
-    from pyspark_cq.runtime.stats import INSTANCES_KEPT
+    from pyspark_cq.policies import INSTANCES_KEPT
 
     policy = RTStreamQoS()
     for k in range(INSTANCES_KEPT + 5):

@@ -51,6 +51,7 @@ from pyspark_cq.cost import rtstream
 from pyspark_cq.estimators import ExponentialSmoothing
 from pyspark_cq.policies import (
     DROP_TOLERANCE,
+    INSTANCES_KEPT,
     Admission,
     Decision,
     Decisions,
@@ -62,7 +63,6 @@ from pyspark_cq.policies import (
     shedding_operator,
     written_drop_ratio,
 )
-from pyspark_cq.runtime.stats import INSTANCES_KEPT
 
 __all__ = ["RTStreamQoS", "QualityTable", "JoinQualityTable", "join_sides", "join_time", "Negotiation", "negotiate",
            "Profile", "shedding_operator", "Prediction", "join_drop_decision", "matched_predictions",
@@ -674,7 +674,7 @@ class RTStreamQoS(Policy):
 
     def _record(self, pred: Prediction) -> None:
         """Append ``pred`` to :attr:`predictions`, keeping the query's latest
-        :data:`~pyspark_cq.runtime.stats.INSTANCES_KEPT` (those behind the instances the runtime holds).
+        :data:`~pyspark_cq.policies.INSTANCES_KEPT` (those behind the instances the runtime holds).
         """
         self.predictions.append(pred)
         mine = [i for i, p in enumerate(self.predictions) if p.query == pred.query]

@@ -23,6 +23,7 @@ from .decisions import PARAMETERS, TRANSITION_PARAMETERS, Admission, Decision, D
 from .registry import GROUP, PolicyLoadError, PolicyPluginWarning, available, create, load, problems, refresh
 from .snapshot import (
     DROP_TOLERANCE,
+    INSTANCES_KEPT,
     Instance,
     OperatorStats,
     QueryInfo,
@@ -41,6 +42,6 @@ __all__ = [
     "Policy", "Decision", "Decisions", "Admission", "QoSRange", "PARAMETERS", "TRANSITION_PARAMETERS",
     "Snapshot", "QueryInfo", "SourceStats", "OperatorStats", "Instance", "periodic_spec", "label",
     "parse_label", "parse_size", "shedding_operator", "drop_decision", "drop_for", "DROP_TOLERANCE",
-    "written_drop_ratio",
+    "written_drop_ratio", "INSTANCES_KEPT",
     "GROUP", "PolicyLoadError", "PolicyPluginWarning", "available", "create", "load", "problems", "refresh",
 ]

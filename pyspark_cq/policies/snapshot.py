@@ -20,9 +20,12 @@ from ..control.schema import PARAMETERS, validate_operator_id
 from .decisions import QoSRange, duration_value
 
 __all__ = ["OperatorStats", "SourceStats", "Instance", "QueryInfo", "Snapshot", "parse_label", "label",
-           "periodic_spec", "shedding_operator", "drop_decision", "drop_for", "DROP_TOLERANCE"]
+           "periodic_spec", "shedding_operator", "drop_decision", "drop_for", "DROP_TOLERANCE", "INSTANCES_KEPT"]
 
 NAN = math.nan
+
+#: The most instances a periodic query's :class:`QueryInfo` carries (the runtime keeps the latest ones).
+INSTANCES_KEPT = 256
 
 
 def label(operator: str, param: str) -> str:
@@ -217,7 +220,7 @@ class QueryInfo:
     period, deadline : float, optional
         Period P and relative deadline D in seconds of a periodic query (Wei et al., §2), else None.
     instances : tuple of Instance
-        The latest instances of a periodic query, oldest first.
+        The latest instances of a periodic query (at most :data:`INSTANCES_KEPT`), oldest first.
     batch_span : float, optional
         Smoothed event time B (seconds) one micro-batch advances the largest event time; None until
         measured. A watermark-driven Spark operator keeps ``window + δ + B`` of event time

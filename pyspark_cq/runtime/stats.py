@@ -29,12 +29,9 @@ from dataclasses import dataclass, field
 from ..control import validate_operator_id
 from ..estimators import ExponentialSmoothing
 from ..operators._metrics import read as read_metrics
-from ..policies.snapshot import Instance, OperatorStats, QueryInfo, SourceStats, periodic_spec
+from ..policies.snapshot import INSTANCES_KEPT, Instance, OperatorStats, QueryInfo, SourceStats, periodic_spec
 
 __all__ = ["StatisticsStore", "parse_event_time", "backlog_rows"]
-
-#: Instances of a periodic query kept for the policies (the latest ones).
-INSTANCES_KEPT = 256
 
 
 def parse_event_time(text) -> int | None:

@@ -35,38 +35,32 @@ if _LOG:
         _W._cq_acc = acc
         load, dump = deser.load_stream, ser.dump_stream
 
-        def load_stream(stream):
-            it = iter(load(stream))
+        def timed(iterable, seconds, count):
+            """``iterable``'s items, the time spent getting each added to acc[seconds], each counted in
+            acc[count]."""
+            it = iter(iterable)
             while True:
                 t = time.perf_counter()
                 try:
                     b = next(it)
                 except StopIteration:
-                    acc["read"] += time.perf_counter() - t
+                    acc[seconds] += time.perf_counter() - t
                     return
-                acc["read"] += time.perf_counter() - t
-                acc["batches_in"] += 1
+                acc[seconds] += time.perf_counter() - t
+                acc[count] += 1
+                yield b
+
+        def load_stream(stream):
+            for b in timed(load(stream), "read", "batches_in"):
                 acc.setdefault("first_in", time.time())
                 if "calib" not in acc and os.environ.get("CQ_TRACE_CALIBRATE"):
                     acc["calib"] = calibrate()
                 yield b
 
         def dump_stream(iterator, stream):
-            def timed():
-                it = iter(iterator)
-                while True:
-                    t = time.perf_counter()
-                    try:
-                        b = next(it)
-                    except StopIteration:
-                        acc["produce"] += time.perf_counter() - t
-                        return
-                    acc["produce"] += time.perf_counter() - t
-                    acc["batches_out"] += 1
-                    yield b
             t = time.perf_counter()
             try:
-                return dump(timed(), stream)
+                return dump(timed(iterator, "produce", "batches_out"), stream)
             finally:
                 acc["dump"] = time.perf_counter() - t
                 acc["cpu"] = time.process_time() - acc["cpu0"]

@@ -643,8 +643,13 @@ class RTStreamQoS(Policy):
         """How much longer than predicted the query's instances ran: the smoothed max(measured / predicted,
         1) bounded to [1, :data:`MAX_ERROR_SCALE`]; 1 before any instance was matched with a prediction.
         """
+        smoothed = self._measured_overrun(query)
+        return 1.0 if smoothed is None else min(max(smoothed.value, 1.0), MAX_ERROR_SCALE)
+
+    def _measured_overrun(self, query: str) -> ExponentialSmoothing | None:
+        """The query's smoothed max(measured / predicted, 1), None before any instance was matched."""
         smoothed = self._overrun.get(query, (None, -1))[0]
-        return 1.0 if smoothed is None or smoothed.n == 0 else min(max(smoothed.value, 1.0), MAX_ERROR_SCALE)
+        return None if smoothed is None or smoothed.n == 0 else smoothed
 
     def _observe_errors(self, q: QueryInfo) -> float:
         """Fold the query's instances not seen yet into its error scale (each against the prediction behind
@@ -669,8 +674,7 @@ class RTStreamQoS(Policy):
         """
         if self.raise_step is None:
             return None
-        smoothed = self._overrun.get(query, (None, -1))[0]
-        return 0.0 if self.adaptive and (smoothed is None or smoothed.n == 0) else self.raise_step
+        return 0.0 if self.adaptive and self._measured_overrun(query) is None else self.raise_step
 
     def _record(self, pred: Prediction) -> None:
         """Append ``pred`` to :attr:`predictions`, keeping the query's latest

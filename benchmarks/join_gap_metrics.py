@@ -83,10 +83,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def session(port: int):
+def session(port: int, partitions: int = 2):
     import pyspark_cq
 
-    spark = pyspark_cq.spark("local[2]", "join-gap-metrics", shuffle_partitions=2, ui=True, conf={
+    spark = pyspark_cq.spark("local[2]", "join-gap-metrics", shuffle_partitions=partitions, ui=True, conf={
         "spark.sql.adaptive.enabled": "false",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "200000",
         "spark.driver.memory": "4g",
@@ -261,6 +261,7 @@ def add_trace(rows: list[dict], path: str) -> None:
                  "start -> first input batch": (t["first_in"] - t["t0"]) * 1e3 if "first_in" in t else 0,
                  "input batches": t["batches_in"], "output batches": t["batches_out"]}
         parts.update({k: v * 1e3 for k, v in t.items() if k.startswith("step ")})
+        parts.update({k: v * (1e3 if k.endswith("time") else 1) for k, v in t.items() if k.startswith("udf ru_")})
         for when in ("calib", "calib_end"):   # a fixed loop's time in the worker (the CPU speed it got)
             if when in t:   # at the first input batch and after the task's output; per task (2 a batch)
                 for i, what in enumerate(("python wall", "python CPU", "numpy sort wall", "numpy sort CPU")):
@@ -286,6 +287,9 @@ def main(argv=None):
     ap.add_argument("--shapes", default="ours,floor_state", help="comma list of: ours, floor_state, floor, floor_tail (floor_state + our output "
                          "path), floor_state3 (floor_state with a state of 3 binary fields); see floor_variant")
     ap.add_argument("--skip", type=int, default=2, help="leading batches left out of the medians")
+    ap.add_argument("--keep-trace", default=None, help="with --trace: copy the per-task trace (JSON lines) here")
+    ap.add_argument("--partitions", type=int, default=2,
+                    help="shuffle partitions: stateful tasks per batch (the join's shards are twice this)")
     ap.add_argument("--port", type=int, default=0, help="Spark UI port (0: a free one)")
     ap.add_argument("--all", action="store_true", help="print metrics equal in all shapes too")
     ap.add_argument("--json", default=None, help="also write the per-batch metrics to this file")
@@ -314,7 +318,7 @@ def main(argv=None):
             c = [calibrate() for _ in range(5)]
             print("calibration loop in this process (ms): python wall / CPU, numpy sort wall / CPU: "
                   + ", ".join(f"{statistics.median(x[i] for x in c) * 1e3:.1f}" for i in range(4)), flush=True)
-    spark = session(port)
+    spark = session(port, args.partitions)
     import pyspark_cq
 
     base = f"http://localhost:{port}/api/v1/applications/{spark.sparkContext.applicationId}"
@@ -330,16 +334,17 @@ def main(argv=None):
 
         state_bytes = None
         for shape in shapes:
-            if shape == "ours":
+            kind = shape.split("#")[0]   # "ours#2": the same shape again (its planning after the JVM warmed up)
+            if kind == "ours":
                 df = pyspark_cq.interval_join(source("l"), source("r"), "k", "ts", "ts", "-30 seconds", "30 seconds",
                                               suffixes=("_l", "_r"), name="bench")
-            elif shape in ("floor_tail", "floor_state3"):
-                df = floor_variant(source("l"), source("r"), state_bytes, tail=shape == "floor_tail",
-                                   fields=3 if shape == "floor_state3" else 1)
-            elif shape in ("floor", "floor_state"):
+            elif kind in ("floor_tail", "floor_state3"):
+                df = floor_variant(source("l"), source("r"), state_bytes, tail=kind == "floor_tail",
+                                   fields=3 if kind == "floor_state3" else 1)
+            elif kind in ("floor", "floor_state"):
                 from floor_shapes import join_shape
 
-                df = join_shape(source("l"), source("r"), state_bytes if shape == "floor_state" else [0])
+                df = join_shape(source("l"), source("r"), state_bytes if kind == "floor_state" else [0])
             else:
                 raise SystemExit(f"unknown shape {shape!r}")
             loads[shape] = os.getloadavg()[0]
@@ -359,6 +364,8 @@ def main(argv=None):
         shutil.rmtree(tmp, ignore_errors=True)
         spark.stop()
         if trace and os.path.exists(trace):
+            if args.keep_trace:
+                shutil.copy(trace, args.keep_trace)
             os.remove(trace)
 
     med = {s: medians(rows, args.skip) for s, rows in results.items()}

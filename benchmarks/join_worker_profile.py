@@ -119,7 +119,19 @@ def _state(value, wm_ms: int):
                       keyAsUnsafe=b"", valueSchema=_STATE_SCHEMA)
 
 
-def run(data, shards: int, profiler: cProfile.Profile | None = None, warm: int = 2, acc: dict | None = None):
+def _between(gap: float, churn: int) -> None:
+    """What happens between two calls of one shard inside Spark: ``gap`` seconds idle (the rest of the
+    micro-batch, the trigger) after touching ``churn`` MB of fresh memory (the other work a worker and its
+    neighbours do, which evicts our data from the caches).
+    """
+    if churn:
+        np.ones(churn << 17).sum()
+    if gap:
+        time.sleep(gap)
+
+
+def run(data, shards: int, profiler: cProfile.Profile | None = None, warm: int = 2, acc: dict | None = None,
+        gap: float = 0.0, churn: int = 0):
     """One pass over ``data``; per steady call the seconds of (pyspark input, our function, pyspark output,
     state pickle), the state bytes written, the input rows. ``acc`` (the timers of :func:`_timed_steps`) is
     cleared after the first ``warm`` calls, so that it holds the steady calls only.
@@ -133,6 +145,7 @@ def run(data, shards: int, profiler: cProfile.Profile | None = None, warm: int =
     worker, out_schema = _worker(shards)
     value, times = None, []
     for b, (batch, wm) in enumerate(data):
+        _between(gap, churn)
         t0 = time.perf_counter()
         series = ArrowBatchTransformer.to_pandas(batch, timezone=TZ, struct_in_pandas="dict")
         values = iter([pd.concat(series, axis=1)])   # the value columns: all data columns (keys too)
@@ -194,16 +207,18 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=5, help="passes over the batches; medians over all steady calls")
     ap.add_argument("--warm", type=int, default=2, help="first calls of a pass left out (state still growing)")
     ap.add_argument("--profile", action="store_true", help="also print cProfile of the steady calls")
+    ap.add_argument("--gap", type=float, default=0.0, help="seconds idle between two calls (a micro-batch apart)")
+    ap.add_argument("--churn", type=int, default=0, help="MB of memory touched between two calls")
     args = ap.parse_args(argv)
     os.environ.setdefault("NUMBA_CACHE_DIR", "/tmp/numba_cq")
     data = batches(args.rows, args.batches, args.shards)
     run(data, args.shards)  # imports, native module, caches
     calls = []
     for _ in range(args.runs):
-        calls += run(data, args.shards, warm=args.warm)
+        calls += run(data, args.shards, warm=args.warm, gap=args.gap, churn=args.churn)
     acc, per_call = _timed_steps(), {}
     for _ in range(args.runs):
-        run(data, args.shards, acc=acc, warm=args.warm)
+        run(data, args.shards, acc=acc, warm=args.warm, gap=args.gap, churn=args.churn)
         for step, seconds in acc.items():
             per_call.setdefault(step, []).append(seconds / (args.batches - args.warm))
         acc.clear()

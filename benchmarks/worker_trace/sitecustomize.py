@@ -83,15 +83,22 @@ if _LOG:
 
         _s = _J.JoinWorker.streaming
 
+        import resource
+
+        _RU = ("ru_utime", "ru_stime", "ru_minflt", "ru_majflt", "ru_nvcsw", "ru_nivcsw")
+
         def streaming(self, key, pdf_iter, state):
             acc = getattr(_W, "_cq_acc", None)
-            t = time.perf_counter()
+            t, r = time.perf_counter(), resource.getrusage(resource.RUSAGE_THREAD)
             try:
                 yield from _s(self, key, pdf_iter, state)
             finally:
                 if acc is not None:
                     acc["udf"] += time.perf_counter() - t
                     acc["calls"] = acc.get("calls", 0) + 1
+                    r1 = resource.getrusage(resource.RUSAGE_THREAD)
+                    for f in _RU:   # this thread's CPU (user, system), page faults and context switches
+                        acc["udf " + f] = acc.get("udf " + f, 0) + getattr(r1, f) - getattr(r, f)
 
         _J.JoinWorker.streaming = streaming
 

@@ -10,7 +10,7 @@ over the steady batches and Spark's phases (ms, state-operator times summed over
 
 Usage::
 
-    python benchmarks/floor_shapes.py [--rows 5000] [--files 16] [shape-substring ...]
+    python benchmarks/floor_shapes.py [--rows 5000] [--files 16] [--rounds 2] [--no-warmup] [shape-substring ...]
 """
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# the shapes use aggregate_vs_spark's functions by reference: the Python workers import it too
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(os.path.abspath(__file__)),
+                                                        os.environ.get("PYTHONPATH")]))
 
 import aggregate_vs_spark as agg  # noqa: E402  (data, session, the two aggregations, the streaming runner)
 
@@ -106,8 +109,16 @@ def _unpack(batches):
                 yield from pa.ipc.open_stream(blob).read_all().to_batches()
 
 
+def _eight_tagged(batches):
+    """``aggregate_vs_spark._eight_rows`` plus an all-null event-time column (as our slicer's, which carries
+    the watermark to the stateful stage)."""
+    for b in agg._eight_rows(batches):
+        yield b.append_column("w", pa.nulls(b.num_rows, pa.timestamp("us", tz="UTC")))
+
+
 def shapes():
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
     def native_shard(d):
         return d.select("ts", F.pmod(F.xxhash64("k"), F.lit(8)).alias("s"), "k", "v")
@@ -115,6 +126,12 @@ def shapes():
     def python_shard(d):
         return d.select(F.unix_micros("ts").alias("t"), F.xxhash64("k").alias("h"), "k", "v").mapInArrow(
             agg._eight_rows, "s long, n long")
+
+    def python_tagged(d):
+        tagged = T.StructType([T.StructField("s", T.LongType()), T.StructField("n", T.LongType()),
+                               T.StructField("w", T.TimestampType(), True, {"spark.watermarkDelayMs": 10_000})])
+        return d.select(F.unix_micros("ts").alias("t"), F.xxhash64("k").alias("h"), "k", "v").mapInArrow(
+            _eight_tagged, tagged)
 
     def stateful(d, fn, out="n long", timeout="NoTimeout"):
         return d.groupBy("s").applyInPandasWithState(fn, out, "x long", "append", timeout)
@@ -124,6 +141,8 @@ def shapes():
         "Spark window(), W/S = 60": lambda d: agg.spark_agg(d, "60 seconds"),
         "ours sliding_aggregate, W/S = 60": lambda d: agg.ours_agg(d, "60 seconds"),
         "mapInArrow(8 rows) -> applyInPandasWithState": lambda d: stateful(python_shard(d), agg._trivial_state),
+        "  + event-time timeouts (our aggregation's shape)": lambda d: stateful(
+            python_tagged(d), _trivial_timeout, timeout="EventTimeTimeout"),
         "Spark's shard -> applyInPandasWithState": lambda d: stateful(native_shard(d), agg._trivial_state),
         "  + event-time timeouts": lambda d: stateful(native_shard(d), _trivial_timeout,
                                                      timeout="EventTimeTimeout"),
@@ -139,28 +158,47 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=5000, help="rows per micro-batch")
     ap.add_argument("--files", type=int, default=16, help="micro-batches")
+    ap.add_argument("--rounds", type=int, default=2, help="passes over the shapes, alternating their order; "
+                                                           "the summary is the median over the passes")
+    ap.add_argument("--no-warmup", action="store_true",
+                    help="measure from a cold JVM (by default every shape first runs once on 8 files)")
     ap.add_argument("only", nargs="*", help="run only shapes whose name contains one of these")
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error(f"--rounds must be >= 1, got {args.rounds}")
     spark = agg.session()
     tmp = tempfile.mkdtemp(prefix="cq_floor_")
+    chosen = [(name, build) for name, build in shapes().items()
+              if not args.only or any(o in name for o in args.only)]
+    runs: dict[str, list[float]] = {}
     try:
         data = os.path.join(tmp, "data")
         agg.write_data(data, args.rows * args.files, args.files)
-        for i, (name, build) in enumerate(shapes().items()):
-            if args.only and not any(o in name for o in args.only):
-                continue
-            r = agg.stream_run(spark, build, data, os.path.join(tmp, f"ck{i}"))
-            steady = r["durations"][2:-1] or r["durations"]
+        if not args.no_warmup:   # the JIT warms up over dozens of batches: the first query of a JVM runs slow
+            warm = os.path.join(tmp, "warm")
+            agg.write_data(warm, args.rows * 8, 8)
+            for i, (_, build) in enumerate(chosen):
+                agg.stream_run(spark, build, warm, os.path.join(tmp, f"ck_warm{i}"))
+        for r in range(args.rounds):
+            for i, (name, build) in (list(enumerate(chosen)) if r % 2 == 0 else list(enumerate(chosen))[::-1]):
+                res = agg.stream_run(spark, build, data, os.path.join(tmp, f"ck{i}_{r}"))
+                steady = res["durations"][2:-1] or res["durations"]
 
-            def med(key, steady=steady):
-                return statistics.median(x.get(key, 0) for x in steady)
+                def med(key, steady=steady):
+                    return statistics.median(x.get(key, 0) for x in steady)
 
-            print(f"{name:46s} median {med('triggerExecution'):6.0f} ms | addBatch {med('addBatch'):5.0f} "
-                  f"updates {med('allUpdatesTimeMs'):5.0f} removals {med('allRemovalsTimeMs'):5.0f} "
-                  f"commit {med('commitTimeMs'):5.0f} | load {os.getloadavg()[0]:.1f}", flush=True)
+                runs.setdefault(name, []).append(med("triggerExecution"))
+                print(f"round {r} {name:46s} median {med('triggerExecution'):6.0f} ms | addBatch {med('addBatch'):5.0f} "
+                      f"updates {med('allUpdatesTimeMs'):5.0f} removals {med('allRemovalsTimeMs'):5.0f} "
+                      f"commit {med('commitTimeMs'):5.0f} | load {os.getloadavg()[0]:.1f}", flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         spark.stop()
+    spark_ms = statistics.median(runs.get("Spark window(), W/S = 60", [float("nan")]))
+    print(f"\nmedian over {args.rounds} rounds ({args.rows:,} rows per batch); ratio = shape / Spark's window()")
+    for name, ms in runs.items():
+        m = statistics.median(ms)
+        print(f"{name:46s} {m:6.0f} ms  {m / spark_ms:5.2f}  ({', '.join(f'{x:.0f}' for x in ms)})")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ ratio Spark / ours (> 1: ours is faster); then the median ratio over the rounds.
 Order matters: the first streaming query of a JVM runs its batches up to 2x slower than the same query
 later in the session (the JIT warms up over dozens of batches; measured 2026-11-27: our join 1,098 ms per
 batch as the session's first query, 550 ms as its third). So a warm-up pass runs every query of the
-run once on a few files before anything is measured, and the ``--rounds`` alternate which side runs
+run once on 8 files before anything is measured, and the ``--rounds`` alternate which side runs
 first (round 1 ours first, round 2 Spark first, ...).
 
 ``--floor`` also runs the join's *shape* with no work in the same session: the same tagged union of both
@@ -43,6 +43,7 @@ import aggregate_vs_spark as agg  # noqa: E402  (the aggregation's data, queries
 import join_vs_spark as join  # noqa: E402  (the join's data and queries)
 
 PHASES = ("addBatch", "allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs")
+WARMUP_FILES = 8   # micro-batches of each query in the warm-up (4 left the first measured query ~30 % slow)
 
 
 def _summary(progress: list[dict]) -> dict:
@@ -162,7 +163,7 @@ def main(argv=None):
     try:
         if not args.no_warmup:   # every query once, on a few files: the JIT compiles what all of them run
             for _op, run in ops:
-                run(spark, tmp, min(sizes), 4, tag="_warm")
+                run(spark, tmp, min(sizes), WARMUP_FILES, tag="_warm")
             print(f"warm-up done, load {os.getloadavg()[0]:.1f}", flush=True)
         for rows in sizes:
             for op, run in ops:

@@ -264,6 +264,12 @@ def _settings(local: bool, ui: bool, shuffle_partitions: int | None, conf: dict 
         # Workers import PySpark from its installed package (cached bytecode), not from pyspark.zip,
         # which Python recompiles in every new worker (see pyspark_cq/_daemon.py).
         settings["spark.python.daemon.module"] = "pyspark_cq._daemon"
+        # Over loopback TCP (Spark's default) a Python round trip that sends little waits ~40 ms, as when
+        # Nagle's algorithm meets the worker's delayed ACK: e.g. the event-time timeout phase every
+        # applyInPandasWithState task runs after its groups, ~100 ms per micro-batch of our operators over
+        # 2 tasks. A Unix domain socket has no such wait (docs/benchmarks.md, "Unix domain sockets").
+        if os.name == "posix" and hasattr(socket, "AF_UNIX"):
+            settings["spark.python.unix.domain.socket.enabled"] = "true"
     elif shuffle_partitions:
         settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
     for key, value in (conf or {}).items():

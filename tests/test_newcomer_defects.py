@@ -410,7 +410,8 @@ def test_installation_lists_the_session_settings():
     # every setting cq.spark() makes (pyspark_cq/session.py) that changes what our operators do or cost
     for key in ("spark.sql.shuffle.partitions", "spark.default.parallelism", "spark.sql.session.timeZone",
                 "spark.sql.execution.arrow.pyspark.enabled", "spark.sql.execution.arrow.maxBytesPerBatch",
-                "spark.python.daemon.module", "spark.executorEnv.NUMBA_CACHE_DIR",
+                "spark.python.daemon.module", "spark.python.unix.domain.socket.enabled",
+                "spark.executorEnv.NUMBA_CACHE_DIR",
                 "spark.sql.streaming.forceDeleteTempCheckpointLocation", "PYSPARK_PYTHON",
                 "PYSPARK_DRIVER_PYTHON", "PYTHONSAFEPATH", "NUMBA_CACHE_DIR", "SPARK_LOCAL_IP"):
         assert re.search(r"\b" + re.escape(key) + r"\b", section), key

@@ -79,28 +79,30 @@ if _LOG:
     _W.read_udfs = _read_udfs
 
     try:
-        from pyspark_cq.operators import _join_worker as _J
-
-        _s = _J.JoinWorker.streaming
-
         import resource
+
+        from pyspark_cq.operators import _join_worker as _J
 
         _RU = ("ru_utime", "ru_stime", "ru_minflt", "ru_majflt", "ru_nvcsw", "ru_nivcsw")
 
-        def streaming(self, key, pdf_iter, state):
-            acc = getattr(_W, "_cq_acc", None)
-            t, r = time.perf_counter(), resource.getrusage(resource.RUSAGE_THREAD)
-            try:
-                yield from _s(self, key, pdf_iter, state)
-            finally:
-                if acc is not None:
-                    acc["udf"] += time.perf_counter() - t
-                    acc["calls"] = acc.get("calls", 0) + 1
-                    r1 = resource.getrusage(resource.RUSAGE_THREAD)
-                    for f in _RU:   # this thread's CPU (user, system), page faults and context switches
-                        acc["udf " + f] = acc.get("udf " + f, 0) + getattr(r1, f) - getattr(r, f)
+        def _traced(call):
+            """A stateful group function ``call`` (a generator) timed per call: wall time, and this thread's
+            CPU (user, system), page faults and context switches, summed per task."""
+            def traced(self, key, pdfs, state):
+                acc = getattr(_W, "_cq_acc", None)
+                t, r = time.perf_counter(), resource.getrusage(resource.RUSAGE_THREAD)
+                try:
+                    yield from call(self, key, pdfs, state)
+                finally:
+                    if acc is not None:
+                        acc["udf"] += time.perf_counter() - t
+                        acc["calls"] = acc.get("calls", 0) + 1
+                        r1 = resource.getrusage(resource.RUSAGE_THREAD)
+                        for f in _RU:
+                            acc["udf " + f] = acc.get("udf " + f, 0) + getattr(r1, f) - getattr(r, f)
+            return traced
 
-        _J.JoinWorker.streaming = streaming
+        _J.JoinWorker.streaming = _traced(_J.JoinWorker.streaming)
 
         # the steps join_worker_profile.py times outside Spark, here inside it (ms per task, summed)
         from pyspark_cq.operators import _metrics as _M
@@ -132,6 +134,13 @@ if _LOG:
 
         for _owner, _name in _steps:
             _timer(_owner, _name)
+
+        # the sliding aggregation's stateful function and its steps (the same accounting, "agg" calls)
+        from pyspark_cq.operators import _agg_worker as _A
+
+        _A.StatefulShard.__call__ = _traced(_A.StatefulShard.__call__)
+        for _name in ("_to_arrow", "run_shard", "_restore", "_ingest", "_emit", "_evict", "_save", "_unmarked"):
+            _timer(_A, _name)
     except Exception as e:  # noqa: BLE001
         with open(_LOG, "a") as f:
             f.write(json.dumps({"patch_error": repr(e)}) + "\n")

@@ -104,8 +104,12 @@ def write_data(directory, rows, files, keys=100, rate=1000, seed=0):
 
 
 def session():
+    """The benchmarks' local session. Its Python workers can import this directory's modules: the floor
+    shapes (here, in floor_shapes.py, tws_aggregate.py) pass their functions to Spark by reference."""
     import pyspark_cq
 
+    here = os.path.dirname(os.path.abspath(__file__))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
     spark = pyspark_cq.spark("local[2]", "aggregate-vs-spark", shuffle_partitions=2, conf={
         "spark.sql.adaptive.enabled": "false",
         "spark.sql.execution.arrow.maxRecordsPerBatch": "200000",
@@ -240,13 +244,15 @@ def _trivial_state(key, pdfs, state):
     yield pd.DataFrame({"n": [n]})
 
 
-def floor_bench(spark, big, tmp):
-    """Median steady batch (ms) of queries of our pipeline's shape with no work in them, and ours."""
+def project(d):
+    """The input of our aggregation's map side in its floor shapes: time (µs), key hash, key, value."""
     from pyspark.sql import functions as F
 
-    def project(d):
-        return d.select(F.unix_micros("ts").alias("t"), F.xxhash64("k").alias("h"), "k", "v")
+    return d.select(F.unix_micros("ts").alias("t"), F.xxhash64("k").alias("h"), "k", "v")
 
+
+def floor_bench(spark, big, tmp):
+    """Median steady batch (ms) of queries of our pipeline's shape with no work in them, and ours."""
     shapes = {
         "read (noop sink)": lambda d: d,
         "+ mapInArrow counting rows": lambda d: project(d).mapInArrow(_count_rows, "n long"),

@@ -25,11 +25,13 @@ import numpy as np
 import pyarrow as pa
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# the shapes use aggregate_vs_spark's functions by reference: the Python workers import it too
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(os.path.abspath(__file__)),
-                                                        os.environ.get("PYTHONPATH")]))
 
 import aggregate_vs_spark as agg  # noqa: E402  (data, session, the two aggregations, the streaming runner)
+
+from pyspark_cq._duration import parse_duration  # noqa: E402
+from pyspark_cq._validate import WATERMARK_KEY  # noqa: E402  (the field metadata that carries a watermark)
+
+SPARK_WINDOW = "Spark window(), W/S = 60"   # the shape every other is compared with
 
 
 def carrying_state(grouped, per_shard):
@@ -124,21 +126,20 @@ def shapes():
         return d.select("ts", F.pmod(F.xxhash64("k"), F.lit(8)).alias("s"), "k", "v")
 
     def python_shard(d):
-        return d.select(F.unix_micros("ts").alias("t"), F.xxhash64("k").alias("h"), "k", "v").mapInArrow(
-            agg._eight_rows, "s long, n long")
+        return agg.project(d).mapInArrow(agg._eight_rows, "s long, n long")
 
     def python_tagged(d):
+        delay_ms = parse_duration(agg.DELAY) // 1000   # the sources' watermark delay (parse_duration: µs)
         tagged = T.StructType([T.StructField("s", T.LongType()), T.StructField("n", T.LongType()),
-                               T.StructField("w", T.TimestampType(), True, {"spark.watermarkDelayMs": 10_000})])
-        return d.select(F.unix_micros("ts").alias("t"), F.xxhash64("k").alias("h"), "k", "v").mapInArrow(
-            _eight_tagged, tagged)
+                               T.StructField("w", T.TimestampType(), True, {WATERMARK_KEY: delay_ms})])
+        return agg.project(d).mapInArrow(_eight_tagged, tagged)
 
     def stateful(d, fn, out="n long", timeout="NoTimeout"):
         return d.groupBy("s").applyInPandasWithState(fn, out, "x long", "append", timeout)
 
     return {
         "read -> noop": lambda d: d,
-        "Spark window(), W/S = 60": lambda d: agg.spark_agg(d, "60 seconds"),
+        SPARK_WINDOW: lambda d: agg.spark_agg(d, "60 seconds"),
         "ours sliding_aggregate, W/S = 60": lambda d: agg.ours_agg(d, "60 seconds"),
         "mapInArrow(8 rows) -> applyInPandasWithState": lambda d: stateful(python_shard(d), agg._trivial_state),
         "  + event-time timeouts (our aggregation's shape)": lambda d: stateful(
@@ -194,7 +195,7 @@ def main(argv=None):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         spark.stop()
-    spark_ms = statistics.median(runs.get("Spark window(), W/S = 60", [float("nan")]))
+    spark_ms = statistics.median(runs.get(SPARK_WINDOW, [float("nan")]))
     print(f"\nmedian over {args.rounds} rounds ({args.rows:,} rows per batch); ratio = shape / Spark's window()")
     for name, ms in runs.items():
         m = statistics.median(ms)

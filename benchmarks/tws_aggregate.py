@@ -33,9 +33,6 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# the floor shapes use aggregate_vs_spark's functions by reference: the Python workers import it too
-os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(os.path.abspath(__file__)),
-                                                        os.environ.get("PYTHONPATH")]))
 
 import aggregate_vs_spark as agg  # noqa: E402  (data, session, the two aggregations)
 import join_vs_spark as join  # noqa: E402  (run_query)
@@ -64,11 +61,8 @@ def _trivial_processor():
 
 
 def variants():
-    from pyspark.sql import functions as F
-
     def python_shard(d):
-        return d.select(F.unix_micros("ts").alias("t"), F.xxhash64("k").alias("h"), "k", "v").mapInArrow(
-            agg._eight_rows, "s long, n long")
+        return agg.project(d).mapInArrow(agg._eight_rows, "s long, n long")
 
     return {  # name: (build, store)
         "Spark window()": (lambda d: agg.spark_agg(d, "60 seconds"), "default"),

@@ -21,10 +21,13 @@ function only counts its rows and rewrites a state of random (incompressible) by
 then as many per shard as our join reported as ``state_bytes`` in that batch. What any join of this shape
 costs per batch before doing anything (the ratio Spark / floor bounds what a faster kernel could give).
 
+``--row-slices`` also runs our aggregation with one row per slice between its two stages, the transport
+before the packed slices (docs/aggregate.md, "How it runs"), right after ours in each round.
+
 Usage::
 
     python benchmarks/small_batches.py [--sizes 5000,50000] [--files 12] [--rounds 2] [--only join] [--floor]
-                                       [--no-warmup] [--json out.json]
+                                       [--row-slices] [--no-warmup] [--json out.json]
 """
 from __future__ import annotations
 
@@ -77,8 +80,11 @@ def join_floor(spark, left, right, checkpoint, sizes=None) -> dict:
     return _run(spark, join_shape(left, right, sizes or [0]), checkpoint)
 
 
-def aggregation(spark, tmp, rows, files, spark_first=False, tag=""):
-    """Our sliding aggregation and Spark's ``window()`` (W/S = 60) on the same file stream: (ours, theirs)."""
+def aggregation(spark, tmp, rows, files, spark_first=False, tag="", row_slices=False):
+    """Our sliding aggregation and Spark's ``window()`` (W/S = 60) on the same file stream: (ours, theirs);
+    with ``row_slices`` ours also runs with one row per slice from the slicer to the stateful stage (the
+    transport before the packed slices), as ``ours["row_slices"]``.
+    """
     data = os.path.join(tmp, f"agg{rows}_{files}")
     if not os.path.isdir(data):
         agg.write_data(data, rows * files, files)
@@ -88,7 +94,17 @@ def aggregation(spark, tmp, rows, files, spark_first=False, tag=""):
                 .parquet(data).withWatermark("ts", agg.DELAY))
 
     def ours():
-        return _run(spark, agg.ours_agg(source(), "60 seconds"), os.path.join(tmp, f"ck_agg_o{rows}{tag}"))
+        out = _run(spark, agg.ours_agg(source(), "60 seconds"), os.path.join(tmp, f"ck_agg_o{rows}{tag}"))
+        if row_slices:
+            from pyspark_cq.operators import aggregate
+
+            aggregate._PACK_SLICES = False
+            try:
+                out["row_slices"] = _run(spark, agg.ours_agg(source(), "60 seconds"),
+                                         os.path.join(tmp, f"ck_agg_or{rows}{tag}"))
+            finally:
+                aggregate._PACK_SLICES = True
+        return out
 
     def theirs():
         return _run(spark, agg.spark_agg(source(), "60 seconds"), os.path.join(tmp, f"ck_agg_s{rows}{tag}"))
@@ -146,6 +162,8 @@ def main(argv=None):
     ap.add_argument("--files", type=int, default=12, help="micro-batches per run")
     ap.add_argument("--only", choices=["aggregation", "join"], default=None)
     ap.add_argument("--floor", action="store_true", help="also the join's shape with no work (module docstring)")
+    ap.add_argument("--row-slices", action="store_true",
+                    help="also our aggregation with one row per slice (the transport before packed slices)")
     ap.add_argument("--rounds", type=int, default=2, help="runs of both sides per size, alternating which "
                                                              "runs first; the ratio printed last is their median")
     ap.add_argument("--no-warmup", action="store_true", help="measure from a cold JVM (module docstring)")
@@ -168,6 +186,8 @@ def main(argv=None):
         for rows in sizes:
             for op, run in ops:
                 extra = {"floor": True} if args.floor and op == "join" else {}
+                if args.row_slices and op == "aggregation":
+                    extra = {"row_slices": True}
                 ratios = []
                 for r in range(args.rounds):
                     ours, theirs = run(spark, tmp, rows, args.files, spark_first=r % 2 == 1, tag=f"_r{r}", **extra)
@@ -181,7 +201,7 @@ def main(argv=None):
                           f"ours {ours['median_ms']:,.0f} ms {ours['phases_ms']}, Spark {theirs['median_ms']:,.0f} ms "
                           f"{theirs['phases_ms']}, Spark/ours {ratio:.2f}x (ours/Spark {1 / ratio:.2f}), "
                           f"load {load:.1f}", flush=True)
-                    for shape in ("floor", "floor_state"):
+                    for shape in ("floor", "floor_state", "row_slices"):
                         if shape in ours:
                             f = ours[shape]["median_ms"]
                             print(f"  {shape}: {f:,.0f} ms {ours[shape]['phases_ms']}, Spark/{shape} "

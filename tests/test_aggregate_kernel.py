@@ -19,6 +19,7 @@ from helpers.aggregate_pipeline import (
     arrival_order,
     assert_same,
     floats,
+    input_batch,
     make_plan,
     rows_of,
     rows_st,
@@ -34,9 +35,10 @@ from hypothesis import strategies as st
 from pyspark.sql import types as T
 
 from pyspark_cq.operators import _agg_spec as S
+from pyspark_cq.operators import _agg_worker as A
 from pyspark_cq.operators import _state_bytes
 from pyspark_cq.operators._agg_worker import SHARD, run_shard
-from pyspark_cq.operators._shards import shard_keys
+from pyspark_cq.operators._shards import shard_key_values, shard_keys
 
 
 def test_codes_match_the_compiled_module():
@@ -134,14 +136,14 @@ def test_coarser_granularity_rounds_times_down(rows, wsg):
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(stream_st, window_slide)
-def test_append_stream_equals_spark_semantics(data, ws):
+@given(stream_st, window_slide, st.booleans())
+def test_append_stream_equals_spark_semantics(data, ws, packed):
     rows, cuts, delay = data
     w, s = ws
     batches = split_batches(arrival_order(rows), cuts)
     plan = make_plan(w, s, mode="append", watermark=True)
     wms = R.watermarks(batches, "t", delay)
-    outputs, metrics = run_stream(plan, batches, wms)
+    outputs, metrics = run_stream(plan, batches, wms, packed=packed)
     want, late = R.spark_stream_windows(batches, "t", "k", w, s, agg_list(ALL_AGGS), delay)
     got = {}
     for out in outputs:
@@ -237,6 +239,47 @@ def test_string_and_null_keys():
         got.update(rows_of(run_shard(plan, part, None, None).output, plan))
     assert_same(got, R.spark_windows(rows, "t", "k", 4, 2, agg_list(aggs)))
     assert (0, 4, None) in got and got[(0, 4, None)] == (7, 2)
+
+
+def test_packed_transport_carries_what_the_rows_carry():
+    """The packed transport (streaming default) gives the row transport's windows, metrics and state:
+    string and null keys, null times (malformed, counted by the markers) and several map tasks."""
+    schema = T.StructType([T.StructField("t", T.TimestampType()), T.StructField("k", T.StringType()),
+                           T.StructField("v", T.LongType())])
+    rng = np.random.default_rng(7)
+    rows = [{"t": None if i % 13 == 0 else int(rng.integers(0, 400)),
+             "k": None if i % 11 == 0 else "k" + str(int(rng.integers(0, 30))), "v": int(rng.integers(-9, 9))}
+            for i in range(600)]
+    plan = make_plan(12, 4, aggs={"v": ["sum", "max"], "*": ["count"]}, schema=schema, shards=3,
+                     mode="append", watermark=True)
+    batches = [rows[:250], [], rows[250:]]
+    wms = [0, 100, 150, 10**6]
+    hash_of = lambda k: -5 if k is None else int(k[1:]) * 7919 + 3  # noqa: E731
+    by_rows = run_stream(plan, batches, wms, hash_of=hash_of)
+    packed = run_stream(plan, batches, wms, hash_of=hash_of, packed=True)
+    assert packed == by_rows
+    assert sum(m["malformed_rows"] for m in packed[1]) == sum(r["t"] is None for r in rows) > 0
+    assert sum(len(out) for out in packed[0]) > 100
+
+
+@pytest.mark.parametrize("pack_rows", [A.PACK_ROWS, 7])
+def test_packed_slices_are_split_by_shard(monkeypatch, pack_rows):
+    """Each message holds one shard's slices; held over several input batches (sent every ``pack_rows``
+    slices and at the end), they are the row transport's slices; then one marker row per shard."""
+    monkeypatch.setattr(A, "PACK_ROWS", pack_rows)
+    plan = make_plan(4, 2, mode="append", watermark=True, shards=4)
+    rows = [{"t": t, "k": t % 7, "v": t, "x": 1.0} for t in range(60)]
+    batches = [input_batch(rows[i:i + 9], plan) for i in range(0, 60, 9)]
+    by_rows = pa.Table.from_batches(list(A.Slicer(plan, tag=False)(batches)))
+    packed = pa.Table.from_batches(list(A.Slicer(plan, tag=False, packed=True)(batches)))
+    shards, blobs = packed.column(SHARD).to_pylist(), packed.column(A.SLICES).to_pylist()
+    assert shards[-4:] == list(shard_keys(4)) and blobs[-4:] == [b""] * 4
+    messages = [pa.ipc.read_record_batch(pa.py_buffer(b), plan.slices_arrow_schema()) for b in blobs[:-4]]
+    for shard, m in zip(shards, messages):
+        assert set(shard_key_values(m.column(A.KHASH).to_numpy(), 4)) == {shard}
+    assert len(messages) > (len(set(shards)) if pack_rows == 7 else 0)
+    want = by_rows.filter(pa.compute.greater(by_rows.column(A.partial_name(0)), 0)).select(messages[0].schema.names)
+    assert sorted(pa.Table.from_batches(messages).to_pylist(), key=str) == sorted(want.to_pylist(), key=str)
 
 
 def test_without_keys():

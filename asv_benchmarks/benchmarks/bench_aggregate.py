@@ -116,3 +116,54 @@ class AggregateSnapshot:
         return len(self.blob) / self.state.num_slices
 
     track_blob_bytes_per_slice.unit = "bytes"
+
+
+class AggregateSlicerTransport:
+    """The streaming slicer (Python wrapper and kernel) on 1 M rows in Spark's 10 k-row Arrow batches, and
+    the stateful side reading its output back: one row per slice, or packed (one IPC message per shard)."""
+
+    params = ["rows", "packed"]
+    param_names = ["transport"]
+
+    def setup(self, transport):
+        import pyarrow as pa
+        from pyspark.sql import types as T
+
+        from pyspark_cq.operators import _agg_spec as S
+        from pyspark_cq.operators import _agg_worker as A
+
+        class _Frame:  # what parse_aggs reads of a DataFrame: its schema
+            schema = T.StructType([T.StructField("t", T.TimestampType()), T.StructField("k", T.LongType()),
+                                   T.StructField("v", T.LongType())])
+
+        spec = S.parse_aggs(_Frame, {"v": ["sum", "max"], "*": ["count"]}, ["k"])
+        names = ("window_start", "window_end", "k") + tuple(o.name for o in spec.outputs)
+        self.config = A.AggConfig(spec, S.key_columns(_Frame, ["k"]), T.TimestampType(), 60_000_000, 1_000_000,
+                                  1_000_000, "windows", "append", True, 8, names)
+        h, t, v = _rows(1_000_000, 100)
+        self.batches = [pa.RecordBatch.from_pydict({
+            A.TIME: pa.array(t[s:s + 10_000], type=pa.timestamp("us", tz="UTC")), A.HASH: pa.array(h[s:s + 10_000]),
+            A.key_name(0): pa.array(h[s:s + 10_000] // 0x9E3779B1), A.value_name(0): pa.array(v[s:s + 10_000])})
+            for s in range(0, 1_000_000, 10_000)]
+        self.slicer = A.Slicer(self.config, True, packed=transport == "packed")
+        self.out = pa.Table.from_batches(list(self.slicer(iter(self.batches))))
+        self.A = A
+
+    def time_slice_1m_rows(self, transport):
+        for _ in self.slicer(iter(self.batches)):
+            pass
+
+    def time_read_back(self, transport):
+        """What the stateful side's Python does with one batch's slicer output (all shards at once): PySpark's
+        Arrow-to-pandas conversion, then ours back to Arrow."""
+        A = self.A
+        pdf = self.out.to_pandas()
+        if transport == "packed":
+            A.unpack_slices(self.config.slices_arrow_schema(), [pdf])
+        else:
+            A._to_arrow(pdf, A._arrow_schema(self.config.sliced_schema({})))
+
+    def track_rows_to_the_shuffle(self, transport):
+        return self.out.num_rows
+
+    track_rows_to_the_shuffle.unit = "rows"

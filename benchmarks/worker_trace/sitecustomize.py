@@ -139,7 +139,8 @@ if _LOG:
         from pyspark_cq.operators import _agg_worker as _A
 
         _A.StatefulShard.__call__ = _traced(_A.StatefulShard.__call__)
-        for _name in ("_to_arrow", "run_shard", "_restore", "_ingest", "_emit", "_evict", "_save", "_unmarked"):
+        for _name in ("_to_arrow", "unpack_slices", "run_shard", "_restore", "_ingest", "_emit", "_evict", "_save",
+                      "_unmarked"):
             _timer(_A, _name)
     except Exception as e:  # noqa: BLE001
         with open(_LOG, "a") as f:

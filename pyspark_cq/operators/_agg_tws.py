@@ -11,7 +11,19 @@ import pyarrow as pa
 from pyspark.sql.streaming import StatefulProcessor
 
 from . import _metrics
-from ._agg_worker import METRICS, AggConfig, _arrow_schema, _to_arrow, read_entry, run_shard
+from ._agg_worker import (
+    BAD,
+    METRICS,
+    SHARD,
+    SHED_COL,
+    SLICES,
+    AggConfig,
+    _arrow_schema,
+    _to_arrow,
+    read_entry,
+    run_shard,
+    unpack_slices,
+)
 
 #: Schema of the shard's ValueState (the same pair GroupState holds).
 VALUE_SCHEMA = "blob binary, keys binary"
@@ -20,9 +32,9 @@ VALUE_SCHEMA = "blob binary, keys binary"
 class TwsShard(StatefulProcessor):
     """``transformWithStateInPandas`` processor: one shard, one micro-batch."""
 
-    def __init__(self, config: AggConfig, sliced):
-        self.config = config
-        self.arrow_schema = _arrow_schema(sliced)
+    def __init__(self, config: AggConfig, sliced, packed: bool = False):
+        self.config, self.packed = config, packed
+        self.arrow_schema = config.slices_arrow_schema() if packed else _arrow_schema(sliced)
         self.out_schema = _metrics.arrow_schema(config.output_schema())
 
     def init(self, handle) -> None:
@@ -31,16 +43,22 @@ class TwsShard(StatefulProcessor):
 
     def _step(self, frames, watermark_ms):
         config = self.config
-        names = self.arrow_schema.names
         # PySpark regroups the input row by row (itertuples), which renames the columns (a leading
-        # underscore is not a namedtuple field): they arrive in the sliced layout's order, the null
+        # underscore is not a namedtuple field): they arrive in the input layout's order, the null
         # watermark tag last
-        frames = [_to_arrow(p.iloc[:, :len(names)].set_axis(names, axis=1), self.arrow_schema)
-                  for p in frames if len(p)]
-        table = pa.concat_tables(frames) if frames else self.arrow_schema.empty_table()
+        frames = [p for p in frames if len(p)]
+        counts = None
+        if self.packed:
+            names = [SHARD, SLICES, BAD, SHED_COL]
+            table, counts = unpack_slices(self.arrow_schema, [p.iloc[:, :4].set_axis(names, axis=1) for p in frames])
+        else:
+            names = self.arrow_schema.names
+            frames = [_to_arrow(p.iloc[:, :len(names)].set_axis(names, axis=1), self.arrow_schema) for p in frames]
+            table = pa.concat_tables(frames) if frames else self.arrow_schema.empty_table()
         wm_us = max(int(watermark_ms), 0) * 1000 if config.watermark else None
         saved = self.image.get() if self.image.exists() else None
-        result = run_shard(config, table, tuple(saved) if saved is not None else None, wm_us, read_entry(config))
+        result = run_shard(config, table, tuple(saved) if saved is not None else None, wm_us, read_entry(config),
+                           counts)
         if result.state:
             self.image.update(result.state)
         else:

@@ -60,6 +60,9 @@ TIME, HASH = "__cq_t", "__cq_h"
 # Sliced rows (slicer output, stateful input).
 SHARD, KHASH, START, BAD, TAG = "__cq_shard", "__cq_hash", "__cq_start", "__cq_bad", "__cq_tag"
 SHED_COL = "__cq_shed"   # rows the slicer shed (drop_ratio), carried by the marker rows like BAD
+SLICES = "__cq_slices"   # packed transport: slices of one shard as an Arrow IPC message (see Slicer._pack)
+#: Columns of the row transport that a packed row carries itself (the rest travel inside SLICES).
+_ROW_ONLY = (SHARD, BAD, SHED_COL, TAG)
 #: The streaming aggregation's report: the shared counters plus ``shed_rows``.
 METRICS = _metrics.METRICS + (SHED,)
 
@@ -153,6 +156,25 @@ class AggConfig:
             # (slice, window) by the kernel instead, as Spark's aggregation does per (window, key).
             fields.append(T.StructField(TAG, self.time_type, True, tag_metadata))
         return T.StructType(fields)
+
+    def packed_schema(self, tag_metadata: dict | None) -> T.StructType:
+        """Spark schema of the packed slice transport (streaming, shard layout): per row slices of one shard
+        in an Arrow IPC message (``SLICES``, :meth:`slices_arrow_schema`), and the malformed and shed row
+        counts (non-zero in marker rows only, whose message is empty).
+
+        The stateful input then has a few rows per task and batch instead of one per slice: the JVM
+        moves each slice as bytes, not as a row through the shuffle, the sort and the pandas conversion.
+        """
+        row = self.sliced_schema(tag_metadata)
+        fields = [row[SHARD], T.StructField(SLICES, T.BinaryType(), False), row[BAD], row[SHED_COL]]
+        return T.StructType(fields + ([row[TAG]] if tag_metadata is not None else []))
+
+    def slices_arrow_schema(self) -> pa.Schema:
+        """Arrow schema of the slices inside a packed row: the row transport's columns without those the
+        packed row carries itself.
+        """
+        return pa.schema([pa.field(f.name, arrow_type(f.dataType))
+                          for f in self.sliced_schema(None).fields if f.name not in _ROW_ONLY])
 
     def output_schema(self) -> T.StructType:
         """User-visible output schema (without report columns)."""
@@ -267,17 +289,25 @@ def last_window_end(starts: np.ndarray, segments, slide: int) -> np.ndarray:
 
 # ---- map side ---------------------------------------------------------------------------------------
 
+#: Packed transport: the slicer sends the slices it holds once they reach this many rows (and at the end
+#: of its input), so a task sends a few large messages per shard rather than one per Arrow batch.
+PACK_ROWS = 65_536
+
+
 class Slicer:
-    """``mapInArrow`` function: raw rows -> one row per (key, granule) with its partial aggregates.
+    """``mapInArrow`` function: raw rows -> one slice per (key, granule) with its partial aggregates.
 
     This is the stateless, vectorised partial aggregation (as Spark's own map-side HashAggregate) that
     keeps raw rows away from the per-group Python overhead of the stateful stage. After its input it
     emits one marker row per shard, so that every shard is invoked in every micro-batch and always
-    knows the previous batch's watermark (see :func:`run_shard`).
+    knows the previous batch's watermark (see :func:`run_shard`). ``packed``: the slices leave packed by
+    shard (:meth:`AggConfig.packed_schema`), else one row per slice (:meth:`AggConfig.sliced_schema`).
     """
 
-    def __init__(self, config: AggConfig, tag: bool, markers: bool = True):
-        self.config, self.tag, self.emit_markers = config, tag, markers
+    def __init__(self, config: AggConfig, tag: bool, markers: bool = True, packed: bool = False):
+        if packed and not markers:
+            raise ValueError("packed: the packed transport needs the shard layout's marker rows")
+        self.config, self.tag, self.emit_markers, self.packed = config, tag, markers, packed
 
     def __call__(self, batches):
         kernel = load("_aggregate")
@@ -290,6 +320,7 @@ class Slicer:
                              f"(micro-batch {_validate.micro_batch_id()})")
         counted = self.config.shed_partial is not None
         bad = shed = 0
+        held, held_rows = [], 0   # packed: slices not yet sent (fewer, larger messages)
         for batch in batches:
             if batch.num_rows == 0:
                 continue
@@ -307,8 +338,18 @@ class Slicer:
                 continue
             out, null_time = self.slice(kernel, batch, gsched, drop)
             bad += null_time
-            if out.num_rows:
+            if not out.num_rows:
+                continue
+            if not self.packed:
                 yield out
+                continue
+            held.append(out)
+            held_rows += out.num_rows
+            if held_rows >= PACK_ROWS:
+                yield self._pack(held)
+                held, held_rows = [], 0
+        if held:
+            yield self._pack(held)
         if self.emit_markers:
             yield self.markers(bad, shed)
 
@@ -355,32 +396,57 @@ class Slicer:
         return self._rows(r["hash"], keys, r["start"], partials), int(r["null_time"])
 
     def _rows(self, hashes: np.ndarray, keys, starts, partials, bad=None, shed=None) -> pa.RecordBatch:
+        """The slices in the row transport (:meth:`AggConfig.sliced_schema`; ``bad`` and ``shed``: the
+        marker rows' counts), or packed: in :meth:`AggConfig.slices_arrow_schema`, for :meth:`_pack`.
+        """
         config = self.config
         m = len(hashes)
-        cols = [pa.array(shard_key_values(hashes, config.shards)), pa.array(hashes, type=pa.int64())]
+        slices = [pa.array(hashes, type=pa.int64())]
         for k, arr in zip(config.keys, keys):
-            cols += encode_key(k, arr)
-        cols.append(pa.array(starts, type=pa.int64()))
-        cols += [pa.array(p, type=pa.int64()) for p in partials]
-        cols.append(pa.array(np.zeros(m, dtype=np.int64) if bad is None else bad, type=pa.int64()))
-        cols.append(pa.array(np.zeros(m, dtype=np.int64) if shed is None else shed, type=pa.int64()))
+            slices += encode_key(k, arr)
+        slices.append(pa.array(starts, type=pa.int64()))
+        slices += [pa.array(p, type=pa.int64()) for p in partials]
+        if self.packed:
+            return pa.RecordBatch.from_arrays(slices, schema=config.slices_arrow_schema())
+        counts = [pa.array(np.zeros(m, dtype=np.int64) if c is None else c, type=pa.int64()) for c in (bad, shed)]
+        return self._with_tag([pa.array(shard_key_values(hashes, config.shards))] + slices + counts,
+                              config.sliced_schema({} if self.tag else None))
+
+    def _pack(self, held: list[pa.RecordBatch]) -> pa.RecordBatch:
+        """Packed rows of the slices ``held``: one IPC message per shard present, its slices in their order."""
+        table = pa.Table.from_batches(held).combine_chunks()
+        shards = shard_key_values(table.column(KHASH).to_numpy(), self.config.shards)
+        order = np.argsort(shards, kind="stable")
+        shards = shards[order]
+        bounds = np.r_[np.flatnonzero(np.r_[True, shards[1:] != shards[:-1]]), len(shards)]
+        batch = table.take(pa.array(order)).to_batches()[0]
+        blobs = [batch.slice(lo, hi - lo).serialize().to_pybytes() for lo, hi in zip(bounds[:-1], bounds[1:])]
+        zeros = np.zeros(len(blobs), dtype=np.int64)
+        return self._packed_rows(shards[bounds[:-1]], blobs, zeros, zeros)
+
+    def _packed_rows(self, shards: np.ndarray, blobs: list, bad: np.ndarray, shed: np.ndarray) -> pa.RecordBatch:
+        cols = [pa.array(shards, type=pa.int64()), pa.array(blobs, type=pa.binary()),
+                pa.array(bad, type=pa.int64()), pa.array(shed, type=pa.int64())]
+        return self._with_tag(cols, self.config.packed_schema({} if self.tag else None))
+
+    def _with_tag(self, cols: list, schema: T.StructType) -> pa.RecordBatch:
+        """``cols`` and, with a watermark, the all-null tag column, as a batch of ``schema``'s names."""
         if self.tag:
-            cols.append(pa.nulls(m, type=arrow_type(config.time_type)))
-        names = config.sliced_schema({} if self.tag else None).names
-        return pa.RecordBatch.from_arrays(cols, names=names)
+            cols = cols + [pa.nulls(len(cols[0]), type=arrow_type(self.config.time_type))]
+        return pa.RecordBatch.from_arrays(cols, names=schema.names)
 
     def markers(self, bad: int, shed: int = 0) -> pa.RecordBatch:
-        """One row per shard with count(*) = 0 (never a slice); shard 0's carries the null-time and shed
-        counts.
+        """One row per shard with count(*) = 0 (never a slice; packed: no slices at all); shard 0's
+        carries the null-time and shed counts.
         """
         k = self.config.shards
         hashes = np.arange(k, dtype=np.int64)
-        keys = [pa.nulls(k, type=arrow_type(kc.dtype)) for kc in self.config.keys]
         zeros = np.zeros(k, dtype=np.int64)
-        badcol = zeros.copy()
-        badcol[0] = bad
-        shedcol = zeros.copy()
-        shedcol[0] = shed
+        badcol, shedcol = zeros.copy(), zeros.copy()
+        badcol[0], shedcol[0] = bad, shed
+        if self.packed:
+            return self._packed_rows(shard_key_values(hashes, k), [b""] * k, badcol, shedcol)
+        keys = [pa.nulls(k, type=arrow_type(kc.dtype)) for kc in self.config.keys]
         return self._rows(hashes, keys, zeros, [zeros] * len(self.config.spec.ops), badcol, shedcol)
 
 
@@ -444,7 +510,7 @@ class StepResult:
 
 
 def run_shard(config: AggConfig, table: pa.Table, state: tuple | None, watermark_us: int | None,
-              entry: Entry | None = None) -> StepResult:
+              entry: Entry | None = None, counts: tuple[int, int] | None = None) -> StepResult:
     """Process one shard for one micro-batch (or a whole batch DataFrame when ``config.mode == 'batch'``).
 
     ``table`` holds sliced rows (markers included), ``state`` the ``(blob, keys)`` saved by the previous
@@ -452,15 +518,20 @@ def run_shard(config: AggConfig, table: pa.Table, state: tuple | None, watermark
     to filter late (slice, window) pairs exactly as Spark filters (window, key) rows, is kept in the
     state: marker rows and event-time timeouts make sure every shard sees every watermark change.
     ``entry`` is the operator's control entry read for this batch (None: the arguments apply; see
-    :func:`batch_params`).
+    :func:`batch_params`). ``counts``: the malformed and shed rows when ``table`` holds slices only (the
+    packed transport, :func:`unpack_slices`); None when its marker rows carry them.
 
     The steps: :func:`_unmarked` (drop the markers), :func:`_restore`, :func:`_drop_late_slices`,
     :func:`_ingest` (with :func:`_update_keys`), :func:`_emit`, :func:`_evict`, :func:`_save`.
     """
     kernel = load("_aggregate")
     params = batch_params(config, entry)
-    data, bad, input_rows = _unmarked(table, config.shed_partial)
-    shed = int(_int64(table, SHED_COL).sum()) if table.num_rows else 0
+    if counts is None:
+        data, bad, input_rows = _unmarked(table, config.shed_partial)
+        shed = int(_int64(table, SHED_COL).sum()) if table.num_rows else 0
+    else:
+        data, (bad, shed) = table, counts
+        input_rows = int(_int64(data, partial_name(0)).sum()) if data.num_rows else 0
     st, keys_tbl, late_end = _restore(kernel, config, state)
     data, pre_late = _drop_late_slices(config, params, data, late_end)
     grid = _sweep_grid(config, params, entry, _int64(data, START))
@@ -838,20 +909,35 @@ def _to_arrow(pdf: pd.DataFrame, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-#: Masked pandas dtypes for numbers and booleans: they keep NaN apart from null (a float64 numpy column
-#: would turn NaN into null in Spark's conversion) and convert back to plain Arrow arrays.
-class StatefulShard:
-    """``applyInPandasWithState`` function: one shard, one micro-batch."""
+def unpack_slices(schema: pa.Schema, frames: list[pd.DataFrame]) -> tuple[pa.Table, tuple[int, int]]:
+    """The slices of packed stateful input (frames of :meth:`AggConfig.packed_schema`'s first four
+    columns; ``schema``: :meth:`AggConfig.slices_arrow_schema`) and its malformed and shed row counts.
+    """
+    batches, bad, shed = [], 0, 0
+    for pdf in frames:
+        bad += int(pdf[BAD].sum())
+        shed += int(pdf[SHED_COL].sum())
+        batches += [pa.ipc.read_record_batch(pa.py_buffer(b), schema) for b in pdf[SLICES] if len(b)]
+    return pa.Table.from_batches(batches, schema=schema), (bad, shed)
 
-    def __init__(self, config: AggConfig, sliced: T.StructType):
-        self.config = config
-        self.arrow_schema = _arrow_schema(sliced)
+
+class StatefulShard:
+    """``applyInPandasWithState`` function: one shard, one micro-batch. ``packed``: the input is the
+    packed transport (:meth:`AggConfig.packed_schema`), else the row transport (``sliced``).
+    """
+
+    def __init__(self, config: AggConfig, sliced: T.StructType, packed: bool = False):
+        self.config, self.packed = config, packed
+        self.arrow_schema = config.slices_arrow_schema() if packed else _arrow_schema(sliced)
         self.out_schema = _metrics.arrow_schema(config.output_schema())
 
     def __call__(self, key, pdfs, state):
         config = self.config
         frames = [p for p in pdfs if len(p)]
-        if frames:
+        counts = None
+        if self.packed:
+            table, counts = unpack_slices(self.arrow_schema, frames)
+        elif frames:
             table = pa.concat_tables([_to_arrow(p, self.arrow_schema) for p in frames])
         else:
             table = self.arrow_schema.empty_table()
@@ -859,7 +945,7 @@ class StatefulShard:
         if config.watermark:
             wm_us = int(state.getCurrentWatermarkMs()) * 1000
         saved = state.get if state.exists else None
-        result = run_shard(config, table, saved, wm_us, read_entry(config))
+        result = run_shard(config, table, saved, wm_us, read_entry(config), counts)
         state.update(result.state)
         if config.watermark:
             # Fire at the next watermark advance even without data (no-data batches), so windows close.

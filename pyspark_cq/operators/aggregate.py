@@ -64,6 +64,9 @@ _ROWS = "__cq_rows"
 #: Name of the per-batch report when neither ``name`` nor ``control`` is given.
 DEFAULT_NAME = "cq_sliding_aggregate"
 STATE_SCHEMA = "blob binary, keys binary"
+#: Streams in the shard layout pack their slices (AggConfig.packed_schema). False: one row per slice, the
+#: transport before 2026-11-27, kept so that benchmarks/small_batches.py --row-slices can compare both.
+_PACK_SLICES = True
 _I64_MAX, _I64_MIN = 2**63 - 1, -(2**63)
 
 
@@ -292,19 +295,25 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         # Streaming: Spark's aggregation would be stateful, so the map side is ours (mapInArrow).
         tag = {_validate.WATERMARK_KEY: delay} if delay is not None else None
         sliced_schema = config.sliced_schema(tag)
-        slicer = Slicer(config, tag is not None, markers=layout == "shard")
-        sliced = df.select(*_projection(df, time, keys, spec)).mapInArrow(slicer, sliced_schema)
+        # The shard layout packs each shard's slices into bytes (AggConfig.packed_schema): far fewer rows
+        # for the JVM to shuffle, sort and convert. The key layout groups by key hash: one row per slice.
+        by_shard = layout == "shard"
+        pack = by_shard and _PACK_SLICES
+        slicer = Slicer(config, tag is not None, markers=by_shard, packed=pack)
+        sliced = df.select(*_projection(df, time, keys, spec)).mapInArrow(
+            slicer, config.packed_schema(tag) if pack else sliced_schema)
         packed_schema = _metrics.packed_schema(config.output_schema(), AGG_METRICS)
         if state == "tws":
             from ._agg_tws import TwsShard
 
             packed = sliced.groupBy(group_col).transformWithStateInPandas(
-                TwsShard(config, sliced_schema), packed_schema, "Append" if complete else output_mode.capitalize(),
+                TwsShard(config, sliced_schema, pack), packed_schema,
+                "Append" if complete else output_mode.capitalize(),
                 "EventTime" if delay is not None else "None")
         else:
             timeout = "EventTimeTimeout" if delay is not None else "NoTimeout"
             packed = sliced.groupBy(group_col).applyInPandasWithState(
-                StatefulShard(config, sliced_schema), packed_schema,
+                StatefulShard(config, sliced_schema, pack), packed_schema,
                 STATE_SCHEMA, "append" if complete else output_mode, timeout)
         out = _metrics.attach_packed(packed, name, config.output_schema(), AGG_METRICS)
         return _complete_table(out, out_names, by) if complete else out

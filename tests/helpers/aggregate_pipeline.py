@@ -14,7 +14,17 @@ from pyspark.sql import types as T
 
 from pyspark_cq._native import load
 from pyspark_cq.operators import _agg_spec as S
-from pyspark_cq.operators._agg_worker import HASH, SHARD, TIME, AggConfig, Slicer, key_name, run_shard, value_name
+from pyspark_cq.operators._agg_worker import (
+    HASH,
+    SHARD,
+    TIME,
+    AggConfig,
+    Slicer,
+    key_name,
+    run_shard,
+    unpack_slices,
+    value_name,
+)
 from pyspark_cq.operators._shards import shard_keys
 
 K = load("_aggregate")
@@ -65,14 +75,14 @@ def input_batch(rows, plan, hash_of=None):
     return pa.RecordBatch.from_pydict(cols)
 
 
-def slice_rows(plan, rows, tasks=2, hash_of=None):
+def slice_rows(plan, rows, tasks=2, hash_of=None, packed=False):
     """Sliced rows of one micro-batch, produced by ``tasks`` map tasks (so slices of one key and granule
-    may arrive twice and must merge)."""
+    may arrive twice and must merge); ``packed``: in the packed transport (markers included)."""
     out = []
     for part in range(tasks):
         chunk = rows[part::tasks]
         batches = [input_batch(chunk, plan, hash_of)] if chunk else []
-        out += list(Slicer(plan, tag=False)(batches))
+        out += list(Slicer(plan, tag=False, packed=packed)(batches))
     return pa.Table.from_batches(out)
 
 
@@ -90,18 +100,26 @@ def rows_of(table: pa.Table, plan):
     return out
 
 
-def run_stream(plan, batches, wms, hash_of=None):
-    """Drive run_shard over micro-batches like applyInPandasWithState; returns (outputs per batch, metrics)."""
+def run_stream(plan, batches, wms, hash_of=None, packed=False):
+    """Drive run_shard over micro-batches like applyInPandasWithState; returns (outputs per batch, metrics).
+    ``packed``: the slices travel in the packed transport, through its pandas form (as the stateful side
+    receives them)."""
     states = {}
     outputs, metrics = [], []
     for b, batch in enumerate(batches + [[]]):
-        table = slice_rows(plan, batch, hash_of=hash_of) if batch else Slicer(plan, tag=False).markers(0)
-        table = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
+        if batch:
+            table = slice_rows(plan, batch, hash_of=hash_of, packed=packed)
+        else:
+            table = pa.Table.from_batches([Slicer(plan, tag=False, packed=packed).markers(0)])
         shard_col = np.asarray(table.column(SHARD).to_numpy())
         emitted, m = {}, {}
         for s in shard_keys(plan.shards):  # the shards' group keys (operators/_shards.py)
             part = table.take(pa.array(np.flatnonzero(shard_col == s)))
-            res = run_shard(plan, part, states.get(s), wms[b])
+            if packed:
+                slices, counts = unpack_slices(plan.slices_arrow_schema(), [part.to_pandas()])
+                res = run_shard(plan, slices, states.get(s), wms[b], None, counts)
+            else:
+                res = run_shard(plan, part, states.get(s), wms[b])
             states[s] = res.state
             emitted.update(rows_of(res.output, plan))
             for name, value in res.metrics.items():

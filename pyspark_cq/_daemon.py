@@ -6,15 +6,17 @@ bytecode), so every new daemon and every forked worker re-compiles the parts of 
 about 8 s of CPU on this machine before the first micro-batch of a stateful query can run (measured
 with py-spy; docs/benchmarks.md). When the zip is the one shipped inside the installed ``pyspark``
 package (a pip install, as in local mode), the installed package is the same code with cached bytecode,
-so this module drops the zip from ``sys.path`` and then runs :mod:`pyspark.daemon` unchanged.
+so this module drops the zip from ``sys.path`` and then runs :mod:`pyspark.daemon`.
 
 ``pyspark_cq.spark()`` selects it in local mode (``spark.python.daemon.module``). Any other layout (a
 cluster's own ``SPARK_HOME``) keeps ``sys.path`` as it is.
+
+It also keeps a worker quiet when the JVM has already closed its connection (:func:`quiet_when_closed`).
 """
 from __future__ import annotations
 
+import functools
 import os
-import runpy
 import sys
 
 
@@ -34,10 +36,32 @@ def installed_zip_entries(path: list[str]) -> list[str]:
     return out
 
 
+def quiet_when_closed(worker):
+    """``pyspark.daemon.worker`` ending without a traceback when the JVM closed the connection first.
+
+    Over a Unix domain socket (``cq.spark()``'s default in local mode) the worker's last flush to a
+    connection the JVM has closed fails at once with EPIPE, where loopback TCP buffers it. The JVM closes
+    the connections of idle workers after a minute and of all workers at ``spark.stop()``, so PySpark's
+    daemon would print a ``BrokenPipeError`` traceback each time, while the JVM is no longer listening.
+    The worker process ends as it would after that traceback (exit code 1); any other error still raises.
+    """
+    @functools.wraps(worker)
+    def run(sock, authenticated):
+        try:
+            return worker(sock, authenticated)
+        except BrokenPipeError:
+            return 1
+
+    return run
+
+
 def main() -> None:
     for entry in installed_zip_entries(sys.path):
         sys.path.remove(entry)
-    runpy.run_module("pyspark.daemon", run_name="__main__", alter_sys=True)
+    import pyspark.daemon as daemon
+
+    daemon.worker = quiet_when_closed(daemon.worker)
+    daemon.manager()
 
 
 if __name__ == "__main__":

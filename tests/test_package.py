@@ -148,6 +148,29 @@ def test_daemon_drops_only_the_zip_of_the_installed_pyspark(tmp_path):
     assert installed_zip_entries([inside, py4j]) == []  # the installed package is not reachable
 
 
+_CLOSED_PEER = """
+import os, socket, sys
+os.environ["PYTHON_DAEMON_KILL_WORKER_ON_FLUSH_FAILURE"] = "1"   # what Spark's JVM sets for its daemon
+import pyspark.daemon as d
+from pyspark_cq._daemon import quiet_when_closed
+mine, jvm = socket.socketpair()   # a Unix domain socket, as with spark.python.unix.domain.socket.enabled
+jvm.close()                       # the JVM let the worker go (idle a minute, or spark.stop())
+sys.exit((quiet_when_closed(d.worker) if sys.argv[1] == "quiet" else d.worker)(mine, True))
+"""
+
+
+@pytest.mark.parametrize("mode", ["plain", "quiet"])
+def test_daemon_worker_is_quiet_when_the_jvm_closed_first(mode):
+    """PySpark's own worker prints a BrokenPipeError traceback there (the reproduction); ours ends the same
+    way (exit code 1) without one."""
+    out = subprocess.run([sys.executable, "-c", _CLOSED_PEER, mode], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    if mode == "plain":
+        assert "BrokenPipeError" in out.stderr, out.stderr
+    else:
+        assert out.stderr == "", out.stderr
+
+
 def test_doctor_without_spark():
     out = subprocess.run([CLI, "doctor", "--no-spark"], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stdout + out.stderr

@@ -72,6 +72,7 @@ def _one(session, query, engine, root):
     else:
         from pyspark.sql import SparkSession
 
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)   # workers need this interpreter's pandas
         spark = (SparkSession.builder.master("local[2]").appName("first-batch")
                  .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")

@@ -43,7 +43,8 @@ def quiet_when_closed(worker):
     connection the JVM has closed fails at once with EPIPE, where loopback TCP buffers it. The JVM closes
     the connections of idle workers after a minute and of all workers at ``spark.stop()``, so PySpark's
     daemon would print a ``BrokenPipeError`` traceback each time, while the JVM is no longer listening.
-    The worker process ends as it would after that traceback (exit code 1); any other error still raises.
+    The wrapped call returns 1 instead, a failed worker's code, so the daemon ends that worker process
+    (without reusing it), as after the traceback; any other error still raises.
     """
     @functools.wraps(worker)
     def run(sock, authenticated):

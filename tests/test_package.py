@@ -161,8 +161,8 @@ sys.exit((quiet_when_closed(d.worker) if sys.argv[1] == "quiet" else d.worker)(m
 
 @pytest.mark.parametrize("mode", ["plain", "quiet"])
 def test_daemon_worker_is_quiet_when_the_jvm_closed_first(mode):
-    """PySpark's own worker prints a BrokenPipeError traceback there (the reproduction); ours ends the same
-    way (exit code 1) without one."""
+    """PySpark's own worker prints a BrokenPipeError traceback there (the reproduction); ours returns the
+    same failure code (1) without one."""
     out = subprocess.run([sys.executable, "-c", _CLOSED_PEER, mode], capture_output=True, text=True, timeout=120)
     assert out.returncode == 1
     if mode == "plain":

@@ -12,11 +12,7 @@ from pyspark.sql.streaming import StatefulProcessor
 
 from . import _metrics
 from ._agg_worker import (
-    BAD,
     METRICS,
-    SHARD,
-    SHED_COL,
-    SLICES,
     AggConfig,
     _arrow_schema,
     _to_arrow,
@@ -35,6 +31,8 @@ class TwsShard(StatefulProcessor):
     def __init__(self, config: AggConfig, sliced, packed: bool = False):
         self.config, self.packed = config, packed
         self.arrow_schema = config.slices_arrow_schema() if packed else _arrow_schema(sliced)
+        # the input columns read, in their order (the packed layout's first four; the tag is not read)
+        self.in_names = config.packed_schema(None).names if packed else self.arrow_schema.names
         self.out_schema = _metrics.arrow_schema(config.output_schema())
 
     def init(self, handle) -> None:
@@ -46,14 +44,13 @@ class TwsShard(StatefulProcessor):
         # PySpark regroups the input row by row (itertuples), which renames the columns (a leading
         # underscore is not a namedtuple field): they arrive in the input layout's order, the null
         # watermark tag last
-        frames = [p for p in frames if len(p)]
+        names = self.in_names
+        frames = [p.iloc[:, :len(names)].set_axis(names, axis=1) for p in frames if len(p)]
         counts = None
         if self.packed:
-            names = [SHARD, SLICES, BAD, SHED_COL]
-            table, counts = unpack_slices(self.arrow_schema, [p.iloc[:, :4].set_axis(names, axis=1) for p in frames])
+            table, counts = unpack_slices(self.arrow_schema, frames)
         else:
-            names = self.arrow_schema.names
-            frames = [_to_arrow(p.iloc[:, :len(names)].set_axis(names, axis=1), self.arrow_schema) for p in frames]
+            frames = [_to_arrow(p, self.arrow_schema) for p in frames]
             table = pa.concat_tables(frames) if frames else self.arrow_schema.empty_table()
         wm_us = max(int(watermark_ms), 0) * 1000 if config.watermark else None
         saved = self.image.get() if self.image.exists() else None

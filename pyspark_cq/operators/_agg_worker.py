@@ -308,6 +308,10 @@ class Slicer:
         if packed and not markers:
             raise ValueError("packed: the packed transport needs the shard layout's marker rows")
         self.config, self.tag, self.emit_markers, self.packed = config, tag, markers, packed
+        # what every output batch has, built once per task (not per Arrow batch)
+        meta = {} if tag else None
+        self.out_names = (config.packed_schema(meta) if packed else config.sliced_schema(meta)).names
+        self.slices_schema = config.slices_arrow_schema() if packed else None
 
     def __call__(self, batches):
         kernel = load("_aggregate")
@@ -407,10 +411,9 @@ class Slicer:
         slices.append(pa.array(starts, type=pa.int64()))
         slices += [pa.array(p, type=pa.int64()) for p in partials]
         if self.packed:
-            return pa.RecordBatch.from_arrays(slices, schema=config.slices_arrow_schema())
+            return pa.RecordBatch.from_arrays(slices, schema=self.slices_schema)
         counts = [pa.array(np.zeros(m, dtype=np.int64) if c is None else c, type=pa.int64()) for c in (bad, shed)]
-        return self._with_tag([pa.array(shard_key_values(hashes, config.shards))] + slices + counts,
-                              config.sliced_schema({} if self.tag else None))
+        return self._with_tag([pa.array(shard_key_values(hashes, config.shards))] + slices + counts)
 
     def _pack(self, held: list[pa.RecordBatch]) -> pa.RecordBatch:
         """Packed rows of the slices ``held``: one IPC message per shard present, its slices in their order."""
@@ -427,13 +430,13 @@ class Slicer:
     def _packed_rows(self, shards: np.ndarray, blobs: list, bad: np.ndarray, shed: np.ndarray) -> pa.RecordBatch:
         cols = [pa.array(shards, type=pa.int64()), pa.array(blobs, type=pa.binary()),
                 pa.array(bad, type=pa.int64()), pa.array(shed, type=pa.int64())]
-        return self._with_tag(cols, self.config.packed_schema({} if self.tag else None))
+        return self._with_tag(cols)
 
-    def _with_tag(self, cols: list, schema: T.StructType) -> pa.RecordBatch:
-        """``cols`` and, with a watermark, the all-null tag column, as a batch of ``schema``'s names."""
+    def _with_tag(self, cols: list) -> pa.RecordBatch:
+        """``cols`` and, with a watermark, the all-null tag column, as an output batch."""
         if self.tag:
             cols = cols + [pa.nulls(len(cols[0]), type=arrow_type(self.config.time_type))]
-        return pa.RecordBatch.from_arrays(cols, names=schema.names)
+        return pa.RecordBatch.from_arrays(cols, names=self.out_names)
 
     def markers(self, bad: int, shed: int = 0) -> pa.RecordBatch:
         """One row per shard with count(*) = 0 (never a slice; packed: no slices at all); shard 0's

@@ -24,8 +24,8 @@ import pyarrow as pa
 
 from pyspark_cq._native import load
 from pyspark_cq.cost import chain
-from pyspark_cq.operators._chunks import Schedule, worker_rss
-from pyspark_cq.operators._mjoin_worker import MultiJoinConfig, MultiJoinWorker, metric_names, step_names
+from pyspark_cq.operators._common.chunks import Schedule, worker_rss
+from pyspark_cq.operators.multi_join.worker import MultiJoinConfig, MultiJoinWorker, metric_names, step_names
 
 BOUNDS = [(0, 1, 0, 600_000_000), (1, 2, 0, 600_000_000)]   # µs: 10 min, then 10 min
 ORDER = [1, 2]

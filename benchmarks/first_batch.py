@@ -115,7 +115,8 @@ def _one(session, query, engine, root):
 def _imports():
     """Seconds our worker modules add to a Python worker that already imported pandas / pyarrow / PySpark."""
     code = ("import time, pandas, pyarrow, numpy, pyspark.sql, pyspark.sql.functions; t = time.perf_counter(); "
-            "import pyspark_cq.operators._agg_worker, pyspark_cq.operators._join_worker; "
+            "from pyspark_cq.vocabulary.operators import worker_modules; import importlib; "
+            "[importlib.import_module(m) for m in worker_modules()]; "
             "print(time.perf_counter() - t)")
     return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
 

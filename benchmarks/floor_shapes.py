@@ -61,9 +61,9 @@ def join_shape(left, right, per_shard=(0,)):
     """``pyspark_cq.interval_join``'s shape with no work (±30 s on ``k``, ``ts``): its tagged union grouped
     by shard into :func:`carrying_state` with ``per_shard[b]`` bytes of state per shard in batch b.
     """
-    from pyspark_cq.operators import _metrics
     from pyspark_cq.operators import join as J
-    from pyspark_cq.operators._join_spec import JoinSpec
+    from pyspark_cq.operators._common import metrics as _metrics
+    from pyspark_cq.operators.join.spec import JoinSpec
 
     spec = JoinSpec.build(left, right, "k", "ts", "ts", "inner", ("_l", "_r"), None, None, "floor", None)
     union = _metrics.observe_input(J._tagged(spec, J.LEFT, True).union(J._tagged(spec, J.RIGHT, True)), "floor")

@@ -162,10 +162,10 @@ def floor_variant(left, right, per_shard, tail=False, fields=1):
     from pyspark.sql import types as T
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    from pyspark_cq.operators import _metrics
     from pyspark_cq.operators import join as J
-    from pyspark_cq.operators._join_spec import JoinSpec
-    from pyspark_cq.operators._join_worker import METRICS
+    from pyspark_cq.operators._common import metrics as _metrics
+    from pyspark_cq.operators.join.spec import JoinSpec
+    from pyspark_cq.operators.join.worker import METRICS
 
     spec = JoinSpec.build(left, right, "k", "ts", "ts", "inner", ("_l", "_r"), None, None, "floor", None)
     union = _metrics.observe_input(J._tagged(spec, J.LEFT, True).union(J._tagged(spec, J.RIGHT, True)), "floor")

@@ -49,9 +49,9 @@ def _worker(shards: int):
     """
     from pyspark.sql import types as T
 
-    from pyspark_cq.operators import _metrics
-    from pyspark_cq.operators._join_codec import codecs_for
-    from pyspark_cq.operators._join_worker import JoinConfig, JoinWorker
+    from pyspark_cq.operators._common import metrics as _metrics
+    from pyspark_cq.operators._common.codec import codecs_for
+    from pyspark_cq.operators.join.worker import JoinConfig, JoinWorker
 
     schemas = [T.StructType([T.StructField("k", T.LongType()), T.StructField("ts", T.TimestampType()),
                              T.StructField(f"{s}v", T.LongType())]) for s in "lr"]
@@ -67,7 +67,7 @@ def _worker(shards: int):
 
 
 def _worker_metrics():
-    from pyspark_cq.operators._join_worker import METRICS
+    from pyspark_cq.operators.join.worker import METRICS
 
     return METRICS
 
@@ -111,7 +111,7 @@ def _state(value, wm_ms: int):
     """A ``GroupState`` as PySpark's worker constructs it (``construct_state`` in pyspark/worker.py)."""
     from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
-    from pyspark_cq.operators.join import _STATE_SCHEMA
+    from pyspark_cq.operators.join.driver import _STATE_SCHEMA
 
     return GroupState(optionalValue=value, batchProcessingTimeMs=0, eventTimeWatermarkMs=wm_ms,
                       timeoutConf=GroupStateTimeout.EventTimeTimeout, hasTimedOut=False, watermarkPresent=True,
@@ -140,7 +140,7 @@ def run(data, shards: int, profiler: cProfile.Profile | None = None, warm: int =
     from pyspark.sql import types as T
     from pyspark.sql.conversion import ArrowBatchTransformer, PandasToArrowConversion
 
-    from pyspark_cq.operators.join import _STATE_SCHEMA
+    from pyspark_cq.operators.join.driver import _STATE_SCHEMA
 
     worker, out_schema = _worker(shards)
     value, times = None, []
@@ -175,8 +175,9 @@ def _timed_steps():
     """Wrap the steps of one call with timers (no profiler: cProfile inflates the many small calls several
     times); returns ``{step: [seconds, ...]}``, nested steps inside their parents.
     """
-    from pyspark_cq.operators import _join_worker as J
-    from pyspark_cq.operators import _metrics, _state_bytes
+    from pyspark_cq.operators._common import metrics as _metrics
+    from pyspark_cq.operators._common import state_bytes as _state_bytes
+    from pyspark_cq.operators.join import worker as J
 
     steps = [(J.JoinWorker, "_restore"), (J.JoinWorker, "_kernel"), (J.PayloadSide, "from_bytes"),
              (J, "split_sides"), (J.JoinWorker, "_process"), (J.JoinWorker, "_side_input"),

@@ -120,8 +120,8 @@ def floor(spark, root, delay, ck, sizes=None):
     """
     from floor_shapes import carrying_state
 
-    from pyspark_cq.operators import _metrics
     from pyspark_cq.operators import multi_join as M
+    from pyspark_cq.operators._common import metrics as _metrics
 
     spec = M.MultiJoinSpec.build(_sources(spark, root, delay), ["imp_user", "clk_user", "buy_user"],
                                  ["imp_ts", "clk_ts", "buy_ts"], BOUNDS, None, "floor")

@@ -23,7 +23,7 @@ _EXPORTS = {
     "explain_error": "._errors",
     "spark": ".session",
     "find_java": ".session",
-    "read_metrics": ".operators._metrics",
+    "read_metrics": ".operators._common.metrics",
     "granularity": ".operators.granularity",
     "interval_join": ".operators.join",
     "window_join": ".operators.join",

@@ -39,7 +39,7 @@ def explain_error(exc) -> str | None:
     Examples
     --------
     >>> text = ('[STREAM_FAILED] ... Traceback (most recent call last):\n'
-    ...         '  File "/x/pyspark_cq/operators/_shards.py", line 119, in check_shard_count\n'
+    ...         '  File "/x/pyspark_cq/operators/_common/shards.py", line 119, in check_shard_count\n'
     ...         'ValueError: shards: this checkpoint was written with shards=4\n\tat org.apache.spark.Foo')
     >>> explain_error(text)
     'ValueError: shards: this checkpoint was written with shards=4'

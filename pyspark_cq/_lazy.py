@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 
 
 def lazy_exports(package: str, table: dict, aliases: dict | None = None):
@@ -33,6 +34,37 @@ def lazy_exports(package: str, table: dict, aliases: dict | None = None):
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         value = getattr(importlib.import_module(module, package), aliases.get(name, name))
         setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__
+
+
+def moved_names(package: str, module: str):
+    """A package ``__getattr__`` for a module that became the package: a name the old module had (now in
+    ``module``) still resolves, with a :class:`DeprecationWarning` naming its new home.
+
+    Parameters
+    ----------
+    package : str
+        The package's ``__name__`` (the old module's path, e.g. ``"pyspark_cq.operators.join"``).
+    module : str
+        Where the old module's code lives now, relative to ``package`` (e.g. ``".driver"``).
+
+    Returns
+    -------
+    callable
+        ``__getattr__(name)``.
+    """
+    def __getattr__(name: str):
+        if name.startswith("__"):   # dunder probes (copy, pickle, doctest) mean "not here"
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        target = importlib.import_module(module, package)
+        try:
+            value = getattr(target, name)
+        except AttributeError:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
+        warnings.warn(f"{package}.{name} is deprecated: import it from {target.__name__} (the module "
+                      f"{package} became a package; issue 38)", DeprecationWarning, stacklevel=2)
         return value
 
     return __getattr__

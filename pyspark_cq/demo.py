@@ -262,7 +262,7 @@ class _Recorder:
 
     def poll(self):
         """File the micro-batches completed since the last call."""
-        from pyspark_cq.operators._metrics import read
+        from pyspark_cq.operators._common.metrics import read
         from pyspark_cq.runtime.stats import parse_event_time
 
         for q, op in self.OPS.items():

@@ -20,8 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pyspark_cq.control import ControlHandle, ControlTable
-from pyspark_cq.operators._agg_worker import SHARD, Slicer, batch_params, read_entry, run_shard
-from pyspark_cq.operators._shards import shard_keys
+from pyspark_cq.operators._common.shards import shard_keys
+from pyspark_cq.operators.aggregate.config import SHARD, batch_params, read_entry
+from pyspark_cq.operators.aggregate.shard import run_shard
+from pyspark_cq.operators.aggregate.slicer import Slicer
 
 R = aggregate_reference
 KT = aggregate_pipeline
@@ -132,7 +134,7 @@ def run_batches(plan, batches, wms=None):
         table = pa.Table.from_batches([table]) if isinstance(table, pa.RecordBatch) else table
         shard_col = np.asarray(table.column(SHARD).to_numpy())
         emitted, m = {}, {}
-        for s in shard_keys(plan.shards):  # the shards' group keys (operators/_shards.py)
+        for s in shard_keys(plan.shards):  # the shards' group keys (operators/_common/shards.py)
             part = table.take(pa.array(np.flatnonzero(shard_col == s)))
             res = run_shard(plan, part, states.get(s), wms[b] if wms else None, read_entry(plan))
             states[s] = res.state
@@ -363,8 +365,8 @@ def test_kept_column_is_the_kept_share_of_each_windows_rows(tmp_path, rows, rati
     """RTStream §4.4, a window's kept fraction (kept_column): the aggregates are those of the rows the hash
     keeps, and the fraction is kept / all of the rows whose time falls into the window (plain Python over
     all rows); windows whose every row was shed are not emitted. The same rows are shed as without it."""
-    from pyspark_cq.operators._agg_spec import with_kept
-    from pyspark_cq.operators._shed import shed_mask
+    from pyspark_cq.operators._common.shed import shed_mask
+    from pyspark_cq.operators.aggregate.spec import with_kept
 
     table = ControlTable(str(tmp_path / f"control-{uuid.uuid4().hex[:8]}.json"))
     table.register("agg1", drop_ratio=ratio)
@@ -396,7 +398,7 @@ def test_kept_column_is_the_kept_share_of_each_windows_rows(tmp_path, rows, rati
 def test_drop_ratio_sheds_before_the_aggregation_and_counts(tmp_path, rows, ratio):
     """RTStream §4.4 in the aggregation: the windows are those of the rows the hash keeps (the same
     decision whichever task a row reaches), and every input row is either aggregated or counted as shed."""
-    from pyspark_cq.operators._shed import shed_mask
+    from pyspark_cq.operators._common.shed import shed_mask
 
     table = ControlTable(str(tmp_path / f"control-{uuid.uuid4().hex[:8]}.json"))
     table.register("agg1", drop_ratio=ratio)

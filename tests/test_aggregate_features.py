@@ -18,7 +18,7 @@ import pytest
 from pyspark.sql import functions as F
 
 import pyspark_cq
-from pyspark_cq.operators._agg_worker import hll_estimate, moment
+from pyspark_cq.operators.aggregate.finish import hll_estimate, moment
 
 pytestmark = pytest.mark.spark
 
@@ -147,7 +147,7 @@ def test_hll_estimate_small_cases():
 
 def test_codes_agree_with_the_kernel():
     from pyspark_cq import _aggregate as K
-    from pyspark_cq.operators import _agg_spec as S
+    from pyspark_cq.operators.aggregate import spec as S
 
     for name in ("OP_HLL", "OP_FIRST", "OP_LAST", "OP_PAIR_VALUE", "OP_MOMENTS", "KIND_MAX_BYTES", "KIND_FIRST",
                  "KIND_LAST", "KIND_PAIR_VALUE", "KIND_MOMENTS", "OUT_RAW"):
@@ -365,7 +365,7 @@ def _compare_quantiles(ours: list[dict], theirs: list[dict]):
     """Spark's percentile_approx is exact on these windows (<= 10 000 rows at its default accuracy); ours
     is within the sketch's documented relative error alpha (plus rounding to the nearest integer for
     integral columns, and float32 rounding for floats); min (p = 0) and max (p = 1) are exact."""
-    from pyspark_cq.operators._agg_spec import DD_ALPHA
+    from pyspark_cq.operators.aggregate.spec import DD_ALPHA
 
     got = {(r["window_start"], r["k"]): r for r in ours}
     want = {(r["window_start"], r["k"]): r for r in theirs}

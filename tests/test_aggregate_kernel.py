@@ -34,11 +34,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import types as T
 
-from pyspark_cq.operators import _agg_spec as S
-from pyspark_cq.operators import _agg_worker as A
-from pyspark_cq.operators import _state_bytes
-from pyspark_cq.operators._agg_worker import SHARD, run_shard
-from pyspark_cq.operators._shards import shard_key_values, shard_keys
+from pyspark_cq.operators._common import state_bytes as _state_bytes
+from pyspark_cq.operators._common.shards import shard_key_values, shard_keys
+from pyspark_cq.operators.aggregate import slicer as A
+from pyspark_cq.operators.aggregate import spec as S
+from pyspark_cq.operators.aggregate.config import KHASH, SHARD, SLICES, partial_name
+from pyspark_cq.operators.aggregate.shard import run_shard
 
 
 def test_codes_match_the_compiled_module():
@@ -272,13 +273,13 @@ def test_packed_slices_are_split_by_shard(monkeypatch, pack_rows):
     batches = [input_batch(rows[i:i + 9], plan) for i in range(0, 60, 9)]
     by_rows = pa.Table.from_batches(list(A.Slicer(plan, tag=False)(batches)))
     packed = pa.Table.from_batches(list(A.Slicer(plan, tag=False, packed=True)(batches)))
-    shards, blobs = packed.column(SHARD).to_pylist(), packed.column(A.SLICES).to_pylist()
+    shards, blobs = packed.column(SHARD).to_pylist(), packed.column(SLICES).to_pylist()
     assert shards[-4:] == list(shard_keys(4)) and blobs[-4:] == [b""] * 4
     messages = [pa.ipc.read_record_batch(pa.py_buffer(b), plan.slices_arrow_schema()) for b in blobs[:-4]]
     for shard, m in zip(shards, messages):
-        assert set(shard_key_values(m.column(A.KHASH).to_numpy(), 4)) == {shard}
+        assert set(shard_key_values(m.column(KHASH).to_numpy(), 4)) == {shard}
     assert len(messages) > (len(set(shards)) if pack_rows == 7 else 0)
-    want = by_rows.filter(pa.compute.greater(by_rows.column(A.partial_name(0)), 0)).select(messages[0].schema.names)
+    want = by_rows.filter(pa.compute.greater(by_rows.column(partial_name(0)), 0)).select(messages[0].schema.names)
     assert sorted(pa.Table.from_batches(messages).to_pylist(), key=str) == sorted(want.to_pylist(), key=str)
 
 

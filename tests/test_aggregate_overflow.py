@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from pyspark.sql import functions as F
 
 import pyspark_cq as cq
-from pyspark_cq.operators import _agg_spec as S
-from pyspark_cq.operators._agg_worker import run_shard
+from pyspark_cq.operators.aggregate import spec as S
+from pyspark_cq.operators.aggregate.shard import run_shard
 
 B = 2**62
 T0 = dt.datetime(2024, 1, 1)

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from pyspark_cq import _aggregate as K
-from pyspark_cq.operators import _agg_spec as S
+from pyspark_cq.operators.aggregate import spec as S
 
 QS = [0.0, 0.001, 0.01, 0.1, 0.25, 0.3, 0.5, 0.75, 0.9, 0.99, 0.999, 1.0]
 W, STEP = 20, 5

@@ -229,7 +229,7 @@ def test_runtime_chain_policy_schedules_a_running_query(spark, tmp_path):
 
 def _join_report(timed: bool):
     """A 3-way multi_join's report under plan 0:1>2;1:0>2;2:1>0: probed/matched per step (and its time)."""
-    from pyspark_cq.operators._mjoin_worker import metric_names
+    from pyspark_cq.operators.multi_join.worker import metric_names
 
     report = dict.fromkeys(metric_names(3), 0)
     steps = {(0, 1): (1000, 300, 2e6), (0, 2): (300, 30, 1e6), (1, 0): (500, 1500, 1e6), (1, 2): (1500, 15, 3e6),

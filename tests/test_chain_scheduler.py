@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyspark_cq.cost import chain
-from pyspark_cq.operators._chunks import ChunkScheduler, Schedule, schedule_from_params
-from pyspark_cq.operators.select_chain import _Chain, _shed
+from pyspark_cq.operators._common.chunks import ChunkScheduler, Schedule, schedule_from_params
+from pyspark_cq.operators.select_chain.worker import _Chain, _shed
 
 
 def _filter(fn):

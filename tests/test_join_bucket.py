@@ -19,14 +19,7 @@ from helpers import join_data as jd
 from pyspark.sql import functions as F
 
 import pyspark_cq
-from pyspark_cq.operators._join_bucket import (
-    LEFT,
-    RIGHT,
-    bucket_of,
-    resolve_width,
-    target_buckets,
-    targets_column,
-)
+from pyspark_cq.operators.join.bucket import LEFT, RIGHT, bucket_of, resolve_width, target_buckets, targets_column
 
 DELAY = "15 seconds"
 S = 1_000_000

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 import pyspark_cq
 from pyspark_cq._native import load
 from pyspark_cq.control import ControlHandle, ControlTable
-from pyspark_cq.operators._join_codec import encode_keys
-from pyspark_cq.operators._join_worker import LEFT, RIGHT, JoinWorker, evict_at_ms, shed_mask, state_watermarks
+from pyspark_cq.operators._common.codec import encode_keys
+from pyspark_cq.operators.join.worker import LEFT, RIGHT, JoinWorker, evict_at_ms, shed_mask, state_watermarks
 
 join = load("_join")
 S = 1_000_000

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pyspark_cq._native import load
-from pyspark_cq.operators._join_codec import encode_keys
-from pyspark_cq.operators._join_worker import state_watermarks
+from pyspark_cq.operators._common.codec import encode_keys
+from pyspark_cq.operators.join.worker import state_watermarks
 
 join = load("_join")
 

@@ -1,4 +1,4 @@
-"""Packed output of the streaming operators (operators/_metrics.py): rows returned as array cells and
+"""Packed output of the streaming operators (operators/_common/metrics.py): rows returned as array cells and
 unpacked by Spark come out exactly as they went in -- NaN apart from null, timestamps to the microsecond
 (with and without time zone), dates before 1970, every integral width -- and types without an array form
 fall back to the Arrow IPC stream."""
@@ -12,7 +12,7 @@ import pytest
 from pyspark import cloudpickle
 from pyspark.sql import types as T
 
-from pyspark_cq.operators import _metrics
+from pyspark_cq.operators._common import metrics as _metrics
 
 # _emit runs in Spark's Python workers, which cannot import this test module: ship it by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

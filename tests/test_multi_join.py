@@ -19,7 +19,7 @@ from helpers import join_data as jd
 import pyspark_cq as cq
 from pyspark_cq.control import ControlTable, join_plan_id, parse_join_plan
 from pyspark_cq.cost.chain import STRATEGIES
-from pyspark_cq.operators._mjoin_worker import closure, default_orders, timeout_at
+from pyspark_cq.operators.multi_join.worker import closure, default_orders, timeout_at
 
 DELAY = "20 seconds"
 #: Bounds per number of inputs: (i, j, lower s, upper s), t_j in [t_i + lower, t_i + upper].
@@ -218,8 +218,8 @@ def test_batch_ntz_times_and_double_keys_follow_spark(spark):
 
 def test_hashed_keys_are_verified_on_their_values():
     """A hash collision (two keys, one kernel key) never joins rows: matches are checked on the values."""
-    from pyspark_cq.operators._join_worker import PayloadSide
-    from pyspark_cq.operators._mjoin_worker import MultiJoinWorker
+    from pyspark_cq.operators._common.payload import PayloadSide
+    from pyspark_cq.operators.multi_join.worker import MultiJoinWorker
 
     worker = MultiJoinWorker.__new__(MultiJoinWorker)
     worker.config = type("C", (), {"hashed": True, "n": 2, "key_pos": (0, 0)})()

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from pyspark_cq._native import load
 from pyspark_cq.cost import chain
-from pyspark_cq.operators._chunks import WHOLE_BATCHES, Schedule
-from pyspark_cq.operators._mjoin_worker import MultiJoinConfig, MultiJoinWorker, metric_names, step_names
+from pyspark_cq.operators._common.chunks import WHOLE_BATCHES, Schedule
+from pyspark_cq.operators.multi_join.worker import MultiJoinConfig, MultiJoinWorker, metric_names, step_names
 
 BOUNDS = {3: [(0, 1, 0, 50), (1, 2, -20, 30)], 4: [(0, 1, 0, 50), (1, 2, -20, 30), (0, 3, -40, 10)]}
 

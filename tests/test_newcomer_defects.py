@@ -64,9 +64,9 @@ def test_qos_window_default_step():
 
 
 def _worker_inputs(spark, left_rows, right_rows, how):
-    from pyspark_cq.operators._join_spec import JoinSpec
-    from pyspark_cq.operators._join_worker import LEFT, RIGHT, JoinConfig, JoinWorker
-    from pyspark_cq.operators.join import _tagged
+    from pyspark_cq.operators.join.driver import _tagged
+    from pyspark_cq.operators.join.spec import JoinSpec
+    from pyspark_cq.operators.join.worker import LEFT, RIGHT, JoinConfig, JoinWorker
 
     schema = "k long, ts timestamp, v long, s string"
     left = spark.createDataFrame(left_rows, schema)
@@ -90,7 +90,7 @@ T0 = dt.datetime(2024, 1, 1, 12, 0)
 @pytest.mark.spark
 @pytest.mark.parametrize("how", ["inner", "left", "full"])
 def test_join_worker_batch_no_future_warning(spark, how):
-    from pyspark_cq.operators import _metrics
+    from pyspark_cq.operators._common import metrics as _metrics
 
     rows_l = [(1, T0, 5, "a"), (2, T0, None, None), (3, None, None, None)]
     rows_r = [(1, T0 + dt.timedelta(seconds=3), None, None), (4, T0, 7, "x")]
@@ -106,7 +106,7 @@ def test_join_worker_batch_no_future_warning(spark, how):
 
 
 def test_join_worker_split_no_future_warning():
-    from pyspark_cq.operators._join_worker import SIDE, split_sides
+    from pyspark_cq.operators._common.payload import SIDE, split_sides
 
     a = pd.DataFrame({SIDE: np.array([0, 1], np.int8), "x": pd.array([1, 2], dtype="Int64"),
                       "t": pd.to_datetime(["2024-01-01", "2024-01-02"])})
@@ -351,9 +351,9 @@ def _user_warnings(fn):
 
 @pytest.mark.spark
 def test_many_shuffle_partitions_warn_once(spark, monkeypatch):
-    from pyspark_cq import session as session_module
+    from pyspark_cq.operators._common import partitions
 
-    monkeypatch.setattr(session_module, "_warned_sessions", set())
+    monkeypatch.setattr(partitions, "_warned_sessions", set())
     cores = spark.sparkContext.defaultParallelism
     src = spark.readStream.format("rate").option("rowsPerSecond", 1).load().withWatermark("timestamp", "1 second")
     define_agg = lambda: cq.sliding_aggregate(src, "timestamp", "2 seconds", aggs={"value": ["count"]})  # noqa: E731
@@ -377,7 +377,7 @@ def test_many_shuffle_partitions_warn_once(spark, monkeypatch):
 
 def test_shuffle_partition_check_unreadable_conf():
     """Spark Connect has no sparkContext; an unreadable setting gives no advice and no error."""
-    from pyspark_cq.session import warn_shuffle_partitions
+    from pyspark_cq.operators._common.partitions import warn_shuffle_partitions
 
     class _Conf:
         def get(self, key, default=None):

@@ -10,7 +10,7 @@ from pyspark_cq_plugins.om import OMPolicy
 from pyspark_cq_plugins.plan_baselines import RandPolicy, StaticPolicy
 
 from pyspark_cq.control.plans import parse_chain_plan, parse_join_plan
-from pyspark_cq.operators._mjoin_worker import metric_names
+from pyspark_cq.operators.multi_join.worker import metric_names
 from pyspark_cq.policies import OperatorStats, QueryInfo, Snapshot, create
 from pyspark_cq.policies import plan_stats as ps
 

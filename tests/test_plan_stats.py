@@ -6,7 +6,7 @@ import pickle
 import pytest
 
 from pyspark_cq.control.plans import parse_chain_plan, parse_join_plan
-from pyspark_cq.operators._mjoin_worker import metric_names
+from pyspark_cq.operators.multi_join.worker import metric_names
 from pyspark_cq.policies import OperatorStats
 from pyspark_cq.policies import plan_stats as ps
 

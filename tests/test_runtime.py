@@ -228,7 +228,7 @@ def _filter_builder(values_seen: _Batches):
         import pyarrow as pa
         from pyspark.sql import functions as F
 
-        from pyspark_cq.operators import _metrics
+        from pyspark_cq.operators._common import metrics as _metrics
 
         handle = ctx.control("shed1", drop_ratio=0.0)
 

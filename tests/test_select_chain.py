@@ -19,8 +19,9 @@ from pyspark.sql import functions as F
 
 import pyspark_cq as cq
 from pyspark_cq.control import ControlTable, chain_plan_id, parse_chain_plan
-from pyspark_cq.operators._shed import row_uniform
-from pyspark_cq.operators.select_chain import _Chain, _shed, sample_ratios
+from pyspark_cq.operators._common.shed import row_uniform
+from pyspark_cq.operators.select_chain import sample_ratios
+from pyspark_cq.operators.select_chain.worker import _Chain, _shed
 
 # The predicates below run in Spark's Python workers, which cannot import this test module: ship them by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])

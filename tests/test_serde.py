@@ -50,13 +50,13 @@ def test_bad_columns_name_their_position():
         serde.pack([[1, 2, 3]])
 
 
-# --- GroupState blobs: zstd framing (pyspark_cq.operators._state_bytes) -------------------------------
+# --- GroupState blobs: zstd framing (pyspark_cq.operators._common.state_bytes) -------------------------------
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.binary(max_size=5000))
 def test_state_blob_round_trip(blob):
-    from pyspark_cq.operators import _state_bytes
+    from pyspark_cq.operators._common import state_bytes as _state_bytes
 
     packed = _state_bytes.pack(blob)
     assert packed[:4] == b"CQZ1"
@@ -64,7 +64,7 @@ def test_state_blob_round_trip(blob):
 
 
 def test_state_blob_compresses_kernel_images_and_reads_old_state():
-    from pyspark_cq.operators import _state_bytes
+    from pyspark_cq.operators._common import state_bytes as _state_bytes
 
     raw = serde.pack([np.arange(100_000, dtype=np.int64), np.full(100_000, 7, dtype=np.int64)])
     packed = _state_bytes.pack(raw)
@@ -78,7 +78,7 @@ def test_state_blob_compresses_kernel_images_and_reads_old_state():
 def test_state_table_round_trip():
     import pyarrow as pa
 
-    from pyspark_cq.operators import _state_bytes
+    from pyspark_cq.operators._common import state_bytes as _state_bytes
 
     table = pa.table({"k": pa.array([1, None, 3], pa.int64()), "s": ["a", "b", None]})
     assert _state_bytes.table_from_bytes(_state_bytes.table_to_bytes(table)).equals(table)

@@ -1,11 +1,11 @@
-"""Shard group keys (operators/_shards.py) against Spark's own hash function and partitioner."""
+"""Shard group keys (operators/_common/shards.py) against Spark's own hash function and partitioner."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from pyspark.sql import functions as F
 
-from pyspark_cq.operators._shards import murmur3_long, shard_key_column, shard_key_values, shard_keys
+from pyspark_cq.operators._common.shards import murmur3_long, shard_key_column, shard_key_values, shard_keys
 
 
 def test_murmur3_long_equals_sparks_hash(spark):
@@ -55,7 +55,7 @@ def test_shard_key_values_equal_the_spark_column(spark):
 
 
 def test_resolve_shards_spellings(spark):
-    from pyspark_cq.operators._shards import AGGREGATE, JOIN, resolve_shards
+    from pyspark_cq.operators._common.shards import AGGREGATE, JOIN, resolve_shards
 
     df = spark.createDataFrame([(1,)], "k long")
     partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))

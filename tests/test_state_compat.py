@@ -130,7 +130,7 @@ def test_join_state_records_and_checks_its_columns():
     naming what changed; a state saved before the columns were recorded passes."""
     import pyarrow as pa
 
-    from pyspark_cq.operators._join_worker import PayloadSide
+    from pyspark_cq.operators._common.payload import PayloadSide
 
     schema = pa.schema([("__cq_k0", pa.int64()), ("__cq_p0_0", pa.int64())])
     side = PayloadSide(schema, pa.table({"__cq_k0": [1, 2], "__cq_p0_0": [3, 4]}, schema=schema))
@@ -150,7 +150,7 @@ def test_join_state_checks_kept_column():
 
     import pyarrow as pa
 
-    from pyspark_cq.operators._join_worker import _COLUMNS_META, PayloadSide
+    from pyspark_cq.operators._common.payload import _COLUMNS_META, PayloadSide
 
     schema = pa.schema([("__cq_k0", pa.int64())])
     side = PayloadSide(schema, pa.table({"__cq_k0": [1]}, schema=schema))

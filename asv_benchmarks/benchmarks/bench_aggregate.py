@@ -129,8 +129,11 @@ class AggregateSlicerTransport:
         import pyarrow as pa
         from pyspark.sql import types as T
 
-        from pyspark_cq.operators import _agg_spec as S
-        from pyspark_cq.operators import _agg_worker as A
+        from pyspark_cq.operators._common.arrow import to_arrow
+        from pyspark_cq.operators.aggregate import config as A
+        from pyspark_cq.operators.aggregate import slicer
+        from pyspark_cq.operators.aggregate import spec as S
+        from pyspark_cq.operators.aggregate import transport as stateful
 
         class _Frame:  # what parse_aggs reads of a DataFrame: its schema
             schema = T.StructType([T.StructField("t", T.TimestampType()), T.StructField("k", T.LongType()),
@@ -145,9 +148,9 @@ class AggregateSlicerTransport:
             A.TIME: pa.array(t[s:s + 10_000], type=pa.timestamp("us", tz="UTC")), A.HASH: pa.array(h[s:s + 10_000]),
             A.key_name(0): pa.array(h[s:s + 10_000] // 0x9E3779B1), A.value_name(0): pa.array(v[s:s + 10_000])})
             for s in range(0, 1_000_000, 10_000)]
-        self.slicer = A.Slicer(self.config, True, packed=transport == "packed")
+        self.slicer = slicer.Slicer(self.config, True, packed=transport == "packed")
         self.out = pa.Table.from_batches(list(self.slicer(iter(self.batches))))
-        self.A = A
+        self.stateful, self.to_arrow = stateful, to_arrow
 
     def time_slice_1m_rows(self, transport):
         for _ in self.slicer(iter(self.batches)):
@@ -156,12 +159,12 @@ class AggregateSlicerTransport:
     def time_read_back(self, transport):
         """What the stateful side's Python does with one batch's slicer output (all shards at once): PySpark's
         Arrow-to-pandas conversion, then ours back to Arrow."""
-        A = self.A
+        stateful = self.stateful
         pdf = self.out.to_pandas()
         if transport == "packed":
-            A.unpack_slices(self.config.slices_arrow_schema(), [pdf])
+            stateful.unpack_slices(self.config.slices_arrow_schema(), [pdf])
         else:
-            A._to_arrow(pdf, A._arrow_schema(self.config.sliced_schema({})))
+            self.to_arrow(pdf, stateful._arrow_schema(self.config.sliced_schema({})))
 
     def track_rows_to_the_shuffle(self, transport):
         return self.out.num_rows

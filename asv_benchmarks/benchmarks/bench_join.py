@@ -95,13 +95,13 @@ class JoinSerde:
         self.join.JoinState.deserialize(self.blob)
 
     def time_pack_1m_rows(self):
-        """zstd framing of the image before it goes into GroupState (operators/_state_bytes.py)."""
-        from pyspark_cq.operators import _state_bytes
+        """zstd framing of the image before it goes into GroupState (operators/_common/state_bytes.py)."""
+        from pyspark_cq.operators._common import state_bytes as _state_bytes
 
         _state_bytes.pack(self.blob)
 
     def track_packed_bytes_per_row(self):
-        from pyspark_cq.operators import _state_bytes
+        from pyspark_cq.operators._common import state_bytes as _state_bytes
 
         return len(_state_bytes.pack(self.blob)) / 1_000_000
 

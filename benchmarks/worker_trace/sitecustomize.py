@@ -81,7 +81,7 @@ if _LOG:
     try:
         import resource
 
-        from pyspark_cq.operators import _join_worker as _J
+        from pyspark_cq.operators.join import worker as _J
 
         _RU = ("ru_utime", "ru_stime", "ru_minflt", "ru_majflt", "ru_nvcsw", "ru_nivcsw")
 
@@ -105,8 +105,8 @@ if _LOG:
         _J.JoinWorker.streaming = _traced(_J.JoinWorker.streaming)
 
         # the steps join_worker_profile.py times outside Spark, here inside it (ms per task, summed)
-        from pyspark_cq.operators import _metrics as _M
-        from pyspark_cq.operators import _state_bytes as _SB
+        from pyspark_cq.operators._common import metrics as _M
+        from pyspark_cq.operators._common import state_bytes as _SB
 
         _steps = [(_J.JoinWorker, "_restore"), (_J.JoinWorker, "_kernel"), (_J.PayloadSide, "from_bytes"),
                   (_J, "split_sides"), (_J.JoinWorker, "_process"), (_J.JoinWorker, "_side_input"),
@@ -136,12 +136,14 @@ if _LOG:
             _timer(_owner, _name)
 
         # the sliding aggregation's stateful function and its steps (the same accounting, "agg" calls)
-        from pyspark_cq.operators import _agg_worker as _A
+        from pyspark_cq.operators.aggregate import shard as _AS
+        from pyspark_cq.operators.aggregate import transport as _A
 
         _A.StatefulShard.__call__ = _traced(_A.StatefulShard.__call__)
-        for _name in ("_to_arrow", "unpack_slices", "run_shard", "_restore", "_ingest", "_emit", "_evict", "_save",
-                      "_unmarked"):
+        for _name in ("to_arrow", "unpack_slices", "run_shard"):   # as the stateful function calls them
             _timer(_A, _name)
+        for _name in ("_restore", "_ingest", "_emit", "_evict", "_save", "_unmarked"):   # run_shard's steps
+            _timer(_AS, _name)
     except Exception as e:  # noqa: BLE001
         with open(_LOG, "a") as f:
             f.write(json.dumps({"patch_error": repr(e)}) + "\n")

@@ -10,7 +10,7 @@ The policy reads every ``select_chain`` operator's latest per-batch report (``Op
 capacity (rows per µs, ``rows_in / nanos``) and selectivity (``rows_passed / rows_in``) in the operator's
 current plan order, computes the Chain priorities with :func:`pyspark_cq.cost.chain.priorities` and writes
 them, with the strategy, the chunk size and the memory bound, into the operator's control-table ``params``
-(:mod:`pyspark_cq.operators._chunks` reads them at the next micro-batch). A predicate that has not seen a
+(:mod:`pyspark_cq.operators._common.chunks` reads them at the next micro-batch). A predicate that has not seen a
 row yet keeps its last measured values; an operator is scheduled once every predicate was measured.
 The entry is rewritten only when a priority or selectivity moved by more than ``min_change`` (relative)
 or the settings differ, so a steady query does not churn the control table.
@@ -86,7 +86,7 @@ class ChainScheduler(Policy):
     max_buffered_rows : int or None
         Memory bound of every managed stage: rows that passed a predicate and wait for the next, per task
         (default 262144). None: unbounded (then write ``strategy`` ``"fifo"`` or expect operator-at-a-time
-        memory under Chain, see :mod:`pyspark_cq.operators._chunks`).
+        memory under Chain, see :mod:`pyspark_cq.operators._common.chunks`).
     chunk_rows : int
         Rows a predicate takes per scheduling step (default 65536).
     strategy : {"chain", "fifo", "greedy", "round_robin"}

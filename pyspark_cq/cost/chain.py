@@ -327,7 +327,7 @@ def chooser(strategy: str, priorities: Sequence[float] | None = None,
     """The scheduling rule of ``strategy`` as ``choose(queues) -> operator index or None``.
 
     The one place the four strategies' choice is written: :func:`simulate` uses it on the model's queues,
-    the workers' chunk scheduler (:mod:`pyspark_cq.operators._chunks`) on their queues of Arrow batches.
+    the workers' chunk scheduler (:mod:`pyspark_cq.operators._common.chunks`) on their queues of Arrow batches.
     ``queues`` is a sequence, in path order, of objects with ``size`` (tuples waiting, > 0 means the
     operator may run) and ``oldest()`` (the arrival time of the oldest tuple waiting). Among the operators
     that may run, ``"chain"`` takes the highest priority, ``"greedy"`` the smallest selectivity, ``"fifo"``

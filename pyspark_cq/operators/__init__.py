@@ -1,4 +1,7 @@
-"""Spark-facing operators: Γ (granularity), ω (window), interval join, sliding aggregation."""
+"""Spark-facing operators, one package per operator (its public functions in ``driver``, what runs on Spark's
+Python workers in ``worker``), plus ``_common`` for what several share. Each is described by one
+:class:`~pyspark_cq.vocabulary.operators.OperatorDescriptor` (docs/architecture.md, "Adding an operator").
+"""
 from .aggregate import sliding_aggregate
 from .granularity import granularity
 from .join import interval_join, window_join

@@ -2,7 +2,7 @@
 
 Shared by the plan-choosing policies (OM, Kulkarni & Ravishankar §4.4–4.5; rate-based optimization, Viglas &
 Naughton §4). Pure: it reads a :class:`~pyspark_cq.policies.OperatorStats` (whose ``report`` is the
-operator's latest per-batch report, :mod:`pyspark_cq.operators._metrics`) and never Spark.
+operator's latest per-batch report, :mod:`pyspark_cq.operators._common.metrics`) and never Spark.
 
 - **Which operator.** :func:`operator_kind` tells a ``select_chain`` (its report has ``rows_in_<p>``) from a
   ``multi_join`` (``input_rows_<i>`` / ``probed_<i>_<j>``); :func:`chain_predicates` and :func:`join_inputs`

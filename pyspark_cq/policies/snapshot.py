@@ -49,7 +49,7 @@ def parse_label(text: str, name: str = "label") -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class OperatorStats:
-    """Statistics of one pyspark-cq operator (from its per-batch report, :mod:`pyspark_cq.operators._metrics`).
+    """Statistics of one pyspark-cq operator (from its per-batch report, :mod:`pyspark_cq.operators._common.metrics`).
 
     Smoothed values (``input_rate``, ``selectivity``) use single exponential smoothing (PIPES §3.2.2);
     ``state_rows`` / ``state_bytes`` are the latest report; ``late_rows_total`` counts since start.

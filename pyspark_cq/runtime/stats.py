@@ -9,7 +9,7 @@ Fed with one ``StreamingQueryProgress`` (or its JSON dict) per micro-batch, it k
 - per source (a name of the query's plan, matched to a progress source by a substring of its
   description, or given a fixed d): arrival rate λ and distance d = 1/λ (PIPES §3.2.2: "an online average
   over d with exponential smoothing");
-- per pyspark-cq operator (its per-batch report in ``observedMetrics``, :func:`pyspark_cq.operators._metrics.read`):
+- per pyspark-cq operator (its per-batch report in ``observedMetrics``, :func:`pyspark_cq.read_metrics`):
   input and output rows, λ, selectivity (output/input), state rows and bytes, evicted and late rows.
 
 Smoothed values use :class:`pyspark_cq.estimators.ExponentialSmoothing` (single exponential smoothing,
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from ..control import validate_operator_id
 from ..estimators import ExponentialSmoothing
-from ..operators._metrics import read as read_metrics
+from ..operators._common.metrics import read as read_metrics
 from ..policies.snapshot import INSTANCES_KEPT, Instance, OperatorStats, QueryInfo, SourceStats, periodic_spec
 
 __all__ = ["StatisticsStore", "parse_event_time", "backlog_rows"]

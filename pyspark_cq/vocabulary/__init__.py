@@ -9,3 +9,5 @@ tools can all import it.
 - :mod:`pyspark_cq.vocabulary.metrics`: the names of the metrics operators report, with the builders and
   parsers of per-input and per-step counters.
 """
+
+__all__: list[str] = []   # the submodules are the API: vocabulary.operators, vocabulary.metrics

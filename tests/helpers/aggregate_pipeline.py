@@ -13,19 +13,12 @@ from hypothesis import strategies as st
 from pyspark.sql import types as T
 
 from pyspark_cq._native import load
-from pyspark_cq.operators import _agg_spec as S
-from pyspark_cq.operators._agg_worker import (
-    HASH,
-    SHARD,
-    TIME,
-    AggConfig,
-    Slicer,
-    key_name,
-    run_shard,
-    unpack_slices,
-    value_name,
-)
-from pyspark_cq.operators._shards import shard_keys
+from pyspark_cq.operators._common.shards import shard_keys
+from pyspark_cq.operators.aggregate import spec as S
+from pyspark_cq.operators.aggregate.config import HASH, SHARD, TIME, AggConfig, key_name, value_name
+from pyspark_cq.operators.aggregate.shard import run_shard
+from pyspark_cq.operators.aggregate.slicer import Slicer
+from pyspark_cq.operators.aggregate.transport import unpack_slices
 
 K = load("_aggregate")
 
@@ -113,7 +106,7 @@ def run_stream(plan, batches, wms, hash_of=None, packed=False):
             table = pa.Table.from_batches([Slicer(plan, tag=False, packed=packed).markers(0)])
         shard_col = np.asarray(table.column(SHARD).to_numpy())
         emitted, m = {}, {}
-        for s in shard_keys(plan.shards):  # the shards' group keys (operators/_shards.py)
+        for s in shard_keys(plan.shards):  # the shards' group keys (operators/_common/shards.py)
             part = table.take(pa.array(np.flatnonzero(shard_col == s)))
             if packed:
                 slices, counts = unpack_slices(plan.slices_arrow_schema(), [part.to_pandas()])

@@ -6,13 +6,31 @@ import math
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .. import _validate
-from .._duration import parse_duration
-from .._native import load
-from ..control import operator_handle
-from ..session import warn_shuffle_partitions
-from . import _metrics
-from ._agg_spec import (
+from ... import _validate
+from ..._duration import parse_duration
+from ..._native import load
+from ...control import operator_handle
+from .._common import metrics as _metrics
+from .._common.partitions import warn_shuffle_partitions
+from .._common.shards import AGGREGATE, resolve_shards, shard_key_column
+from .config import (
+    BAD,
+    HASH,
+    KHASH,
+    SHARD,
+    SHED_COL,
+    START,
+    TIME,
+    AggConfig,
+    batch_params,
+    key_name,
+    null_name,
+    partial_name,
+    value_name,
+)
+from .config import METRICS as AGG_METRICS
+from .slicer import Slicer
+from .spec import (
     NATIVE_ONLY_OPS,
     OP_COUNT,
     OP_MAX_F,
@@ -31,26 +49,7 @@ from ._agg_spec import (
     parse_aggs,
     with_kept,
 )
-from ._agg_worker import (
-    BAD,
-    HASH,
-    KHASH,
-    SHARD,
-    SHED_COL,
-    START,
-    TIME,
-    AggConfig,
-    Slicer,
-    StatefulShard,
-    batch_function,
-    batch_params,
-    key_name,
-    null_name,
-    partial_name,
-    value_name,
-)
-from ._agg_worker import METRICS as AGG_METRICS
-from ._shards import AGGREGATE, resolve_shards, shard_key_column
+from .transport import StatefulShard, batch_function
 
 __all__ = ["sliding_aggregate"]
 
@@ -304,7 +303,7 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
             slicer, config.packed_schema(tag) if pack else sliced_schema)
         packed_schema = _metrics.packed_schema(config.output_schema(), AGG_METRICS)
         if state == "tws":
-            from ._agg_tws import TwsShard
+            from .tws import TwsShard
 
             packed = sliced.groupBy(group_col).transformWithStateInPandas(
                 TwsShard(config, sliced_schema, pack), packed_schema,
@@ -338,7 +337,7 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
 
 
 def _check_kept_column(kept_column, out_names, spec, emit, output_mode, streaming):
-    """The aggregation with ``kept_column`` (:func:`~._agg_spec.with_kept`); ValueError naming the argument
+    """The aggregation with ``kept_column`` (:func:`~.spec.with_kept`); ValueError naming the argument
     for a name that is not new, ``emit="changes"`` or ``output_mode="complete"``.
     """
     if not isinstance(kept_column, str) or not kept_column or kept_column in out_names:

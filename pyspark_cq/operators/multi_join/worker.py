@@ -3,7 +3,7 @@
 Runs in Spark's Python workers, once per shard and micro-batch (``applyInPandasWithState``) or once per
 shard of a batch join (``applyInPandas``). The kernel is :mod:`pyspark_cq._mjoin` (``native/mjoin_core.hpp``);
 it sees only int64 keys, times and payload ids. The rows themselves stay here, in one Arrow table per input
-(:class:`~pyspark_cq.operators._join_worker.PayloadSide`), compacted to the kernel's live rows before the
+(:class:`~pyspark_cq.operators._common.payload.PayloadSide`), compacted to the kernel's live rows before the
 state is saved.
 
 Keys reach the kernel as int64 (:data:`DIRECT` key types: the value itself, which is injective) or as
@@ -21,15 +21,19 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .._native import load
-from .._validate import micro_batch_id
-from ..control import ControlHandle, parse_join_plan
-from . import _metrics, _state_bytes
-from ._chunks import WHOLE_BATCHES, ChunkScheduler, Schedule, schedule_from_params
-from ._join_codec import ColumnCodec
-from ._join_worker import KEPT, PayloadSide, split_sides, timeout_ms
-from ._shards import MULTI_JOIN, check_shard_count, default_rule
-from ._shed import SHED, shed_mask
+from ..._native import load
+from ..._validate import micro_batch_id
+from ...control import ControlHandle, parse_join_plan
+from .._common import metrics as _metrics
+from .._common import state_bytes as _state_bytes
+from .._common.chunks import WHOLE_BATCHES, ChunkScheduler, Schedule, schedule_from_params
+from .._common.codec import ColumnCodec
+from .._common.payload import KEPT, PayloadSide, split_sides, timeout_ms
+from .._common.shards import MULTI_JOIN, check_shard_count, default_rule
+from .._common.shed import SHED, shed_mask
+
+__all__ = ["SHARD", "TIME", "MICROS", "KEY", "KEY_NULL", "PEAKS", "band_names", "band_name", "metric_names",
+           "step_names", "closure", "default_orders", "timeout_at", "MultiJoinConfig", "MultiJoinWorker"]
 
 SHARD = "__cq_shard"
 TIME = "__cq_t"         # the event-time column, carrying the watermark marker (Spark drops late rows)
@@ -364,6 +368,7 @@ class MultiJoinWorker:
     # -- streaming: one call per shard and micro-batch
 
     def streaming(self, key, pdf_iter, state):
+        """``applyInPandasWithState`` function: one shard, one micro-batch."""
         warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty")
         entry = self._entry()
         orders = self.orders(entry)
@@ -379,6 +384,7 @@ class MultiJoinWorker:
     # -- batch: one call per shard with every input; nothing is kept
 
     def batch(self, pdf: pd.DataFrame) -> pd.DataFrame:
+        """``applyInPandas`` function: one shard of a batch join, every input at once."""
         entry = self._entry()
         orders = self.orders(entry)
         schedule = self.schedule(entry, f"multi_join {self.config.name!r}")

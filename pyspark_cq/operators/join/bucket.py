@@ -50,7 +50,10 @@ import numpy as np
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 
-from .._duration import parse_duration
+from ..._duration import parse_duration
+
+__all__ = ["LEFT", "RIGHT", "BUCKET", "OWN", "MIN_AUTO_WIDTH", "AUTO_BANDS", "resolve_width", "probe_reach",
+           "bucket_of", "target_buckets", "own_column", "targets_column"]
 
 LEFT, RIGHT = 0, 1
 # Buckets are named by their start instant (µs), ``floor(t / width) * width``: two widths then share the

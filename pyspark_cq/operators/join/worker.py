@@ -11,7 +11,6 @@ Column names of the transport layout (the tagged union of both inputs) all start
 """
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -20,37 +19,36 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from .._native import load
-from ..control import ControlHandle
-from ..control.schema import side_drop_ratios
-from . import _metrics, _state_bytes
-from ._join_codec import ColumnCodec, codecs_for, encode_keys
-from ._shards import JOIN, check_shard_count, default_rule, with_shard_count
-from ._shed import SHED, shed_mask
+from ..._native import load
+from ...control import ControlHandle
+from ...control.schema import side_drop_ratios
+from .._common import metrics as _metrics
+from .._common import state_bytes as _state_bytes
+from .._common.codec import ColumnCodec, codecs_for, encode_keys
+from .._common.payload import KEPT, SIDE, PayloadSide, split_sides, timeout_ms
+from .._common.shed import SHED, shed_mask
+
+__all__ = ["LEFT", "RIGHT", "SHARD", "TIME", "MICROS", "WINDOW", "EMITTED", "SHED_SIDES", "SHED_METRICS", "METRICS",
+           "JoinConfig", "state_watermarks", "evict_at_ms", "JoinWorker"]
 
 if TYPE_CHECKING:
-    from ._join_spec import JoinSpec
+    from .spec import JoinSpec
 
 LEFT, RIGHT = 0, 1
-SIDE = "__cq_side"
 SHARD = "__cq_shard"
 TIME = "__cq_t"          # the event-time column, carrying the watermark marker (Spark drops late rows)
 MICROS = "__cq_tus"      # the same instant as epoch microseconds, for the kernel
 WINDOW = "__cq_w"        # window join under a control table: the row's own window (µs)
 EMITTED = "__cq_e"       # left semi join: the left row has been output (at its first match)
-KEPT = "__cq_kept"       # kept_column: the fraction of its micro-batch's input the row's shedding kept
 SHED_SIDES = (SHED + "_left", SHED + "_right")   # shed_rows per input
 SHED_METRICS = (SHED,) + SHED_SIDES               # the join's own report columns, after the shared ones
 METRICS = _metrics.METRICS + SHED_METRICS
 _I64_MAX = np.iinfo(np.int64).max
-# The key and input columns a join state was written with, in the schema metadata of its first payload
-# table (PayloadSide.check_columns): JSON {"left_on": [...], "right_on": [...], "left": [...], ...}.
-_COLUMNS_META = b"pyspark_cq.columns"
 
 
 @dataclass(frozen=True)
 class JoinConfig:
-    """The picklable subset of a :class:`~pyspark_cq.operators._join_spec.JoinSpec` the workers need
+    """The picklable subset of a :class:`~pyspark_cq.operators.join.spec.JoinSpec` the workers need
     (fixed when the query is defined, shipped with the closures).
     """
 
@@ -70,10 +68,11 @@ class JoinConfig:
     out_keys: tuple[int, ...] | None = None  # the key pairs output once (one name on both sides); None: all
     key_names: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())   # left_on, right_on
     kept: bool = False                # kept_column: each stored row keeps its batch's kept fraction
-    bucket_width: int | None = None   # bucket layout (_join_bucket): groups are (shard, bucket of this width)
+    bucket_width: int | None = None   # bucket layout (bucket): groups are (shard, bucket of this width)
 
     @classmethod
     def of(cls, spec: JoinSpec) -> JoinConfig:
+        """The worker configuration of ``spec``."""
         keys = tuple(ColumnCodec(c.name, t, c.flagged)
                      for c, t in zip(codecs_for(spec.left.schema, spec.left_keys, "__cq_k"), spec.key_types))
         lc = tuple(codecs_for(spec.left.schema, spec.left_others, f"__cq_p{LEFT}_"))
@@ -103,6 +102,7 @@ class JoinConfig:
                 "kept": self.kept}   # with kept_column the stored rows carry their kept fraction
 
     def payload_schema(self, side: int) -> pa.Schema:
+        """Arrow schema of the payload table of input ``side``."""
         fields = [c.payload_field for c in self.key_codecs + self.side_codecs[side]]
         if self.how == "left_semi" and side == LEFT:
             fields.append(pa.field(EMITTED, pa.bool_()))
@@ -176,107 +176,6 @@ def evict_at_ms(times, lower, upper, side: int, *, guard: bool = False) -> np.nd
     if guard:
         guess = np.maximum(guess, -(-t // 1000))
     return np.asarray(guess, dtype=np.int64)
-
-
-def timeout_ms(wm_ms: int, min_ends) -> int | None:
-    """The event-time timeout (ms) at which the earliest stored row becomes evictable, or None.
-
-    ``min_ends`` are the kernel's smallest expiry keys per side (:func:`evict_at_ms`), or None.
-    """
-    ends = [e for e in min_ends if e is not None]
-    if not ends:
-        return None
-    # Spark fires an event-time timeout when timeout < watermark, so fire at watermark >= min(ends).
-    return max(min(ends) - 1, wm_ms, 1)
-
-
-def split_sides(frames, n: int) -> list:
-    """The rows of a group's input ``frames`` per input (by the ``SIDE`` column): ``n`` frames, or ``n``
-    Nones when there are no rows.
-    """
-    frames = [f for f in frames if len(f)]
-    if not frames:
-        return [None] * n
-    if len(frames) > 1:
-        # Column by column: a DataFrame concat in which one frame's column is all-NA (e.g. the other
-        # side's payload, or a column null throughout one Arrow batch) makes pandas warn that it will
-        # stop ignoring such entries when choosing the dtype; a Series concat of non-empty pieces
-        # already keeps every piece's dtype, which is what the kernel's codecs are given anyway.
-        pdf = pd.DataFrame({c: pd.concat([f[c] for f in frames], ignore_index=True) for c in frames[0].columns})
-    else:
-        pdf = frames[0]
-    side = pdf[SIDE].to_numpy()
-    return [pdf[side == i].reset_index(drop=True) for i in range(n)]
-
-
-class PayloadSide:
-    """One input's payload rows (Arrow) addressed by the kernel's payload ids."""
-
-    def __init__(self, schema: pa.Schema, table: pa.Table | None = None):
-        self.schema = schema
-        self.table = table if table is not None else schema.empty_table()
-
-    def append(self, table: pa.Table) -> np.ndarray:
-        start = self.table.num_rows
-        self.table = pa.concat_tables([self.table, table]) if start else table
-        return np.arange(start, start + table.num_rows, dtype=np.int64)
-
-    def take(self, ids) -> pa.Table:
-        return self.table.take(pa.array(ids, type=pa.int64()))
-
-    def canonicalize(self, kernel, side: int) -> None:
-        """Reorder the payload to the kernel's serialization order (renumbering the kernel's ids).
-
-        Moving the state between the JVM and Python costs far more per byte than this ``take``
-        (see docs/join.md): it drops dead rows, puts each key's rows next to each other (the payload's
-        columns compress better) and makes the kernel image's ids implicit (kernel state format 3).
-        """
-        self.keep(kernel.canonical_ids(side, self.table.num_rows))
-
-    def keep(self, ids) -> None:
-        """Keep only the rows ``ids``, in that order (the kernel's new ids are their positions)."""
-        ids = np.asarray(ids)
-        if len(ids) == self.table.num_rows and (len(ids) == 0 or (ids[0] == 0 and (np.diff(ids) == 1).all())):
-            return  # already in order (e.g. a batch without input)
-        self.table = self.take(ids).combine_chunks()
-
-    def to_bytes(self, shards: int | None = None, columns: dict | None = None) -> bytes:
-        """The payload as bytes; ``shards`` (the shard layout) is recorded for :meth:`check_shards`,
-        ``columns`` (the operator's key and input columns) for :meth:`check_columns`.
-        """
-        table = self.table if shards is None else with_shard_count(self.table, shards)
-        if columns is not None:
-            table = table.replace_schema_metadata({**(table.schema.metadata or {}),
-                                                   _COLUMNS_META: json.dumps(columns).encode()})
-        return _state_bytes.table_to_bytes(table)
-
-    def check_columns(self, columns: dict, operator: str) -> None:
-        """Refuse state written with other key or input columns (recorded by :meth:`to_bytes`): its rows
-        would be matched on the wrong keys or read into the wrong columns, a silently wrong result.
-        States saved before the columns were recorded pass.
-        """
-        saved = (self.table.schema.metadata or {}).get(_COLUMNS_META)
-        if saved is None:
-            return
-        saved = {"kept": False, **json.loads(saved)}   # recorded before kept_column existed: without it
-        changed = [k for k in columns if saved.get(k) != columns[k]]
-        if changed:
-            raise ValueError(
-                f"{', '.join(changed)}: this checkpoint's {operator} state was written with "
-                f"{', '.join(f'{k}={saved.get(k)}' for k in changed)}, the query now has "
-                f"{', '.join(f'{k}={columns[k]}' for k in changed)}. Keep the join keys, the inputs' columns and "
-                f"kept_column for the life of a checkpoint, or start with a new checkpoint location.")
-
-    def check_shards(self, shards: int | None) -> None:
-        """Refuse state written with another shard count, e.g. after ``spark.sql.shuffle.partitions``
-        changed under the default ``shards``.
-        """
-        if shards is not None:
-            check_shard_count(self.table, shards, JOIN, default_rule(JOIN))
-
-    @classmethod
-    def from_bytes(cls, schema: pa.Schema, blob: bytes) -> PayloadSide:
-        return cls(schema, _state_bytes.table_from_bytes(blob))
 
 
 def _shed_counters(shed) -> dict:
@@ -417,7 +316,7 @@ class JoinWorker:
         ``entry`` is the operator's control-table entry of this batch (None: the arguments apply).
         ``copies`` (bucket layout) are the probe copies per side from earlier and from later buckets,
         ``(earlier, later)``: the earlier ones probe the old state, the later ones after this group's
-        own rows are stored (the order that gives each pair once, :mod:`._join_bucket`).
+        own rows are stored (the order that gives each pair once, :mod:`.bucket`).
         Returns (output tables, evicted rows, malformed rows, [shed left rows, shed right rows]). Each input
         is shed by its own ratio (the entry's ``params["drop_left"]`` / ``["drop_right"]``, else its
         ``drop_ratio``, else the argument: :func:`~pyspark_cq.control.schema.side_drop_ratios`).
@@ -466,7 +365,7 @@ class JoinWorker:
         One stable sort by (side, earlier / own / later) and one ``take``, then slices: a boolean mask per
         part copied every column six times (measured 100-200 ms per batch of 300 k rows and 300 k copies).
         """
-        from ._join_bucket import OWN
+        from .bucket import OWN
 
         bucket = key[1]
         if bucket is None or pd.isna(bucket):
@@ -531,7 +430,7 @@ class JoinWorker:
 
     def _packed(self, parts) -> pa.Table | None:
         """The streaming output rows in the output's Arrow schema (TIMESTAMP columns are exact UTC
-        instants already: see _join_codec).
+        instants already: see _common.codec).
         """
         if not parts:
             return None
@@ -609,6 +508,7 @@ class JoinWorker:
     # -- streaming: one call per shard (or key) and micro-batch
 
     def streaming(self, key, pdf_iter, state):
+        """``applyInPandasWithState`` function: one shard, one micro-batch."""
         # Spark's worker concatenates our frames with all-null padding frames; pandas warns about it.
         warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty")
         entry = self._entry()
@@ -643,6 +543,7 @@ class JoinWorker:
     # -- batch: one call per shard with both sides; everything expires at the end
 
     def batch(self, left_pdf, right_pdf):
+        """``cogroup().applyInPandas`` function: one shard of a batch join, both inputs at once."""
         kernel, sides = self._new()
         parts, _, _, shed = self._process(kernel, sides, [left_pdf, right_pdf], None, self._entry())
         n_out = sum(p.num_rows for p in parts)

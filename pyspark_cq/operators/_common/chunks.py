@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ..cost.chain import STRATEGIES, chooser
+from ...cost.chain import STRATEGIES, chooser
 
 __all__ = ["Schedule", "ChunkScheduler", "schedule_from_params", "PARAM_KEYS", "worker_rss"]
 

@@ -21,6 +21,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import types as T
 
+__all__ = ["MOMENTS", "DERIVED", "AGG_NAMES", "QUANTILE_FUNCS", "AGG_FORMS", "DD_ALPHA", "DD_BINS", "DD_WORDS",
+           "QUANTILE_UNITS", "HLL_P", "HLL_WORDS", "HLL_THRESHOLD", "OP_ROWS", "OP_COUNT", "OP_SUM_I", "OP_SUM_F",
+           "OP_MIN_I", "OP_MIN_F", "OP_MAX_I", "OP_MAX_F", "OP_SUM_HI", "OP_HLL", "OP_FIRST", "OP_LAST",
+           "OP_PAIR_VALUE", "OP_MOMENTS", "OP_DDSKETCH", "KIND_ADD_I64", "KIND_ADD_F64", "KIND_MIN", "KIND_MAX",
+           "KIND_MAX_BYTES", "KIND_FIRST", "KIND_LAST", "KIND_PAIR_VALUE", "KIND_MOMENTS", "KIND_DDSKETCH",
+           "NATIVE_ONLY_OPS", "OUT_COUNT", "OUT_SUM_I", "OUT_SUM_F", "OUT_AVG_I", "OUT_AVG_F", "OUT_MIN", "OUT_MAX",
+           "OUT_SUM_I_CHECKED", "OUT_RAW", "OUT_QUANTILE", "Output", "ValueColumn", "KeyColumn", "AggSpec",
+           "parse_quantile", "quantile_output_name", "parse_aggs", "SHED_VALUE", "with_kept", "kept_fraction",
+           "has_high_half", "key_columns", "arrow_type", "to_int64", "from_int64", "nonnull_numpy"]
+
 #: The second moments (Spark's names; ``stddev`` is ``stddev_samp``, ``variance`` is ``var_samp``).
 MOMENTS = ("stddev", "stddev_samp", "stddev_pop", "variance", "var_samp", "var_pop")
 #: Aggregates finished in Python from several kernel outputs (see :class:`Output`).
@@ -87,6 +97,7 @@ class Output:
 
     @property
     def kernel_outputs(self) -> tuple[tuple[int, int, int], ...]:
+        """``(kind, op index, column index)`` of each kernel output this output reads."""
         return ((self.kind, self.value, self.count),) + self.extra
 
 
@@ -118,20 +129,25 @@ class KeyColumn:
 
 @dataclass(frozen=True)
 class AggSpec:
+    """The parsed ``aggs``: value columns, the kernel's partials (``ops``) and the outputs."""
+
     values: tuple[ValueColumn, ...]
     ops: tuple[tuple[int, int], ...]   # per partial: (op, value column index or -1)
     outputs: tuple[Output, ...]
 
     @property
     def kinds(self) -> np.ndarray:
+        """The partials' kinds, as the kernel takes them."""
         return np.array([_KIND_OF_OP[op] for op, _ in self.ops], dtype=np.uint8)
 
     @property
     def ops_array(self) -> np.ndarray:
+        """The partials ``(op, column)``, as the kernel takes them."""
         return np.array([x for pair in self.ops for x in pair], dtype=np.int32)
 
     @property
     def outputs_array(self) -> np.ndarray:
+        """The kernel outputs of every output, as the kernel takes them."""
         return np.array([x for o in self.outputs for k in o.kernel_outputs for x in k], dtype=np.int32)
 
 
@@ -303,7 +319,7 @@ def parse_aggs(df, aggs, by: Sequence[str], ansi: bool = True, time: str | None 
         f = isinstance(dtype, _FLOATING)
         cnt = where[(column, "count")]
         if name in MOMENTS:
-            # (n, mean, M2), finished by _agg_worker.moment
+            # (n, mean, M2), finished by finish.moment
             p = where[(column, "moments")]
             outputs.append(Output(out_name, name, column, OUT_RAW, p, -1, T.DoubleType(),
                                   extra=((OUT_RAW, p + 1, -1), (OUT_RAW, p + 2, -1))))

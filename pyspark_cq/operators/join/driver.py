@@ -4,8 +4,8 @@ The join state follows Cammert, Krämer, Seeger and Vaupel, "A Cost Model for Ad
 Management in Data Stream Systems" (PIPES): per input a hash table from the join key to its rows, and
 the rows linked by expiry time (sorted runs, §3.4.1), so temporal expiration (§2.4.4) touches only the
 rows it removes. The kernel is :mod:`pyspark_cq._join` (C++, ``native/join_core.hpp``); this module
-wires it into Spark (the driver side): the argument checks are in :mod:`._join_spec`, the per-group
-function that runs on Spark's Python workers in :mod:`._join_worker`.
+wires it into Spark (the driver side): the argument checks are in :mod:`.spec`, the per-group
+function that runs on Spark's Python workers in :mod:`.worker`.
 
 Data path (one streaming micro-batch)::
 
@@ -36,28 +36,17 @@ from __future__ import annotations
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .._duration import parse_duration
-from .._native import load
-from .._validate import ref
-from ..session import warn_shuffle_partitions
-from . import _metrics
-from ._join_bucket import BUCKET, OWN, own_column, targets_column
-from ._join_codec import ColumnCodec, checked_micros, codecs_for, normalized_key
-from ._join_spec import JoinSpec
-from ._join_worker import (
-    LEFT,
-    METRICS,
-    MICROS,
-    RIGHT,
-    SHARD,
-    SHED_METRICS,
-    SIDE,
-    TIME,
-    JoinConfig,
-    JoinWorker,
-    state_watermarks,  # noqa: F401  (documented here: docs/cost-model.md)
-)
-from ._shards import shard_key_column
+from ..._duration import parse_duration
+from ..._native import load
+from ..._validate import ref
+from .._common import metrics as _metrics
+from .._common.codec import ColumnCodec, checked_micros, codecs_for, normalized_key
+from .._common.partitions import warn_shuffle_partitions
+from .._common.payload import SIDE
+from .._common.shards import shard_key_column
+from .bucket import BUCKET, OWN, own_column, targets_column
+from .spec import JoinSpec
+from .worker import LEFT, METRICS, MICROS, RIGHT, SHARD, SHED_METRICS, TIME, JoinConfig, JoinWorker
 
 __all__ = ["interval_join", "window_join"]
 
@@ -282,7 +271,7 @@ def _group_cols(spec: JoinSpec) -> list[str]:
 
 def _with_buckets(union, spec: JoinSpec):
     """The tagged union with each row's own bucket and one row per bucket it goes to (itself in its own
-    bucket, probe copies in the others: :mod:`._join_bucket`).
+    bucket, probe copies in the others: :mod:`.bucket`).
     """
     w, micros = spec.bucket_width, F.col(MICROS)
     targets = F.when(F.col(SIDE) == LEFT, targets_column(micros, LEFT, spec.lower, spec.upper, w)) \

@@ -1,7 +1,7 @@
 """The sliding aggregation's stateful step on ``transformWithStateInPandas`` (Spark 4's state API v2).
 
-An alternative state home for :class:`~pyspark_cq.operators._agg_worker.StatefulShard` (issue 14): the
-same per-shard step (:func:`~pyspark_cq.operators._agg_worker.run_shard`) with the shard's ``(blob, keys)``
+An alternative state home for :class:`~pyspark_cq.operators.aggregate.transport.StatefulShard` (issue 14): the
+same per-shard step (:func:`~pyspark_cq.operators.aggregate.shard.run_shard`) with the shard's ``(blob, keys)``
 image in a ``ValueState`` and an event-time timer in place of ``GroupState`` and its timeout. Spark runs
 it on the RocksDB state store only; each state call is one request to the task's state server.
 """
@@ -10,16 +10,13 @@ from __future__ import annotations
 import pyarrow as pa
 from pyspark.sql.streaming import StatefulProcessor
 
-from . import _metrics
-from ._agg_worker import (
-    METRICS,
-    AggConfig,
-    _arrow_schema,
-    _to_arrow,
-    read_entry,
-    run_shard,
-    unpack_slices,
-)
+from .._common import metrics as _metrics
+from .._common.arrow import to_arrow
+from .config import METRICS, AggConfig, read_entry
+from .shard import run_shard
+from .transport import _arrow_schema, unpack_slices
+
+__all__ = ["VALUE_SCHEMA", "TwsShard"]
 
 #: Schema of the shard's ValueState (the same pair GroupState holds).
 VALUE_SCHEMA = "blob binary, keys binary"
@@ -36,6 +33,7 @@ class TwsShard(StatefulProcessor):
         self.out_schema = _metrics.arrow_schema(config.output_schema())
 
     def init(self, handle) -> None:
+        """Open the shard's state (one value: the ``(blob, keys)`` pair)."""
         self.handle = handle
         self.image = handle.getValueState("image", VALUE_SCHEMA)
 
@@ -50,7 +48,7 @@ class TwsShard(StatefulProcessor):
         if self.packed:
             table, counts = unpack_slices(self.arrow_schema, frames)
         else:
-            frames = [_to_arrow(p, self.arrow_schema) for p in frames]
+            frames = [to_arrow(p, self.arrow_schema) for p in frames]
             table = pa.concat_tables(frames) if frames else self.arrow_schema.empty_table()
         wm_us = max(int(watermark_ms), 0) * 1000 if config.watermark else None
         saved = self.image.get() if self.image.exists() else None
@@ -69,11 +67,14 @@ class TwsShard(StatefulProcessor):
         return _metrics.packed_row(result.output, self.out_schema, METRICS, **result.metrics)
 
     def handleInputRows(self, key, rows, timerValues):
+        """One shard's micro-batch with input."""
         yield self._step(list(rows), timerValues.getCurrentWatermarkInMs())
 
     def handleExpiredTimer(self, key, timerValues, expiredTimerInfo):
+        """One shard's micro-batch without input (the watermark moved)."""
         yield self._step([], timerValues.getCurrentWatermarkInMs())
 
     def close(self) -> None:
+        """Nothing to release."""
         pass
 

@@ -40,6 +40,7 @@ class ColumnCodec:
 
     @property
     def arrow_type(self) -> pa.DataType:
+        """The column's Arrow type."""
         from pyspark.sql.pandas.types import to_arrow_type
 
         return to_arrow_type(self.dtype, timezone="UTC")

@@ -2,7 +2,7 @@
 
 Everything here runs on the driver when the query is defined: the argument checks, the output column
 names and types, and the sharding argument. :class:`JoinSpec` holds what was decided; the workers
-receive the picklable subset of it (:class:`pyspark_cq.operators._join_worker.JoinConfig`).
+receive the picklable subset of it (:class:`pyspark_cq.operators.join.worker.JoinConfig`).
 """
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from pyspark.sql import types as T
 
-from .. import _validate
-from ..control import ControlHandle, operator_handle
-from ..control.schema import drop_ratio_value
-from ._shards import JOIN, resolve_shards
+from ... import _validate
+from ...control import ControlHandle, operator_handle
+from ...control.schema import drop_ratio_value
+from .._common.shards import JOIN, resolve_shards
+
+__all__ = ["HOW", "LEFT_ONLY", "DEFAULT_SUFFIXES", "GROUPINGS", "shards_argument", "JoinSpec", "output_names"]
 
 #: Accepted spellings of ``how`` and the join type each means.
 HOW = {"inner": "inner", "left": "left", "left_outer": "left", "leftouter": "left",
@@ -151,7 +153,7 @@ class JoinSpec:
         outer, semi and anti joins, a control table, ``shards="key"``. Batch inputs ignore it (one pass,
         no state kept).
         """
-        from ._join_bucket import resolve_width
+        from .bucket import resolve_width
 
         width = resolve_width(bucket, self.lower, self.upper)
         if width is None:
@@ -169,6 +171,7 @@ class JoinSpec:
             self.bucket_width = width
 
     def output_schema(self) -> T.StructType:
+        """The join's output schema (without report columns)."""
         fields = [T.StructField(self.left_keys[i], self.key_types[i], True) for i in self.out_keys]
         fields += [T.StructField(o, self.left.schema[c].dataType, True)
                    for c, o in zip(self.left_others, self.left_out)]

@@ -12,7 +12,7 @@ operator reports per predicate and batch the rows in, the rows passed and the ti
 selectivity and cost-per-row estimates those policies need.
 
 Its ``drop_ratio`` (load shedding, RTStream §4.4: keep ε = 1 − drop_ratio of the input, dropped before the
-expensive operators) is applied by a shedding stage in front of the first predicate (:func:`_shed`), which
+expensive operators) is applied by a shedding stage in front of the first predicate (:func:`.worker._shed`), which
 counts the rows it drops as ``shed_rows``. With ``kept_column`` every output row carries the fraction of its
 micro-batch's input kept (ε = 1 − drop_ratio, the probability that the shedding stage kept a row).
 
@@ -29,37 +29,28 @@ Data path (one micro-batch)::
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 
-import numpy as np
-import pyarrow as pa
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .. import _validate
-from ..control import operator_handle, parse_chain_plan
-from ..control.plans import SAMPLE, check_predicate_name, sample_ratios
-from . import _metrics
-from ._chunks import ChunkScheduler, schedule_from_params
-from ._shed import SHED, row_uniform, shed_batch
+from ... import _validate
+from ...control import operator_handle
+from ...control.plans import SAMPLE, check_predicate_name, sample_ratios
+from .._common import metrics as _metrics
+from .._common.shed import SHED
+from .worker import _COLUMN, _Chain, _metric
 
 __all__ = ["select_chain", "DEFAULT_NAME", "sample_ratios", "SAMPLE"]
 
 #: Name of the per-batch report when neither ``name`` nor ``control`` is given.
 DEFAULT_NAME = "cq_select_chain"
 _KIND = "select_chain"
-_COLUMN = "__cq_pred_"        # a Column predicate's value, computed by Spark before the chain
 _DATA = "__cq_col_"           # the data columns in transport, by position
 _METRICS = ("rows_in", "rows_passed", "nanos")
-_SAMPLE_SEED = 1              # the sample is independent of the rows shedding drops (seed 0)
 _KEPT = "__cq_kept"           # the kept fraction in transport
 #: Per-batch maxima over the tasks (the others are sums): the chunk scheduler's memory figures.
 _PEAKS = ("peak_buffered_rows", "peak_worker_rss")
-
-
-def _metric(kind: str, name: str) -> str:
-    return f"{kind}_{name}"
 
 
 def select_chain(df, predicates, *, control=None, name=None, kept_column=None):
@@ -155,16 +146,6 @@ def select_chain(df, predicates, *, control=None, name=None, kept_column=None):
     return out.select(*[F.col(t).alias(c) for t, c in zip(transport, df.columns)], *kept)
 
 
-def _shed(batch: pa.RecordBatch, ratio: float, totals: dict) -> pa.RecordBatch:
-    """The shedding stage at the start of the chain: drops the share ``ratio`` of ``batch`` (the control
-    entry's ``drop_ratio``), counting the rows in (``input_rows``) and those dropped (``shed_rows``).
-    """
-    totals["input_rows"] += batch.num_rows
-    batch, shed = shed_batch(batch, ratio)
-    totals[SHED] += shed
-    return batch
-
-
 def _check_predicates(df, predicates) -> tuple[list[str], dict[str, Callable], dict]:
     if not isinstance(predicates, Mapping) or not predicates:
         raise TypeError(f"predicates must be a non-empty mapping of name -> callable(pyarrow.RecordBatch) or "
@@ -186,131 +167,3 @@ def _check_predicates(df, predicates) -> tuple[list[str], dict[str, Callable], d
     return names, callables, columns
 
 
-class _Chain:
-    """The worker side: every Arrow batch through the predicates in the plan's order, then one report row."""
-
-    def __init__(self, label: str, names: tuple, callables: dict, columns: tuple, control, schema: pa.Schema,
-                 counters: tuple, transport: tuple | None = None, kept: bool = False):
-        self.label, self.names, self.callables, self.columns = label, names, callables, columns
-        self.kept = kept
-        self.control, self.schema, self.counters = control, schema, counters
-        # the data columns' names in the batches (default: the user's); predicates see the user's names
-        self.transport = columns if transport is None else transport
-
-    def order(self, entry) -> tuple[str, ...]:
-        """The evaluation order under ``entry``: its ``plan_id``, else the order of ``predicates``."""
-        plan = entry.get("plan_id") if entry is not None else None
-        return self.names if plan is None else parse_chain_plan(plan, self.names, operator=self.label)
-
-    def schedule(self, entry, order, where: str):
-        """The chunk schedule the entry's ``params`` ask for (:func:`~._chunks.schedule_from_params`)."""
-        return schedule_from_params(entry.get("params") if entry is not None else None, order, where=where)
-
-    def __call__(self, batches):
-        where = f"{self.label} (micro-batch {_validate.micro_batch_id()})"
-        try:
-            entry = self.control.entry() if self.control is not None else None
-            order = self.order(entry)
-            schedule = self.schedule(entry, order, where)
-            sampler = sample_ratios(entry.get("params") if entry is not None else None, order, where=where)
-        except ValueError as exc:
-            text = str(exc)
-            raise ValueError(text if "micro-batch" in text else f"{text} (micro-batch {_validate.micro_batch_id()})"
-                             ) from None
-        ratio = float(entry.get("drop_ratio", 0.0)) if entry is not None else 0.0
-        totals = dict.fromkeys(self.counters, 0)
-        scheduler = ChunkScheduler(self.steps(order, totals), schedule)
-        for kept in scheduler.run(_shed(self._sample(batch, order, sampler, totals), ratio, totals)
-                                  for batch in batches):
-            yield self._data(kept, 1.0 - ratio)
-        totals.update(chunk_steps=scheduler.steps_run, peak_buffered_rows=scheduler.peak_buffered,
-                      peak_worker_rss=scheduler.peak_rss)
-        yield self._metrics_row(totals)
-
-    def steps(self, order, totals: dict) -> list:
-        """One filter per predicate in ``order``, counting into ``totals`` (the chunk scheduler's steps)."""
-        last = len(order) - 1
-
-        def step(k: int, name: str):
-            nanos, rows_in, passed = _metric("nanos", name), _metric("rows_in", name), _metric("rows_passed", name)
-
-            def run(batch: pa.RecordBatch) -> pa.RecordBatch:
-                n = batch.num_rows
-                start = time.perf_counter_ns()
-                out = batch.filter(self._evaluate(name, batch))   # nulls are dropped: a null rejects the row
-                totals[nanos] += time.perf_counter_ns() - start
-                totals[rows_in] += n
-                totals[passed] += out.num_rows
-                if k == last:
-                    totals["output_rows"] += out.num_rows
-                return out
-            return run
-        return [step(k, name) for k, name in enumerate(order)]
-
-    def _sample(self, batch: pa.RecordBatch, order, ratios, totals: dict) -> pa.RecordBatch:
-        """The sampler plan (RTStream §4.2) over ``batch``'s sample; counts into ``totals``, returns ``batch``."""
-        if ratios is None or batch.num_rows == 0:
-            return batch
-        u = row_uniform(batch, _SAMPLE_SEED)
-        pick = u < ratios[0]
-        sample, u = batch.filter(pa.array(pick)), u[pick]
-        for name, r in zip(order, ratios):
-            inside = u < r
-            if not inside.all():
-                sample, u = sample.filter(pa.array(inside)), u[inside]
-            if sample.num_rows == 0:
-                break
-            start = time.perf_counter_ns()
-            mask = self._evaluate(name, sample)
-            totals[SAMPLE + _metric("nanos", name)] += time.perf_counter_ns() - start
-            totals[SAMPLE + _metric("rows_in", name)] += sample.num_rows
-            passed = mask.fill_null(False).to_numpy(zero_copy_only=False)
-            sample, u = sample.filter(pa.array(passed)), u[passed]
-            totals[SAMPLE + _metric("rows_passed", name)] += sample.num_rows
-        return batch
-
-    def run(self, batch: pa.RecordBatch, order, totals: dict) -> pa.RecordBatch:
-        """The rows of ``batch`` that pass every predicate, evaluated in ``order``; counts into ``totals``."""
-        whole = schedule_from_params(None, order, where=self.label)
-        out = list(ChunkScheduler(self.steps(order, totals), whole).run(iter([batch])))
-        return out[0] if out else batch.slice(0, 0)
-
-    def _evaluate(self, name: str, batch: pa.RecordBatch) -> pa.Array:
-        fn = self.callables.get(name)
-        if fn is None:   # a Column predicate: Spark computed it already
-            return batch.column(batch.schema.get_field_index(_COLUMN + name))
-        view = batch.select(list(self.transport)) if batch.num_columns != len(self.columns) else batch
-        if self.transport != self.columns:
-            view = view.rename_columns(list(self.columns))
-        return self._mask(name, fn(view), batch.num_rows)
-
-    def _mask(self, name: str, result, n: int) -> pa.Array:
-        try:
-            if isinstance(result, pa.ChunkedArray):
-                result = result.combine_chunks()
-            elif not isinstance(result, pa.Array):
-                result = pa.array(np.asarray(result))
-        except (TypeError, ValueError, pa.ArrowException) as exc:
-            raise TypeError(f"{self.label}: predicate {name!r} must return a boolean array, got "
-                            f"{type(result).__name__} ({exc}) (micro-batch {_validate.micro_batch_id()})") from None
-        if not pa.types.is_boolean(result.type) or len(result) != n:
-            raise TypeError(f"{self.label}: predicate {name!r} must return a boolean array of {n} values (one per "
-                            f"row of its input batch), got {len(result)} values of type {result.type} "
-                            f"(micro-batch {_validate.micro_batch_id()})")
-        return result
-
-    def _data(self, batch: pa.RecordBatch, kept: float = 1.0) -> pa.RecordBatch:
-        n = batch.num_rows
-        cols = [batch.column(batch.schema.get_field_index(c)) for c in self.transport]
-        if self.kept:
-            cols.append(pa.array(np.full(n, kept)))
-        cols = [c if c.type == f.type else c.cast(f.type) for c, f in zip(cols, self.schema)]
-        cols.append(pa.array(np.zeros(n, dtype=bool)))
-        cols += [pa.nulls(n, pa.int64()) for _ in self.counters]
-        return pa.RecordBatch.from_arrays(cols, schema=self.schema)
-
-    def _metrics_row(self, totals: dict) -> pa.RecordBatch:
-        cols = [pa.nulls(1, self.schema.field(i).type) for i in range(len(self.columns) + self.kept)]
-        cols.append(pa.array([True]))
-        cols += [pa.array([int(totals[c])], pa.int64()) for c in self.counters]
-        return pa.RecordBatch.from_arrays(cols, schema=self.schema)

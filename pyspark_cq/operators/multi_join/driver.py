@@ -17,7 +17,7 @@ Data path (one streaming micro-batch)::
     input n ─► tag ...                                 ┘             └ per shard: kernel + payload tables
 
 The kernel is :mod:`pyspark_cq._mjoin` (``native/mjoin_core.hpp``), the per-shard function
-:mod:`._mjoin_worker`.
+:mod:`.worker`.
 """
 from __future__ import annotations
 
@@ -26,16 +26,17 @@ from dataclasses import dataclass, field
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .. import _validate
-from .._duration import parse_duration
-from .._native import load
-from ..control import ControlHandle, operator_handle, parse_join_plan
-from ..session import warn_shuffle_partitions
-from . import _metrics
-from ._chunks import schedule_from_params
-from ._join_codec import checked_micros, codecs_for, normalized_key
-from ._join_worker import SIDE
-from ._mjoin_worker import (
+from ... import _validate
+from ..._duration import parse_duration
+from ..._native import load
+from ...control import ControlHandle, operator_handle, parse_join_plan
+from .._common import metrics as _metrics
+from .._common.chunks import schedule_from_params
+from .._common.codec import checked_micros, codecs_for, normalized_key
+from .._common.partitions import warn_shuffle_partitions
+from .._common.payload import SIDE
+from .._common.shards import MULTI_JOIN, resolve_shards, shard_key_column
+from .worker import (
     KEY,
     KEY_NULL,
     MICROS,
@@ -50,7 +51,6 @@ from ._mjoin_worker import (
     metric_names,
     step_names,
 )
-from ._shards import MULTI_JOIN, resolve_shards, shard_key_column
 
 __all__ = ["multi_join"]
 

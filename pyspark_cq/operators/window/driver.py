@@ -7,9 +7,9 @@ from pyspark.sql import Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .. import _validate
-from .._duration import parse_duration
-from . import _metrics
+from ... import _validate
+from ..._duration import parse_duration
+from .._common import metrics as _metrics
 
 __all__ = ["window"]
 

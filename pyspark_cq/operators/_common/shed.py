@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from . import _metrics
+from . import metrics as _metrics
 
 __all__ = ["shed_mask", "shed_batch", "batch_shed_mask", "row_uniform", "SHED"]
 

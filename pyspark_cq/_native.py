@@ -8,8 +8,11 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-#: Compiled modules built from ``native/`` by ``setup.py``.
-NATIVE_MODULES = ("_aggregate", "_granularity", "_join", "_mjoin", "_serde")
+from .vocabulary.operators import native_modules
+
+#: Compiled modules built from ``native/`` by ``setup.py``: the operators' (their descriptors,
+#: :mod:`pyspark_cq.vocabulary.operators`) and ``_serde``, the state serialisation they share.
+NATIVE_MODULES = tuple(sorted({*native_modules(), "_serde"}))
 
 _HELP = """\
 pyspark-cq could not import its compiled module {module!r}: {error}

@@ -53,6 +53,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .._duration import LONG_MAX, LONG_MIN, parse_duration
+from ..vocabulary.operators import OPERATORS
 
 __all__ = ["PARAMETERS", "TRANSITION_PARAMETERS", "OPERATOR_PARAMETERS", "SIDE_DROP_PARAMS", "validate_changes",
            "validate_operator_id", "duration_value", "unread_parameters", "check_reads", "drop_ratio_value",
@@ -207,15 +208,10 @@ def validate_changes(changes: Mapping, *, where: str = "") -> dict:
 
 
 
-#: The parameters each pyspark-cq operator reads from its entry (``params`` is free-form: always allowed).
-#: ``plan_id`` is read by the plan-switchable operators (:mod:`pyspark_cq.control.plans`).
-OPERATOR_PARAMETERS = {
-    "interval_join": ("lower", "upper", "drop_ratio", "params"),
-    "window_join": ("window", "drop_ratio", "params"),
-    "sliding_aggregate": ("window", "granularity", "drop_ratio", "params"),
-    "select_chain": ("plan_id", "drop_ratio", "params"),
-    "multi_join": ("plan_id", "drop_ratio", "params"),
-}
+#: The parameters each pyspark-cq operator with a control entry reads from it (``params`` is free-form: always
+#: allowed), from the operators' descriptors (:mod:`pyspark_cq.vocabulary.operators`). ``plan_id`` is read by
+#: the plan-switchable operators (:mod:`pyspark_cq.control.plans`).
+OPERATOR_PARAMETERS = {d.kind: d.parameters for d in OPERATORS.values() if d.parameters}
 
 #: Values of a parameter that mean "do nothing": drop no input.
 _NEUTRAL = {"drop_ratio": 0.0}

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from .. import plan as P
+from ..vocabulary.operators import for_shape
 from . import ast as A
 from .errors import CQLCompileError
 from .parser import parse
@@ -1115,8 +1116,11 @@ def explain(text, sources: Mapping | None = None, *, name: str = "q", distance: 
     return _explain(a, None, distance)
 
 
-_FUNCTIONS = {"stream": "filter/project (stateless)", "rows": "rows_window", "aggregate": "sliding_aggregate",
-              "join": "window_join", "multi_join": "multi_join"}
+def _function(shape: str) -> str:
+    """What a query of ``shape`` runs: the operator implementing it (its descriptor's kind)."""
+    if shape == "stream":   # no operator: Spark's own filter and projection
+        return "filter/project (stateless)"
+    return for_shape(shape).kind
 
 
 def _explain(a: Analysis, operators, distance: float = 1000.0) -> str:
@@ -1132,7 +1136,7 @@ def _explain(a: Analysis, operators, distance: float = 1000.0) -> str:
         for op, fn, args in operators:
             lines.append(f"operator   {op or '-'}: {fn} {args}")
     else:
-        lines.append(f"operator   {a.operator or '-'}: {_FUNCTIONS[a.shape]}")
+        lines.append(f"operator   {a.operator or '-'}: {_function(a.shape)}")
     for label, rng in a.qos.items():
         lines.append(f"qos        {label}: {rng}")
     for k, v in a.options.items():

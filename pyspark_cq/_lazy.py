@@ -39,16 +39,16 @@ def lazy_exports(package: str, table: dict, aliases: dict | None = None):
     return __getattr__
 
 
-def moved_names(package: str, module: str):
-    """A package ``__getattr__`` for a module that became the package: a name the old module had (now in
-    ``module``) still resolves, with a :class:`DeprecationWarning` naming its new home.
+def moved_names(package: str, *modules: str):
+    """A package ``__getattr__`` for a module that became the package: a name the old module had (now in one
+    of ``modules``) still resolves, with a :class:`DeprecationWarning` naming its new home.
 
     Parameters
     ----------
     package : str
         The package's ``__name__`` (the old module's path, e.g. ``"pyspark_cq.operators.join"``).
-    module : str
-        Where the old module's code lives now, relative to ``package`` (e.g. ``".driver"``).
+    *modules : str
+        Where the old module's names live now, relative to ``package``, searched in order (e.g. ``".driver"``).
 
     Returns
     -------
@@ -56,15 +56,15 @@ def moved_names(package: str, module: str):
         ``__getattr__(name)``.
     """
     def __getattr__(name: str):
-        if name.startswith("__"):   # dunder probes (copy, pickle, doctest) mean "not here"
-            raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        target = importlib.import_module(module, package)
-        try:
-            value = getattr(target, name)
-        except AttributeError:
-            raise AttributeError(f"module {package!r} has no attribute {name!r}") from None
-        warnings.warn(f"{package}.{name} is deprecated: import it from {target.__name__} (the module "
-                      f"{package} became a package; issue 38)", DeprecationWarning, stacklevel=2)
-        return value
+        if not name.startswith("__"):   # dunder probes (copy, pickle, doctest) mean "not here"
+            for module in modules:
+                target = importlib.import_module(module, package)
+                if hasattr(target, name):
+                    value = getattr(target, name)
+                    home = getattr(value, "__module__", None) or target.__name__   # a constant: where it was found
+                    warnings.warn(f"{package}.{name} is deprecated: import it from {home} (the module {package} "
+                                  f"became a package; issue 38)", DeprecationWarning, stacklevel=2)
+                    return value
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__

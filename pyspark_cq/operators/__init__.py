@@ -1,6 +1,6 @@
 """Spark-facing operators, one package per operator (its public functions in ``driver``, what runs on Spark's
 Python workers in ``worker``), plus ``_common`` for what several share. Each is described by one
-:class:`~pyspark_cq.vocabulary.operators.OperatorDescriptor` (docs/architecture.md, "Adding an operator").
+:class:`~pyspark_cq.vocabulary.operators.OperatorDescriptor` (docs/architecture.md, "An operator's package").
 """
 from .aggregate import sliding_aggregate
 from .granularity import granularity

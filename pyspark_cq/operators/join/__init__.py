@@ -8,4 +8,5 @@ from .driver import interval_join, window_join
 
 __all__ = ["interval_join", "window_join"]
 
-__getattr__ = moved_names(__name__, ".driver")   # the names of the former module pyspark_cq.operators.join
+# the names of the former module pyspark_cq.operators.join (state_watermarks was documented there)
+__getattr__ = moved_names(__name__, ".driver", ".worker")

@@ -60,6 +60,7 @@ class ParallelBuildExt(build_ext):
     """``build_ext`` that compiles the extensions concurrently, one per core, unless ``--parallel``/``-j`` says."""
 
     def finalize_options(self):
+        """Default ``parallel`` to the number of cores."""
         super().finalize_options()
         # each extension is one translation unit of 10-60 s; serially the install takes minutes
         if self.parallel is None:

@@ -13,6 +13,7 @@ import numpy
 from Cython.Build import cythonize
 from pybind11.setup_helpers import Pybind11Extension
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).parent
 NATIVE = HERE / "native"
@@ -55,4 +56,15 @@ def pybind_extensions():
     return exts
 
 
-setup(ext_modules=cython_extensions() + pybind_extensions())
+class ParallelBuildExt(build_ext):
+    """``build_ext`` that compiles the extensions concurrently, one per core, unless ``--parallel``/``-j`` says."""
+
+    def finalize_options(self):
+        """Default ``parallel`` to the number of cores."""
+        super().finalize_options()
+        # each extension is one translation unit of 10-60 s; serially the install takes minutes
+        if self.parallel is None:
+            self.parallel = os.cpu_count() or 1
+
+
+setup(ext_modules=cython_extensions() + pybind_extensions(), cmdclass={"build_ext": ParallelBuildExt})

@@ -4,7 +4,9 @@ One place for the rule, so every duration argument of the package (operator boun
 granularities, control-table values, policy ranges) means the same thing. A string means exactly what
 Spark's ``CAST(s AS INTERVAL)`` / an ``INTERVAL '...'`` literal means (``IntervalUtils.stringToInterval``:
 ``"10 seconds"``, ``"-1 minute -30 seconds"``, ``"interval 1.5 seconds"``), or is rejected with a
-ValueError naming the argument: never a different reading. Months and years (no fixed length) and values
+ValueError naming the argument: never a different reading. The one addition are the abbreviations CQL takes
+too (:data:`ABBREVIATIONS`: ``"30 s"``, ``"-2 secs"``, ``"500 ms"``, ``"5 min"``), which Spark's cast rejects,
+so no string Spark reads is read differently. Months and years (no fixed length) and values
 beyond a signed 64-bit count of microseconds are rejected too. The accepted forms are listed in
 ``docs/errors.md`` (section *Durations*). Durations are returned as integer microseconds, Spark's
 timestamp resolution.
@@ -15,7 +17,7 @@ import datetime as _dt
 
 import numpy as np
 
-__all__ = ["parse_duration", "format_duration", "EXPECTED", "LONG_MIN", "LONG_MAX"]
+__all__ = ["parse_duration", "format_duration", "EXPECTED", "ABBREVIATIONS", "LONG_MIN", "LONG_MAX"]
 
 LONG_MIN, LONG_MAX = -(1 << 63), (1 << 63) - 1
 _INT_MIN, _INT_MAX = -(1 << 31), (1 << 31) - 1
@@ -24,9 +26,9 @@ _MICROS_PER_MINUTE = 60_000_000
 _MICROS_PER_HOUR = 3_600_000_000
 _MICROS_PER_DAY = 86_400_000_000
 
-EXPECTED = ("a duration such as '10 seconds', '-2 minutes', '-1 minute -30 seconds', '500 milliseconds', "
-            "'interval 1.5 seconds' (Spark's interval syntax, see docs/errors.md), a datetime.timedelta "
-            "or a numpy.timedelta64")
+EXPECTED = ("a duration such as '10 seconds', '-2 minutes', '-1 minute -30 seconds', '500 ms', '1.5 s', "
+            "'interval 1.5 seconds' (Spark's interval syntax and the abbreviations s, sec, ms, us, min, h; see "
+            "docs/errors.md), a datetime.timedelta or a numpy.timedelta64")
 
 # Java's Character.isWhitespace on one byte, which is what Spark's parser tests (non-ASCII spaces are not)
 _WHITESPACE = frozenset(" \t\n\x0b\x0c\r\x1c\x1d\x1e\x1f")
@@ -35,7 +37,13 @@ _TRIMMED = "".join(map(chr, range(0x21))) + "\x7f"
 _DIGITS = frozenset("0123456789")
 # Spark's unit words; each may take one trailing "s"
 _UNITS = ("year", "month", "week", "day", "hour", "minute", "second", "millisecond", "microsecond")
-_UNIT_LIST = "microsecond, millisecond, second, minute, hour, day, week (each also with a trailing 's')"
+#: Abbreviations, with the unit each stands for: the ones CQL takes (``pyspark_cq.lang.parser`` reads its unit
+#: words from here), so a duration is written the same way in Python and in CQL. Spark's cast rejects all of
+#: them, so accepting them changes the reading of no string Spark accepts.
+ABBREVIATIONS = {"us": "microsecond", "ms": "millisecond", "s": "second", "sec": "second", "secs": "second",
+                 "min": "minute", "mins": "minute", "h": "hour"}
+_UNIT_LIST = ("microsecond, millisecond, second, minute, hour, day, week (each also with a trailing 's'), "
+              "or us, ms, s, sec, secs, min, mins, h")
 
 # the states of Spark's parser
 (_TRIM_BEFORE_SIGN, _SIGN, _TRIM_BEFORE_VALUE, _VALUE, _FRACTION, _TRIM_BEFORE_UNIT, _UNIT_BEGIN, _UNIT_SUFFIX,
@@ -57,8 +65,9 @@ def parse_duration(value, name: str = "duration", *, allow_negative: bool = True
     Parameters
     ----------
     value : str, datetime.timedelta or numpy.timedelta64
-        The duration. A string is read as Spark's ``CAST(value AS INTERVAL)`` reads it (see
-        ``docs/errors.md``, *Durations*); a string Spark maps to NULL is rejected.
+        The duration. A string is read as Spark's ``CAST(value AS INTERVAL)`` reads it, plus CQL's unit
+        abbreviations (:data:`ABBREVIATIONS`; see ``docs/errors.md``, *Durations*); any other string Spark
+        maps to NULL is rejected.
     name : str, optional
         The argument's name, used in error messages (default ``"duration"``).
     allow_negative, allow_zero : bool
@@ -83,6 +92,8 @@ def parse_duration(value, name: str = "duration", *, allow_negative: bool = True
     -30000000
     >>> parse_duration("INTERVAL 1.5 SECONDS", "window")
     1500000
+    >>> parse_duration("-2 secs", "lower")
+    -2000000
     """
     if isinstance(value, _dt.timedelta):
         micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
@@ -243,6 +254,10 @@ def _spark_interval(text: str) -> tuple[int, int, int]:
             if negative:
                 value, fraction = -value, -fraction
             unit = next((u for u in _UNITS if s.startswith(u, i)), None)
+            abbreviated = None
+            if unit is None:        # a whole word after whitespace ("10s" never gets here: a gap is required)
+                abbreviated = _word(s, i)[1:-1]
+                unit = ABBREVIATIONS.get(abbreviated)
             word = repr(s[term_start:i] + _word(s, i)[1:-1])   # the whole term, for overflow messages
             if unit == "year":
                 months = _int(months + _long(12 * value, word), word)
@@ -263,10 +278,11 @@ def _spark_interval(text: str) -> tuple[int, int, int]:
             elif unit == "microsecond":
                 micros = _long(micros + value, word)
             else:
-                raise _Invalid(f"unknown unit {_word(s, i)} (Spark accepts no abbreviations such as 's' or "
-                               f"'ms'); the units are {_UNIT_LIST}")
-            i += len(unit)
-            state = _UNIT_SUFFIX
+                raise _Invalid(f"unknown unit {_word(s, i)}; the units are {_UNIT_LIST}")
+            if abbreviated is not None:     # whole word, no plural 's' to look for
+                i, state = i + len(abbreviated), _UNIT_END
+            else:
+                i, state = i + len(unit), _UNIT_SUFFIX
         elif state == _UNIT_SUFFIX:
             if c == "s":
                 state = _UNIT_END

@@ -437,6 +437,7 @@ def run(args) -> int:
     import pyspark_cq as cq
     from pyspark_cq import demo_report as R
     from pyspark_cq.demo_source import BurstProfile, PacketSource, injected, write_clock
+    from pyspark_cq.plan import render
     from pyspark_cq.runtime import CQRuntime
 
     out_dir = Path(args.output) if args.output else Path(tempfile.mkdtemp(prefix="cq-demo-"))
@@ -487,7 +488,7 @@ def run(args) -> int:
     rec = _Recorder(rt, profile, args.hosts)
     failed = None
     print(f"runtime: policies {[p.name for p in rt.policies]}, control table {rt.control_path}")
-    print(f"  pairs:   {pairs_plan}\n  traffic: {traffic_plan}")
+    print(f"  pairs:   {render(pairs_plan, micros=True)}\n  traffic: {render(traffic_plan, micros=True)}")
     rt.start()
     try:
         _warm_up(rt, rec, max(600.0, args.seconds * 5), restart)

@@ -40,6 +40,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from . import _args as chk
+from . import _human
 
 __all__ = [
     "Node", "Source", "Select", "Project", "Join", "Aggregate", "Window", "Granularity", "Union",
@@ -299,13 +300,15 @@ def source_names(plan: Node) -> tuple[str, ...]:
     return tuple(n.name for n in postorder(plan) if isinstance(n, Source))
 
 
-def _fmt(x: float) -> str:
-    return f"{x:g}"
+def render(plan: Node, *, micros: bool = False) -> str:
+    """A one-line algebraic rendering, e.g. ``γ[10](σ[0.5](A) ⋈ ω[60](B))``.
 
-
-def render(plan: Node) -> str:
-    """A one-line algebraic rendering, e.g. ``γ[10](σ[0.5](A) ⋈ ω[60](B))``."""
+    Numbers have no exponent. With ``micros`` the plan's time values are microseconds (as in the plans
+    CQL compiles and the runtime's queries) and are shown as durations: ``ω[30 s](σ[0.25](scans))``.
+    """
     _node(plan, "plan")
+    _fmt = _human.plain
+    _time = _human.duration if micros else _human.plain
     parts: dict[int, str] = {}
     for node in postorder(plan):
         kids = [parts[id(c)] for c in node.children]
@@ -316,12 +319,12 @@ def render(plan: Node) -> str:
         elif isinstance(node, Project):
             text = f"π({kids[0]})"
         elif isinstance(node, Aggregate):
-            text = f"α({kids[0]})" if node.groups == 1 else f"γ[{node.groups}]({kids[0]})"
+            text = f"α({kids[0]})" if node.groups == 1 else f"γ[{_fmt(node.groups)}]({kids[0]})"
         elif isinstance(node, Window):
             unit = "rows" if node.kind == "tuple" else ""
-            text = f"ω[{_fmt(node.size)}{unit}]({kids[0]})"
+            text = f"ω[{_fmt(node.size) + unit if unit else _time(node.size)}]({kids[0]})"
         elif isinstance(node, Granularity):
-            text = f"Γ[{_fmt(node.granularity)}]({kids[0]})"
+            text = f"Γ[{_time(node.granularity)}]({kids[0]})"
         elif isinstance(node, Join):
             text = f"({kids[0]} ⋈ {kids[1]})"
         elif isinstance(node, Union):

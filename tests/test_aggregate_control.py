@@ -491,6 +491,7 @@ def assert_rows(got, want):
         assert got[k] == want[k], (k, got[k], want[k])
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_stream_follows_granularity_and_window_changes(spark, tmp_dir):
     """A file stream (one file per micro-batch) with a granularity change 1 s -> 5 s requested at 21 s
@@ -618,6 +619,7 @@ def test_stream_sheds_by_drop_ratio_and_reports_it(spark, tmp_dir):
     assert sum(last.values()) == total - shed
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_stream_kept_column_says_each_windows_kept_share(spark, tmp_dir):
     """kept_column on a streaming sliding aggregation in append mode, with the drop ratio changed between

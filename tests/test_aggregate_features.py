@@ -387,6 +387,7 @@ def _compare_quantiles(ours: list[dict], theirs: list[dict]):
     return checked
 
 
+@pytest.mark.slow
 def test_batch_percentile_approx_within_alpha_of_spark(spark):
     rng = np.random.default_rng(21)
     table = pa.concat_tables([_quantile_rows(rng, 4000, 0, 60), _quantile_rows(rng, 1, 300, 1)])

@@ -131,6 +131,7 @@ def run_stream(df, checkpoint, mode):
 STREAM = [[(1, 1, B), (2, 2, 5)], [(1, 6, B)], [(1, 7, -B), (2, 8, 1)], [(2, 40, 0)]]
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 @pytest.mark.parametrize("mode", ["append", "update"])
 @pytest.mark.parametrize("on", [True, False], ids=["ansi", "legacy"])
@@ -164,6 +165,7 @@ def test_streaming_follows_spark(spark, tmp_path, on, mode):
         assert (T0, T0 + dt.timedelta(seconds=10), 1, -(2**63), 2 * B / 2) in ours or mode == "append"
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_streaming_overflow_at_close_raises_like_spark(spark, tmp_path):
     """Append mode with a window whose final sum overflows: both raise under ANSI."""

@@ -114,6 +114,7 @@ def _run_to_memory(df, checkpoint, mode="append"):
     return df.sparkSession.table(name)
 
 
+@pytest.mark.slow
 def test_interval_join_streaming(spark, tmp_path):
     _write_side(str(tmp_path / "l"), side_rows("l"), "lv", pa.int64())
     _write_side(str(tmp_path / "r"), side_rows("r"), "rv", pa.float64())
@@ -161,6 +162,7 @@ def test_sliding_aggregate_batch(spark):
     same_rows(ours, theirs)
 
 
+@pytest.mark.slow
 def test_sliding_aggregate_streaming(spark, tmp_path):
     rows = agg_rows()
     directory = str(tmp_path / "in")

@@ -253,6 +253,7 @@ def _collect(df, *cols):
     return sorted(tuple(r) for r in df.select(*exprs).collect())
 
 
+@pytest.mark.slow
 def test_bound_and_window_changes_at_an_event_time(spark, tmp_dir):
     root = str(tmp_dir / "in")
     data = _random_files(root, files=5, rows=25, seed=21)
@@ -324,6 +325,7 @@ def test_change_reaches_a_running_query_within_two_batches(spark, tmp_dir):
     assert any(r for r in reports)
 
 
+@pytest.mark.slow
 def test_load_shedding_accounts_for_every_row_and_is_reproducible(spark, tmp_dir):
     root, n, files = str(tmp_dir / "in"), 120, 3
     for i in range(files):
@@ -363,6 +365,7 @@ def test_load_shedding_accounts_for_every_row_and_is_reproducible(spark, tmp_dir
     assert all((lv is None) != (rv is None) or lv == rv for _, lv, rv in rows)
 
 
+@pytest.mark.slow
 def test_per_input_drop_ratios_from_the_argument_or_the_control_entry(spark, tmp_dir):
     """RTStream §4.4: each input shed by its own ratio. The control entry's ``params["drop_left"]`` /
     ``["drop_right"]`` override its ``drop_ratio`` per input and shed exactly the rows the argument pair
@@ -444,6 +447,7 @@ def test_bad_control_arguments_are_named(spark, tmp_dir):
     assert call(control=handle, drop_ratio=0.25, seed=np.int64(3)) is not None
 
 
+@pytest.mark.slow
 def test_kept_column_is_the_product_of_each_rows_batch_fraction(spark, tmp_dir):
     """RTStream §4.4's kept fraction per result: a pair of a left row of batch i and a right row of batch
     i + 1 says ε_i · ε_(i+1), each ε = 1 − the drop ratio in force in that batch (changed between batches)."""

@@ -94,6 +94,7 @@ def test_batch_one_key_pair_named_alike_is_output_once(inputs):
     _same(ours, theirs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["left_semi", "left_anti"])
 def test_batch_semi_and_anti_equal_spark(inputs, how):
     left, right = inputs

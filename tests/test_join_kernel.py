@@ -222,6 +222,7 @@ def test_state_watermarks_follow_spark(wm_ms, lower, upper):
     assert right - lower < wm_ms * 1000 + 1
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.sampled_from([3, 40, 1000]), st.booleans())
 def test_kernel_matches_reference_at_scale(seed, nkeys, ordered_ends):

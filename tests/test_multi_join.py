@@ -161,6 +161,7 @@ def test_batch_equals_spark_chain(spark, tmp_dir, n):
     assert _rows(ours) == want
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_batch_every_probe_order_gives_the_same_rows(spark, tmp_dir):
     n = 3
@@ -297,6 +298,7 @@ def _chunk_params(strategy, n=3):
             "selectivities": {s: 0.5 + k for k, s in enumerate(steps)}}
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_batch_probe_steps_in_chunks_give_the_same_rows_under_every_strategy(spark, tmp_dir):
     n = 3
@@ -488,6 +490,7 @@ def test_stream_bad_plan_set_while_running_names_operator_and_batch(spark, tmp_d
         _run(out, "mj_bad", str(tmp_dir / "ck"))
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_stream_sheds_by_drop_ratio_and_counts_per_input(spark, tmp_dir):
     """drop_ratio (RTStream §4.4): about that share of every input is shed and counted per input; what is
@@ -561,6 +564,7 @@ def test_runtime_chain_policy_schedules_a_running_multi_join(spark, tmp_dir):
     assert reports[-1]["chunk_steps"] > 0 and reports[-1]["peak_buffered_rows"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.spark
 def test_stream_kept_column_is_the_product_of_each_rows_batch_fraction(spark, tmp_dir):
     """RTStream §4.4's kept fraction per result (``params["kept_column"]`` of the entry): a result says the

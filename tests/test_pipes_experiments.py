@@ -84,6 +84,7 @@ def streams_5_3(tmp_path_factory):
     return root, st
 
 
+@pytest.mark.slow
 def test_5_3_window_reduction_on_spark(spark, streams_5_3):
     root, st = streams_5_3
     r = B.run_spark_join(spark, os.path.join(root, "in"), os.path.join(root, "wr"), window_s=5, delay_s=0.5)
@@ -128,6 +129,7 @@ def test_5_3_load_shedding_on_spark(spark, streams_5_3):
     assert abs(len(r["pairs"]) - len(base) / 4) <= 5 * sd, (len(r["pairs"]), len(base), sd)
 
 
+@pytest.mark.slow
 def test_5_1_window_change_on_spark(spark, tmp_dir):
     _needs("control")
     from pyspark_cq.control import ControlTable

@@ -201,7 +201,7 @@ def test_admission_accepts_shrinks_others_then_rejects():
     assert shrunk["q1-w"] == pytest.approx(1.25 * S, rel=1e-3) and set(shrunk) == {"q1-w", "q2-w"}
     a3 = rm.admit_query(window_query("q3", "C", d_s=1e-4))
     assert not a3.accepted
-    assert "30000 > bound 25000" in a3.reason and "'q3'" in a3.reason
+    assert "estimated memory 30 KB > bound 25 KB" in a3.reason and "'q3'" in a3.reason
     assert rm.queries == ["q1", "q2"] and rm.allocation.f_window == pytest.approx(1 / 36, abs=1e-4)
 
 

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pyspark_cq import _human
 from pyspark_cq import plan as P
 from pyspark_cq.cost import pipes
 from pyspark_cq.policies import (
@@ -658,10 +659,10 @@ class PipesResourceManager(Policy):
 
     def _reason(self) -> str:
         a = self._allocation
-        bound = "unbounded" if a.memory_bound is None else f"{a.memory_bound:.6g}"
+        bound = "unbounded" if a.memory_bound is None else _human.size(a.memory_bound)
         state = "within" if a.feasible else "INFEASIBLE even at the QoS minimum for"
         return (f"PIPES resource manager (Cammert et al. §4.3): f_granularity={a.f_granularity:.4g}, "
-                f"f_window={a.f_window:.4g}; estimated memory {a.memory:.6g} {state} bound {bound} "
+                f"f_window={a.f_window:.4g}; estimated memory {_human.size(a.memory)} {state} bound {bound} "
                 f"(reserve {self.reserve:.0%}), {a.queries} queries")
 
     def _decisions(self, current: Mapping[str, QueryInfo], names=None) -> Decisions:
@@ -741,7 +742,8 @@ class PipesResourceManager(Policy):
         a = self._allocation
         if self.kept < 1.0:
             reason = (f"PIPES resource manager, load shedding (Cammert et al. §5.3): every query at its QoS "
-                      f"minimum is estimated at {a.memory:.6g} (memory bound {a.memory_bound}); keep "
+                      f"minimum is estimated at {_human.size(a.memory)} "
+                      f"(memory bound {_human.size(a.memory_bound)}); keep "
                       f"{self.kept:.3f} of the input of {sorted(stages)}")
         else:
             reason = "PIPES resource manager: the allocation fits without load shedding"
@@ -840,9 +842,10 @@ class PipesResourceManager(Policy):
             mem_bound, cpu_bound = self._bounds()
             parts = []
             if mem_bound is not None and allocation.memory > mem_bound:
-                parts.append(f"estimated memory {allocation.memory:.6g} > bound {mem_bound:.6g}")
+                parts.append(f"estimated memory {_human.size(allocation.memory)} > bound {_human.size(mem_bound)}")
             if cpu_bound is not None and allocation.cpu > cpu_bound:
-                parts.append(f"estimated processing cost {allocation.cpu:.6g} > bound {cpu_bound:.6g}")
+                parts.append(f"estimated processing cost {_human.plain(allocation.cpu)} > bound "
+                             f"{_human.plain(cpu_bound)}")
             return Admission(False, f"rejected {info.name!r}: even with every query at the minimum of its QoS "
                                     f"range (f = 0) " + " and ".join(parts) +
                                     f" (bounds after a {self.reserve:.0%} reserve)", Decisions((), self.name))

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from html import escape
 
+from .. import _human
 from .. import plan as P
 
 __all__ = ["plan_svg", "format_duration"]
@@ -25,13 +26,8 @@ _W, _H, _DX, _DY = 150, 44, 24, 34   # node box, horizontal gap, vertical gap (p
 
 
 def format_duration(micros) -> str:
-    """A duration in µs as short text: ``6 s``, ``250 ms``, ``1.5 min``, ``12 µs``."""
-    if isinstance(micros, bool) or not isinstance(micros, (int, float)):
-        return str(micros)
-    for unit, size in (("h", 3_600_000_000), ("min", 60_000_000), ("s", 1_000_000), ("ms", 1_000)):
-        if abs(micros) >= size:
-            return f"{micros / size:g} {unit}"
-    return f"{micros:g} µs"
+    """A duration in µs as short text: ``6 s``, ``250 ms``, ``1.5 min``, ``12 µs`` (``_human.duration``)."""
+    return _human.duration(micros)
 
 
 def _text(node: P.Node, control: Mapping) -> tuple[str, bool]:
@@ -44,14 +40,14 @@ def _text(node: P.Node, control: Mapping) -> tuple[str, bool]:
         return node.name, False
     if isinstance(node, P.Window):
         size = node.size if live is None else live
-        text = f"{size:g} rows" if node.kind == "tuple" else format_duration(size)
+        text = f"{_human.plain(size)} rows" if node.kind == "tuple" else format_duration(size)
         return f"ω {text}", live is not None
     if isinstance(node, P.Granularity):
         return f"Γ {format_duration(node.granularity if live is None else live)}", live is not None
     if isinstance(node, P.Select):
-        return f"σ {node.selectivity:g}", False
+        return f"σ {_human.plain(node.selectivity)}", False
     if isinstance(node, P.Aggregate):
-        return ("α" if node.groups == 1 else f"γ {node.groups:g} groups"), False
+        return ("α" if node.groups == 1 else f"γ {_human.plain(node.groups)} groups"), False
     return getattr(node, "symbol", type(node).__name__), False
 
 

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import _human
+
 __all__ = ["Schedule", "Transition", "granularity_effective_at", "WINDOW_LIKE"]
 
 #: Parameters whose change applies by element timestamp, with the §4.2 adaptation delays.
@@ -144,6 +146,12 @@ class Schedule:
         if any(b < a for a, b in zip(times, times[1:])):
             raise ValueError(f"points must have non-decreasing times, got {times}")
         object.__setattr__(self, "points", tuple(pts))
+
+    def __repr__(self) -> str:
+        # for people: values as durations, times as UTC event times (the points themselves stay µs)
+        def at(t):
+            return "" if t is None else " from " + np.datetime_as_string(np.datetime64(t, "us"), unit="auto")
+        return f"Schedule({self.param}: {'; '.join(_human.duration(v) + at(t) for t, v in self.points)})"
 
     @classmethod
     def constant(cls, param: str, value: int) -> Schedule:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import _human
 from ._stores import ArrowStore, HadoopStore, LocalStore, is_local
 from .decision import Decision, Decisions
 from .reader import FORMAT, FORMAT_VERSION, ControlHandle, Entry, parse_document
@@ -193,7 +194,9 @@ class ControlTable:
         if not rows:
             return head
         cols = ["operator", "query", "version"] + [p for p in PARAMETERS if any(p in r for r in rows)]
-        cells = [[str(r.get(c, "")) for c in cols] for r in rows]
+        # durations in human units (30 s, 5 min); the table itself holds µs
+        cells = [[_human.duration(r[c]) if c in TRANSITION_PARAMETERS and c in r else str(r.get(c, ""))
+                  for c in cols] for r in rows]
         widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
         lines = ["  ".join(c.ljust(w) for c, w in zip(cols, widths))]
         lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]

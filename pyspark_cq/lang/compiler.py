@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from .. import _human
 from .. import plan as P
 from ..vocabulary.operators import for_shape
 from . import ast as A
@@ -973,7 +974,8 @@ class _Builder:
         handle = self.handle(**params)
         out = sliding_aggregate(df, time, window, slide, by=by, aggs=aggs,
                                 granularity=slide, emit=emit, control=handle, name=a.operator)
-        self.operators.append((a.operator, "sliding_aggregate", {"window": str(window), "slide": str(slide),
+        self.operators.append((a.operator, "sliding_aggregate", {"window": _human.duration(w.size.micros),
+                                                                  "slide": _human.duration(w.slide.micros),
                                                                   "by": by, "aggs": aggs, "emit": emit}))
         start, end = out.columns[0], out.columns[1]
         g = F.expr(f"INTERVAL {w.slide.micros} MICROSECONDS")
@@ -1026,7 +1028,9 @@ class _Builder:
         out = window_join(ldf, rdf, on, lt, rt, wl, wr, control=handle, name=a.operator, drop_ratio=drop)
         self.operators.append((a.operator, "window_join", {"on": [f"{to_text(k[0][1])} = {to_text(k[1][1])}"
                                                                   for k in a.keys],
-                                                           "windows": [str(wl), str(wr)], "drop_ratio": drop}))
+                                                           "windows": [_human.duration(s.window.size.micros)
+                                                                       for s in (left, right)],
+                                                           "drop_ratio": drop}))
         at = "valid_from" if a.stream == "ISTREAM" else "valid_to"
         out = out.withColumn(AT, F.col(at))
         return self._joined(out, keymap)
@@ -1053,8 +1057,7 @@ class _Builder:
         bounds = [(i, j, timedelta(microseconds=-ws[j] + 1), timedelta(microseconds=ws[i] - 1))
                   for i in range(len(refs)) for j in range(i + 1, len(refs))]
         out = multi_join(inputs, on, times, bounds, name=a.operator)
-        self.operators.append((a.operator, "multi_join", {"on": on, "windows": [str(timedelta(microseconds=w))
-                                                                                   for w in ws]}))
+        self.operators.append((a.operator, "multi_join", {"on": on, "windows": [_human.duration(w) for w in ws]}))
         if a.stream == "ISTREAM":
             at = F.greatest(*[F.col(t) for t in times])
         else:
@@ -1128,8 +1131,8 @@ def _explain(a: Analysis, operators, distance: float = 1000.0) -> str:
 
     lines = [f"query      {to_text(a.statement)}",
              f"shape      {a.shape}; output {a.stream or 'ISTREAM (implicit: monotone)'} + {AT}",
-             f"plan       {P.render(a.plan)}"]
-    labels = [n.label for n in P.postorder(a.plan) if n.label]
+             f"plan       {P.render(a.plan, micros=True)}"]
+    labels = list(dict.fromkeys(n.label for n in P.postorder(a.plan) if n.label))   # a label may name two nodes
     if labels:
         lines.append(f"labels     {', '.join(labels)}")
     if operators:
@@ -1144,8 +1147,8 @@ def _explain(a: Analysis, operators, distance: float = 1000.0) -> str:
     try:
         memory, cpu = pipes.cost_from_distances(a.plan, {s.name: distance for s in a.sources + a.relations},
                                                 pipes.CostProfile(element_size=64.0, aggregate_size=64.0))
-        lines.append(f"cost       PIPES (§3, d = {distance:g} µs per source, 64-byte elements): memory "
-                     f"{memory:,.0f} bytes, processing {cpu:,.4g} per µs")
+        lines.append(f"cost       PIPES (§3, d = {_human.duration(distance)} per source, 64-byte elements): memory "
+                     f"{_human.size(memory)}, processing {_human.plain(cpu)} per µs")
     except Exception as exc:  # a plan the PIPES model does not cover (e.g. a tuple-based window)
         lines.append(f"cost       PIPES model not applicable: {exc}")
     return "\n".join(lines)

@@ -11,7 +11,7 @@ Grammar (keywords are case-insensitive; ``{x}`` is zero or more, ``[x]`` optiona
     window      := "[" ( RANGE duration [ SLIDE duration ] | RANGE UNBOUNDED | NOW
                         | [ PARTITION BY column { "," column } ] ROWS int ) [ PRECEDING ] [ WHERE expr ] "]"
     sample      := SAMPLE "(" number ")" | number "%" SAMPLE               -- percent, 0 < p <= 100
-    duration    := number unit        -- unit: MICROSECOND(S) … WEEK(S), also MS, SEC(S), MIN(S)
+    duration    := number unit        -- unit: MICROSECOND(S) … WEEK(S), also US, MS, S, SEC(S), MIN(S), H
     qos         := WINDOW [ident] BETWEEN duration AND duration
                  | GRANULARITY [ident] BETWEEN duration AND duration     -- coarsest AND finest
                  | SAMPLE BETWEEN number AND number | PERIOD duration | DEADLINE duration | WEIGHT number
@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from .._duration import ABBREVIATIONS
 from . import ast as A
 
 __all__ = ["CQLSyntaxError", "parse", "parse_expression", "KEYWORDS"]
@@ -37,11 +38,9 @@ KEYWORDS = frozenset("""
     RANGE ROWS SLIDE PARTITION NOW UNBOUNDED PRECEDING SAMPLE ISTREAM DSTREAM RSTREAM WITH
 """.split())
 
-_UNIT_ALIASES = {"MICROSECOND": "MICROSECOND", "MICROSECONDS": "MICROSECOND", "US": "MICROSECOND",
-                 "MILLISECOND": "MILLISECOND", "MILLISECONDS": "MILLISECOND", "MS": "MILLISECOND",
-                 "SECOND": "SECOND", "SECONDS": "SECOND", "SEC": "SECOND", "SECS": "SECOND", "S": "SECOND",
-                 "MINUTE": "MINUTE", "MINUTES": "MINUTE", "MIN": "MINUTE", "MINS": "MINUTE",
-                 "HOUR": "HOUR", "HOURS": "HOUR", "DAY": "DAY", "DAYS": "DAY", "WEEK": "WEEK", "WEEKS": "WEEK"}
+# the unit words: each of ast.TIME_UNITS, singular or plural, and the abbreviations the Python API takes too
+_UNIT_ALIASES = {**{u: u for u in A.TIME_UNITS}, **{u + "S": u for u in A.TIME_UNITS},
+                 **{a.upper(): unit.upper() for a, unit in ABBREVIATIONS.items()}}
 _QOS_NAMES = ("WINDOW", "GRANULARITY", "SAMPLE", "PERIOD", "DEADLINE", "WEIGHT")
 
 

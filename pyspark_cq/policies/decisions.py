@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import _human
 from ..control.decision import Decision, Decisions
 from ..control.schema import PARAMETERS, TRANSITION_PARAMETERS, duration_value, validate_changes, validate_operator_id
 
@@ -98,12 +99,16 @@ class QoSRange:
         multiples of the finest granularity.
     choices : tuple of float, optional
         Explicit allowed values instead of multiples of ``step``.
+    duration : bool, optional
+        The values are durations in µs (set by :meth:`window` and :meth:`granularity`): the repr shows
+        them as ``30 s``, ``5 min``. Not compared.
     """
 
     min: float
     max: float
     step: float | None = None
     choices: tuple | None = None
+    duration: bool = field(default=False, compare=False)
 
     def __post_init__(self):
         for name in ("min", "max"):
@@ -139,7 +144,7 @@ class QoSRange:
             raise ValueError(f"a window QoS range needs min <= max, got min={lo} µs, max={hi} µs")
         if step is None:
             step = next(s for s in (1_000_000, 1_000, 1) if lo >= s)
-        return cls(lo, hi, duration_value(step, "step", allow_negative=False, allow_zero=False))
+        return cls(lo, hi, duration_value(step, "step", allow_negative=False, allow_zero=False), duration=True)
 
     @classmethod
     def granularity(cls, coarsest, finest, *, choices=None) -> QoSRange:
@@ -156,7 +161,16 @@ class QoSRange:
         if choices is not None:
             choices = tuple(duration_value(c, "choices[]", allow_negative=False, allow_zero=False)
                             for c in choices)
-        return cls(coarse, fine, None if choices else fine, choices)
+        return cls(coarse, fine, None if choices else fine, choices, duration=True)
+
+    def __repr__(self) -> str:
+        show = _human.duration if self.duration else _human.plain
+        parts = [f"min={show(self.min)}", f"max={show(self.max)}"]
+        if self.step is not None:
+            parts.append(f"step={show(self.step)}")
+        if self.choices:
+            parts.append(f"choices=({', '.join(map(show, self.choices))})")
+        return f"QoSRange({', '.join(parts)})"
 
     def contains(self, value) -> bool:
         """Whether ``value`` lies within the range (bounds included)."""
@@ -213,10 +227,12 @@ def bound_violations(decisions: Iterable[Decision], bounds: Mapping[str, QoSRang
         for param, value in d.changes.items():
             key = f"{d.operator}.{param}"
             rng = bounds.get(key)
+            # the transition parameters are durations (µs), a drop ratio is a fraction
+            show = _human.duration if param in TRANSITION_PARAMETERS else _human.plain
             if param in TRANSITION_PARAMETERS and rng is None:
-                out.append(f"{key} changed to {value} without a declared QoS range")
+                out.append(f"{key} changed to {show(value)} without a declared QoS range")
             elif param in TRANSITION_PARAMETERS + ("drop_ratio",) and rng is not None and not rng.contains(value):
-                out.append(f"{key} = {value} lies outside its QoS range [{rng.min}, {rng.max}]")
+                out.append(f"{key} = {show(value)} lies outside its QoS range [{show(rng.min)}, {show(rng.max)}]")
     return out
 
 

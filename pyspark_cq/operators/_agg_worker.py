@@ -22,6 +22,7 @@ from pyspark.sql import types as T
 from .. import _validate
 from .._native import load
 from ..control import ControlHandle, Entry
+from ..vocabulary import metrics as M
 from . import _metrics, _state_bytes
 from ._agg_spec import (
     HLL_THRESHOLD,
@@ -64,7 +65,7 @@ SLICES = "__cq_slices"   # packed transport: slices of one shard as an Arrow IPC
 #: Columns of the row transport that a packed row carries itself (the rest travel inside SLICES).
 _ROW_ONLY = (SHARD, BAD, SHED_COL, TAG)
 #: The streaming aggregation's report: the shared counters plus ``shed_rows``.
-METRICS = _metrics.METRICS + (SHED,)
+METRICS = M.AGGREGATE
 
 
 def key_name(i: int) -> str:
@@ -545,16 +546,16 @@ def run_shard(config: AggConfig, table: pa.Table, state: tuple | None, watermark
     evicted, keys_tbl = _evict(st, config, params, step, wm, keys_tbl)
     new_state = _save(st, config, keys_tbl)
     metrics = {
-        "input_rows": input_rows,
-        "output_rows": out.num_rows,
-        "state_rows": st.num_slices + st.num_runs,
-        "state_bytes": (len(new_state[0]) + len(new_state[1])) if new_state else st.payload_bytes,
-        "evicted_rows": int(evicted),
-        "late_rows": int(late_rows + pre_late),
-        "malformed_rows": bad,
+        M.INPUT_ROWS: input_rows,
+        M.OUTPUT_ROWS: out.num_rows,
+        M.STATE_ROWS: st.num_slices + st.num_runs,
+        M.STATE_BYTES: (len(new_state[0]) + len(new_state[1])) if new_state else st.payload_bytes,
+        M.EVICTED_ROWS: int(evicted),
+        M.LATE_ROWS: int(late_rows + pre_late),
+        M.MALFORMED_ROWS: bad,
     }
     if config.mode != "batch":   # streaming: the slicer sheds (drop_ratio) and reports input before shedding
-        metrics["input_rows"] += shed
+        metrics[M.INPUT_ROWS] += shed
         metrics[SHED] = shed
     return StepResult(out, new_state, metrics)
 

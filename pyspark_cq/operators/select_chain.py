@@ -40,6 +40,7 @@ from pyspark.sql import types as T
 from .. import _validate
 from ..control import operator_handle, parse_chain_plan
 from ..control.plans import SAMPLE, check_predicate_name, sample_ratios
+from ..vocabulary import metrics as M
 from . import _metrics
 from ._chunks import ChunkScheduler, schedule_from_params
 from ._shed import SHED, row_uniform, shed_batch
@@ -51,15 +52,10 @@ DEFAULT_NAME = "cq_select_chain"
 _KIND = "select_chain"
 _COLUMN = "__cq_pred_"        # a Column predicate's value, computed by Spark before the chain
 _DATA = "__cq_col_"           # the data columns in transport, by position
-_METRICS = ("rows_in", "rows_passed", "nanos")
 _SAMPLE_SEED = 1              # the sample is independent of the rows shedding drops (seed 0)
 _KEPT = "__cq_kept"           # the kept fraction in transport
 #: Per-batch maxima over the tasks (the others are sums): the chunk scheduler's memory figures.
-_PEAKS = ("peak_buffered_rows", "peak_worker_rss")
-
-
-def _metric(kind: str, name: str) -> str:
-    return f"{kind}_{name}"
+_PEAKS = M.PEAKS
 
 
 def select_chain(df, predicates, *, control=None, name=None, kept_column=None):
@@ -132,8 +128,7 @@ def select_chain(df, predicates, *, control=None, name=None, kept_column=None):
     # unquoted name, which a name with a backtick (or a dot) would break.
     transport = tuple(_DATA + str(i) for i in range(len(df.columns)))
     data_fields = [T.StructField(t, f.dataType, True) for t, f in zip(transport, df.schema.fields)]
-    counters = ([_metric(k, n) for n in names for k in _METRICS] + ["input_rows", "output_rows", SHED, "chunk_steps"]
-                + list(_PEAKS) + [SAMPLE + _metric(k, n) for n in names for k in _METRICS])
+    counters = list(M.select_chain_names(names))
     if kept_column is not None:
         data_fields.append(T.StructField(_KEPT, T.DoubleType(), True))
     raw_schema = T.StructType(data_fields + [T.StructField(_metrics.METRICS_ROW, T.BooleanType(), False)]
@@ -159,7 +154,7 @@ def _shed(batch: pa.RecordBatch, ratio: float, totals: dict) -> pa.RecordBatch:
     """The shedding stage at the start of the chain: drops the share ``ratio`` of ``batch`` (the control
     entry's ``drop_ratio``), counting the rows in (``input_rows``) and those dropped (``shed_rows``).
     """
-    totals["input_rows"] += batch.num_rows
+    totals[M.INPUT_ROWS] += batch.num_rows
     batch, shed = shed_batch(batch, ratio)
     totals[SHED] += shed
     return batch
@@ -223,8 +218,8 @@ class _Chain:
         for kept in scheduler.run(_shed(self._sample(batch, order, sampler, totals), ratio, totals)
                                   for batch in batches):
             yield self._data(kept, 1.0 - ratio)
-        totals.update(chunk_steps=scheduler.steps_run, peak_buffered_rows=scheduler.peak_buffered,
-                      peak_worker_rss=scheduler.peak_rss)
+        totals.update({M.CHUNK_STEPS: scheduler.steps_run, M.PEAK_BUFFERED_ROWS: scheduler.peak_buffered,
+                       M.PEAK_WORKER_RSS: scheduler.peak_rss})
         yield self._metrics_row(totals)
 
     def steps(self, order, totals: dict) -> list:
@@ -232,7 +227,7 @@ class _Chain:
         last = len(order) - 1
 
         def step(k: int, name: str):
-            nanos, rows_in, passed = _metric("nanos", name), _metric("rows_in", name), _metric("rows_passed", name)
+            nanos, rows_in, passed = M.nanos(name), M.rows_in(name), M.rows_passed(name)
 
             def run(batch: pa.RecordBatch) -> pa.RecordBatch:
                 n = batch.num_rows
@@ -242,7 +237,7 @@ class _Chain:
                 totals[rows_in] += n
                 totals[passed] += out.num_rows
                 if k == last:
-                    totals["output_rows"] += out.num_rows
+                    totals[M.OUTPUT_ROWS] += out.num_rows
                 return out
             return run
         return [step(k, name) for k, name in enumerate(order)]
@@ -262,11 +257,11 @@ class _Chain:
                 break
             start = time.perf_counter_ns()
             mask = self._evaluate(name, sample)
-            totals[SAMPLE + _metric("nanos", name)] += time.perf_counter_ns() - start
-            totals[SAMPLE + _metric("rows_in", name)] += sample.num_rows
+            totals[M.nanos(name, sample=True)] += time.perf_counter_ns() - start
+            totals[M.rows_in(name, sample=True)] += sample.num_rows
             passed = mask.fill_null(False).to_numpy(zero_copy_only=False)
             sample, u = sample.filter(pa.array(passed)), u[passed]
-            totals[SAMPLE + _metric("rows_passed", name)] += sample.num_rows
+            totals[M.rows_passed(name, sample=True)] += sample.num_rows
         return batch
 
     def run(self, batch: pa.RecordBatch, order, totals: dict) -> pa.RecordBatch:

@@ -151,8 +151,6 @@ def parse_join_plan(plan_id: str, n_inputs: int, *, operator: str = "multi_join"
     return tuple(orders[i] for i in range(n_inputs))
 
 
-
-
 def sample_ratios(params: Mapping | None, order: Sequence[str], *, where: str) -> list[float] | None:
     """The sample ratio of every step of the sampler plan (RTStream §4.2), in evaluation ``order``; None
     without ``params['sample_ratio']`` (or when all are 0).

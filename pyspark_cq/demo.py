@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .vocabulary import metrics as M
+
 __all__ = ["run", "add_arguments", "plans", "qos", "cost_profile", "estimate"]
 
 S = 1_000_000  # µs per second
@@ -534,7 +536,7 @@ def run(args) -> int:
     elapsed = time.time() - rec.t0
 
     totals = {q: {k: sum(b.get(k, 0) for b in rec.batches[q]) for k in
-                  ("rows", "input_rows", "output_rows", "late_rows", "malformed_rows", "evicted_rows")}
+                  ("rows", M.INPUT_ROWS, M.OUTPUT_ROWS, M.LATE_ROWS, M.MALFORMED_ROWS, M.EVICTED_ROWS)}
               for q in rec.batches}
     inj = {}
     for q, (s_ms, e_ms) in rec.offsets.items():
@@ -569,18 +571,18 @@ def _summary(args, budget, rec, decisions, totals, inj, written, elapsed, stats)
     for q, op in (("pairs", "join1"), ("traffic", "agg1")):
         t = totals[q]
         checks.append({"name": f"{q}: rows in Parquet = rows the operator {op} reported as output",
-                       "ok": written[q] == t["output_rows"], "detail": f"{written[q]:,} vs {t['output_rows']:,}"})
+                       "ok": written[q] == t[M.OUTPUT_ROWS], "detail": f"{written[q]:,} vs {t[M.OUTPUT_ROWS]:,}"})
         if inj.get(q):
             checks.append({"name": f"{q}: malformed rows injected (null time) = counted by {op}",
-                           "ok": inj[q]["malformed"] == t["malformed_rows"],
-                           "detail": f"{inj[q]['malformed']:,} vs {t['malformed_rows']:,}"})
+                           "ok": inj[q]["malformed"] == t[M.MALFORMED_ROWS],
+                           "detail": f"{inj[q]['malformed']:,} vs {t[M.MALFORMED_ROWS]:,}"})
             # the join counts null times among its input rows and late rows apart; the aggregation counts
             # late rows among its input rows and null times apart
-            seen = t["input_rows"] + (t["late_rows"] if op == "join1" else t["malformed_rows"])
+            seen = t[M.INPUT_ROWS] + (t[M.LATE_ROWS] if op == "join1" else t[M.MALFORMED_ROWS])
             what = "input + late" if op == "join1" else "input + malformed"
             checks.append({"name": f"{q}: rows generated for the offsets read = {what} rows of {op}",
                            "ok": inj[q]["rows"] == seen, "detail": f"{inj[q]['rows']:,} vs {seen:,}"})
-    q_stats = {q: {op: {"batches": o.batches, "state_rows": _num(o.state_rows), "state_bytes": _num(o.state_bytes)}
+    q_stats = {q: {op: {"batches": o.batches, M.STATE_ROWS: _num(o.state_rows), M.STATE_BYTES: _num(o.state_bytes)}
                    for op, o in info.operators.items()} for q, info in stats.queries.items()}
     return {
         "seconds": elapsed, "budget_bytes": budget, "rate": args.rate, "burst_rate": args.burst_rate,
@@ -606,11 +608,11 @@ def _print_summary(summary, report_dir, files) -> None:
           f"traffic {summary['batches']['traffic']}")
     for q, op in (("pairs", "join1"), ("traffic", "agg1")):
         x = t[q]
-        print(f"  {q:<8} ({op})       in {x['input_rows']:,} rows, out {x['output_rows']:,}, late {x['late_rows']:,}, "
-              f"malformed {x['malformed_rows']:,}")
+        print(f"  {q:<8} ({op})       in {x[M.INPUT_ROWS]:,} rows, out {x[M.OUTPUT_ROWS]:,}, late {x[M.LATE_ROWS]:,}, "
+              f"malformed {x[M.MALFORMED_ROWS]:,}")
     inj = summary["injected"].get("pairs")
     if inj:
-        share = t["pairs"]["output_rows"] / inj["requests"] if inj["requests"] else 0.0
+        share = t["pairs"][M.OUTPUT_ROWS] / inj["requests"] if inj["requests"] else 0.0
         print(f"  requests answered    {share:.1%} matched within the join bound ({inj['requests']:,} requests; "
               f"{inj['skewed']:,} stamped 60 s late)")
     print(f"  memory budget        {_fmt_bytes(summary['budget_bytes'])}")

@@ -20,6 +20,8 @@ import json
 import math
 from pathlib import Path
 
+from .vocabulary import metrics as M
+
 __all__ = ["write_report"]
 
 
@@ -81,8 +83,8 @@ def _memory_plot(path, samples, batches, budget, reserve, burst, decisions, plt)
     _shade(ax, burst, t_max)
     kb = 1e3
     for q, op, color in (("pairs", "join1", "tab:blue"), ("traffic", "agg1", "tab:green")):
-        pts = [(b.get("t_end", b["t"]), b["state_bytes"]) for b in batches.get(q, [])
-               if b.get("state_bytes") is not None]
+        pts = [(b.get("t_end", b["t"]), b[M.STATE_BYTES]) for b in batches.get(q, [])
+               if b.get(M.STATE_BYTES) is not None]
         if pts:
             ax.plot([p[0] for p in pts], [p[1] / kb for p in pts], ".-", ms=4, lw=0.8, color=color, alpha=0.7,
                     label=f"measured {op} ({q}), after each micro-batch")

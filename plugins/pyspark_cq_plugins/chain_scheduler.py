@@ -31,11 +31,10 @@ from collections.abc import Mapping
 from pyspark_cq.control.plans import parse_chain_plan, parse_join_plan
 from pyspark_cq.cost import chain
 from pyspark_cq.policies import Decision, Decisions, Policy, Snapshot
+from pyspark_cq.vocabulary import metrics as M
 
 __all__ = ["ChainScheduler"]
 
-_ROWS_IN, _PASSED, _NANOS = "rows_in_", "rows_passed_", "nanos_"
-_PROBED, _MATCHED, _PROBE_NANOS = "probed_", "matched_", "probe_nanos_"
 
 
 def _round(value: float) -> float:
@@ -45,16 +44,15 @@ def _round(value: float) -> float:
 
 def _steps(report: Mapping) -> list[str]:
     """The predicate names a ``select_chain`` report counts, in its order (empty for other operators)."""
-    names = [k[len(_ROWS_IN):] for k in report if k.startswith(_ROWS_IN)]
-    return [n for n in names if _PASSED + n in report and _NANOS + n in report]
+    return [n for n in M.predicates(report) if M.rows_passed(n) in report and M.nanos(n) in report]
 
 
 def _join_inputs(report: Mapping) -> int:
     """The number of inputs of a ``multi_join`` report (0 for other operators)."""
     n = 0
-    while f"input_rows_{n}" in report:
+    while M.per_input(M.INPUT_ROWS, n) in report:
         n += 1
-    return n if n >= 2 and f"{_PROBED}0_1" in report else 0
+    return n if n >= 2 and M.probed(0, 1) in report else 0
 
 
 def _join_orders(report: Mapping, n: int, plan) -> list[tuple[int, ...]] | None:
@@ -69,8 +67,8 @@ def _join_orders(report: Mapping, n: int, plan) -> list[tuple[int, ...]] | None:
     orders = []
     for i in range(n):
         fits = [o for o in itertools.permutations([j for j in range(n) if j != i])
-                if all(report.get(f"{_PROBED}{i}_{b}", 0) == report.get(f"{_MATCHED}{i}_{a}", 0) for a, b in
-                       zip(o, o[1:])) and report.get(f"{_PROBED}{i}_{o[0]}", 0) > 0]
+                if all(report.get(M.probed(i, b), 0) == report.get(M.matched(i, a), 0) for a, b in
+                       zip(o, o[1:])) and report.get(M.probed(i, o[0]), 0) > 0]
         if len(fits) != 1:
             return None
         orders.append(fits[0])
@@ -127,7 +125,7 @@ class ChainScheduler(Policy):
     def _measure(self, operator: str, report: Mapping, names) -> list[tuple[float, float]] | None:
         known = self._measured.setdefault(operator, {})
         for n in names:
-            rows, passed, nanos = (report.get(k + n, 0) for k in (_ROWS_IN, _PASSED, _NANOS))
+            rows, passed, nanos = (report.get(M.predicate(k, n), 0) for k in M.PREDICATE_KINDS)
             if rows > 0:
                 # capacity in rows per µs; a predicate Spark computed before the chain costs ~nothing here:
                 # at least 1 ns per row keeps the capacity finite
@@ -143,7 +141,7 @@ class ChainScheduler(Policy):
         known = self._measured.setdefault(operator, {})
         for i, order in enumerate(orders):
             for j in order:
-                probed, matched, nanos = (report.get(f"{k}{i}_{j}", 0) for k in (_PROBED, _MATCHED, _PROBE_NANOS))
+                probed, matched, nanos = (report.get(M.step(k, i, j), 0) for k in M.STEP_KINDS)
                 if probed > 0 and nanos > 0:
                     known[f"{i}_{j}"] = (1000.0 * probed / max(nanos, probed), matched / probed)
                 elif probed > 0:    # not timed (the steps ran depth-first): the selectivity only

@@ -45,6 +45,7 @@ from pyspark_cq.control.plans import parse_chain_plan, parse_join_plan
 from pyspark_cq.cost import om
 from pyspark_cq.policies import Decision, Decisions, OperatorStats, Policy, QueryInfo, Snapshot
 from pyspark_cq.policies import plan_stats as ps
+from pyspark_cq.vocabulary import metrics as M
 
 __all__ = ["OMPolicy", "PlanModel", "PlanPolicy", "JOIN_MODELS"]
 
@@ -265,7 +266,7 @@ class PlanPolicy(Policy):
         if state is None:
             state = self._ops[key] = _OpState(ps.RoundEstimates(self.d, self.decay))
         running = ps.current_plan(stats, control)
-        if not stats.report.get("input_rows"):
+        if not stats.report.get(M.INPUT_ROWS):
             return None      # a batch without arrivals (Spark's no-data batch for the watermark) is no round
         if not state.est.observe(stats, control):
             return None

@@ -53,6 +53,7 @@ from pyspark_cq.control import join_plan_id, parse_chain_plan, parse_join_plan
 from pyspark_cq.cost import rate as R
 from pyspark_cq.policies import Decision, Decisions, OperatorStats, Policy, Snapshot
 from pyspark_cq.policies import plan_stats as S
+from pyspark_cq.vocabulary import metrics as M
 
 __all__ = ["RateBased", "choose_join_tree", "OBJECTIVES"]
 
@@ -219,7 +220,7 @@ class RateBased(Policy):
         report, n = stats.report, S.join_inputs(stats)
         plan_id = control.get("plan_id") if isinstance(control, Mapping) else None
         probes = parse_join_plan(plan_id, n) if isinstance(plan_id, str) and plan_id else None
-        states = tuple(float(report.get(f"state_rows_{j}", 0)) for j in range(n))
+        states = tuple(float(report.get(M.per_input(M.STATE_ROWS, j), 0)) for j in range(n))
         for (i, j), step in S.join_steps(stats).items():
             if probes is None or step.rows_in <= 0 or states[j] <= 0:
                 continue
@@ -228,9 +229,9 @@ class RateBased(Policy):
             est.add(f"cond:{i}:{j}|{_ids(bound)}", step.rows_out / (step.rows_in * states[j]))
         if probes is not None:
             for i, order in enumerate(probes):
-                arrivals = report.get(f"input_rows_{i}", 0) - report.get(f"malformed_rows_{i}", 0)
+                arrivals = S.input_arrivals(stats, i)
                 if arrivals > 0:
-                    est.add(f"out:{i}", report.get(f"matched_{i}_{order[-1]}", 0) / arrivals)
+                    est.add(f"out:{i}", report.get(M.matched(i, order[-1]), 0) / arrivals)
         seen = self._seen.get(key)
         if seen is not None and now > seen[1]:
             for j in range(n):
@@ -276,15 +277,15 @@ class RateBased(Policy):
                     f = self._step_estimate(measured, pairs, i, j, bound, bands)
                     if math.isfinite(f):     # else the model's product of the pairs
                         conditional[(i, j, bound)] = min(max(f, 0.0), 1.0)
-        states = tuple(float(report.get(f"state_rows_{j}", 0)) for j in range(n))
+        states = tuple(float(report.get(M.per_input(M.STATE_ROWS, j), 0)) for j in range(n))
         growth = tuple(max(est.get(f"growth:{j}", 0.0), 0.0) for j in range(n))
         probe = self.probe_cost
         if probe is None:
+            probed = list(M.step_counters(report, M.PROBED))
             if self.scan:     # the state rows the partial matches met
-                work = sum(int(v) * states[int(k.rsplit("_", 1)[1])] for k, v in report.items()
-                           if k.startswith("probed_")) + sum(S.input_rows(stats))
+                work = sum(int(v) * states[c.j] for c, v in probed) + sum(S.input_rows(stats))
             else:
-                work = sum(int(v) for k, v in report.items() if k.startswith("probed_")) + sum(S.input_rows(stats))
+                work = sum(int(v) for _, v in probed) + sum(S.input_rows(stats))
             if not (math.isfinite(batch_duration) and batch_duration > 0 and work > 0):
                 return None
             probe = batch_duration / work

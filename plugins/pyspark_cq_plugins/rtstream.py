@@ -63,6 +63,7 @@ from pyspark_cq.policies import (
     shedding_operator,
     written_drop_ratio,
 )
+from pyspark_cq.vocabulary import metrics as M
 
 __all__ = ["RTStreamQoS", "QualityTable", "JoinQualityTable", "join_sides", "join_time", "Negotiation", "negotiate",
            "Profile", "shedding_operator", "Prediction", "join_drop_decision", "matched_predictions",
@@ -412,12 +413,12 @@ class Profile:
         ``prefix="sample_"`` its sampler plan's) into t_j, s_j.
         """
         order = []
-        head = f"{prefix}rows_in_"
-        for key, rows in report.items():
-            if not key.startswith(head) or not rows:
+        sample = bool(prefix)
+        for step in M.predicates(report, sample):
+            rows = report[M.rows_in(step, sample)]
+            if not rows:
                 continue
-            step = key[len(head):]
-            nanos, passed = report.get(f"{prefix}nanos_{step}"), report.get(f"{prefix}rows_passed_{step}")
+            nanos, passed = report.get(M.nanos(step, sample)), report.get(M.rows_passed(step, sample))
             if nanos is None or passed is None:
                 continue
             t, s = self.steps.setdefault(step, (ExponentialSmoothing(self.alpha), ExponentialSmoothing(self.alpha)))

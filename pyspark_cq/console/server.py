@@ -35,6 +35,7 @@ import time
 from collections import deque
 from importlib import resources
 
+from ..vocabulary import metrics as M
 from .graph import plan_svg
 
 __all__ = ["Console"]
@@ -135,15 +136,15 @@ class Console:
                 self._seq += 1
                 ops = {}
                 for op, st in q.operators.items():
-                    ops[op] = {"input_rate": st.input_rate, "output_rows": st.output_rows,
-                               "selectivity": st.selectivity, "state_rows": st.state_rows,
-                               "state_bytes": st.state_bytes, "late": st.late_rows_total,
-                               "shed": st.totals.get("shed_rows", 0),
-                               "malformed": st.totals.get("malformed_rows", 0),
+                    ops[op] = {"input_rate": st.input_rate, M.OUTPUT_ROWS: st.output_rows,
+                               "selectivity": st.selectivity, M.STATE_ROWS: st.state_rows,
+                               M.STATE_BYTES: st.state_bytes, "late": st.late_rows_total,
+                               "shed": st.totals.get(M.SHED_ROWS, 0),
+                               "malformed": st.totals.get(M.MALFORMED_ROWS, 0),
                                "batches": st.batches}
                 point = {"seq": self._seq, "t": now, "query": name, "batches": q.batches,
-                         "input_rate": q.input_rate, "duration": q.batch_duration, "state_rows": q.state_rows,
-                         "state_bytes": q.state_bytes, "late": q.late_rows_total, "operators": ops}
+                         "input_rate": q.input_rate, "duration": q.batch_duration, M.STATE_ROWS: q.state_rows,
+                         M.STATE_BYTES: q.state_bytes, "late": q.late_rows_total, "operators": ops}
                 self._samples.setdefault(name, deque(maxlen=self.history)).append(_clean(point))
             for name in [n for n in self._samples if n not in snap.queries]:
                 del self._samples[name]

@@ -22,14 +22,13 @@ Examples
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
+
+from ..vocabulary.metrics import PREDICATE_NAME, SAMPLE
 
 __all__ = ["PREDICATE_NAME", "check_predicate_name", "chain_plan_id", "parse_chain_plan", "join_plan_id",
            "parse_join_plan", "SAMPLE", "sample_ratios"]
 
-#: A predicate's name: letters, digits and ``_``, not starting with a digit (it also names its metrics).
-PREDICATE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SEP = ">"
 
 
@@ -150,10 +149,6 @@ def parse_join_plan(plan_id: str, n_inputs: int, *, operator: str = "multi_join"
         raise ValueError(f"{operator}: plan_id {plan_id!r} gives no probe order for input(s) {missing}; "
                          f"write e.g. {example!r}")
     return tuple(orders[i] for i in range(n_inputs))
-
-
-#: Prefix of the metrics of ``select_chain``'s sampler plan (``sample_rows_in_<p>`` ...), RTStream §4.2.
-SAMPLE = "sample_"
 
 
 def sample_ratios(params: Mapping | None, order: Sequence[str], *, where: str) -> list[float] | None:

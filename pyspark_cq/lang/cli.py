@@ -5,6 +5,8 @@ import os
 import sys
 import time
 
+from ..vocabulary import metrics as M
+
 __all__ = ["add_run_arguments", "add_explain_arguments", "add_source_arguments", "source_paths", "open_streams",
            "run", "explain_command"]
 
@@ -192,9 +194,9 @@ def run(args) -> int:
                 for op in operators:
                     m = pyspark_cq.read_metrics(p, op)
                     if m:
-                        totals["rows_out"] += m.get("output_rows", 0)
-                        line += (f"; {op}: out {m.get('output_rows', 0)}, state {m.get('state_rows', 0)}, "
-                                 f"late {m.get('late_rows', 0)}, malformed {m.get('malformed_rows', 0)}")
+                        totals["rows_out"] += m.get(M.OUTPUT_ROWS, 0)
+                        line += (f"; {op}: out {m.get(M.OUTPUT_ROWS, 0)}, state {m.get(M.STATE_ROWS, 0)}, "
+                                 f"late {m.get(M.LATE_ROWS, 0)}, malformed {m.get(M.MALFORMED_ROWS, 0)}")
                 print(line, flush=True)
             if not query.isActive:
                 break

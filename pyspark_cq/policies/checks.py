@@ -20,6 +20,7 @@ import pickle
 from collections.abc import Callable, Iterator
 
 from .. import plan as P
+from ..vocabulary import metrics as M
 from .base import Policy
 from .decisions import Admission, Decisions, QoSRange, bound_violations
 from .snapshot import OperatorStats, QueryInfo, Snapshot, SourceStats, label, parse_label
@@ -74,9 +75,9 @@ def _example_select_chain(name: str, op: str, rate: float | None, batches: int) 
         return QueryInfo(name, None, {}, {f"{name}-a": SourceStats(f"{name}-a")}, {op: OperatorStats(op)}, control)
     rows = int(rate)
     steps = {"b": (rows, rows // 2, 40 * rows), "a": (rows // 2, rows // 10, 2 * rows), "c": (rows // 10, 0, rows)}
-    report = {"input_rows": rows, "output_rows": 0}
+    report = {M.INPUT_ROWS: rows, M.OUTPUT_ROWS: 0}
     for p, (n_in, n_out, nanos) in steps.items():
-        report.update({f"rows_in_{p}": n_in, f"rows_passed_{p}": n_out, f"nanos_{p}": nanos})
+        report.update({M.rows_in(p): n_in, M.rows_passed(p): n_out, M.nanos(p): nanos})
     ops = {op: OperatorStats(op, batches, rows, 0, float(rows), 0.0, report=report)}
     return QueryInfo(name, None, {}, {f"{name}-a": SourceStats(f"{name}-a", rate, 1.0 / rate)}, ops, control,
                      batches=batches, input_rate=float(rows), batch_duration=0.5)

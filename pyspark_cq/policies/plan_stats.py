@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -46,12 +45,13 @@ from .. import _args as chk
 from .. import plan as P
 from ..control.plans import chain_plan_id, check_predicate_name, join_plan_id, parse_chain_plan, parse_join_plan
 from ..estimators import DecayedMean
+from ..vocabulary import metrics as M
 from .snapshot import OperatorStats
 
 __all__ = [
     "SELECT_CHAIN", "MULTI_JOIN", "operator_kind", "chain_predicates", "join_inputs", "chain_plans",
     "left_deep_orders", "left_deep_probe_orders", "left_deep_plans", "left_deep_order", "candidate_plans",
-    "current_plan", "StepEstimate", "chain_steps", "join_steps", "input_rows", "input_rates",
+    "current_plan", "StepEstimate", "chain_steps", "join_steps", "input_rows", "input_arrivals", "input_rates",
     "join_pair_selectivities", "join_bands", "key_only_steps", "RoundEstimates",
 ]
 
@@ -59,10 +59,6 @@ SELECT_CHAIN = "select_chain"
 MULTI_JOIN = "multi_join"
 NAN = math.nan
 
-_CHAIN_KEY = re.compile(r"^rows_in_([A-Za-z_][A-Za-z0-9_]*)$")
-_INPUT_KEY = re.compile(r"^input_rows_(\d+)$")
-_STEP_KEY = re.compile(r"^probed_(\d+)_(\d+)$")
-_BAND_KEY = re.compile(r"^banded_(\d+)_(\d+)$")
 
 
 def _stats(stats) -> OperatorStats:
@@ -72,9 +68,9 @@ def _stats(stats) -> OperatorStats:
 def operator_kind(stats: OperatorStats) -> str | None:
     """``"select_chain"``, ``"multi_join"`` or None (another operator, or no report yet), from the report's keys."""
     report = _stats(stats).report
-    if any(_CHAIN_KEY.match(k) for k in report):
+    if M.predicates(report):
         return SELECT_CHAIN
-    if any(_INPUT_KEY.match(k) or _STEP_KEY.match(k) for k in report):
+    if any(M.input_counters(report, M.INPUT_ROWS)) or any(M.step_counters(report, M.PROBED)):
         return MULTI_JOIN
     return None
 
@@ -89,7 +85,7 @@ def chain_predicates(stats: OperatorStats, control: Mapping | None = None) -> tu
         When ``stats`` is not a ``select_chain``'s report.
     """
     report = _stats(stats).report
-    names = sorted(m.group(1) for m in map(_CHAIN_KEY.match, report) if m)
+    names = sorted(M.predicates(report))
     if not names:
         raise ValueError(f"stats of operator {stats.operator!r} hold no select_chain report "
                          f"(no rows_in_<predicate> counters); report keys: {sorted(report)[:8]}")
@@ -102,8 +98,8 @@ def chain_predicates(stats: OperatorStats, control: Mapping | None = None) -> tu
 def join_inputs(stats: OperatorStats) -> int:
     """The number of inputs of a ``multi_join`` (from its ``input_rows_<i>`` / ``probed_<i>_<j>`` counters)."""
     report = _stats(stats).report
-    idx = [int(m.group(1)) for m in map(_INPUT_KEY.match, report) if m]
-    idx += [max(int(m.group(1)), int(m.group(2))) for m in map(_STEP_KEY.match, report) if m]
+    idx = [c.i for c, _ in M.input_counters(report, M.INPUT_ROWS)]
+    idx += [max(c.i, c.j) for c, _ in M.step_counters(report, M.PROBED)]
     if not idx:
         raise ValueError(f"stats of operator {stats.operator!r} hold no multi_join report (no input_rows_<i> "
                          f"counters); report keys: {sorted(report)[:8]}")
@@ -230,8 +226,8 @@ class StepEstimate:
 def chain_steps(stats: OperatorStats) -> dict[str, StepEstimate]:
     """Per predicate of a ``select_chain``: rows in, rows passed and nanos of the latest batch."""
     report = stats.report
-    return {p: StepEstimate(int(report.get(f"rows_in_{p}", 0)), int(report.get(f"rows_passed_{p}", 0)),
-                            float(report[f"nanos_{p}"]) if f"nanos_{p}" in report else NAN)
+    return {p: StepEstimate(int(report.get(M.rows_in(p), 0)), int(report.get(M.rows_passed(p), 0)),
+                            float(report[M.nanos(p)]) if M.nanos(p) in report else NAN)
             for p in chain_predicates(stats)}
 
 
@@ -245,14 +241,11 @@ def join_steps(stats: OperatorStats) -> dict[tuple[int, int], StepEstimate]:
     n = join_inputs(stats)
     report = stats.report
     out = {}
-    for key, value in report.items():
-        m = _STEP_KEY.match(key)
-        if m:
-            i, j = int(m.group(1)), int(m.group(2))
-            if i < n and j < n:
-                nanos = report.get(f"probe_nanos_{i}_{j}", 0)
-                out[(i, j)] = StepEstimate(int(value), int(report.get(f"matched_{i}_{j}", 0)),
-                                           float(nanos) if nanos else NAN)
+    for (_, i, j), value in M.step_counters(report, M.PROBED):
+        if i < n and j < n:
+            nanos = report.get(M.probe_nanos(i, j), 0)
+            out[(i, j)] = StepEstimate(int(value), int(report.get(M.matched(i, j), 0)),
+                                       float(nanos) if nanos else NAN)
     return dict(sorted(out.items()))
 
 
@@ -260,8 +253,8 @@ def input_rows(stats: OperatorStats) -> tuple[int, ...]:
     """Rows that arrived in the latest batch: per input of a ``multi_join``, ``(input_rows,)`` otherwise."""
     report = _stats(stats).report
     if operator_kind(stats) == MULTI_JOIN:
-        return tuple(int(report.get(f"input_rows_{i}", 0)) for i in range(join_inputs(stats)))
-    return (int(report.get("input_rows", stats.input_rows)),)
+        return tuple(int(report.get(M.per_input(M.INPUT_ROWS, i), 0)) for i in range(join_inputs(stats)))
+    return (int(report.get(M.INPUT_ROWS, stats.input_rows)),)
 
 
 def input_rates(stats: OperatorStats) -> tuple[float, ...]:
@@ -298,16 +291,24 @@ def join_pair_selectivities(stats: OperatorStats, control: Mapping | None = None
         if probes is not None:
             if probes[i][0] != j:
                 continue
-        elif step.rows_in != report.get(f"input_rows_{i}", 0) - report.get(f"malformed_rows_{i}", 0):
+        elif step.rows_in != input_arrivals(stats, i):
             continue  # not the first step of i's probe order: its rows are partial matches, not arrivals
-        stored = report.get(f"state_rows_{j}", 0)
+        stored = report.get(M.per_input(M.STATE_ROWS, j), 0)
         if j > i:   # within a batch the inputs are processed in input order: j's rows were not stored yet
-            stored -= report.get(f"input_rows_{j}", 0) - report.get(f"malformed_rows_{j}", 0)
+            stored -= input_arrivals(stats, j)
         if step.rows_in > 0 and stored > 0:
             key = frozenset((i, j))
             matched[key] = matched.get(key, 0.0) + step.rows_out
             pairs[key] = pairs.get(key, 0.0) + step.rows_in * float(stored)
     return {k: matched[k] / pairs[k] for k in pairs}
+
+
+def input_arrivals(stats: OperatorStats, i: int) -> int:
+    """The well-formed rows that arrived on input ``i`` of a ``multi_join`` in the latest batch
+    (``input_rows_<i>`` less ``malformed_rows_<i>``).
+    """
+    report = _stats(stats).report
+    return report.get(M.per_input(M.INPUT_ROWS, i), 0) - report.get(M.per_input(M.MALFORMED_ROWS, i), 0)
 
 
 def join_bands(stats: OperatorStats) -> frozenset | None:
@@ -316,8 +317,7 @@ def join_bands(stats: OperatorStats) -> frozenset | None:
     shard reported), i.e. unknown.
     """
     report = _stats(stats).report
-    bands = frozenset(frozenset((int(m.group(1)), int(m.group(2))))
-                      for k, m in ((k, _BAND_KEY.match(k)) for k in report) if m and report[k])
+    bands = frozenset(frozenset((c.i, c.j)) for c, flag in M.step_counters(report, M.BANDED) if flag)
     return bands or None
 
 

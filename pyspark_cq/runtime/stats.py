@@ -30,6 +30,7 @@ from ..control import validate_operator_id
 from ..estimators import ExponentialSmoothing
 from ..operators._common.metrics import read as read_metrics
 from ..policies.snapshot import INSTANCES_KEPT, Instance, OperatorStats, QueryInfo, SourceStats, periodic_spec
+from ..vocabulary import metrics as M
 
 __all__ = ["StatisticsStore", "parse_event_time", "backlog_rows"]
 
@@ -318,20 +319,20 @@ class StatisticsStore:
                 continue
             op.batches += 1
             op.last = report
-            if report.get("input_rows", 0) > 0:
+            if report.get(M.INPUT_ROWS, 0) > 0:
                 # a no-data batch (Spark's extra batch for the watermark) must not hide the step counters
                 # of the batch before it from the plan policies
                 op.last_data, op.data_batch = report, op.batches
-            op.late_total += report.get("late_rows", 0)
+            op.late_total += report.get(M.LATE_ROWS, 0)
             for key, value in report.items():   # counters add up over batches; state sizes do not
-                if not key.startswith("state_"):
+                if not M.is_state_size(key):
                     op.totals[key] = op.totals.get(key, 0) + int(value)
-            n_in, n_out = report.get("input_rows", 0), report.get("output_rows", 0)
+            n_in, n_out = report.get(M.INPUT_ROWS, 0), report.get(M.OUTPUT_ROWS, 0)
             if n_in > 0:
                 op.selectivity.add(n_out / n_in)
             if elapsed is not None and elapsed > 0:
                 op.rate.add(n_in / elapsed)
-            n_shed = int(report.get("shed_rows", 0))
+            n_shed = int(report.get(M.SHED_ROWS, 0))
             if n_shed and n_in > 0:  # §5.2.2: the fractions the operators keep multiply
                 shed, kept = shed + n_shed, kept * (1.0 - min(n_shed / n_in, 1.0))
         if state.period is not None and stamp is not None and duration is not None:
@@ -380,10 +381,10 @@ class StatisticsStore:
             for op in s.operators.values():
                 last = op.last
                 operators[op.name] = OperatorStats(
-                    op.name, op.batches, last.get("input_rows", 0), last.get("output_rows", 0), op.rate.value,
-                    op.selectivity.value, float(last["state_rows"]) if "state_rows" in last else math.nan,
-                    float(last["state_bytes"]) if "state_bytes" in last else math.nan,
-                    last.get("evicted_rows", 0), last.get("late_rows", 0), op.late_total,
+                    op.name, op.batches, last.get(M.INPUT_ROWS, 0), last.get(M.OUTPUT_ROWS, 0), op.rate.value,
+                    op.selectivity.value, float(last[M.STATE_ROWS]) if M.STATE_ROWS in last else math.nan,
+                    float(last[M.STATE_BYTES]) if M.STATE_BYTES in last else math.nan,
+                    last.get(M.EVICTED_ROWS, 0), last.get(M.LATE_ROWS, 0), op.late_total,
                     dict(op.last_data or last), op.data_batch if op.last_data else op.batches, dict(op.totals))
             return QueryInfo(query, plan, dict(qos or {}), sources, operators, dict(control or {}),
                              s.batches, s.rate.value, s.duration.value, s.state_rows, s.state_bytes, s.late_total,

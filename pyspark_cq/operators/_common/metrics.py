@@ -31,10 +31,11 @@ import pyarrow.compute as pc
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from ...vocabulary import metrics as M
+
 METRICS_ROW = "__cq_report"
 #: Counters every stateful operator reports per micro-batch (sums over the invoked groups).
-METRICS = ("input_rows", "output_rows", "state_rows", "state_bytes", "evicted_rows", "late_rows",
-           "malformed_rows")
+METRICS = M.STATEFUL
 PREFIX = "__cq_"
 _EPOCH_NTZ = "TIMESTAMP_NTZ'1970-01-01 00:00:00'"
 
@@ -325,7 +326,7 @@ def _read_query(query, name: str, batch):
             continue
         if latest is None:
             latest = values
-        busy = values.get("input_rows", 0) or values.get("output_rows", 0) or values.get("evicted_rows", 0)
+        busy = values.get(M.INPUT_ROWS, 0) or values.get(M.OUTPUT_ROWS, 0) or values.get(M.EVICTED_ROWS, 0)
         if busy or (_field(progress, "numInputRows") or 0) > 0:
             return values
     return latest if latest is not None else _read_progress(query.lastProgress, name)
@@ -344,10 +345,10 @@ def _read_progress(progress, name: str) -> dict[str, int] | None:
         # Rows that reached the stateful operator but not its function were dropped by Spark as late
         # (in all: ``rows``; per input of a multi-input operator: ``rows_<i>``).
         for key, count in _as_ints(arrived).items():
-            suffix = key[len("rows"):]
-            if "input_rows" + suffix in values:
-                late = "late_rows" + suffix
-                values[late] = values.get(late, 0) + max(0, count - values["input_rows" + suffix])
+            suffix = key[len(M.ARRIVED_ROWS):]
+            if M.INPUT_ROWS + suffix in values:
+                late = M.LATE_ROWS + suffix
+                values[late] = values.get(late, 0) + max(0, count - values[M.INPUT_ROWS + suffix])
     return values
 
 
@@ -384,8 +385,9 @@ def observe_input(df, name: str, per: tuple[str, int] | None = None):
     """
     if not isinstance(name, str) or not name:
         raise TypeError(f"name must be a non-empty string, got {name!r}")
-    counts = [F.count(F.lit(1)).alias("rows")]
+    counts = [F.count(F.lit(1)).alias(M.ARRIVED_ROWS)]
     if per is not None:
         column, n = per
-        counts += [F.sum(F.when(F.col(column) == i, 1).otherwise(0)).alias(f"rows_{i}") for i in range(n)]
+        counts += [F.sum(F.when(F.col(column) == i, 1).otherwise(0)).alias(M.per_input(M.ARRIVED_ROWS, i))
+                   for i in range(n)]
     return df.observe(name + INPUT_SUFFIX, *counts)

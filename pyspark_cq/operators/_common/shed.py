@@ -11,11 +11,12 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from ...vocabulary import metrics as M
 from . import metrics as _metrics
 
 __all__ = ["shed_mask", "shed_batch", "batch_shed_mask", "row_uniform", "SHED"]
 
-SHED = "shed_rows"  #: the report counter of rows dropped by load shedding
+SHED = M.SHED_ROWS  #: the report counter of rows dropped by load shedding
 
 
 _MIX1, _MIX2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)

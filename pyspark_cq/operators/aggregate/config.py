@@ -15,8 +15,7 @@ import pyarrow as pa
 from pyspark.sql import types as T
 
 from ...control import ControlHandle, Entry
-from .._common import metrics as _metrics
-from .._common.shed import SHED
+from ...vocabulary import metrics as M
 from .spec import OP_MAX_F, OP_MIN_F, OP_SUM_F, AggSpec, KeyColumn, arrow_type, from_int64, nonnull_numpy, to_int64
 
 __all__ = ["TIME", "HASH", "SHARD", "KHASH", "START", "BAD", "TAG", "SHED_COL", "SLICES", "METRICS", "key_name",
@@ -34,7 +33,7 @@ SLICES = "__cq_slices"   # packed transport: slices of one shard as an Arrow IPC
 #: Columns of the row transport that a packed row carries itself (the rest travel inside SLICES).
 _ROW_ONLY = (SHARD, BAD, SHED_COL, TAG)
 #: The streaming aggregation's report: the shared counters plus ``shed_rows``.
-METRICS = _metrics.METRICS + (SHED,)
+METRICS = M.AGGREGATE
 
 
 def key_name(i: int) -> str:

@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 
 from ..._native import load
 from ...control import Entry
+from ...vocabulary import metrics as M
 from .._common import state_bytes as _state_bytes
 from .._common.shards import AGGREGATE, check_shard_count, default_rule, with_shard_count
 from .._common.shed import SHED
@@ -85,16 +86,16 @@ def run_shard(config: AggConfig, table: pa.Table, state: tuple | None, watermark
     evicted, keys_tbl = _evict(st, config, params, step, wm, keys_tbl)
     new_state = _save(st, config, keys_tbl)
     metrics = {
-        "input_rows": input_rows,
-        "output_rows": out.num_rows,
-        "state_rows": st.num_slices + st.num_runs,
-        "state_bytes": (len(new_state[0]) + len(new_state[1])) if new_state else st.payload_bytes,
-        "evicted_rows": int(evicted),
-        "late_rows": int(late_rows + pre_late),
-        "malformed_rows": bad,
+        M.INPUT_ROWS: input_rows,
+        M.OUTPUT_ROWS: out.num_rows,
+        M.STATE_ROWS: st.num_slices + st.num_runs,
+        M.STATE_BYTES: (len(new_state[0]) + len(new_state[1])) if new_state else st.payload_bytes,
+        M.EVICTED_ROWS: int(evicted),
+        M.LATE_ROWS: int(late_rows + pre_late),
+        M.MALFORMED_ROWS: bad,
     }
     if config.mode != "batch":   # streaming: the slicer sheds (drop_ratio) and reports input before shedding
-        metrics["input_rows"] += shed
+        metrics[M.INPUT_ROWS] += shed
         metrics[SHED] = shed
     return StepResult(out, new_state, metrics)
 

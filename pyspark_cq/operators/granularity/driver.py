@@ -7,6 +7,7 @@ from pyspark.sql import types as T
 from ... import _validate
 from ..._duration import parse_duration
 from ..._native import load
+from ...vocabulary import metrics as M
 from .._common import metrics as _metrics
 from .worker import _STATUS, _RoundBatches
 
@@ -77,8 +78,8 @@ def granularity(df, start: str, end: str, granularity, *, name: str = "cq_granul
     fn = _RoundBatches(transport[names.index(start)], transport[names.index(end)], g)
     raw = staged.mapInArrow(fn, schema)
     counters = {
-        "dropped_empty": F.sum((F.col(_STATUS) == 1).cast("long")),
-        "malformed_rows": F.sum((F.col(_STATUS) == 2).cast("long")),
+        M.DROPPED_EMPTY: F.sum((F.col(_STATUS) == 1).cast("long")),
+        M.MALFORMED_ROWS: F.sum((F.col(_STATUS) == 2).cast("long")),
     }
     out = _metrics.attach(raw, name, counters, keep=F.col(_STATUS) == 0, drop=[_STATUS])
     return out.select(*[F.col(t).alias(c) for t, c in zip(transport, names)])

@@ -30,6 +30,7 @@ from .._common.shed import SHED, shed_mask
 
 __all__ = ["LEFT", "RIGHT", "SHARD", "TIME", "MICROS", "WINDOW", "EMITTED", "SHED_SIDES", "SHED_METRICS", "METRICS",
            "JoinConfig", "state_watermarks", "evict_at_ms", "JoinWorker"]
+from ...vocabulary import metrics as M
 
 if TYPE_CHECKING:
     from .spec import JoinSpec
@@ -40,9 +41,9 @@ TIME = "__cq_t"          # the event-time column, carrying the watermark marker 
 MICROS = "__cq_tus"      # the same instant as epoch microseconds, for the kernel
 WINDOW = "__cq_w"        # window join under a control table: the row's own window (µs)
 EMITTED = "__cq_e"       # left semi join: the left row has been output (at its first match)
-SHED_SIDES = (SHED + "_left", SHED + "_right")   # shed_rows per input
-SHED_METRICS = (SHED,) + SHED_SIDES               # the join's own report columns, after the shared ones
-METRICS = _metrics.METRICS + SHED_METRICS
+SHED_SIDES = (M.SHED_ROWS_LEFT, M.SHED_ROWS_RIGHT)   # shed_rows per input
+SHED_METRICS = M.JOIN_SHED                           # the join's own report columns, after the shared ones
+METRICS = M.JOIN
 _I64_MAX = np.iinfo(np.int64).max
 
 
@@ -535,10 +536,10 @@ class JoinWorker:
         else:
             state_bytes = self._save(state, kernel, sides, wm_ms)
         out = self._packed(parts)
-        yield _metrics.packed_row(out, self.config.out_arrow, METRICS, input_rows=n_in,
-                                 output_rows=0 if out is None else out.num_rows,
-                                 state_rows=kernel.rows(LEFT) + kernel.rows(RIGHT), state_bytes=state_bytes,
-                                 evicted_rows=n_evicted, malformed_rows=malformed, **_shed_counters(shed))
+        yield _metrics.packed_row(out, self.config.out_arrow, METRICS, **{
+            M.INPUT_ROWS: n_in, M.OUTPUT_ROWS: 0 if out is None else out.num_rows,
+            M.STATE_ROWS: kernel.rows(LEFT) + kernel.rows(RIGHT), M.STATE_BYTES: state_bytes,
+            M.EVICTED_ROWS: n_evicted, M.MALFORMED_ROWS: malformed}, **_shed_counters(shed))
 
     # -- batch: one call per shard with both sides; everything expires at the end
 
@@ -547,7 +548,8 @@ class JoinWorker:
         kernel, sides = self._new()
         parts, _, _, shed = self._process(kernel, sides, [left_pdf, right_pdf], None, self._entry())
         n_out = sum(p.num_rows for p in parts)
-        row = self._metrics_row(input_rows=len(left_pdf) + len(right_pdf), output_rows=n_out, **_shed_counters(shed))
+        row = self._metrics_row(**{M.INPUT_ROWS: len(left_pdf) + len(right_pdf), M.OUTPUT_ROWS: n_out},
+                                **_shed_counters(shed))
         if not parts:
             return row
         data = self._data(_metrics.to_pandas(pa.concat_tables(parts) if len(parts) > 1 else parts[0]))

@@ -32,8 +32,9 @@ from .._common.payload import KEPT, PayloadSide, split_sides, timeout_ms
 from .._common.shards import MULTI_JOIN, check_shard_count, default_rule
 from .._common.shed import SHED, shed_mask
 
-__all__ = ["SHARD", "TIME", "MICROS", "KEY", "KEY_NULL", "PEAKS", "band_names", "band_name", "metric_names",
+__all__ = ["SHARD", "TIME", "MICROS", "KEY", "KEY_NULL", "PEAKS", "band_names", "metric_names",
            "step_names", "closure", "default_orders", "timeout_at", "MultiJoinConfig", "MultiJoinWorker"]
+from ...vocabulary import metrics as M
 
 SHARD = "__cq_shard"
 TIME = "__cq_t"         # the event-time column, carrying the watermark marker (Spark drops late rows)
@@ -44,35 +45,14 @@ _I64_MAX = np.iinfo(np.int64).max
 
 
 #: Per-batch maxima over the shards (the other counters are sums): the chunk scheduler's memory figures.
-PEAKS = ("peak_buffered_rows", "peak_worker_rss")
-
-
-def band_names(n: int) -> tuple[str, ...]:
-    """The bounds-graph flags of an ``n``-input join, ``banded_<i>_<j>`` for i < j: 1 when the query gives a
-    bound between inputs i and j (the kernel checks a time band when one of them probes the other), else 0.
-    Maxima over the shards like :data:`PEAKS`: constant per query, reported so that a plan policy can tell a
-    banded probe step from one that matches on the key alone.
-    """
-    return tuple(band_name(i, j) for i in range(n) for j in range(i + 1, n))
-
-
-def band_name(i: int, j: int) -> str:
-    """The bounds-graph flag of inputs i and j (either order): ``banded_<min>_<max>``."""
-    return f"banded_{min(i, j)}_{max(i, j)}"
-
-
-def metric_names(n: int) -> tuple[str, ...]:
-    """The counters of an ``n``-input join: the shared ones and ``shed_rows``, per input ``input_rows_<i>``,
-    ``state_rows_<i>``, ``malformed_rows_<i>`` and ``shed_rows_<i>``, per probe step ``probed_<i>_<j>`` /
-    ``matched_<i>_<j>`` (partial matches of rows arriving on input ``i`` that entered / left the step
-    probing input ``j``) and ``probe_nanos_<i>_<j>`` (its time, measured only when the steps run in chunks),
-    and the chunk scheduler's ``chunk_steps``, ``peak_buffered_rows`` and ``peak_worker_rss``, and the bounds
-    graph's ``banded_<i>_<j>`` (:func:`band_names`).
-    """
-    per_input = [f"{m}_{i}" for i in range(n) for m in ("input_rows", "state_rows", "malformed_rows", SHED)]
-    steps = [f"{m}_{i}_{j}" for i in range(n) for j in range(n) if i != j
-             for m in ("probed", "matched", "probe_nanos")]
-    return _metrics.METRICS + (SHED,) + tuple(per_input) + tuple(steps) + ("chunk_steps",) + PEAKS + band_names(n)
+PEAKS = M.PEAKS
+#: The bounds-graph flags of an ``n``-input join, ``banded_<i>_<j>`` for i < j: 1 when the query gives a bound
+#: between inputs i and j (the kernel checks a time band when one of them probes the other), else 0. Maxima over
+#: the shards like :data:`PEAKS`: constant per query, reported so that a plan policy can tell a banded probe step
+#: from one that matches on the key alone.
+band_names = M.band_names
+#: The counters of an ``n``-input join (:func:`pyspark_cq.vocabulary.metrics.multi_join_names`).
+metric_names = M.multi_join_names
 
 
 def step_names(n: int) -> tuple[str, ...]:
@@ -158,7 +138,7 @@ class MultiJoinWorker:
     def __init__(self, config: MultiJoinConfig):
         self.config = config
         self.metrics = metric_names(config.n)
-        self._bands = {band_name(b[0], b[1]): 1 for b in config.bounds}
+        self._bands = {M.banded(b[0], b[1]): 1 for b in config.bounds}
 
     # -- plan
 
@@ -274,7 +254,7 @@ class MultiJoinWorker:
         cols = [f"i{c}" for c in range(n)] + [f"t{c}" for c in range(n)]
 
         def step(k: int, j: int):
-            probed, matched, nanos = f"probed_{i}_{j}", f"matched_{i}_{j}", f"probe_nanos_{i}_{j}"
+            probed, matched, nanos = M.probed(i, j), M.matched(i, j), M.probe_nanos(i, j)
 
             def run(batch: pa.RecordBatch) -> pa.RecordBatch:
                 col = [batch.column(c).to_numpy() for c in range(1 + 2 * n)]
@@ -294,9 +274,9 @@ class MultiJoinWorker:
         for done in scheduler.run(iter([_partials(keys, pid, t, cols)])):
             yield np.column_stack([done.column(1 + c).to_numpy() for c in range(n)])
         kernel.store(i, keys, micros, ids)
-        counters["chunk_steps"] += scheduler.steps_run
-        counters["peak_buffered_rows"] = max(counters["peak_buffered_rows"], scheduler.peak_buffered)
-        counters["peak_worker_rss"] = max(counters["peak_worker_rss"], scheduler.peak_rss)
+        counters[M.CHUNK_STEPS] += scheduler.steps_run
+        counters[M.PEAK_BUFFERED_ROWS] = max(counters[M.PEAK_BUFFERED_ROWS], scheduler.peak_buffered)
+        counters[M.PEAK_WORKER_RSS] = max(counters[M.PEAK_WORKER_RSS], scheduler.peak_rss)
 
     def _process(self, kernel, sides, inputs, wm_ms: int | None, orders, counters: dict, ratio: float = 0.0,
                  schedule: Schedule = WHOLE_BATCHES) -> list:
@@ -312,16 +292,16 @@ class MultiJoinWorker:
             if pdf is None or len(pdf) == 0:
                 continue
             table, keys, micros, malformed = self._input(pdf, i, wm_ms is not None)
-            counters["input_rows"] += len(pdf)
-            counters[f"input_rows_{i}"] += len(pdf)
-            counters["malformed_rows"] += malformed
-            counters[f"malformed_rows_{i}"] += malformed
+            counters[M.INPUT_ROWS] += len(pdf)
+            counters[M.per_input(M.INPUT_ROWS, i)] += len(pdf)
+            counters[M.MALFORMED_ROWS] += malformed
+            counters[M.per_input(M.MALFORMED_ROWS, i)] += malformed
             drop = shed_mask(table, micros, i, 0, ratio)
             if drop.any():
                 keep = ~drop
                 table, keys, micros = table.filter(pa.array(keep)), keys[keep], micros[keep]
                 counters[SHED] += int(drop.sum())
-                counters[f"{SHED}_{i}"] += int(drop.sum())
+                counters[M.per_input(SHED, i)] += int(drop.sum())
             if not len(keys):
                 continue
             if config.kept:   # after the shedding hash, which must not see it
@@ -330,8 +310,8 @@ class MultiJoinWorker:
             if schedule is WHOLE_BATCHES:
                 matches, probed, matched = kernel.insert_probe(i, keys, micros, ids, None, list(orders[i]))
                 for step, j in enumerate(orders[i]):
-                    counters[f"probed_{i}_{j}"] += int(probed[step])
-                    counters[f"matched_{i}_{j}"] += int(matched[step])
+                    counters[M.probed(i, j)] += int(probed[step])
+                    counters[M.matched(i, j)] += int(matched[step])
                 found = [matches]
             else:
                 found = self._probe_in_chunks(kernel, i, list(orders[i]), keys, micros, ids, schedule, counters)
@@ -340,17 +320,17 @@ class MultiJoinWorker:
                 if len(matches):
                     parts.append(self._rows(sides, matches))
         if wm_ms is not None:  # every row still to come is later than the watermark (later ones are late)
-            counters["evicted_rows"] += sum(len(kernel.evict(i, wm_ms * 1000)) for i in range(config.n))
+            counters[M.EVICTED_ROWS] += sum(len(kernel.evict(i, wm_ms * 1000)) for i in range(config.n))
         return parts
 
     def _report(self, parts, counters: dict, kernel) -> pd.DataFrame:
         out = None
         if parts:
             out = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
-        counters["output_rows"] = 0 if out is None else out.num_rows
+        counters[M.OUTPUT_ROWS] = 0 if out is None else out.num_rows
         for i in range(self.config.n):
-            counters[f"state_rows_{i}"] = kernel.rows(i)
-        counters["state_rows"] = sum(kernel.rows(i) for i in range(self.config.n))
+            counters[M.per_input(M.STATE_ROWS, i)] = kernel.rows(i)
+        counters[M.STATE_ROWS] = sum(kernel.rows(i) for i in range(self.config.n))
         return _metrics.packed_row(out, self.config.out_arrow, self.metrics, **counters)
 
     def _counters(self) -> dict:
@@ -378,7 +358,7 @@ class MultiJoinWorker:
         wm_ms = state.getCurrentWatermarkMs()
         counters = self._counters()
         parts = self._process(kernel, sides, inputs, wm_ms, orders, counters, self._ratio(entry), schedule)
-        counters["state_bytes"] = self._save(state, kernel, sides, wm_ms)
+        counters[M.STATE_BYTES] = self._save(state, kernel, sides, wm_ms)
         yield self._report(parts, counters, kernel)
 
     # -- batch: one call per shard with every input; nothing is kept

@@ -9,6 +9,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ...vocabulary import metrics as M
 from .._common import metrics as _metrics
 from .._common.arrow import to_arrow
 from .._common.state_bytes import table_from_bytes, table_to_bytes
@@ -43,7 +44,7 @@ class _RowsWorker:
         out, new_state, counters = self.step(table, kept)
         blob = table_to_bytes(new_state)
         state.update((blob,))
-        counters["state_bytes"] = len(blob)
+        counters[M.STATE_BYTES] = len(blob)
         yield _metrics.packed_row(out, self.out_schema, **counters)
 
     def step(self, table: pa.Table, kept: pa.Table | None):
@@ -60,7 +61,7 @@ class _RowsWorker:
             AT, table[self.time].take(pa.array(np.nonzero(leaving)[0])))
         out = pa.concat_tables([ins, dels]).drop_columns([_T])
         new_kept = combined.slice(max(0, combined.num_rows - n))
-        counters.update(output_rows=out.num_rows, state_rows=new_kept.num_rows, evicted_rows=dels.num_rows)
+        counters.update({M.OUTPUT_ROWS: out.num_rows, M.STATE_ROWS: new_kept.num_rows, M.EVICTED_ROWS: dels.num_rows})
         return out, new_kept, counters
 
     def _advance(self, table: pa.Table, kept: pa.Table | None):
@@ -81,7 +82,7 @@ class _RowsWorker:
             table = table.filter(on_time)
         m = kept.num_rows
         combined = pa.concat_tables([kept, table]) if m else table
-        return table, combined, m, {"input_rows": n_in, "late_rows": late, "malformed_rows": malformed}
+        return table, combined, m, {M.INPUT_ROWS: n_in, M.LATE_ROWS: late, M.MALFORMED_ROWS: malformed}
 
 
 _FLAG = "__cq_flag"
@@ -139,8 +140,8 @@ class _RowsAggregateWorker(_RowsWorker):
         out = pa.Table.from_arrays(parts + [c.take(pa.array(idx)) for c in columns]
                                    + [combined[self.time].take(pa.array(at[idx]))], schema=self.out_schema)
         new_kept = combined.slice(max(0, total - n))
-        counters.update(output_rows=out.num_rows, state_rows=new_kept.num_rows,
-                        evicted_rows=max(0, total - n) - max(0, m - n))
+        counters.update({M.OUTPUT_ROWS: out.num_rows, M.STATE_ROWS: new_kept.num_rows,
+                         M.EVICTED_ROWS: max(0, total - n) - max(0, m - n)})
         return out, new_kept, counters
 
     @staticmethod

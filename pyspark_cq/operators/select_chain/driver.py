@@ -37,9 +37,9 @@ from pyspark.sql import types as T
 from ... import _validate
 from ...control import operator_handle
 from ...control.plans import SAMPLE, check_predicate_name, sample_ratios
+from ...vocabulary import metrics as M
 from .._common import metrics as _metrics
-from .._common.shed import SHED
-from .worker import _COLUMN, _Chain, _metric
+from .worker import _COLUMN, _Chain
 
 __all__ = ["select_chain", "DEFAULT_NAME", "sample_ratios", "SAMPLE"]
 
@@ -47,10 +47,9 @@ __all__ = ["select_chain", "DEFAULT_NAME", "sample_ratios", "SAMPLE"]
 DEFAULT_NAME = "cq_select_chain"
 _KIND = "select_chain"
 _DATA = "__cq_col_"           # the data columns in transport, by position
-_METRICS = ("rows_in", "rows_passed", "nanos")
 _KEPT = "__cq_kept"           # the kept fraction in transport
 #: Per-batch maxima over the tasks (the others are sums): the chunk scheduler's memory figures.
-_PEAKS = ("peak_buffered_rows", "peak_worker_rss")
+_PEAKS = M.PEAKS
 
 
 def select_chain(df, predicates, *, control=None, name=None, kept_column=None):
@@ -123,8 +122,7 @@ def select_chain(df, predicates, *, control=None, name=None, kept_column=None):
     # unquoted name, which a name with a backtick (or a dot) would break.
     transport = tuple(_DATA + str(i) for i in range(len(df.columns)))
     data_fields = [T.StructField(t, f.dataType, True) for t, f in zip(transport, df.schema.fields)]
-    counters = ([_metric(k, n) for n in names for k in _METRICS] + ["input_rows", "output_rows", SHED, "chunk_steps"]
-                + list(_PEAKS) + [SAMPLE + _metric(k, n) for n in names for k in _METRICS])
+    counters = list(M.select_chain_names(names))
     if kept_column is not None:
         data_fields.append(T.StructField(_KEPT, T.DoubleType(), True))
     raw_schema = T.StructType(data_fields + [T.StructField(_metrics.METRICS_ROW, T.BooleanType(), False)]

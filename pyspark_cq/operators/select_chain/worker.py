@@ -10,7 +10,8 @@ import pyarrow as pa
 
 from ... import _validate
 from ...control import parse_chain_plan
-from ...control.plans import SAMPLE, sample_ratios
+from ...control.plans import sample_ratios
+from ...vocabulary import metrics as M
 from .._common.chunks import ChunkScheduler, schedule_from_params
 from .._common.shed import SHED, row_uniform, shed_batch
 
@@ -22,15 +23,11 @@ _COLUMN = "__cq_pred_"        # a Column predicate's value, computed by Spark be
 _SAMPLE_SEED = 1              # the sample is independent of the rows shedding drops (seed 0)
 
 
-def _metric(kind: str, name: str) -> str:
-    return f"{kind}_{name}"
-
-
 def _shed(batch: pa.RecordBatch, ratio: float, totals: dict) -> pa.RecordBatch:
     """The shedding stage at the start of the chain: drops the share ``ratio`` of ``batch`` (the control
     entry's ``drop_ratio``), counting the rows in (``input_rows``) and those dropped (``shed_rows``).
     """
-    totals["input_rows"] += batch.num_rows
+    totals[M.INPUT_ROWS] += batch.num_rows
     batch, shed = shed_batch(batch, ratio)
     totals[SHED] += shed
     return batch
@@ -73,8 +70,8 @@ class _Chain:
         for kept in scheduler.run(_shed(self._sample(batch, order, sampler, totals), ratio, totals)
                                   for batch in batches):
             yield self._data(kept, 1.0 - ratio)
-        totals.update(chunk_steps=scheduler.steps_run, peak_buffered_rows=scheduler.peak_buffered,
-                      peak_worker_rss=scheduler.peak_rss)
+        totals.update({M.CHUNK_STEPS: scheduler.steps_run, M.PEAK_BUFFERED_ROWS: scheduler.peak_buffered,
+                       M.PEAK_WORKER_RSS: scheduler.peak_rss})
         yield self._metrics_row(totals)
 
     def steps(self, order, totals: dict) -> list:
@@ -82,7 +79,7 @@ class _Chain:
         last = len(order) - 1
 
         def step(k: int, name: str):
-            nanos, rows_in, passed = _metric("nanos", name), _metric("rows_in", name), _metric("rows_passed", name)
+            nanos, rows_in, passed = M.nanos(name), M.rows_in(name), M.rows_passed(name)
 
             def run(batch: pa.RecordBatch) -> pa.RecordBatch:
                 n = batch.num_rows
@@ -92,7 +89,7 @@ class _Chain:
                 totals[rows_in] += n
                 totals[passed] += out.num_rows
                 if k == last:
-                    totals["output_rows"] += out.num_rows
+                    totals[M.OUTPUT_ROWS] += out.num_rows
                 return out
             return run
         return [step(k, name) for k, name in enumerate(order)]
@@ -112,11 +109,11 @@ class _Chain:
                 break
             start = time.perf_counter_ns()
             mask = self._evaluate(name, sample)
-            totals[SAMPLE + _metric("nanos", name)] += time.perf_counter_ns() - start
-            totals[SAMPLE + _metric("rows_in", name)] += sample.num_rows
+            totals[M.nanos(name, sample=True)] += time.perf_counter_ns() - start
+            totals[M.rows_in(name, sample=True)] += sample.num_rows
             passed = mask.fill_null(False).to_numpy(zero_copy_only=False)
             sample, u = sample.filter(pa.array(passed)), u[passed]
-            totals[SAMPLE + _metric("rows_passed", name)] += sample.num_rows
+            totals[M.rows_passed(name, sample=True)] += sample.num_rows
         return batch
 
     def run(self, batch: pa.RecordBatch, order, totals: dict) -> pa.RecordBatch:

@@ -9,6 +9,7 @@ from pyspark.sql import types as T
 
 from ... import _validate
 from ..._duration import parse_duration
+from ...vocabulary import metrics as M
 from .._common import metrics as _metrics
 
 __all__ = ["window"]
@@ -101,7 +102,7 @@ def window(df, time, size=None, rows=None, *, start="valid_from", end="valid_to"
         order = Window.orderBy(t.asc_nulls_first(), *[_validate.ref(c).asc_nulls_first() for c in ties])
         out = df.withColumn(start, t).withColumn(end, F.lead(t, rows).over(order))
     return _metrics.attach(out.withColumn(_NULLS, (~valid).cast("long")), name,
-                          {"malformed_rows": F.sum(F.col(_NULLS))}, keep=F.col(_NULLS) == 0, drop=[_NULLS])
+                          {M.MALFORMED_ROWS: F.sum(F.col(_NULLS))}, keep=F.col(_NULLS) == 0, drop=[_NULLS])
 
 
 _NULLS = "__cq_null_time"

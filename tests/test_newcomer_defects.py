@@ -351,7 +351,7 @@ def _user_warnings(fn):
 
 @pytest.mark.spark
 def test_many_shuffle_partitions_warn_once(spark, monkeypatch):
-    from pyspark_cq import session as session_module
+    from pyspark_cq.operators._common import partitions as session_module
 
     monkeypatch.setattr(session_module, "_warned_sessions", set())
     cores = spark.sparkContext.defaultParallelism
@@ -377,7 +377,7 @@ def test_many_shuffle_partitions_warn_once(spark, monkeypatch):
 
 def test_shuffle_partition_check_unreadable_conf():
     """Spark Connect has no sparkContext; an unreadable setting gives no advice and no error."""
-    from pyspark_cq.session import warn_shuffle_partitions
+    from pyspark_cq.operators._common.partitions import warn_shuffle_partitions
 
     class _Conf:
         def get(self, key, default=None):
@@ -407,7 +407,7 @@ def test_installation_lists_the_session_settings():
     text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "installation.md").read_text()
     section = text[text.index("## A session of your own"):]
     section = section[:section.index("\n## ", 1)]
-    # every setting cq.spark() makes (pyspark_cq/session.py) that changes what our operators do or cost
+    # every setting cq.spark() makes (pyspark_cq/session/settings.py) that changes what our operators do or cost
     for key in ("spark.sql.shuffle.partitions", "spark.default.parallelism", "spark.sql.session.timeZone",
                 "spark.sql.execution.arrow.pyspark.enabled", "spark.sql.execution.arrow.maxBytesPerBatch",
                 "spark.python.daemon.module", "spark.python.unix.domain.socket.enabled",

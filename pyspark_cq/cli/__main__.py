@@ -3,4 +3,5 @@ import sys
 
 from . import main
 
-sys.exit(main())
+if __name__ == "__main__":   # imported (e.g. by the doctest runner) it does nothing
+    sys.exit(main())

@@ -422,7 +422,7 @@ def test_installation_lists_the_session_settings():
 
 def test_demo_report_summary_is_formatted(tmp_path):
     pytest.importorskip("matplotlib")
-    from pyspark_cq.demo_report import write_report
+    from pyspark_cq.demo.report import write_report
 
     samples = [{"t": float(t), "offered": 200.0, "upper_s": 30.0, "window_s": 60.0, "granularity_s": 1.0,
                 "join1_state_bytes": 1e5, "agg1_state_bytes": 5e4} for t in range(5)]

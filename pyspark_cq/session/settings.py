@@ -9,6 +9,8 @@ from pathlib import Path
 
 from .java import find_java
 
+__all__: list[str] = []   # internals of spark() and start_connect_server
+
 
 def _settings(local: bool, ui: bool, shuffle_partitions: int | None, conf: dict | None, extra_conf: dict) -> dict:
     """The Spark settings of a pyspark-cq session (or local Connect server); prepares this process's

@@ -12,7 +12,7 @@ import pytest
 
 from pyspark_cq import demo
 from pyspark_cq.cli import main
-from pyspark_cq.demo_source import (
+from pyspark_cq.demo.source import (
     MALFORMED_AT,
     MALFORMED_EVERY,
     BurstProfile,
@@ -100,7 +100,7 @@ def test_estimate_grows_with_windows_and_rate():
 
 def test_report_has_plots_decisions_and_series(tmp_path):
     pytest.importorskip("matplotlib")
-    from pyspark_cq.demo_report import write_report
+    from pyspark_cq.demo.report import write_report
 
     samples = [{"t": float(t), "offered": 200.0 if t < 5 else 1600.0, "upper_s": 30.0 if t < 6 else 12.0,
                 "window_s": 60.0, "granularity_s": 1.0 if t < 6 else 5.0, "join1_state_bytes": 1e5 * t,

@@ -111,6 +111,14 @@ RULES = [
     Rule("policies and plugins see snapshots, not the runtime", ("pyspark_cq.policies", "pyspark_cq_plugins"),
          ("pyspark", "pyspark_cq.runtime", "pyspark_cq.operators")),
     Rule("the core never imports a plugin", ("pyspark_cq",), ("pyspark_cq_plugins",)),
+    Rule("the session knows no operator, runtime, policy, language or console", ("pyspark_cq.session",),
+         ("pyspark_cq.operators", "pyspark_cq.runtime", "pyspark_cq.policies", "pyspark_cq.lang",
+          "pyspark_cq.console")),
+    Rule("the CQL analysis, parser and printer never load Spark",
+         ("pyspark_cq.lang.analysis", "pyspark_cq.lang.parser", "pyspark_cq.lang.printer", "pyspark_cq.lang.ast",
+          "pyspark_cq.lang.errors"),
+         ("pyspark", "py4j")),
+    Rule("the console is given its runtime, never imports it", ("pyspark_cq.console",), ("pyspark_cq.runtime",)),
 ]
 
 

@@ -407,7 +407,7 @@ def test_installation_lists_the_session_settings():
     text = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "installation.md").read_text()
     section = text[text.index("## A session of your own"):]
     section = section[:section.index("\n## ", 1)]
-    # every setting cq.spark() makes (pyspark_cq/session.py) that changes what our operators do or cost
+    # every setting cq.spark() makes (pyspark_cq/session/settings.py) that changes what our operators do or cost
     for key in ("spark.sql.shuffle.partitions", "spark.default.parallelism", "spark.sql.session.timeZone",
                 "spark.sql.execution.arrow.pyspark.enabled", "spark.sql.execution.arrow.maxBytesPerBatch",
                 "spark.python.daemon.module", "spark.python.unix.domain.socket.enabled",
@@ -422,7 +422,7 @@ def test_installation_lists_the_session_settings():
 
 def test_demo_report_summary_is_formatted(tmp_path):
     pytest.importorskip("matplotlib")
-    from pyspark_cq.demo_report import write_report
+    from pyspark_cq.demo.report import write_report
 
     samples = [{"t": float(t), "offered": 200.0, "upper_s": 30.0, "window_s": 60.0, "granularity_s": 1.0,
                 "join1_state_bytes": 1e5, "agg1_state_bytes": 5e4} for t in range(5)]

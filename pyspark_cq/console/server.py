@@ -70,6 +70,10 @@ def _plotly_js() -> bytes:
                            "pip install 'pyspark-cq[console]'") from exc
 
 
+#: What the console reads and calls on its runtime (a :class:`~pyspark_cq.runtime.CQRuntime`).
+_RUNTIME_API = ("statistics", "control_table", "decisions_log", "policies", "memory_budget", "set_control")
+
+
 class Console:
     """The live web console of ``runtime`` (start it with :meth:`CQRuntime.serve` or :meth:`start`).
 
@@ -91,10 +95,10 @@ class Console:
 
     def __init__(self, runtime, *, host: str = "127.0.0.1", port: int = 8050, token: str | None = None,
                  interval: float = 1.0, history: int = 600):
-        from ..runtime.core import CQRuntime
-
-        if not isinstance(runtime, CQRuntime):
-            raise TypeError(f"runtime must be a CQRuntime, got {type(runtime).__name__}")
+        # the runtime is passed in, never imported: the console is a view of it (docs/architecture.md, "Layers")
+        missing = [a for a in _RUNTIME_API if not hasattr(runtime, a)]
+        if missing:
+            raise TypeError(f"runtime must be a CQRuntime, got {type(runtime).__name__} (no {', '.join(missing)})")
         if not isinstance(host, str) or not host:
             raise TypeError(f"host must be an address such as '127.0.0.1', got {host!r}")
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:

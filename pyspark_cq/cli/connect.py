@@ -1,0 +1,36 @@
+"""``pyspark-cq connect-server``: a Spark Connect server for pyspark-cq clients (docs/deploy.md)."""
+from __future__ import annotations
+
+import sys
+
+from ._common import _key_value
+
+__all__ = ["connect_server", "add_connect_arguments"]
+
+
+def add_connect_arguments(p) -> None:
+    """Arguments of ``pyspark-cq connect-server``."""
+    p.add_argument("--port", type=int, default=15002, help="gRPC port (default 15002)")
+    p.add_argument("--master", default="local[*]", help="the server's Spark master (default local[*])")
+    p.add_argument("--conf", action="append", metavar="KEY=VALUE", help="a server setting (repeatable)")
+
+
+def connect_server(args) -> int:
+    """Run a Spark Connect server configured for pyspark-cq until interrupted (docs/deploy.md)."""
+    from ..session import start_connect_server
+
+    try:
+        conf = dict(_key_value(c) for c in args.conf or ())
+        server = start_connect_server(args.port, master=args.master, conf=conf)
+    except (ValueError, TypeError, RuntimeError) as exc:
+        print(f"pyspark-cq connect-server: {exc}", file=sys.stderr)
+        return 1
+    print(f"Spark Connect server on {server.url} (master {args.master}, log {server.log}); join it with\n"
+          f"  pyspark_cq.spark(remote={server.url!r})   or   SPARK_REMOTE={server.url}\nCtrl-C stops it.",
+          flush=True)
+    try:
+        return server.process.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        server.stop()

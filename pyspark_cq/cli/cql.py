@@ -1,0 +1,212 @@
+"""``pyspark-cq run`` and ``pyspark-cq explain``: CQL queries from a file, over file sources (docs/cql.md)."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from ..vocabulary import metrics as M
+
+__all__ = ["add_run_arguments", "add_explain_arguments", "add_source_arguments", "source_paths", "open_streams",
+           "run", "explain_command"]
+
+FORMATS = ("parquet", "json", "csv")
+
+
+def _pairs(values, flag: str) -> dict:
+    out = {}
+    for v in values or []:
+        if "=" not in v or not v.split("=", 1)[0] or not v.split("=", 1)[1]:
+            raise SystemExit(f"pyspark-cq: {flag} expects NAME=VALUE, got {v!r}")
+        k, val = v.split("=", 1)
+        if k in out:
+            raise SystemExit(f"pyspark-cq: {flag} {k} given twice")
+        out[k] = val
+    return out
+
+
+def _format(path: str, given: str | None) -> str:
+    if given:
+        return given
+    for _, _, files in os.walk(path):
+        for f in sorted(files):
+            ext = f.rsplit(".", 1)[-1].lower()
+            if ext in FORMATS:
+                return ext
+            if ext == "jsonl":
+                return "json"
+    raise SystemExit(f"pyspark-cq: cannot tell the format of the files in {path} (give --format)")
+
+
+def _read_query(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as exc:
+        raise SystemExit(f"pyspark-cq: cannot read the query file {path}: {exc.strerror}") from None
+
+
+def add_source_arguments(p, *, required: bool = True) -> None:
+    """The file-stream arguments of ``pyspark-cq run`` and ``pyspark-cq console --cql``."""
+    p.add_argument("--source", action="append", metavar="NAME=DIR", required=required,
+                   help="a stream: a directory of parquet / json / csv files (repeat per stream)")
+    p.add_argument("--format", choices=FORMATS, help="input file format (default: from the file names)")
+    p.add_argument("--schema", action="append", metavar="NAME=DDL",
+                   help="a stream's schema, e.g. clicks='ts timestamp, user string' (default: inferred)")
+    p.add_argument("--watermark", default="10 seconds",
+                   help="watermark delay on every stream's timestamp (default 10 seconds)")
+    p.add_argument("--max-files", type=int, default=1, help="files per micro-batch (default 1)")
+
+
+def source_paths(args) -> tuple[dict, dict]:
+    """``--source`` and ``--schema`` as ``{name: directory}``, ``{name: DDL}``, checked (SystemExit naming the
+    flag otherwise).
+    """
+    sources = _pairs(args.source, "--source")
+    schemas = _pairs(args.schema, "--schema")
+    for name in schemas:
+        if name not in sources:
+            raise SystemExit(f"pyspark-cq: --schema {name} names no --source")
+    for name, path in sources.items():
+        if not os.path.isdir(path):
+            raise SystemExit(f"pyspark-cq: --source {name}: {path} is not a directory")
+    return sources, schemas
+
+
+def open_streams(spark, sources: dict, schemas: dict, args) -> dict:
+    """One streaming DataFrame per source directory (``maxFilesPerTrigger``, a watermark on its one
+    timestamp column).
+    """
+    frames = {}
+    for name, path in sources.items():
+        fmt = _format(path, args.format)
+        options = {"inferTimestamp": "true"} if fmt == "json" else ({"inferSchema": "true", "header": "true"}
+                                                                   if fmt == "csv" else {})
+        schema = schemas.get(name) or spark.read.format(fmt).options(**options).load(path).schema
+        df = (spark.readStream.format(fmt).options(**options).schema(schema)
+              .option("maxFilesPerTrigger", args.max_files).load(path))
+        stamps = [f.name for f in df.schema.fields if f.dataType.typeName() in ("timestamp", "timestamp_ntz")]
+        if len(stamps) == 1:
+            # Spark's watermark needs TIMESTAMP (files written without a zone are read as TIMESTAMP_NTZ);
+            # the session's zone is UTC (cq.spark), so the values stay the same instants
+            df = df.withColumn(stamps[0], df[stamps[0]].cast("timestamp")).withWatermark(stamps[0], args.watermark)
+        frames[name] = df
+    return frames
+
+
+def add_run_arguments(p) -> None:
+    """Arguments of ``pyspark-cq run``."""
+    p.add_argument("query", help="file holding one CQL query")
+    add_source_arguments(p)
+    p.add_argument("--sink", required=True, help="output directory (parquet files), or 'console'")
+    p.add_argument("--checkpoint", help="checkpoint directory (default <sink>/_checkpoint)")
+    p.add_argument("--name", default="q", help="query name (operator ids, metrics)")
+    p.add_argument("--continuous", action="store_true",
+                   help="keep running (trigger every PERIOD, else Spark's default) instead of processing the "
+                        "files present and stopping")
+    p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+
+
+def add_explain_arguments(p) -> None:
+    """Arguments of ``pyspark-cq explain``."""
+    p.add_argument("query", help="file holding one CQL query")
+    p.add_argument("--source", action="append", metavar="NAME=DIR",
+                   help="a stream's directory of parquet files, to resolve unqualified columns (read with "
+                        "pyarrow, no Spark)")
+    p.add_argument("--name", default="q", help="query name (operator ids)")
+    p.add_argument("--distance", type=float, default=1000.0,
+                   help="mean distance d between a source's elements in µs for the PIPES estimate (default 1000)")
+
+
+def explain_command(args) -> int:
+    """Print the plan, the operators and the PIPES cost estimate of a query file."""
+    from ..lang import CQLSyntaxError
+    from ..lang.compiler import explain
+    from ..lang.errors import CQLCompileError
+
+    text = _read_query(args.query)
+    columns = None
+    if args.source:
+        import pyarrow.dataset as ds
+
+        columns = {}
+        for name, path in _pairs(args.source, "--source").items():
+            columns[name] = ds.dataset(path, format=_format(path, None)).schema.names
+    try:
+        print(explain(text, columns, name=args.name, distance=args.distance))
+    except (CQLSyntaxError, CQLCompileError) as exc:
+        print(f"{args.query}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def run(args) -> int:
+    """Compile a query file and run it over file sources, printing progress per micro-batch."""
+    import pyspark_cq
+
+    from ..lang import CQLSyntaxError, parse
+    from ..lang.compiler import compile_cql
+    from ..lang.errors import CQLCompileError
+
+    text = _read_query(args.query)
+    try:
+        statement = parse(text)
+    except CQLSyntaxError as exc:
+        print(f"{args.query}: {exc}", file=sys.stderr)
+        return 2
+    sources, schemas = source_paths(args)
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()  # called in-process (tests, notebooks): keep their session as is
+    own = active is None
+    spark = pyspark_cq.spark(args.master, f"pyspark-cq-{args.name}") if own else active
+    if own:
+        spark.sparkContext.setLogLevel("ERROR")
+    frames = open_streams(spark, sources, schemas, args)
+    try:
+        compiled = compile_cql(spark, statement, frames, name=args.name)
+    except (CQLSyntaxError, CQLCompileError) as exc:
+        print(f"{args.query}: {exc}", file=sys.stderr)
+        return 2
+    print(compiled.explain(), flush=True)
+    checkpoint = args.checkpoint or (os.path.join(args.sink, "_checkpoint") if args.sink != "console"
+                                     else os.path.join(os.getcwd(), f".pyspark-cq-{args.name}-checkpoint"))
+    writer = (compiled.dataframe.writeStream.outputMode(compiled.output_mode)
+              .option("checkpointLocation", checkpoint).queryName(args.name))
+    writer = writer.format("console") if args.sink == "console" else writer.format("parquet").option("path", args.sink)
+    period = compiled.analysis.options.get("period")
+    if not args.continuous:
+        writer = writer.trigger(availableNow=True)
+    elif period:
+        writer = writer.trigger(processingTime=f"{period / 1000:g} milliseconds")
+    query = writer.start()
+    seen = -1
+    totals = {"rows_in": 0, "rows_out": 0}
+    operators = [op for op, _, _ in compiled.operators if op]
+    try:
+        while True:
+            for p in query.recentProgress:
+                if p.batchId <= seen:
+                    continue
+                seen = p.batchId
+                totals["rows_in"] += p.numInputRows
+                line = f"batch {p.batchId}: {p.numInputRows} input rows, {p.batchDuration} ms"
+                for op in operators:
+                    m = pyspark_cq.read_metrics(p, op)
+                    if m:
+                        totals["rows_out"] += m.get(M.OUTPUT_ROWS, 0)
+                        line += (f"; {op}: out {m.get(M.OUTPUT_ROWS, 0)}, state {m.get(M.STATE_ROWS, 0)}, "
+                                 f"late {m.get(M.LATE_ROWS, 0)}, malformed {m.get(M.MALFORMED_ROWS, 0)}")
+                print(line, flush=True)
+            if not query.isActive:
+                break
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        query.stop()
+    if query.exception() is not None:
+        print(f"query failed: {query.exception()}", file=sys.stderr)
+        return 1
+    print(f"done: {totals['rows_in']} input rows; output in {args.sink}", flush=True)
+    if own:
+        spark.stop()
+    return 0

@@ -1,0 +1,641 @@
+"""The pure stage of the CQL compiler (Motwani et al., STREAM, §2): :func:`analyze` classifies a query, resolves
+its columns (given the sources' column names), and builds the logical plan (:mod:`pyspark_cq.plan`), the QoS
+ranges and the operator ids the runtime's policies read; :func:`explain` prints them with the PIPES cost
+estimates. Never loads PySpark (docs/architecture.md, "Layers"); :mod:`pyspark_cq.lang.builder` turns an
+:class:`Analysis` into DataFrames.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from .. import _human
+from .. import plan as P
+from ..vocabulary.operators import for_shape
+from . import ast as A
+from .errors import CQLCompileError
+from .parser import parse
+from .printer import to_text
+
+__all__ = ["analyze", "explain", "Analysis", "SourceInfo", "AT", "SUB_AT", "DEFAULT_SELECTIVITY", "DEFAULT_GROUPS"]
+
+AT = "cq_at"
+#: The timestamp column of a FROM subquery's stream (its tuples' ``cq_at``; renamed, as the outer query adds its own)
+SUB_AT = "cq_time"
+#: Priors the plan carries until the runtime has measured the real values (the cost models read them).
+DEFAULT_SELECTIVITY = 0.5
+DEFAULT_JOIN_SELECTIVITY = 0.1
+DEFAULT_GROUPS = 100
+_AGG_NAMES = {"COUNT": "count", "SUM": "sum", "AVG": "avg", "MIN": "min", "MAX": "max"}
+
+
+# ---------------------------------------------------------------------------------------------
+# analysis (pure)
+
+
+@dataclass
+class SourceInfo:
+    """One stream of ``FROM``: where its columns come from and what is applied before the join / aggregate."""
+
+    ref: str
+    node: A.StreamRef
+    filters: list = field(default_factory=list)  # conjuncts applied to this stream alone
+    relation: bool = False                       # a stored relation (a batch DataFrame) joined to the stream
+    time: str | None = None                      # its timestamp column when known (a subquery's: cq_time)
+
+    @property
+    def name(self) -> str:
+        """The stream's name in ``sources``."""
+        return self.node.name
+
+    @property
+    def window(self) -> A.WindowSpec | None:
+        """The stream's window, or None."""
+        return self.node.window
+
+
+@dataclass
+class Analysis:
+    """What :func:`analyze` found: shape, sources, predicates, aggregates, plan and QoS.
+
+    ``shape`` is ``"stream"`` (one stream, no state: NOW, RANGE or UNBOUNDED windows), ``"rows"``
+    (a tuple-based window), ``"aggregate"`` (a windowed GROUP BY), ``"join"`` (two windowed streams) or
+    ``"multi_join"`` (three to six).
+    """
+
+    statement: A.Statement
+    name: str
+    shape: str
+    sources: list[SourceInfo]                       # the streams
+    stream: str
+    relations: list = field(default_factory=list)   # stored relations joined to the one stream (SourceInfo)
+    relation_keys: list = field(default_factory=list)  # [((stream ref, col), (relation ref, col)), ...]
+    residual: list = field(default_factory=list)    # conjuncts applied after the window / join
+    keys: list = field(default_factory=list)        # [((ref, col), (ref, col)), ...] equi-join pairs
+    operator: str | None = None                     # the stateful operator's id (control table, metrics)
+    plan: P.Node | None = None
+    qos: dict = field(default_factory=dict)          # label -> QoSRange
+    options: dict = field(default_factory=dict)      # period / deadline (µs), weight, sample range
+    subqueries: dict = field(default_factory=dict)   # alias -> Analysis of a FROM subquery (a stream)
+
+    @property
+    def select(self) -> A.Select:
+        """The query's SELECT."""
+        return self.statement.query
+
+
+def _conjuncts(e: A.Expr | None) -> list:
+    if e is None:
+        return []
+    if isinstance(e, A.Binary) and e.op == "AND":
+        return _conjuncts(e.left) + _conjuncts(e.right)
+    return [e]
+
+
+def _walk(e):
+    yield e
+    for f in dataclasses.fields(e):
+        v = getattr(e, f.name)
+        for x in (v if isinstance(v, tuple) else (v,)):
+            if isinstance(x, A.Expr):
+                yield from _walk(x)
+
+
+def _rewrite(e, fn):
+    """``e`` with every sub-expression ``x`` for which ``fn(x)`` is not None replaced by it (top-down)."""
+    new = fn(e)
+    if new is not None:
+        return new
+    changes = {}
+    for f in dataclasses.fields(e):
+        v = getattr(e, f.name)
+        if isinstance(v, A.Expr):
+            changes[f.name] = _rewrite(v, fn)
+        elif isinstance(v, tuple) and any(isinstance(x, A.Expr) for x in v):
+            changes[f.name] = tuple(_rewrite(x, fn) if isinstance(x, A.Expr) else x for x in v)
+    return dataclasses.replace(e, **changes) if changes else e
+
+
+def _aggregates(e) -> list[A.Call]:
+    return [x for x in _walk(e) if isinstance(x, A.Call) and x.is_aggregate]
+
+
+class _Resolver:
+    """Which stream a column belongs to (by qualifier, else by the streams' column names)."""
+
+    def __init__(self, sources: list[SourceInfo], columns: Mapping[str, list[str]] | None):
+        self.refs = {s.ref: s for s in sources}
+        self.by_name = {s.name: s for s in sources if s.node.alias and s.name not in self.refs}
+        self.columns = columns
+
+    def owner(self, c: A.Column) -> str | None:
+        if c.table is not None:
+            src = self.refs.get(c.table) or self.by_name.get(c.table)
+            if src is None:
+                raise CQLCompileError(f"the column {c.table}.{c.name}", f"{c.table!r} is not a stream of FROM "
+                                      f"(streams and aliases: {', '.join(self.refs)})", c)
+            if self.columns is not None and self.column_name(src.ref, c) is None:
+                raise CQLCompileError(f"the column {c.table}.{c.name}", f"stream {src.name!r} has no column "
+                                      f"{c.name!r}; its columns: {', '.join(self.columns[src.ref])}", c)
+            return src.ref
+        if len(self.refs) == 1:
+            ref = next(iter(self.refs))
+            if self.columns is not None and self.column_name(ref, c) is None:
+                raise CQLCompileError(f"the column {c.name}", f"stream {self.refs[ref].name!r} has no column "
+                                      f"{c.name!r}; its columns: {', '.join(self.columns[ref])}", c)
+            return ref
+        if self.columns is None:
+            return None
+        found = [r for r in self.refs if self.column_name(r, c) is not None]
+        if not found:
+            raise CQLCompileError(f"the column {c.name}", "no stream of FROM has it", c)
+        if len(found) > 1:
+            raise CQLCompileError(f"the column {c.name}", f"it is ambiguous (in {', '.join(found)}); qualify it, "
+                                  f"e.g. {found[0]}.{c.name}", c)
+        return found[0]
+
+    def column_name(self, ref: str, c: A.Column) -> str | None:
+        """The source's actual column name for ``c`` (exact, else case-insensitive as Spark's default)."""
+        cols = self.columns[ref]
+        if c.name in cols:
+            return c.name
+        matches = [x for x in cols if x.lower() == c.name.lower()]
+        return matches[0] if len(matches) == 1 else None
+
+    def refs_of(self, e) -> set:
+        return {self.owner(x) for x in _walk(e) if isinstance(x, A.Column)}
+
+
+def _micros(d: A.Duration) -> int:
+    return d.micros
+
+
+def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str, list[str]] | None = None,
+            *, streams=None) -> Analysis:
+    """Classify ``statement`` and build its logical plan and QoS (no Spark).
+
+    Parameters
+    ----------
+    statement : Statement or str
+        The parsed query, or its text.
+    name : str
+        Query name: the stateful operator's id is ``"<name>_<kind>"`` (control table, metrics, plan labels).
+    columns : mapping stream name -> list of column names, optional
+        The sources' columns, to resolve unqualified columns of multi-stream queries (without it they
+        stay unresolved and are applied after the join).
+    streams : collection of str, optional
+        The sources that are streams (streaming DataFrames): in a FROM without any window they are the
+        streams and the other items stored relations (default: the first item is the stream).
+
+    Raises
+    ------
+    CQLSyntaxError, CQLCompileError
+    """
+    if isinstance(statement, str):
+        statement = parse(statement)
+    if not isinstance(statement, A.Statement):
+        raise TypeError(f"statement must be a CQL text or a parsed Statement, got {type(statement).__name__}")
+    if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"name must be a non-empty query name of letters, digits, '_' and '-', got {name!r}")
+    statement, inner = _subqueries(statement)
+    subqueries = {}
+    for alias, sub in inner.items():
+        sa = subqueries[alias] = analyze(sub, f"{name}_{alias}", columns, streams=streams)
+        if sa.shape != "stream":
+            raise CQLCompileError(f"the subquery {alias}", "a subquery in FROM must produce a stream without "
+                                  "state (CQL §2: a selection / projection of streams, joined with stored relations "
+                                  f"at most); this one is {'an' if sa.shape == 'aggregate' else 'a'} "
+                                  f"{sa.shape.replace('_', ' ')}: run it as its own query and read its sink", sub.query)
+        if columns is not None:
+            out = []
+            for it, col in zip(sub.query.items, _output_names(sub.query)):
+                if isinstance(it.expr, A.Star):   # the columns of the streams it names
+                    out += [c for src in sub.query.sources if it.expr.table in (None, src.ref)
+                            for c in columns.get(getattr(src, "name", None), [])]
+                else:
+                    out.append(col)
+            columns = dict(columns, **{alias: [c for c in out if c != AT] + [SUB_AT]})
+    q = statement.query
+    sources = []
+    for s in q.sources:
+        sources.append(SourceInfo(s.ref, s, time=SUB_AT if s.name in inner else None))
+    # In a multi-item FROM, an item without a window is a stored relation (CQL: streams are windowed
+    # into relations; a relation is used as it is). Its rows join the stream's before the window, which is
+    # the same as after it for a relation that does not change (a batch DataFrame).
+    # With no window at all (a stream-producing subquery such as STREAM's third example, `FROM Requests S,
+    # Domains R`), the streaming DataFrames are the streams (``streams``), else the first item.
+    if len(sources) > 1 and any(s.window is None for s in sources):
+        if all(s.window is None for s in sources):
+            named = {s.name for s in sources} & set(streams or ())
+            for s in sources:
+                s.relation = s.name not in named if named else s is not sources[0]
+        else:
+            for s in sources:
+                s.relation = s.window is None
+    refs = [s.ref for s in sources]
+    dup = {r for r in refs if refs.count(r) > 1}
+    if dup:
+        raise CQLCompileError(f"FROM … {sorted(dup)[0]}", "a stream is named twice; give each an alias", q)
+    cols_by_ref = None
+    if columns is not None:
+        cols_by_ref = {}
+        for s in sources:
+            if s.name not in columns:
+                raise CQLCompileError(f"the stream {s.name}", f"no source of that name; sources: "
+                                      f"{', '.join(columns) or 'none'}", s.node)
+            cols_by_ref[s.ref] = list(columns[s.name])
+    res = _Resolver(sources, cols_by_ref)
+    relations = [s for s in sources if s.relation]
+    sources = [s for s in sources if not s.relation]
+    if relations and len(sources) != 1:
+        raise CQLCompileError("a join of several streams with a stored relation", "not supported yet: one "
+                              "windowed stream may be joined with relations", q)
+    aggregated = bool(q.group_by) or any(_aggregates(i.expr) for i in q.items) or q.having is not None
+    if q.distinct:
+        aggregated = _distinct(q, sources, aggregated)
+    for it in q.items:
+        for call in _aggregates(it.expr):
+            if call.distinct:
+                raise CQLCompileError(f"{call.name}(DISTINCT …)", "distinct aggregates are not supported", call)
+    if len(sources) == 1:
+        w = sources[0].window
+        if aggregated:
+            shape = "rows_aggregate" if w is not None and w.kind == "rows" else "aggregate"
+        elif w is not None and w.kind == "rows":
+            shape = "rows"
+            if relations:
+                raise CQLCompileError("a ROWS window joined with a relation", "the window counts the stream's "
+                                      "rows before the join; join in a subquery stream first", w)
+        else:
+            shape = "stream"
+    else:
+        if aggregated:
+            raise CQLCompileError("aggregation over a join", "not supported yet: compile the join and aggregate "
+                                  "its output stream in a second query", q)
+        for s in sources:
+            if s.window is None or s.window.kind != "range" or s.window.slide is not None or s.window.where:
+                raise CQLCompileError(f"the join input {s.ref}",
+                                      "every stream of a join needs a time-based window [RANGE d] (no SLIDE, no "
+                                      "WHERE inside: put the predicate in the query's WHERE); an unbounded join "
+                                      "keeps all its input forever", s.window or s.node)
+        if len(sources) > 6:
+            raise CQLCompileError("a join of more than six streams", "multi_join joins 2 to 6 inputs", q)
+        shape = "join" if len(sources) == 2 else "multi_join"
+    stream = statement.stream
+    a = Analysis(statement, name, shape, sources, stream, relations=relations, subqueries=subqueries)
+    _check_stream_operator(a)
+    rel_refs = {r.ref for r in relations}
+    # WHERE: conjuncts on one stream are applied to it alone (a RANGE window commutes with a selection);
+    # over a ROWS window they stay after the window (§2.1: before/after the window differ).
+    for c in _conjuncts(q.where):
+        if any(isinstance(x, A.Call) and x.is_aggregate for x in _walk(c)):
+            raise CQLCompileError("an aggregate in WHERE", "use HAVING", c)
+        owners = res.refs_of(c)
+        if relations and _is_key(c, res) and len(owners & rel_refs) == 1:
+            left, right = (c.left, c.right) if res.owner(c.left) not in rel_refs else (c.right, c.left)
+            a.relation_keys.append(((res.owner(left), left), (res.owner(right), right)))
+        elif relations and owners & rel_refs:
+            if None in owners:
+                raise CQLCompileError(f"the predicate {to_text(c)}", "qualify its columns (stream or relation?)", c)
+            sources[0].filters.append(c)
+        elif len(sources) > 1 and _is_key(c, res):
+            a.keys.append(((res.owner(c.left), c.left), (res.owner(c.right), c.right)))
+        elif len(owners) == 1 and None not in owners and shape not in ("rows", "rows_aggregate"):
+            next(s for s in sources if s.ref in owners).filters.append(c)
+        else:
+            a.residual.append(c)
+    if shape in ("join", "multi_join"):
+        _check_keys(a)
+    # every column of the select list, GROUP BY, HAVING and PARTITION BY names a stream's column
+    exprs = [i.expr for i in q.items] + list(q.group_by) + ([q.having] if q.having is not None else [])
+    exprs += [c for s in sources if s.window is not None for c in s.window.partition_by]
+    for e in exprs:
+        for x in _walk(e):
+            if isinstance(x, A.Column):
+                res.owner(x)
+    for r in relations:
+        if not any(k[1][0] == r.ref for k in a.relation_keys):
+            raise CQLCompileError(f"the relation {r.ref}", "it is not joined on an equality with the stream "
+                                  f"(WHERE S.a = {r.ref}.b); a Cartesian product is not supported", r.node)
+    a.operator = {"aggregate": f"{name}_agg", "join": f"{name}_join", "multi_join": f"{name}_mjoin",
+                  "rows": f"{name}_rows", "rows_aggregate": f"{name}_rows"}.get(shape)
+    a.plan = _plan(a)
+    a.qos, a.options = _qos(a)
+    return a
+
+
+def _subqueries(statement: A.Statement) -> tuple[A.Statement, dict]:
+    """``statement`` with every FROM subquery replaced by a stream named by its alias, and
+    {alias: the subquery as an ISTREAM statement} (a stream-producing subquery's tuples, each at its time).
+    """
+    inner, items = {}, []
+    for s in statement.query.sources:
+        if isinstance(s, A.SubqueryRef):
+            inner[s.alias] = A.Statement(s.query, "ISTREAM", line=s.line, column=s.column)
+            s = A.StreamRef(s.alias, None, s.window, s.sample, line=s.line, column=s.column)
+        items.append(s)
+    if not inner:
+        return statement, inner
+    query = dataclasses.replace(statement.query, sources=tuple(items))
+    return dataclasses.replace(statement, query=query), inner
+
+
+
+def _unqualified(e):
+    """``e`` with its column references stripped of their stream qualifier (to compare expressions)."""
+    return _rewrite(e, lambda x: A.Column(None, x.name) if isinstance(x, A.Column) else None)
+
+
+def _distinct(q: A.Select, sources: list, aggregated: bool) -> bool:
+    """Check a ``SELECT DISTINCT``; True: it is compiled as an aggregate (a GROUP BY of its select list)."""
+    if aggregated:
+        selected = {_unqualified(i.expr) for i in q.items}
+        missing = [g for g in q.group_by if _unqualified(g) not in selected]
+        if missing:
+            raise CQLCompileError("SELECT DISTINCT", f"over an aggregate it must select every GROUP BY item "
+                                  f"(missing {to_text(missing[0])}): each window then has one row per group, "
+                                  "so the rows are distinct", q)
+        return True
+    w = sources[0].window if len(sources) == 1 else None
+    if w is None or w.kind != "range" or w.slide is None:
+        raise CQLCompileError("SELECT DISTINCT", "duplicate elimination needs one stream with a sliding window "
+                              "[RANGE d SLIDE s] (per window, as GROUP BY of the select list); over a stream, "
+                              "a ROWS window or a join its state would grow without bound", q)
+    for it in q.items:
+        if isinstance(it.expr, A.Star):
+            raise CQLCompileError("SELECT DISTINCT *", "name the columns to make distinct", it)
+    return True
+
+
+def _is_key(c, res) -> bool:
+    return (isinstance(c, A.Binary) and c.op == "=" and isinstance(c.left, A.Column)
+            and isinstance(c.right, A.Column) and None not in (res.owner(c.left), res.owner(c.right))
+            and res.owner(c.left) != res.owner(c.right))
+
+
+def _check_keys(a: Analysis) -> None:
+    refs = [s.ref for s in a.sources]
+    if not a.keys:
+        raise CQLCompileError("a join without an equality predicate", "a Cartesian product of streams is not "
+                              "supported; join on equal columns (WHERE A.k = B.k)", a.select)
+    if a.shape == "join":
+        return
+    # multi_join: one key shared by all inputs (connected through the equalities); others are residual.
+    parent = {}
+
+    def find(x):
+        while parent.get(x, x) != x:
+            x = parent[x]
+        return x
+
+    for (r1, c1), (r2, c2) in a.keys:
+        parent[find((r1, c1.name))] = find((r2, c2.name))
+    classes: dict = {}
+    for (r, c), _ in [(k[0], 0) for k in a.keys] + [(k[1], 0) for k in a.keys]:
+        classes.setdefault(find((r, c.name)), set()).add((r, c.name))
+    full = [m for m in classes.values() if {r for r, _ in m} == set(refs) and len(m) == len(refs)]
+    if not full:
+        raise CQLCompileError("a join of three or more streams", "multi_join needs one key equal in every input "
+                              "(e.g. A.k = B.k AND B.k = C.k)", a.select)
+    keep = full[0]
+    extra = [k for k in a.keys if (k[0][0], k[0][1].name) not in keep or (k[1][0], k[1][1].name) not in keep]
+    a.keys = [k for k in a.keys if k not in extra]
+    a.residual.extend(A.Binary("=", k[0][1], k[1][1]) for k in extra)
+
+
+def _check_stream_operator(a: Analysis) -> None:
+    s, shape = a.stream, a.shape
+    w = a.sources[0].window if a.sources else None
+    kind = w.kind if w is not None else "unbounded"
+    node = a.statement
+    if shape == "stream":
+        if kind == "unbounded":
+            if s == "DSTREAM":
+                raise CQLCompileError("DSTREAM of an unbounded window", "nothing ever leaves the relation, the "
+                                      "stream would be empty", node)
+            if s == "RSTREAM":
+                raise CQLCompileError("RSTREAM of an unbounded window", "it re-emits the whole history at every "
+                                      "instant; use ISTREAM", node)
+        elif kind == "now" and s == "DSTREAM":
+            raise CQLCompileError("DSTREAM of a NOW window", "not supported; [NOW] tuples leave one instant after "
+                                  "they arrive — use ISTREAM", node)
+        elif kind == "range":
+            if s is None:
+                raise CQLCompileError("a windowed query without ISTREAM, DSTREAM or RSTREAM",
+                                      "it produces a relation that also loses tuples (not monotone); wrap it in "
+                                      "ISTREAM(…) (tuples entering) or DSTREAM(…) (tuples leaving)", node)
+            if s == "RSTREAM":
+                raise CQLCompileError("RSTREAM of a RANGE window without aggregation", "it re-emits the window's "
+                                      "tuples at every instant; use ISTREAM or DSTREAM", node)
+            if w.slide is not None:
+                raise CQLCompileError("SLIDE without aggregation", "SLIDE sets when a windowed aggregate is "
+                                      "evaluated; a selection's ISTREAM / DSTREAM does not depend on it", w)
+    elif shape == "rows":
+        if s is None or s == "RSTREAM":
+            raise CQLCompileError(f"{s or 'a ROWS window without ISTREAM or DSTREAM'}"
+                                  + (" of a ROWS window" if s else ""),
+                                  "the window's relation changes at every arrival; use ISTREAM(…) for the tuples "
+                                  "entering it or DSTREAM(…) for those leaving it", node)
+    elif shape == "rows_aggregate":
+        q = a.select
+        if s is None:
+            raise CQLCompileError("an aggregate without ISTREAM, DSTREAM or RSTREAM", "it produces a relation "
+                                  "(not monotone); wrap it in RSTREAM(…) (every instant), ISTREAM(…) (new "
+                                  "values) or DSTREAM(…) (replaced values)", node)
+        if q.having is not None:
+            raise CQLCompileError("HAVING over a ROWS window", "not supported yet: filter the output stream",
+                                  q.having)
+        parts = {c.name for c in w.partition_by}
+        grouped = {g.name if isinstance(g, A.Column) else to_text(g) for g in q.group_by}
+        if grouped != parts:
+            raise CQLCompileError("GROUP BY over a ROWS window", "an aggregate over a ROWS window is computed per "
+                                  "window: GROUP BY exactly its PARTITION BY columns "
+                                  f"({', '.join(sorted(parts)) or 'none'}), got {', '.join(sorted(grouped)) or 'none'}",
+                                  q.group_by[0] if q.group_by else w)
+    elif shape == "aggregate":
+        if w is None or w.kind != "range":
+            raise CQLCompileError("aggregation over " + ("a stream without a window" if w is None
+                                                         else f"a {w.kind.upper()} window"),
+                                  "aggregates are compiled for time-based windows [RANGE d SLIDE s]; an unbounded "
+                                  "or tuple-based aggregate is not supported yet", w or a.sources[0].node)
+        if w.slide is None:
+            raise CQLCompileError("a windowed aggregate without SLIDE", "its relation changes at every instant of "
+                                  "time; give SLIDE s (e.g. SLIDE 1 SECOND) to evaluate it at multiples of s", w)
+        if w.where is not None:
+            raise CQLCompileError("WHERE inside a RANGE window", "put the predicate in the query's WHERE (a "
+                                  "time-based window commutes with it)", w.where)
+        if s is None:
+            raise CQLCompileError("an aggregate without ISTREAM, DSTREAM or RSTREAM", "it produces a relation "
+                                  "(not monotone); wrap it in RSTREAM(…) (every evaluation), ISTREAM(…) (new "
+                                  "values) or DSTREAM(…) (replaced values)", node)
+        if s in ("ISTREAM", "DSTREAM") and w.size.micros % w.slide.micros:
+            raise CQLCompileError(f"{s} of an aggregate whose SLIDE does not divide its RANGE",
+                                  "the change stream is computed on the slide's grid; choose a slide dividing "
+                                  "the range, or RSTREAM", w)
+    else:  # joins
+        if s is None:
+            raise CQLCompileError("a join of windowed streams without ISTREAM or DSTREAM", "it produces a relation "
+                                  "whose pairs also leave (not monotone); wrap it in ISTREAM(…) or DSTREAM(…)", node)
+        if s == "RSTREAM":
+            raise CQLCompileError("RSTREAM of a join", "it re-emits every valid pair at every instant; use "
+                                  "ISTREAM or DSTREAM", node)
+
+
+def _plan(a: Analysis) -> P.Node:
+    """The logical plan: per stream Source → σ(sample) → σ(filters) → ω, then ⋈ / Γ → γ, then σ, π."""
+    op = a.operator
+    leaves = []
+    for s in a.sources:
+        node: P.Node = P.Source(s.name)
+        if s.node.sample is not None:
+            node = P.Select(node, s.node.sample / 100.0, predicate=f"SAMPLE({s.node.sample:g})",
+                            label=f"{op}.drop_ratio" if a.shape == "join" else None)
+        pre = ([s.window.where] if s.window is not None and s.window.where is not None else []) + s.filters
+        if pre:
+            node = P.Select(node, DEFAULT_SELECTIVITY ** len(pre),
+                            predicate=" AND ".join(to_text(p) for p in pre))
+        w = s.window
+        if w is not None and w.kind == "range":
+            adjustable = a.shape in ("aggregate", "join")
+            node = P.Window(node, w.size.micros, label=f"{op}.window" if adjustable else None)
+        elif w is not None and w.kind == "rows":
+            node = P.Window(node, w.size, kind="tuple", label=None)
+        leaves.append(node)
+    for r in a.relations:  # stream ⋈ relation, before the window (see analyze)
+        w = leaves[0]
+        inner = w.child if isinstance(w, P.Window) else w
+        joined = P.Join(inner, P.Source(r.name), selectivity=DEFAULT_JOIN_SELECTIVITY)
+        leaves[0] = w.replace(child=joined) if isinstance(w, P.Window) else joined
+    if a.shape in ("join", "multi_join"):
+        node = leaves[0]
+        for i, leaf in enumerate(leaves[1:], 1):
+            node = P.Join(node, leaf, selectivity=DEFAULT_JOIN_SELECTIVITY,
+                          label=op if i == len(leaves) - 1 else None)
+    else:
+        node = leaves[0]
+    if a.shape == "aggregate":
+        w = a.sources[0].window
+        node = P.Granularity(node, w.slide.micros, label=f"{op}.granularity")
+        node = P.Aggregate(node, groups=DEFAULT_GROUPS if a.select.group_by or a.select.distinct else 1,
+                           label=op)
+        if a.select.having is not None:
+            node = P.Select(node, DEFAULT_SELECTIVITY, predicate=to_text(a.select.having))
+    if a.shape == "rows_aggregate":   # the WHERE applies to the window's rows, before the aggregate
+        if a.residual:
+            node = P.Select(node, DEFAULT_SELECTIVITY ** len(a.residual),
+                            predicate=" AND ".join(to_text(p) for p in a.residual))
+        node = P.Aggregate(node, groups=DEFAULT_GROUPS if a.select.group_by else 1, label=a.operator)
+    elif a.residual:
+        node = P.Select(node, DEFAULT_SELECTIVITY ** len(a.residual),
+                        predicate=" AND ".join(to_text(p) for p in a.residual))
+    return P.Project(node, columns=tuple(_output_names(a.select)))
+
+
+def _output_names(q: A.Select) -> list[str]:
+    names = []
+    for i, it in enumerate(q.items):
+        e = it.expr
+        if it.alias:
+            names.append(it.alias)
+        elif isinstance(e, A.Star):
+            names.append((e.table + "." if e.table else "") + "*")
+        elif isinstance(e, A.Column):
+            names.append(e.name)
+        elif isinstance(e, A.Call) and e.is_aggregate:
+            arg = e.args[0]
+            names.append(_AGG_NAMES[e.name] + (f"_{arg.name}" if isinstance(arg, A.Column) else ""))
+        else:
+            names.append(f"col{i + 1}")
+    return names
+
+
+def _qos(a: Analysis) -> tuple[dict, dict]:
+    from ..policies import QoSRange
+
+    st, qos, options = a.statement, {}, {}
+    for item in st.qos:
+        if item.target is not None and item.target not in [s.ref for s in a.sources] + [s.name for s in a.sources]:
+            raise CQLCompileError(f"the QoS item {item.name} {item.target}", f"{item.target!r} is not a stream of "
+                                  "FROM", item)
+        if item.name == "WINDOW":
+            if a.shape not in ("aggregate", "join"):
+                raise CQLCompileError("a WINDOW QoS range", f"this query's window is not adjustable ({a.shape} "
+                                      "queries are not yet driven by the control table's window)", item)
+            if a.shape == "join" and len({s.window.size.micros for s in a.sources}) > 1:
+                raise CQLCompileError("a WINDOW QoS range on a join of different windows", "the join's control "
+                                      "sets one window for both inputs; give both streams the same RANGE", item)
+            if a.shape == "aggregate" and a.stream != "RSTREAM":
+                raise CQLCompileError(f"a WINDOW QoS range with {a.stream}", "the change stream follows "
+                                      "granularity changes only; use RSTREAM for an adjustable window", item)
+            qos[f"{a.operator}.window"] = QoSRange.window(timedelta(microseconds=item.low.micros),
+                                                          timedelta(microseconds=item.high.micros))
+        elif item.name == "GRANULARITY":
+            if a.shape != "aggregate":
+                raise CQLCompileError("a GRANULARITY QoS range", "only windowed aggregates have a granularity", item)
+            qos[f"{a.operator}.granularity"] = QoSRange.granularity(timedelta(microseconds=item.low.micros),
+                                                                    timedelta(microseconds=item.high.micros))
+        elif item.name == "SAMPLE":
+            options["sample"] = (item.low, item.high)
+        elif item.name in ("PERIOD", "DEADLINE"):
+            options[item.name.lower()] = item.low.micros
+        else:
+            options["weight"] = float(item.low)
+    if "deadline" in options and "period" in options and options["deadline"] > options["period"]:
+        raise CQLCompileError("DEADLINE longer than PERIOD", "RTStream's periodic queries finish within their "
+                              "period (§2: deadline <= period)", st.qos_item("DEADLINE"))
+    return qos, options
+
+
+# ---------------------------------------------------------------------------------------------
+# explain
+
+
+def explain(text, sources: Mapping | None = None, *, name: str = "q", distance: float = 1000.0) -> str:
+    """The plan, the chosen operators and the PIPES cost estimates of a query, as text.
+
+    ``sources`` (stream name -> DataFrame, or -> list of column names) resolves unqualified columns; the
+    cost estimates assume every source delivers one element every ``distance`` µs (PIPES's d, §3.2.2) and
+    use :func:`pyspark_cq.cost.pipes.cost_from_distances` with the PIPES resource manager's default profile.
+    """
+    columns = None
+    if sources is not None:
+        columns = {k: (list(v.columns) if hasattr(v, "columns") else list(v)) for k, v in sources.items()}
+    a = analyze(text, name, columns)
+    return _explain(a, None, distance)
+
+
+def _function(shape: str) -> str:
+    """What a query of ``shape`` runs: the operator implementing it (its descriptor's kind)."""
+    if shape == "stream":   # no operator: Spark's own filter and projection
+        return "filter/project (stateless)"
+    return for_shape(shape).kind
+
+
+def _explain(a: Analysis, operators, distance: float = 1000.0) -> str:
+    from ..cost import pipes
+
+    lines = [f"query      {to_text(a.statement)}",
+             f"shape      {a.shape}; output {a.stream or 'ISTREAM (implicit: monotone)'} + {AT}",
+             f"plan       {P.render(a.plan, micros=True)}"]
+    labels = list(dict.fromkeys(n.label for n in P.postorder(a.plan) if n.label))   # a label may name two nodes
+    if labels:
+        lines.append(f"labels     {', '.join(labels)}")
+    if operators:
+        for op, fn, args in operators:
+            lines.append(f"operator   {op or '-'}: {fn} {args}")
+    else:
+        lines.append(f"operator   {a.operator or '-'}: {_function(a.shape)}")
+    for label, rng in a.qos.items():
+        lines.append(f"qos        {label}: {rng}")
+    for k, v in a.options.items():
+        lines.append(f"option     {k}: {v}")
+    try:
+        memory, cpu = pipes.cost_from_distances(a.plan, {s.name: distance for s in a.sources + a.relations},
+                                                pipes.CostProfile(element_size=64.0, aggregate_size=64.0))
+        lines.append(f"cost       PIPES (§3, d = {_human.duration(distance)} per source, 64-byte elements): memory "
+                     f"{_human.size(memory)}, processing {_human.plain(cpu)} per µs")
+    except Exception as exc:  # a plan the PIPES model does not cover (e.g. a tuple-based window)
+        lines.append(f"cost       PIPES model not applicable: {exc}")
+    return "\n".join(lines)

@@ -1,0 +1,539 @@
+"""The Spark stage of the CQL compiler: the DataFrame of an :class:`~pyspark_cq.lang.analysis.Analysis`, built from
+pyspark-cq's operators. A windowed GROUP BY becomes :func:`~pyspark_cq.sliding_aggregate`, a join of two windowed
+streams :func:`~pyspark_cq.window_join`, of three to six :func:`~pyspark_cq.multi_join`, ``[ROWS n]`` /
+``[PARTITION BY … ROWS n]`` :func:`~pyspark_cq.rows_window`, ``SAMPLE(p)`` the shedding stage.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from .. import _human
+from .. import plan as P
+from . import ast as A
+from .analysis import (
+    _AGG_NAMES,
+    AT,
+    SUB_AT,
+    Analysis,
+    SourceInfo,
+    _aggregates,
+    _explain,
+    _output_names,
+    _Resolver,
+    _rewrite,
+    _unqualified,
+    analyze,
+)
+from .errors import CQLCompileError
+from .parser import parse
+from .printer import expression, to_text
+
+__all__ = ["cql", "compile_cql", "CompiledQuery"]
+
+
+def _aggregate_output(out, q: A.Select, name_of: Callable, out_name: dict, by: list, grouped: dict):
+    """An aggregate's output ``out`` filtered by HAVING and projected to the select list, then ``cq_at``:
+    aggregates read their columns ``out_name[call]``, grouped expressions ``grouped[expr]``, grouped columns
+    (``by``) themselves; any other column is an error.
+    """
+    from pyspark.sql import functions as F
+
+    def rewrite(e):
+        def fn(x):
+            if isinstance(x, A.Call) and x.is_aggregate:
+                return A.Column(None, out_name[x])
+            if not isinstance(x, A.Column) and _unqualified(x) in grouped:
+                return A.Column(None, grouped[_unqualified(x)])
+            if isinstance(x, A.Column):
+                n = name_of(x)
+                if n not in by:
+                    raise CQLCompileError(f"the column {to_text(x)}", "it is neither grouped (GROUP BY) nor "
+                                          "inside an aggregate", x)
+                return A.Column(None, n)
+            return None
+        return _rewrite(e, fn)
+
+    if q.having is not None:
+        out = out.filter(_expr(out, _sql(rewrite(q.having), lambda c: c.name), "HAVING", q.having))
+    cols = []
+    for it, oname in zip(q.items, _output_names(q)):
+        if isinstance(it.expr, A.Star):
+            raise CQLCompileError("* in an aggregate query", "select the grouped columns and aggregates", it)
+        cols.append(_expr(out, _sql(rewrite(it.expr), lambda c: c.name), to_text(it.expr), it).alias(oname))
+    return out.select(*cols, F.col(AT))
+
+
+# ---------------------------------------------------------------------------------------------
+# building the DataFrame
+
+
+@dataclass
+class CompiledQuery:
+    """A compiled CQL query: its analysis (plan, QoS, operators) and the Spark DataFrame."""
+
+    analysis: Analysis
+    dataframe: object
+    operators: list = field(default_factory=list)  # [(operator id or None, function, arguments)]
+
+    @property
+    def plan(self) -> P.Node:
+        """The logical plan the policies see."""
+        return self.analysis.plan
+
+    @property
+    def qos(self) -> dict:
+        """QoS ranges by plan label (``"<operator>.<param>"``)."""
+        return self.analysis.qos
+
+    @property
+    def output_mode(self) -> str:
+        """The streaming output mode the sink must use (always ``"append"``)."""
+        return "append"
+
+    def explain(self) -> str:
+        """The text of :func:`explain` for this query."""
+        return _explain(self.analysis, self.operators)
+
+
+def _time_column(df, stream: str, node) -> str:
+    from pyspark.sql import types as T
+
+    marked = [f.name for f in df.schema.fields if "spark.watermarkDelayMs" in (f.metadata or {})]
+    if len(marked) == 1:
+        return marked[0]
+    stamps = [f.name for f in df.schema.fields if isinstance(f.dataType, (T.TimestampType, T.TimestampNTZType))]
+    if len(stamps) == 1:
+        return stamps[0]
+    raise CQLCompileError(f"the stream {stream}", "its timestamp column is ambiguous: set a watermark on it "
+                          f"(withWatermark) — timestamp columns: {', '.join(stamps) or 'none'}", node)
+
+
+def _sql(e: A.Expr, name: Callable) -> str:
+    return expression(e, lambda c: "`" + name(c).replace("`", "``") + "`")
+
+
+def _sample(df, percent: float):
+    """Keep a row with probability ``percent``/100 (§2.1's SAMPLE): a hash of the row's values decides, so a
+    restart from a checkpoint keeps the same rows (as the joins' shedding does).
+    """
+    from pyspark.sql import functions as F
+
+    h = F.pmod(F.xxhash64(*[F.col(f"`{c}`") for c in df.columns], F.lit("cq_sample")), F.lit(1_000_000))
+    return df.filter(h < F.lit(int(round(percent * 10_000))))
+
+
+def _expr(df, text: str, what: str, node):
+    from pyspark.sql import functions as F
+
+    try:
+        col = F.expr(text)
+        _ = df.select(col).schema  # analyse now: errors name the CQL construct and position
+        return col
+    except CQLCompileError:
+        raise
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CQLCompileError(what, f"Spark rejects it: {first}", node) from None
+
+
+def compile_cql(spark, text, sources: Mapping, *, name: str = "q", control: Callable | None = None
+                ) -> CompiledQuery:
+    """Compile a CQL query over ``sources`` to a :class:`CompiledQuery` (plan, QoS, DataFrame).
+
+    Parameters
+    ----------
+    spark : SparkSession
+    text : str or Statement
+    sources : mapping str -> DataFrame
+        The streams by the names the query uses (streaming DataFrames; batch ones run as one batch).
+    name : str
+        Query name; the stateful operator's id is derived from it.
+    control : callable, optional
+        ``control(operator_id, **initial_params) -> ControlHandle`` (the runtime's ``ctx.control``): the
+        stateful operator then reads its control-table entry at every micro-batch.
+    """
+    if not (hasattr(spark, "readStream") and hasattr(spark, "createDataFrame")):
+        raise TypeError(f"spark must be a SparkSession, got {type(spark).__name__}")
+    if not isinstance(sources, Mapping):
+        raise TypeError(f"sources must be a mapping {{stream name: DataFrame}}, got {type(sources).__name__}")
+    for k, v in sources.items():
+        if not isinstance(k, str) or not hasattr(v, "schema") or not hasattr(v, "isStreaming"):
+            raise TypeError(f"sources must map stream names (str) to DataFrames, got {k!r}: {type(v).__name__}")
+    statement = parse(text) if isinstance(text, str) else text
+    lookup = dict(sources)
+    for s in statement.query.sources:
+        if isinstance(s, A.StreamRef) and s.name not in lookup:
+            found = [k for k in sources if k.lower() == s.name.lower()]
+            if len(found) == 1:
+                lookup[s.name] = sources[found[0]]
+    from pyspark.sql import functions as F
+
+    a = analyze(statement, name, {k: v.columns for k, v in lookup.items()},
+                streams=[k for k, v in lookup.items() if v.isStreaming])
+    for alias, sub in a.subqueries.items():   # each FROM subquery is compiled to a stream first
+        if alias in lookup:
+            raise CQLCompileError(f"the subquery {alias}", "its alias is also a source's name; rename one",
+                                  sub.statement)
+        built = _Builder(spark, sub, lookup, None).build().dataframe
+        lookup[alias] = built.select(*[F.col(f"`{c}`") for c in built.columns if c != AT], F.col(AT).alias(SUB_AT))
+    return _Builder(spark, a, lookup, control).build()
+
+
+def cql(spark, text, sources):
+    """Compile a CQL query (docs/cql.md) over ``sources`` into a DataFrame built from pyspark-cq's operators.
+
+    Parameters
+    ----------
+    spark : SparkSession
+    text : str
+        The query, e.g. ``"ISTREAM(SELECT * FROM clicks [RANGE 1 MINUTE] WHERE page = 'home')"``.
+    sources : mapping str -> DataFrame
+        The streams by name. A stream's timestamp is its watermarked column, else its only timestamp column;
+        stateful queries need a watermark on it (``withWatermark``).
+
+    Returns
+    -------
+    DataFrame
+        The output stream (write it with ``outputMode("append")``): the select list, then ``cq_at``, the CQL
+        timestamp of each tuple.
+
+    Raises
+    ------
+    CQLSyntaxError
+        The text does not parse (line:column, offending text, what was expected).
+    CQLCompileError
+        The query parses but cannot be compiled (the construct, where and why).
+    """
+    return compile_cql(spark, text, sources).dataframe
+
+
+class _Builder:
+    def __init__(self, spark, a: Analysis, sources: Mapping, control):
+        self.spark, self.a, self.sources, self.control = spark, a, sources, control
+        self.operators: list = []
+        every = a.sources + a.relations
+        self.res = _Resolver(every, {s.ref: sources[s.name].columns for s in every})
+        self.rel_refs = {r.ref for r in a.relations}
+
+    def name(self, c: A.Column) -> str:
+        """The column's name in the single-stream pipeline (relation columns: ``<ref>__<col>``)."""
+        ref = self.res.owner(c)
+        col = self.res.column_name(ref, c)
+        return f"{ref}__{col}" if ref in self.rel_refs else col
+
+    def with_relations(self, df, s: SourceInfo):
+        """The stream joined with the stored relations on their equality keys (Spark's stream-static join)."""
+        from pyspark.sql import functions as F
+
+        for r in self.a.relations:
+            rel = self.sources[r.name]
+            if rel.isStreaming:
+                raise CQLCompileError(f"the relation {r.ref}", "a FROM item without a window is a stored "
+                                      "relation and needs a batch DataFrame; give a stream a window", r.node)
+            rel = rel.select(*[F.col(f"`{c}`").alias(f"{r.ref}__{c}") for c in rel.columns])
+            cond = None
+            for (_, sc), (rr, rc) in self.a.relation_keys:
+                if rr != r.ref:
+                    continue
+                other = f"`{r.ref}__{self.res.column_name(rr, rc)}`"
+                term = F.col(f"`{self.res.column_name(s.ref, sc)}`") == rel[other]
+                cond = term if cond is None else cond & term
+            df = df.join(rel, cond, "inner")
+            self.operators.append((None, "join with a stored relation (Spark)", {"relation": r.ref}))
+        return df
+
+    def handle(self, **params):
+        if self.control is None:
+            return None
+        return self.control(self.a.operator, **params)
+
+    def source(self, s: SourceInfo, pushed: bool = True):
+        """The stream with its SAMPLE and (when ``pushed``) its own predicates applied; its time column."""
+        df = self.sources[s.name]
+        time = s.time or _time_column(df, s.name, s.node)
+        if s.node.sample is not None and not (self.a.shape == "join" and self._shared_sample()):
+            df = _sample(df, s.node.sample)
+            self.operators.append((None, "sample (hash filter)", {"stream": s.ref, "percent": s.node.sample}))
+        df = self.with_relations(df, s)
+        preds = ([s.window.where] if s.window is not None and s.window.where is not None else [])
+        preds += s.filters if pushed else []
+        name = self.name if self.a.shape not in ("join", "multi_join") else (
+            lambda c: self.res.column_name(s.ref, c))
+        for p in preds:
+            df = df.filter(_expr(df, _sql(p, name), "the predicate " + to_text(p), p))
+        return df, time
+
+    def _shared_sample(self) -> bool:
+        samples = {s.node.sample for s in self.a.sources}
+        return len(samples) == 1 and None not in samples
+
+    def build(self) -> CompiledQuery:
+        try:
+            out = getattr(self, "_" + self.a.shape)()
+        except CQLCompileError:
+            raise
+        except (TypeError, ValueError) as exc:  # an operator's own argument check, e.g. SUM of a string
+            raise CQLCompileError(f"the {self.a.shape} of this query", str(exc), self.a.statement) from exc
+        return CompiledQuery(self.a, out, self.operators)
+
+    # -- one stream, no state ---------------------------------------------------------------------
+    def _stream(self):
+        from pyspark.sql import functions as F
+
+        s = self.a.sources[0]
+        df, time = self.source(s)
+        df = self._filter(df, self.a.residual, self.name)
+        at = F.col(f"`{time}`")
+        w = s.window
+        if self.a.stream == "DSTREAM":  # RANGE d: a tuple leaves the window d after its timestamp
+            at = at + F.expr(f"INTERVAL {w.size.micros} MICROSECONDS")
+        # select, not withColumn: Spark Connect's withColumn drops the time column's watermark metadata,
+        # which a FROM subquery's stream needs
+        return self._project(df.select("*", at.alias(AT)), self.name, s.ref)
+
+    # -- ROWS windows -----------------------------------------------------------------------------
+    def _rows(self):
+        from pyspark.sql import functions as F
+
+        from ..operators.rows_window import AT as ROWS_AT
+        from ..operators.rows_window import SIGN, rows_window
+
+        s = self.a.sources[0]
+        df, time = self.source(s)
+        w = s.window
+        parts = [self.res.column_name(s.ref, c) for c in w.partition_by]
+        for c, p in zip(w.partition_by, parts):
+            if p is None or (c.table and c.table != s.ref and c.table != s.name):
+                raise CQLCompileError(f"PARTITION BY {to_text(c)}", f"not a column of {s.name}", c)
+        out = rows_window(df, time, w.size, parts, name=self.a.operator)
+        self.operators.append((self.a.operator, "rows_window", {"rows": w.size, "partition_by": parts}))
+        sign = 1 if self.a.stream == "ISTREAM" else -1
+        out = out.filter(F.col(SIGN) == sign).drop(SIGN).withColumnRenamed(ROWS_AT, AT)
+        out = self._filter(out, self.a.residual, self.name)
+        return self._project(out, self.name, s.ref)
+
+    # -- aggregates over ROWS windows --------------------------------------------------------------
+    def _rows_aggregate(self):
+
+        from ..operators.rows_window import rows_aggregate
+
+        a, q = self.a, self.a.select
+        s = a.sources[0]
+        df, time = self.source(s)
+        name_of = self.name
+        parts = [self.res.column_name(s.ref, c) for c in s.window.partition_by]
+        specs, out_name = [], {}
+        calls = [c for it in q.items for c in _aggregates(it.expr)]
+        for call in calls:
+            if call in out_name:
+                continue
+            arg, fn = call.args[0], _AGG_NAMES[call.name]
+            col = None
+            if isinstance(arg, A.Column):
+                self.res.owner(arg)
+                col = name_of(arg)
+            elif not isinstance(arg, A.Star):
+                col = f"cq_arg{len(specs) + 1}"
+                df = df.withColumn(col, _expr(df, _sql(arg, name_of), f"the argument of {to_text(call)}", arg))
+            out_name[call] = f"cq_a{len(specs) + 1}"
+            specs.append((out_name[call], col, fn))
+        where = None
+        if a.residual:   # after the window: which of the window's rows the aggregates see
+            where = _expr(df, " AND ".join(f"({_sql(p, name_of)})" for p in a.residual), "WHERE", a.residual[0])
+        out = rows_aggregate(df, time, s.window.size, specs, parts, where=where, emit=a.stream.lower(),
+                             name=a.operator)
+        self.operators.append((a.operator, "rows_aggregate", {"rows": s.window.size, "partition_by": parts,
+                                                              "aggs": specs, "emit": a.stream.lower()}))
+
+        return _aggregate_output(out, q, name_of, out_name, parts, {})
+
+    # -- windowed aggregates ----------------------------------------------------------------------
+    def _aggregate(self):
+        from pyspark.sql import functions as F
+
+        from ..operators.aggregate import sliding_aggregate
+
+        a, q = self.a, self.a.select
+        s = a.sources[0]
+        df, time = self.source(s)
+
+        name_of = self.name
+
+        # SELECT DISTINCT without aggregates is a GROUP BY of the select list; without aggregates a constant
+        # one (MAX(1)) is computed, whose value changes only when a group appears or leaves, so ISTREAM /
+        # DSTREAM emit exactly the rows entering / leaving the distinct set
+        distinct_only = q.distinct and not q.group_by and not any(_aggregates(i.expr) for i in q.items)
+        group_by = tuple(i.expr for i in q.items) if distinct_only else q.group_by
+        by, grouped = [], {}
+        for i, g in enumerate(group_by):
+            if isinstance(g, A.Column):
+                self.res.owner(g)
+                col = name_of(g)
+            else:   # GROUP BY an expression: computed as a column before the aggregation
+                col = f"cq_g{i + 1}"
+                df = df.withColumn(col, _expr(df, _sql(g, name_of), f"GROUP BY {to_text(g)}", g))
+            grouped[_unqualified(g)] = col
+            if col not in by:
+                by.append(col)
+        aggs: dict = {}
+        out_name: dict = {}
+        extra = 0
+        calls = [c for it in q.items for c in _aggregates(it.expr)] + (_aggregates(q.having) if q.having else [])
+        if not calls:   # DISTINCT, or GROUP BY without aggregates (SQL's other spelling of it)
+            df = df.withColumn("cq_one", F.lit(1))
+            aggs["cq_one"] = ["max"]
+        for call in calls:
+            if call in out_name:
+                continue
+            arg = call.args[0]
+            fn = _AGG_NAMES[call.name]
+            if isinstance(arg, A.Star):
+                aggs.setdefault("*", ["count"])
+                out_name[call] = "count"
+                continue
+            if isinstance(arg, A.Column):
+                self.res.owner(arg)
+                col = name_of(arg)
+            else:
+                extra += 1
+                col = f"cq_arg{extra}"
+                df = df.withColumn(col, _expr(df, _sql(arg, name_of), f"the argument of {to_text(call)}", arg))
+            if fn not in aggs.setdefault(col, []):
+                aggs[col].append(fn)
+            out_name[call] = f"{fn}_{col}"
+        w = s.window
+        window, slide = timedelta(microseconds=w.size.micros), timedelta(microseconds=w.slide.micros)
+        emit = "windows" if a.stream == "RSTREAM" else "changes"
+        params = {"window": window, "granularity": slide} if emit == "windows" else {"granularity": slide}
+        handle = self.handle(**params)
+        out = sliding_aggregate(df, time, window, slide, by=by, aggs=aggs,
+                                granularity=slide, emit=emit, control=handle, name=a.operator)
+        self.operators.append((a.operator, "sliding_aggregate", {"window": _human.duration(w.size.micros),
+                                                                  "slide": _human.duration(w.slide.micros),
+                                                                  "by": by, "aggs": aggs, "emit": emit}))
+        start, end = out.columns[0], out.columns[1]
+        g = F.expr(f"INTERVAL {w.slide.micros} MICROSECONDS")
+        at = {"RSTREAM": F.col(end), "ISTREAM": F.col(start) + g, "DSTREAM": F.col(end) + g}[a.stream]
+        out = out.withColumn(AT, at)
+        return _aggregate_output(out, q, name_of, out_name, by, grouped)
+
+    # -- joins ------------------------------------------------------------------------------------
+    def _prefixed(self, s: SourceInfo, keymap: dict):
+        """The stream with every column renamed ``<ref>__<col>`` (join keys: a shared ``cq_k<j>``)."""
+        from pyspark.sql import functions as F
+
+        df, time = self.source(s)
+        cols = []
+        for c in df.columns:
+            new = keymap.get((s.ref, c), f"{s.ref}__{c}")
+            cols.append(F.col(f"`{c}`").alias(new))
+        return df.select(*cols), f"{s.ref}__{time}"
+
+    def _join_names(self, keymap):
+        def name(c):
+            ref = self.res.owner(c)
+            col = self.res.column_name(ref, c)
+            return keymap.get((ref, col), f"{ref}__{col}")
+        return name
+
+    def _join(self):
+        from pyspark.sql import functions as F
+
+        from ..operators.join import window_join
+
+        a = self.a
+        left, right = a.sources
+        keymap, on = {}, []
+        for j, ((r1, c1), (r2, c2)) in enumerate(a.keys):
+            k = f"cq_k{j}"
+            keymap[(r1, self.res.column_name(r1, c1))] = k
+            keymap[(r2, self.res.column_name(r2, c2))] = k
+            on.append(k)
+        if len(keymap) != 2 * len(on):
+            raise CQLCompileError("a join key used twice", "each column may appear in one equality", a.select)
+        ldf, lt = self._prefixed(left, keymap)
+        rdf, rt = self._prefixed(right, keymap)
+        wl, wr = (timedelta(microseconds=s.window.size.micros) for s in (left, right))
+        drop = 1.0 - left.node.sample / 100.0 if self._shared_sample() else 0.0
+        params = {"window": wl} if wl == wr else {}
+        if drop:
+            params["drop_ratio"] = drop
+        handle = self.handle(**params) if params else None
+        out = window_join(ldf, rdf, on, lt, rt, wl, wr, control=handle, name=a.operator, drop_ratio=drop)
+        self.operators.append((a.operator, "window_join", {"on": [f"{to_text(k[0][1])} = {to_text(k[1][1])}"
+                                                                  for k in a.keys],
+                                                           "windows": [_human.duration(s.window.size.micros)
+                                                                       for s in (left, right)],
+                                                           "drop_ratio": drop}))
+        at = "valid_from" if a.stream == "ISTREAM" else "valid_to"
+        out = out.withColumn(AT, F.col(at))
+        return self._joined(out, keymap)
+
+    def _multi_join(self):
+        from pyspark.sql import functions as F
+
+        from ..operators.multi_join import multi_join
+
+        a = self.a
+        refs = [s.ref for s in a.sources]
+        key_cols = {}
+        for (r1, c1), (r2, c2) in a.keys:
+            key_cols[r1] = self.res.column_name(r1, c1)
+            key_cols[r2] = self.res.column_name(r2, c2)
+        inputs, times, on = [], [], []
+        for s in a.sources:
+            df, t = self._prefixed(s, {})
+            inputs.append(df)
+            times.append(t)
+            on.append(f"{s.ref}__{key_cols[s.ref]}")
+        ws = [s.window.size.micros for s in a.sources]
+        # windows [t_i, t_i + w_i) intersect pairwise (so all together) iff t_j - t_i in (-w_j, w_i)
+        bounds = [(i, j, timedelta(microseconds=-ws[j] + 1), timedelta(microseconds=ws[i] - 1))
+                  for i in range(len(refs)) for j in range(i + 1, len(refs))]
+        out = multi_join(inputs, on, times, bounds, name=a.operator)
+        self.operators.append((a.operator, "multi_join", {"on": on, "windows": [_human.duration(w) for w in ws]}))
+        if a.stream == "ISTREAM":
+            at = F.greatest(*[F.col(t) for t in times])
+        else:
+            at = F.least(*[F.col(t) + F.expr(f"INTERVAL {w} MICROSECONDS") for t, w in zip(times, ws)])
+        return self._joined(out.withColumn(AT, at), {})
+
+    def _joined(self, out, keymap):
+        name = self._join_names(keymap)
+        out = self._filter(out, self.a.residual, name)
+        return self._project(out, name, None)
+
+    # -- shared -----------------------------------------------------------------------------------
+    def _filter(self, df, preds, name):
+        for p in preds:
+            df = df.filter(_expr(df, _sql(p, name), "the predicate " + to_text(p), p))
+        return df
+
+    def _project(self, df, name, single_ref=None):
+        from pyspark.sql import functions as F
+
+        q = self.a.select
+        cols, seen = [], set()
+        for it, oname in zip(q.items, _output_names(q)):
+            e = it.expr
+            if isinstance(e, A.Star):
+                every = self.a.sources + self.a.relations
+                for s in every:
+                    if e.table is not None and e.table not in (s.ref, s.name):
+                        continue
+                    for c in self.sources[s.name].columns:
+                        cols.append((F.col(f"`{name(A.Column(s.ref, c))}`").alias(c), c))
+                if e.table is not None and not any(e.table in (s.ref, s.name) for s in every):
+                    raise CQLCompileError(f"{e.table}.*", f"{e.table!r} is not a stream of FROM", e)
+                continue
+            cols.append((_expr(df, _sql(e, name), to_text(e), it).alias(oname), oname))
+        for _, n in cols:
+            if n in seen or n == AT:
+                raise CQLCompileError(f"the output column {n}", "two output columns have this name (or it is the "
+                                      f"reserved {AT}); give them aliases (AS …)", q)
+            seen.add(n)
+        return df.select(*[c for c, _ in cols], F.col(AT))
+
+

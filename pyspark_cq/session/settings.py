@@ -1,0 +1,90 @@
+"""The Spark settings of a pyspark-cq session and the process environment a Spark started from here needs."""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import tempfile
+from pathlib import Path
+
+from .java import find_java
+
+__all__: list[str] = []   # internals of spark() and start_connect_server
+
+
+def _settings(local: bool, ui: bool, shuffle_partitions: int | None, conf: dict | None, extra_conf: dict) -> dict:
+    """The Spark settings of a pyspark-cq session (or local Connect server); prepares this process's
+    environment (Java, the workers' Python) for a Spark started from here.
+    """
+    java_home, _ = find_java()
+    os.environ.setdefault("JAVA_HOME", java_home)
+    if local:
+        # Workers must run this interpreter, where pyspark_cq and its compiled modules are installed.
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        # Workers start as `python -m pyspark.daemon` in the JVM's working directory; from a source
+        # checkout that directory holds pyspark_cq/ without its compiled modules and would shadow the
+        # installed package. PYTHONSAFEPATH (Python >= 3.11) keeps the working directory off sys.path.
+        os.environ.setdefault("PYTHONSAFEPATH", "1")
+        # Local mode needs no network interface; loopback avoids hostname-resolution surprises.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Numba compiles on first call in each worker; a shared cache dir makes that once per machine.
+    os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(tempfile.gettempdir()) / "pyspark_cq_numba"))
+
+    settings = {
+        "spark.ui.enabled": "true" if ui else "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.streaming.forceDeleteTempCheckpointLocation": "true",
+        "spark.executorEnv.NUMBA_CACHE_DIR": os.environ["NUMBA_CACHE_DIR"],
+        # Int.MaxValue switches off Spark's byte limit on the Arrow batches it feeds Python workers;
+        # the limit is checked once per *row* (ArrowWriter.sizeInBytes walks every vector), ~20 % of the
+        # JVM's time in our operators' input stages. Batches stay bounded by arrow.maxRecordsPerBatch.
+        "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
+    }
+    if local:
+        cores = os.cpu_count() or 2
+        settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions or 2 * cores)
+        settings["spark.default.parallelism"] = str(2 * cores)
+        # Workers import PySpark from its installed package (cached bytecode), not from pyspark.zip,
+        # which Python recompiles in every new worker (see pyspark_cq/_daemon.py).
+        settings["spark.python.daemon.module"] = "pyspark_cq._daemon"
+        # Over loopback TCP (Spark's default) a Python round trip that sends little waits ~40 ms, as when
+        # Nagle's algorithm meets the worker's delayed ACK: e.g. the event-time timeout phase every
+        # applyInPandasWithState task runs after its groups, ~100 ms per micro-batch of our operators over
+        # 2 tasks. A Unix domain socket has no such wait (docs/benchmarks.md, "A fair order, ...").
+        if os.name == "posix" and hasattr(socket, "AF_UNIX"):
+            settings["spark.python.unix.domain.socket.enabled"] = "true"
+    elif shuffle_partitions:
+        settings["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
+    for key, value in (conf or {}).items():
+        settings[str(key)] = str(value)
+    for key, value in extra_conf.items():
+        settings[key.replace("_", ".")] = str(value)
+    if not local and "spark.pyspark.python" in settings:
+        # A driver started as plain `python` (not by spark-submit) tells the executors which Python to run
+        # from $PYSPARK_PYTHON alone (SparkContext.pythonExec); the setting by itself would leave them on
+        # `python3`, without the environment shipped to them (docs/deploy.md).
+        os.environ["PYSPARK_PYTHON"] = settings["spark.pyspark.python"]
+    return settings
+
+
+def _remote_url(master: str | None, remote: str | None) -> str | None:
+    """The Spark Connect URL asked for (``remote`` or ``$SPARK_REMOTE``), or None for a classic session."""
+    env = os.environ.get("SPARK_REMOTE") or None
+    if remote is not None:
+        if not isinstance(remote, str) or not (remote == "local" or remote.startswith(("sc://", "local["))):
+            raise ValueError(f"remote must be a Spark Connect URL 'sc://host[:port][/;param=value]' or 'local' / "
+                             f"'local[N]' (a local server started in this process), got {remote!r}")
+        if master is not None:
+            raise ValueError(f"give master (a classic session) or remote (Spark Connect), not both: "
+                             f"master={master!r}, remote={remote!r}")
+        return remote
+    if env is None:
+        return None
+    if master is not None:
+        raise ValueError(f"master={master!r} asks for a classic session, but SPARK_REMOTE={env!r} is set and "
+                         f"PySpark would refuse the master (CANNOT_CONFIGURE_SPARK_CONNECT_MASTER): unset "
+                         f"SPARK_REMOTE, or call pyspark_cq.spark() without master for a Connect session")
+    return _remote_url(None, env)

@@ -113,3 +113,21 @@ def test_former_module_names_resolve_with_a_warning():
         assert J.state_watermarks is worker.state_watermarks   # documented at this path (docs/cost-model.md)
     with pytest.raises(AttributeError):
         assert J.no_such_name is None
+
+
+def test_descriptors_name_the_counters_their_operators_report():
+    """The metrics a descriptor lists are the ones its worker reports (the join's and the aggregation's
+    ``METRICS``; multi_join's per-n names start with them and add only indexed counters)."""
+    from pyspark_cq.operators.aggregate import config as agg_config
+    from pyspark_cq.operators.join import worker as join_worker
+    from pyspark_cq.operators.multi_join import worker as mjoin_worker
+    from pyspark_cq.vocabulary import metrics as M
+
+    assert V.OPERATORS["interval_join"].metrics == join_worker.METRICS
+    assert V.OPERATORS["window_join"].metrics == join_worker.METRICS
+    assert V.OPERATORS["sliding_aggregate"].metrics == agg_config.METRICS
+    names = mjoin_worker.metric_names(3)
+    fixed = [n for n in names if M.parse_input(n) is None and M.parse_step(n) is None]
+    assert tuple(fixed) == V.OPERATORS["multi_join"].metrics
+    for d in V.OPERATORS.values():
+        assert set(d.metrics) <= set(M.NAMES), d.kind

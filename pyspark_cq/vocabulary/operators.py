@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import metrics as M
+
 __all__ = ["OperatorDescriptor", "OPERATORS", "register", "descriptor", "for_shape", "worker_modules",
            "native_modules"]
 
@@ -34,7 +36,8 @@ class OperatorDescriptor:
     workers : tuple of str
         The modules a Spark Python worker imports to run it (what the session's warm-up preloads).
     metrics : tuple of str
-        The names of the counters of its per-batch report.
+        The fixed counters of its per-batch report (:mod:`pyspark_cq.vocabulary.metrics`); the indexed ones
+        (per input, per probe step, per predicate) come from that module's builders.
     cql_shape : str or None
         The CQL compiler's query shape it implements (``"aggregate"``, ``"join"``, ``"rows"``, ...).
     """
@@ -100,24 +103,28 @@ _OPS = "pyspark_cq.operators"
 
 register(OperatorDescriptor(
     "interval_join", f"{_OPS}.join", ("lower", "upper", "drop_ratio", "params"),
-    native="_join", workers=(f"{_OPS}.join.worker",)))
+    native="_join", workers=(f"{_OPS}.join.worker",), metrics=M.JOIN))
 register(OperatorDescriptor(
     "window_join", f"{_OPS}.join", ("window", "drop_ratio", "params"),
-    native="_join", workers=(f"{_OPS}.join.worker",), cql_shape="join"))
+    native="_join", workers=(f"{_OPS}.join.worker",), metrics=M.JOIN, cql_shape="join"))
 register(OperatorDescriptor(
     "sliding_aggregate", f"{_OPS}.aggregate", ("window", "granularity", "drop_ratio", "params"),
     native="_aggregate", workers=(f"{_OPS}.aggregate.slicer", f"{_OPS}.aggregate.transport"),
-    cql_shape="aggregate"))
+    metrics=M.AGGREGATE, cql_shape="aggregate"))
 register(OperatorDescriptor(
     "select_chain", f"{_OPS}.select_chain", ("plan_id", "drop_ratio", "params"),
-    workers=(f"{_OPS}.select_chain.worker",)))
+    workers=(f"{_OPS}.select_chain.worker",), metrics=M.SELECT_CHAIN))
 register(OperatorDescriptor(
     "multi_join", f"{_OPS}.multi_join", ("plan_id", "drop_ratio", "params"),
-    native="_mjoin", workers=(f"{_OPS}.multi_join.worker",), cql_shape="multi_join"))
+    native="_mjoin", workers=(f"{_OPS}.multi_join.worker",), metrics=M.MULTI_JOIN,
+    cql_shape="multi_join"))
 register(OperatorDescriptor(
-    "rows_window", f"{_OPS}.rows_window", workers=(f"{_OPS}.rows_window.worker",), cql_shape="rows"))
+    "rows_window", f"{_OPS}.rows_window", workers=(f"{_OPS}.rows_window.worker",), metrics=M.ROWS_WINDOW,
+    cql_shape="rows"))
 register(OperatorDescriptor(
-    "rows_aggregate", f"{_OPS}.rows_window", workers=(f"{_OPS}.rows_window.worker",), cql_shape="rows_aggregate"))
+    "rows_aggregate", f"{_OPS}.rows_window", workers=(f"{_OPS}.rows_window.worker",),
+    metrics=M.ROWS_WINDOW, cql_shape="rows_aggregate"))
 register(OperatorDescriptor(
-    "granularity", f"{_OPS}.granularity", native="_granularity", workers=(f"{_OPS}.granularity.worker",)))
-register(OperatorDescriptor("window", f"{_OPS}.window"))
+    "granularity", f"{_OPS}.granularity", native="_granularity", workers=(f"{_OPS}.granularity.worker",),
+    metrics=M.GRANULARITY))
+register(OperatorDescriptor("window", f"{_OPS}.window", metrics=M.WINDOW))

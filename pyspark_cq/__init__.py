@@ -12,6 +12,7 @@ load PySpark, so pure modules stay cheap in Spark workers and in tools.
 from __future__ import annotations
 
 from ._lazy import lazy_exports
+from .vocabulary.operators import OPERATORS
 
 __version__ = "0.1.0"
 
@@ -24,16 +25,7 @@ _EXPORTS = {
     "spark": ".session",
     "find_java": ".session",
     "read_metrics": ".operators._common.metrics",
-    "granularity": ".operators.granularity",
-    "interval_join": ".operators.join",
-    "window_join": ".operators.join",
-    "sliding_aggregate": ".operators.aggregate",
-    "window": ".operators.window",
-    "rows_window": ".operators.rows_window",
-    "rows_aggregate": ".operators.rows_window",
     "cql": ".lang.compiler",
-    "select_chain": ".operators.select_chain",
-    "multi_join": ".operators.multi_join",
     # cost models, plans and estimators (pure: no Spark)
     "StreamCharacteristics": ".cost.pipes",
     "CostProfile": ".cost.pipes",
@@ -52,6 +44,9 @@ _EXPORTS = {
     "QoSRange": ".policies",
     "Policy": ".policies",
 }
+# every registered operator's public function (its kind), from its package: a new operator is one package
+# plus one registration (pyspark_cq.vocabulary.operators)
+_EXPORTS.update({d.kind: d.package.removeprefix(__name__) for d in OPERATORS.values()})
 _ALIASES = {"read_metrics": "read"}
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

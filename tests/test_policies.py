@@ -326,3 +326,17 @@ def test_policy_clone_and_params():
     with pytest.raises(TypeError, match="Snapshot"):
         rm.decide({})
     assert rm.decide(Snapshot()) == Decisions((), "pipes")
+
+
+def test_the_plugins_docstring_lists_every_shipped_policy():
+    """``pyspark_cq_plugins``'s table names every entry point of the group, with its class."""
+    from importlib.metadata import entry_points
+
+    import pyspark_cq_plugins
+
+    doc = pyspark_cq_plugins.__doc__
+    shipped = [ep for ep in entry_points(group="pyspark_cq.policies") if ep.value.startswith("pyspark_cq_plugins.")]
+    assert len(shipped) >= 11
+    for ep in shipped:
+        module, cls = ep.value.removeprefix("pyspark_cq_plugins.").split(":")
+        assert f"``{ep.name}``" in doc and f"``{module}.{cls}``" in doc, ep.name

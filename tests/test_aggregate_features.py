@@ -265,6 +265,47 @@ def test_read_metrics_skips_empty_trailing_batches():
         pyspark_cq.read_metrics(query.lastProgress, "agg", batch=1)
 
 
+def test_read_metrics_totals_and_history():
+    """``batch="total"``: counts summed over the retained batches, state sizes as of the last one, peaks the
+    largest; ``batch="all"``: every batch's counters, oldest first, a retried batch once (issue 41, item 12)."""
+    query = _Query([_progress(0, 10, input_rows=10, output_rows=3, state_rows=7, peak_worker_rss=5),
+                    _progress(1, 5, input_rows=5, output_rows=2, state_rows=9, peak_worker_rss=4),
+                    _progress(1, 5, input_rows=5, output_rows=2, state_rows=9, peak_worker_rss=4),   # retried
+                    _progress(2, 0, output_rows=4, evicted_rows=6, state_rows=3), _progress(3, 0)])
+    got = pyspark_cq.read_metrics(query, "agg", batch="total")
+    assert got == {"input_rows": 15, "output_rows": 9, "evicted_rows": 6, "late_rows": 0, "state_rows": 3,
+                   "peak_worker_rss": 5}
+    history = pyspark_cq.read_metrics(query, "agg", batch="all")
+    assert [b for b, _ in history] == [0, 1, 2, 3] and history[1][1]["input_rows"] == 5
+    assert pyspark_cq.read_metrics(query, "other", batch="total") is None
+    assert pyspark_cq.read_metrics(query, "other", batch="all") == []
+    with pytest.warns(UserWarning, match="cover batches 0-99 only"):
+        pyspark_cq.read_metrics(_Query([_progress(i, 1, input_rows=1) for i in range(100)]), "agg", batch="total")
+
+
+def test_read_metrics_total_counts_every_row_of_an_available_now_run(spark, tmp_path):
+    """After an ``availableNow`` run the default read is the last busy batch; the total counts every input row
+    once and every row the sink received."""
+    rng = np.random.default_rng(41)
+    root = tmp_path / "in"
+    root.mkdir()
+    for i in range(3):
+        pq.write_table(_rows(rng, 100, i * 20, 20, 4, 50), os.path.join(root, f"b{i}.parquet"))
+        os.utime(os.path.join(root, f"b{i}.parquet"), (1_000_000 + i * 10, 1_000_000 + i * 10))
+    src = (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(root))
+           .withWatermark("ts", "5 seconds"))
+    out = pyspark_cq.sliding_aggregate(src, "ts", "20 seconds", "10 seconds", by="k", aggs={"x": ["sum"]},
+                                       name="cq_totals")
+    query = (out.writeStream.format("memory").queryName("cq_totals_out").trigger(availableNow=True)
+             .option("checkpointLocation", str(tmp_path / "ck")).start())
+    query.awaitTermination()
+    got = pyspark_cq.read_metrics(query, "cq_totals", batch="total")
+    assert got["input_rows"] == 300 and got["late_rows"] == 0   # the files come in time order
+    assert got["output_rows"] == spark.table("cq_totals_out").count() > 0
+    history = pyspark_cq.read_metrics(query, "cq_totals", batch="all")
+    assert len(history) >= 3 and sum(v["output_rows"] for _, v in history) == got["output_rows"]
+
+
 def test_kernel_multi_slot_kinds_with_out_of_order_slices():
     """The kernel's new kinds -- first / last (time, value) pairs, (n, mean, M2) moments, bytewise-max
     sketch words -- through its persistent sliding queue with slices arriving inside it (front and back),

@@ -43,7 +43,7 @@ __all__ = ["INPUT_ROWS", "OUTPUT_ROWS", "STATE_ROWS", "STATE_BYTES", "EVICTED_RO
            "PEAK_WORKER_RSS", "PEAKS", "CHUNKS", "PER_INPUT", "PROBED", "MATCHED", "PROBE_NANOS", "BANDED",
            "STEP_KINDS", "MULTI_JOIN", "ROWS_IN", "ROWS_PASSED", "NANOS", "PREDICATE_KINDS", "SAMPLE",
            "PREDICATE_NAME", "SELECT_CHAIN", "ARRIVED_ROWS", "NAMES", "PREFIXES", "InputCounter", "StepCounter",
-           "PredicateCounter", "is_state_size", "per_input", "parse_input", "input_counters", "step", "probed",
+           "PredicateCounter", "is_state_size", "is_peak", "per_input", "parse_input", "input_counters", "step", "probed",
            "matched", "probe_nanos", "banded", "parse_step", "step_counters", "band_names", "multi_join_names",
            "predicate", "rows_in", "rows_passed", "nanos", "parse_predicate", "predicates", "select_chain_names"]
 
@@ -151,6 +151,14 @@ def is_state_size(name: str) -> bool:
     ``state_rows_<i>``), which does not add up over batches as the counters do.
     """
     return name.startswith("state_")
+
+
+def is_peak(name: str) -> bool:
+    """Whether ``name`` is a per-batch maximum over the tasks (:data:`PEAKS`, ``banded_<i>_<j>``), whose
+    value over several batches is the largest, not the sum.
+    """
+    step = parse_step(name)
+    return name in PEAKS or (step is not None and step.kind == BANDED)
 
 
 # -- per input

@@ -22,6 +22,7 @@ round trip per task and micro-batch) that IPC unpacking needs.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Mapping
 
 import numpy as np
@@ -283,17 +284,21 @@ def read(progress, name: str, batch=None) -> dict[str, int] | None:
         Connect, e.g. ``event.progress`` in a ``StreamingQueryListener``) or its JSON dict.
     name : str
         The operator's ``name``.
-    batch : None, "last" or int
+    batch : None, "last", int, "total" or "all"
         Which batch of a query: None (default) the latest batch in which something happened (input rows
         for the query, or rows in, out or evicted for the operator), so that the no-data batch that
         typically ends an ``availableNow`` run does not hide the counters of the batch before it;
         ``"last"`` the last progress as it is (``query.lastProgress``); an int the batch with that
-        ``batchId`` among ``query.recentProgress`` (None if Spark no longer retains it). Only with a
-        query.
+        ``batchId`` among ``query.recentProgress`` (None if Spark no longer retains it); ``"total"`` the
+        counters over every batch Spark retains (:func:`total`: counts summed, state sizes as of the last
+        batch, peaks their maximum); ``"all"`` a list of ``(batch_id, counters)``, oldest first. Spark
+        retains the last ``spark.sql.streaming.numRecentProgressUpdates`` progresses (default 100) of the
+        query's current run: ``"total"`` warns when older batches of the run are no longer retained. Only
+        with a query.
 
     Returns
     -------
-    dict of str to int or None
+    dict of str to int, list or None
         The counters, None when the batch has no metrics under that name. ``late_rows`` includes the
         rows Spark dropped before the operator's function (counted under ``<name>__input``), which the
         raw ``progress.observedMetrics[name]`` does not.
@@ -309,12 +314,63 @@ def _field(progress, key: str):
     return progress.get(key) if isinstance(progress, dict) else getattr(progress, key, None)
 
 
+def total(reports) -> dict[str, int]:
+    """One operator's counters over several batches (``reports``: their counters, oldest first).
+
+    Counts (rows in, out, late, ...) add up; a state size (``state_rows``, ``state_bytes``, per input too) is
+    the last batch's, the state left at the end; a per-batch maximum (``peak_*``, ``banded_*``) is the
+    largest.
+    """
+    out: dict[str, int] = {}
+    for values in reports:
+        for key, v in values.items():
+            if M.is_state_size(key):
+                out[key] = v
+            elif M.is_peak(key):
+                out[key] = max(out.get(key, v), v)
+            else:
+                out[key] = out.get(key, 0) + v
+    return out
+
+
+def _history(query, name: str) -> list[tuple[int, dict[str, int]]]:
+    """``(batch_id, counters)`` of the retained progresses that carry ``name``'s metrics, oldest first, one
+    per batch (a batch retried after a failure reports again: its last report counts).
+    """
+    by_batch: dict[int, dict[str, int]] = {}
+    for progress in getattr(query, "recentProgress", None) or []:
+        values = _read_progress(progress, name)
+        if values is not None:
+            by_batch[int(_field(progress, "batchId"))] = values
+    return sorted(by_batch.items())
+
+
+def _retained_limit(query) -> int:
+    try:
+        return int(query.sparkSession.conf.get("spark.sql.streaming.numRecentProgressUpdates", "100"))
+    except Exception:   # a stand-in query without a session, or a stopped session: Spark's default
+        return 100
+
+
 def _read_query(query, name: str, batch):
     """:func:`read` for a StreamingQuery: the progress ``batch`` selects (see there)."""
     if batch == "last":
         return _read_progress(query.lastProgress, name)
+    if batch in ("total", "all"):
+        history = _history(query, name)
+        if batch == "all":
+            return history
+        if not history:
+            return None
+        recent = getattr(query, "recentProgress", None) or []
+        if len(recent) >= _retained_limit(query):
+            warnings.warn(f"read_metrics: the totals of {name!r} cover batches {history[0][0]}-{history[-1][0]} "
+                          f"only: Spark retains the last {len(recent)} progresses of a query "
+                          f"(spark.sql.streaming.numRecentProgressUpdates); a StreamingQueryListener, or "
+                          f"CQRuntime, sees every batch", UserWarning, stacklevel=3)
+        return total(values for _, values in history)
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int)):
-        raise TypeError(f"batch must be None, 'last' or a batch id (int), got {batch!r}")
+        raise TypeError(f"batch must be None, 'last' or a batch id (int), 'total' or 'all', got {batch!r}")
     recent = list(getattr(query, "recentProgress", None) or [])
     if batch is not None:
         match = [p for p in recent if _field(p, "batchId") == batch]

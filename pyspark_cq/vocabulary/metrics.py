@@ -41,11 +41,11 @@ __all__ = ["INPUT_ROWS", "OUTPUT_ROWS", "STATE_ROWS", "STATE_BYTES", "EVICTED_RO
            "SHED_ROWS", "STATEFUL", "SHED_ROWS_LEFT", "SHED_ROWS_RIGHT", "JOIN_SHED", "JOIN", "AGGREGATE",
            "ROWS_WINDOW", "WINDOW", "DROPPED_EMPTY", "GRANULARITY", "CHUNK_STEPS", "PEAK_BUFFERED_ROWS",
            "PEAK_WORKER_RSS", "PEAKS", "CHUNKS", "PER_INPUT", "PROBED", "MATCHED", "PROBE_NANOS", "BANDED",
-           "STEP_KINDS", "MULTI_JOIN", "ROWS_IN", "ROWS_PASSED", "NANOS", "PREDICATE_KINDS", "SAMPLE",
-           "PREDICATE_NAME", "SELECT_CHAIN", "ARRIVED_ROWS", "NAMES", "PREFIXES", "InputCounter", "StepCounter",
-           "PredicateCounter", "is_state_size", "is_peak", "per_input", "parse_input", "input_counters", "step",
-           "probed", "matched", "probe_nanos", "banded", "parse_step", "step_counters", "band_names",
-           "multi_join_names", "predicate", "rows_in", "rows_passed", "nanos", "parse_predicate", "predicates", "select_chain_names"]
+           "STEP_KINDS", "MULTI_JOIN", "ROWS_IN", "ROWS_PASSED", "NANOS", "PREDICATE_KINDS", "SAMPLE", "PREDICATE_NAME",
+           "SELECT_CHAIN", "ARRIVED_ROWS", "NAMES", "PREFIXES", "InputCounter", "StepCounter", "PredicateCounter",
+           "is_state_size", "is_peak", "per_input", "parse_input", "input_counters", "step", "probed", "matched",
+           "probe_nanos", "banded", "parse_step", "step_counters", "band_names", "multi_join_names", "predicate",
+           "rows_in", "rows_passed", "nanos", "parse_predicate", "predicates", "select_chain_names"]
 
 # -- every stateful operator (sums over the shards of a micro-batch) --------------------------------------
 INPUT_ROWS = "input_rows"          #: rows the operator's function received (well-formed or not)

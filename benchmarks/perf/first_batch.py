@@ -36,6 +36,8 @@ import sys
 import tempfile
 import time
 
+from ..common import join_shape
+
 SESSIONS = ("cq", "cq-cold", "plain")
 ENGINES = {"join": ("ours", "spark", "floor"), "agg": ("ours", "spark")}
 
@@ -86,7 +88,6 @@ def _one(session, query, engine, root):
                 .parquet(os.path.join(root, side)).withWatermark("ts", "5 seconds"))
 
     if query == "join" and engine == "floor":
-        from floor_shapes import join_shape  # beside this script, which is sys.path[0]
 
         df = join_shape(src("l"), src("r"))
     elif query == "join" and engine == "ours":

@@ -252,7 +252,6 @@ def main(argv=None):
     if args.quick:
         args.loads, args.instances = [0.6, 1.5], 5
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plugins"))
     from pyspark_cq_plugins.rtstream import RTStreamQoS
 
     import pyspark_cq

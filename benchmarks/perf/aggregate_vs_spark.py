@@ -33,14 +33,10 @@ import time
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-SLIDE = "1 second"
+from ..common import _eight_rows, _trivial_state, ours_agg, project, session, spark_agg, stream_run, write_data
+
 RATIOS = (1, 60, 600)
-AGGS = {"v": ["sum", "max"], "*": ["count"]}
-DELAY = "10 seconds"
-
-
 # --- 1: the kernels ---------------------------------------------------------------------------------------
 
 def kernel_rates(n=2_000_000, keys=100, batch=100_000, repeats=3, ratios=RATIOS):
@@ -88,51 +84,6 @@ def kernel_rates(n=2_000_000, keys=100, batch=100_000, repeats=3, ratios=RATIOS)
 
 # --- data -------------------------------------------------------------------------------------------------
 
-def write_data(directory, rows, files, keys=100, rate=1000, seed=0):
-    """``files`` parquet files of rows in event-time order (``rate`` rows per second, 1 s of jitter)."""
-    os.makedirs(directory, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    per = rows // files
-    for f in range(files):
-        i = np.arange(f * per, (f + 1) * per)
-        ts = i * 1_000_000 // rate + rng.integers(0, 1_000_000, per)
-        table = pa.table({"ts": pa.array(ts, type=pa.timestamp("us", tz="UTC")),
-                          "k": pa.array(rng.integers(0, keys, per)), "v": pa.array(rng.integers(0, 1000, per))})
-        path = os.path.join(directory, f"part-{f:03d}.parquet")
-        pq.write_table(table, path)
-        os.utime(path, (1_000_000 + f * 10, 1_000_000 + f * 10))
-
-
-def session():
-    """The benchmarks' local session. Its Python workers can import this directory's modules: the floor
-    shapes (here, in floor_shapes.py, tws_aggregate.py) pass their functions to Spark by reference."""
-    import pyspark_cq
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [here, os.environ.get("PYTHONPATH")]))
-    spark = pyspark_cq.spark("local[2]", "aggregate-vs-spark", shuffle_partitions=2, conf={
-        "spark.sql.adaptive.enabled": "false",
-        "spark.sql.execution.arrow.maxRecordsPerBatch": "200000",
-        "spark.driver.memory": "4g",
-        "spark.sql.streaming.stateStore.maintenanceInterval": "10s",
-    })
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
-def spark_agg(df, window):
-    from pyspark.sql import functions as F
-
-    return df.groupBy(F.window("ts", window, SLIDE), "k").agg(F.sum("v").alias("sum_v"), F.max("v").alias("max_v"),
-                                                             F.count(F.lit(1)).alias("count"))
-
-
-def ours_agg(df, window, **kw):
-    import pyspark_cq
-
-    return pyspark_cq.sliding_aggregate(df, "ts", window, SLIDE, by="k", aggs=AGGS, name="agg", **kw)
-
-
 # --- 2: batch ---------------------------------------------------------------------------------------------
 
 def batch_run(df):
@@ -162,34 +113,6 @@ def batch_bench(spark, big, small, rows, small_rows, repeats, ratios=RATIOS):
 
 
 # --- 3, 4: streaming --------------------------------------------------------------------------------------
-
-def stream_run(spark, build, directory, checkpoint):
-    import pyspark_cq
-
-    df = (spark.readStream.schema("ts timestamp, k long, v long").option("maxFilesPerTrigger", 1)
-          .parquet(directory).withWatermark("ts", DELAY))
-    start = time.perf_counter()
-    q = (build(df).writeStream.format("noop").outputMode("append").option("checkpointLocation", checkpoint)
-         .trigger(availableNow=True).start())
-    q.awaitTermination()
-    wall = time.perf_counter() - start
-    progress = q.recentProgress
-    rows = sum(p["numInputRows"] for p in progress)
-    ops = [p["stateOperators"][0] for p in progress if p["stateOperators"]]
-    reports = [pyspark_cq.read_metrics(p, "agg") for p in progress]
-    reports = [r for r in reports if r]
-    return {
-        "wall_s": wall, "rows": rows, "rows_per_s": rows / wall, "batches": len(progress),
-        "batch_ms": [p["durationMs"].get("triggerExecution") for p in progress],
-        # where each batch went: Spark's phases (addBatch, commits, planning) and the state operator's times
-        "durations": [dict(p["durationMs"], **{k: v for k, v in (p["stateOperators"][0] if p["stateOperators"] else {}).items()
-                                               if k.endswith("TimeMs")}) for p in progress],
-        "store_rows_max": max((o["numRowsTotal"] for o in ops), default=0),
-        "store_bytes_max": max((o["memoryUsedBytes"] for o in ops), default=0),
-        "report_state_rows_max": max((r["state_rows"] for r in reports), default=None),
-        "report_state_bytes_max": max((r["state_bytes"] for r in reports), default=None),
-    }
-
 
 def stream_bench(spark, big, small, tmp, repeats=2, ratios=RATIOS):
     out = {}
@@ -229,26 +152,6 @@ def _count_rows(batches):
     for b in batches:
         n += b.num_rows
     yield pa.RecordBatch.from_pydict({"n": [n]})
-
-
-def _eight_rows(batches):
-    n = sum(b.num_rows for b in batches)
-    yield pa.RecordBatch.from_pydict({"s": list(range(8)), "n": [n] * 8})
-
-
-def _trivial_state(key, pdfs, state):
-    import pandas as pd
-
-    n = sum(len(p) for p in pdfs)
-    state.update((n,))
-    yield pd.DataFrame({"n": [n]})
-
-
-def project(d):
-    """The input of our aggregation's map side in its floor shapes: time (µs), key hash, key, value."""
-    from pyspark.sql import functions as F
-
-    return d.select(F.unix_micros("ts").alias("t"), F.xxhash64("k").alias("h"), "k", "v")
 
 
 def floor_bench(spark, big, tmp):

@@ -36,18 +36,13 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 from pyspark_cq_plugins.pipes_rm import PipesResourceManager
 
 from pyspark_cq.control.schedule import Schedule
-
-# the §5.4 workload generator is test data: it lives with the tests, not in the installed packages
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from helpers import pipes_workload as W  # noqa: E402
+from pyspark_cq.experiments import pipes_workload as W
 
 HOUR = 3600.0
 S = 1_000_000

@@ -35,21 +35,13 @@ import numpy as np
 from pyspark_cq import plan as P
 from pyspark_cq.cost import rate as R
 
+from ..common import AC_COST, F_AB, F_AC, RATES, SIZES, _s, plans_5_3
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIGURES = os.path.join(HERE, "..", "docs", "figures")
 
-# §5.1–§5.2: rates (elements/s) from the inter-arrival delays; Table 5
-RATES = {"A": 50.0, "B": 500.0, "C": 100.0, "D": 250.0, "E": 1000.0}
-SIZES = {"A": 5_000, "B": 10_000, "C": 20_000, "D": 50_000, "E": 100_000}     # Table 4
-F_AB, F_AC, F_BD, F_DE = 2e-3, 5e-3, 1e-4, 1e-5
-#: "5 ms" handling cost of the predicate A⋈C, paid by every input of the join that evaluates it
-AC_COST = 5e-3
 #: Symmetric hash join per-arrival costs (Table 3: move + hash + probe), a few µs each as on this machine
 COSTS = R.JoinCosts(move=2e-6, hash=2e-6, probe=2e-6)
-
-
-def _s(name):
-    return P.Source(name)
 
 
 def plans_5_2():
@@ -59,24 +51,6 @@ def plans_5_2():
     ac_b = P.Join(P.Join(_s("A"), _s("C"), selectivity=F_AC, left_cost=AC_COST, right_cost=AC_COST), _s("B"),
                   selectivity=F_AB, label="(A⋈C)⋈B")
     return [ab_c, ac_b]
-
-
-def plans_5_3(ac_cost=AC_COST, f_scale=1.0, method="hash"):
-    """Figure 11's shapes over A…E with Table 5's predicates (E the fastest stream, D the second); every
-    selectivity times ``f_scale`` (the Spark runs scale them to the data that runs here), every join by
-    ``method`` (Table 3: ``"hash"`` or ``"nested_loops"``)."""
-    f_ab, f_ac, f_bd, f_de = (f * f_scale for f in (F_AB, F_AC, F_BD, F_DE))
-    ac = lambda: P.Join(_s("A"), _s("C"), selectivity=f_ac, method=method, left_cost=ac_cost, right_cost=ac_cost)  # noqa: E731
-    # (a) Left Deep: the fastest stream at the top
-    left_deep = P.Join(P.Join(P.Join(ac(), _s("B"), selectivity=f_ab, method=method), _s("D"), selectivity=f_bd, method=method), _s("E"),
-                       selectivity=f_de, method=method, label="Left Deep")
-    # (b) Fast Leaves: the fast streams at the lowest level
-    fast_leaves = P.Join(P.Join(ac(), _s("B"), selectivity=f_ab, method=method), P.Join(_s("D"), _s("E"), selectivity=f_de, method=method),
-                         selectivity=f_bd, method=method, label="Fast Leaves")
-    # (c) Evenly Spread: the fastest in the middle, the second fastest at the lowest level
-    evenly = P.Join(P.Join(P.Join(_s("B"), _s("D"), selectivity=f_bd, method=method), _s("E"), selectivity=f_de, method=method), ac(),
-                    selectivity=f_ab, method=method, label="Evenly Spread")
-    return [left_deep, fast_leaves, evenly]
 
 
 def curve(plan, rates, ns):

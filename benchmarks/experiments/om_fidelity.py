@@ -69,6 +69,8 @@ import numpy as np
 from pyspark_cq.cost import om
 from pyspark_cq.policies import plan_stats as ps
 
+from ..common import _write
+
 HOSTS = 50                 # distinct hosts of Q2's join key
 WINDOW = 1.0               # W: one round = one second of packets (Q1 and Q2: WINDOW [1])
 W_R, W_M = 0.4, 0.6        # §5.1's default weights
@@ -292,15 +294,6 @@ def _join_input(rng, i: int, n: int, step: int):
                      f"t{i}": pa.array(base + rng.integers(0, 1_000_000, n), pa.int64()).cast(
                          pa.timestamp("us", tz="UTC")),
                      f"v{i}": pa.array(rng.integers(0, 2**40, n), pa.int64())})
-
-
-def _write(directory: str, step: int, table) -> None:
-    import pyarrow.parquet as pq
-
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".b{step:04d}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, os.path.join(directory, f"b{step:04d}.parquet"))
 
 
 Q1_PLANS = ("dest>tcp", "tcp>dest")

@@ -26,6 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ..common import carrying_state
+
 BASE_US = 1_700_000_000_000_000
 FILE_US = 5 * 60_000_000  # event time covered by one file (one micro-batch)
 BOUNDS = [(0, 1, "0 seconds", "10 minutes"), (1, 2, "0 seconds", "1 hour")]
@@ -118,7 +120,6 @@ def floor(spark, root, delay, ck, sizes=None):
     (incompressible) bytes: ``sizes[b]`` / shards bytes per shard in batch b (our run's ``state_bytes``), or
     a few bytes without ``sizes``. What any operator of this shape costs per batch before doing anything.
     """
-    from floor_shapes import carrying_state
 
     from pyspark_cq.operators import multi_join as M
     from pyspark_cq.operators._common import metrics as _metrics

@@ -45,9 +45,8 @@ import tempfile
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import join_vs_spark as join  # noqa: E402  (the join's data and streaming runner)
+from .. import common, harness
+from ..common import join_shape
 
 DELAY = "4 minutes"
 _UNITS = {"ns": 1e-6, "ms": 1.0, "s": 1e3, "m": 60e3, "h": 3600e3, "min": 60e3,
@@ -218,7 +217,7 @@ def progress_metrics(p: dict) -> dict[str, float]:
 def run_shape(spark, base: str, df, checkpoint: str) -> list[dict[str, float]]:
     """One streaming run: per batch (in order) all metrics above in one dict, and the progress."""
     known = {e["id"] for e in _executions(base)}
-    _, progress = join.run_query(spark, df, checkpoint)
+    _, progress = common.run_query(spark, df, checkpoint)
     new = _settled(base, known)
     # The micro-batch executions are the ones that ran jobs; map them to batches in order.
     batches = [e for e in new if e.get("successJobIds")]
@@ -309,11 +308,10 @@ def main(argv=None):
         trace = tempfile.mktemp(prefix="cq_gap_trace_", suffix=".jsonl")
         os.environ["CQ_TRACE"] = trace
         here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker_trace")
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+        harness.worker_env(here)   # the workers import worker_trace/sitecustomize.py at start-up
         if args.calibrate:
             os.environ["CQ_TRACE_CALIBRATE"] = "1"
-            sys.path.insert(0, here)
-            from sitecustomize import calibrate
+            from .worker_trace.sitecustomize import calibrate
 
             c = [calibrate() for _ in range(5)]
             print("calibration loop in this process (ms): python wall / CPU, numpy sort wall / CPU: "
@@ -326,7 +324,7 @@ def main(argv=None):
     results, loads = {}, {}
     try:
         root = os.path.join(tmp, "data")
-        join.write_streams(root, args.files, args.rows, args.keys)
+        common.write_streams(root, args.files, args.rows, args.keys)
 
         def source(side):
             return (spark.readStream.schema(f"k long, ts timestamp, {side}v long").option("maxFilesPerTrigger", 1)
@@ -342,7 +340,6 @@ def main(argv=None):
                 df = floor_variant(source("l"), source("r"), state_bytes, tail=kind == "floor_tail",
                                    fields=3 if kind == "floor_state3" else 1)
             elif kind in ("floor", "floor_state"):
-                from floor_shapes import join_shape
 
                 df = join_shape(source("l"), source("r"), state_bytes if kind == "floor_state" else [0])
             else:

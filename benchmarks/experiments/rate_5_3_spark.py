@@ -52,13 +52,11 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from om_fidelity import _write  # noqa: E402  (the benchmarks' shared parquet writer)
-from rate_5_2_5_3 import F_AB, F_AC, F_BD, F_DE, RATES, plans_5_3  # noqa: E402
-
 from pyspark_cq import plan as P  # noqa: E402
 from pyspark_cq.control import join_plan_id  # noqa: E402
 from pyspark_cq.cost import rate as R  # noqa: E402
+
+from ..common import F_AB, F_AC, F_BD, F_DE, RATES, _write, plans_5_3
 
 NAMES = "ABCDE"
 EDGES = {("A", "C"): F_AC, ("A", "B"): F_AB, ("B", "D"): F_BD, ("D", "E"): F_DE}   # Table 5, chain C–A–B–D–E

@@ -42,10 +42,9 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from om_fidelity import _write  # noqa: E402  (the benchmarks' shared parquet writer)
-
 from pyspark_cq.policies import plan_stats as ps  # noqa: E402
+
+from ..common import _write
 
 OP = "mj"
 PLANS = ps.left_deep_plans(3)          # (0,1,2), (0,2,1), (1,2,0)

@@ -27,7 +27,6 @@ import os
 import pickle
 import pstats
 import statistics
-import sys
 import tempfile
 import time
 
@@ -35,8 +34,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-sys.path.insert(0, os.path.dirname(__file__))
-import join_vs_spark as join  # noqa: E402  (the join's data)
+from .. import common
 
 DELAY_MS = 4 * 60_000
 TZ = "UTC"
@@ -92,7 +90,7 @@ def batches(rows: int, files: int, shards: int, keys: int = 200_000):
     """Per micro-batch: (shard 0's tagged union as one Arrow batch, the watermark of that batch in ms)."""
     out = []
     with tempfile.TemporaryDirectory(prefix="cq_jwp_") as root:
-        join.write_streams(root, files, rows, keys)
+        common.write_streams(root, files, rows, keys)
         inputs = [[pq.read_table(os.path.join(root, s, f"b{i:04d}.parquet")) for i in range(files)] for s in "lr"]
     wm = 0
     for i in range(files):

@@ -37,32 +37,16 @@ import os
 import platform
 import shutil
 import statistics
-import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from .. import common
+from ..common import _summary, join_shape
 
-import aggregate_vs_spark as agg  # noqa: E402  (the aggregation's data, queries and session)
-import join_vs_spark as join  # noqa: E402  (the join's data and queries)
-
-PHASES = ("addBatch", "allUpdatesTimeMs", "allRemovalsTimeMs", "commitTimeMs")
 WARMUP_FILES = 8   # micro-batches of each query in the warm-up (4 left the first measured query ~30 % slow)
 
 
-def _summary(progress: list[dict]) -> dict:
-    steady = progress[2:-1] or progress
-    phases = []
-    for p in steady:
-        ops = p.get("stateOperators") or [{}]
-        phases.append({"addBatch": p["durationMs"].get("addBatch", 0),
-                       **{k: sum(o.get(k, 0) for o in ops) for k in PHASES[1:]}})
-    return {"median_ms": statistics.median(p["durationMs"]["triggerExecution"] for p in steady),
-            "phases_ms": {k: statistics.median(x[k] for x in phases) for k in PHASES},
-            "batch_ms": [p["durationMs"]["triggerExecution"] for p in progress]}
-
-
 def _run(spark, df, checkpoint, report=None) -> dict:
-    _, progress = join.run_query(spark, df, checkpoint)
+    _, progress = common.run_query(spark, df, checkpoint)
     out = _summary(progress)
     if report is not None:   # our operator's state bytes per batch, for the floor that carries them
         import pyspark_cq
@@ -75,7 +59,6 @@ def join_floor(spark, left, right, checkpoint, sizes=None) -> dict:
     """The join's shape with no work (see the module docstring): :func:`floor_shapes.join_shape` with a
     state of ``sizes[b]`` / shards random bytes per shard in batch b (a few bytes without ``sizes``).
     """
-    from floor_shapes import join_shape
 
     return _run(spark, join_shape(left, right, sizes or [0]), checkpoint)
 
@@ -87,27 +70,27 @@ def aggregation(spark, tmp, rows, files, spark_first=False, tag="", row_slices=F
     """
     data = os.path.join(tmp, f"agg{rows}_{files}")
     if not os.path.isdir(data):
-        agg.write_data(data, rows * files, files)
+        common.write_data(data, rows * files, files)
 
     def source():
         return (spark.readStream.schema("ts timestamp, k long, v long").option("maxFilesPerTrigger", 1)
-                .parquet(data).withWatermark("ts", agg.DELAY))
+                .parquet(data).withWatermark("ts", common.DELAY))
 
     def ours():
-        out = _run(spark, agg.ours_agg(source(), "60 seconds"), os.path.join(tmp, f"ck_agg_o{rows}{tag}"))
+        out = _run(spark, common.ours_agg(source(), "60 seconds"), os.path.join(tmp, f"ck_agg_o{rows}{tag}"))
         if row_slices:
             from pyspark_cq.operators import aggregate
 
             aggregate._PACK_SLICES = False
             try:
-                out["row_slices"] = _run(spark, agg.ours_agg(source(), "60 seconds"),
+                out["row_slices"] = _run(spark, common.ours_agg(source(), "60 seconds"),
                                          os.path.join(tmp, f"ck_agg_or{rows}{tag}"))
             finally:
                 aggregate._PACK_SLICES = True
         return out
 
     def theirs():
-        return _run(spark, agg.spark_agg(source(), "60 seconds"), os.path.join(tmp, f"ck_agg_s{rows}{tag}"))
+        return _run(spark, common.spark_agg(source(), "60 seconds"), os.path.join(tmp, f"ck_agg_s{rows}{tag}"))
 
     return _both(ours, theirs, spark_first)
 
@@ -131,7 +114,7 @@ def interval_join(spark, tmp, rows, files, keys=200_000, delay="4 minutes", floo
 
     root = os.path.join(tmp, f"join{rows}_{files}")
     if not os.path.isdir(root):
-        join.write_streams(root, files, rows, keys)
+        common.write_streams(root, files, rows, keys)
 
     def source(side):
         return (spark.readStream.schema(f"k long, ts timestamp, {side}v long").option("maxFilesPerTrigger", 1)
@@ -174,7 +157,7 @@ def main(argv=None):
     sizes = [int(s) for s in args.sizes.split(",")]
     ops = [(op, run) for op, run in (("aggregation", aggregation), ("join", interval_join))
            if not args.only or op == args.only]
-    spark = agg.session()
+    spark = common.session()
     tmp = tempfile.mkdtemp(prefix="cq_small_")
     results = {"machine": platform.platform(), "cpus": os.cpu_count(), "sizes": sizes, "rounds": args.rounds,
                "warmup": not args.no_warmup, "runs": []}

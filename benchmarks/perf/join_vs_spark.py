@@ -18,7 +18,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -28,11 +27,8 @@ import tempfile
 import time
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 
-BASE_US = 1_700_000_000_000_000
-
+from ..common import run_query, write_streams
 
 # --- 1, 2: the kernel ----------------------------------------------------------------------------------
 
@@ -92,34 +88,6 @@ def eviction_scaling(sizes=(100_000, 1_000_000), evict=10_000, keys_ratio=5, rep
 
 
 # --- 3, 4: end to end ----------------------------------------------------------------------------------
-
-
-def write_streams(root, files, rows, keys, seed=3):
-    """files per side; file i holds event times in [i, i+1) * 60 s, shuffled (out of order within it)."""
-    rng = np.random.default_rng(seed)
-    for side in ("l", "r"):
-        os.makedirs(os.path.join(root, side), exist_ok=True)
-        for i in range(files):
-            t = BASE_US + i * 60_000_000 + rng.integers(0, 60_000_000, rows)
-            table = pa.table({
-                "k": pa.array(rng.integers(0, keys, rows), pa.int64()),
-                "ts": pa.array(t, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-                f"{side}v": pa.array(rng.integers(0, 1 << 40, rows), pa.int64()),
-            })
-            path = os.path.join(root, side, f"b{i:04d}.parquet")
-            pq.write_table(table, path)
-            os.utime(path, (1_000_000 + i * 10, 1_000_000 + i * 10))  # file order = batch order
-
-
-def run_query(spark, df, checkpoint):
-    sink = checkpoint + "_sink"
-    query = (df.writeStream.format("noop").option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start())
-    start = time.perf_counter()
-    query.awaitTermination()
-    wall = time.perf_counter() - start
-    shutil.rmtree(sink, ignore_errors=True)
-    return wall, [json.loads(p.json) for p in query.recentProgress]
 
 
 def end_to_end(spark, root, files, rows, delay, grouping="shard", shards=None, bucket=None):

@@ -18,56 +18,17 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 
 import numpy as np
 import pyarrow as pa
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import aggregate_vs_spark as agg  # noqa: E402  (data, session, the two aggregations, the streaming runner)
-
 from pyspark_cq._duration import parse_duration  # noqa: E402
 from pyspark_cq._validate import WATERMARK_KEY  # noqa: E402  (the field metadata that carries a watermark)
 
+from .. import common
+
 SPARK_WINDOW = "Spark window(), W/S = 60"   # the shape every other is compared with
-
-
-def carrying_state(grouped, per_shard):
-    """``grouped.applyInPandasWithState`` with a function that does no work: it counts its rows and rewrites
-    a state of ``per_shard[b]`` random (incompressible) bytes in batch b (the last entry after that), with
-    event-time timeouts as our operators use. The floor of an operator of that grouping carrying that state.
-    """
-    import pandas as pd
-    from pyspark.sql import types as T
-    from pyspark.sql.streaming.state import GroupStateTimeout
-
-    blob = np.random.default_rng(0).integers(0, 255, max(per_shard) + 1, dtype=np.uint8).tobytes()
-
-    def fn(key, pdfs, state):
-        seen = state.get[1] if state.exists else 0
-        rows = sum(len(p) for p in pdfs)
-        old = len(state.get[0]) if state.exists else 0
-        state.update((blob[:per_shard[min(seen, len(per_shard) - 1)]], seen + 1))
-        state.setTimeoutTimestamp(max(int(state.getCurrentWatermarkMs()), 1) + 3_600_000)
-        yield pd.DataFrame({"rows": [rows], "read": [old]})
-
-    st = T.StructType([T.StructField("b", T.BinaryType()), T.StructField("n", T.LongType())])
-    return grouped.applyInPandasWithState(fn, "rows long, read long", st, "append", GroupStateTimeout.EventTimeTimeout)
-
-
-def join_shape(left, right, per_shard=(0,)):
-    """``pyspark_cq.interval_join``'s shape with no work (±30 s on ``k``, ``ts``): its tagged union grouped
-    by shard into :func:`carrying_state` with ``per_shard[b]`` bytes of state per shard in batch b.
-    """
-    from pyspark_cq.operators import join as J
-    from pyspark_cq.operators._common import metrics as _metrics
-    from pyspark_cq.operators.join.spec import JoinSpec
-
-    spec = JoinSpec.build(left, right, "k", "ts", "ts", "inner", ("_l", "_r"), None, None, "floor", None)
-    union = _metrics.observe_input(J._tagged(spec, J.LEFT, True).union(J._tagged(spec, J.RIGHT, True)), "floor")
-    return carrying_state(union.groupBy(*J._group_cols(spec)), [int(b) // spec.shards for b in per_shard])
 
 
 def _state(key, pdfs, state, timeout=False):
@@ -114,7 +75,7 @@ def _unpack(batches):
 def _eight_tagged(batches):
     """``aggregate_vs_spark._eight_rows`` plus an all-null event-time column (as our slicer's, which carries
     the watermark to the stateful stage)."""
-    for b in agg._eight_rows(batches):
+    for b in common._eight_rows(batches):
         yield b.append_column("w", pa.nulls(b.num_rows, pa.timestamp("us", tz="UTC")))
 
 
@@ -126,25 +87,25 @@ def shapes():
         return d.select("ts", F.pmod(F.xxhash64("k"), F.lit(8)).alias("s"), "k", "v")
 
     def python_shard(d):
-        return agg.project(d).mapInArrow(agg._eight_rows, "s long, n long")
+        return common.project(d).mapInArrow(common._eight_rows, "s long, n long")
 
     def python_tagged(d):
-        delay_ms = parse_duration(agg.DELAY) // 1000   # the sources' watermark delay (parse_duration: µs)
+        delay_ms = parse_duration(common.DELAY) // 1000   # the sources' watermark delay (parse_duration: µs)
         tagged = T.StructType([T.StructField("s", T.LongType()), T.StructField("n", T.LongType()),
                                T.StructField("w", T.TimestampType(), True, {WATERMARK_KEY: delay_ms})])
-        return agg.project(d).mapInArrow(_eight_tagged, tagged)
+        return common.project(d).mapInArrow(_eight_tagged, tagged)
 
     def stateful(d, fn, out="n long", timeout="NoTimeout"):
         return d.groupBy("s").applyInPandasWithState(fn, out, "x long", "append", timeout)
 
     return {
         "read -> noop": lambda d: d,
-        SPARK_WINDOW: lambda d: agg.spark_agg(d, "60 seconds"),
-        "ours sliding_aggregate, W/S = 60": lambda d: agg.ours_agg(d, "60 seconds"),
-        "mapInArrow(8 rows) -> applyInPandasWithState": lambda d: stateful(python_shard(d), agg._trivial_state),
+        SPARK_WINDOW: lambda d: common.spark_agg(d, "60 seconds"),
+        "ours sliding_aggregate, W/S = 60": lambda d: common.ours_agg(d, "60 seconds"),
+        "mapInArrow(8 rows) -> applyInPandasWithState": lambda d: stateful(python_shard(d), common._trivial_state),
         "  + event-time timeouts (our aggregation's shape)": lambda d: stateful(
             python_tagged(d), _trivial_timeout, timeout="EventTimeTimeout"),
-        "Spark's shard -> applyInPandasWithState": lambda d: stateful(native_shard(d), agg._trivial_state),
+        "Spark's shard -> applyInPandasWithState": lambda d: stateful(native_shard(d), common._trivial_state),
         "  + event-time timeouts": lambda d: stateful(native_shard(d), _trivial_timeout,
                                                      timeout="EventTimeTimeout"),
         "  + IPC blob out, mapInArrow unpack": lambda d: stateful(native_shard(d), _blob, "p binary")
@@ -167,22 +128,22 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.rounds < 1:
         ap.error(f"--rounds must be >= 1, got {args.rounds}")
-    spark = agg.session()
+    spark = common.session()
     tmp = tempfile.mkdtemp(prefix="cq_floor_")
     chosen = [(name, build) for name, build in shapes().items()
               if not args.only or any(o in name for o in args.only)]
     runs: dict[str, list[float]] = {}
     try:
         data = os.path.join(tmp, "data")
-        agg.write_data(data, args.rows * args.files, args.files)
+        common.write_data(data, args.rows * args.files, args.files)
         if not args.no_warmup:   # the JIT warms up over dozens of batches: the first query of a JVM runs slow
             warm = os.path.join(tmp, "warm")
-            agg.write_data(warm, args.rows * 8, 8)
+            common.write_data(warm, args.rows * 8, 8)
             for i, (_, build) in enumerate(chosen):
-                agg.stream_run(spark, build, warm, os.path.join(tmp, f"ck_warm{i}"))
+                common.stream_run(spark, build, warm, os.path.join(tmp, f"ck_warm{i}"))
         for r in range(args.rounds):
             for i, (name, build) in (list(enumerate(chosen)) if r % 2 == 0 else list(enumerate(chosen))[::-1]):
-                res = agg.stream_run(spark, build, data, os.path.join(tmp, f"ck{i}_{r}"))
+                res = common.stream_run(spark, build, data, os.path.join(tmp, f"ck{i}_{r}"))
                 steady = res["durations"][2:-1] or res["durations"]
 
                 def med(key, steady=steady):

@@ -29,14 +29,10 @@ import os
 import platform
 import shutil
 import statistics
-import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-import aggregate_vs_spark as agg  # noqa: E402  (data, session, the two aggregations)
-import join_vs_spark as join  # noqa: E402  (run_query)
-from small_batches import _summary  # noqa: E402
+from .. import common
+from ..common import _summary
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 STORE_METRICS = ("rocksdbBytesCopied", "rocksdbPutCount", "rocksdbGetCount", "rocksdbCommitFileSyncLatencyMs",
@@ -62,17 +58,17 @@ def _trivial_processor():
 
 def variants():
     def python_shard(d):
-        return agg.project(d).mapInArrow(agg._eight_rows, "s long, n long")
+        return common.project(d).mapInArrow(common._eight_rows, "s long, n long")
 
     return {  # name: (build, store)
-        "Spark window()": (lambda d: agg.spark_agg(d, "60 seconds"), "default"),
-        "Spark window(), RocksDB": (lambda d: agg.spark_agg(d, "60 seconds"), "rocksdb"),
-        "ours, applyInPandasWithState": (lambda d: agg.ours_agg(d, "60 seconds"), "default"),
-        "ours, applyInPandasWithState, RocksDB": (lambda d: agg.ours_agg(d, "60 seconds"), "rocksdb"),
-        "ours, transformWithStateInPandas": (lambda d: agg.ours_agg(d, "60 seconds", state="tws"), "rocksdb"),
+        "Spark window()": (lambda d: common.spark_agg(d, "60 seconds"), "default"),
+        "Spark window(), RocksDB": (lambda d: common.spark_agg(d, "60 seconds"), "rocksdb"),
+        "ours, applyInPandasWithState": (lambda d: common.ours_agg(d, "60 seconds"), "default"),
+        "ours, applyInPandasWithState, RocksDB": (lambda d: common.ours_agg(d, "60 seconds"), "rocksdb"),
+        "ours, transformWithStateInPandas": (lambda d: common.ours_agg(d, "60 seconds", state="tws"), "rocksdb"),
         "floor: mapInArrow -> applyInPandasWithState": (
             lambda d: python_shard(d).groupBy("s").applyInPandasWithState(
-                agg._trivial_state, "n long", "x long", "append", "NoTimeout"), "default"),
+                common._trivial_state, "n long", "x long", "append", "NoTimeout"), "default"),
         "floor: mapInArrow -> transformWithStateInPandas": (
             lambda d: python_shard(d).groupBy("s").transformWithStateInPandas(
                 _trivial_processor(), "n long", "Append", "None"), "rocksdb"),
@@ -113,24 +109,24 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     ap.add_argument("only", nargs="*", help="run only variants whose name contains one of these")
     args = ap.parse_args(argv)
-    spark = agg.session()
+    spark = common.session()
     tmp = tempfile.mkdtemp(prefix="cq_tws_")
     results = {"machine": platform.platform(), "cpus": os.cpu_count(), "runs": []}
     try:
         for rows in (int(s) for s in args.sizes.split(",")):
             data = os.path.join(tmp, f"d{rows}")
-            agg.write_data(data, rows * args.files, args.files)
+            common.write_data(data, rows * args.files, args.files)
 
             def source(data=data):
                 return (spark.readStream.schema("ts timestamp, k long, v long").option("maxFilesPerTrigger", 1)
-                        .parquet(data).withWatermark("ts", agg.DELAY))
+                        .parquet(data).withWatermark("ts", common.DELAY))
 
             base = None
             for i, (name, (build, store)) in enumerate(variants().items()):
                 if args.only and not any(o in name for o in args.only):
                     continue
                 _set_store(spark, store)
-                _, progress = join.run_query(spark, build(source()), os.path.join(tmp, f"ck{rows}_{i}"))
+                _, progress = common.run_query(spark, build(source()), os.path.join(tmp, f"ck{rows}_{i}"))
                 _set_store(spark, "default")
                 s = _summary(progress)
                 s.update(name=name, rows_per_batch=rows, store=store, load=os.getloadavg()[0], **_bytes(progress))

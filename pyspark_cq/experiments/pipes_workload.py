@@ -103,5 +103,5 @@ def make_query(rng: np.random.Generator, name: str, sources: dict[str, float], k
 
 def make_queries(rng: np.random.Generator, count: int, sources: dict[str, float], *, prefix: str = "q",
                  start: int = 0) -> list[QueryInfo]:
-    """``count`` random queries named ``<prefix><start>``, ``<prefix><start+1>``, …"""
+    """``count`` random queries named ``<prefix><start>``, ``<prefix><start+1>`` and so on."""
     return [make_query(rng, f"{prefix}{i}", sources) for i in range(start, start + count)]

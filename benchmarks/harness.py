@@ -1,8 +1,9 @@
 """What every benchmark's ``main`` uses: the shared options, the machine and load record, sessions, results.
 
-A script builds its parser with :func:`parser`, adds its own options, and ends with
-:func:`write_result`, which writes ``{"name", "machine", "args", "result"}`` as JSON to ``--json PATH``
-or, by default, to ``benchmarks/results/<name>-<UTC date>.json``.
+A script builds its parser with :func:`parser`, adds its own options, records the machine with :func:`start`
+and ends with :func:`write_result`, which writes its result with ``"benchmark"``, ``"machine"`` (before and
+after: the load) and ``"args"`` as JSON to ``--json PATH`` or, by default, to
+``benchmarks/results/<name>-<UTC date>.json``.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]          # the repository root: Spark's workers import from here
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = ROOT / "benchmarks" / "results"     # the JSON results (docs/benchmarks.md links them)
+FIGURES = ROOT / "docs" / "figures"           # the images the docs show
 
 
 def parent_parser() -> argparse.ArgumentParser:
@@ -81,7 +83,9 @@ def write_result(name: str, result, args=None, before: dict | None = None) -> Pa
     name : str
         The benchmark's name (the file name's stem).
     result : object
-        Anything JSON can hold (``default=str`` for the rest).
+        Anything JSON can hold (``default=str`` for the rest). A dict keeps its keys at the top level (the
+        record's ``benchmark``, ``machine`` and ``args`` are added where it has no such key); anything else
+        goes under ``"result"``.
     args : argparse.Namespace, optional
         The parsed options (recorded; ``json`` and ``no_json`` choose the file).
     before : dict, optional
@@ -98,10 +102,19 @@ def write_result(name: str, result, args=None, before: dict | None = None) -> Pa
     path.parent.mkdir(parents=True, exist_ok=True)
     record = dict(before or machine())
     record["loadavg_after"] = list(os.getloadavg())
-    doc = {"name": name, "machine": record, "args": vars(args) if args is not None else None, "result": result}
+    doc = dict(result) if isinstance(result, dict) else {"result": result}
+    for key, value in (("benchmark", name), ("machine", record), ("args", vars(args) if args is not None else None)):
+        doc.setdefault(key, value)
     path.write_text(json.dumps(doc, indent=1, default=str) + "\n")
     print(f"# result: {path}", flush=True)
     return path
+
+
+def rerun(module: str) -> list[str]:
+    """The command that runs ``module`` (``__spec__.name``) in a fresh interpreter, for scripts that run
+    their cases in child processes; the child finds the benchmarks on ``PYTHONPATH``."""
+    worker_env()
+    return [sys.executable, "-m", module]
 
 
 def worker_env(*extra: str | os.PathLike) -> None:

@@ -20,11 +20,10 @@ operator-at-a-time (goal: Chain's peak <= 1/3, time <= 1.10). Python workers are
 
 Usage::
 
-    /work/bin/sparkslot --all python benchmarks/chain_burst.py [--rows 4000000] [--repeats 3] [--quick]
+    /work/bin/sparkslot --all python -m benchmarks.experiments.chain_burst [--rows 4000000] [--repeats 3] [--quick]
 """
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import shutil
@@ -36,6 +35,8 @@ import time
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from .. import harness
 
 STRATEGIES = ("operator-at-a-time", "chain", "fifo", "greedy", "round_robin")
 
@@ -130,7 +131,7 @@ def run_once(spark, cq, src_small, src_burst, workdir, strategy, params, tag, pr
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--rows", type=int, default=4_000_000, help="rows of the burst batch")
     parser.add_argument("--arrow-batch", type=int, default=1_000_000, help="arrow.maxRecordsPerBatch")
     parser.add_argument("--chunk", type=int, default=65_536)
@@ -140,17 +141,15 @@ def main(argv=None):
                         help="tied: the first runs' predicates; distinct: priorities that differ")
     parser.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
     args = parser.parse_args(argv)
+    before = harness.start()
     if args.quick:
         args.rows, args.arrow_batch, args.chunk, args.bound, args.repeats = 200_000, 50_000, 8192, 16384, 1
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark import cloudpickle
 
     import pyspark_cq as cq
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])   # workers cannot import this script
-    spark = cq.spark("local[2]", "chain-burst-bench", shuffle_partitions=2,
-                     conf={"spark.python.worker.reuse": "false"})
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = harness.cq_session("chain-burst-bench", conf={"spark.python.worker.reuse": "false"})
     spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(args.arrow_batch))
     spark.conf.set("spark.sql.files.maxPartitionBytes", str(1 << 30))   # a file is one partition
     tmp = tempfile.mkdtemp(prefix="cq-chain-burst-")
@@ -191,6 +190,8 @@ def main(argv=None):
                   f"{t / base[0]:10.3f}", flush=True)
         print(f"output rows {base[3].pop():,} under every strategy; medians of {args.repeats} runs; "
               f"{platform.node()}, load {os.getloadavg()[0]:.2f}, {time.strftime('%Y-%m-%d %H:%M')}")
+        harness.write_result("chain_burst", {"runs": {s: [(t, n, rep) for t, n, rep in runs]
+                                                      for s, runs in results.items()}}, args, before)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         spark.stop()

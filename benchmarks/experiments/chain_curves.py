@@ -17,15 +17,16 @@ under the four strategies of :data:`~pyspark_cq.cost.chain.STRATEGIES`.
 
 Usage::
 
-    python benchmarks/chain_curves.py [--out docs/figures] [--no-plot]
+    python -m benchmarks.experiments.chain_curves [--out docs/figures] [--no-plot]
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 from pyspark_cq.cost import chain
+
+from .. import harness
 
 PAPER = {
     "title": "STREAM §5.3 (units of b): O1 (b/unit, s=0.2) → O2 (0.2b/unit, s=0)",
@@ -95,10 +96,11 @@ def plot(ax, case: dict, result: dict[str, list[float]], unit: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="docs/figures", help="directory of the PNGs (default docs/figures)")
+    parser = harness.parser(__doc__)
+    parser.add_argument("--out", default=str(harness.FIGURES), help="directory of the PNGs (default docs/figures)")
     parser.add_argument("--no-plot", action="store_true", help="print the tables only")
     args = parser.parse_args(argv)
+    before = harness.start()
 
     paper = curves(PAPER)
     print_case(PAPER, paper)
@@ -136,6 +138,9 @@ def main(argv=None) -> int:
         fig.savefig(path, dpi=110)
         plt.close(fig)
         print(f"wrote {path}")
+    harness.write_result("chain_curves", {"paper": paper, "paper_table_reproduced": ok,
+                                          "three_operators": dict(zip((c["title"] for c in THREE_OP), three))},
+                         args, before)
     return 0 if ok else 1
 
 

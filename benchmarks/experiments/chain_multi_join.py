@@ -9,11 +9,10 @@ STREAM §5.3 (Motwani et al.) and Babcock et al.'s Chain applied to MJoin's prob
 
 Usage::
 
-    python benchmarks/chain_multi_join.py [--state 200000] [--burst 2000000] [--chunk 65536] [--bound 131072]
+    python -m benchmarks.experiments.chain_multi_join [--state 200000] [--burst 2000000] [--chunk 65536] [--bound 131072]
 """
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import statistics
@@ -26,6 +25,8 @@ from pyspark_cq._native import load
 from pyspark_cq.cost import chain
 from pyspark_cq.operators._common.chunks import Schedule, worker_rss
 from pyspark_cq.operators.multi_join.worker import MultiJoinConfig, MultiJoinWorker, metric_names, step_names
+
+from .. import harness
 
 BOUNDS = [(0, 1, 0, 600_000_000), (1, 2, 0, 600_000_000)]   # µs: 10 min, then 10 min
 ORDER = [1, 2]
@@ -65,7 +66,7 @@ def run(args, strategy, seed=1):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--state", type=int, default=200_000, help="stored rows of input 1 (input 2: 1/20)")
     parser.add_argument("--burst", type=int, default=1_000_000, help="rows arriving on input 0")
     parser.add_argument("--keys", type=int, default=5_000)
@@ -73,6 +74,7 @@ def main(argv=None):
     parser.add_argument("--bound", type=int, default=131_072)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
+    before = harness.start()
     names = step_names(3)
     # measure the steps once (operator-at-a-time), then the Chain priorities of input 0's path, as the policy
     _, _, _, _, _, c = run(args, "operator-at-a-time")
@@ -105,6 +107,7 @@ def main(argv=None):
         assert out == base[2], f"{s} changed the matches"
         print(f"{s:20s} {t:7.2f} {peak:14,.0f} {rss:14.0f} {res[s][0][3]:6d} {peak / base[1]:10.3f} {t / base[0]:10.3f}")
     print(f"matches {base[2].pop()[0]:,} under every strategy; medians of {args.repeats}; load {os.getloadavg()[0]:.2f}")
+    harness.write_result("chain_multi_join", {"steps": ops, "priorities": prio, "runs": res}, args, before)
 
 
 if __name__ == "__main__":

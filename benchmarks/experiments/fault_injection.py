@@ -28,8 +28,8 @@ more often there. Modes:
 
 Usage::
 
-    python benchmarks/fault_injection.py --operator all --kills 20 --seed 1 --out fi.json
-    python benchmarks/fault_injection.py --operator interval_join --kills 2 --out quick.json
+    python -m benchmarks.experiments.fault_injection --operator all --kills 20 --seed 1 --out fi.json
+    python -m benchmarks.experiments.fault_injection --operator interval_join --kills 2 --out quick.json
 
 Every child starts Spark: run it under ``/work/bin/sparkslot`` on a shared machine (one child at a time).
 """
@@ -49,6 +49,10 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+
+from pyspark_cq.experiments.recovery import compare
+
+from .. import harness
 
 FILES = 24             # input files per source; one file per micro-batch
 PERIOD_S = 10          # event-time span of one file
@@ -243,7 +247,7 @@ def _group(proc):
 
 
 def _start(args, root, sink, ck, dump, control=None):
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--operator", args.operator, "--root", str(root),
+    cmd = [*harness.rerun(__spec__.name), "--child", "--operator", args.operator, "--root", str(root),
            "--sink", str(sink), "--checkpoint", str(ck), "--dump", str(dump)]
     if control:
         cmd += ["--control", control]
@@ -403,16 +407,6 @@ def _python_workers(session: int) -> list[int]:
     return [p for p, parent in procs.items() if parent in procs]
 
 
-def compare(expected: list, got: list) -> dict:
-    want = Counter(tuple(r) for r in expected)
-    have = Counter(tuple(r) for r in got)
-    lost = sum((want - have).values())
-    extra = have - want
-    duplicated = sum(c for r, c in extra.items() if r in want)
-    return {"expected_rows": len(expected), "rows": len(got), "lost": lost, "duplicated": duplicated,
-            "unexpected": sum(extra.values()) - duplicated}
-
-
 def run_operator(args, base: Path) -> dict:
     rng = np.random.default_rng(args.seed)
     root = base / f"{args.operator}-{args.mode}{'-tight' if args.tight else ''}"
@@ -464,7 +458,7 @@ def _control_schedule(path: str, rng):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = harness.parser(__doc__)
     p.add_argument("--operator", default="all", help=f"one of {OPERATORS} or 'all'")
     p.add_argument("--kills", type=int, default=20, help="SIGKILLs per operator (default 20)")
     p.add_argument("--seed", type=int, default=1)
@@ -494,6 +488,7 @@ def main(argv=None) -> int:
             p.error(f"--operator must be one of {OPERATORS} or 'all', got {op!r}")
     if args.mode == "control" and ops != ["sliding_aggregate_windows"]:
         p.error("--mode control runs --operator sliding_aggregate_windows")
+    before = harness.start()
     base = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="cq-fault-"))
     results = []
     for op in ops:
@@ -507,6 +502,7 @@ def main(argv=None) -> int:
         print(json.dumps(r), flush=True)
         if args.out:
             Path(args.out).write_text(json.dumps(results, indent=1))
+    harness.write_result("fault_injection", results, args, before)
     return 0 if all(r["lost"] == r["duplicated"] == r["unexpected"] == 0 for r in results) else 1
 
 

@@ -45,11 +45,11 @@ plans are the 3 left-deep orders (§5.3), run as probe orders.
 
 Usage::
 
-    python benchmarks/om_fidelity.py --part figures [--rounds 600] [--seeds 5] [--q2-model mjoin|tree] [--plots docs/img]
-    sparkslot --all python benchmarks/om_fidelity.py --part spark [--spark-rounds 24] [--repeat 2] [--plots docs/img]
-    sparkslot --all python benchmarks/om_fidelity.py --part spark-sweep [--cvs 0.17,0.09,0.26] [--ks 2,5,10] \
+    python -m benchmarks.experiments.om_fidelity --part figures [--rounds 600] [--seeds 5] [--q2-model mjoin|tree] [--plots docs/img]
+    sparkslot --all python -m benchmarks.experiments.om_fidelity --part spark [--spark-rounds 24] [--repeat 2] [--plots docs/img]
+    sparkslot --all python -m benchmarks.experiments.om_fidelity --part spark-sweep [--cvs 0.17,0.09,0.26] [--ks 2,5,10] \
         [--spark-rounds 24] [--q2-rows 600] [--json sweep.json]
-    python benchmarks/om_fidelity.py --part spark-sweep --from-json sweep.json \
+    python -m benchmarks.experiments.om_fidelity --part spark-sweep --from-json sweep.json \
         --figures-json docs/figures/om_fidelity_figures.json --plots docs/img
 """
 from __future__ import annotations
@@ -69,6 +69,7 @@ import numpy as np
 from pyspark_cq.cost import om
 from pyspark_cq.policies import plan_stats as ps
 
+from .. import harness
 from ..common import _write
 
 HOSTS = 50                 # distinct hosts of Q2's join key
@@ -551,9 +552,7 @@ def spark_sweep(args) -> dict:
             f"switches {q['switches']}" for q in res["points"][-2:]), flush=True)
         res["load_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
         res["date"] = f"{res['started']} – {time.strftime('%H:%M UTC', time.gmtime())}"
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(res, f, indent=1, default=str)
+        harness.write_result(f"om_fidelity_{args.part}", res, args)
     spark.stop()
     shutil.rmtree(root, ignore_errors=True)
     return res
@@ -709,7 +708,7 @@ def plot_spark(res: dict, path: str) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = harness.parser(__doc__)
     ap.add_argument("--part", choices=("figures", "spark", "spark-sweep"), required=True)
     ap.add_argument("--rounds", type=int, default=600, help="rounds per run of the figures (the paper: 600 s)")
     ap.add_argument("--seeds", type=int, default=5, help="runs per point of the figures")
@@ -730,10 +729,10 @@ def main(argv=None) -> int:
     ap.add_argument("--ks", default="2,5,10", help="spark-sweep: OM's k at CV 0.17")
     ap.add_argument("--figures-json", default=None,
                     help="spark-sweep: a --part figures JSON; with --plots, its plots redrawn with the Spark points")
-    ap.add_argument("--json", default=None)
     ap.add_argument("--from-json", default=None,
                     help="spark: report (and plot) saved runs instead of running; several (a,b): their passes pooled")
     args = ap.parse_args(argv)
+    before = harness.start()
     if args.part == "spark-sweep":
         if args.from_json:     # saved sweeps (several: their points together, e.g. a cut-off sweep and its rest)
             parts = []
@@ -746,9 +745,7 @@ def main(argv=None) -> int:
                    "load_end": " | ".join(r["load_end"] for r in parts)}
         else:
             res = spark_sweep(args)
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(res, f, indent=1, default=str)
+        harness.write_result(f"om_fidelity_{args.part}", res, args, before)
         print_sweep(res)
         if args.plots and args.figures_json:
             with open(args.figures_json) as f:
@@ -756,9 +753,7 @@ def main(argv=None) -> int:
         return 0
     if args.from_json:
         res = pool_runs(args.from_json.split(","))
-        if args.json:
-            with open(args.json, "w") as f:
-                json.dump(res, f, indent=1, default=str)
+        harness.write_result(f"om_fidelity_{args.part}", res, args, before)
         print_spark(res)
         if args.plots:
             plot_spark(res, os.path.join(args.plots, "om_spark.png"))
@@ -770,15 +765,11 @@ def main(argv=None) -> int:
             plot(res, args.plots)
     else:
         res = spark_part(args)
-        if args.json:          # first: a failing report must not lose a long run
-            with open(args.json, "w") as f:
-                json.dump(res, f, indent=1, default=str)
+        harness.write_result(f"om_fidelity_{args.part}", res, args, before)   # first: a failing report must not lose a long run
         print_spark(res)
         if args.plots:
             plot_spark(res, os.path.join(args.plots, "om_spark.png"))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1, default=str)
+    harness.write_result(f"om_fidelity_{args.part}", res, args, before)
     return 0
 
 

@@ -22,15 +22,13 @@ plain Python/numpy here and reused by ``tests/test_pipes_experiments.py``.
 
 Usage::
 
-    python benchmarks/pipes_5_1_5_3.py [--part 5.1|5.3|all] [--quick] [--json] [--out docs/figures]
+    python -m benchmarks.experiments.pipes_5_1_5_3 [--part 5.1|5.3|all] [--quick] [--print-json] [--out docs/figures] [--json PATH]
 """
 from __future__ import annotations
 
-import argparse
 import inspect
 import json
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -39,6 +37,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from .. import harness
 
 S = 1_000_000                      # µs per second
 MS = 1_000
@@ -670,11 +670,11 @@ def _fix_initial_watermark(data: dict) -> dict:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = harness.parser(__doc__)
     ap.add_argument("--part", choices=("5.1", "5.3", "all"), default="all")
     ap.add_argument("--quick", action="store_true", help="§5.3 over 40 s of event time, §5.1 at 40 elements/s")
-    ap.add_argument("--json", action="store_true", help="print the summaries as JSON")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "figures"))
+    ap.add_argument("--print-json", action="store_true", help="print the summaries as JSON")
+    ap.add_argument("--out", default=str(harness.FIGURES), help="directory of the figures (PNG)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--delay", type=float, default=1.0, help="watermark delay (s)")
     ap.add_argument("--file-s", type=float, default=2.0, help="§5.3: seconds of event time per file / batch")
@@ -683,26 +683,27 @@ def main(argv=None):
     ap.add_argument("--duration-5-1", type=float, default=300.0)
     ap.add_argument("--rate-5-1", type=int, default=100, help="§5.1 elements per second and side")
     ap.add_argument("--keys-5-1", type=int, default=2000, help="§5.1 distinct join keys")
-    ap.add_argument("--replot", action="store_true", help="redraw the figures from the JSON files in --out")
+    ap.add_argument("--replot", metavar="JSON", nargs="+",
+                    help="redraw the figures from results of this script (or the per-part pipes_5_3.json / "
+                         "pipes_5_1.json in benchmarks/results)")
     args = ap.parse_args(argv)
     if args.replot:
         out_dir = os.path.abspath(args.out)
-        for part, plot in (("5_3", lambda d, p: plot_5_3(d, p)),
-                           ("5_1", lambda d, p: plot_5_1(d, d["setup"]["rate_per_side"], p))):
-            path = os.path.join(out_dir, f"pipes_{part}.json")
-            if os.path.exists(path) and args.part in (part.replace("_", "."), "all"):
-                with open(path) as f:
-                    data = _fix_initial_watermark(json.load(f))
-                with open(path, "w") as f:
-                    json.dump(_jsonable(data), f, indent=1)
-                plot(data, os.path.join(out_dir, f"pipes_{part}.png"))
+        plots = {"5.3": lambda d, p: plot_5_3(d, p), "5.1": lambda d, p: plot_5_1(d, d["setup"]["rate_per_side"], p)}
+        for path in args.replot:
+            with open(path) as f:
+                doc = json.load(f)
+            name = os.path.basename(path)
+            parts = {k: doc[k] for k in plots if k in doc} or {k: doc for k in plots if f"pipes_{k.replace('.', '_')}" in name}
+            for part, data in parts.items():
+                if args.part in (part, "all"):
+                    plots[part](_fix_initial_watermark(data), os.path.join(out_dir, f"pipes_{part.replace('.', '_')}.png"))
         return
     if args.quick:
         args.rate_5_1 = 40
     out_dir = os.path.abspath(args.out)
     os.makedirs(out_dir, exist_ok=True)
-    print(f"# machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
+    before = harness.start()
     spark = make_spark()
     work = tempfile.mkdtemp(prefix="pipes51_53_")
     results = {}
@@ -712,9 +713,8 @@ def main(argv=None):
             s53 = part_5_3(spark, args, work)
             s53["machine"] = {"cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
             plot_5_3(s53, os.path.join(out_dir, "pipes_5_3.png"))
-            with open(os.path.join(out_dir, "pipes_5_3.json"), "w") as f:
-                json.dump(_jsonable(s53), f, indent=1)
             results["5.3"] = s53
+            harness.write_result("pipes_5_1_5_3", _jsonable(results), args, before)
             for name, run in s53["runs"].items():
                 print(f"  {name:17s} state {run['state_rows_steady_mean']:8.1f} rows "
                       f"(x{run['state_ratio_to_baseline']:.3f}; "
@@ -728,10 +728,9 @@ def main(argv=None):
             s51 = part_5_1(spark, args, work)
             s51["machine"] = {"cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
             plot_5_1(s51, args.rate_5_1, os.path.join(out_dir, "pipes_5_1.png"))
-            with open(os.path.join(out_dir, "pipes_5_1.json"), "w") as f:
-                json.dump(_jsonable(s51), f, indent=1)
             results["5.1"] = s51
-        if args.json:
+            harness.write_result("pipes_5_1_5_3", _jsonable(results), args, before)
+        if args.print_json:
             print(json.dumps(_jsonable({part: {k: v for k, v in res.items() if k != "series"}
                                         for part, res in results.items()}), indent=1))
     finally:

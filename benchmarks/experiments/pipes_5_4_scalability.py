@@ -25,14 +25,13 @@ window. The reserve (10 %) absorbs these delays.
 
 Usage::
 
-    python benchmarks/pipes_5_4_scalability.py [--queries 5000] [--seed 1] [--out docs/figures]
+    python -m benchmarks.experiments.pipes_5_4_scalability [--queries 5000] [--seed 1] [--out docs/figures]
 
 Writes ``pipes_5_4_scalability.png`` and ``pipes_5_4_scalability.json`` to ``--out`` and prints the
 numbers quoted in docs/runtime.md.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -43,6 +42,8 @@ from pyspark_cq_plugins.pipes_rm import PipesResourceManager
 
 from pyspark_cq.control.schedule import Schedule
 from pyspark_cq.experiments import pipes_workload as W
+
+from .. import harness
 
 HOUR = 3600.0
 S = 1_000_000
@@ -196,8 +197,6 @@ def run(queries: int, seed: int, out: str) -> dict:
         "f_window": [(t, f) for t, _, f, _ in steady],
     }
     os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "pipes_5_4_scalability.json"), "w") as fh:
-        json.dump(result, fh, indent=1)
     plot(grid, timeline.memory, steady, budget, bound, rejected, os.path.join(out, "pipes_5_4_scalability.png"))
     return result
 
@@ -234,15 +233,17 @@ def plot(grid, memory, steady, budget, bound, rejected, path):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--queries", type=int, default=5000)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..", "docs", "figures"))
+    parser.add_argument("--out", default=str(harness.FIGURES), help="directory of the figure (PNG)")
     args = parser.parse_args(argv)
+    before = harness.start()
     if args.queries < 10:
         parser.error("--queries must be at least 10")
     result = run(args.queries, args.seed, os.path.abspath(args.out))
     print(json.dumps({k: v for k, v in result.items() if k != "f_window"}, indent=1))
+    harness.write_result("pipes_5_4_scalability", result, args, before)
 
 
 if __name__ == "__main__":

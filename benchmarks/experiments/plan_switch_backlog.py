@@ -25,7 +25,7 @@ one Spark session (medians over ``--repeat`` passes, the order of the runs rotat
 
 Usage::
 
-    sparkslot --all python benchmarks/plan_switch_backlog.py [--rounds 12] [--repeat 1] [--json out.json]
+    sparkslot --all python -m benchmarks.experiments.plan_switch_backlog [--rounds 12] [--repeat 1] [--json out.json]
 """
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ import numpy as np
 
 from pyspark_cq.policies import plan_stats as ps  # noqa: E402
 
+from .. import harness
 from ..common import _write
 
 OP = "mj"
@@ -187,7 +188,7 @@ def summarize(run: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = harness.parser(__doc__)
     ap.add_argument("--rounds", type=int, default=16)
     ap.add_argument("--lo", type=int, default=1500, help="rows per round of a slow input")
     ap.add_argument("--hi", type=int, default=15000, help="rows per round of a fast input")
@@ -199,10 +200,10 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--modes", default="static,oracle,om,om-tree,rate,rand")
-    ap.add_argument("--json", default=None)
     ap.add_argument("--from-json", default=None, help="report (and plot) a saved run instead of running")
     ap.add_argument("--plot", default=None, help="PNG of the outputs-by-time curves")
     args = ap.parse_args(argv)
+    before = harness.start()
     if args.from_json:
         with open(args.from_json) as fh:
             res = json.load(fh)
@@ -246,9 +247,7 @@ def main(argv=None) -> int:
     report(res)
     if args.plot:
         plot(res, args.plot)
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(res, fh, indent=1, default=str)
+    harness.write_result("plan_switch_backlog", res, args, before)
     return 0
 
 

@@ -16,13 +16,11 @@ prediction (Equation 3 of the rate model over the measured arrivals).
 
 Usage::
 
-    python benchmarks/rate_5_2_5_3.py                  # predictions only (no Spark), figures to docs/figures
-    sparkslot --all python benchmarks/rate_5_2_5_3.py --spark --seconds 20
+    python -m benchmarks.experiments.rate_5_2_5_3                  # predictions only (no Spark), figures to docs/figures
+    sparkslot --all python -m benchmarks.experiments.rate_5_2_5_3 --spark --seconds 20
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -35,10 +33,8 @@ import numpy as np
 from pyspark_cq import plan as P
 from pyspark_cq.cost import rate as R
 
+from .. import harness
 from ..common import AC_COST, F_AB, F_AC, RATES, SIZES, _s, plans_5_3
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-FIGURES = os.path.join(HERE, "..", "docs", "figures")
 
 #: Symmetric hash join per-arrival costs (Table 3: move + hash + probe), a few µs each as on this machine
 COSTS = R.JoinCosts(move=2e-6, hash=2e-6, probe=2e-6)
@@ -247,11 +243,12 @@ def measured(seconds):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.parser(__doc__)
     ap.add_argument("--spark", action="store_true", help="also run the measured part on Spark")
     ap.add_argument("--seconds", type=int, default=20, help="seconds of event time replayed (measured part)")
-    ap.add_argument("--out", default=FIGURES, help="directory of the figures and the JSON results")
+    ap.add_argument("--out", default=str(harness.FIGURES), help="directory of the figures (PNG)")
     args = ap.parse_args(argv)
+    before = harness.start()
     load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
     res = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load": load, "predicted": predict(args.out)}
     p = res["predicted"]
@@ -271,8 +268,7 @@ def main(argv=None):
         print("rate switches:", res["measured"]["switches"])
         for label, why in res["measured"]["not_run"].items():
             print(f"{label:32} not run: {why}")
-    with open(os.path.join(args.out, "rate_5_2_5_3.json"), "w") as fh:
-        json.dump(res, fh, indent=1, default=str)
+    harness.write_result("rate_5_2_5_3", res, args, before)
     return 0
 
 

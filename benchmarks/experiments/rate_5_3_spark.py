@@ -33,10 +33,10 @@
 
 Usage::
 
-    sparkslot --all python benchmarks/rate_5_3_spark.py [--steps 10] [--scale 10] [--keys 100] \
+    sparkslot --all python -m benchmarks.experiments.rate_5_3_spark [--steps 10] [--scale 10] [--keys 100] \
         [--swap AB] [--kinds mj,rate,rate+reset] [--reset-factor 3] \
         [--json docs/figures/rate_5_3_spark.json] [--plot docs/figures/rate_5_3_spark.png]
-    python benchmarks/rate_5_3_spark.py --from-json docs/figures/rate_5_3_spark.json --plot ...
+    python -m benchmarks.experiments.rate_5_3_spark --from-json docs/figures/rate_5_3_spark.json --plot ...
 """
 from __future__ import annotations
 
@@ -56,6 +56,7 @@ from pyspark_cq import plan as P  # noqa: E402
 from pyspark_cq.control import join_plan_id  # noqa: E402
 from pyspark_cq.cost import rate as R  # noqa: E402
 
+from .. import harness
 from ..common import F_AB, F_AC, F_BD, F_DE, RATES, _write, plans_5_3
 
 NAMES = "ABCDE"
@@ -449,7 +450,7 @@ def plot(res: dict, path: str) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = harness.parser(__doc__)
     ap.add_argument("--steps", type=int, default=10, help="steps (1 s of event time, one micro-batch each)")
     ap.add_argument("--scale", type=float, default=10.0, help="rows per step = §5's rate × scale")
     ap.add_argument("--keys", type=int, default=100)
@@ -458,10 +459,10 @@ def main(argv=None) -> int:
     ap.add_argument("--swap", default=None, help="pairs of sources whose rates swap halfway, e.g. AB or AB,CD")
     ap.add_argument("--reset-factor", type=float, default=3.0, help="reset_factor of the rate+reset run")
     ap.add_argument("--reverse", action="store_true", help="run the plans in the reverse order")
-    ap.add_argument("--json", default=None)
     ap.add_argument("--from-json", default=None)
     ap.add_argument("--plot", default=None)
     args = ap.parse_args(argv)
+    before = harness.start()
     if args.from_json:
         with open(args.from_json) as fh:
             res = json.load(fh)
@@ -507,9 +508,7 @@ def main(argv=None) -> int:
                "load_start": load0, "load_end": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
                "args": vars(args), "rows_per_step": rows, "tree_plans": plans, "extra_plans": extra,
                "retention": retention, "runs": runs}
-        if args.json:
-            with open(args.json, "w") as fh:
-                json.dump(res, fh, indent=1, default=str)
+        harness.write_result("rate_5_3_spark", res, args, before)
     report(res)
     if args.plot:
         plot(res, args.plot)

@@ -5,7 +5,7 @@ periodic queries, offered load from 60 % to 150 % of capacity, the prediction-ba
 against the four baselines of §5.2.3 (best effort, feedback control, fixed sampling, dynamic sampling), all
 through the same runtime, control table and operator
 (``select_chain`` with a scoring predicate of ~``COST · ROUNDS`` sine evaluations per row, a stand-in for a
-model as in benchmarks/select_chain_vs_filter.py).
+model as in benchmarks/perf/select_chain_vs_filter.py).
 
 1. **Capacity.** ``--queries`` queries side by side run a few best-effort instances of two sizes; the fixed
    per-instance cost c0 and the cost per row c are fitted (the line through each size's median duration),
@@ -27,24 +27,22 @@ model as in benchmarks/select_chain_vs_filter.py).
 
 Usage::
 
-    python benchmarks/rtstream_qos.py [--loads 0.6 0.9 1.2 1.5] [--instances 8] [--queries 2] [--quick] [--plot out.png]
-    python benchmarks/rtstream_qos.py --from-logs run1.txt run2.txt --plot out.png   # medians over earlier runs
+    python -m benchmarks.experiments.rtstream_qos [--loads 0.6 0.9 1.2 1.5] [--instances 8] [--queries 2] [--quick] [--plot out.png]
+    python -m benchmarks.experiments.rtstream_qos --from-logs run1.txt run2.txt --plot out.png   # medians over earlier runs
 """
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 import re
 import shutil
 import statistics
-import sys
 import tempfile
-import time
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from .. import harness
 
 #: strategy -> policy name (entry point): the prediction-based policy and §5.2.3's four baselines
 STRATEGIES = {"best_effort": "rtstream_best_effort", "feedback": "rtstream_feedback",
@@ -209,7 +207,7 @@ def plot(runs: list[list[dict]], path: str) -> None:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = harness.parser(__doc__)
     ap.add_argument("--loads", type=float, nargs="+", default=[0.6, 0.9, 1.2, 1.5])
     ap.add_argument("--instances", type=int, default=8)
     ap.add_argument("--queries", type=int, default=2)
@@ -251,7 +249,8 @@ def main(argv=None):
         return
     if args.quick:
         args.loads, args.instances = [0.6, 1.5], 5
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    before = harness.start()
+    harness.worker_env()
     from pyspark_cq_plugins.rtstream import RTStreamQoS
 
     import pyspark_cq
@@ -262,8 +261,6 @@ def main(argv=None):
                              conf={"spark.sql.adaptive.enabled": "false", "spark.driver.memory": "2g"})
     spark.sparkContext.setLogLevel("ERROR")
     root = tempfile.mkdtemp(prefix="rtstream_bench_")
-    print(f"# {platform.node()} {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {os.getloadavg()[0]:.2f}")
     try:
         fixed, per_row, capacity = fit_capacity(spark, root, args.period, args.deadline, args.queries, args.files,
                                                  args.verbose)
@@ -314,6 +311,8 @@ def main(argv=None):
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
     print(f"# load at the end {os.getloadavg()[0]:.2f}")
+    harness.write_result("rtstream_qos", {"capacity": {"c0_s": fixed, "c_s_per_row": per_row, "rows": capacity},
+                                          "rows": printed}, args, before)
 
 
 if __name__ == "__main__":

@@ -31,12 +31,11 @@ Calibration (``--calibrate``): the native kernels (``pyspark_cq._join.JoinState`
 
 Usage::
 
-    python benchmarks/validate_cost_model.py [--quick] [--json docs/figures/cost_validation.json]
+    python -m benchmarks.experiments.validate_cost_model [--quick] [--json benchmarks/results/cost_validation.json]
         [--plot docs/figures/cost_validation.png] [--only J1,A3] [--calibrate]
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -50,8 +49,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-FIGURES = os.path.join(HERE, "..", "docs", "figures")
+from .. import harness
+
 BASE_S = 1_700_006_400  # a multiple of 3600 s: windows of up to 1 h are aligned with the first file
 
 
@@ -626,27 +625,25 @@ def run_calibration(out_json: str | None) -> dict:
     return res
 
 
-def _dump(path: str, results: list[dict]) -> None:
-    with open(path, "w") as f:
-        json.dump({"generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                   "machine": f"{platform.machine()}, {os.cpu_count()} cores", "results": results}, f, indent=1)
+def _doc(results: list[dict]) -> dict:
+    return {"generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "machine": f"{platform.machine()}, {os.cpu_count()} cores", "results": results}
 
 
 # --- main --------------------------------------------------------------------------------------------------
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = harness.parser(__doc__)
     ap.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
     ap.add_argument("--only", help="comma-separated configuration names (e.g. J1,A3)")
-    ap.add_argument("--json", default=None, help="write the results here (e.g. docs/figures/cost_validation.json)")
     ap.add_argument("--plot", default=None, help="write the figure here (e.g. docs/figures/cost_validation.png)")
     ap.add_argument("--calibrate", action="store_true", help="fit CostProfile constants from kernel timings instead")
     ap.add_argument("--calibration-json", default=None,
-                    help="with --calibrate: write the fit here (e.g. docs/figures/cost_validation_calibration.json)")
+                    help="with --calibrate: write the fit here "
+                         "(e.g. benchmarks/results/cost_validation_calibration.json)")
     args = ap.parse_args(argv)
-    print(f"# machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
+    before = harness.start()
     if args.calibrate:
         run_calibration(args.calibration_json)
         return
@@ -656,13 +653,10 @@ def main(argv=None):
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["TZ"] = "UTC"
-    import pyspark_cq
-
-    spark = pyspark_cq.spark("local[2]", "cost-validation", shuffle_partitions=2, conf={
+    spark = harness.cq_session("cost-validation", conf={
         "spark.sql.adaptive.enabled": "false", "spark.sql.execution.arrow.maxRecordsPerBatch": "200000",
         "spark.driver.memory": "3g", "spark.sql.streaming.metricsEnabled": "false",
         "spark.sql.session.timeZone": "UTC"})
-    spark.sparkContext.setLogLevel("ERROR")
     root = tempfile.mkdtemp(prefix="cq_costval_")
     results = []
     try:
@@ -670,8 +664,8 @@ def main(argv=None):
             print(f"{cfg.name}: running ...", flush=True)
             r = run_join(spark, cfg, root) if isinstance(cfg, JoinConfig) else run_agg(spark, cfg, root)
             results.append(r)
-            if args.json:  # after every configuration, so a long run's results survive an interruption
-                _dump(args.json, results)
+            # after every configuration, so a long run's results survive an interruption
+            harness.write_result("validate_cost_model", _doc(results), args, before)
             out_model = r.get("output_pipes_per_s", r.get("output_model_per_s"))
             print(f"{cfg.name}: {describe(r)}: {r['batches']} batches ({r['wall_s']} s), steady {r['steady_batches']}; "
                   f"state measured {r['state_measured']:,.0f}, PIPES {r['state_pipes']:,.0f} ({r['err_state_pipes']:+.1%}), "
@@ -684,9 +678,7 @@ def main(argv=None):
         spark.stop()
     print()
     print(table(results))
-    if args.json:
-        _dump(args.json, results)
-        print(f"wrote {args.json}")
+    harness.write_result("validate_cost_model", _doc(results), args, before)
     if args.plot:
         plot(results, args.plot)
         print(f"wrote {args.plot}")

@@ -14,14 +14,13 @@ Prints medians and ratios for
 
 Usage::
 
-    python benchmarks/aggregate_vs_spark.py [--rows 2000000] [--small-rows 200000] [--quick]
+    python -m benchmarks.perf.aggregate_vs_spark [--rows 2000000] [--small-rows 200000] [--quick]
 
 Spark's own aggregation copies every row W/S times, so at W/S = 600 it runs on ``--small-rows`` rows
 only (all rates are rows per second, so sizes may differ).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -34,6 +33,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
+from .. import harness
 from ..common import _eight_rows, _trivial_state, ours_agg, project, session, spark_agg, stream_run, write_data
 
 RATIOS = (1, 60, 600)
@@ -175,18 +175,18 @@ def floor_bench(spark, big, tmp):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = harness.parser(__doc__)
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--files", type=int, default=8,
                     help="input files of the large stream (one per micro-batch, so rows/files rows per batch)")
     ap.add_argument("--small-rows", type=int, default=200_000)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--layout-rows", type=int, default=200_000)
-    ap.add_argument("--json", default=None, help="also write the results to this file")
     ap.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
     ap.add_argument("--ratios", default="1,60,600", help="comma list of W/S values (default 1,60,600)")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: kernel,batch,stream,layout,floor")
     args = ap.parse_args(argv)
+    before = harness.start()
     if args.quick:
         args.rows, args.small_rows, args.repeats, args.layout_rows = 200_000, 20_000, 1, 20_000
     skip = set(filter(None, args.skip.split(",")))
@@ -211,10 +211,8 @@ def main(argv=None):
         import pyspark
 
         result["machine"]["pyspark"] = pyspark.__version__
-        def save():
-            if args.json:
-                with open(args.json, "w") as f:
-                    json.dump(result, f, indent=1, default=str)
+        def save():   # after each part: a long run keeps what it measured
+            harness.write_result("aggregate_vs_spark", result, args, before)
 
         if "batch" not in skip or "stream" not in skip:
             # Warm the Python workers (imports, first Arrow batches) outside the timed runs.

@@ -21,11 +21,10 @@ and the state size. Results in docs/benchmarks.md.
 
 Usage::
 
-    python benchmarks/bucket_floor.py [--shards 8] [--bucket-mb 0.5] [--live 4 40] [--batches 10]
+    python -m benchmarks.perf.bucket_floor [--shards 8] [--bucket-mb 0.5] [--live 4 40] [--batches 10]
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -37,6 +36,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from .. import harness
 
 SLOT = 60  # seconds of event time per bucket and per batch
 _BLOBS: dict[int, bytes] = {}
@@ -131,20 +132,19 @@ def run(spark, src: str, layout: str, live: int, nbytes: int, shards: int) -> di
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = harness.parser(__doc__)
     ap.add_argument("--shards", type=int, default=8)
     ap.add_argument("--bucket-mb", type=float, default=0.5, help="state per shard and bucket (MB)")
     ap.add_argument("--live", type=int, nargs="+", default=[4, 40], help="buckets a shard keeps")
     ap.add_argument("--rows", type=int, default=100, help="input rows per shard, batch and kind")
     ap.add_argument("--extra", type=int, default=6, help="batches after the state is full")
     ap.add_argument("--layouts", nargs="+", default=["shard", "bucket"], choices=["shard", "bucket"])
-    ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
+    before = harness.start()
     if args.shards < 1 or args.bucket_mb <= 0 or min(args.live) < 1 or args.rows < 1 or args.extra < 1:
         ap.error("--shards, --live, --rows and --extra must be >= 1 and --bucket-mb > 0")
 
-    import pyspark_cq
-    spark = pyspark_cq.spark("local[2]", "bucket-floor", shuffle_partitions=2)
+    spark = harness.cq_session("bucket-floor")
     root = tempfile.mkdtemp(prefix="bucket-floor-in-")
     nbytes = int(args.bucket_mb * 2**20)
     results = []
@@ -170,9 +170,7 @@ def main(argv=None):
     for r in results:
         print(f"{r['layout']:8} {r['live']:>5} {r['state_mb']:>9.1f} {r['batch_ms']:>9.0f} {r['updates_ms']:>8.0f} "
               f"{r['removals_ms']:>9.0f} {r['commit_ms']:>7.0f} {r['groups']:>7.0f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+    harness.write_result("bucket_floor", results, args, before)
 
 
 if __name__ == "__main__":

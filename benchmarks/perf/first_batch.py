@@ -21,7 +21,7 @@ Spark's.
 
 Usage::
 
-    python benchmarks/first_batch.py [--rows 200] [--files 2] [--repeats 2] [--sessions cq cq-cold]
+    python -m benchmarks.perf.first_batch [--rows 200] [--files 2] [--repeats 2] [--sessions cq cq-cold]
         [--queries join] [--json out.json]
 """
 from __future__ import annotations
@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 
+from .. import harness
 from ..common import join_shape
 
 SESSIONS = ("cq", "cq-cold", "plain")
@@ -123,11 +124,10 @@ def _imports():
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = harness.parser(__doc__)
     ap.add_argument("--rows", type=int, default=200)
     ap.add_argument("--files", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--json")
     ap.add_argument("--sessions", nargs="+", default=list(SESSIONS), choices=SESSIONS)
     ap.add_argument("--queries", nargs="+", default=list(ENGINES), choices=list(ENGINES))
     ap.add_argument("--case", help=argparse.SUPPRESS)   # internal: run one case in this process
@@ -136,12 +136,13 @@ def main(argv=None):
     if args.case:
         print("RESULT " + json.dumps(_one(*args.case.split(","), args.root)), flush=True)
         return
+    before = harness.start()
     root = tempfile.mkdtemp(prefix="cq_first_data_")
     _write(root, args.files, args.rows)
     results = {f"{s},{q},{e}": [] for s in args.sessions for q in args.queries for e in ENGINES[q]}
     for _ in range(args.repeats):
         for case in results:   # alternate the cases, so that load drifts hit all of them
-            out = subprocess.run([sys.executable, __file__, "--case", case, "--root", root], capture_output=True,
+            out = subprocess.run([*harness.rerun(__spec__.name), "--case", case, "--root", root], capture_output=True,
                                  text=True)
             line = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
             if not line:
@@ -173,9 +174,8 @@ def main(argv=None):
                   f"{med[f'cq,{q},ours']['first_batch_s'] - best:+.1f} s")
     imports = _imports()
     print(f"our worker modules' import on top of pandas/pyarrow/PySpark: {imports:.3f} s")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"results": results, "medians": med, "imports_s": imports, "load": load}, f, indent=1)
+    harness.write_result("first_batch", {"results": results, "medians": med, "imports_s": imports, "load": load},
+                         args, before)
 
 
 if __name__ == "__main__":

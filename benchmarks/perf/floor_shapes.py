@@ -10,11 +10,10 @@ over the steady batches and Spark's phases (ms, state-operator times summed over
 
 Usage::
 
-    python benchmarks/floor_shapes.py [--rows 5000] [--files 16] [--rounds 2] [--no-warmup] [shape-substring ...]
+    python -m benchmarks.perf.floor_shapes [--rows 5000] [--files 16] [--rounds 2] [--no-warmup] [shape-substring ...]
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -26,7 +25,7 @@ import pyarrow as pa
 from pyspark_cq._duration import parse_duration  # noqa: E402
 from pyspark_cq._validate import WATERMARK_KEY  # noqa: E402  (the field metadata that carries a watermark)
 
-from .. import common
+from .. import common, harness
 
 SPARK_WINDOW = "Spark window(), W/S = 60"   # the shape every other is compared with
 
@@ -117,7 +116,7 @@ def shapes():
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = harness.parser(__doc__)
     ap.add_argument("--rows", type=int, default=5000, help="rows per micro-batch")
     ap.add_argument("--files", type=int, default=16, help="micro-batches")
     ap.add_argument("--rounds", type=int, default=2, help="passes over the shapes, alternating their order; "
@@ -126,6 +125,7 @@ def main(argv=None):
                     help="measure from a cold JVM (by default every shape first runs once on 8 files)")
     ap.add_argument("only", nargs="*", help="run only shapes whose name contains one of these")
     args = ap.parse_args(argv)
+    before = harness.start()
     if args.rounds < 1:
         ap.error(f"--rounds must be >= 1, got {args.rounds}")
     spark = common.session()
@@ -161,6 +161,7 @@ def main(argv=None):
     for name, ms in runs.items():
         m = statistics.median(ms)
         print(f"{name:46s} {m:6.0f} ms  {m / spark_ms:5.2f}  ({', '.join(f'{x:.0f}' for x in ms)})")
+    harness.write_result("floor_shapes", {"rows_per_batch": args.rows, "median_batch_ms": runs}, args, before)
 
 
 if __name__ == "__main__":

@@ -28,12 +28,11 @@ each task and in this process, to compare the CPU speed a worker gets with the p
 
 Usage::
 
-    python benchmarks/join_gap_metrics.py [--rows 5000] [--files 12] [--keys 200000] [--shapes ours,floor_state]
+    python -m benchmarks.perf.join_gap_metrics [--rows 5000] [--files 12] [--keys 200000] [--shapes ours,floor_state]
                                           [--port 4050] [--all] [--json out.json] [--trace [--calibrate]]
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -279,7 +278,7 @@ def medians(rows: list[dict], skip: int) -> dict[str, float]:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = harness.parser(__doc__)
     ap.add_argument("--rows", type=int, default=5000, help="rows per micro-batch and side")
     ap.add_argument("--files", type=int, default=12, help="micro-batches")
     ap.add_argument("--keys", type=int, default=200_000)
@@ -291,13 +290,13 @@ def main(argv=None):
                     help="shuffle partitions: stateful tasks per batch (the join's shards are twice this)")
     ap.add_argument("--port", type=int, default=0, help="Spark UI port (0: a free one)")
     ap.add_argument("--all", action="store_true", help="print metrics equal in all shapes too")
-    ap.add_argument("--json", default=None, help="also write the per-batch metrics to this file")
     ap.add_argument("--trace", action="store_true",
                     help="also time each Python task inside the worker (worker_trace/sitecustomize.py on the "
                          "workers' PYTHONPATH): reading input, producing output, our function, writing, CPU")
     ap.add_argument("--calibrate", action="store_true",
                     help="with --trace: time a fixed loop in each Python task (and here), to compare CPU speed")
     args = ap.parse_args(argv)
+    before = harness.start()
     shapes = args.shapes.split(",")
     if shapes[0] != "ours" and any(s.startswith("floor_") for s in shapes):
         raise SystemExit("floor_state needs ours first (it carries ours' state bytes)")
@@ -380,9 +379,7 @@ def main(argv=None):
         diff = (med["ours"].get(k, 0) - med[ref].get(k, 0)) if "ours" in med and ref != "ours" else 0
         cells = " | ".join("           -" if v is None else f"{v:12,.1f}" for v in vals)
         print(f"{k:{width}s} | {cells} | {diff:16,.1f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "loads": loads, "batches": results}, f, indent=1)
+    harness.write_result("join_gap_metrics", {"args": vars(args), "loads": loads, "batches": results}, args, before)
 
 
 if __name__ == "__main__":

@@ -12,22 +12,20 @@ Prints medians and ratios for
 
 Usage::
 
-    python benchmarks/join_vs_spark.py [--rows-per-file 150000] [--files 8] [--keys 200000] [--quick]
+    python -m benchmarks.perf.join_vs_spark [--rows-per-file 150000] [--files 8] [--keys 200000] [--quick]
                                        [--bucket auto]
 """
 from __future__ import annotations
 
-import argparse
 import os
-import platform
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
 import numpy as np
 
+from .. import harness
 from ..common import run_query, write_streams
 
 # --- 1, 2: the kernel ----------------------------------------------------------------------------------
@@ -133,7 +131,7 @@ def end_to_end(spark, root, files, rows, delay, grouping="shard", shards=None, b
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = harness.parser(__doc__)
     ap.add_argument("--rows-per-file", type=int, default=150_000)
     ap.add_argument("--files", type=int, default=8)
     ap.add_argument("--keys", type=int, default=200_000)
@@ -147,11 +145,10 @@ def main(argv=None):
     ap.add_argument("--skip", action="append", default=[], choices=["kernel", "keys"],
                     help="leave out a part: the kernel runs, or the (slow) shard-vs-key comparison")
     args = ap.parse_args(argv)
+    before = harness.start()
     if args.quick:
         args.rows_per_file, args.files, args.keys, args.key_rows = 20_000, 4, 20_000, 2_000
 
-    print(f"# machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     if "kernel" not in args.skip:
         rate, steady = kernel_throughput()
         print(f"kernel insert+probe+expire: {rate / 1e6:.2f} M tuples/s from an empty state, "
@@ -161,13 +158,9 @@ def main(argv=None):
         print(f"kernel eviction of 10k rows: {scaling[small] * 1e3:.2f} ms at {small:,} rows of state, "
               f"{scaling[big] * 1e3:.2f} ms at {big:,} rows (x{scaling[big] / scaling[small]:.2f} for 10x state)")
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    import pyspark_cq
-
-    spark = pyspark_cq.spark("local[2]", "join-bench", shuffle_partitions=2, conf={
+    spark = harness.cq_session("join-bench", conf={
         "spark.sql.adaptive.enabled": "false", "spark.sql.execution.arrow.maxRecordsPerBatch": "200000",
         "spark.driver.memory": "6g", "spark.sql.streaming.metricsEnabled": "false"})
-    spark.sparkContext.setLogLevel("ERROR")
     root = tempfile.mkdtemp(prefix="cqjoin_in_")
     try:
         if not args.cold:
@@ -219,8 +212,10 @@ def main(argv=None):
         print(f"  state bytes    ours: {[round(b / 2**20, 1) for b in o['state_bytes']]} MiB (serialized)")
         print(f"  state bytes   Spark: {[round(b / 2**20, 1) for b in s['state_bytes']]} MiB (memoryUsedBytes)")
         print(f"  output rows: ours {o['output_rows']:,}")
+        result = {"end_to_end": res}
 
         if "keys" in args.skip:
+            harness.write_result("join_vs_spark", result, args, before)
             return
         write_streams(os.path.join(root, "small"), 4, args.key_rows, max(1, args.key_rows // 2))
         shard = end_to_end(spark, os.path.join(root, "small"), 4, args.key_rows, args.delay)["ours"]
@@ -229,6 +224,8 @@ def main(argv=None):
         print(f"  shard: {shard['wall_s']:.1f} s ({shard['rows_per_s']:,.0f} rows/s); "
               f"key: {key['wall_s']:.1f} s ({key['rows_per_s']:,.0f} rows/s) -> shard is "
               f"{key['wall_s'] / shard['wall_s']:.1f}x faster")
+        result["grouping"] = {"shard": shard, "key": key}
+        harness.write_result("join_vs_spark", result, args, before)
     finally:
         shutil.rmtree(root, ignore_errors=True)
         spark.stop()

@@ -16,11 +16,10 @@ bytes is printed too, to compare with Spark's ``state_bytes`` / shards.
 
 Usage::
 
-    python benchmarks/join_worker_profile.py [--rows 5000] [--batches 12] [--shards 4] [--runs 5] [--profile]
+    python -m benchmarks.perf.join_worker_profile [--rows 5000] [--batches 12] [--shards 4] [--runs 5] [--profile]
 """
 from __future__ import annotations
 
-import argparse
 import cProfile
 import io
 import os
@@ -34,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import common
+from .. import common, harness
 
 DELAY_MS = 4 * 60_000
 TZ = "UTC"
@@ -199,7 +198,7 @@ def _timed_steps():
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = harness.parser(__doc__)
     ap.add_argument("--rows", type=int, default=5000, help="rows per side and micro-batch (all shards)")
     ap.add_argument("--batches", type=int, default=12)
     ap.add_argument("--shards", type=int, default=4, help="default: 2 * shuffle partitions of small_batches (2)")
@@ -209,6 +208,7 @@ def main(argv=None):
     ap.add_argument("--gap", type=float, default=0.0, help="seconds idle between two calls (a micro-batch apart)")
     ap.add_argument("--churn", type=int, default=0, help="MB of memory touched between two calls")
     args = ap.parse_args(argv)
+    before = harness.start()
     os.environ.setdefault("NUMBA_CACHE_DIR", "/tmp/numba_cq")
     data = batches(args.rows, args.batches, args.shards)
     run(data, args.shards)  # imports, native module, caches
@@ -230,6 +230,9 @@ def main(argv=None):
     print("steps of JoinWorker.streaming, ms per steady call (median over the runs; nested in the one above):")
     for step, seconds in per_call.items():
         print(f"  {step:18s} {statistics.median(seconds) * 1e3:6.2f}")
+    harness.write_result("join_worker_profile", {
+        "calls_s": calls, "steps_s_per_call": {step: statistics.median(s) for step, s in per_call.items()}},
+        args, before)
     if args.profile:
         prof = cProfile.Profile()
         run(data, args.shards, profiler=prof, warm=args.warm)

@@ -8,17 +8,14 @@ the default.
 
 Usage::
 
-    python benchmarks/multi_join_vs_spark.py [--files 16] [--impressions 60000] [--users 200000] [--quick]
+    python -m benchmarks.perf.multi_join_vs_spark [--files 16] [--impressions 60000] [--users 200000] [--quick]
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
@@ -26,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .. import harness
 from ..common import carrying_state
 
 BASE_US = 1_700_000_000_000_000
@@ -144,7 +142,7 @@ def theirs(spark, root, delay, ck):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = harness.parser(__doc__)
     ap.add_argument("--files", type=int, default=16)
     ap.add_argument("--impressions", type=int, default=60_000, help="impressions per file (5 minutes)")
     ap.add_argument("--users", type=int, default=200_000)
@@ -158,14 +156,9 @@ def main(argv=None):
     ap.add_argument("--floor", action="store_true",
                     help="also run the funnel's shape with no work (with and without our run's state bytes)")
     args = ap.parse_args(argv)
+    before = harness.start()
     if args.quick:
         args.files, args.impressions, args.users = 4, 5_000, 20_000
-    load = os.getloadavg()[0]
-    print(f"# machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load {load:.2f}")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    import pyspark_cq
-
     conf = {"spark.sql.adaptive.enabled": "false", "spark.sql.execution.arrow.maxRecordsPerBatch": "200000",
             "spark.driver.memory": "6g", "spark.sql.streaming.metricsEnabled": "false"}
     if args.rocksdb:
@@ -173,8 +166,7 @@ def main(argv=None):
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
         conf["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] = "true"
     print(f"# state store: {'RocksDB, changelog checkpointing' if args.rocksdb else 'default (HDFS-backed)'}")
-    spark = pyspark_cq.spark("local[2]", "multi-join-bench", shuffle_partitions=2, conf=conf)
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = harness.cq_session("multi-join-bench", conf=conf)
     root = tempfile.mkdtemp(prefix="cqmjoin_")
     try:
         write_streams(os.path.join(root, "warm"), 2, 2_000, 2_000)  # warm both engines (JVM JIT, workers)
@@ -210,7 +202,9 @@ def main(argv=None):
                       f"{ss / sf:.2f}x Spark's (ours {ss / so:.2f}x); median batch "
                       f"{statistics.median(f['batch_ms'][1:]):.0f} ms; phases {f['phases']}")
 
+        result = {"funnel": {"multi_join": o, "spark": s}}
         if args.skip_plans:
+            harness.write_result("multi_join_vs_spark", result, args, before)
             return
         write_streams(os.path.join(root, "hot"), args.files // 2, args.impressions, args.users, hot=args.hot)
         import itertools
@@ -235,6 +229,8 @@ def main(argv=None):
         print(f"  best {best} is {runs[worst]['wall_s'] / runs[best]['wall_s']:.2f}x faster than worst {worst}; "
               f"default {runs[DEFAULT]['wall_s'] / runs[best]['wall_s']:.2f}x the best's time; output rows "
               f"{'equal for every plan' if len(outs) == 1 else 'DIFFER: ' + str(sorted(outs))}")
+        result["skewed_plans"] = runs
+        harness.write_result("multi_join_vs_spark", result, args, before)
     finally:
         shutil.rmtree(root, ignore_errors=True)
         spark.stop()

@@ -8,11 +8,10 @@ and the ratios worst / best (issue goal ≥ 3) and select_chain / plain in the s
 
 Usage::
 
-    python benchmarks/select_chain_vs_filter.py [--rows 2000000] [--repeats 3] [--quick]
+    python -m benchmarks.perf.select_chain_vs_filter [--rows 2000000] [--repeats 3] [--quick]
 """
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import shutil
@@ -24,6 +23,8 @@ import time
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from .. import harness
 
 COST = 400   # sine evaluations per row in the expensive predicate
 
@@ -66,11 +67,12 @@ def timed(df) -> tuple[float, int]:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = harness.parser(__doc__)
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="small sizes, a smoke run")
     args = parser.parse_args(argv)
+    before = harness.start()
     if args.quick:
         args.rows, args.repeats = 100_000, 1
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -110,6 +112,7 @@ def main(argv=None):
               f" (goal <= 1.2)")
         print(f"{args.rows:,} rows, {platform.node()}, load {os.getloadavg()[0]:.2f}, "
               f"{time.strftime('%Y-%m-%d %H:%M')}")
+        harness.write_result("select_chain_vs_filter", {"rows": args.rows, "median_s": results}, args, before)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         spark.stop()

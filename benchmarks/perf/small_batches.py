@@ -26,20 +26,18 @@ before the packed slices (docs/aggregate.md, "How it runs"), right after ours in
 
 Usage::
 
-    python benchmarks/small_batches.py [--sizes 5000,50000] [--files 12] [--rounds 2] [--only join] [--floor]
+    python -m benchmarks.perf.small_batches [--sizes 5000,50000] [--files 12] [--rounds 2] [--only join] [--floor]
                                        [--row-slices] [--no-warmup] [--json out.json]
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import shutil
 import statistics
 import tempfile
 
-from .. import common
+from .. import common, harness
 from ..common import _summary, join_shape
 
 WARMUP_FILES = 8   # micro-batches of each query in the warm-up (4 left the first measured query ~30 % slow)
@@ -140,7 +138,7 @@ def interval_join(spark, tmp, rows, files, keys=200_000, delay="4 minutes", floo
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = harness.parser(__doc__)
     ap.add_argument("--sizes", default="5000,50000", help="rows per micro-batch (per side for the join)")
     ap.add_argument("--files", type=int, default=12, help="micro-batches per run")
     ap.add_argument("--only", choices=["aggregation", "join"], default=None)
@@ -150,8 +148,8 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=2, help="runs of both sides per size, alternating which "
                                                              "runs first; the ratio printed last is their median")
     ap.add_argument("--no-warmup", action="store_true", help="measure from a cold JVM (module docstring)")
-    ap.add_argument("--json", default=None, help="also write the results to this file")
     args = ap.parse_args(argv)
+    before = harness.start()
     if args.rounds < 1:
         ap.error(f"--rounds must be >= 1, got {args.rounds}")
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -195,9 +193,7 @@ def main(argv=None):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         spark.stop()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+    harness.write_result("small_batches", results, args, before)
 
 
 if __name__ == "__main__":

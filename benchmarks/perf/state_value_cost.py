@@ -6,7 +6,7 @@ prints Spark's median batch time, ``allUpdatesTimeMs`` and ``commitTimeMs`` per 
 
 Usage::
 
-    python benchmarks/state_value_cost.py [binary] [string] [array]
+    python -m benchmarks.perf.state_value_cost [binary] [string] [array]
 """
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 
 import numpy as np
@@ -23,6 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import types as T
 from pyspark.sql.streaming.state import GroupStateTimeout
+
+from .. import harness
 
 
 def run(spark, root, mb, kind):
@@ -59,12 +60,13 @@ def run(spark, root, mb, kind):
     return med, upd, com
 
 
-def main():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    import pyspark_cq as cq
-
-    spark = cq.spark("local[2]", "toy", shuffle_partitions=2)
-    spark.sparkContext.setLogLevel("ERROR")
+def main(argv=None):
+    ap = harness.parser(__doc__)
+    ap.add_argument("kinds", nargs="*", default=["binary", "string"], choices=["binary", "string", "array"],
+                    help="state value types to measure (default: both)")
+    args = ap.parse_args(argv)
+    before = harness.start()
+    spark = harness.cq_session("toy")
     root = tempfile.mkdtemp()
     for i in range(8):
         path = os.path.join(root, "in", f"b{i}.parquet")
@@ -73,13 +75,17 @@ def main():
         os.utime(path, (1_000_000 + i * 10,) * 2)
     print(f"# load {os.getloadavg()[0]:.2f}")
     run(spark, root, 0.01, "binary")  # warm-up
-    for kind in sys.argv[1:] or ["binary", "string"]:
+    result = []
+    for kind in args.kinds:
         for mb in (0.01, 1.0, 4.0):
             med, upd, com = run(spark, root, mb, kind)
+            result.append({"kind": kind, "state_mb_per_group": mb, "batch_ms": med, "updates_ms": upd,
+                           "commit_ms": com})
             print(f"{kind:7s} state {mb:5.2f} MB x 8 groups: batch {med:.0f} ms, updates {upd:.0f} ms, "
                   f"commit {com:.0f} ms", flush=True)
     shutil.rmtree(root, ignore_errors=True)
     spark.stop()
+    harness.write_result("state_value_cost", result, args, before)
 
 
 if __name__ == "__main__":

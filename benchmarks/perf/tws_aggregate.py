@@ -19,19 +19,17 @@ each way) and Spark's store metrics; the ratio against Spark's ``window()`` on t
 
 Usage::
 
-    python benchmarks/tws_aggregate.py [--sizes 5000,50000] [--files 12] [--json out.json]
+    python -m benchmarks.perf.tws_aggregate [--sizes 5000,50000] [--files 12] [--json out.json]
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import shutil
 import statistics
 import tempfile
 
-from .. import common
+from .. import common, harness
 from ..common import _summary
 
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
@@ -103,12 +101,12 @@ def _bytes(progress):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = harness.parser(__doc__)
     ap.add_argument("--sizes", default="5000,50000", help="rows per micro-batch")
     ap.add_argument("--files", type=int, default=12, help="micro-batches per run")
-    ap.add_argument("--json", default=None)
     ap.add_argument("only", nargs="*", help="run only variants whose name contains one of these")
     args = ap.parse_args(argv)
+    before = harness.start()
     spark = common.session()
     tmp = tempfile.mkdtemp(prefix="cq_tws_")
     results = {"machine": platform.platform(), "cpus": os.cpu_count(), "runs": []}
@@ -139,9 +137,7 @@ def main(argv=None):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
         spark.stop()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+    harness.write_result("tws_aggregate", results, args, before)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ Usage::
     sparkslot --all python -m benchmarks.experiments.om_fidelity --part spark-sweep [--cvs 0.17,0.09,0.26] [--ks 2,5,10] \
         [--spark-rounds 24] [--q2-rows 600] [--json sweep.json]
     python -m benchmarks.experiments.om_fidelity --part spark-sweep --from-json sweep.json \
-        --figures-json docs/figures/om_fidelity_figures.json --plots docs/img
+        --figures-json benchmarks/results/om_fidelity_figures.json --plots docs/img
 """
 from __future__ import annotations
 

@@ -35,8 +35,8 @@ Usage::
 
     sparkslot --all python -m benchmarks.experiments.rate_5_3_spark [--steps 10] [--scale 10] [--keys 100] \
         [--swap AB] [--kinds mj,rate,rate+reset] [--reset-factor 3] \
-        [--json docs/figures/rate_5_3_spark.json] [--plot docs/figures/rate_5_3_spark.png]
-    python -m benchmarks.experiments.rate_5_3_spark --from-json docs/figures/rate_5_3_spark.json --plot ...
+        [--json benchmarks/results/rate_5_3_spark.json] [--plot docs/figures/rate_5_3_spark.png]
+    python -m benchmarks.experiments.rate_5_3_spark --from-json benchmarks/results/rate_5_3_spark.json --plot ...
 """
 from __future__ import annotations
 

@@ -64,7 +64,7 @@ _ROWS = "__cq_rows"
 DEFAULT_NAME = "cq_sliding_aggregate"
 STATE_SCHEMA = "blob binary, keys binary"
 #: Streams in the shard layout pack their slices (AggConfig.packed_schema). False: one row per slice, the
-#: transport before 2026-11-27, kept so that benchmarks/small_batches.py --row-slices can compare both.
+#: transport before 2026-11-27, kept so that benchmarks/perf/small_batches.py --row-slices can compare both.
 _PACK_SLICES = True
 _I64_MAX, _I64_MIN = 2**63 - 1, -(2**63)
 

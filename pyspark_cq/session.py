@@ -206,7 +206,7 @@ def warm_python_workers(session, tasks: int | None = None) -> None:
 
     Spark keeps an idle Python worker for a minute and gives it to the next Python task. A query's first
     micro-batch otherwise starts one worker per task and Python stage, each importing pandas, pyarrow and
-    PySpark's SQL modules (about a second of CPU each on a 2-core machine; docs/benchmarks.md, "First
+    PySpark's SQL modules (about a second of CPU each on a 2-core machine; docs/benchmark-log-2026.md, "First
     micro-batch"). The job runs two chained Python stages, the shape of a stateful operator followed by its
     unpacking, over ``tasks`` partitions (default: half the default parallelism, which ``spark()`` sets to
     twice the local cores: one per core). The job group is the calling thread's for the job only. A failure
@@ -267,7 +267,7 @@ def _settings(local: bool, ui: bool, shuffle_partitions: int | None, conf: dict 
         # Over loopback TCP (Spark's default) a Python round trip that sends little waits ~40 ms, as when
         # Nagle's algorithm meets the worker's delayed ACK: e.g. the event-time timeout phase every
         # applyInPandasWithState task runs after its groups, ~100 ms per micro-batch of our operators over
-        # 2 tasks. A Unix domain socket has no such wait (docs/benchmarks.md, "A fair order, ...").
+        # 2 tasks. A Unix domain socket has no such wait (docs/benchmark-log-2026.md, "A fair order, ...").
         if os.name == "posix" and hasattr(socket, "AF_UNIX"):
             settings["spark.python.unix.domain.socket.enabled"] = "true"
     elif shuffle_partitions:

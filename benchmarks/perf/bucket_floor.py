@@ -17,7 +17,7 @@ that the difference is what the layout alone can save:
 
 Printed per layout and ``--live`` (the state grows with it as it would with the watermark delay): the median
 ``triggerExecution`` over the batches after the state is full, Spark's state phases (summed over tasks)
-and the state size. Results in docs/benchmarks.md.
+and the state size. Results in docs/benchmark-log-2026.md.
 
 Usage::
 

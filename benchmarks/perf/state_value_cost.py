@@ -2,7 +2,7 @@
 
 Eight groups each rewrite a random state value of 0.01, 1 and 4 MB every micro-batch over a trivial input;
 prints Spark's median batch time, ``allUpdatesTimeMs`` and ``commitTimeMs`` per state type (``binary``,
-``string``, ``array``: PySpark 4.3 fails on an array state schema). Results in docs/benchmarks.md.
+``string``, ``array``: PySpark 4.3 fails on an array state schema). Results in docs/benchmark-log-2026.md.
 
 Usage::
 

@@ -178,7 +178,7 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         ``applyInPandasWithState``'s ``GroupState``; ``"tws"`` in a ``ValueState`` of Spark 4's
         ``transformWithStateInPandas`` with an event-time timer, which needs
         ``spark.sql.streaming.stateStore.providerClass`` set to Spark's RocksDB provider. Both give the
-        same rows; see docs/benchmarks.md, "transformWithStateInPandas as the state home" for what each
+        same rows; see docs/benchmark-log-2026.md, "transformWithStateInPandas as the state home" for what each
         costs. Keep it fixed for the life of a checkpoint (the two are different Spark operators).
     kept_column : str, optional
         A new output column (double, last): per window the fraction of its input rows the shedding stage

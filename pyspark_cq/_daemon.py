@@ -4,7 +4,7 @@ Spark starts its Python workers with ``SPARK_HOME/python/lib/pyspark.zip`` first
 Python compiles modules imported from a zip archive from source every time (it never caches their
 bytecode), so every new daemon and every forked worker re-compiles the parts of PySpark it imports:
 about 8 s of CPU on this machine before the first micro-batch of a stateful query can run (measured
-with py-spy; docs/benchmarks.md). When the zip is the one shipped inside the installed ``pyspark``
+with py-spy; docs/benchmark-log-2026.md). When the zip is the one shipped inside the installed ``pyspark``
 package (a pip install, as in local mode), the installed package is the same code with cached bytecode,
 so this module drops the zip from ``sys.path`` and then runs :mod:`pyspark.daemon`.
 

@@ -4,7 +4,7 @@
 Constant distances make the measured state exact up to boundary terms, so each assertion's tolerance is
 the sum of those terms (derived in each test), not a fudge factor. The checks are of correctness (row
 counts), never of timing. The full validation over many configurations is
-``benchmarks/validate_cost_model.py``.
+``benchmarks/experiments/validate_cost_model.py``.
 """
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ def test_aggregation_state_rows_match_eq15_with_watermark_retention(spark, tmp_d
 
 def test_calibrate_recovers_nanosecond_constants():
     """``CostProfile.calibrate`` on kernel-scale numbers (counts ~1e5–1e6, times ~1e-2 s, constants
-    ~1e-8 s per event, as ``benchmarks/validate_cost_model.py --calibrate`` measures them). The NNLS
+    ~1e-8 s per event, as ``benchmarks/experiments/validate_cost_model.py --calibrate`` measures them). The NNLS
     once compared the solution with a tolerance in the units of the gradient and returned all zeros."""
     rng = np.random.default_rng(0)
     counts = [{"hash_function": float(rng.integers(100_000, 1_000_000)),

@@ -1,32 +1,30 @@
-"""Crash recovery, quick variant of benchmarks/fault_injection.py (issue 23, docs/reliability.md): the
+"""Crash recovery, quick variant of benchmarks/experiments/fault_injection.py (issue 23, docs/reliability.md): the
 interval join in a child process (8 files, one per batch) is SIGKILLed twice at random moments and
 restarted on its checkpoint; the file sink then holds exactly the rows of an uninterrupted run (none
 lost, none duplicated). The full run (>= 20 kills per operator, every operator) is the script's."""
 from __future__ import annotations
 
-import importlib.util
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "fault_injection.py"
+from pyspark_cq.experiments.recovery import compare
 
-
-def _script():
-    spec = importlib.util.spec_from_file_location("fault_injection", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+ROOT = Path(__file__).resolve().parents[1]   # the script runs as a module from here, never imported by a test
 
 
 @pytest.mark.spark
 @pytest.mark.slow
 def test_two_kills_lose_and_duplicate_nothing(tmp_path):
-    fi = _script()
     out = tmp_path / "result.json"
-    code = fi.main(["--operator", "interval_join", "--kills", "2", "--files", "8", "--seed", "5",
-                    "--workdir", str(tmp_path / "work"), "--out", str(out)])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    code = subprocess.run([sys.executable, "-m", "benchmarks.experiments.fault_injection", "--operator",
+                           "interval_join", "--kills", "2", "--files", "8", "--seed", "5", "--workdir",
+                           str(tmp_path / "work"), "--out", str(out), "--no-json"], cwd=ROOT, env=env).returncode
     (result,) = json.loads(out.read_text())
     assert "error" not in result, result
     assert result["kills"] == 2 and result["expected_rows"] > 0
@@ -36,8 +34,7 @@ def test_two_kills_lose_and_duplicate_nothing(tmp_path):
 
 def test_comparison_counts_lost_and_duplicated_rows():
     """The oracle side of the script: multiset differences, not set differences."""
-    fi = _script()
     want = [[1, "a"], [1, "a"], [2, "b"]]
-    assert fi.compare(want, [[1, "a"], [2, "b"], [2, "b"], [3, "c"]]) == {
+    assert compare(want, [[1, "a"], [2, "b"], [2, "b"], [3, "c"]]) == {
         "expected_rows": 3, "rows": 4, "lost": 1, "duplicated": 1, "unexpected": 1}
-    assert fi.compare(want, list(reversed(want)))["lost"] == 0
+    assert compare(want, list(reversed(want)))["lost"] == 0

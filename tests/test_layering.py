@@ -164,3 +164,32 @@ def test_the_checks_see_a_forbidden_import(tmp_path):
         assert modules("layer_probe") == ["layer_probe", "layer_probe.eager", "layer_probe.lazy"]
     finally:
         del ROOTS["layer_probe"]
+
+
+def test_the_experiments_are_not_part_of_the_runtime():
+    """``pyspark_cq.experiments`` (the papers' workloads and oracles) is for the benchmarks and the tests."""
+    bad = {m: hits for m in modules("pyspark_cq") if not m.startswith("pyspark_cq.experiments")
+           and (hits := _hits(imported_names(m), ("pyspark_cq.experiments",)))}
+    assert not bad, f"the package imports its experiments: {bad}"
+
+
+def _top_imports(path: Path) -> set[str]:
+    """The first name of every absolute import of the file (relative imports stay inside its package)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_tests_and_benchmarks_do_not_import_each_other():
+    """The benchmarks run as modules of the package ``benchmarks`` and no test imports one; the benchmarks
+    use no test helper (what both need lives in the package, e.g. ``pyspark_cq.experiments``)."""
+    repo = Path(__file__).resolve().parents[1]
+    tests = {p: hits for p in sorted((repo / "tests").rglob("*.py")) if (hits := _top_imports(p) & {"benchmarks"})}
+    assert not tests, f"tests import the benchmarks: {tests}"
+    benches = {p: hits for p in sorted((repo / "benchmarks").rglob("*.py"))
+               if (hits := _top_imports(p) & {"tests", "helpers", "conftest"})}
+    assert not benches, f"benchmarks import the tests: {benches}"

@@ -1,6 +1,6 @@
-"""PIPES §5.1 and §5.3 on Spark, shortened (benchmarks/pipes_5_1_5_3.py holds the full runs).
+"""PIPES §5.1 and §5.3 on Spark, shortened (benchmarks/experiments/pipes_5_1_5_3.py holds the full runs).
 
-The plain-Python oracle of the benchmark (exact PIPES window-join semantics, expected state per
+The plain-Python oracle of the benchmark (pyspark_cq.experiments.pipes_join) (exact PIPES window-join semantics, expected state per
 micro-batch) is checked on its own first, then the window join on Spark against it:
 
 - §5.3 window reduction: the output is exactly the pairs whose validities intersect under 5 s windows,
@@ -19,8 +19,9 @@ import math
 import os
 
 import numpy as np
-import pipes_5_1_5_3 as B  # benchmarks/ is on pytest's pythonpath (pyproject.toml)
 import pytest
+
+from pyspark_cq.experiments import pipes_join as B
 
 S = B.S
 

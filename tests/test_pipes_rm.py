@@ -5,13 +5,13 @@ import math
 
 import numpy as np
 import pytest
-from helpers import pipes_workload as W
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark_cq_plugins.pipes_rm import DEFAULT_PROFILE, PipesResourceManager, pipes_estimate
 
 from pyspark_cq import plan as P
 from pyspark_cq.cost import pipes
+from pyspark_cq.experiments import pipes_workload as W
 from pyspark_cq.policies import QoSRange, QueryInfo, Snapshot, SourceStats
 
 S, MS = 1_000_000, 1_000

@@ -1,7 +1,7 @@
 """The PIPES resource manager (Cammert et al., §4.3) over 5,000 queries (goal: one re-plan <= 100 ms).
 
 The workload is the §5.4 one (Table 3 plans, 50 streams of 2–600 elements/min; see
-``tests/helpers/pipes_workload.py``). ``setup_cache`` installs the 5,000 queries and runs the first
+``pyspark_cq/experiments/pipes_workload.py``). ``setup_cache`` installs the 5,000 queries and runs the first
 re-plans at two memory bounds, which evaluates the PIPES cost model of every query at the knots the
 strategy uses (the cold start, minutes; not timed). The timed re-plans then alternate between the two
 bounds, so each one searches anew:
@@ -12,17 +12,11 @@ bounds, so each one searches anew:
   decisions (one per query whose window / granularity changes);
 - ``time_admit``: admission control of one new query (its cost-model evaluations and a re-plan).
 """
-import sys
-from pathlib import Path
-
 import numpy as np
 from pyspark_cq_plugins.pipes_rm import PipesResourceManager
 
+from pyspark_cq.experiments import pipes_workload as W
 from pyspark_cq.policies import Snapshot
-
-# the §5.4 workload generator is test data: it lives with the tests, not in the installed packages
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))
-from helpers import pipes_workload as W  # noqa: E402
 
 QUERIES = 5000
 

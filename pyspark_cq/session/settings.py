@@ -53,7 +53,7 @@ def _settings(local: bool, ui: bool, shuffle_partitions: int | None, conf: dict 
         # Over loopback TCP (Spark's default) a Python round trip that sends little waits ~40 ms, as when
         # Nagle's algorithm meets the worker's delayed ACK: e.g. the event-time timeout phase every
         # applyInPandasWithState task runs after its groups, ~100 ms per micro-batch of our operators over
-        # 2 tasks. A Unix domain socket has no such wait (docs/benchmarks.md, "A fair order, ...").
+        # 2 tasks. A Unix domain socket has no such wait (docs/benchmark-log-2026.md, "A fair order, ...").
         if os.name == "posix" and hasattr(socket, "AF_UNIX"):
             settings["spark.python.unix.domain.socket.enabled"] = "true"
     elif shuffle_partitions:

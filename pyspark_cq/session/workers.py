@@ -29,7 +29,7 @@ def warm_python_workers(session, tasks: int | None = None) -> None:
 
     Spark keeps an idle Python worker for a minute and gives it to the next Python task. A query's first
     micro-batch otherwise starts one worker per task and Python stage, each importing pandas, pyarrow and
-    PySpark's SQL modules (about a second of CPU each on a 2-core machine; docs/benchmarks.md, "First
+    PySpark's SQL modules (about a second of CPU each on a 2-core machine; docs/benchmark-log-2026.md, "First
     micro-batch"). The job runs two chained Python stages, the shape of a stateful operator followed by its
     unpacking, over ``tasks`` partitions (default: half the default parallelism, which ``spark()`` sets to
     twice the local cores: one per core). The job group is the calling thread's for the job only. A failure

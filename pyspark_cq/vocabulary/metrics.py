@@ -1,7 +1,7 @@
 """The names of the metrics operators report per micro-batch, in one place.
 
 Every operator observes its counters under its own name (``cq.read_metrics(query, name)``,
-:mod:`pyspark_cq.operators._metrics`); the names below are the keys of that dict, in Spark's observed
+:mod:`pyspark_cq.operators._common.metrics`); the names below are the keys of that dict, in Spark's observed
 metrics, in checkpoints and logs, and in users' code, so a value never changes. Writers (the workers) and
 readers (the runtime's statistics, policies, plugins, console, demo) spell a name only through this module:
 a constant per fixed name, a builder per indexed counter (per input, per probe step, per predicate) and

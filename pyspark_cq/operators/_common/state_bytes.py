@@ -3,7 +3,7 @@
 Every micro-batch each touched group's state crosses the JVM <-> Python boundary twice. PySpark 4.3
 pickles a ``binary`` state value on the JVM side one character at a time (razorvine's
 ``PickleUtils.rawStringFromBytes``), so that transfer costs tens of milliseconds per MB and dominates
-the stateful operators' batch time (docs/benchmarks.md). Compressing the state before it leaves Python
+the stateful operators' batch time (docs/benchmark-log-2026.md). Compressing the state before it leaves Python
 is therefore far cheaper than moving the raw bytes: zstd level 1 packs the native kernels' columnar
 images 3-4x and decompresses at several hundred MB/s.
 

@@ -64,7 +64,7 @@ _ROWS = "__cq_rows"
 DEFAULT_NAME = "cq_sliding_aggregate"
 STATE_SCHEMA = "blob binary, keys binary"
 #: Streams in the shard layout pack their slices (AggConfig.packed_schema). False: one row per slice, the
-#: transport before 2026-11-27, kept so that benchmarks/small_batches.py --row-slices can compare both.
+#: transport before 2026-11-27, kept so that benchmarks/perf/small_batches.py --row-slices can compare both.
 _PACK_SLICES = True
 _I64_MAX, _I64_MIN = 2**63 - 1, -(2**63)
 
@@ -178,7 +178,7 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         ``applyInPandasWithState``'s ``GroupState``; ``"tws"`` in a ``ValueState`` of Spark 4's
         ``transformWithStateInPandas`` with an event-time timer, which needs
         ``spark.sql.streaming.stateStore.providerClass`` set to Spark's RocksDB provider. Both give the
-        same rows; see docs/benchmarks.md, "transformWithStateInPandas as the state home" for what each
+        same rows; see docs/benchmark-log-2026.md, "transformWithStateInPandas as the state home" for what each
         costs. Keep it fixed for the life of a checkpoint (the two are different Spark operators).
     kept_column : str, optional
         A new output column (double, last): per window the fraction of its input rows the shedding stage

@@ -64,7 +64,7 @@ OWN = "__cq_own"        # the row's own bucket (where it is stored)
 MIN_AUTO_WIDTH = 1_000_000
 #: ``"auto"``: the width in band widths. A row of a band of width ``B`` gets a probe copy with probability
 #: ``B / width``: 1 (every row, the shuffle and the workers' input doubled) at 1, a third at 3, which
-#: measured 1.7-2.6 s per batch against 3.4-5.9 s at 1 in one session (docs/benchmarks.md, issue 14).
+#: measured 1.7-2.6 s per batch against 3.4-5.9 s at 1 in one session (docs/benchmark-log-2026.md, issue 14).
 AUTO_BANDS = 3
 
 

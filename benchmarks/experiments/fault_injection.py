@@ -1,0 +1,510 @@
+"""Crash recovery by fault injection: SIGKILL a streaming query at random moments, restart it on the same
+checkpoint, and compare the file sink with an uninterrupted run (issue 23, docs/reliability.md).
+
+Each operator runs in a child process (its own JVM): a file source with ``maxFilesPerTrigger``, a
+watermark, a checkpoint and a parquet file sink, ``trigger(availableNow=True)``. The parent watches the
+checkpoint and the sink's ``_spark_metadata`` log and kills the child's whole process group (Python
+driver, JVM, Python workers) with SIGKILL at a randomly chosen moment:
+
+* ``batch``   -- a micro-batch is in flight (its offsets are logged, its commit is not);
+* ``state``   -- the first state-store file of the in-flight batch's version has appeared (the state
+  commit is under way: other partitions may not have committed yet);
+* ``sink``    -- the sink's log holds the batch, the checkpoint's commit log does not (Spark's "replay
+  window": on restart the file sink skips the batch);
+* ``between`` -- right after a batch's commit, before the next batch is planned.
+
+It restarts the child until all input is read; the last child reads the sink back as a batch DataFrame
+(which honours the sink's ``_spark_metadata`` log) and dumps its rows. Lost rows are rows of the
+uninterrupted run missing from the killed run's sink (as a multiset); duplicated rows are rows that occur
+more often there. Modes:
+
+* ``kill`` (default): the SIGKILLs above.
+* ``worker``: the query runs once (master ``local[2,4]``: a task may fail 3 times) and the parent kills
+  one of Spark's busy Python workers (a process forked by the Python daemon whose CPU time grows) during
+  batches; ``failed_tasks`` counts the task attempts that failed (one per kill that landed).
+* ``control``: ``sliding_aggregate`` under a control table whose granularity / window entries the
+  parent changes between kills, at event times ahead of the data read so far; the reference run uses
+  the final table (the same decisions).
+
+Usage::
+
+    python -m benchmarks.experiments.fault_injection --operator all --kills 20 --seed 1 --out fi.json
+    python -m benchmarks.experiments.fault_injection --operator interval_join --kills 2 --out quick.json
+
+Every child starts Spark: run it under ``/work/bin/sparkslot`` on a shared machine (one child at a time).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from pyspark_cq.experiments.recovery import compare
+
+from .. import harness
+
+FILES = 24             # input files per source; one file per micro-batch
+PERIOD_S = 10          # event-time span of one file
+DELAY = "10 seconds"   # watermark delay: with PERIOD_S, no row is ever late (see docs/reliability.md)
+T0_S = 1_767_225_600   # 2026-01-01T00:00:00Z
+SEC = 1_000_000
+MASTER = "local[2,4]"  # two cores, a failed task is retried up to 3 times
+
+# operator -> (input names, rows per file per input, keys)
+DATA = {
+    "interval_join": (("l", "r"), 200, 40),
+    "sliding_aggregate_windows": (("in",), 1500, 30),
+    "sliding_aggregate_changes": (("in",), 1500, 30),
+    "window": (("in",), 1500, 30),
+    "granularity": (("in",), 1500, 30),
+    "multi_join": (("a", "b", "c"), 150, 40),
+    "select_chain": (("in",), 1500, 30),
+    "spark_window": (("in",), 1500, 30),
+}
+OPERATORS = list(DATA)
+STATEFUL = {"interval_join", "sliding_aggregate_windows", "sliding_aggregate_changes", "multi_join", "spark_window"}
+AGGS = {"v": ["sum", "max", "min", "avg"], "*": ["count"]}
+
+
+# ---- input ------------------------------------------------------------------------------------------
+
+def write_inputs(root: Path, operator: str, seed: int, tight: bool = False, files: int = FILES,
+                 scale: int = 1) -> None:
+    """``files`` parquet files per input; file i holds times in [i·P, (i+1)·P) (shuffled), so the
+    watermark after file i (its max time minus the delay) never passes a row of file i+1. With ``tight``
+    (Spark's replay-window trap), file i also holds 5 % rows about 41–48 s old: late in an uninterrupted
+    run, not late if the batch runs with the watermark one batch behind. ``scale`` multiplies the rows per
+    file (and, for the joins, the keys, so that their output grows in proportion): longer batches, for
+    ``--mode worker``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    names, rows, keys = DATA[operator]
+    rows *= scale
+    if operator in ("interval_join", "multi_join"):
+        keys *= scale
+    rng = np.random.default_rng(seed)
+    for name in names:
+        d = root / "input" / name
+        d.mkdir(parents=True, exist_ok=True)
+        for i in range(files):
+            t = (T0_S + i * PERIOD_S) * 1000 + rng.integers(0, PERIOD_S * 1000, rows)
+            if tight and i > 4:
+                # Latest window (20 s, slide 5 s) containing such a row ends in (i·P - 30 s, i·P - 20 s]:
+                # at or before the late-event watermark of its batch (the watermark of batch i - 1, i·P - 20 s)
+                # so late in an uninterrupted run, after it if the batch runs with the watermark one batch behind.
+                behind = (T0_S + i * PERIOD_S - 41) * 1000 - rng.integers(1, 7000, rows // 20)
+                t = np.concatenate([t, behind])
+            n = len(t)
+            cols = {"ts": pa.array(t * 1000, pa.timestamp("us", tz="UTC")),
+                    "k": pa.array(rng.integers(0, keys, n), pa.int64()),
+                    "v": pa.array(rng.integers(-1000, 1000, n), pa.int64())}
+            if operator in ("interval_join", "multi_join"):
+                cols = {f"{c}_{name}" if c != "k" else "k": a for c, a in cols.items()}
+            path = d / f"part-{i:03d}.parquet"
+            pq.write_table(pa.table(cols), path)
+            os.utime(path, (1_000_000 + i * 10, 1_000_000 + i * 10))   # the file source's order
+
+
+# ---- the child: one query run on the checkpoint -------------------------------------------------------
+
+def _big(batch):
+    """A vectorised predicate (runs in the Python workers): |v| > 100."""
+    import pyarrow.compute as pc
+    return pc.greater(pc.abs(batch.column("v")), 100)
+
+
+def build(spark, operator: str, root: Path, control: str | None):
+    from pyspark.sql import functions as F
+
+    import pyspark_cq as cq
+
+    names = DATA[operator][0]
+
+    def src(name):
+        df = (spark.readStream.option("maxFilesPerTrigger", 1).schema(_schema(operator, name))
+              .parquet(str(root / "input" / name)))
+        time_col = f"ts_{name}" if operator in ("interval_join", "multi_join") else "ts"
+        return df.withWatermark(time_col, DELAY)
+
+    if operator == "interval_join":
+        return cq.interval_join(src("l"), src("r"), "k", "ts_l", "ts_r", "-5 seconds", "5 seconds", shards=4,
+                                name="fi")
+    if operator.startswith("sliding_aggregate"):
+        handle = None
+        if control:
+            from pyspark_cq.control import ControlTable
+            handle = ControlTable(control).handle("agg")
+        emit = operator.rsplit("_", 1)[1]
+        return cq.sliding_aggregate(src("in"), "ts", "20 seconds", "5 seconds", by="k", aggs=AGGS, emit=emit,
+                                    shards=4, name="fi", control=handle)
+    if operator == "spark_window":
+        return (src("in").groupBy(F.window("ts", "20 seconds", "5 seconds"), "k")
+                .agg(F.sum("v").alias("sum_v"), F.max("v").alias("max_v"), F.min("v").alias("min_v"),
+                     F.avg("v").alias("avg_v"), F.count(F.lit(1)).alias("count"))
+                .select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"),
+                        "k", "sum_v", "max_v", "min_v", "avg_v", "count"))
+    if operator == "window":
+        return cq.window(src("in"), "ts", size="7 seconds", name="fi")
+    if operator == "granularity":
+        return cq.granularity(cq.window(src("in"), "ts", size="7 seconds"), "valid_from", "valid_to", "2 seconds",
+                              name="fi")
+    if operator == "multi_join":
+        return cq.multi_join([src(n) for n in names], "k", [f"ts_{n}" for n in names],
+                             [(0, 1, "-3 seconds", "3 seconds"), (1, 2, "0 seconds", "4 seconds")], name="fi")
+    if operator == "select_chain":
+        return cq.select_chain(src("in"), {"even": F.col("v") % 2 == 0, "big": _big}, name="fi")
+    raise ValueError(f"operator must be one of {OPERATORS}, got {operator!r}")
+
+
+def _schema(operator, name):
+    if operator in ("interval_join", "multi_join"):
+        return f"ts_{name} timestamp, k long, v_{name} long"
+    return "ts timestamp, k long, v long"
+
+
+def child(args) -> int:
+    root = Path(args.root)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    import pyspark_cq as cq
+
+    spark = cq.spark(MASTER, "fault-injection", shuffle_partitions=2,
+                     conf={"spark.sql.streaming.metricsEnabled": "false", "spark.sql.adaptive.enabled": "false",
+                           "spark.sql.streaming.stateStore.maintenanceInterval": "10s",
+                           "spark.ui.enabled": "false"})
+    spark.sparkContext.setLogLevel("ERROR")
+    out = build(spark, args.operator, root, args.control)
+    q = (out.writeStream.format("parquet").option("path", args.sink).outputMode("append")
+         .option("checkpointLocation", args.checkpoint).trigger(availableNow=True).start())
+    (root / f"alive.{os.getpid()}").touch()     # the parent arms its kill only once the query runs
+    q.awaitTermination()
+    rows = [[_plain(v) for v in r] for r in spark.read.parquet(args.sink).collect()]
+    tmp = Path(args.dump + ".tmp")
+    tmp.write_text(json.dumps({"columns": spark.read.parquet(args.sink).columns, "rows": rows}))
+    tmp.rename(args.dump)
+    spark.stop()
+    return 0
+
+
+def _plain(v):
+    if isinstance(v, dt.datetime):
+        return v.isoformat()
+    if isinstance(v, float):
+        return repr(v)
+    return v
+
+
+# ---- the parent: kills, restarts, comparison ----------------------------------------------------------
+
+def _ids(d: Path) -> set[int]:
+    try:
+        return {int(n) for n in os.listdir(d) if n.isdigit()}
+    except FileNotFoundError:
+        return set()
+
+
+def _state_versions(ck: Path) -> set[int]:
+    found = set()
+    for _, _, files in os.walk(ck / "state"):
+        for f in files:
+            stem, _, ext = f.partition(".")
+            if stem.isdigit() and ext in ("delta", "changelog", "zip", "snapshot"):
+                found.add(int(stem))
+    return found
+
+
+def _phase(ck: Path, sink: Path) -> tuple[str, int | None]:
+    """What the query is doing now: (phase, in-flight batch)."""
+    offsets, commits = _ids(ck / "offsets"), _ids(ck / "commits")
+    pending = sorted(offsets - commits)
+    if not pending:
+        return "between", None
+    n = pending[-1]
+    if n in _ids(sink / "_spark_metadata"):
+        return "sink", n
+    if n + 1 in _state_versions(ck):   # batch n writes state version n + 1
+        return "state", n
+    return "batch", n
+
+
+def _group(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _start(args, root, sink, ck, dump, control=None):
+    cmd = [*harness.rerun(__spec__.name), "--child", "--operator", args.operator, "--root", str(root),
+           "--sink", str(sink), "--checkpoint", str(ck), "--dump", str(dump)]
+    if control:
+        cmd += ["--control", control]
+    log = open(root / "child.log", "ab")
+    return subprocess.Popen(cmd, stdout=log, stderr=log, start_new_session=True)
+
+
+def _wait_alive(proc, root) -> bool:
+    marker = root / f"alive.{proc.pid}"
+    while proc.poll() is None:
+        if marker.exists():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def run_once(args, root: Path, tag: str, control: str | None = None) -> list:
+    """An uninterrupted run; returns the sink's rows."""
+    sink, ck, dump = root / f"sink_{tag}", root / f"ck_{tag}", root / f"rows_{tag}.json"
+    proc = _start(args, root, sink, ck, dump, control)
+    if proc.wait() != 0 or not dump.exists():
+        raise RuntimeError(f"{tag} run failed; see {root / 'child.log'}")
+    return json.loads(dump.read_text())["rows"]
+
+
+def run_killed(args, root: Path, rng, control_changes=None) -> tuple[list, list]:
+    """Kill and restart until a child completes; returns (rows, kills as [phase, batch])."""
+    sink, ck, dump = root / "sink_killed", root / "ck_killed", root / "rows_killed.json"
+    phases = ["batch", "state", "sink", "between"] if args.operator in STATEFUL else ["batch", "sink", "between"]
+    kills = []
+    while True:
+        proc = _start(args, root, sink, ck, dump, args.control_path if control_changes is not None else None)
+        started = time.monotonic()
+        if len(kills) >= args.kills or not _wait_alive(proc, root):
+            if proc.wait() == 0 and dump.exists():
+                return json.loads(dump.read_text())["rows"], kills
+            if len(kills) >= args.kills:
+                raise RuntimeError(f"run after {len(kills)} kills failed; see {root / 'child.log'}")
+            continue      # died before the query started (should not happen): start again
+        want = rng.choice(phases)
+        skip = int(rng.integers(0, 2))       # sometimes let a batch commit first
+        start_commits = len(_ids(ck / "commits"))
+        deadline = time.monotonic() + 120
+        fired = None
+        while proc.poll() is None and time.monotonic() < deadline:
+            phase, n = _phase(ck, sink)
+            if len(_ids(ck / "commits")) - start_commits >= skip:
+                if want == "batch" and phase in ("batch", "state"):
+                    time.sleep(float(rng.uniform(0, 0.4)))
+                    fired = True
+                elif want == phase or (want == "between" and phase == "between"
+                                       and len(_ids(ck / "commits")) > start_commits):
+                    fired = True
+            if fired:
+                break
+            time.sleep(0.01)
+        if proc.poll() is not None:    # finished (or failed) before the kill
+            if proc.returncode == 0 and dump.exists():
+                return json.loads(dump.read_text())["rows"], kills
+            raise RuntimeError(f"child failed with {proc.returncode}; see {root / 'child.log'}")
+        phase, n = _phase(ck, sink)
+        _group(proc)
+        kills.append([phase, n, round(time.monotonic() - started, 1)])
+        if control_changes is not None:
+            control_changes(ck)
+
+
+FAILED_TASK = "Exception in task"   # the executor's ERROR line for a failed task attempt
+
+
+def run_worker_kills(args, root: Path, rng) -> tuple[list, list]:
+    """One run; SIGKILL a busy Spark Python worker (a child of the Python daemon whose CPU time grew in two
+    of the parent's looks in a row, i.e. one running a task) while a batch is in flight, until ``--kills``
+    task attempts have failed, in as many different batches. An idle worker is not a target: Spark
+    discards a dead idle worker when it takes it from its pool, and no task fails. A busy worker may be
+    idle too: after each task a reused worker runs ``gc.collect()`` (``pyspark/daemon.py``), likely longer
+    than a short task's own Python work. So a kill *lands* when the child's log shows a failed
+    task within 1.5 s (the executor's ERROR line); a kill that does not is logged, and the parent tries
+    again, at most 3 times per batch (``local[2,4]``: a 4th failure of one task would fail the query)."""
+    sink, ck, dump = root / "sink_killed", root / "ck_killed", root / "rows_killed.json"
+    log = root / "child.log"
+    log_start = log.stat().st_size if log.exists() else 0
+    proc = _start(args, root, sink, ck, dump)
+    kills, landed, tries, cpu = [], set(), Counter(), {}
+    pending, failed, size = None, 0, log_start     # pending: the last kill's time, until it lands or 1.5 s pass
+    started = time.monotonic()
+    _wait_alive(proc, root)
+    while proc.poll() is None:
+        if log.stat().st_size != size:
+            size, count = log.stat().st_size, _log_text(log, log_start).count(FAILED_TASK)
+            if count > failed and pending is not None:
+                kills[-1][3] = True
+                landed.add(kills[-1][1])
+                pending = None
+            failed = count
+        if pending is not None and time.monotonic() - pending > 1.5:
+            pending = None
+        phase, n = _phase(ck, sink)
+        if (pending is None and failed < args.kills and phase in ("batch", "state") and n not in landed
+                and tries[n] < 3):
+            now = _python_workers_cpu(proc.pid)
+            grew = {p for p, t in now.items() if t > cpu.get(p, (t, 0))[0]}
+            cpu = {p: (t, cpu.get(p, (t, 0))[1] + 1 if p in grew else 0) for p, t in now.items()}
+            busy = sorted(p for p, (_, looks) in cpu.items() if looks >= 2)   # busy for two looks in a row
+            if busy:
+                try:
+                    os.kill(int(rng.choice(busy)), signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+                pending = time.monotonic()
+                kills.append(["worker", n, round(pending - started, 1), False])
+                tries[n] += 1
+                cpu = {}
+        else:
+            cpu = {}
+        time.sleep(0.005)
+    if proc.returncode != 0 or not dump.exists():
+        raise RuntimeError(f"worker-kill run failed with {proc.returncode}; see {log}")
+    # each landed kill fails one task attempt (Spark retries it)
+    args.failed_tasks = _log_text(log, log_start).count(FAILED_TASK)
+    return json.loads(dump.read_text())["rows"], kills
+
+
+def _log_text(log: Path, offset: int) -> str:
+    with open(log, "rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
+def _python_workers_cpu(session: int) -> dict[int, int]:
+    """CPU time (clock ticks, user + system) of each Python worker of session ``session``."""
+    out = {}
+    for p in _python_workers(session):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[p] = int(fields[11]) + int(fields[12])
+    return out
+
+
+def _python_workers(session: int) -> list[int]:
+    """Pids of the Python workers forked by the Python daemon (``pyspark.daemon``, or pyspark-cq's
+    ``pyspark_cq._daemon`` that cq.spark() configures) of session ``session``."""
+    procs = {}
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+            cmd = Path(f"/proc/{p}/cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[3]) == session and (b"pyspark.daemon" in cmd or b"pyspark_cq._daemon" in cmd):
+            procs[int(p)] = int(fields[1])          # pid -> parent pid
+    return [p for p, parent in procs.items() if parent in procs]
+
+
+def run_operator(args, base: Path) -> dict:
+    rng = np.random.default_rng(args.seed)
+    root = base / f"{args.operator}-{args.mode}{'-tight' if args.tight else ''}"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    write_inputs(root, args.operator, args.seed, args.tight, args.files, args.rows_scale)
+    t0 = time.monotonic()
+    changes = None
+    if args.mode == "control":
+        args.control_path = str(root / "control.json")
+        changes = _control_schedule(args.control_path, rng)
+    if args.mode == "worker":
+        got, kills = run_worker_kills(args, root, rng)
+    else:
+        got, kills = run_killed(args, root, rng, changes)
+    expected = run_once(args, root, "reference", getattr(args, "control_path", None) if changes else None)
+    result = {"operator": args.operator, "mode": args.mode, "tight": args.tight, "seed": args.seed,
+              "kills": len(kills), "kill_phases": dict(Counter(k[0] for k in kills)),
+              "kill_log": kills, "rows_scale": args.rows_scale,
+              "median_s_to_kill": float(np.median([k[2] for k in kills])) if kills and len(kills[0]) > 2 else None,
+              **compare(expected, got), "seconds": round(time.monotonic() - t0, 1),
+              "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "load": os.getloadavg()}
+    if args.mode == "worker":
+        result["failed_tasks"] = args.failed_tasks
+    if changes is not None:
+        from pyspark_cq.control import ControlTable
+        result["control_changes"] = len(ControlTable(args.control_path).changes("agg"))
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+    return result
+
+
+def _control_schedule(path: str, rng):
+    """Register entry 'agg' (window 20 s, granularity 1 s) and return the hook that, after each kill,
+    sets a new granularity or window at the start of a file two files past the last one planned."""
+    from pyspark_cq.control import ControlTable
+    table = ControlTable(path)
+    table.register("agg", window=20 * SEC, granularity=SEC)
+
+    def change(ck: Path):
+        planned = max(_ids(ck / "offsets"), default=-1)
+        at = (T0_S + (planned + 3) * PERIOD_S) * SEC     # batch b reads file b: file planned+3 is unread
+        if rng.random() < 0.5:
+            table.set("agg", granularity=int(rng.choice([1, 2, 5])) * SEC, at=at, reason="fault injection")
+        else:
+            table.set("agg", window=int(rng.choice([10, 20, 30])) * SEC, at=at, reason="fault injection")
+    return change
+
+
+def main(argv=None) -> int:
+    p = harness.parser(__doc__)
+    p.add_argument("--operator", default="all", help=f"one of {OPERATORS} or 'all'")
+    p.add_argument("--kills", type=int, default=20, help="SIGKILLs per operator (default 20)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--files", type=int, default=FILES, help=f"input files (micro-batches) per input (default {FILES})")
+    p.add_argument("--rows-scale", type=int, default=1,
+                   help="multiply the rows per input file (longer batches, for --mode worker; default 1)")
+    p.add_argument("--mode", choices=["kill", "worker", "control"], default="kill")
+    p.add_argument("--tight", action="store_true", help="rows just behind the watermark (replay-window trap)")
+    p.add_argument("--out", help="write the results as JSON here")
+    p.add_argument("--workdir", help="keep inputs, checkpoints and sinks here (default: a temporary directory)")
+    p.add_argument("--keep", action="store_true", help="keep each operator's directory")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    for hidden in ("--root", "--sink", "--checkpoint", "--dump", "--control"):
+        p.add_argument(hidden, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        return child(args)
+    if args.kills < 0:
+        p.error(f"--kills must be >= 0, got {args.kills}")
+    if args.rows_scale < 1:
+        p.error(f"--rows-scale must be >= 1, got {args.rows_scale}")
+    if args.files < 2:
+        p.error(f"--files must be >= 2, got {args.files}")
+    ops = OPERATORS if args.operator == "all" else [args.operator]
+    for op in ops:
+        if op not in OPERATORS:
+            p.error(f"--operator must be one of {OPERATORS} or 'all', got {op!r}")
+    if args.mode == "control" and ops != ["sliding_aggregate_windows"]:
+        p.error("--mode control runs --operator sliding_aggregate_windows")
+    before = harness.start()
+    base = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="cq-fault-"))
+    results = []
+    for op in ops:
+        args.operator = op
+        try:
+            r = run_operator(args, base)
+        except Exception as exc:   # keep going: one operator's failure must not hide the others' numbers
+            r = {"operator": op, "mode": args.mode, "error": repr(exc), "lost": None, "duplicated": None,
+                 "unexpected": None}
+        results.append(r)
+        print(json.dumps(r), flush=True)
+        if args.out:
+            Path(args.out).write_text(json.dumps(results, indent=1))
+    harness.write_result("fault_injection", results, args, before)
+    return 0 if all(r["lost"] == r["duplicated"] == r["unexpected"] == 0 for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -19,6 +19,16 @@ def test_explain_examples(name, capsys):
     assert "plan" in out and "operator" in out and "cost" in out
 
 
+def test_explain_rows_aggregate(tmp_path, capsys):
+    # issue 41: explain crashed with KeyError: 'rows_aggregate' (the kind was missing from the registry)
+    q = tmp_path / "rows.cql"
+    q.write_text("RSTREAM(SELECT sensor, SUM(value) AS s, COUNT(*) AS n FROM Readings "
+                 "[PARTITION BY sensor ROWS 3] GROUP BY sensor)")
+    assert main(["explain", str(q)]) == 0
+    out = capsys.readouterr().out
+    assert "rows_aggregate" in out and "cost" in out
+
+
 def test_explain_reports_errors(tmp_path, capsys):
     bad = tmp_path / "bad.cql"
     bad.write_text("SELECT a\nFROM S [RANGE 10 PARSECS]")

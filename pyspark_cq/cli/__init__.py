@@ -27,8 +27,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="pyspark-cq", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     add_doctor_arguments(sub.add_parser("doctor", help="check the installation and a Spark worker"))
-    add_connect_arguments(sub.add_parser("connect-server",
-                                         help="run a Spark Connect server for pyspark-cq clients (Ctrl-C stops)"))
+    add_connect_arguments(sub.add_parser("connect-server", help="run a Spark Connect server for pyspark-cq "
+                                         "clients (Ctrl-C, SIGTERM or SIGHUP stops it)"))
     add_demo_arguments(sub.add_parser("demo", help="run the main streaming job on local Spark"))
     add_run_arguments(sub.add_parser("run", help="run a CQL query file over file sources"))
     add_explain_arguments(sub.add_parser("explain", help="the plan, operators and cost estimate of a CQL query"))

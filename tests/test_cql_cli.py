@@ -73,3 +73,35 @@ def test_run_example_from_the_cli(spark, tmp_path, capsys):
     closed = max(r["ts"] for r in rows[:80])
     assert {(n, end) for n, end in expected if end <= closed} <= got <= expected
     assert len(got) > 10
+
+
+def _readings(root):
+    os.makedirs(root)
+    pq.write_table(pa.Table.from_pylist([{"ts": datetime(2024, 1, 1), "sensor": "a", "value": 1}]),
+                   os.path.join(root, "part0.parquet"))
+
+
+@pytest.mark.parametrize("query,message", [
+    ("RSTREAM(SELECT sensor, SUM(value) AS s FROM Readingz [RANGE 10 SECONDS SLIDE 2 SECONDS] GROUP BY sensor)",
+     "the stream Readingz: no source of that name; sources: Readings"),
+    ("ISTREAM(SELECT sensor, SUM(value) AS s FROM Readings [RANGE 10 SECONDS SLIDE 3 SECONDS] GROUP BY sensor)",
+     "SLIDE does not divide its RANGE"),
+    ("RSTREAM(SELECT sensr, SUM(value) AS s FROM Readings [RANGE 10 SECONDS SLIDE 2 SECONDS] GROUP BY sensr)",
+     "sensr"),
+])
+def test_run_checks_the_query_before_spark_starts(tmp_path, capsys, monkeypatch, query, message):
+    # issue 41: these were reported after Spark's start-up (half a minute)
+    from pyspark.sql import SparkSession
+
+    import pyspark_cq
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark was asked for a session")
+
+    monkeypatch.setattr(pyspark_cq, "spark", no_spark)
+    monkeypatch.setattr(SparkSession, "getActiveSession", no_spark)
+    _readings(str(tmp_path / "readings"))
+    q = tmp_path / "q.cql"
+    q.write_text(query)
+    assert main(["run", str(q), "--source", f"Readings={tmp_path / 'readings'}", "--sink", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err

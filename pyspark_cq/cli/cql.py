@@ -6,6 +6,7 @@ import sys
 import time
 
 from ..vocabulary import metrics as M
+from ._common import add_master_argument
 
 __all__ = ["add_run_arguments", "add_explain_arguments", "add_source_arguments", "source_paths", "source_columns",
            "check_query", "open_streams",
@@ -158,7 +159,7 @@ def add_run_arguments(p) -> None:
     p.add_argument("--continuous", action="store_true",
                    help="keep running (trigger every PERIOD, else Spark's default) instead of processing the "
                         "files present and stopping")
-    p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    add_master_argument(p)
 
 
 def add_explain_arguments(p) -> None:

@@ -5,7 +5,6 @@ import os
 import sys
 import time
 
-from ..vocabulary import metrics as M
 from ._common import add_master_argument
 
 __all__ = ["add_run_arguments", "add_explain_arguments", "add_source_arguments", "source_paths", "source_columns",
@@ -222,14 +221,26 @@ def run(args) -> int:
             spark.stop()
 
 
+#: the observed metrics ``run`` adds: rows read per source (``<prefix><source>``) and rows given to the sink
+READ_METRIC, WRITTEN_METRIC = "cq_run_read_", "cq_run_written"
+
+
+def _count(progress, name: str) -> int:
+    values = _read_metrics(progress, name)
+    return values["rows"] if values else 0
+
+
 def _run(spark, statement, sources: dict, schemas: dict, args) -> int:
-    import pyspark_cq
+    from pyspark.sql import functions as F
 
     from ..lang import CQLSyntaxError
     from ..lang.compiler import compile_cql
     from ..lang.errors import CQLCompileError
 
-    frames = open_streams(spark, sources, schemas, args)
+    # Rows read and written are counted here: Spark's numInputRows gave fewer rows than the files held for a
+    # query with a WHERE, and an operator's output_rows is not what reaches the sink (issue 41)
+    frames = {name: df.observe(READ_METRIC + name, F.count(F.lit(1)).alias("rows"))
+              for name, df in open_streams(spark, sources, schemas, args).items()}
     try:
         compiled = compile_cql(spark, statement, frames, name=args.name)
     except (CQLSyntaxError, CQLCompileError) as exc:
@@ -238,8 +249,9 @@ def _run(spark, statement, sources: dict, schemas: dict, args) -> int:
     print(compiled.explain(), flush=True)
     checkpoint = args.checkpoint or (os.path.join(args.sink, "_checkpoint") if args.sink != "console"
                                      else os.path.join(os.getcwd(), f".pyspark-cq-{args.name}-checkpoint"))
-    writer = (compiled.dataframe.writeStream.outputMode(compiled.output_mode)
-              .option("checkpointLocation", checkpoint).queryName(args.name))
+    out = compiled.dataframe.observe(WRITTEN_METRIC, F.count(F.lit(1)).alias("rows"))
+    writer = out.writeStream.outputMode(compiled.output_mode).option("checkpointLocation", checkpoint)
+    writer = writer.queryName(args.name)
     writer = writer.format("console") if args.sink == "console" else writer.format("parquet").option("path", args.sink)
     period = compiled.analysis.options.get("period")
     if not args.continuous:
@@ -248,7 +260,8 @@ def _run(spark, statement, sources: dict, schemas: dict, args) -> int:
         writer = writer.trigger(processingTime=f"{period / 1000:g} milliseconds")
     query = writer.start()
     seen = -1
-    totals = {"rows_in": 0, "rows_out": 0}
+    read = dict.fromkeys(frames, 0)
+    totals = {"batches": 0, "written": 0}
     operators = [op for op, _, _ in compiled.operators if op]
     try:
         while True:
@@ -256,14 +269,17 @@ def _run(spark, statement, sources: dict, schemas: dict, args) -> int:
                 if p.batchId <= seen:
                     continue
                 seen = p.batchId
-                totals["rows_in"] += p.numInputRows
-                line = f"batch {p.batchId}: {p.numInputRows} input rows, {p.batchDuration} ms"
+                totals["batches"] += 1
+                counts = {name: _count(p, READ_METRIC + name) for name in frames}
+                written = _count(p, WRITTEN_METRIC)
+                for name, n in counts.items():
+                    read[name] += n
+                totals["written"] += written
+                line = f"batch {p.batchId}: read {_per_source(counts)}, written {written}, {p.batchDuration} ms"
                 for op in operators:
-                    m = pyspark_cq.read_metrics(p, op)
+                    m = _read_metrics(p, op)
                     if m:
-                        totals["rows_out"] += m.get(M.OUTPUT_ROWS, 0)
-                        line += (f"; {op}: out {m.get(M.OUTPUT_ROWS, 0)}, state {m.get(M.STATE_ROWS, 0)}, "
-                                 f"late {m.get(M.LATE_ROWS, 0)}, malformed {m.get(M.MALFORMED_ROWS, 0)}")
+                        line += f"; {op}: " + ", ".join(f"{k} {v}" for k, v in m.items())
                 print(line, flush=True)
             if not query.isActive:
                 break
@@ -273,5 +289,18 @@ def _run(spark, statement, sources: dict, schemas: dict, args) -> int:
     if query.exception() is not None:
         print(f"query failed: {query.exception()}", file=sys.stderr)
         return 1
-    print(f"done: {totals['rows_in']} input rows; output in {args.sink}", flush=True)
+    print(f"done: {totals['batches']} batches, read {_per_source(read)}, written {totals['written']} rows "
+          f"(to {args.sink})", flush=True)
     return 0
+
+
+def _per_source(counts: dict) -> str:
+    """``12 rows`` for one source, ``12 rows (A 5, B 7)`` for several."""
+    total = f"{sum(counts.values())} rows"
+    return total if len(counts) == 1 else f"{total} ({', '.join(f'{k} {v}' for k, v in counts.items())})"
+
+
+def _read_metrics(progress, name: str):
+    import pyspark_cq
+
+    return pyspark_cq.read_metrics(progress, name)

@@ -176,3 +176,53 @@ def test_connect_server_command_refuses_bad_arguments(capsys):
     assert "expected KEY=VALUE" in capsys.readouterr().err
     assert main(["connect-server", "--port", "70000"]) == 1
     assert "port must be an int in [0, 65535]" in capsys.readouterr().err
+
+
+def _ps() -> list[list[str]]:
+    """pid, process group, parent and command of every process."""
+    ps = subprocess.run(["ps", "-ww", "-eo", "pid=,pgid=,ppid=,args="], capture_output=True, text=True, check=True).stdout
+    return [line.split(None, 3) for line in ps.splitlines()]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_connect_server_command_stops_its_server_on_a_stop_signal(sig, tmp_path):
+    """issue 41: on SIGTERM the command exited and left the server's JVM (its own session) holding the port."""
+    import signal
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def listening():
+        with socket.socket() as s:
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    log = open(tmp_path / "out.txt", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "pyspark_cq.cli", "connect-server", "--port", str(port),
+                             "--master", "local[1]"], stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+    server = []
+    try:
+        deadline = time.monotonic() + 180
+        while not listening() or "join it" not in (tmp_path / "out.txt").read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "out.txt").read_text()
+            time.sleep(0.5)
+        # the server's processes: the JVM holding the port and the scripts of its process group
+        jvm = [p for p in _ps() if f"binding.port={port}" in p[3] and "java" in p[3]]
+        assert len(jvm) == 1
+        server = [p[0] for p in _ps() if p[1] == jvm[0][1]]
+        proc.send_signal(getattr(signal, sig))
+        assert proc.wait(120) == 0
+        assert not listening()
+        assert not [p for p in _ps() if p[0] in server]
+        assert f"server pid {jvm[0][1]}" in (tmp_path / "out.txt").read_text()
+    finally:
+        proc.kill()
+        proc.wait()
+        log.close()
+        left = {p[0] for p in _ps() if p[0] in server or f"binding.port={port}" in p[3]}
+        for pid in left:
+            os.kill(int(pid), signal.SIGKILL)

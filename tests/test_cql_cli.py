@@ -19,6 +19,16 @@ def test_explain_examples(name, capsys):
     assert "plan" in out and "operator" in out and "cost" in out
 
 
+def test_explain_rows_aggregate(tmp_path, capsys):
+    # issue 41: explain crashed with KeyError: 'rows_aggregate' (the kind was missing from the registry)
+    q = tmp_path / "rows.cql"
+    q.write_text("RSTREAM(SELECT sensor, SUM(value) AS s, COUNT(*) AS n FROM Readings "
+                 "[PARTITION BY sensor ROWS 3] GROUP BY sensor)")
+    assert main(["explain", str(q)]) == 0
+    out = capsys.readouterr().out
+    assert "rows_aggregate" in out and "cost" in out
+
+
 def test_explain_reports_errors(tmp_path, capsys):
     bad = tmp_path / "bad.cql"
     bad.write_text("SELECT a\nFROM S [RANGE 10 PARSECS]")
@@ -53,7 +63,14 @@ def test_run_example_from_the_cli(spark, tmp_path, capsys):
     code = main(["run", os.path.join(EXAMPLES, "stanford_counts.cql"), "--source", f"Requests={tmp_path / 'requests'}",
                  "--sink", sink, "--watermark", "0 seconds"])
     out = capsys.readouterr().out
-    assert code == 0 and "batch 0:" in out and "sliding_aggregate" in out and "done: 120 input rows" in out
+    assert code == 0 and "batch 0:" in out and "sliding_aggregate" in out
+    # issue 41: the rows read (before the WHERE), the rows the sink got, the operator's counters by their names
+    written = spark.read.parquet(sink).count()
+    assert f"done: 4 batches, read 120 rows, written {written} rows (to {sink})" in out
+    batches = [line for line in out.splitlines() if line.startswith("batch ")]
+    assert [line.split(": read ")[1].split(" rows")[0] for line in batches] == ["40", "40", "40", "0"]
+    assert sum(int(line.split("written ")[1].split(",")[0]) for line in batches) == written
+    assert "q_agg: input_rows " in batches[0] and "output_rows " in batches[0]
     got = {(r.n, r.cq_at) for r in spark.read.parquet(sink).collect()}
     df = spark.createDataFrame(rows, "ts timestamp, client_id string, domain string, url string")
     expected = {(r["count"], r["end"]) for r in df.filter("domain = 'stanford.edu'")
@@ -63,3 +80,106 @@ def test_run_example_from_the_cli(spark, tmp_path, capsys):
     closed = max(r["ts"] for r in rows[:80])
     assert {(n, end) for n, end in expected if end <= closed} <= got <= expected
     assert len(got) > 10
+
+
+def _readings(root):
+    os.makedirs(root)
+    pq.write_table(pa.Table.from_pylist([{"ts": datetime(2024, 1, 1), "sensor": "a", "value": 1}]),
+                   os.path.join(root, "part0.parquet"))
+
+
+@pytest.mark.parametrize("query,message", [
+    ("RSTREAM(SELECT sensor, SUM(value) AS s FROM Readingz [RANGE 10 SECONDS SLIDE 2 SECONDS] GROUP BY sensor)",
+     "the stream Readingz: no source of that name; sources: Readings"),
+    ("ISTREAM(SELECT sensor, SUM(value) AS s FROM Readings [RANGE 10 SECONDS SLIDE 3 SECONDS] GROUP BY sensor)",
+     "SLIDE does not divide its RANGE"),
+    ("RSTREAM(SELECT sensr, SUM(value) AS s FROM Readings [RANGE 10 SECONDS SLIDE 2 SECONDS] GROUP BY sensr)",
+     "sensr"),
+])
+def test_run_checks_the_query_before_spark_starts(tmp_path, capsys, monkeypatch, query, message):
+    # issue 41: these were reported after Spark's start-up (half a minute)
+    from pyspark.sql import SparkSession
+
+    import pyspark_cq
+
+    def no_spark(*args, **kwargs):
+        raise AssertionError("Spark was asked for a session")
+
+    monkeypatch.setattr(pyspark_cq, "spark", no_spark)
+    monkeypatch.setattr(SparkSession, "getActiveSession", no_spark)
+    _readings(str(tmp_path / "readings"))
+    q = tmp_path / "q.cql"
+    q.write_text(query)
+    assert main(["run", str(q), "--source", f"Readings={tmp_path / 'readings'}", "--sink", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
+
+
+def _subparsers():
+    import argparse
+
+    from pyspark_cq.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return parser, sub.choices
+
+
+def test_help_pages_are_plain_text_and_describe_each_command():
+    # issue 41: --help printed the module docstring's reStructuredText; subcommand pages had no description
+    import re
+
+    parser, commands = _subparsers()
+    assert set(commands) == {"doctor", "connect-server", "demo", "run", "explain", "console"}
+    for page in [parser.format_help()] + [p.format_help() for p in commands.values()]:
+        assert not re.search(r"``|:(func|class|mod|meth):`", page), page
+    for name, p in commands.items():
+        assert p.description and len(p.description) > 40, name
+
+
+def test_version(capsys):
+    import pyspark_cq
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"pyspark-cq {pyspark_cq.__version__}"
+
+
+def test_every_command_has_the_same_documented_master_default(monkeypatch):
+    # issue 41: doctor local[1], run / console local[2], demo and connect-server local[*]
+    from pyspark_cq.session import default_master
+
+    _, commands = _subparsers()
+    for name, p in commands.items():
+        if name == "explain":   # no Spark
+            continue
+        master = next(a for a in p._actions if a.dest == "master")
+        assert master.default is None and "(default $SPARK_MASTER or local[*])" in master.help, name
+    monkeypatch.delenv("SPARK_MASTER", raising=False)
+    assert default_master() == "local[*]"
+    monkeypatch.setenv("SPARK_MASTER", "spark://h:7077")
+    assert default_master() == "spark://h:7077"
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "json", "csv", "schema"])
+def test_explain_reads_the_source_formats_of_run(tmp_path, capsys, fmt):
+    # issue 41: explain --source read parquet only (and had no --format / --schema) while run reads all three
+    import json
+
+    root = tmp_path / "r"
+    root.mkdir()
+    if fmt in ("parquet", "schema"):
+        pq.write_table(pa.Table.from_pylist([{"ts": datetime(2024, 1, 1), "sensor": "a", "value": 1}]),
+                       str(root / "part0.parquet"))
+    elif fmt == "json":
+        (root / "part0.jsonl").write_text(json.dumps({"ts": "2024-01-01T00:00:00", "sensor": "a", "value": 1}))
+    else:
+        (root / "part0.csv").write_text("ts,sensor,value\n2024-01-01 00:00:00,a,1\n")
+    extra = ["--schema", "Readings=ts timestamp, sensor string, `value` decimal(10, 2)"] if fmt == "schema" else []
+    good, bad = tmp_path / "good.cql", tmp_path / "bad.cql"
+    good.write_text("RSTREAM(SELECT sensor, SUM(value) AS s FROM Readings [RANGE 10 SECONDS SLIDE 2 SECONDS] "
+                    "GROUP BY sensor)")
+    bad.write_text("RSTREAM(SELECT sensr, SUM(value) AS s FROM Readings [RANGE 10 SECONDS SLIDE 2 SECONDS] "
+                   "GROUP BY sensr)")
+    assert main(["explain", str(good), "--source", f"Readings={root}", *extra]) == 0
+    assert main(["explain", str(bad), "--source", f"Readings={root}", *extra]) == 2
+    assert "sensr" in capsys.readouterr().err

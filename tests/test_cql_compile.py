@@ -289,6 +289,39 @@ def test_rtstream_example_and_sample_and_stateless(spark):
     assert _rows(gone, ["url", "cq_at"]) == _rows(expected, ["url", "cq_at"])
 
 
+def test_rstream_slide_need_not_divide_the_range():
+    # issue 41: RSTREAM [RANGE 10 SECONDS SLIDE 3 SECONDS] is compiled with granularity gcd(10 s, 3 s) = 1 s
+    a = analyze("RSTREAM(SELECT k, SUM(v) AS s FROM A [RANGE 10 SECONDS SLIDE 3 SECONDS] GROUP BY k)", "q", COLS)
+    assert P.render(a.plan, micros=True) == "π(γ[100](Γ[1 s](ω[10 s](A))))"
+    with pytest.raises(CQLCompileError, match="does not divide"):
+        analyze("ISTREAM(SELECT k, SUM(v) AS s FROM A [RANGE 10 SECONDS SLIDE 3 SECONDS] GROUP BY k)", "q", COLS)
+
+
+@pytest.mark.spark
+def test_streaming_rstream_slide_not_dividing_the_range_equals_spark(spark, tmp_path):
+    """issue 41: the granularity used to be the slide, which must divide the window ("granularity must divide")."""
+    from pyspark.sql import functions as F
+
+    rnd = random.Random(5)
+    rows = sorted(({"ts": BASE + timedelta(milliseconds=rnd.randrange(0, 60_000)), "sensor": f"s{rnd.randrange(3)}",
+                    "value": rnd.randrange(10)} for _ in range(150)), key=lambda r: r["ts"])
+    root = str(tmp_path / "in")
+    os.makedirs(root)
+    for i in range(3):
+        pq.write_table(pa.Table.from_pylist(rows[i * 50:(i + 1) * 50]), os.path.join(root, f"b{i}.parquet"))
+    readings = (spark.readStream.schema("ts timestamp, sensor string, value long").option("maxFilesPerTrigger", 1)
+                .parquet(root).withWatermark("ts", "5 seconds"))
+    ours = cq.cql(spark, "RSTREAM(SELECT sensor, SUM(value) AS s FROM Readings [RANGE 10 SECONDS SLIDE 3 SECONDS] "
+                         "GROUP BY sensor)", {"Readings": readings})
+    theirs = (readings.groupBy(F.window("ts", "10 seconds", "3 seconds"), "sensor").agg(F.sum("value").alias("s"))
+              .select("sensor", "s", F.col("window.end").alias("cq_at")))
+    for df, table in ((ours, "cql_slide3"), (theirs, "spark_slide3")):
+        (df.writeStream.format("memory").queryName(table).outputMode("append")
+         .option("checkpointLocation", str(tmp_path / table)).trigger(availableNow=True).start().awaitTermination())
+    got = _rows(spark.table("cql_slide3"), ["sensor", "s", "cq_at"])
+    assert got == _rows(spark.table("spark_slide3"), ["sensor", "s", "cq_at"]) and sum(got.values()) > 20
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_streaming_aggregate_and_join_equal_spark_streaming(spark, tmp_path):

@@ -7,6 +7,7 @@ import os
 import sys
 import time
 
+from ._common import add_master_argument
 from .cql import _read_query, add_source_arguments, open_streams, source_paths
 
 __all__ = ["console", "add_console_arguments"]
@@ -27,7 +28,7 @@ def add_console_arguments(p) -> None:
     p.add_argument("--sink", default="memory",
                    help="with --cql: 'memory' (a table named after the query, default), 'console' or a directory")
     p.add_argument("--seconds", type=float, help="stop after this many seconds (default: run until Ctrl-C)")
-    p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    add_master_argument(p)
 
 
 def console(args) -> int:

@@ -5,9 +5,10 @@ import os
 import sys
 import time
 
-from ..vocabulary import metrics as M
+from ._common import add_master_argument
 
-__all__ = ["add_run_arguments", "add_explain_arguments", "add_source_arguments", "source_paths", "open_streams",
+__all__ = ["add_run_arguments", "add_explain_arguments", "add_source_arguments", "source_paths", "source_columns",
+           "check_query", "open_streams",
            "run", "explain_command"]
 
 FORMATS = ("parquet", "json", "csv")
@@ -46,13 +47,17 @@ def _read_query(path: str) -> str:
         raise SystemExit(f"pyspark-cq: cannot read the query file {path}: {exc.strerror}") from None
 
 
-def add_source_arguments(p, *, required: bool = True) -> None:
-    """The file-stream arguments of ``pyspark-cq run`` and ``pyspark-cq console --cql``."""
+def _add_file_arguments(p, *, required: bool, why: str = "") -> None:
     p.add_argument("--source", action="append", metavar="NAME=DIR", required=required,
-                   help="a stream: a directory of parquet / json / csv files (repeat per stream)")
+                   help=f"a stream: a directory of parquet / json / csv files (repeat per stream){why}")
     p.add_argument("--format", choices=FORMATS, help="input file format (default: from the file names)")
     p.add_argument("--schema", action="append", metavar="NAME=DDL",
                    help="a stream's schema, e.g. clicks='ts timestamp, user string' (default: inferred)")
+
+
+def add_source_arguments(p, *, required: bool = True) -> None:
+    """The file-stream arguments of ``pyspark-cq run`` and ``pyspark-cq console --cql``."""
+    _add_file_arguments(p, required=required)
     p.add_argument("--watermark", default="10 seconds",
                    help="watermark delay on every stream's timestamp (default 10 seconds)")
     p.add_argument("--max-files", type=int, default=1, help="files per micro-batch (default 1)")
@@ -71,6 +76,55 @@ def source_paths(args) -> tuple[dict, dict]:
         if not os.path.isdir(path):
             raise SystemExit(f"pyspark-cq: --source {name}: {path} is not a directory")
     return sources, schemas
+
+
+def _ddl_names(ddl: str) -> list[str]:
+    """The column names of a DDL schema such as ``ts timestamp, tags array<string>, `a b` int``."""
+    names, depth, part = [], 0, ""
+    for ch in ddl + ",":
+        depth += (ch in "<(") - (ch in ">)")
+        if ch == "," and depth == 0:
+            part = part.strip()
+            if part:
+                names.append(part[1:part.index("`", 1)] if part.startswith("`")
+                             else part.replace(":", " ").split()[0])
+            part = ""
+        else:
+            part += ch
+    return names
+
+
+def source_columns(sources: dict, schemas: dict, fmt: str | None) -> dict | None:
+    """Each source's column names without Spark: ``--schema``'s, else the files' (pyarrow, Spark's formats
+    and ignored ``_``/``.`` files); None when some directory's files cannot be read so.
+    """
+    import pyarrow.dataset as ds
+
+    columns = {}
+    for name, path in sources.items():
+        if name in schemas:
+            columns[name] = _ddl_names(schemas[name])
+            continue
+        try:
+            columns[name] = ds.dataset(path, format=_format(path, fmt)).schema.names
+        except (OSError, ValueError, TypeError, ImportError):   # pyarrow.ArrowInvalid is a ValueError
+            return None
+    return columns
+
+
+def check_query(statement, sources: dict, schemas: dict, args) -> None:
+    """Analyze a query against the ``--source`` names and their files' columns before Spark starts (a
+    misspelled name, an unsupported construct); raises CQLCompileError.
+    """
+    from ..lang.compiler import analyze
+
+    columns = source_columns(sources, schemas, args.format)
+    if columns is not None:   # the names as compile_cql matches them: exactly, else one case-insensitively
+        for s in statement.query.sources:
+            found = [k for k in columns if k.lower() == getattr(s, "name", "").lower()]
+            if getattr(s, "name", None) not in columns and len(found) == 1:
+                columns[s.name] = columns[found[0]]
+    analyze(statement, args.name, columns, streams=list(columns or sources))
 
 
 def open_streams(spark, sources: dict, schemas: dict, args) -> dict:
@@ -104,15 +158,13 @@ def add_run_arguments(p) -> None:
     p.add_argument("--continuous", action="store_true",
                    help="keep running (trigger every PERIOD, else Spark's default) instead of processing the "
                         "files present and stopping")
-    p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    add_master_argument(p)
 
 
 def add_explain_arguments(p) -> None:
     """Arguments of ``pyspark-cq explain``."""
     p.add_argument("query", help="file holding one CQL query")
-    p.add_argument("--source", action="append", metavar="NAME=DIR",
-                   help="a stream's directory of parquet files, to resolve unqualified columns (read with "
-                        "pyarrow, no Spark)")
+    _add_file_arguments(p, required=False, why=", to resolve unqualified columns (read with pyarrow, no Spark)")
     p.add_argument("--name", default="q", help="query name (operator ids)")
     p.add_argument("--distance", type=float, default=1000.0,
                    help="mean distance d between a source's elements in µs for the PIPES estimate (default 1000)")
@@ -127,11 +179,11 @@ def explain_command(args) -> int:
     text = _read_query(args.query)
     columns = None
     if args.source:
-        import pyarrow.dataset as ds
-
-        columns = {}
-        for name, path in _pairs(args.source, "--source").items():
-            columns[name] = ds.dataset(path, format=_format(path, None)).schema.names
+        sources, schemas = source_paths(args)
+        columns = source_columns(sources, schemas, args.format)
+        if columns is None:
+            raise SystemExit("pyspark-cq: cannot read the columns of the --source files with pyarrow (give "
+                             "--format, or --schema NAME=DDL)")
     try:
         print(explain(text, columns, name=args.name, distance=args.distance))
     except (CQLSyntaxError, CQLCompileError) as exc:
@@ -145,24 +197,50 @@ def run(args) -> int:
     import pyspark_cq
 
     from ..lang import CQLSyntaxError, parse
-    from ..lang.compiler import compile_cql
     from ..lang.errors import CQLCompileError
 
     text = _read_query(args.query)
-    try:
+    sources, schemas = source_paths(args)
+    try:   # before Spark starts (half a minute): the query's own errors need no session
         statement = parse(text)
-    except CQLSyntaxError as exc:
+        check_query(statement, sources, schemas, args)
+    except (CQLSyntaxError, CQLCompileError) as exc:
         print(f"{args.query}: {exc}", file=sys.stderr)
         return 2
-    sources, schemas = source_paths(args)
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()  # called in-process (tests, notebooks): keep their session as is
     own = active is None
     spark = pyspark_cq.spark(args.master, f"pyspark-cq-{args.name}") if own else active
-    if own:
-        spark.sparkContext.setLogLevel("ERROR")
-    frames = open_streams(spark, sources, schemas, args)
+    try:
+        if own:
+            spark.sparkContext.setLogLevel("ERROR")
+        return _run(spark, statement, sources, schemas, args)
+    finally:   # also after an error: a session left to the interpreter's exit prints Spark's stack traces
+        if own:
+            spark.stop()
+
+
+#: the observed metrics ``run`` adds: rows read per source (``<prefix><source>``) and rows given to the sink
+READ_METRIC, WRITTEN_METRIC = "cq_run_read_", "cq_run_written"
+
+
+def _count(progress, name: str) -> int:
+    values = _read_metrics(progress, name)
+    return values["rows"] if values else 0
+
+
+def _run(spark, statement, sources: dict, schemas: dict, args) -> int:
+    from pyspark.sql import functions as F
+
+    from ..lang import CQLSyntaxError
+    from ..lang.compiler import compile_cql
+    from ..lang.errors import CQLCompileError
+
+    # Rows read and written are counted here: Spark's numInputRows gave fewer rows than the files held for a
+    # query with a WHERE, and an operator's output_rows is not what reaches the sink (issue 41)
+    frames = {name: df.observe(READ_METRIC + name, F.count(F.lit(1)).alias("rows"))
+              for name, df in open_streams(spark, sources, schemas, args).items()}
     try:
         compiled = compile_cql(spark, statement, frames, name=args.name)
     except (CQLSyntaxError, CQLCompileError) as exc:
@@ -171,8 +249,9 @@ def run(args) -> int:
     print(compiled.explain(), flush=True)
     checkpoint = args.checkpoint or (os.path.join(args.sink, "_checkpoint") if args.sink != "console"
                                      else os.path.join(os.getcwd(), f".pyspark-cq-{args.name}-checkpoint"))
-    writer = (compiled.dataframe.writeStream.outputMode(compiled.output_mode)
-              .option("checkpointLocation", checkpoint).queryName(args.name))
+    out = compiled.dataframe.observe(WRITTEN_METRIC, F.count(F.lit(1)).alias("rows"))
+    writer = out.writeStream.outputMode(compiled.output_mode).option("checkpointLocation", checkpoint)
+    writer = writer.queryName(args.name)
     writer = writer.format("console") if args.sink == "console" else writer.format("parquet").option("path", args.sink)
     period = compiled.analysis.options.get("period")
     if not args.continuous:
@@ -181,7 +260,8 @@ def run(args) -> int:
         writer = writer.trigger(processingTime=f"{period / 1000:g} milliseconds")
     query = writer.start()
     seen = -1
-    totals = {"rows_in": 0, "rows_out": 0}
+    read = dict.fromkeys(frames, 0)
+    totals = {"batches": 0, "written": 0}
     operators = [op for op, _, _ in compiled.operators if op]
     try:
         while True:
@@ -189,14 +269,17 @@ def run(args) -> int:
                 if p.batchId <= seen:
                     continue
                 seen = p.batchId
-                totals["rows_in"] += p.numInputRows
-                line = f"batch {p.batchId}: {p.numInputRows} input rows, {p.batchDuration} ms"
+                totals["batches"] += 1
+                counts = {name: _count(p, READ_METRIC + name) for name in frames}
+                written = _count(p, WRITTEN_METRIC)
+                for name, n in counts.items():
+                    read[name] += n
+                totals["written"] += written
+                line = f"batch {p.batchId}: read {_per_source(counts)}, written {written}, {p.batchDuration} ms"
                 for op in operators:
-                    m = pyspark_cq.read_metrics(p, op)
+                    m = _read_metrics(p, op)
                     if m:
-                        totals["rows_out"] += m.get(M.OUTPUT_ROWS, 0)
-                        line += (f"; {op}: out {m.get(M.OUTPUT_ROWS, 0)}, state {m.get(M.STATE_ROWS, 0)}, "
-                                 f"late {m.get(M.LATE_ROWS, 0)}, malformed {m.get(M.MALFORMED_ROWS, 0)}")
+                        line += f"; {op}: " + ", ".join(f"{k} {v}" for k, v in m.items())
                 print(line, flush=True)
             if not query.isActive:
                 break
@@ -206,7 +289,18 @@ def run(args) -> int:
     if query.exception() is not None:
         print(f"query failed: {query.exception()}", file=sys.stderr)
         return 1
-    print(f"done: {totals['rows_in']} input rows; output in {args.sink}", flush=True)
-    if own:
-        spark.stop()
+    print(f"done: {totals['batches']} batches, read {_per_source(read)}, written {totals['written']} rows "
+          f"(to {args.sink})", flush=True)
     return 0
+
+
+def _per_source(counts: dict) -> str:
+    """``12 rows`` for one source, ``12 rows (A 5, B 7)`` for several."""
+    total = f"{sum(counts.values())} rows"
+    return total if len(counts) == 1 else f"{total} ({', '.join(f'{k} {v}' for k, v in counts.items())})"
+
+
+def _read_metrics(progress, name: str):
+    import pyspark_cq
+
+    return pyspark_cq.read_metrics(progress, name)

@@ -8,14 +8,14 @@ import platform
 import sys
 import time
 
-from ._common import _key_value
+from ._common import MASTER_HELP, _key_value, add_master_argument
 
 __all__ = ["doctor", "add_doctor_arguments"]
 
 
 def add_doctor_arguments(p) -> None:
     """Arguments of ``pyspark-cq doctor``."""
-    p.add_argument("--master", help="Spark master (default local[1]); on a cluster every executor is probed")
+    add_master_argument(p, MASTER_HELP + "; on a cluster every executor is probed")
     p.add_argument("--conf", action="append", metavar="KEY=VALUE",
                    help="a Spark setting, e.g. spark.archives=env.tar.gz#environment (repeatable)")
     p.add_argument("--no-spark", action="store_true", help="skip the Spark worker check")
@@ -95,7 +95,9 @@ def doctor(args) -> int:
     import pyspark_cq
 
     t0 = time.time()
-    master = args.master or "local[1]"
+    from ..session import default_master
+
+    master = args.master or default_master()
     try:
         conf = dict(_key_value(c) for c in args.conf or ())
     except ValueError as exc:

@@ -7,6 +7,7 @@ estimates. Never loads PySpark (docs/architecture.md, "Layers"); :mod:`pyspark_c
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -170,6 +171,13 @@ class _Resolver:
 
 def _micros(d: A.Duration) -> int:
     return d.micros
+
+
+def _granularity(w: A.Window) -> int:
+    """The granularity (µs) a windowed aggregate is compiled with: the greatest grid holding every window
+    boundary, ``gcd(RANGE, SLIDE)`` (the slide when it divides the range), so its rows are exactly Spark's.
+    """
+    return math.gcd(w.size.micros, w.slide.micros)
 
 
 def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str, list[str]] | None = None,
@@ -517,7 +525,7 @@ def _plan(a: Analysis) -> P.Node:
         node = leaves[0]
     if a.shape == "aggregate":
         w = a.sources[0].window
-        node = P.Granularity(node, w.slide.micros, label=f"{op}.granularity")
+        node = P.Granularity(node, _granularity(w), label=f"{op}.granularity")
         node = P.Aggregate(node, groups=DEFAULT_GROUPS if a.select.group_by or a.select.distinct else 1,
                            label=op)
         if a.select.having is not None:

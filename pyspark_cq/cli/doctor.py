@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import sys
 import time
+from importlib import metadata
 
 from ._common import MASTER_HELP, _key_value, add_master_argument
 
-__all__ = ["doctor", "add_doctor_arguments"]
+__all__ = ["doctor", "add_doctor_arguments", "extras", "USER_EXTRAS"]
 
 
 def add_doctor_arguments(p) -> None:
@@ -19,6 +21,48 @@ def add_doctor_arguments(p) -> None:
     p.add_argument("--conf", action="append", metavar="KEY=VALUE",
                    help="a Spark setting, e.g. spark.archives=env.tar.gz#environment (repeatable)")
     p.add_argument("--no-spark", action="store_true", help="skip the Spark worker check")
+
+
+#: The optional extras a user installs for a feature (``test`` and ``bench`` are the project's own).
+USER_EXTRAS = ("jdk", "report", "console", "connect")
+
+_REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*(?:\[([^\]]*)\])?[^;]*(?:;(.*))?$")
+
+
+def _requirements(dist: str, extra: str) -> list[tuple[str, tuple[str, ...]]]:
+    """``(distribution, its extras)`` that ``dist``'s extra ``extra`` asks for (from the installed metadata)."""
+    out = []
+    for req in metadata.requires(dist) or []:
+        m = _REQUIREMENT.match(req)
+        if m and m.group(3) and re.search(rf"extra\s*==\s*['\"]{re.escape(extra)}['\"]", m.group(3)):
+            out.append((m.group(1), tuple(e.strip() for e in (m.group(2) or "").split(",") if e.strip())))
+    return out
+
+
+def _missing(dist: str, extras: tuple[str, ...] = ()) -> list[str]:
+    """The distributions that ``dist`` (with ``extras``) needs and that are not installed, itself included."""
+    try:
+        metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return [dist]
+    return [m for extra in extras for name, sub in _requirements(dist, extra) for m in _missing(name, sub)]
+
+
+def extras(names=USER_EXTRAS) -> dict[str, list[str]]:
+    """For each of pyspark-cq's optional extras ``names``, the packages it needs that are missing (an empty list:
+    installed), read from the installed package's metadata.
+
+    Parameters
+    ----------
+    names : iterable of str
+        Extras of ``pyspark-cq`` (``pip install "pyspark-cq[<name>]"``), default :data:`USER_EXTRAS`.
+    """
+    names = list(names)
+    known = set(metadata.metadata("pyspark-cq").get_all("Provides-Extra") or [])
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"names must be extras of pyspark-cq ({sorted(known)}), got {unknown}")
+    return {n: [m for dist, sub in _requirements("pyspark-cq", n) for m in _missing(dist, sub)] for n in names}
 
 
 def _ok(label: str, value: str) -> None:
@@ -72,6 +116,15 @@ def doctor(args) -> int:
     from pyspark_cq.session import find_java, java_version
 
     _ok("pyspark-cq", __version__)
+    try:
+        for name, missing in extras().items():
+            if missing:   # optional: not a failure
+                print(f"  [--]   {'extra ' + name:<22} not installed (missing {', '.join(missing)}): "
+                      f"pip install \"pyspark-cq[{name}]\"")
+            else:
+                _ok(f"extra {name}", "installed")
+    except metadata.PackageNotFoundError:   # running from a source tree that was never installed
+        print("  [--]   extras                 unknown: pyspark-cq's metadata is not installed")
     try:
         for name, path in check_build().items():
             _ok(f"native {name}", path)

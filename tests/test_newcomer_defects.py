@@ -436,3 +436,48 @@ def test_demo_report_summary_is_formatted(tmp_path):
     assert "3 MB" in table and "3.41 MB" in table and "t: 61.2" in table and "median: 1.03" in table
     assert "120.31234" not in table and "1.0345678" not in table   # no raw floats
 
+
+
+# --- issue 41, item 8: a cq.spark() session prints no warning when nothing is wrong --------------------
+
+_QUIET_SCRIPT = """
+import pyspark_cq as cq
+spark = cq.spark("local[2]", warm_workers=False)
+rate = spark.readStream.format("rate").option("rowsPerSecond", 10).load()
+agg = cq.sliding_aggregate(rate.withWatermark("timestamp", "1 second"), "timestamp", "10 seconds", "5 seconds",
+                           aggs={"value": ["sum"]})
+q = agg.writeStream.format("noop").trigger(availableNow=True).start()   # no checkpoint: a temporary one
+q.awaitTermination()
+spark.stop()
+print("DONE")
+"""
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_session_logs_only_what_matters(tmp_path):
+    """No banner, no temporary-checkpoint or AQE warnings, no maintenance error at stop; a real warning
+    (the rate source cannot run availableNow) still shows."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ)
+    env.pop("SPARK_REMOTE", None)
+    proc = subprocess.run([sys.executable, "-c", _QUIET_SCRIPT], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and "DONE" in proc.stdout, proc.stderr[-3000:]
+    for noise in ("Using Spark's default log4j profile", "Setting default log level",
+                  "Temporary checkpoint location created", "spark.sql.adaptive.enabled is not supported",
+                  "Disabling AQE", "Error running maintenance", "native-hadoop"):
+        assert noise not in proc.stderr, (noise, proc.stderr[-3000:])
+    assert "does not support Trigger.AvailableNow" in proc.stderr   # the filter keeps real warnings
+
+
+def test_quiet_logs_keeps_a_users_log_configuration():
+    from pyspark_cq.session.settings import LOG_CONFIG, _quiet_logs
+
+    assert LOG_CONFIG.is_file()
+    got = _quiet_logs({"spark.driver.extraJavaOptions": "-Xss4m"})["spark.driver.extraJavaOptions"]
+    assert got == f"-Xss4m -Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}"
+    mine = {"spark.driver.extraJavaOptions": "-Dlog4j2.configurationFile=file:/etc/mine.properties"}
+    assert _quiet_logs(mine) == mine

@@ -22,7 +22,7 @@ import warnings
 from .connect import ConnectServer, _connect_session, start_connect_server
 from .java import find_java, java_version
 from .pools import allocation_file, has_pools
-from .settings import _remote_url, _settings
+from .settings import _quiet_logs, _remote_url, _settings
 from .workers import WARM_JOB_GROUP, warm_python_workers
 
 __all__ = ["spark", "find_java", "java_version", "ConnectServer", "start_connect_server", "warm_python_workers",
@@ -107,7 +107,7 @@ def spark(master: str | None = None, app_name: str = "pyspark-cq", *, remote: st
         settings = {k: v for k, v in settings.items() if k.startswith("spark.sql.")}
     else:
         builder = SparkSession.builder.master(master).appName(app_name)
-        for key, value in settings.items():
+        for key, value in (_quiet_logs(settings) if local else settings).items():
             builder = builder.config(key, value)
         new = SparkSession.getActiveSession() is None
         session = builder.getOrCreate()

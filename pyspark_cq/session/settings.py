@@ -70,6 +70,21 @@ def _settings(local: bool, ui: bool, shuffle_partitions: int | None, conf: dict 
     return settings
 
 
+#: The log configuration of a classic session started by :func:`pyspark_cq.spark` (see the file's comment).
+LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+_DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def _quiet_logs(settings: dict) -> dict:
+    """``settings`` with the driver JVM logging through :data:`LOG_CONFIG`, unless they name a log4j
+    configuration of their own (then they are returned as they are).
+    """
+    options = settings.get(_DRIVER_OPTIONS, "")
+    if "log4j" in options or not LOG_CONFIG.is_file():
+        return settings
+    return {**settings, _DRIVER_OPTIONS: f"{options} -Dlog4j2.configurationFile={LOG_CONFIG.as_uri()}".strip()}
+
+
 def _remote_url(master: str | None, remote: str | None) -> str | None:
     """The Spark Connect URL asked for (``remote`` or ``$SPARK_REMOTE``), or None for a classic session."""
     env = os.environ.get("SPARK_REMOTE") or None

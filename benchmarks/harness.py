@@ -117,11 +117,29 @@ def rerun(module: str) -> list[str]:
     return [sys.executable, "-m", module]
 
 
+def import_root() -> Path:
+    """A directory holding only a link to ``benchmarks/``: what goes on ``PYTHONPATH`` so that processes import
+    the benchmarks. The repository root itself would put its source ``pyspark_cq/`` (no compiled modules in a
+    clean clone) before the installed package."""
+    import hashlib
+    import tempfile
+
+    tag = hashlib.sha1(str(ROOT).encode()).hexdigest()[:12]
+    home = Path(tempfile.gettempdir()) / f"pyspark_cq_benchmarks_{tag}"
+    home.mkdir(exist_ok=True)
+    link = home / "benchmarks"
+    try:
+        link.symlink_to(ROOT / "benchmarks", target_is_directory=True)
+    except FileExistsError:   # made by an earlier run (or a concurrent one) for the same checkout
+        pass
+    return home
+
+
 def worker_env(*extra: str | os.PathLike) -> None:
     """Let Spark's Python workers import the benchmarks (the repository root, plus ``extra`` directories,
     first on ``PYTHONPATH``) with this interpreter. Call before the session's JVM starts."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    paths = [str(p) for p in (*extra, ROOT)]
+    paths = [str(p) for p in (*extra, import_root())]
     rest = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in paths]
     os.environ["PYTHONPATH"] = os.pathsep.join(paths + rest)
 

@@ -26,6 +26,7 @@ _EXPORTS = {
     "find_java": ".session",
     "read_metrics": ".operators._common.metrics",
     "cql": ".lang.compiler",
+    "QueryGroup": ".group",
     # cost models, plans and estimators (pure: no Spark)
     "StreamCharacteristics": ".cost.pipes",
     "CostProfile": ".cost.pipes",

@@ -217,6 +217,7 @@ class _Builder:
         every = a.sources + a.relations
         self.res = _Resolver(every, {s.ref: sources[s.name].columns for s in every})
         self.rel_refs = {r.ref for r in a.relations}
+        self.prefix = ""   # of the columns the aggregate computes (a query group makes them unique per query)
 
     def name(self, c: A.Column) -> str:
         """The column's name in the single-stream pipeline (relation columns: ``<ref>__<col>``)."""
@@ -258,13 +259,19 @@ class _Builder:
             df = _sample(df, s.node.sample)
             self.operators.append((None, "sample (hash filter)", {"stream": s.ref, "percent": s.node.sample}))
         df = self.with_relations(df, s)
+        for cond in self.predicates(df, s, pushed):
+            df = df.filter(cond)
+        return df, time
+
+    def predicates(self, df, s: SourceInfo, pushed: bool = True) -> list:
+        """The Spark conditions of ``s``'s window predicate and (when ``pushed``) its own WHERE conjuncts,
+        analysed against ``df``.
+        """
         preds = ([s.window.where] if s.window is not None and s.window.where is not None else [])
         preds += s.filters if pushed else []
         name = self.name if self.a.shape not in ("join", "multi_join") else (
             lambda c: self.res.column_name(s.ref, c))
-        for p in preds:
-            df = df.filter(_expr(df, _sql(p, name), "the predicate " + to_text(p), p))
-        return df, time
+        return [_expr(df, _sql(p, name), "the predicate " + to_text(p), p) for p in preds]
 
     def _shared_sample(self) -> bool:
         samples = {s.node.sample for s in self.a.sources}
@@ -351,16 +358,18 @@ class _Builder:
         return _aggregate_output(out, q, name_of, out_name, parts, {})
 
     # -- windowed aggregates ----------------------------------------------------------------------
-    def _aggregate(self):
+    def aggregate_inputs(self, df):
+        """The windowed GROUP BY's input ``df`` with its computed columns (GROUP BY expressions, aggregate
+        arguments), the grouping columns, the ``aggs`` of :func:`~pyspark_cq.sliding_aggregate`, the operator's
+        output column of each aggregate call and of each grouped expression, and the computed columns as
+        ``(name, Column)`` pairs (names start with :attr:`prefix`). Shared with
+        :class:`pyspark_cq.QueryGroup`, which feeds many such queries from one projection.
+        """
         from pyspark.sql import functions as F
 
-        from ..operators.aggregate import sliding_aggregate
-
-        a, q = self.a, self.a.select
-        s = a.sources[0]
-        df, time = self.source(s)
-
+        q = self.a.select
         name_of = self.name
+        computed = []   # (name, Column): the columns added to df
 
         # SELECT DISTINCT without aggregates is a GROUP BY of the select list; without aggregates a constant
         # one (MAX(1)) is computed, whose value changes only when a group appears or leaves, so ISTREAM /
@@ -373,8 +382,9 @@ class _Builder:
                 self.res.owner(g)
                 col = name_of(g)
             else:   # GROUP BY an expression: computed as a column before the aggregation
-                col = f"cq_g{i + 1}"
-                df = df.withColumn(col, _expr(df, _sql(g, name_of), f"GROUP BY {to_text(g)}", g))
+                col = f"{self.prefix}cq_g{i + 1}"
+                computed.append((col, _expr(df, _sql(g, name_of), f"GROUP BY {to_text(g)}", g)))
+                df = df.withColumn(*computed[-1])
             grouped[_unqualified(g)] = col
             if col not in by:
                 by.append(col)
@@ -383,8 +393,9 @@ class _Builder:
         extra = 0
         calls = [c for it in q.items for c in _aggregates(it.expr)] + (_aggregates(q.having) if q.having else [])
         if not calls:   # DISTINCT, or GROUP BY without aggregates (SQL's other spelling of it)
-            df = df.withColumn("cq_one", F.lit(1))
-            aggs["cq_one"] = ["max"]
+            computed.append((f"{self.prefix}cq_one", F.lit(1)))
+            df = df.withColumn(*computed[-1])
+            aggs[computed[-1][0]] = ["max"]
         for call in calls:
             if call in out_name:
                 continue
@@ -399,11 +410,24 @@ class _Builder:
                 col = name_of(arg)
             else:
                 extra += 1
-                col = f"cq_arg{extra}"
-                df = df.withColumn(col, _expr(df, _sql(arg, name_of), f"the argument of {to_text(call)}", arg))
+                col = f"{self.prefix}cq_arg{extra}"
+                computed.append((col, _expr(df, _sql(arg, name_of), f"the argument of {to_text(call)}", arg)))
+                df = df.withColumn(*computed[-1])
             if fn not in aggs.setdefault(col, []):
                 aggs[col].append(fn)
             out_name[call] = f"{fn}_{col}"
+        return df, by, aggs, out_name, grouped, computed
+
+    def _aggregate(self):
+        from pyspark.sql import functions as F
+
+        from ..operators.aggregate import sliding_aggregate
+
+        a, q = self.a, self.a.select
+        s = a.sources[0]
+        df, time = self.source(s)
+        df, by, aggs, out_name, grouped, _ = self.aggregate_inputs(df)
+        name_of = self.name
         w = s.window
         window, slide = timedelta(microseconds=w.size.micros), timedelta(microseconds=w.slide.micros)
         # ISTREAM / DSTREAM: the slide divides the range (analysis), so this is the slide; RSTREAM's slide need not

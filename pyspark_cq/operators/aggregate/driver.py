@@ -219,6 +219,65 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
     ...  for r in out.orderBy("sensor", "window_start").collect()]
     [('a', 8, 12, 1.0), ('a', 10, 14, 3.0), ('a', 12, 16, 3.0), ('b', 8, 12, 5.0), ('b', 10, 14, 5.0)]
     """
+    config, layout, delay, complete = configure(
+        df, time, window, slide, by, aggs, granularity, emit, output_mode=output_mode, shards=shards, name=name,
+        control=control, state=state, kept_column=kept_column)
+    streaming, spec, keys, out_names = df.isStreaming, config.spec, config.keys, config.out_names
+    by = [k.name for k in keys]
+    warn_shuffle_partitions(df)
+    group_col = SHARD if layout == "shard" else KHASH
+    if streaming:
+        # Streaming: Spark's aggregation would be stateful, so the map side is ours (mapInArrow).
+        tag = {_validate.WATERMARK_KEY: delay} if delay is not None else None
+        sliced_schema = config.sliced_schema(tag)
+        # The shard layout packs each shard's slices into bytes (AggConfig.packed_schema): far fewer rows
+        # for the JVM to shuffle, sort and convert. The key layout groups by key hash: one row per slice.
+        by_shard = layout == "shard"
+        pack = by_shard and _PACK_SLICES
+        slicer = Slicer(config, tag is not None, markers=by_shard, packed=pack)
+        sliced = df.select(*_projection(df, time, keys, spec)).mapInArrow(
+            slicer, config.packed_schema(tag) if pack else sliced_schema)
+        packed_schema = _metrics.packed_schema(config.output_schema(), AGG_METRICS)
+        if state == "tws":
+            from .tws import TwsShard
+
+            packed = sliced.groupBy(group_col).transformWithStateInPandas(
+                TwsShard(config, sliced_schema, pack), packed_schema,
+                "Append" if complete else output_mode.capitalize(),
+                "EventTime" if delay is not None else "None")
+        else:
+            timeout = "EventTimeTimeout" if delay is not None else "NoTimeout"
+            packed = sliced.groupBy(group_col).applyInPandasWithState(
+                StatefulShard(config, sliced_schema, pack), packed_schema,
+                STATE_SCHEMA, "append" if complete else output_mode, timeout)
+        out = _metrics.attach_packed(packed, config.name, config.output_schema(), AGG_METRICS)
+        return _complete_table(out, out_names, by) if complete else out
+    elif any(op in NATIVE_ONLY_OPS for op, _ in spec.ops):
+        # Batch with sketches or (time, value) pairs (approx_count_distinct, first, last): Spark has no
+        # aggregate that builds them as the kernel stores them, so the slices come from the streaming
+        # path's native slicer.
+        sliced_schema = config.sliced_schema(None)
+        sliced = df.select(*_projection(df, time, keys, spec)).mapInArrow(
+            Slicer(config, False, markers=layout == "shard"), sliced_schema)
+        raw = sliced.groupBy(group_col).applyInPandas(batch_function(config, sliced_schema, False),
+                                                      _metrics.metrics_schema(config.output_schema()))
+        return _metrics.attach(raw, config.name)
+    else:
+        # Batch: Spark's own (codegen) hash aggregation computes the slices, so raw rows never cross
+        # into Python; only slices reach the sweep.
+        sliced_schema = config.sliced_schema(None, float_partials=True)
+        sliced = _native_slices(df, config, time).select(*sliced_schema.names)
+        raw = sliced.groupBy(group_col).applyInPandas(batch_function(config, sliced_schema, True),
+                                                      _metrics.metrics_schema(config.output_schema()))
+        return _metrics.attach(raw, config.name)
+
+
+def configure(df, time, window, slide=None, by=(), aggs=None, granularity=None, emit="windows", *,
+              output_mode="append", shards=None, name=None, control=None, state="groupstate", kept_column=None):
+    """The validated :class:`~.config.AggConfig` of :func:`sliding_aggregate`'s arguments (same meaning, same
+    errors), its state layout, the watermark delay (ms, or None) and whether it runs in complete mode. Also
+    used by :class:`pyspark_cq.QueryGroup`, which hosts many aggregations in one stage.
+    """
     _validate.dataframe(df, "df")
     time_type = _validate.time_column(df, time, "time")
     w = _positive_duration(window, "window")
@@ -288,52 +347,7 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
             raise ValueError(f"sliding_aggregate {name!r}: drop_ratio {entry.get('drop_ratio')} sheds a streaming "
                              f"aggregation only; a batch DataFrame is aggregated whole")
 
-    warn_shuffle_partitions(df)
-    group_col = SHARD if layout == "shard" else KHASH
-    if streaming:
-        # Streaming: Spark's aggregation would be stateful, so the map side is ours (mapInArrow).
-        tag = {_validate.WATERMARK_KEY: delay} if delay is not None else None
-        sliced_schema = config.sliced_schema(tag)
-        # The shard layout packs each shard's slices into bytes (AggConfig.packed_schema): far fewer rows
-        # for the JVM to shuffle, sort and convert. The key layout groups by key hash: one row per slice.
-        by_shard = layout == "shard"
-        pack = by_shard and _PACK_SLICES
-        slicer = Slicer(config, tag is not None, markers=by_shard, packed=pack)
-        sliced = df.select(*_projection(df, time, keys, spec)).mapInArrow(
-            slicer, config.packed_schema(tag) if pack else sliced_schema)
-        packed_schema = _metrics.packed_schema(config.output_schema(), AGG_METRICS)
-        if state == "tws":
-            from .tws import TwsShard
-
-            packed = sliced.groupBy(group_col).transformWithStateInPandas(
-                TwsShard(config, sliced_schema, pack), packed_schema,
-                "Append" if complete else output_mode.capitalize(),
-                "EventTime" if delay is not None else "None")
-        else:
-            timeout = "EventTimeTimeout" if delay is not None else "NoTimeout"
-            packed = sliced.groupBy(group_col).applyInPandasWithState(
-                StatefulShard(config, sliced_schema, pack), packed_schema,
-                STATE_SCHEMA, "append" if complete else output_mode, timeout)
-        out = _metrics.attach_packed(packed, name, config.output_schema(), AGG_METRICS)
-        return _complete_table(out, out_names, by) if complete else out
-    elif any(op in NATIVE_ONLY_OPS for op, _ in spec.ops):
-        # Batch with sketches or (time, value) pairs (approx_count_distinct, first, last): Spark has no
-        # aggregate that builds them as the kernel stores them, so the slices come from the streaming
-        # path's native slicer.
-        sliced_schema = config.sliced_schema(None)
-        sliced = df.select(*_projection(df, time, keys, spec)).mapInArrow(
-            Slicer(config, False, markers=layout == "shard"), sliced_schema)
-        raw = sliced.groupBy(group_col).applyInPandas(batch_function(config, sliced_schema, False),
-                                                      _metrics.metrics_schema(config.output_schema()))
-        return _metrics.attach(raw, name)
-    else:
-        # Batch: Spark's own (codegen) hash aggregation computes the slices, so raw rows never cross
-        # into Python; only slices reach the sweep.
-        sliced_schema = config.sliced_schema(None, float_partials=True)
-        sliced = _native_slices(df, config, time).select(*sliced_schema.names)
-        raw = sliced.groupBy(group_col).applyInPandas(batch_function(config, sliced_schema, True),
-                                                      _metrics.metrics_schema(config.output_schema()))
-        return _metrics.attach(raw, name)
+    return config, layout, delay, complete
 
 
 def _check_kept_column(kept_column, out_names, spec, emit, output_mode, streaming):
@@ -396,11 +410,18 @@ def _positive_duration(value, name: str) -> int:
 
 def _projection(df, time, keys, spec):
     """Columns fed to the slicer: time, key hash, normalised keys, aggregated values."""
+    return [e.alias(n) for n, e in projection_exprs(time, keys, spec)]
+
+
+def projection_exprs(time, keys, spec) -> list:
+    """The slicer's input as ``(column name, Spark expression)`` pairs: time, key hash, normalised keys,
+    aggregated values (:class:`pyspark_cq.QueryGroup` computes the distinct ones of many aggregations once).
+    """
     key_exprs = _key_exprs(keys)
-    cols = [_validate.ref(time).alias(TIME), _hash_expr(keys, key_exprs).alias(HASH)]
-    cols += [e.alias(key_name(i)) for i, e in enumerate(key_exprs)]
+    cols = [(TIME, _validate.ref(time)), (HASH, _hash_expr(keys, key_exprs))]
+    cols += [(key_name(i), e) for i, e in enumerate(key_exprs)]
     # the shed-row marker (kept_column) is the slicer's own: not a column, so the shedding hash never sees it
-    cols += [value_expr(v).alias(value_name(i)) for i, v in enumerate(spec.values) if v.derive != "shed"]
+    cols += [(value_name(i), value_expr(v)) for i, v in enumerate(spec.values) if v.derive != "shed"]
     return cols
 
 

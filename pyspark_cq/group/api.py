@@ -1,0 +1,498 @@
+"""Many continuous queries, one Spark streaming query: :class:`QueryGroup`.
+
+STREAM is a data stream *management* system: many continuous queries run at once, share operators and
+synopses (Motwani et al., §3.2) and are active or inactive (§2.3); PIPES's resource manager is built for
+thousands of concurrent queries (Cammert et al., §5.4). On Spark each streaming query has its own scan,
+planning, Python stages and state at every micro-batch; a group runs its queries as one streaming query:
+
+- every windowed aggregation (``RSTREAM`` of a ``RANGE … SLIDE`` GROUP BY whose select list names grouped
+  columns and aggregates) over a stream joins that stream's **shared stage**: one projection computes each
+  distinct WHERE, grouping key and aggregate input once, one slicer stage and one stateful stage run every
+  such query (:mod:`.worker`), each with its own slice table;
+- any other query runs **alone** inside the same Spark query (its own operators, as :func:`pyspark_cq.cql`
+  builds them);
+- one ``foreachBatch`` delivers each query's rows to its own sink, idempotently by batch id (:mod:`.sinks`).
+
+The queries are kept in the group's plan (:mod:`.doc`): queries added, removed, paused or resumed while the
+group runs take effect at the next micro-batch boundary without a new Spark query.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from functools import reduce
+
+from . import doc as D
+from .sinks import check_sink, encode_sink, same_sink
+
+__all__ = ["QueryGroup"]
+
+_TRIGGERS = ("processingTime", "once", "continuous", "availableNow")
+
+
+@dataclass
+class _Member:
+    """A query as the driver keeps it: its spec for the plan and what building the Spark query needs."""
+
+    spec: D.MemberSpec
+    sink: object                       # the normalised sink (a path or the callable itself)
+    dataframe: object = None           # "alone": the query's own DataFrame
+    computed: list = field(default_factory=list)    # "shared": (column name, Column) it adds to the stream
+    exprs: list = field(default_factory=list)       # "shared": (slicer column, Column)
+    mask: object = None                # "shared": its WHERE as one Column, or None
+    time: str | None = None            # "shared": its stream's time column
+    why_alone: str | None = None
+
+
+class QueryGroup:
+    """Many continuous queries over the same sources run as one Spark streaming query.
+
+    Parameters
+    ----------
+    spark : SparkSession
+        Classic or Spark Connect.
+    sources : mapping of str to DataFrame
+        The streams by the names the queries use (streaming DataFrames with a watermark on their time
+        column, as :func:`pyspark_cq.cql` needs for stateful queries).
+    checkpoint : str
+        A directory for the group's Spark checkpoint (``<checkpoint>/spark``) and its plan
+        (``<checkpoint>/cq_group``). Start the group again on it and the queries continue where they stopped.
+    shards : int, optional
+        Hash shards of each shared stage's state (Spark groups of its stateful step); default 8. Keep it for
+        the life of the checkpoint.
+    name : str
+        The Spark query's name (``StreamingQuery.name``); default ``"cq_group"``.
+
+    Examples
+    --------
+    >>> g = cq.QueryGroup(spark, sources={"clicks": clicks}, checkpoint="ck/")          # doctest: +SKIP
+    >>> g.add("eu_1m", "RSTREAM(SELECT page, COUNT(*) AS n FROM clicks [RANGE 1 MINUTE SLIDE 10 SECONDS] "
+    ...                "WHERE region = 'eu' GROUP BY page)", sink="out/eu_1m")         # doctest: +SKIP
+    >>> query = g.start(trigger={"availableNow": True})                               # doctest: +SKIP
+    >>> query.awaitTermination()                                                       # doctest: +SKIP
+
+    See docs/groups.md.
+    """
+
+    def __init__(self, spark, sources, checkpoint, *, shards=None, name="cq_group"):
+        if not (hasattr(spark, "readStream") and hasattr(spark, "createDataFrame")):
+            raise TypeError(f"spark must be a SparkSession, got {type(spark).__name__}")
+        if not isinstance(sources, Mapping) or not sources:
+            raise TypeError(f"sources must be a non-empty mapping {{stream name: streaming DataFrame}}, got "
+                            f"{type(sources).__name__}")
+        for k, v in sources.items():
+            if not isinstance(k, str) or not k or not hasattr(v, "isStreaming"):
+                raise TypeError(f"sources must map stream names (str) to DataFrames, got {k!r}: {type(v).__name__}")
+            if not v.isStreaming:
+                raise ValueError(f"sources[{k!r}] must be a streaming DataFrame (spark.readStream…); a group runs "
+                                 f"continuous queries")
+        if isinstance(checkpoint, os.PathLike):
+            checkpoint = os.fspath(checkpoint)
+        if not isinstance(checkpoint, str) or not checkpoint:
+            raise TypeError(f"checkpoint must be a directory path (str), got {checkpoint!r}")
+        if shards is not None and (isinstance(shards, bool) or not isinstance(shards, int) or shards < 1):
+            raise ValueError(f"shards must be a positive int or None, got {shards!r}")
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty string, got {name!r}")
+        self.spark, self.sources, self.name = spark, dict(sources), name
+        self.checkpoint = os.path.abspath(checkpoint[len("file:"):] if checkpoint.startswith("file:") else checkpoint)
+        self.shards = 8 if shards is None else shards
+        self._dir = D.group_dir(self.checkpoint)
+        self._members: dict[str, _Member] = {}     # by name, in the order added
+        self._query = None
+        self._lock = threading.Lock()
+        self._counter = 0
+
+    # ---- the queries ---------------------------------------------------------------------------------
+    def add(self, name, query, sink):
+        """Add a query.
+
+        Parameters
+        ----------
+        name : str
+            The query's name in the group (unique).
+        query : str or pyspark_cq.lang.ast.Statement
+            CQL text (docs/cql.md) over the group's sources, or a parsed statement (``pyspark_cq.lang.parse``).
+        sink : str or callable
+            A directory (parquet files, one per micro-batch, written idempotently by batch id) or
+            ``f(df, batch_id)`` called with each micro-batch's rows of this query (a batch DataFrame).
+
+        Raises
+        ------
+        CQLSyntaxError, CQLCompileError
+            The query does not parse or compile (line and column, the query's name in front).
+        ValueError
+            A name or sink used twice, a source that is not the group's, or (group running) a query that
+            cannot join the running plan. Nothing already running is disturbed.
+
+        Notes
+        -----
+        Added while the group runs, a query takes effect at the next micro-batch boundary and starts with the
+        next window that begins after the largest event time the group has seen: its first rows are complete
+        windows. Only a windowed aggregation whose WHERE, grouping key and aggregate inputs the running
+        shared stage already computes can join a running group (see docs/groups.md).
+        """
+        if not isinstance(name, str) or not name.strip():
+            raise TypeError(f"name must be a non-empty string, got {name!r}")
+        with self._lock:
+            if name in self._names():
+                raise ValueError(f"query {name!r}: the name is already used in this group")
+            sink = check_sink(sink, name)
+            for other, s in self._sinks():
+                if same_sink(s, sink):
+                    raise ValueError(f"query {name!r}: its sink is already query {other!r}'s; give each query "
+                                     f"its own sink")
+            member = self._plan_member(name, query, sink)
+            if self._query is None:
+                self._members[name] = member
+                return
+            self._join_running(member)
+            self._members[name] = member
+            D.ask(self._dir, ("add", member.spec))
+
+    def remove(self, name):
+        """Remove query ``name``: it delivers no more rows; a shared query's state is freed at the next
+        micro-batch (a query running alone keeps computing until the group restarts without it).
+        """
+        with self._lock:
+            self._known(name)
+            if self._query is None:
+                del self._members[name]
+                return
+            del self._members[name]
+            D.ask(self._dir, ("remove", name))
+
+    def pause(self, name):
+        """Make query ``name`` inactive (STREAM §2.3): from the next micro-batch it delivers no rows; a shared
+        query also stops computing and frees its state.
+        """
+        self._set_active(name, False)
+
+    def resume(self, name):
+        """Make a paused query active again: a shared query starts afresh with the next window that begins
+        after the largest event time seen (as a query added to a running group); one running alone delivers
+        its rows again.
+        """
+        self._set_active(name, True)
+
+    @property
+    def queries(self) -> dict:
+        """The group's queries by name: ``status`` (``"active"``, ``"paused"``, or ``"pending"`` until the
+        next micro-batch boundary applies a change), ``mode`` (``"shared"`` with its ``stream``, or
+        ``"alone"`` with ``why``), ``sink``, ``start`` (the event time it counts rows from, None: the group's
+        start) and the ``rows`` delivered so far.
+        """
+        plan = D.read_plan(self._dir) if self._query is not None else None
+        stats = D.read_stats(self._dir) if self._query is not None else {}
+        out = {}
+        for name, m in self._members.items():
+            spec = plan.by_name(name) if plan is not None else None
+            if self._query is None:
+                status = "active" if m.spec.active else "paused"
+            elif spec is None or spec.key != m.spec.key or spec.active != m.spec.active:
+                status = "pending"
+            else:
+                status = "active" if spec.active else "paused"
+            start = (spec or m.spec).start_us
+            out[name] = {"status": status, "mode": m.spec.kind, "stream": m.spec.family, "why": m.why_alone,
+                         "sink": m.sink if isinstance(m.sink, str) else getattr(m.sink, "__name__", repr(m.sink)),
+                         "start": None if start is None else datetime(1970, 1, 1, tzinfo=timezone.utc)
+                         + timedelta(microseconds=start),
+                         "rows": stats.get(name, {}).get("rows", 0), "text": m.spec.text}
+        return out
+
+    # ---- running -------------------------------------------------------------------------------------
+    def start(self, trigger=None):
+        """Start the group as one Spark streaming query and return it (``StreamingQuery``).
+
+        Parameters
+        ----------
+        trigger : dict, optional
+            Keyword arguments of ``DataStreamWriter.trigger``, e.g. ``{"availableNow": True}`` or
+            ``{"processingTime": "10 seconds"}``; None: Spark's default (micro-batches as fast as possible).
+        """
+        if trigger is not None:
+            if not isinstance(trigger, Mapping) or len(trigger) != 1 or next(iter(trigger)) not in _TRIGGERS:
+                raise ValueError(f"trigger must be None or a dict with one of {list(_TRIGGERS)} as its key "
+                                 f"(DataStreamWriter.trigger's keywords), got {trigger!r}")
+        with self._lock:
+            if self._query is not None and self._query.isActive:
+                raise RuntimeError(f"query group {self.name!r} is already running ({self._query.id})")
+            if not self._members:
+                raise ValueError("the group has no query: add() at least one before start()")
+            return self._start(trigger)
+
+    def _start(self, trigger):
+        from pyspark.sql import functions as F
+
+        from ..operators.aggregate.config import SHARD, TIME
+        from .batch import GroupBatch
+        from .worker import OUTPUT_SCHEMA, STATE_SCHEMA, GroupShard, GroupSlicer, PackRows, sliced_schema
+
+        previous = D.read_plan(self._dir)
+        families: dict[str, list[_Member]] = {}
+        for m in self._members.values():
+            if m.spec.kind == "shared":
+                families.setdefault(m.spec.family, []).append(m)
+        alone = sorted((m for m in self._members.values() if m.spec.kind == "alone"), key=lambda m: m.spec.key)
+        layout = tuple(sorted(families)) + tuple(m.spec.key for m in alone)
+        if previous is not None and previous.catalogue.get("__layout__", layout) != layout:
+            raise ValueError(f"query group {self.name!r}: the checkpoint {self.checkpoint} was written by a group "
+                             f"with other branches ({list(previous.catalogue['__layout__'])}, now {list(layout)}); "
+                             f"queries running alone and the streams with shared queries must stay the same "
+                             f"for the life of a checkpoint — start with another checkpoint")
+        branches, catalogue = [], {"__layout__": layout}
+        specs = {}
+        for fam in sorted(families):
+            ms = families[fam]
+            base = self.sources[fam]
+            stage = base.select("*", *[c.alias(n) for m in ms for n, c in m.computed])
+            cols: dict[str, object] = {}
+            cat: dict[str, str] = {}
+
+            def column(expr, cols=cols, cat=cat):
+                text = str(expr)
+                if text not in cat:
+                    cat[text] = f"__cq_c{len(cat)}"
+                    cols[cat[text]] = expr
+                return cat[text]
+
+            time_col = ms[0].exprs[0][1]
+            for m in ms:
+                mapping = tuple((n, column(e)) for n, e in m.exprs[1:])
+                mask = None if m.mask is None else column(F.coalesce(m.mask, F.lit(False)))
+                m.spec = replace(m.spec, columns=mapping, mask=mask)
+            catalogue[fam] = dict(cat)
+            projected = stage.select(time_col.alias(TIME), *[e.alias(n) for n, e in cols.items()])
+            time_type = projected.schema[TIME].dataType
+            delay = _delay(base, ms[0])
+            sliced = projected.mapInArrow(GroupSlicer(self._dir, fam, time_type, delay),
+                                          sliced_schema(time_type, delay))
+            branches.append(sliced.groupBy(SHARD).applyInPandasWithState(
+                GroupShard(self._dir, fam, delay is not None), OUTPUT_SCHEMA, STATE_SCHEMA, "append",
+                "EventTimeTimeout" if delay is not None else "NoTimeout"))
+        for m in alone:
+            branches.append(m.dataframe.mapInArrow(PackRows(m.spec.key, m.spec.arrow_schema), OUTPUT_SCHEMA))
+        max_time = previous.max_time if previous is not None else None
+        for m in self._members.values():
+            spec = m.spec
+            old = previous.members.get(spec.key) if previous is not None else None
+            if old is not None:       # continues from the checkpoint
+                spec = replace(spec, start_us=old.start_us)
+            elif previous is not None and spec.kind == "shared":   # new to a group that ran: next window
+                spec = replace(spec, start_us=next_window(spec, max_time))
+            m.spec = spec
+            specs[spec.key] = spec
+        version = previous.version + 1 if previous is not None else 1
+        D.write_plan(self._dir, D.Plan(version=version, members=specs, catalogue=catalogue, max_time=max_time))
+        for path, _ in D.pending_changes(self._dir):   # asked of a run that has ended: void
+            os.remove(path)
+        union = reduce(lambda a, b: a.union(b), branches)
+        writer = (union.writeStream.foreachBatch(GroupBatch(self._dir))
+                  .option("checkpointLocation", os.path.join(self.checkpoint, "spark")).queryName(self.name))
+        if trigger is not None:
+            writer = writer.trigger(**trigger)
+        # the stateful steps' Spark partitions: one per shard rather than the session's default (200 on a
+        # plain session: 200 tasks and state-store commits per micro-batch); Spark keeps the number in the
+        # checkpoint, so this matters at the first start only. The session's own setting is restored.
+        conf = self.spark.conf
+        before = conf.get("spark.sql.shuffle.partitions")
+        conf.set("spark.sql.shuffle.partitions", str(self.shards))
+        try:
+            self._query = writer.start()
+        finally:
+            conf.set("spark.sql.shuffle.partitions", before)
+        return self._query
+
+    # ---- helpers -------------------------------------------------------------------------------------
+    def _names(self):
+        return set(self._members)
+
+    def _sinks(self):
+        return [(n, m.sink) for n, m in self._members.items()]
+
+    def _known(self, name):
+        if name not in self._members:
+            raise KeyError(f"query {name!r} is not in the group (queries: {sorted(self._members)})")
+
+    def _set_active(self, name, active: bool):
+        with self._lock:
+            self._known(name)
+            m = self._members[name]
+            m.spec = replace(m.spec, active=active)
+            if self._query is not None:
+                D.ask(self._dir, ("resume" if active else "pause", name))
+
+    def _plan_member(self, name: str, query, sink) -> _Member:
+        from ..lang import ast as A
+        from ..lang.builder import compile_cql
+        from ..lang.parser import parse
+        from ..lang.printer import to_text
+
+        if isinstance(query, str):
+            text = query
+            statement = _named(name, parse, query)
+        elif isinstance(query, A.Statement):
+            statement, text = query, to_text(query)
+        else:
+            raise TypeError(f"query {name!r}: query must be CQL text (str) or a parsed Statement, got "
+                            f"{type(query).__name__}")
+        lookup = _lookup(name, statement, self.sources)
+        compiled = _named(name, compile_cql, self.spark, statement, lookup, name=name)
+        from ..operators._common.metrics import arrow_schema
+
+        df = compiled.dataframe
+        schema = arrow_schema(df.schema)
+        key = f"{name}-{hashlib.sha1(text.encode()).hexdigest()[:10]}"
+        spec = D.MemberSpec(key=key, name=name, text=text, kind="alone", sink=encode_sink(sink), arrow_schema=schema)
+        why = _why_alone(compiled.analysis)
+        if why is not None:
+            return _Member(spec, sink, dataframe=df, why_alone=why)
+        self._counter += 1
+        return _named(name, self._shared_member, spec, sink, compiled, lookup, df)
+
+    def _shared_member(self, spec, sink, compiled, lookup, df) -> _Member:
+        from ..lang import ast as A
+        from ..lang.analysis import _granularity, _unqualified
+        from ..lang.builder import _Builder, _time_column
+        from ..operators.aggregate.driver import configure, projection_exprs
+
+        a = compiled.analysis
+        s = a.sources[0]
+        base = lookup[s.name]
+        b = _Builder(self.spark, a, lookup, None)
+        b.prefix = f"__cq_q{self._counter}_"
+        time = s.time or _time_column(base, s.name, s.node)
+        preds = b.predicates(base, s)
+        view, by, aggs, out_name, grouped, computed = b.aggregate_inputs(base)
+        w = s.window
+        config, _, _, _ = configure(view, time, timedelta(microseconds=w.size.micros),
+                                    timedelta(microseconds=w.slide.micros), by=by, aggs=aggs,
+                                    granularity=timedelta(microseconds=_granularity(w)), emit="windows",
+                                    shards=self.shards, name=f"{self.name}.{spec.name}")
+        select = []
+        for item, out in zip(a.select.items, df.columns):
+            e = item.expr
+            if isinstance(e, A.Call) and e.is_aggregate:
+                select.append((out, out_name[e]))
+            elif _unqualified(e) in grouped:
+                select.append((out, grouped[_unqualified(e)]))
+            else:   # a grouped column (_why_alone let nothing else through)
+                select.append((out, b.name(e)))
+        select.append((df.columns[-1], config.out_names[1]))   # cq_at: the window's end (RSTREAM)
+        mask = reduce(lambda x, y: x & y, preds) if preds else None
+        spec = replace(spec, kind="shared", family=s.name, config=config, select=tuple(select))
+        exprs = projection_exprs(time, config.keys, config.spec)
+        return _Member(spec, sink, computed=computed, exprs=exprs, mask=mask, time=time)
+
+    def _join_running(self, member: _Member) -> None:
+        """ValueError unless ``member`` can join the running plan (its columns are computed already)."""
+        from pyspark.sql import functions as F
+
+        name = member.spec.name
+        if member.spec.kind != "shared":
+            raise ValueError(f"query {name!r} runs alone ({member.why_alone}) and cannot join a running group: "
+                             f"add it before start(), or start the group again with it (new checkpoint)")
+        plan = D.read_plan(self._dir)
+        cat = plan.catalogue.get(member.spec.family) if plan is not None else None
+        if cat is None:
+            raise ValueError(f"query {name!r} cannot join the running group: no shared query over "
+                             f"{member.spec.family!r} was there at start(); add it before start()")
+        mapping = []
+        for n, e in member.exprs[1:]:
+            col = cat.get(str(e))
+            if col is None:
+                raise ValueError(f"query {name!r} cannot join the running group: the running plan does not "
+                                 f"compute its input {str(e)!r} (the group computes each query's columns once, "
+                                 f"at start()); add it before start()")
+            mapping.append((n, col))
+        mask = None
+        if member.mask is not None:
+            mask = cat.get(str(F.coalesce(member.mask, F.lit(False))))
+            if mask is None:
+                raise ValueError(f"query {name!r} cannot join the running group: the running plan does not "
+                                 f"compute its WHERE {str(member.mask)!r}; add it before start()")
+        member.spec = replace(member.spec, columns=tuple(mapping), mask=mask)
+
+
+def next_window(spec: D.MemberSpec, max_time: int | None) -> int | None:
+    """The start (µs) of the first window of ``spec`` that begins after ``max_time`` (None: None)."""
+    if max_time is None:
+        return None
+    slide = spec.config.slide
+    return (math.floor(max_time / slide) + 1) * slide
+
+
+def _delay(base, m: _Member) -> int | None:
+    from .. import _validate
+
+    return _validate.watermark_delay_ms(base, m.time)
+
+
+def _named(query: str, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)``; a ValueError / TypeError it raises gets the query's name in front (its type
+    and attributes, e.g. a CQL error's line and column, stay).
+    """
+    try:
+        return fn(*args, **kwargs)
+    except (ValueError, TypeError) as exc:
+        if exc.args and isinstance(exc.args[0], str) and not exc.args[0].startswith("query "):
+            exc.args = (f"query {query!r}: {exc.args[0]}",) + exc.args[1:]
+        raise
+
+
+def _lookup(name: str, statement, sources: dict) -> dict:
+    """``sources`` with the statement's stream names resolved (case-insensitively, as :func:`pyspark_cq.cql`);
+    ValueError naming the query for a stream the group does not have.
+    """
+    from ..lang import ast as A
+
+    lookup = dict(sources)
+
+    def walk(q):
+        for s in q.sources:
+            if isinstance(s, A.StreamRef):
+                yield s
+            elif hasattr(s, "query"):
+                yield from walk(s.query.query if hasattr(s.query, "query") else s.query)
+
+    for s in walk(statement.query):
+        if s.name in lookup:
+            continue
+        found = [k for k in sources if k.lower() == s.name.lower()]
+        if len(found) != 1:
+            raise ValueError(f"query {name!r}: its source {s.name!r} is not one of the group's sources "
+                             f"{sorted(sources)}")
+        lookup[s.name] = sources[found[0]]
+    return lookup
+
+
+def _why_alone(a) -> str | None:
+    """Why a query cannot join a shared stage (None: it can)."""
+    from ..lang import ast as A
+    from ..lang.analysis import _aggregates, _unqualified
+
+    if a.shape != "aggregate":
+        return f"a {a.shape} query"
+    if a.stream != "RSTREAM":
+        return f"{a.stream} of an aggregate (only RSTREAM aggregates share a stage)"
+    s = a.sources[0]
+    if a.relations or a.subqueries or s.node.sample is not None or a.residual:
+        return "it joins a relation, samples or reads a subquery"
+    q = a.select
+    if q.having is not None:
+        return "it has HAVING"
+    grouped = {_unqualified(g) for g in q.group_by}
+    for it in q.items:
+        e = it.expr
+        if isinstance(e, A.Call) and e.is_aggregate:
+            continue
+        if isinstance(e, A.Column) or _unqualified(e) in grouped:
+            continue
+        return f"its select list computes {'expressions of aggregates' if _aggregates(e) else 'expressions'}"
+    return None

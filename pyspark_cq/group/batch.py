@@ -1,0 +1,96 @@
+"""The group's micro-batch function (``foreachBatch``): each query's rows to its sink, then the changes asked
+for while the batch ran (queries added, removed, paused, resumed) into the plan for the next one.
+
+It holds only the group's directory, so it runs wherever Spark runs ``foreachBatch`` (the driver, or the
+Spark Connect server's Python); everything else it reads from the plan (:mod:`.doc`).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pyarrow as pa
+
+from . import doc as D
+from .sinks import deliver
+from .worker import CLOCK, clock_of
+
+__all__ = ["GroupBatch", "apply_changes"]
+
+#: Counters summed per query into the group's statistics (those a member's workers report).
+_SUMMED = ("input_rows", "output_rows", "late_rows", "malformed_rows", "evicted_rows")
+
+
+class GroupBatch:
+    """``foreachBatch`` function of a :class:`~pyspark_cq.QueryGroup`."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+
+    def __call__(self, df, batch_id: int):
+        """Deliver micro-batch ``batch_id`` (``df``: the group's output rows) and apply the queued changes."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        table = df.toArrow()
+        plan = D.read_plan(self.directory)
+        payloads: dict[str, list] = {}
+        counters: dict[str, list] = {}
+        for key, payload, c in zip(table.column(0).to_pylist(), table.column(1).to_pylist(),
+                                   table.column(2).to_pylist()):
+            if payload is not None:
+                payloads.setdefault(key, []).append(payload)
+            counters.setdefault(key, []).append(c)
+        stats = D.read_stats(self.directory)
+        for key, m in plan.members.items():
+            if not m.active:
+                continue
+            parts = [pa.ipc.open_stream(p).read_all() for p in payloads.get(key, [])]
+            rows = pa.concat_tables(parts) if parts else m.arrow_schema.empty_table()
+            deliver(m.sink, rows, batch_id, from_arrow_schema(m.arrow_schema), df.sparkSession)
+            entry = stats.setdefault(m.name, {"rows": 0, "batches": 0})
+            entry["rows"] += rows.num_rows
+            entry["batches"] += 1
+            entry["last_batch"] = batch_id
+            for c in counters.get(key, []):
+                for k, v in json.loads(c).items():
+                    if k in _SUMMED:
+                        entry[k] = entry.get(k, 0) + int(v)
+                    else:
+                        entry[f"last_{k}"] = v
+        seen = clock_of(counters.get(CLOCK, []))
+        max_time = plan.max_time if seen is None else max(seen, plan.max_time or seen)
+        changes = D.take_pending(self.directory)
+        if changes or max_time != plan.max_time:
+            D.write_plan(self.directory, apply_changes(plan, changes, max_time))
+        D.write_stats(self.directory, stats)
+
+
+def apply_changes(plan: D.Plan, changes: list, max_time: int | None) -> D.Plan:
+    """The next plan: ``changes`` (oldest first) applied to ``plan``, the clock at ``max_time``. A shared query
+    added or resumed starts with its first window that begins after ``max_time``.
+    """
+    from .api import next_window
+
+    members = dict(plan.members)
+    for op, arg in changes:
+        if op == "add":
+            spec = arg
+            if spec.kind == "shared":
+                spec = replace(spec, start_us=next_window(spec, max_time))
+            members = {k: v for k, v in members.items() if v.name != spec.name}
+            members[spec.key] = spec
+            continue
+        found = [k for k, v in members.items() if v.name == arg]
+        if not found:
+            continue
+        key = found[0]
+        if op == "remove":
+            del members[key]
+        elif op == "pause":
+            members[key] = replace(members[key], active=False)
+        elif op == "resume" and not members[key].active:
+            spec = replace(members[key], active=True)
+            if spec.kind == "shared":
+                spec = replace(spec, start_us=next_window(spec, max_time))
+            members[key] = spec
+    return plan.with_members(members, max_time=max_time)

@@ -148,6 +148,11 @@ class QueryGroup:
                     raise ValueError(f"query {name!r}: its sink is already query {other!r}'s; give each query "
                                      f"its own sink")
             member = self._plan_member(name, query, sink)
+            families = {m.spec.family for m in self._members.values() if m.spec.kind == "shared"}
+            if member.spec.kind == "shared" and families and member.spec.family not in families:
+                raise ValueError(f"query {name!r}: its stream {member.spec.family!r} is not the stream of the "
+                                 f"group's windowed aggregations ({families.pop()!r}): Spark allows one stateful "
+                                 f"Python stage per streaming query; use one group per stream")
             if self._query is None:
                 self._members[name] = member
                 return
@@ -324,6 +329,9 @@ class QueryGroup:
         with self._lock:
             self._known(name)
             m = self._members[name]
+            if active and not m.spec.active and self._query is not None and m.spec.kind == "shared" and m.spec.at[1]:
+                raise ValueError(f"query {name!r}: a paused ISTREAM / DSTREAM aggregate cannot resume in a running "
+                                 f"group (its change intervals have no start to resume at); start the group again")
             m.spec = replace(m.spec, active=active)
             if self._query is not None:
                 D.ask(self._dir, ("resume" if active else "pause", name))
@@ -350,16 +358,19 @@ class QueryGroup:
         schema = arrow_schema(df.schema)
         key = f"{name}-{hashlib.sha1(text.encode()).hexdigest()[:10]}"
         spec = D.MemberSpec(key=key, name=name, text=text, kind="alone", sink=encode_sink(sink), arrow_schema=schema)
-        why = _why_alone(compiled.analysis)
+        why = _classify(name, compiled.analysis)
         if why is not None:
             return _Member(spec, sink, dataframe=df, why_alone=why)
         self._counter += 1
         return _named(name, self._shared_member, spec, sink, compiled, lookup, df)
 
     def _shared_member(self, spec, sink, compiled, lookup, df) -> _Member:
+        from pyspark.sql.types import StructType
+
         from ..lang import ast as A
-        from ..lang.analysis import _granularity, _unqualified
-        from ..lang.builder import _Builder, _time_column
+        from ..lang.analysis import AT, _granularity, _unqualified
+        from ..lang.builder import _Builder, _time_column, aggregate_output_sql
+        from ..operators._common.metrics import arrow_schema
         from ..operators.aggregate.driver import configure, projection_exprs
 
         a = compiled.analysis
@@ -373,20 +384,31 @@ class QueryGroup:
         w = s.window
         config, _, _, _ = configure(view, time, timedelta(microseconds=w.size.micros),
                                     timedelta(microseconds=w.slide.micros), by=by, aggs=aggs,
-                                    granularity=timedelta(microseconds=_granularity(w)), emit="windows",
+                                    granularity=timedelta(microseconds=_granularity(w)),
+                                    emit="windows" if a.stream == "RSTREAM" else "changes",
                                     shards=self.shards, name=f"{self.name}.{spec.name}")
-        select = []
-        for item, out in zip(a.select.items, df.columns):
-            e = item.expr
-            if isinstance(e, A.Call) and e.is_aggregate:
-                select.append((out, out_name[e]))
-            elif _unqualified(e) in grouped:
-                select.append((out, grouped[_unqualified(e)]))
-            else:   # a grouped column (_why_alone let nothing else through)
-                select.append((out, b.name(e)))
-        select.append((df.columns[-1], config.out_names[1]))   # cq_at: the window's end (RSTREAM)
+        g = w.slide.micros
+        at = {"RSTREAM": (config.out_names[1], 0), "ISTREAM": (config.out_names[0], g),
+              "DSTREAM": (config.out_names[1], g)}[a.stream]
+        if _simple(a):
+            select, finish, stage = [], None, None
+            for item, out in zip(a.select.items, df.columns):
+                e = item.expr
+                if isinstance(e, A.Call) and e.is_aggregate:
+                    select.append((out, out_name[e]))
+                elif _unqualified(e) in grouped:
+                    select.append((out, grouped[_unqualified(e)]))
+                else:   # a grouped column
+                    select.append((out, b.name(e)))
+        else:   # HAVING or computed select items: the micro-batch function finishes the stage's rows
+            having, items = aggregate_output_sql(a.select, b.name, out_name, by, grouped)
+            finish = (having, tuple((text, oname) for text, oname, _ in items))
+            select = [(c, c) for c in config.out_names]
+            fields = list(config.output_schema().fields) + [df.schema[AT]]
+            stage = arrow_schema(StructType(fields))
         mask = reduce(lambda x, y: x & y, preds) if preds else None
-        spec = replace(spec, kind="shared", family=s.name, config=config, select=tuple(select))
+        spec = replace(spec, kind="shared", family=s.name, config=config, select=tuple(select), at=at,
+                       finish=finish, stage_schema=stage)
         exprs = projection_exprs(time, config.keys, config.spec)
         return _Member(spec, sink, computed=computed, exprs=exprs, mask=mask, time=time)
 
@@ -395,6 +417,9 @@ class QueryGroup:
         from pyspark.sql import functions as F
 
         name = member.spec.name
+        if member.spec.kind == "shared" and member.spec.at[1]:
+            raise ValueError(f"query {name!r}: an ISTREAM / DSTREAM aggregate cannot join a running group (its "
+                             f"change intervals have no start to join at); add it before start()")
         if member.spec.kind != "shared":
             raise ValueError(f"query {name!r} runs alone ({member.why_alone}) and cannot join a running group: "
                              f"add it before start(), or start the group again with it (new checkpoint)")
@@ -472,27 +497,28 @@ def _lookup(name: str, statement, sources: dict) -> dict:
     return lookup
 
 
-def _why_alone(a) -> str | None:
-    """Why a query cannot join a shared stage (None: it can)."""
-    from ..lang import ast as A
-    from ..lang.analysis import _aggregates, _unqualified
+def _classify(name: str, a) -> str | None:
+    """Why a query runs alone (None: it joins the shared stage); ValueError naming the query for one a group
+    cannot run yet.
+    """
+    if a.shape == "stream" and not a.subqueries:
+        return "it keeps no state"
+    if a.shape != "aggregate" or a.relations or a.subqueries or a.sources[0].node.sample is not None or a.residual:
+        what = {"aggregate": "an aggregate over a relation, a sample or a subquery"}.get(a.shape, f"a {a.shape} query")
+        raise ValueError(f"query {name!r}: {what} cannot run in a query group yet: Spark allows one "
+                         f"applyInPandasWithState per streaming query, and the group's is the shared stage of its "
+                         f"windowed aggregations (docs/groups.md, \"What a group runs\"); run it as its own query")
+    return None
 
-    if a.shape != "aggregate":
-        return f"a {a.shape} query"
-    if a.stream != "RSTREAM":
-        return f"{a.stream} of an aggregate (only RSTREAM aggregates share a stage)"
-    s = a.sources[0]
-    if a.relations or a.subqueries or s.node.sample is not None or a.residual:
-        return "it joins a relation, samples or reads a subquery"
+
+def _simple(a) -> bool:
+    """Whether an aggregate query's rows are its aggregation's columns renamed (no HAVING, no expressions)."""
+    from ..lang import ast as A
+    from ..lang.analysis import _unqualified
+
     q = a.select
     if q.having is not None:
-        return "it has HAVING"
+        return False
     grouped = {_unqualified(g) for g in q.group_by}
-    for it in q.items:
-        e = it.expr
-        if isinstance(e, A.Call) and e.is_aggregate:
-            continue
-        if isinstance(e, A.Column) or _unqualified(e) in grouped:
-            continue
-        return f"its select list computes {'expressions of aggregates' if _aggregates(e) else 'expressions'}"
-    return None
+    return all((isinstance(it.expr, A.Call) and it.expr.is_aggregate) or isinstance(it.expr, A.Column)
+               or _unqualified(it.expr) in grouped for it in q.items)

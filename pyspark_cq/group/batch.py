@@ -11,14 +11,15 @@ from dataclasses import replace
 
 import pyarrow as pa
 
+from ..vocabulary import metrics as M
 from . import doc as D
 from .sinks import deliver
 from .worker import CLOCK, clock_of
 
-__all__ = ["GroupBatch", "apply_changes"]
+__all__ = ["GroupBatch", "apply_changes", "finish"]
 
 #: Counters summed per query into the group's statistics (those a member's workers report).
-_SUMMED = ("input_rows", "output_rows", "late_rows", "malformed_rows", "evicted_rows")
+_SUMMED = (M.INPUT_ROWS, M.OUTPUT_ROWS, M.LATE_ROWS, M.MALFORMED_ROWS, M.EVICTED_ROWS)
 
 
 class GroupBatch:
@@ -45,8 +46,10 @@ class GroupBatch:
             if not m.active:
                 continue
             parts = [pa.ipc.open_stream(p).read_all() for p in payloads.get(key, [])]
-            rows = pa.concat_tables(parts) if parts else m.arrow_schema.empty_table()
-            deliver(m.sink, rows, batch_id, from_arrow_schema(m.arrow_schema), df.sparkSession)
+            rows = pa.concat_tables(parts) if parts else (m.stage_schema or m.arrow_schema).empty_table()
+            if m.finish is not None:
+                rows = finish(df.sparkSession, rows, m)
+            deliver(m.sink, rows, batch_id, from_arrow_schema(m.arrow_schema), df.sparkSession, m.name)
             entry = stats.setdefault(m.name, {"rows": 0, "batches": 0})
             entry["rows"] += rows.num_rows
             entry["batches"] += 1
@@ -63,6 +66,24 @@ class GroupBatch:
         if changes or max_time != plan.max_time:
             D.write_plan(self.directory, apply_changes(plan, changes, max_time))
         D.write_stats(self.directory, stats)
+
+
+def finish(session, table: pa.Table, m: D.MemberSpec) -> pa.Table:
+    """A member's rows from the shared stage's (``MemberSpec.finish``): its HAVING and select list, as the
+    compiler's Spark SQL over them (one small Spark job; only queries that compute need it).
+    """
+    if not table.num_rows:
+        return m.arrow_schema.empty_table()
+    from pyspark.sql import functions as F
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    having, items = m.finish
+    sdf = session.createDataFrame(table, schema=from_arrow_schema(m.stage_schema))
+    if having is not None:
+        sdf = sdf.filter(F.expr(having))
+    at = m.arrow_schema.names[-1]
+    out = sdf.select(*[F.expr(text).alias(name) for text, name in items], F.col(at)).toArrow()
+    return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(out.columns, m.arrow_schema)], schema=m.arrow_schema)
 
 
 def apply_changes(plan: D.Plan, changes: list, max_time: int | None) -> D.Plan:

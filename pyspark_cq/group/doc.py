@@ -53,7 +53,15 @@ class MemberSpec:
     columns : tuple of (str, str)
         The slicer's input columns as ``(slicer name, projection column)``.
     select : tuple of (str, str)
-        Its output columns as ``(output name, aggregation output column)``, ``cq_at`` last.
+        The shared stage's output columns for it as ``(name, aggregation output column)``, then ``cq_at``.
+    at : tuple of (str, int)
+        ``cq_at`` as ``(aggregation output column, µs added)``: the window's end for RSTREAM, a change's
+        start / end plus the slide for ISTREAM / DSTREAM (docs/cql.md).
+    finish : tuple or None
+        For a query whose HAVING or select list computes: ``(having, ((expression, name), ...))`` as Spark SQL
+        over the shared stage's rows, applied by the micro-batch function; None: the stage's rows are its rows.
+    stage_schema : pyarrow.Schema or None
+        The Arrow schema of the shared stage's rows for it (None: ``arrow_schema``).
     arrow_schema : pyarrow.Schema
         The Arrow schema of its rows (as :func:`pyspark_cq.cql` gives them).
     sink : str or bytes
@@ -76,6 +84,9 @@ class MemberSpec:
     mask: str | None = None
     columns: tuple = ()
     select: tuple = ()
+    at: tuple = ()
+    finish: tuple | None = None
+    stage_schema: object = None
     start_us: int | None = None
     active: bool = True
 

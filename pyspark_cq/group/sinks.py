@@ -48,24 +48,43 @@ def same_sink(a, b) -> bool:
     return a is b
 
 
+#: Callable sinks of the groups of this process by token: the micro-batch function runs in the driver's process
+#: in classic Spark, so a callable need not be picklable there (a closure over the group itself is not).
+_CALLABLES: dict = {}
+
+
 def encode_sink(sink):
-    """A normalised sink as the plan keeps it: a directory as its path, a callable pickled with cloudpickle
-    (the micro-batch function may run in another process: Spark Connect runs it in the server's Python).
+    """A normalised sink as the plan keeps it: a directory as its path; a callable as ``(token, pickled)``, with
+    ``pickled`` its cloudpickle (None when it cannot be pickled) for a micro-batch function in another process
+    (Spark Connect runs it in the server's Python) and ``token`` the key of the callable in this process.
     """
     if isinstance(sink, str):
         return sink
     from pyspark import cloudpickle
 
-    return cloudpickle.dumps(sink)
+    token = uuid.uuid4().hex
+    _CALLABLES[token] = sink
+    try:
+        pickled = cloudpickle.dumps(sink)
+    except Exception:   # e.g. a closure over a SparkSession: usable in this process only
+        pickled = None
+    return (token, pickled)
 
 
-def deliver(sink, table: pa.Table, batch_id: int, spark_schema, session) -> None:
+def deliver(sink, table: pa.Table, batch_id: int, spark_schema, session, query: str = "?") -> None:
     """Write ``table`` (one micro-batch's rows of one query) to ``sink`` idempotently by ``batch_id``."""
     if isinstance(sink, str):
         _write_directory(sink, table, batch_id)
         return
-    fn = pickle.loads(sink) if isinstance(sink, bytes) else sink
-    df = session.createDataFrame(table.to_pandas(), schema=spark_schema) if table.num_rows else \
+    token, pickled = sink
+    fn = _CALLABLES.get(token)
+    if fn is None:
+        if pickled is None:
+            raise RuntimeError(f"query {query!r}: its callable sink cannot be pickled, so it runs only where the group "
+                               f"was made (classic Spark's driver); give a picklable function (no SparkSession in "
+                               f"its closure) under Spark Connect")
+        fn = _CALLABLES[token] = pickle.loads(pickled)
+    df = session.createDataFrame(table, schema=spark_schema) if table.num_rows else \
         session.createDataFrame([], spark_schema)
     fn(df, batch_id)
 

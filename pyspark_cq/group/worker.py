@@ -26,6 +26,7 @@ from ..operators.aggregate.shard import run_shard
 from ..operators.aggregate.slicer import Slicer
 from ..operators.aggregate.spec import arrow_type, to_int64
 from ..operators.aggregate.transport import unpack_slices
+from ..vocabulary import metrics as M
 from . import doc as D
 
 __all__ = ["MEMBER", "MAX_TIME", "OUTPUT_SCHEMA", "STATE_SCHEMA", "sliced_schema", "GroupSlicer", "GroupShard",
@@ -150,7 +151,7 @@ class GroupShard:
                 kept[m.key] = result.state
             rows_out = _project(result.output, m)
             out.append((m.key, ipc_bytes(rows_out) if rows_out.num_rows else None,
-                        json.dumps({**result.metrics, "output_rows": rows_out.num_rows})))
+                        json.dumps({**result.metrics, M.OUTPUT_ROWS: rows_out.num_rows})))
         if data is not None:
             clock = data.loc[data[MEMBER] == CLOCK, MAX_TIME].dropna()
             if len(clock):
@@ -163,15 +164,21 @@ class GroupShard:
 
 
 def _project(output: pa.Table, m) -> pa.Table:
-    """A member's aggregation rows as its query's rows: the select list, ``cq_at``, and for a member that
-    joined a running group only the windows that start at or after its start.
+    """A member's aggregation rows as its query's rows (or, with a finish, the rows the finish reads): the
+    select list, ``cq_at``, and for a member that joined a running group only the windows that start at or
+    after its start.
     """
     if m.start_us is not None and output.num_rows:
         starts = to_int64(output.column(0))
         output = output.filter(pc.greater_equal(starts, pa.scalar(m.start_us, pa.int64())))
-    schema = m.arrow_schema
-    cols = [output.column(src).cast(schema.field(i).type) for i, (_, src) in enumerate(m.select)]
-    return pa.Table.from_arrays(cols, schema=schema)
+    schema = m.stage_schema or m.arrow_schema
+    cols = [output.column(src) for _, src in m.select]
+    src, offset = m.at
+    at = output.column(src)
+    if offset:
+        at = pc.add(to_int64(at), pa.scalar(offset, pa.int64())).cast(pa.timestamp("us", tz=at.type.tz))
+    cols.append(at)
+    return pa.Table.from_arrays([c.cast(f.type) for c, f in zip(cols, schema)], schema=schema)
 
 
 class PackRows:
@@ -188,7 +195,7 @@ class PackRows:
             table = pa.Table.from_batches([b]).cast(self.arrow_schema)
             yield pa.RecordBatch.from_arrays(
                 [pa.array([self.key]), pa.array([ipc_bytes(table)], pa.binary()),
-                 pa.array([json.dumps({"output_rows": b.num_rows})])],
+                 pa.array([json.dumps({M.OUTPUT_ROWS: b.num_rows})])],
                 names=["cq_member", "cq_payload", "cq_counters"])
 
 

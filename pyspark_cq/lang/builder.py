@@ -34,13 +34,12 @@ from .printer import expression, to_text
 __all__ = ["cql", "compile_cql", "CompiledQuery"]
 
 
-def _aggregate_output(out, q: A.Select, name_of: Callable, out_name: dict, by: list, grouped: dict):
-    """An aggregate's output ``out`` filtered by HAVING and projected to the select list, then ``cq_at``:
-    aggregates read their columns ``out_name[call]``, grouped expressions ``grouped[expr]``, grouped columns
-    (``by``) themselves; any other column is an error.
+def aggregate_output_sql(q: A.Select, name_of: Callable, out_name: dict, by: list, grouped: dict):
+    """The HAVING condition (or None) and the select list of an aggregate query over its aggregation's output, as
+    Spark SQL texts: ``(having, [(text, output name, item), ...])``. Aggregates read their columns
+    ``out_name[call]``, grouped expressions ``grouped[expr]``, grouped columns (``by``) themselves; any other
+    column is an error.
     """
-    from pyspark.sql import functions as F
-
     def rewrite(e):
         def fn(x):
             if isinstance(x, A.Call) and x.is_aggregate:
@@ -56,13 +55,25 @@ def _aggregate_output(out, q: A.Select, name_of: Callable, out_name: dict, by: l
             return None
         return _rewrite(e, fn)
 
-    if q.having is not None:
-        out = out.filter(_expr(out, _sql(rewrite(q.having), lambda c: c.name), "HAVING", q.having))
-    cols = []
+    having = None if q.having is None else _sql(rewrite(q.having), lambda c: c.name)
+    items = []
     for it, oname in zip(q.items, _output_names(q)):
         if isinstance(it.expr, A.Star):
             raise CQLCompileError("* in an aggregate query", "select the grouped columns and aggregates", it)
-        cols.append(_expr(out, _sql(rewrite(it.expr), lambda c: c.name), to_text(it.expr), it).alias(oname))
+        items.append((_sql(rewrite(it.expr), lambda c: c.name), oname, it))
+    return having, items
+
+
+def _aggregate_output(out, q: A.Select, name_of: Callable, out_name: dict, by: list, grouped: dict):
+    """An aggregate's output ``out`` filtered by HAVING and projected to the select list, then ``cq_at``
+    (:func:`aggregate_output_sql`).
+    """
+    from pyspark.sql import functions as F
+
+    having, items = aggregate_output_sql(q, name_of, out_name, by, grouped)
+    if having is not None:
+        out = out.filter(_expr(out, having, "HAVING", q.having))
+    cols = [_expr(out, text, to_text(it.expr), it).alias(oname) for text, oname, it in items]
     return out.select(*cols, F.col(AT))
 
 

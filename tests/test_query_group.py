@@ -1,0 +1,284 @@
+"""QueryGroup (issue 40): many CQL queries as one Spark streaming query; each query's sink holds exactly the rows
+``cq.cql`` gives for that query alone (the oracle: the query run alone as its own streaming query, whose operators
+the other tests compare with Spark's own), also when queries are added, removed, paused and resumed while the
+group runs and when the group restarts from its checkpoint.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import pyspark_cq as cq
+from pyspark_cq.group import doc as D
+from pyspark_cq.group.batch import apply_changes
+from pyspark_cq.group.sinks import _write_directory
+
+SCHEMA = "ts timestamp, page string, region string, x long"
+T0 = 1_704_067_200_000_000  # 2024-01-01 UTC, µs
+
+Q = {
+    "eu_1m": "RSTREAM(SELECT page, COUNT(*) AS n FROM clicks [RANGE 1 MINUTE SLIDE 10 SECONDS] "
+             "WHERE region = 'eu' GROUP BY page)",
+    "all_5m": "RSTREAM(SELECT page, SUM(x) AS s, COUNT(*) AS n, MAX(x) FROM clicks [RANGE 5 MINUTES SLIDE 30 SECONDS] "
+              "GROUP BY page)",
+    "us_3m": "RSTREAM(SELECT page, AVG(x) AS a, MIN(x) AS lo FROM clicks [RANGE 3 MINUTES SLIDE 1 MINUTE] "
+             "WHERE region = 'us' AND x > 10 GROUP BY page)",
+    "big": "ISTREAM(SELECT page, x FROM clicks [RANGE 1 MINUTE] WHERE x > 95)",
+    "having": "RSTREAM(SELECT page, COUNT(*) * 2 AS n2, MAX(x) - MIN(x) AS spread FROM clicks [RANGE 2 MINUTES "
+              "SLIDE 1 MINUTE] GROUP BY page HAVING COUNT(*) > 3)",
+    "changes": "ISTREAM(SELECT region, SUM(x) AS s FROM clicks [RANGE 2 MINUTES SLIDE 30 SECONDS] GROUP BY region)",
+}
+
+
+def write_clicks(directory, files=4, rows=600, seed=11):
+    """``files`` parquet files, 4 minutes of event time each, with some rows late by up to 3 minutes and a few
+    with a null page or region."""
+    os.makedirs(directory, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for f in range(files):
+        ts = T0 + f * 240_000_000 + rng.integers(0, 240_000_000, rows)
+        late = rng.random(rows) < 0.05
+        ts = np.where(late, ts - 180_000_000, ts)
+        page = rng.choice(np.array(["a", "b", "c", None], dtype=object), rows, p=[0.4, 0.3, 0.28, 0.02])
+        region = rng.choice(np.array(["eu", "us", "ap", None], dtype=object), rows)
+        table = pa.table({"ts": pa.array(ts, pa.timestamp("us", tz="UTC")), "page": pa.array(page, pa.string()),
+                          "region": pa.array(region, pa.string()), "x": pa.array(rng.integers(0, 100, rows))})
+        path = os.path.join(directory, f"part-{f:02d}.parquet")
+        pq.write_table(table, path)
+        os.utime(path, (1_000_000 + f * 10, 1_000_000 + f * 10))
+
+
+def clicks_stream(spark, directory):
+    return (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(directory)
+            .withWatermark("ts", "1 minute"))
+
+
+def run_alone(spark, text, clicks, root, name):
+    """The oracle: the query alone, as its own streaming query, into a parquet directory."""
+    out = os.path.join(root, "alone", name)
+    q = (cq.cql(spark, text, {"clicks": clicks}).writeStream.format("parquet").option("path", out)
+         .option("checkpointLocation", os.path.join(root, "alone_ck", name)).trigger(availableNow=True).start())
+    q.awaitTermination()
+    return spark.read.parquet(out)
+
+
+def assert_same_rows(got, want, what):
+    assert got.columns == want.columns, what
+    assert [f.dataType for f in got.schema] == [f.dataType for f in want.schema], what
+    extra, missing = got.exceptAll(want).count(), want.exceptAll(got).count()
+    assert (extra, missing) == (0, 0), f"{what}: {extra} rows not in the oracle, {missing} missing"
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_each_member_equals_its_query_alone(spark, tmp_dir):
+    data = os.path.join(tmp_dir, "in")
+    write_clicks(data)
+    clicks = clicks_stream(spark, data)
+    g = cq.QueryGroup(spark, sources={"clicks": clicks}, checkpoint=os.path.join(tmp_dir, "ck"))
+    for name, text in Q.items():
+        g.add(name, text, sink=os.path.join(tmp_dir, "out", name))
+    modes = {n: v["mode"] for n, v in g.queries.items()}
+    assert modes == {"eu_1m": "shared", "all_5m": "shared", "us_3m": "shared", "big": "alone", "having": "shared",
+                     "changes": "shared"}
+    query = g.start(trigger={"availableNow": True})
+    query.awaitTermination()
+    assert query.exception() is None
+    for name, text in Q.items():
+        want = run_alone(spark, text, clicks, tmp_dir, name)
+        got = spark.read.parquet(os.path.join(tmp_dir, "out", name))
+        assert want.count() > 0, name
+        assert_same_rows(got, want, name)
+        assert g.queries[name]["rows"] == want.count()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_queries_join_leave_pause_and_resume_between_micro_batches(spark, tmp_dir):
+    data = os.path.join(tmp_dir, "in")
+    write_clicks(data, files=5)
+    clicks = clicks_stream(spark, data)
+    g = cq.QueryGroup(spark, sources={"clicks": clicks}, checkpoint=os.path.join(tmp_dir, "ck"))
+    seen = []
+
+    def driver(df, batch_id):
+        """A callable sink that changes the group from inside the micro-batch: deterministic boundaries."""
+        seen.append((batch_id, df.count()))
+        if batch_id == 1:
+            g.add("eu_late", Q["eu_1m"], sink=os.path.join(tmp_dir, "out", "eu_late"))
+            g.remove("all_5m")
+            g.pause("us_3m")
+            with pytest.raises(ValueError, match="'big2' runs alone"):
+                g.add("big2", Q["big"], sink=os.path.join(tmp_dir, "out", "big2"))
+            with pytest.raises(ValueError, match="'ap' cannot join the running group"):
+                g.add("ap", Q["eu_1m"].replace("'eu'", "'ap'"), sink=os.path.join(tmp_dir, "out", "ap"))
+        if batch_id == 2:
+            g.resume("us_3m")
+
+    g.add("eu_1m", Q["eu_1m"], sink=driver)
+    g.add("all_5m", Q["all_5m"], sink=os.path.join(tmp_dir, "out", "all_5m"))
+    g.add("us_3m", Q["us_3m"], sink=os.path.join(tmp_dir, "out", "us_3m"))
+    g.start(trigger={"availableNow": True}).awaitTermination()
+    assert [b for b, _ in seen] == list(range(len(seen))) and len(seen) >= 5
+    info = g.queries
+    assert set(info) == {"eu_1m", "eu_late", "us_3m"}
+    assert info["eu_late"]["status"] == "active" and info["eu_late"]["start"] is not None
+
+    def alone(name, text):
+        return run_alone(spark, text, clicks, tmp_dir, name)
+
+    def since(df, start):
+        from pyspark.sql import functions as F
+
+        return df.filter(F.col("cq_at") - F.expr("INTERVAL 1 MINUTE") >= F.lit(start))
+
+    # the late query: exactly the windows of the query alone that start at or after its start
+    start = info["eu_late"]["start"]
+    late = spark.read.parquet(os.path.join(tmp_dir, "out", "eu_late"))
+    want = since(alone("eu_late", Q["eu_1m"]), start)
+    assert want.count() > 0
+    assert_same_rows(late, want, "eu_late")
+    # the removed query delivered batches 0 and 1 only: a subset of its rows alone
+    files = sorted(os.listdir(os.path.join(tmp_dir, "out", "all_5m")))
+    assert [f for f in files if f.endswith(".parquet")] == ["part-000000000000.parquet", "part-000000000001.parquet"]
+    removed = spark.read.parquet(os.path.join(tmp_dir, "out", "all_5m"))
+    assert removed.exceptAll(alone("all_5m", Q["all_5m"])).count() == 0
+    # paused at 1, resumed at 2: rows from before the pause, then complete windows from its new start on
+    us = spark.read.parquet(os.path.join(tmp_dir, "out", "us_3m"))
+    us_alone = alone("us_3m", Q["us_3m"])
+    assert us.exceptAll(us_alone).count() == 0
+    resumed = info["us_3m"]["start"]
+    from pyspark.sql import functions as F
+
+    after = us.filter(F.col("cq_at") - F.expr("INTERVAL 3 MINUTES") >= F.lit(resumed))
+    assert_same_rows(after, us_alone.filter(F.col("cq_at") - F.expr("INTERVAL 3 MINUTES") >= F.lit(resumed)),
+                     "us_3m after resume")
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_restart_from_checkpoint_loses_and_duplicates_nothing(spark, tmp_dir):
+    """The group stops after two files and a new group object goes on from its checkpoint; the oracle is each
+    query alone stopped and restarted the same way (a restart changes Spark's watermark, so also the rows)."""
+    write_clicks(os.path.join(tmp_dir, "all"), files=4)
+    names = sorted(os.listdir(os.path.join(tmp_dir, "all")))
+    queries = ("eu_1m", "all_5m", "big")
+
+    def run(files):
+        for where in ("in", "in_alone"):
+            os.makedirs(os.path.join(tmp_dir, where), exist_ok=True)
+            for n in files:
+                os.link(os.path.join(tmp_dir, "all", n), os.path.join(tmp_dir, where, n))
+        g = cq.QueryGroup(spark, sources={"clicks": clicks_stream(spark, os.path.join(tmp_dir, "in"))},
+                          checkpoint=os.path.join(tmp_dir, "ck"))
+        for name in queries:
+            g.add(name, Q[name], sink=os.path.join(tmp_dir, "out", name))
+        g.start(trigger={"availableNow": True}).awaitTermination()
+        clicks = clicks_stream(spark, os.path.join(tmp_dir, "in_alone"))
+        return {name: run_alone(spark, Q[name], clicks, tmp_dir, name) for name in queries}
+
+    run(names[:2])
+    alone = run(names[2:])
+    for name in queries:
+        got = spark.read.parquet(os.path.join(tmp_dir, "out", name))
+        assert_same_rows(got, alone[name], name)
+
+
+# ---- bad input --------------------------------------------------------------------------------------------
+
+@pytest.mark.spark
+def test_bad_input_names_the_query_and_disturbs_nothing(spark, tmp_dir):
+    from pyspark_cq.lang import CQLCompileError, CQLSyntaxError
+
+    clicks = clicks_stream(spark, str(tmp_dir))
+    with pytest.raises(TypeError, match="spark must be a SparkSession"):
+        cq.QueryGroup(None, sources={"clicks": clicks}, checkpoint="ck")
+    with pytest.raises(TypeError, match="sources must"):
+        cq.QueryGroup(spark, sources=[clicks], checkpoint="ck")
+    with pytest.raises(ValueError, match=r"sources\['b'\] must be a streaming DataFrame"):
+        cq.QueryGroup(spark, sources={"b": spark.range(3)}, checkpoint="ck")
+    with pytest.raises(TypeError, match="checkpoint must be"):
+        cq.QueryGroup(spark, sources={"clicks": clicks}, checkpoint=None)
+    g = cq.QueryGroup(spark, sources={"clicks": clicks}, checkpoint=os.path.join(tmp_dir, "ck"))
+    g.add("a", Q["eu_1m"], sink=os.path.join(tmp_dir, "a"))
+    with pytest.raises(ValueError, match="query 'a': the name is already used"):
+        g.add("a", Q["all_5m"], sink=os.path.join(tmp_dir, "a2"))
+    with pytest.raises(ValueError, match="query 'b': its sink is already query 'a'"):
+        g.add("b", Q["all_5m"], sink=os.path.join(tmp_dir, "a"))
+    with pytest.raises(ValueError, match="query 'c': its source 'views' is not one of the group's sources"):
+        g.add("c", "ISTREAM(SELECT * FROM views [RANGE 1 MINUTE])", sink=os.path.join(tmp_dir, "c"))
+    with pytest.raises(CQLSyntaxError, match=r"query 'd': line 1:\d+") as err:
+        g.add("d", "RSTREAM(SELECT page COUNT(*) FROM clicks [RANGE 1 MINUTE] GROUP BY page)",
+              sink=os.path.join(tmp_dir, "d"))
+    assert err.value.line == 1
+    with pytest.raises(CQLCompileError, match="query 'e': line"):
+        g.add("e", "RSTREAM(SELECT nope, COUNT(*) FROM clicks [RANGE 1 MINUTE] GROUP BY nope)",
+              sink=os.path.join(tmp_dir, "e"))
+    with pytest.raises(ValueError, match="query 'j': a join query cannot run in a query group yet"):
+        views = clicks.withColumnRenamed("page", "vpage")
+        g2 = cq.QueryGroup(spark, sources={"clicks": clicks, "views": views}, checkpoint=os.path.join(tmp_dir, "c3"))
+        g2.add("j", "ISTREAM(SELECT clicks.page FROM clicks [RANGE 1 MINUTE], views [RANGE 1 MINUTE] "
+                    "WHERE clicks.page = views.vpage)", sink=os.path.join(tmp_dir, "j"))
+    with pytest.raises(TypeError, match="query 'f': sink must be"):
+        g.add("f", Q["all_5m"], sink=42)
+    with pytest.raises(TypeError, match="query must be CQL text"):
+        g.add("g", 42, sink=os.path.join(tmp_dir, "g"))
+    with pytest.raises(KeyError, match="'zz' is not in the group"):
+        g.pause("zz")
+    with pytest.raises(ValueError, match="trigger must be None or a dict"):
+        g.start(trigger="5 seconds")
+    assert list(g.queries) == ["a"]
+    with pytest.raises(ValueError, match="no query"):
+        cq.QueryGroup(spark, sources={"clicks": clicks}, checkpoint=os.path.join(tmp_dir, "ck2")).start()
+
+
+# ---- pure parts ---------------------------------------------------------------------------------------------
+
+class _Cfg:
+    slide = 10_000_000
+
+
+def _spec(name, kind="shared", **kw):
+    return D.MemberSpec(key=f"{name}-k", name=name, text="", kind=kind, sink="/x", arrow_schema=None,
+                        config=_Cfg() if kind == "shared" else None, **kw)
+
+
+def test_changes_apply_in_order_and_new_queries_start_at_the_next_window():
+    plan = D.Plan(version=3, members={"a-k": _spec("a"), "b-k": _spec("b"), "z-k": _spec("z", "alone")},
+                  max_time=None)
+    nxt = apply_changes(plan, [("add", _spec("c")), ("remove", "b"), ("pause", "a"), ("pause", "z")], 25_000_000)
+    assert nxt.version == 4 and nxt.max_time == 25_000_000
+    assert set(nxt.members) == {"a-k", "c-k", "z-k"}
+    assert nxt.members["c-k"].start_us == 30_000_000          # first window start after 25 s (slide 10 s)
+    assert not nxt.members["a-k"].active and not nxt.members["z-k"].active
+    again = apply_changes(nxt, [("resume", "a"), ("resume", "z"), ("remove", "nobody")], 30_000_000)
+    assert again.members["a-k"].active and again.members["a-k"].start_us == 40_000_000
+    assert again.members["z-k"].active and again.members["z-k"].start_us is None   # alone: delivery only
+    assert apply_changes(plan, [], None).members == plan.members
+
+
+def test_plan_and_pending_changes_round_trip(tmp_path):
+    d = str(tmp_path / "g")
+    assert D.read_plan(d) is None
+    D.write_plan(d, D.Plan(version=1, members={"a-k": _spec("a")}))
+    assert D.read_plan(d).by_name("a").key == "a-k"
+    D.ask(d, ("remove", "a"))
+    D.ask(d, ("pause", "b"))
+    assert D.take_pending(d) == [("remove", "a"), ("pause", "b")]
+    assert D.take_pending(d) == []
+
+
+def test_directory_sink_rewrites_a_batch_run_again(tmp_path):
+    t = pa.table({"v": pa.array([1, 2], pa.int64())})
+    empty = t.schema.empty_table()
+    _write_directory(str(tmp_path), empty, 0)           # first batch, no rows: an empty file gives the schema
+    _write_directory(str(tmp_path), t, 1)
+    _write_directory(str(tmp_path), t.slice(0, 1), 1)   # batch 1 run again: replaces its file
+    _write_directory(str(tmp_path), empty, 2)           # nothing to add
+    files = sorted(f for f in os.listdir(tmp_path) if not f.startswith("."))
+    assert files == ["part-000000000000.parquet", "part-000000000001.parquet"]
+    assert pq.read_table(str(tmp_path / "part-000000000001.parquet")).column("v").to_pylist() == [1]

@@ -233,7 +233,8 @@ def _settings(plan, windows, kept) -> tuple[dict, dict]:
     out_w = {}
     for lab, size in windows.items():
         if lab not in labels:
-            raise ValueError(f"windows names {lab!r}, which labels no Window node of plan; labels: {sorted(labels - {None})}")
+            raise ValueError(f"windows names {lab!r}, which labels no Window node of plan; "
+                             f"labels: {sorted(labels - {None})}")
         out_w[lab] = chk.non_negative(size, f"windows[{lab!r}]")
     names = set(P.source_names(plan))
     out_k = {}

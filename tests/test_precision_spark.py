@@ -73,11 +73,12 @@ def test_policy_allocates_through_the_control_table_of_a_running_query(spark, tm
     assert 0.3 < alloc.kept["L"] < 0.45
     written = {k: v for c in changes for k, v in c.new.items()}
     assert written["window"] == 5 * S
-    assert written["params"] == {"drop_left": round(1 - alloc.kept["L"], 3), "drop_right": 0.0}
+    assert written["params"] == {"drop_left": round(1 - alloc.kept["L"], 3), "drop_right": round(1 - alloc.kept["R"], 3)}
+    assert alloc.memory <= alloc.memory_bound         # what is written (3 decimals) fits the bound
 
-    # the join applied them: left rows shed, no right row shed, and every output pair is exact (no false
+    # the join applied them: left rows shed, (almost) no right row shed, and every output pair is exact (no false
     # positive)
-    assert totals[M.SHED_ROWS_LEFT] > 0 and totals[M.SHED_ROWS_RIGHT] == 0
+    assert totals[M.SHED_ROWS_LEFT] > 0 and totals[M.SHED_ROWS_RIGHT] <= 0.01 * totals[M.SHED_ROWS_LEFT]
     import pyarrow.dataset as ds
 
     got = ds.dataset(out, format="parquet").to_table().to_pandas()

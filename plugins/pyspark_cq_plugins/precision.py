@@ -182,7 +182,28 @@ class PrecisionAllocator(Policy):
                    for lab in windows}
         if any(abs(snapped[lab] - a.windows[lab]) > 1e-9 for lab in windows):
             a = solve({lab: (v, v) for lab, v in snapped.items()})
-        return a
+        if sides is None:
+            return a
+        # drop ratios are written with 3 decimals (drop_for): each kept share rounded down or up to a multiple
+        # of 0.001, the best-F1 combination within the bound (all down when none fits); the allocation
+        # reports what is written
+        srcs = (sides[1], sides[2])
+
+        def at(kept):
+            return SP.plan_memory(plan, d, windows=a.windows, kept=kept, profile=self.profile or DEFAULT_PROFILE,
+                                  watermark_delay=delay, batch_span=span)
+
+        options = [{s: max(min(math.floor(a.kept[s] * 1000 + 1e-9) / 1000, 1.0), self.min_kept) for s in srcs}]
+        for ups in ((True, False), (False, True), (True, True)):
+            options.append({s: min(math.ceil(a.kept[s] * 1000 - 1e-9) / 1000, 1.0) if up else options[0][s]
+                            for s, up in zip(srcs, ups)})
+        fits = [k for k in options if at(k) <= bound]
+        written = max(fits, key=lambda k: SP.plan_precision(plan, windows=a.windows, kept=k).f1) if fits \
+            else options[0]
+        kept_all = {**a.kept, **written}
+        memory = at(kept_all)
+        return SP.PrecisionAllocation(a.windows, kept_all, SP.plan_precision(plan, windows=a.windows, kept=kept_all),
+                                      memory, a.memory_bound, memory <= bound)
 
     # -- Policy interface ------------------------------------------------------------------------
 

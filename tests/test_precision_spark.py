@@ -67,9 +67,9 @@ def test_policy_allocates_through_the_control_table_of_a_running_query(spark, tm
     totals = rt.statistics().queries[QUERY].operators[OP].totals
     changes = [c for c in rt.control_table().changes(OP) if c.who == policy.name]
 
-    # the decisions are the allocation: window at the QoS minimum, R kept whole, L kept at the allocated share
+    # the decisions are the allocation: window at the QoS minimum, R kept (nearly) whole, L kept at the allocated share
     alloc = policy.allocations[QUERY]
-    assert alloc.feasible and alloc.windows == {"join1.window": 5000.0} and alloc.kept["R"] > 0.999
+    assert alloc.feasible and alloc.windows == {"join1.window": 5000.0} and alloc.kept["R"] >= 0.999
     assert 0.3 < alloc.kept["L"] < 0.45
     written = {k: v for c in changes for k, v in c.new.items()}
     assert written["window"] == 5 * S

@@ -29,6 +29,9 @@ name                           class                                          wh
                                                                               fixed ratio (§5.2.3)
 ``rtstream_dynamic_sampling``  ``rtstream_dynamic_sampling.DynamicSampling``  QoS profiled from a sampler plan with per-
                                                                               operator ratios (§5.1)
+``precision``                  ``precision.PrecisionAllocator``               STREAM §5.1: a memory bound allocated
+                                                                              across windows and per-input shedding
+                                                                              for the best predicted F1
 =============================  =============================================  ==========================================
 
 Nothing here is imported by ``pyspark_cq`` itself; the registry loads a plugin on first use.

@@ -10,6 +10,7 @@ the output.
 """
 from __future__ import annotations
 
+import dataclasses
 import pickle
 
 import numpy as np
@@ -277,3 +278,45 @@ def test_state_persistence_is_validated():
     batch = _Spec(streaming=False)
     JoinSpec.set_persistence(batch, "changelog", 10)
     assert batch.persistence == "full"
+
+
+@pytest.mark.parametrize("window", [False, True])
+def test_changelog_replays_per_row_bounds_of_a_control_table(tmp_path, window):
+    """Under a control table each stored row keeps the bounds (window) of its own time (PIPES §4.2); a
+    delta records them, so a replay from snapshot + deltas gives the full layout's output."""
+    from pyspark_cq.control import ControlTable
+
+    table = ControlTable(str(tmp_path / "control.json"))
+    at = BASE_US + 20_000_000
+    if window:
+        table.register("wj", window="4 seconds")
+        table.set("wj", window="9 seconds", at=at, reason="test")
+    else:
+        table.register("ij", lower="-3 seconds", upper="5 seconds")
+        table.set("ij", lower="-9 seconds", upper="2 seconds", at=at, reason="test")
+    handle = table.handle("wj" if window else "ij")
+
+    def config(persistence):
+        c = _config("inner", persistence, 3)
+        out = T.StructType([T.StructField(n, f.dataType) for n, f in zip(OUT, _out_fields())])
+        if window:
+            out = T.StructType(out.fields + [T.StructField("valid_from", T.TimestampType()),
+                                             T.StructField("valid_to", T.TimestampType())])
+        return dataclasses.replace(c, control=handle, window=(4_000_000, 4_000_000) if window else None,
+                                   lower=-3_999_999 if window else c.lower, upper=3_999_999 if window else c.upper,
+                                   out_columns=tuple(out.names), out_arrow=_metrics.arrow_schema(out))
+
+    batches = _batches(config("full"))
+    expected, _ = _run(JoinWorker(config("full")), batches)
+    assert sum(len(r) for r, _ in expected) > 0
+    got, value = _run(JoinWorker(config("changelog")), batches)
+    replayed, _ = _run(JoinWorker(config("changelog")), batches, clear=True)
+    assert got == expected and replayed == expected
+    deltas = [L.Delta.decode(d) for d in L.parse(value[0])[2]]
+    assert any(part[4] is not None for d in deltas for part in d.parts)   # per-row bounds were recorded
+
+
+def _out_fields():
+    types = {"k": T.LongType(), "ts_l": T.TimestampType(), "ts_r": T.TimestampType(), "lv": T.LongType(),
+             "rv": T.LongType(), "ls": T.StringType(), "rs": T.StringType()}
+    return [T.StructField(n, types[n]) for n in OUT]

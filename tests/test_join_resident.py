@@ -120,12 +120,17 @@ def _unpacked(row: pd.DataFrame) -> list:
 
 
 def _run(worker, batches, clear=False):
+    """Per batch (sorted output rows, state rows), and the last value; ``clear``: drop the resident copies
+    before every call. Counts in ``_run.with_deltas`` the values written with deltas (not a snapshot).
+    """
     value, results = None, []
+    _run.with_deltas = 0
     for frames, wm in batches:
         if clear:
             R.cache().clear()
         rows, counters, value = _call(worker, frames, wm, value)
         results.append((rows, counters[M.STATE_ROWS]))
+        _run.with_deltas += value is not None and L.is_log(value[0]) and L.parse(value[0])[3].deltas > 0
     return results, value
 
 
@@ -148,6 +153,7 @@ def test_changelog_equals_full_layout(how, every):
     # The resident copy refused every batch: each call restores from snapshot + deltas.
     replayed, _ = _run(JoinWorker(_config(how, "changelog", every)), batches, clear=True)
     assert replayed == expected
+    assert (_run.with_deltas > 0) == (every > 1)   # the replays ran on deltas, not only on snapshots
     if value is not None:
         assert L.is_log(value[0])
         assert L.parse(value[0])[3].deltas < every
@@ -289,8 +295,8 @@ def test_changelog_replays_per_row_bounds_of_a_control_table(tmp_path, window):
     table = ControlTable(str(tmp_path / "control.json"))
     at = BASE_US + 20_000_000
     if window:
-        table.register("wj", window="4 seconds")
-        table.set("wj", window="9 seconds", at=at, reason="test")
+        table.register("wj", window="20 seconds")
+        table.set("wj", window="40 seconds", at=at, reason="test")
     else:
         table.register("ij", lower="-3 seconds", upper="5 seconds")
         table.set("ij", lower="-9 seconds", upper="2 seconds", at=at, reason="test")
@@ -302,18 +308,21 @@ def test_changelog_replays_per_row_bounds_of_a_control_table(tmp_path, window):
         if window:
             out = T.StructType(out.fields + [T.StructField("valid_from", T.TimestampType()),
                                              T.StructField("valid_to", T.TimestampType())])
-        return dataclasses.replace(c, control=handle, window=(4_000_000, 4_000_000) if window else None,
-                                   lower=-3_999_999 if window else c.lower, upper=3_999_999 if window else c.upper,
+        return dataclasses.replace(c, control=handle, window=(20_000_000, 20_000_000) if window else None,
+                                   lower=-19_999_999 if window else c.lower, upper=19_999_999 if window else c.upper,
                                    out_columns=tuple(out.names), out_arrow=_metrics.arrow_schema(out))
 
     batches = _batches(config("full"))
     expected, _ = _run(JoinWorker(config("full")), batches)
     assert sum(len(r) for r, _ in expected) > 0
-    got, value = _run(JoinWorker(config("changelog")), batches)
+    got, _ = _run(JoinWorker(config("changelog")), batches)
     replayed, _ = _run(JoinWorker(config("changelog")), batches, clear=True)
-    assert got == expected and replayed == expected
-    deltas = [L.Delta.decode(d) for d in L.parse(value[0])[2]]
-    assert any(part[4] is not None for d in deltas for part in d.parts)   # per-row bounds were recorded
+    assert got == expected and replayed == expected and _run.with_deltas > 0
+    worker, value, recorded = JoinWorker(config("changelog")), None, []
+    for frames, wm in batches:
+        _, _, value = _call(worker, frames, wm, value)
+        recorded += [L.Delta.decode(d) for d in L.parse(value[0])[2][-1:]]
+    assert any(part[4] is not None for d in recorded for part in d.parts)   # per-row bounds were recorded
 
 
 def _out_fields():

@@ -79,7 +79,6 @@ def test_changelog_restart_from_checkpoint_equals_spark(spark, tmp_path):
     rng = np.random.default_rng(9)
     root, sink, ck = str(tmp_path / "in"), str(tmp_path / "sink"), str(tmp_path / "ck")
     name = "cq_resident_restart"
-    df = _ours(spark, root, "left", name)
 
     def run(frame):
         q = (frame.writeStream.format("parquet").option("path", sink).option("checkpointLocation", ck)
@@ -89,6 +88,7 @@ def test_changelog_restart_from_checkpoint_equals_spark(spark, tmp_path):
 
     for i in range(3):
         _write_batch(rng, root, i)
+    df = _ours(spark, root, "left", name)   # one definition for the first two runs: one operator id
     run(df)
     for i in range(3, 6):
         _write_batch(rng, root, i)

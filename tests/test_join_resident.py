@@ -24,6 +24,7 @@ from pyspark_cq.operators._common import metrics as _metrics
 from pyspark_cq.operators._common import resident as R
 from pyspark_cq.operators._common.codec import NULL_SUFFIX, codecs_for
 from pyspark_cq.operators.join import changelog as L
+from pyspark_cq.operators.join import worker as W
 from pyspark_cq.operators.join.driver import _STATE_SCHEMA
 from pyspark_cq.operators.join.spec import JoinSpec
 from pyspark_cq.operators.join.worker import JoinConfig, JoinWorker
@@ -135,10 +136,25 @@ def _run(worker, batches, clear=False):
 
 
 @pytest.fixture(autouse=True)
-def _fresh_cache():
+def _fresh_cache(monkeypatch):
+    """An empty resident cache, and snapshots by count only (these states are small: by the default byte
+    rule nearly every batch would write a snapshot and the replays would see few deltas)."""
+    monkeypatch.setattr(W, "SNAPSHOT_RATIO", 1e9)
     R.cache().clear()
     yield
     R.cache().clear()
+
+
+def test_snapshot_when_the_deltas_outgrow_it(monkeypatch):
+    monkeypatch.setattr(W, "SNAPSHOT_RATIO", 0.5)
+    config = _config("inner", "changelog", 1000)
+    worker, value, sizes = JoinWorker(config), None, []
+    for frames, wm in _batches(config):
+        _, _, value = _call(worker, frames, wm, value)
+        info = L.parse(value[0])[3]
+        sizes.append((info.deltas, info.delta_bytes, info.snapshot_bytes + len(value[1]) + len(value[2])))
+        assert info.delta_bytes <= 0.5 * info.snapshot_bytes
+    assert any(n == 0 for n, _, _ in sizes[1:]) and any(n > 0 for n, _, _ in sizes)
 
 
 @pytest.mark.parametrize("how", ["inner", "left", "full", "left_semi", "left_anti"])

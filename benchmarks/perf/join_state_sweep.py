@@ -92,19 +92,19 @@ def run(spark, root: str, engine: str, measure: int, ck: str) -> dict:
                 spark.conf.unset(k)
             else:
                 spark.conf.set(k, v)
-    progress = [json.loads(p.json) for p in q.recentProgress]
+    # batches that read input (availableNow may end with a batch without any, e.g. for a last eviction)
+    progress = [p for p in (json.loads(p.json) for p in q.recentProgress) if p.get("numInputRows", 0) > 0]
     steady = progress[-measure:]
     ops = [p["stateOperators"][0] if p["stateOperators"] else {} for p in progress]
     out = {"wall_s": wall, "batch_ms": [p["durationMs"].get("triggerExecution", 0) for p in progress],
            "median_ms": statistics.median(p["durationMs"].get("triggerExecution", 0) for p in steady),
            "store_memory_bytes": ops[-1].get("memoryUsedBytes", 0), "state_rows_spark": ops[-1].get("numRowsTotal")}
     if engine in ("full", "changelog"):
-        reports = [pyspark_cq.read_metrics(p, "sweep") for p in progress]
-        reports = [r for r in reports if r]
-        out["state_rows"] = reports[-1]["state_rows"]
-        out["state_bytes"] = reports[-1]["state_bytes"]
-        out["cache_hits"] = sum(r["state_cache_hits"] for r in reports[-measure:])
-        out["cache_misses"] = sum(r["state_cache_misses"] for r in reports[-measure:])
+        reports = [pyspark_cq.read_metrics(p, "sweep") or {} for p in steady]
+        out["state_rows"] = reports[-1].get("state_rows", 0)
+        out["state_bytes"] = reports[-1].get("state_bytes", 0)
+        out["cache_hits"] = sum(r.get("state_cache_hits", 0) for r in reports)
+        out["cache_misses"] = sum(r.get("state_cache_misses", 0) for r in reports)
     return out
 
 

@@ -48,8 +48,12 @@ SHED_SIDES = (M.SHED_ROWS_LEFT, M.SHED_ROWS_RIGHT)   # shed_rows per input
 SHED_METRICS = M.JOIN_SHED                           # the join's own report columns, after the shared ones
 METRICS = M.JOIN_STREAMING   # the streaming report: JOIN, then the resident-state cache's counters
 BATCH_METRICS = M.JOIN       # a batch join keeps no state
-#: A changelog writes a new snapshot when its deltas' bytes would exceed this fraction of the snapshot's.
-SNAPSHOT_RATIO = 1.0
+#: A changelog writes a new snapshot when its deltas' bytes would exceed this fraction of the snapshot's. Every
+#: byte of the value crosses the JVM each batch (~25 ms per MB, mostly the JVM -> Python pickle) and a snapshot
+#: costs about as much per MB of state once (~30 ms, docs/benchmark-log-2026.md, issue 39): with deltas growing
+#: by 1/W of the state per batch (W batches of retention) the per-batch sum is smallest at a snapshot every
+#: ~sqrt(2.5 W) batches, i.e. deltas of ~0.5 of the snapshot for W ~ 8-10.
+SNAPSHOT_RATIO = 0.5
 _I64_MAX = np.iinfo(np.int64).max
 
 

@@ -14,7 +14,7 @@ the batch. Replaying the deltas on the snapshot repeats the kernel's calls on th
 order, so it rebuilds the same state -- matched flags included, since probing sets them -- and the payload
 ids come out the same (appends after the same snapshot). The shape is that of RocksDB's changelog
 checkpointing: the writer's cost follows the batch's rows, and a new snapshot every ``snapshot_every``
-batches (or when the deltas outgrow the snapshot) bounds the replay.
+batches (or when the deltas exceed half of it) bounds the replay.
 
 The token identifies the value's version for the resident cache (:mod:`.._common.resident`).
 """

@@ -152,7 +152,7 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
         Refused (ValueError) with ``bucket``; ignored on batch inputs.
     snapshot_every : int
         ``state_persistence="changelog"``: write a new snapshot at the latest every this many micro-batches
-        (>= 1; default 10), earlier when the deltas outgrow the snapshot.
+        (>= 1; default 10), earlier when the deltas exceed half of it.
 
     Returns
     -------

@@ -571,7 +571,7 @@ class JoinWorker:
 
     def _save_log(self, state, key, kernel, sides, wm_ms: int, log, delta) -> int:
         """Changelog persistence: append this batch's ``delta`` to the group's value, or write a new snapshot
-        (every ``snapshot_every`` batches, when the deltas would outgrow the snapshot, or when the value is
+        (every ``snapshot_every`` batches, when the deltas would exceed ``SNAPSHOT_RATIO`` of it, or when the value is
         not a changelog yet); keep the objects in the resident cache under the new token. Returns the bytes
         kept.
         """

@@ -44,3 +44,30 @@ def test_comparison_counts_lost_and_duplicated_rows():
     assert compare(want, [[1, "a"], [2, "b"], [2, "b"], [3, "c"]]) == {
         "expected_rows": 3, "rows": 4, "lost": 1, "duplicated": 1, "unexpected": 1}
     assert compare(want, list(reversed(want)))["lost"] == 0
+
+
+def _run_script(tmp_path, *extra) -> tuple[dict, int]:
+    """The fault-injection script in a child process (as the test above runs it): (its result, exit code)."""
+    out = tmp_path / "result.json"
+    (tmp_path / "path").mkdir()
+    (tmp_path / "path" / "benchmarks").symlink_to(ROOT / "benchmarks", target_is_directory=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path / "path"),
+                                                                    os.environ.get("PYTHONPATH")])))
+    code = subprocess.run([sys.executable, "-m", "benchmarks.experiments.fault_injection", *extra, "--workdir",
+                           str(tmp_path / "work"), "--out", str(out), "--no-json"], cwd=tmp_path / "path",
+                          env=env).returncode
+    (result,) = json.loads(out.read_text())
+    return result, code
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_changelog_join_two_kills_lose_and_duplicate_nothing(tmp_path):
+    """The same with ``state_persistence="changelog"`` (issue 39): the restarted child's workers hold no
+    resident state, so every shard restores from its snapshot and deltas."""
+    result, code = _run_script(tmp_path, "--operator", "interval_join_changelog", "--kills", "2", "--files", "8",
+                               "--seed", "5")
+    assert "error" not in result, result
+    assert result["kills"] == 2 and result["expected_rows"] > 0
+    assert (result["lost"], result["duplicated"], result["unexpected"]) == (0, 0, 0), result
+    assert result["rows"] == result["expected_rows"] and code == 0

@@ -64,6 +64,7 @@ MASTER = "local[2,4]"  # two cores, a failed task is retried up to 3 times
 # operator -> (input names, rows per file per input, keys)
 DATA = {
     "interval_join": (("l", "r"), 200, 40),
+    "interval_join_changelog": (("l", "r"), 200, 40),   # state_persistence="changelog" (issue 39)
     "sliding_aggregate_windows": (("in",), 1500, 30),
     "sliding_aggregate_changes": (("in",), 1500, 30),
     "window": (("in",), 1500, 30),
@@ -73,7 +74,9 @@ DATA = {
     "spark_window": (("in",), 1500, 30),
 }
 OPERATORS = list(DATA)
-STATEFUL = {"interval_join", "sliding_aggregate_windows", "sliding_aggregate_changes", "multi_join", "spark_window"}
+JOINS = ("interval_join", "interval_join_changelog", "multi_join")   # per-input time columns ts_<input>
+STATEFUL = {"interval_join", "interval_join_changelog", "sliding_aggregate_windows", "sliding_aggregate_changes",
+            "multi_join", "spark_window"}
 AGGS = {"v": ["sum", "max", "min", "avg"], "*": ["count"]}
 
 
@@ -92,7 +95,7 @@ def write_inputs(root: Path, operator: str, seed: int, tight: bool = False, file
 
     names, rows, keys = DATA[operator]
     rows *= scale
-    if operator in ("interval_join", "multi_join"):
+    if operator in JOINS:
         keys *= scale
     rng = np.random.default_rng(seed)
     for name in names:
@@ -110,7 +113,7 @@ def write_inputs(root: Path, operator: str, seed: int, tight: bool = False, file
             cols = {"ts": pa.array(t * 1000, pa.timestamp("us", tz="UTC")),
                     "k": pa.array(rng.integers(0, keys, n), pa.int64()),
                     "v": pa.array(rng.integers(-1000, 1000, n), pa.int64())}
-            if operator in ("interval_join", "multi_join"):
+            if operator in JOINS:
                 cols = {f"{c}_{name}" if c != "k" else "k": a for c, a in cols.items()}
             path = d / f"part-{i:03d}.parquet"
             pq.write_table(pa.table(cols), path)
@@ -135,12 +138,13 @@ def build(spark, operator: str, root: Path, control: str | None):
     def src(name):
         df = (spark.readStream.option("maxFilesPerTrigger", 1).schema(_schema(operator, name))
               .parquet(str(root / "input" / name)))
-        time_col = f"ts_{name}" if operator in ("interval_join", "multi_join") else "ts"
+        time_col = f"ts_{name}" if operator in JOINS else "ts"
         return df.withWatermark(time_col, DELAY)
 
-    if operator == "interval_join":
+    if operator.startswith("interval_join"):
+        persistence = "changelog" if operator == "interval_join_changelog" else None
         return cq.interval_join(src("l"), src("r"), "k", "ts_l", "ts_r", "-5 seconds", "5 seconds", shards=4,
-                                name="fi")
+                                name="fi", state_persistence=persistence, snapshot_every=3)
     if operator.startswith("sliding_aggregate"):
         handle = None
         if control:
@@ -169,7 +173,7 @@ def build(spark, operator: str, root: Path, control: str | None):
 
 
 def _schema(operator, name):
-    if operator in ("interval_join", "multi_join"):
+    if operator in JOINS:
         return f"ts_{name} timestamp, k long, v_{name} long"
     return "ts timestamp, k long, v long"
 

@@ -38,7 +38,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 __all__ = ["INPUT_ROWS", "OUTPUT_ROWS", "STATE_ROWS", "STATE_BYTES", "EVICTED_ROWS", "LATE_ROWS", "MALFORMED_ROWS",
-           "SHED_ROWS", "STATEFUL", "SHED_ROWS_LEFT", "SHED_ROWS_RIGHT", "JOIN_SHED", "JOIN", "AGGREGATE",
+           "SHED_ROWS", "STATEFUL", "SHED_ROWS_LEFT", "SHED_ROWS_RIGHT", "JOIN_SHED", "JOIN", "STATE_CACHE_HITS",
+           "STATE_CACHE_MISSES", "STATE_CACHE", "JOIN_STREAMING", "AGGREGATE",
            "ROWS_WINDOW", "WINDOW", "DROPPED_EMPTY", "GRANULARITY", "CHUNK_STEPS", "PEAK_BUFFERED_ROWS",
            "PEAK_WORKER_RSS", "PEAKS", "CHUNKS", "PER_INPUT", "PROBED", "MATCHED", "PROBE_NANOS", "BANDED",
            "STEP_KINDS", "MULTI_JOIN", "ROWS_IN", "ROWS_PASSED", "NANOS", "PREDICATE_KINDS", "SAMPLE", "PREDICATE_NAME",
@@ -66,6 +67,14 @@ SHED_ROWS_RIGHT = "shed_rows_right"  #: ``shed_rows`` of the right input
 #: The join's own counters, after the shared ones.
 JOIN_SHED = (SHED_ROWS, SHED_ROWS_LEFT, SHED_ROWS_RIGHT)
 JOIN = STATEFUL + JOIN_SHED
+# The resident state cache (``state_persistence="changelog"``, operators/_common/resident.py): per batch, the
+# groups whose state the Python worker still held at the version in Spark's state (hit) or had to rebuild from
+# it (miss); a group without state is neither.
+STATE_CACHE_HITS = "state_cache_hits"      #: groups whose state was used from the worker's resident copy
+STATE_CACHE_MISSES = "state_cache_misses"  #: groups whose state was rebuilt from Spark's state value
+STATE_CACHE = (STATE_CACHE_HITS, STATE_CACHE_MISSES)
+#: The streaming join's counters (:data:`JOIN`, then the resident cache's).
+JOIN_STREAMING = JOIN + STATE_CACHE
 
 # -- aggregate, rows windows, windows, granularity ----------------------------------------------------------
 AGGREGATE = STATEFUL + (SHED_ROWS,)
@@ -112,7 +121,7 @@ SELECT_CHAIN = (INPUT_ROWS, OUTPUT_ROWS, SHED_ROWS) + CHUNKS
 ARRIVED_ROWS = "rows"
 
 #: Every fixed metric name an operator reports (not :data:`ARRIVED_ROWS`, an internal observation's).
-NAMES = tuple(dict.fromkeys(STATEFUL + JOIN + AGGREGATE + GRANULARITY + MULTI_JOIN + SELECT_CHAIN))
+NAMES = tuple(dict.fromkeys(STATEFUL + JOIN_STREAMING + AGGREGATE + GRANULARITY + MULTI_JOIN + SELECT_CHAIN))
 #: The prefixes of the indexed counters (``probed_``, ``input_rows_``, ``sample_rows_in_`` ...).
 PREFIXES = tuple(k + "_" for k in PER_INPUT + (LATE_ROWS,) + STEP_KINDS + (BANDED,) + PREDICATE_KINDS) + tuple(
     SAMPLE + k + "_" for k in PREDICATE_KINDS)

@@ -103,10 +103,10 @@ _OPS = "pyspark_cq.operators"
 
 register(OperatorDescriptor(
     "interval_join", f"{_OPS}.join", ("lower", "upper", "drop_ratio", "params"),
-    native="_join", workers=(f"{_OPS}.join.worker",), metrics=M.JOIN))
+    native="_join", workers=(f"{_OPS}.join.worker",), metrics=M.JOIN_STREAMING))
 register(OperatorDescriptor(
     "window_join", f"{_OPS}.join", ("window", "drop_ratio", "params"),
-    native="_join", workers=(f"{_OPS}.join.worker",), metrics=M.JOIN, cql_shape="join"))
+    native="_join", workers=(f"{_OPS}.join.worker",), metrics=M.JOIN_STREAMING, cql_shape="join"))
 register(OperatorDescriptor(
     "sliding_aggregate", f"{_OPS}.aggregate", ("window", "granularity", "drop_ratio", "params"),
     native="_aggregate", workers=(f"{_OPS}.aggregate.slicer", f"{_OPS}.aggregate.transport"),

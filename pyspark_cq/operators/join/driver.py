@@ -46,7 +46,7 @@ from .._common.payload import SIDE
 from .._common.shards import shard_key_column
 from .bucket import BUCKET, OWN, own_column, targets_column
 from .spec import JoinSpec
-from .worker import LEFT, METRICS, MICROS, RIGHT, SHARD, SHED_METRICS, TIME, JoinConfig, JoinWorker
+from .worker import BATCH_METRICS, LEFT, METRICS, MICROS, RIGHT, SHARD, SHED_METRICS, TIME, JoinConfig, JoinWorker
 
 __all__ = ["interval_join", "window_join"]
 
@@ -57,7 +57,7 @@ _STATE_SCHEMA = T.StructType([T.StructField("kernel", T.BinaryType(), True),
 
 def interval_join(left, right, on=None, left_time=None, right_time=None, lower=None, upper=None, how="inner", *,
                   left_on=None, right_on=None, suffixes=None, shards=None, grouping=None, name=None, control=None,
-                  drop_ratio=0.0, seed=0, kept_column=None, bucket=None):
+                  drop_ratio=0.0, seed=0, kept_column=None, bucket=None, state_persistence=None, snapshot_every=10):
     """Join two DataFrames on equal keys and a time band (PIPES join, Cammert et al., §2.4.1, §3.6.3).
 
     A left row ``l`` and a right row ``r`` join when every ``on`` column is equal and
@@ -104,7 +104,8 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
     name : str, optional
         Name under which the per-batch counters are observed (``pyspark_cq.read_metrics``):
         input_rows, output_rows, state_rows, state_bytes, evicted_rows, late_rows, malformed_rows,
-        shed_rows, shed_rows_left, shed_rows_right. Default: the control handle's operator id, else
+        shed_rows, shed_rows_left, shed_rows_right; streaming also state_cache_hits, state_cache_misses.
+        Default: the control handle's operator id, else
         ``"cq_interval_join"``. Read them with ``cq.read_metrics``: ``late_rows`` is only complete there
         (Spark drops late rows before the operator's function, so
         ``progress.observedMetrics[name]["late_rows"]`` is always 0; ``read_metrics`` adds the rows counted
@@ -139,6 +140,19 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
         lower), 1 second)``. None (default): the shard layout. Results are the same. Refused (ValueError) with
         another ``how``, ``control`` or ``shards="key"``; ignored on batch inputs. A checkpoint keeps
         its layout and width: restoring it with another is refused.
+    state_persistence : {None, "full", "changelog"}, optional
+        How a streaming join keeps each shard's state in Spark's state store between micro-batches
+        (docs/join.md, *State persistence*). ``"full"`` (None, the default): the whole state image is
+        rebuilt from Spark's state and written back every batch. ``"changelog"``: the state stays resident
+        in the Python worker between batches (used only when its version token equals the one in Spark's
+        state, so a copy from a retried batch or another query is never used) and a batch appends only
+        what it changed (rows stored, the eviction watermark) to the state value, with a new snapshot every
+        ``snapshot_every`` batches; the counters ``state_cache_hits`` / ``state_cache_misses`` say how
+        often the resident copy was used. Results are the same; a checkpoint may switch between the two.
+        Refused (ValueError) with ``bucket``; ignored on batch inputs.
+    snapshot_every : int
+        ``state_persistence="changelog"``: write a new snapshot at the latest every this many micro-batches
+        (>= 1; default 10), earlier when the deltas exceed half of it.
 
     Returns
     -------
@@ -176,13 +190,14 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
         raise ValueError(f"lower must be <= upper, got lower={lower!r} and upper={upper!r}")
     spec.lower, spec.upper = lo, hi
     spec.set_bucket(bucket, control)
+    spec.set_persistence(state_persistence, snapshot_every)
     warn_shuffle_partitions(left)
     return _execute(spec)
 
 
 def window_join(left, right, on=None, left_time=None, right_time=None, left_window=None, right_window=None, *,
                 left_on=None, right_on=None, suffixes=None, shards=None, grouping=None, name=None, control=None,
-                drop_ratio=0.0, seed=0, kept_column=None):
+                drop_ratio=0.0, seed=0, kept_column=None, state_persistence=None, snapshot_every=10):
     """Window join of PIPES (Cammert et al., §2.4.1–§2.4.2): keys equal and validities intersect.
 
     Each row is valid during ``[t, t + window)`` (the time-based window operator ω, §2.4.2). A left
@@ -193,7 +208,7 @@ def window_join(left, right, on=None, left_time=None, right_time=None, left_wind
     Parameters
     ----------
     left, right, on, left_time, right_time, left_on, right_on, suffixes, shards, grouping, drop_ratio, seed
-    kept_column
+    kept_column, state_persistence, snapshot_every
         As for :func:`interval_join`.
     left_window, right_window : str, datetime.timedelta or numpy.timedelta64
         Positive window sizes of the two inputs.
@@ -231,6 +246,7 @@ def window_join(left, right, on=None, left_time=None, right_time=None, left_wind
                           window=(wl, wr), control=control, drop_ratio=drop_ratio, seed=seed,
                           function="window_join", left_on=left_on, right_on=right_on, kept_column=kept_column)
     spec.lower, spec.upper = -wr + 1, wl - 1
+    spec.set_persistence(state_persistence, snapshot_every)
     warn_shuffle_partitions(left)
     return _execute(spec)
 
@@ -300,8 +316,8 @@ def _execute(spec: JoinSpec):
         # A plain 3-argument function: Spark picks (key, left, right) by counting parameters.
         raw = lt.cogroup(rt).applyInPandas(lambda key, lpdf, rpdf: worker.batch(lpdf, rpdf),
                                            _metrics_schema(out_schema))
-    cols = [_metrics.PREFIX + m for m in METRICS]
-    return _metrics.attach(raw, spec.name, counters={m: F.sum(c) for m, c in zip(METRICS, cols)},
+    cols = [_metrics.PREFIX + m for m in BATCH_METRICS]
+    return _metrics.attach(raw, spec.name, counters={m: F.sum(c) for m, c in zip(BATCH_METRICS, cols)},
                           keep=~F.col(_metrics.METRICS_ROW), drop=[_metrics.METRICS_ROW] + cols)
 
 

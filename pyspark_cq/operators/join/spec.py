@@ -30,6 +30,9 @@ HOW = {"inner": "inner", "left": "left", "left_outer": "left", "leftouter": "lef
 LEFT_ONLY = ("left_semi", "left_anti")
 #: Suffixes of columns present on both sides when ``suffixes`` is not given.
 DEFAULT_SUFFIXES = ("_left", "_right")
+#: Values of ``state_persistence``: the whole state image every batch, or a snapshot plus per-batch deltas with
+#: the state resident in the Python worker (:mod:`.changelog`, :mod:`.._common.resident`).
+PERSISTENCE = ("full", "changelog")
 #: Values of the deprecated ``grouping`` argument (now ``shards=None | int`` and ``shards="key"``).
 GROUPINGS = ("shard", "key")
 
@@ -94,6 +97,8 @@ class JoinSpec:
     out_keys: list[int] = field(default_factory=list)
     kept_column: str | None = None
     bucket_width: int | None = None   # streaming inner interval join with bucket=: the bucket width (µs)
+    persistence: str = "full"         # state_persistence=: "full" or "changelog"
+    snapshot_every: int = 10          # changelog: batches per snapshot (at most)
 
     @property
     def keys(self) -> list[str]:
@@ -169,6 +174,25 @@ class JoinSpec:
                              "with shards='key' (give shards=None or an int)")
         if self.streaming:
             self.bucket_width = width
+
+    def set_persistence(self, state_persistence, snapshot_every) -> None:
+        """Decide ``state_persistence`` / ``snapshot_every`` (after :meth:`set_bucket`): ValueError / TypeError
+        naming the argument. ``"changelog"`` does not combine with the bucket layout (its probe copies are
+        appended to the payload and would have to be logged too); batch inputs keep no state and ignore both.
+        """
+        persistence = "full" if state_persistence is None else state_persistence
+        if not isinstance(persistence, str) or persistence not in PERSISTENCE:
+            raise ValueError(f"state_persistence must be one of {', '.join(map(repr, PERSISTENCE))} or None "
+                             f"(the default, 'full'), got {state_persistence!r}")
+        if isinstance(snapshot_every, (bool, np.bool_)) or not isinstance(snapshot_every, (int, np.integer)):
+            raise TypeError(f"snapshot_every must be an int >= 1 (micro-batches per snapshot), got {snapshot_every!r}")
+        if snapshot_every < 1:
+            raise ValueError(f"snapshot_every must be an int >= 1 (micro-batches per snapshot), got {snapshot_every!r}")
+        if persistence == "changelog" and self.bucket_width is not None:
+            raise ValueError("state_persistence='changelog' does not combine with bucket= (the bucket layout "
+                             "moves only the buckets near a batch's rows already); drop one of them")
+        if self.streaming:
+            self.persistence, self.snapshot_every = persistence, int(snapshot_every)
 
     def output_schema(self) -> T.StructType:
         """The join's output schema (without report columns)."""

@@ -11,6 +11,7 @@ Column names of the transport layout (the tagged union of both inputs) all start
 """
 from __future__ import annotations
 
+import uuid
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -23,13 +24,15 @@ from ..._native import load
 from ...control import ControlHandle
 from ...control.schema import side_drop_ratios
 from .._common import metrics as _metrics
+from .._common import resident as _resident
 from .._common import state_bytes as _state_bytes
 from .._common.codec import ColumnCodec, codecs_for, encode_keys
 from .._common.payload import KEPT, SIDE, PayloadSide, split_sides, timeout_ms
 from .._common.shed import SHED, shed_mask
+from . import changelog as _log
 
 __all__ = ["LEFT", "RIGHT", "SHARD", "TIME", "MICROS", "WINDOW", "EMITTED", "SHED_SIDES", "SHED_METRICS", "METRICS",
-           "JoinConfig", "state_watermarks", "evict_at_ms", "JoinWorker"]
+           "BATCH_METRICS", "SNAPSHOT_RATIO", "JoinConfig", "state_watermarks", "evict_at_ms", "JoinWorker"]
 from ...vocabulary import metrics as M
 
 if TYPE_CHECKING:
@@ -43,7 +46,14 @@ WINDOW = "__cq_w"        # window join under a control table: the row's own wind
 EMITTED = "__cq_e"       # left semi join: the left row has been output (at its first match)
 SHED_SIDES = (M.SHED_ROWS_LEFT, M.SHED_ROWS_RIGHT)   # shed_rows per input
 SHED_METRICS = M.JOIN_SHED                           # the join's own report columns, after the shared ones
-METRICS = M.JOIN
+METRICS = M.JOIN_STREAMING   # the streaming report: JOIN, then the resident-state cache's counters
+BATCH_METRICS = M.JOIN       # a batch join keeps no state
+#: A changelog writes a new snapshot when its deltas' bytes would exceed this fraction of the snapshot's. Every
+#: byte of the value crosses the JVM each batch (~25 ms per MB, mostly the JVM -> Python pickle) and a snapshot
+#: costs about as much per MB of state once (~30 ms, docs/benchmark-log-2026.md, issue 39): with deltas growing
+#: by 1/W of the state per batch (W batches of retention) the per-batch sum is smallest at a snapshot every
+#: ~sqrt(2.5 W) batches, i.e. deltas of ~0.5 of the snapshot for W ~ 8-10.
+SNAPSHOT_RATIO = 0.5
 _I64_MAX = np.iinfo(np.int64).max
 
 
@@ -70,6 +80,9 @@ class JoinConfig:
     key_names: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())   # left_on, right_on
     kept: bool = False                # kept_column: each stored row keeps its batch's kept fraction
     bucket_width: int | None = None   # bucket layout (bucket): groups are (shard, bucket of this width)
+    persistence: str = "full"         # state_persistence: "full" or "changelog" (resident copy + deltas)
+    snapshot_every: int = 10          # changelog: a new snapshot at the latest every this many batches
+    state_id: str = ""                # changelog: this operator's name space in the worker's resident cache
 
     @classmethod
     def of(cls, spec: JoinSpec) -> JoinConfig:
@@ -87,7 +100,8 @@ class JoinConfig:
                    spec.control, spec.drop_ratio, spec.seed, out_arrow=_metrics.arrow_schema(spec.output_schema()),
                    shards=spec.shards if spec.layout == "shard" else None, out_keys=tuple(spec.out_keys),
                    key_names=(tuple(spec.left_keys), tuple(spec.right_keys)), kept=spec.kept_column is not None,
-                   bucket_width=spec.bucket_width)
+                   bucket_width=spec.bucket_width, persistence=spec.persistence, snapshot_every=spec.snapshot_every,
+                   state_id=uuid.uuid4().hex if spec.persistence == "changelog" else "")
 
     def columns(self) -> dict:
         """The key and input columns the state depends on (recorded in and checked against the state);
@@ -238,12 +252,13 @@ class JoinWorker:
     # -- one batch through the kernel
 
     def _insert_probe(self, kernel, sides, side: int, table: pa.Table, micros: np.ndarray, null_time: np.ndarray,
-                      wm_ms: int | None, entry, ratio: float, store: bool = True):
+                      wm_ms: int | None, entry, ratio: float, store: bool = True, log=None):
         """Probe the other side's state with one side's rows and store them (kernel ``insert_probe``);
         returns the matched pairs as (left payload ids, right payload ids). ``ratio`` is the batch's drop
         ratio (stored with each row as its kept fraction ``1 - ratio`` with ``kept_column``). With
         ``store=False`` (probe copies of the bucket layout) the rows only probe; their payload rows are
-        appended for the output and dropped again by :meth:`PayloadSide.canonicalize`.
+        appended for the output and dropped again by :meth:`PayloadSide.canonicalize`. ``log`` (a
+        :class:`~.changelog.Delta`, changelog persistence) records the stored rows.
         """
         config = self.config
         lower, upper, window = config.row_bounds(entry, side, micros)
@@ -253,16 +268,27 @@ class JoinWorker:
             table = table.append_column(EMITTED, pa.array(np.zeros(len(micros), dtype=bool)))
         if config.kept:
             table = table.append_column(KEPT, pa.array(np.full(len(micros), 1.0 - ratio)))
-        ids = sides[side].append(table)
-        key_arrays = [table.column(i).combine_chunks() for i in range(config.n_keys)]
-        offsets, data, null_key = encode_keys(key_arrays, load("_join").concat_keys)
         if null_time.any():  # batch: a row without time never matches, but outer joins keep it
-            null_key = (null_time if null_key is None else (null_key.astype(bool) | null_time)).astype(np.uint8)
             micros = np.where(null_time, 0, micros)
         ends = None
         if wm_ms is not None:  # streaming: expiry keys = the watermark (ms) that evicts each row
             ends = evict_at_ms(micros, config.lower if lower is None else lower,
                                config.upper if upper is None else upper, side, guard=entry is not None)
+            if log is not None and store:
+                log.store(side, table, micros, ends, lower, upper)
+        return self._kernel_insert(kernel, sides, side, table, micros, null_time, lower, upper, ends, store)
+
+    def _kernel_insert(self, kernel, sides, side: int, table: pa.Table, micros, null_time, lower, upper, ends,
+                       store: bool = True):
+        """Append ``table`` (the payload rows as stored) and run the kernel's ``insert_probe`` on them; the
+        matched pairs as (left payload ids, right payload ids). A changelog replay calls it with what a
+        delta recorded.
+        """
+        ids = sides[side].append(table)
+        key_arrays = [table.column(i).combine_chunks() for i in range(self.config.n_keys)]
+        offsets, data, null_key = encode_keys(key_arrays, load("_join").concat_keys)
+        if null_time is not None and null_time.any():
+            null_key = (null_time if null_key is None else (null_key.astype(bool) | null_time)).astype(np.uint8)
         idx, other = kernel.insert_probe(side, offsets, data, null_key, micros, ids, store=store, lower=lower,
                                          upper=upper, ends=ends)
         return (ids[idx], other) if side == LEFT else (other, ids[idx])
@@ -273,7 +299,7 @@ class JoinWorker:
         threshold = _I64_MAX if wm_ms is None else wm_ms
         return [kernel.evict(side, threshold) for side in (LEFT, RIGHT)]
 
-    def _emit(self, sides, pairs, evicted) -> list:
+    def _emit(self, sides, pairs, evicted, log=None) -> list:
         """Output tables: the matched pairs, then (outer joins) the evicted rows that never matched.
 
         A left semi join outputs each left row at its first match instead of the pairs (as Spark's
@@ -282,7 +308,7 @@ class JoinWorker:
         """
         how = self.config.how
         if how == "left_semi":
-            return self._first_matches(sides, pairs)
+            return self._first_matches(sides, pairs, log)
         parts = [] if how == "left_anti" else [self._rows(sides, p[0], p[1])
                                                for p in pairs if p is not None and len(p[0])]
         for side, hows in ((LEFT, ("left", "full", "left_anti")), (RIGHT, ("right", "full"))):
@@ -293,31 +319,39 @@ class JoinWorker:
                     parts.append(self._rows(sides, lonely, None) if side == LEFT else self._rows(sides, None, lonely))
         return parts
 
-    def _first_matches(self, sides, pairs) -> list:
+    def _first_matches(self, sides, pairs, log=None) -> list:
         """Left semi join: the left rows matched in this batch that were not output before (marked in
-        the left payload's ``EMITTED`` column, which travels with the state).
+        the left payload's ``EMITTED`` column, which travels with the state; ``log`` records the marks).
         """
         matched = [p[0] for p in pairs if p is not None and len(p[0])]
         if not matched:
             return []
         ids = np.unique(np.concatenate(matched))
+        ids = ids[~sides[LEFT].table.column(EMITTED).to_numpy()[ids]]
+        if not len(ids):
+            return []
+        self._mark_emitted(sides, ids)
+        if log is not None:
+            log.emitted.append(ids)
+        return [self._rows(sides, ids, None)]
+
+    @staticmethod
+    def _mark_emitted(sides, ids) -> None:
+        """Set the semi join's ``EMITTED`` flag of the left payload rows ``ids``."""
         table = sides[LEFT].table
         pos = table.schema.get_field_index(EMITTED)
         emitted = table.column(pos).to_numpy(zero_copy_only=False).copy()
-        ids = ids[~emitted[ids]]
-        if not len(ids):
-            return []
         emitted[ids] = True
         sides[LEFT].table = table.set_column(pos, EMITTED, pa.array(emitted))
-        return [self._rows(sides, ids, None)]
 
-    def _process(self, kernel, sides, inputs, wm_ms: int | None, entry=None, copies=None):
+    def _process(self, kernel, sides, inputs, wm_ms: int | None, entry=None, copies=None, log=None):
         """Run one batch through the kernel.
 
         ``entry`` is the operator's control-table entry of this batch (None: the arguments apply).
         ``copies`` (bucket layout) are the probe copies per side from earlier and from later buckets,
         ``(earlier, later)``: the earlier ones probe the old state, the later ones after this group's
-        own rows are stored (the order that gives each pair once, :mod:`.bucket`).
+        own rows are stored (the order that gives each pair once, :mod:`.bucket`). ``log`` (changelog
+        persistence) records what the batch changes in the state.
         Returns (output tables, evicted rows, malformed rows, [shed left rows, shed right rows]). Each input
         is shed by its own ratio (the entry's ``params["drop_left"]`` / ``["drop_right"]``, else its
         ``drop_ratio``, else the argument: :func:`~pyspark_cq.control.schema.side_drop_ratios`).
@@ -336,11 +370,11 @@ class JoinWorker:
             malformed, shed[side] = malformed + bad, dropped
             if len(micros):
                 pairs[side] = self._insert_probe(kernel, sides, side, table, micros, null_time, wm_ms, entry,
-                                                 ratios[side])
+                                                 ratios[side], log=log)
         if copies is not None:
             pairs += self._probe_copies(kernel, sides, copies[1], wm_ms, entry, ratios)
         evicted = self._evict(kernel, wm_ms)
-        return self._emit(sides, pairs, evicted), sum(len(e[0]) for e in evicted), malformed, shed
+        return self._emit(sides, pairs, evicted, log), sum(len(e[0]) for e in evicted), malformed, shed
 
     def _probe_copies(self, kernel, sides, frames, wm_ms, entry, ratios) -> list:
         """Probe (never store) with the bucket layout's copies of each side (``ratios``: the drop ratio per
@@ -478,16 +512,37 @@ class JoinWorker:
 
     def _restore(self, state):
         """The kernel and payload tables of this group: from its GroupState, or new."""
+        kernel, sides, _ = self._restore_log(state)
+        return kernel, sides
+
+    def _restore_log(self, state):
+        """``(kernel, payload tables, LogInfo or None)`` of this group from its GroupState (full layout or
+        changelog: the snapshot with its deltas replayed), or new.
+        """
         if not state.exists:
-            return self._new()
+            return (*self._new(), None)
         config = self.config
         blob, lblob, rblob = state.get
+        log = None
+        if _log.is_log(blob):
+            _, blob, deltas, log = _log.parse(blob)
         kernel = self._kernel(blob)
         sides = [PayloadSide.from_bytes(config.payload_schema(LEFT), lblob),
                  PayloadSide.from_bytes(config.payload_schema(RIGHT), rblob)]
         sides[LEFT].check_shards(config.shards)
         sides[LEFT].check_columns(config.columns(), "interval_join" if not config.window else "window_join")
-        return kernel, sides
+        if log is not None:
+            for delta in deltas:
+                self._replay(kernel, sides, _log.Delta.decode(delta))
+        return kernel, sides, log
+
+    def _replay(self, kernel, sides, delta) -> None:
+        """Repeat one changelog delta's kernel calls on the state it was recorded on (see :mod:`.changelog`)."""
+        for side, table, micros, ends, lower, upper in delta.parts:
+            self._kernel_insert(kernel, sides, side, table, micros, None, lower, upper, ends)
+        for ids in delta.emitted:
+            self._mark_emitted(sides, ids)
+        self._evict(kernel, delta.wm_ms)
 
     def _save(self, state, kernel, sides, wm_ms: int) -> int:
         """Keep the state in the GroupState (remove it when empty), set the timeout at which its first row
@@ -496,15 +551,55 @@ class JoinWorker:
         if kernel.rows(LEFT) + kernel.rows(RIGHT) == 0:
             state.remove()
             return 0
+        blobs = self._snapshot(kernel, sides)
+        state.update(blobs)
+        self._set_timeout(state, kernel, wm_ms)
+        return sum(len(b) for b in blobs)
+
+    def _snapshot(self, kernel, sides) -> tuple[bytes, bytes, bytes]:
+        """The full image of the state: packed kernel, left and right payload (canonical order)."""
         for side in (LEFT, RIGHT):
             sides[side].canonicalize(kernel, side)
-        blobs = (_state_bytes.pack(kernel.serialize()), sides[LEFT].to_bytes(self.config.shards, self.config.columns()),
-                 sides[RIGHT].to_bytes())
-        state.update(blobs)
+        return (_state_bytes.pack(kernel.serialize()), sides[LEFT].to_bytes(self.config.shards, self.config.columns()),
+                sides[RIGHT].to_bytes())
+
+    @staticmethod
+    def _set_timeout(state, kernel, wm_ms: int) -> None:
         timeout = timeout_ms(wm_ms, (kernel.min_end(LEFT), kernel.min_end(RIGHT)))
         if timeout is not None:
             state.setTimeoutTimestamp(timeout)
-        return sum(len(b) for b in blobs)
+
+    def _save_log(self, state, key, kernel, sides, wm_ms: int, log, delta) -> int:
+        """Changelog persistence: append this batch's ``delta`` to the group's value, or write a new snapshot
+        (every ``snapshot_every`` batches, when the deltas would exceed ``SNAPSHOT_RATIO`` of it, or when the value is
+        not a changelog yet); keep the objects in the resident cache under the new token. Returns the bytes
+        kept.
+        """
+        cache = _resident.cache()
+        if kernel.rows(LEFT) + kernel.rows(RIGHT) == 0:
+            state.remove()
+            cache.discard((self.config.state_id, key))
+            return 0
+        token = _resident.new_token()
+        blob = None
+        if log is not None and log.deltas + 1 < self.config.snapshot_every:
+            blob = delta.encode()
+            if log.delta_bytes + len(blob) > SNAPSHOT_RATIO * log.snapshot_bytes:
+                blob = None
+        if blob is None:
+            kfield, lblob, rblob = self._snapshot(kernel, sides)
+            value = (_log.snapshot_field(token, kfield), lblob, rblob)
+            log = _log.LogInfo(0, len(kfield), 0)
+        else:
+            old = state.get
+            value = (_log.append_delta(old[0], token, blob), old[1], old[2])
+            log = _log.LogInfo(log.deltas + 1, log.snapshot_bytes, log.delta_bytes + 8 + len(blob))
+        state.update(value)
+        self._set_timeout(state, kernel, wm_ms)
+        if cache.limit:
+            nbytes = kernel.nbytes() + sides[LEFT].table.nbytes + sides[RIGHT].table.nbytes
+            cache.put((self.config.state_id, key), token, (kernel, sides, log), nbytes)
+        return sum(len(b) for b in value)
 
     # -- streaming: one call per shard (or key) and micro-batch
 
@@ -513,7 +608,13 @@ class JoinWorker:
         # Spark's worker concatenates our frames with all-null padding frames; pandas warns about it.
         warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty")
         entry = self._entry()
-        kernel, sides = self._restore(state)
+        resident = self.config.persistence == "changelog"
+        hits = misses = 0
+        cached = None
+        if resident and state.exists:
+            cached = _resident.cache().take((self.config.state_id, key), _log.token_of(state.get[0]))
+            hits, misses = (1, 0) if cached is not None else (0, 1)
+        kernel, sides, log = cached if cached is not None else self._restore_log(state)
         copies = None
         if state.hasTimedOut:
             inputs = [None, None]
@@ -523,23 +624,25 @@ class JoinWorker:
             inputs = split_sides(list(pdf_iter), 2)
         n_in = sum(len(x) for x in inputs if x is not None)   # own rows only: copies are no input
         wm_ms = state.getCurrentWatermarkMs()
+        delta = _log.Delta(wm_ms) if resident else None
         rows_before = kernel.rows(LEFT) + kernel.rows(RIGHT)
-        parts, n_evicted, malformed, shed = self._process(kernel, sides, inputs, wm_ms, entry, copies)
+        parts, n_evicted, malformed, shed = self._process(kernel, sides, inputs, wm_ms, entry, copies, delta)
         rows_after = kernel.rows(LEFT) + kernel.rows(RIGHT)
-        if copies is not None and state.exists and not n_evicted and rows_after == rows_before:
+        if resident:
+            state_bytes = self._save_log(state, key, kernel, sides, wm_ms, log, delta)
+        elif copies is not None and state.exists and not n_evicted and rows_after == rows_before:
             # Bucket layout, only probed (no row stored or evicted): the JVM keeps its copy of the state; the
             # timeout is set again (each invocation starts without one).
             state_bytes = sum(len(b) for b in state.get)
-            timeout = timeout_ms(wm_ms, (kernel.min_end(LEFT), kernel.min_end(RIGHT)))
-            if timeout is not None:
-                state.setTimeoutTimestamp(timeout)
+            self._set_timeout(state, kernel, wm_ms)
         else:
             state_bytes = self._save(state, kernel, sides, wm_ms)
         out = self._packed(parts)
         yield _metrics.packed_row(out, self.config.out_arrow, METRICS, **{
             M.INPUT_ROWS: n_in, M.OUTPUT_ROWS: 0 if out is None else out.num_rows,
             M.STATE_ROWS: kernel.rows(LEFT) + kernel.rows(RIGHT), M.STATE_BYTES: state_bytes,
-            M.EVICTED_ROWS: n_evicted, M.MALFORMED_ROWS: malformed}, **_shed_counters(shed))
+            M.EVICTED_ROWS: n_evicted, M.MALFORMED_ROWS: malformed, M.STATE_CACHE_HITS: hits,
+            M.STATE_CACHE_MISSES: misses}, **_shed_counters(shed))
 
     # -- batch: one call per shard with both sides; everything expires at the end
 

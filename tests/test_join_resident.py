@@ -1,0 +1,347 @@
+"""``state_persistence="changelog"`` of the interval join (issue 39), outside Spark.
+
+The join's stateful function is driven as PySpark 4.3's worker drives it (a ``GroupState`` per call built
+from the value the previous call wrote, pickled as the worker pickles it), over the same micro-batches with
+the full layout as the oracle: every batch's output and state must be the same when the resident copy is
+used, when it is refused (cache cleared: restore from snapshot + deltas), across snapshots, when a batch is
+retried (its first attempt's copy must not be used), and when a checkpoint switches between the layouts.
+The control proves the token decides: a stale copy relabelled with the current token *is* used and changes
+the output.
+"""
+from __future__ import annotations
+
+import dataclasses
+import pickle
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+from pyspark.sql import types as T
+from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
+
+from pyspark_cq.operators._common import metrics as _metrics
+from pyspark_cq.operators._common import resident as R
+from pyspark_cq.operators._common.codec import NULL_SUFFIX, codecs_for
+from pyspark_cq.operators.join import changelog as L
+from pyspark_cq.operators.join import worker as W
+from pyspark_cq.operators.join.driver import _STATE_SCHEMA
+from pyspark_cq.operators.join.spec import JoinSpec
+from pyspark_cq.operators.join.worker import JoinConfig, JoinWorker
+from pyspark_cq.vocabulary import metrics as M
+
+SCHEMAS = [T.StructType([T.StructField("k", T.LongType()), T.StructField("ts", T.TimestampType()),
+                         T.StructField(f"{s}v", T.LongType()), T.StructField(f"{s}s", T.StringType())])
+           for s in "lr"]
+OUT = ["k", "ts_l", "lv", "ls", "ts_r", "rv", "rs"]
+#: The payload columns per side (plain join, semi / anti join: every left column, no right column).
+_SIDE_COLUMNS = {False: (["ts", "lv", "ls"], ["ts", "rv", "rs"]), True: (["k", "ts", "lv", "ls"], [])}
+BASE_US = 1_700_000_000_000_000
+DELAY_MS = 20_000
+
+
+def _config(how: str, persistence: str, every: int = 10) -> JoinConfig:
+    left_only = how in ("left_semi", "left_anti")
+    others = _SIDE_COLUMNS[left_only]
+    out_cols = ["k", "ts", "lv", "ls"] if left_only else OUT
+    fields = {"k": T.LongType(), "ts_l": T.TimestampType(), "ts_r": T.TimestampType(), "ts": T.TimestampType(),
+              "lv": T.LongType(), "rv": T.LongType(), "ls": T.StringType(), "rs": T.StringType()}
+    out = T.StructType([T.StructField(c, fields[c]) for c in out_cols])
+    return JoinConfig(
+        key_codecs=tuple(codecs_for(SCHEMAS[0], ["k"], "__cq_k")),
+        side_codecs=(tuple(codecs_for(SCHEMAS[0], others[0], "__cq_p0_")),
+                     tuple(codecs_for(SCHEMAS[1], others[1], "__cq_p1_"))),
+        out_columns=tuple(out_cols), n_keys=1, how=how, lower=-5_000_000, upper=10_000_000, window=None,
+        out_arrow=_metrics.arrow_schema(out), shards=1, out_keys=(0,) if not left_only else (),
+        key_names=(("k",), ("k",)), persistence=persistence, snapshot_every=every,
+        state_id="test" if persistence == "changelog" else "")
+
+
+def _frame(config: JoinConfig, side: int, rng, n: int, t0: int) -> pd.DataFrame:
+    """One side's rows of a batch in the transport layout (both sides' payload columns, the other's null)."""
+    keys = rng.integers(0, 12, n)
+    times = t0 + rng.integers(-8_000_000, 8_000_000, n)
+    cols = {"__cq_side": np.full(n, side, np.int8), "__cq_shard": np.zeros(n, np.int64),
+            "__cq_t": pd.to_datetime(times, unit="us"), "__cq_tus": times,
+            "__cq_k0": keys, "__cq_k0" + NULL_SUFFIX: rng.random(n) < 0.03}
+    values = {"k": keys, "ts": times, "lv": rng.integers(0, 1000, n), "rv": rng.integers(0, 1000, n),
+              "ls": [f"s{x}" for x in rng.integers(0, 50, n)], "rs": [f"r{x}" for x in rng.integers(0, 50, n)]}
+    for s in (0, 1):
+        names = _SIDE_COLUMNS[config.how in ("left_semi", "left_anti")][s]
+        for codec, name in zip(config.side_codecs[s], names):
+            mine = s == side
+            if codec.flagged:
+                cols[codec.name] = values[name] if mine else np.zeros(n, np.int64)
+                cols[codec.name + NULL_SUFFIX] = np.zeros(n, bool) if mine else np.ones(n, bool)
+            else:
+                cols[codec.name] = values[name] if mine else [None] * n
+    return pd.DataFrame(cols)
+
+
+def _batches(config: JoinConfig, n_batches: int = 9, seed: int = 3):
+    """Per batch (frames, watermark ms): 60-100 rows a side, times advancing 6 s a batch."""
+    rng = np.random.default_rng(seed)
+    out, wm = [], 0
+    for b in range(n_batches):
+        t0 = BASE_US + b * 6_000_000
+        frames = [_frame(config, s, rng, int(rng.integers(60, 100)), t0) for s in (0, 1)]
+        if b == 4:
+            frames = []   # a batch without input: only eviction
+        out.append((frames, wm))
+        wm = max(wm, (t0 + 8_000_000) // 1000 - DELAY_MS)
+    return out
+
+
+def _state(value, wm_ms: int) -> GroupState:
+    return GroupState(optionalValue=value, batchProcessingTimeMs=0, eventTimeWatermarkMs=wm_ms,
+                      timeoutConf=GroupStateTimeout.EventTimeTimeout, hasTimedOut=False, watermarkPresent=True,
+                      defined=value is not None, updated=False, removed=False, timeoutTimestamp=-1,
+                      keyAsUnsafe=b"", valueSchema=_STATE_SCHEMA)
+
+
+def _call(worker: JoinWorker, frames, wm: int, value):
+    """One call as PySpark's worker makes it: (sorted output rows, counters, the value written)."""
+    state = _state(value, wm)
+    (row,) = worker.streaming((0,), iter([f.copy() for f in frames]), state)
+    counters = {m: int(row[_metrics.PREFIX + m].iloc[0]) for m in M.JOIN_STREAMING}
+    rows = sorted(map(repr, _unpacked(row)))
+    value = pickle.loads(pickle.dumps(_STATE_SCHEMA.toInternal(state._value))) if state.exists else None
+    return rows, counters, value
+
+
+def _unpacked(row: pd.DataFrame) -> list:
+    """The data rows of a packed output row (IPC stream or array cells)."""
+    if _metrics.PACKED in row.columns:
+        blob = row[_metrics.PACKED].iloc[0]
+        return [] if blob is None else pa.ipc.open_stream(pa.py_buffer(blob)).read_all().to_pylist()
+    cells = [row[c].iloc[0] for c in row.columns if c.startswith(_metrics._ARRAY)]
+    if cells[0] is None:
+        return []
+    return [tuple(c[i] for c in cells) for i in range(len(cells[0]))]
+
+
+def _run(worker, batches, clear=False):
+    """Per batch (sorted output rows, state rows), and the last value; ``clear``: drop the resident copies
+    before every call. Counts in ``_run.with_deltas`` the values written with deltas (not a snapshot).
+    """
+    value, results = None, []
+    _run.with_deltas = 0
+    for frames, wm in batches:
+        if clear:
+            R.cache().clear()
+        rows, counters, value = _call(worker, frames, wm, value)
+        results.append((rows, counters[M.STATE_ROWS]))
+        _run.with_deltas += value is not None and L.is_log(value[0]) and L.parse(value[0])[3].deltas > 0
+    return results, value
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache(monkeypatch):
+    """An empty resident cache, and snapshots by count only (these states are small: by the default byte
+    rule nearly every batch would write a snapshot and the replays would see few deltas)."""
+    monkeypatch.setattr(W, "SNAPSHOT_RATIO", 1e9)
+    R.cache().clear()
+    yield
+    R.cache().clear()
+
+
+def test_snapshot_when_the_deltas_outgrow_it(monkeypatch):
+    monkeypatch.setattr(W, "SNAPSHOT_RATIO", 0.5)
+    config = _config("inner", "changelog", 1000)
+    worker, value, sizes = JoinWorker(config), None, []
+    for frames, wm in _batches(config):
+        _, _, value = _call(worker, frames, wm, value)
+        info = L.parse(value[0])[3]
+        sizes.append((info.deltas, info.delta_bytes, info.snapshot_bytes + len(value[1]) + len(value[2])))
+        assert info.delta_bytes <= 0.5 * info.snapshot_bytes
+    assert any(n == 0 for n, _, _ in sizes[1:]) and any(n > 0 for n, _, _ in sizes)
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "full", "left_semi", "left_anti"])
+@pytest.mark.parametrize("every", [1, 3, 10])
+def test_changelog_equals_full_layout(how, every):
+    full = _config(how, "full")
+    batches = _batches(full)
+    expected, _ = _run(JoinWorker(full), batches)
+    assert sum(len(r) for r, _ in expected) > 0
+    got, value = _run(JoinWorker(_config(how, "changelog", every)), batches)
+    assert got == expected
+    # The resident copy refused every batch: each call restores from snapshot + deltas.
+    replayed, _ = _run(JoinWorker(_config(how, "changelog", every)), batches, clear=True)
+    assert replayed == expected
+    assert (_run.with_deltas > 0) == (every > 1)   # the replays ran on deltas, not only on snapshots
+    if value is not None:
+        assert L.is_log(value[0])
+        assert L.parse(value[0])[3].deltas < every
+
+
+def test_hits_and_misses_are_counted():
+    config = _config("inner", "changelog", 4)
+    worker, value, counts = JoinWorker(config), None, []
+    for frames, wm in _batches(config):
+        _, counters, value = _call(worker, frames, wm, value)
+        counts.append((counters[M.STATE_CACHE_HITS], counters[M.STATE_CACHE_MISSES]))
+    assert counts[0] == (0, 0)            # no state yet: neither
+    assert all(c == (1, 0) for c in counts[1:])
+    R.cache().clear()
+    _, counters, _ = _call(worker, [], batches_wm(config), value)
+    assert (counters[M.STATE_CACHE_HITS], counters[M.STATE_CACHE_MISSES]) == (0, 1)
+    _, full_counters, _ = _call(JoinWorker(_config("inner", "full")), [], batches_wm(config), value)
+    assert (full_counters[M.STATE_CACHE_HITS], full_counters[M.STATE_CACHE_MISSES]) == (0, 0)
+
+
+def batches_wm(config) -> int:
+    return _batches(config)[-1][1]
+
+
+@pytest.mark.parametrize("how", ["inner", "left_semi"])
+def test_retried_batch_refuses_its_first_attempts_copy(how):
+    """Batch 6 runs, Spark does not commit it and runs it again on the state of batch 5: the worker holds
+    batch 6's copy (another token), must refuse it and give batch 6's output once more. The control
+    relabels that stale copy with batch 5's token: then it is used and the output changes."""
+    config = _config(how, "changelog", 10)
+    batches = _batches(config)
+    worker, value = JoinWorker(config), None
+    for frames, wm in batches[:6]:
+        _, _, value = _call(worker, frames, wm, value)
+    frames, wm = batches[6]
+    first, first_counters, _ = _call(worker, frames, wm, value)
+    retried, counters, _ = _call(worker, frames, wm, value)
+    assert counters[M.STATE_CACHE_MISSES] == 1 and counters[M.STATE_CACHE_HITS] == 0
+    assert retried == first and len(first) > 0
+    assert counters[M.STATE_ROWS] == first_counters[M.STATE_ROWS]
+    # control: the copy left by the retry holds batch 6's rows; give it batch 5's token
+    cache, key = R.cache(), ("test", (0,))
+    token, obj, nbytes = cache._entries[key]
+    cache.put(key, L.token_of(value[0]), obj, nbytes)
+    stale, counters, _ = _call(worker, frames, wm, value)
+    assert counters[M.STATE_CACHE_HITS] == 1
+    # batch 6's rows stored twice (a semi join outputs the same left rows again: compare the state too)
+    assert (stale, counters[M.STATE_ROWS]) != (first, first_counters[M.STATE_ROWS])
+
+
+def test_checkpoint_switches_between_layouts():
+    """full -> changelog -> full on one state value, same outputs as full throughout."""
+    full = _config("left", "full")
+    batches = _batches(full)
+    expected, _ = _run(JoinWorker(full), batches)
+    workers = [JoinWorker(full)] * 3 + [JoinWorker(_config("left", "changelog", 3))] * 4 + [JoinWorker(full)] * 2
+    value, got = None, []
+    for worker, (frames, wm) in zip(workers, batches):
+        rows, counters, value = _call(worker, frames, wm, value)
+        got.append((rows, counters[M.STATE_ROWS]))
+    assert got == expected
+
+
+def test_delta_round_trip():
+    delta = L.Delta(123)
+    table = pa.table({"__cq_k0": pa.array([1, 2], pa.int64()), "__cq_p0_0": pa.array(["a", None])})
+    delta.store(0, table, [5, 6], [7, 8], None, None)
+    delta.store(1, table.slice(1), [9], [10], np.array([-1]), np.array([2]))
+    delta.emitted.append(np.array([0, 1]))
+    back = L.Delta.decode(delta.encode())
+    assert back.wm_ms == 123 and [e.tolist() for e in back.emitted] == [[0, 1]]
+    assert back.parts[0][1].equals(table) and back.parts[0][4] is None
+    assert back.parts[1][2].tolist() == [9] and back.parts[1][4].tolist() == [-1] and back.parts[1][5].tolist() == [2]
+    field = L.append_delta(L.snapshot_field(b"t" * 16, b"snap"), b"u" * 16, b"d1")
+    token, snap, deltas, info = L.parse(field)
+    assert (token, bytes(snap), [bytes(d) for d in deltas], info.deltas) == (b"u" * 16, b"snap", [b"d1"], 1)
+    with pytest.raises(ValueError, match="truncated"):
+        L.parse(field[:-1])
+
+
+def test_cache_is_bounded_lru_by_bytes():
+    cache = R.ResidentCache(100)
+    cache.put("a", b"1", "A", 40)
+    cache.put("b", b"2", "B", 40)
+    assert cache.take("a", b"1") == "A"          # taken out: a used copy is not left behind
+    cache.put("a", b"3", "A2", 40)
+    cache.put("c", b"4", "C", 40)                # over the bound: b (least recently used) goes
+    assert cache.take("b", b"2") is None and len(cache) == 2 and cache.used == 80
+    assert cache.take("a", b"x") is None         # another token: refused and dropped
+    assert cache.take("a", b"3") is None
+    cache.put("big", b"5", "X", 101)             # larger than the bound: not kept
+    assert cache.take("big", b"5") is None and cache.used == 40
+
+
+def test_cache_limit_from_environment(monkeypatch):
+    monkeypatch.setenv(R.ENV_LIMIT, "2")
+    assert R.limit_bytes() == 2 << 20
+    monkeypatch.setenv(R.ENV_LIMIT, "lots")
+    with pytest.raises(ValueError, match=R.ENV_LIMIT):
+        R.limit_bytes()
+    monkeypatch.setenv(R.ENV_LIMIT, "-1")
+    with pytest.raises(ValueError, match="non-negative"):
+        R.limit_bytes()
+    monkeypatch.delenv(R.ENV_LIMIT)
+    assert R.limit_bytes() == R.DEFAULT_LIMIT_MB << 20
+
+
+class _Spec:
+    """The two fields ``JoinSpec.set_persistence`` reads."""
+
+    def __init__(self, bucket_width=None, streaming=True):
+        self.bucket_width, self.streaming = bucket_width, streaming
+        self.persistence, self.snapshot_every = "full", 10
+
+
+def test_state_persistence_is_validated():
+    spec = _Spec()
+    JoinSpec.set_persistence(spec, "changelog", 4)
+    assert (spec.persistence, spec.snapshot_every) == ("changelog", 4)
+    with pytest.raises(ValueError, match="state_persistence must be one of 'full', 'changelog'"):
+        JoinSpec.set_persistence(_Spec(), "rocksdb", 10)
+    with pytest.raises(TypeError, match="snapshot_every must be an int"):
+        JoinSpec.set_persistence(_Spec(), "changelog", 2.5)
+    with pytest.raises(ValueError, match="snapshot_every must be an int >= 1"):
+        JoinSpec.set_persistence(_Spec(), "changelog", 0)
+    with pytest.raises(ValueError, match="bucket="):
+        JoinSpec.set_persistence(_Spec(bucket_width=10), "changelog", 10)
+    batch = _Spec(streaming=False)
+    JoinSpec.set_persistence(batch, "changelog", 10)
+    assert batch.persistence == "full"
+
+
+@pytest.mark.parametrize("window", [False, True])
+def test_changelog_replays_per_row_bounds_of_a_control_table(tmp_path, window):
+    """Under a control table each stored row keeps the bounds (window) of its own time (PIPES §4.2); a
+    delta records them, so a replay from snapshot + deltas gives the full layout's output."""
+    from pyspark_cq.control import ControlTable
+
+    table = ControlTable(str(tmp_path / "control.json"))
+    at = BASE_US + 20_000_000
+    if window:
+        table.register("wj", window="20 seconds")
+        table.set("wj", window="40 seconds", at=at, reason="test")
+    else:
+        table.register("ij", lower="-3 seconds", upper="5 seconds")
+        table.set("ij", lower="-9 seconds", upper="2 seconds", at=at, reason="test")
+    handle = table.handle("wj" if window else "ij")
+
+    def config(persistence):
+        c = _config("inner", persistence, 3)
+        out = T.StructType([T.StructField(n, f.dataType) for n, f in zip(OUT, _out_fields())])
+        if window:
+            out = T.StructType(out.fields + [T.StructField("valid_from", T.TimestampType()),
+                                             T.StructField("valid_to", T.TimestampType())])
+        return dataclasses.replace(c, control=handle, window=(20_000_000, 20_000_000) if window else None,
+                                   lower=-19_999_999 if window else c.lower, upper=19_999_999 if window else c.upper,
+                                   out_columns=tuple(out.names), out_arrow=_metrics.arrow_schema(out))
+
+    batches = _batches(config("full"))
+    expected, _ = _run(JoinWorker(config("full")), batches)
+    assert sum(len(r) for r, _ in expected) > 0
+    got, _ = _run(JoinWorker(config("changelog")), batches)
+    replayed, _ = _run(JoinWorker(config("changelog")), batches, clear=True)
+    assert got == expected and replayed == expected and _run.with_deltas > 0
+    worker, value, recorded = JoinWorker(config("changelog")), None, []
+    for frames, wm in batches:
+        _, _, value = _call(worker, frames, wm, value)
+        recorded += [L.Delta.decode(d) for d in L.parse(value[0])[2][-1:]]
+    assert any(part[4] is not None for d in recorded for part in d.parts)   # per-row bounds were recorded
+
+
+def _out_fields():
+    types = {"k": T.LongType(), "ts_l": T.TimestampType(), "ts_r": T.TimestampType(), "lv": T.LongType(),
+             "rv": T.LongType(), "ls": T.StringType(), "rs": T.StringType()}
+    return [T.StructField(n, types[n]) for n in OUT]

@@ -1,0 +1,138 @@
+"""``interval_join(..., state_persistence="changelog")`` against Spark's own stream-stream join (issue 39).
+
+The same file streams as tests/test_join_stream.py (one file per micro-batch: out-of-order, late and null-key
+rows, duplicates, a hot key, empty files, rows at the band's bounds). The changelog layout keeps each shard's
+state resident in the Python worker and writes deltas with a snapshot every two batches here, so the runs go
+through hits, misses, snapshots and replays; the output must equal Spark's multiset. The restart tests stop
+the query (or fail a batch in the sink) and start it again on the same checkpoint, in the same session, so the
+workers may still hold copies of the state: a copy of the committed version may be used, a copy written by a
+batch Spark never committed must be refused (counted as a miss) -- a used stale copy would store the
+re-run batch's rows twice and duplicate pairs.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from helpers import join_data as jd
+
+import pyspark_cq
+from pyspark_cq.vocabulary import metrics as M
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+DELAY = "15 seconds"
+
+
+def _source(spark, root, side):
+    return jd.stream_source(spark, root, side, DELAY)
+
+
+def _ours(spark, root, how, name, **kw):
+    return pyspark_cq.interval_join(_source(spark, root, "l"), _source(spark, root, "r"), ["k", "s"], "ts", "ts",
+                                    f"{jd.LOWER_S} seconds", f"{jd.UPPER_S} seconds", how=how,
+                                    suffixes=("_l", "_r"), name=name, state_persistence="changelog",
+                                    snapshot_every=2, **kw)
+
+
+def _memory(df, table, checkpoint):
+    q = (df.writeStream.format("memory").queryName(table).outputMode("append").trigger(availableNow=True)
+         .option("checkpointLocation", checkpoint).start())
+    q.awaitTermination()
+    return q
+
+
+def _cache_counts(query, name):
+    reports = [pyspark_cq.read_metrics(p, name) for p in query.recentProgress]
+    reports = [r for r in reports if r]
+    return sum(r[M.STATE_CACHE_HITS] for r in reports), sum(r[M.STATE_CACHE_MISSES] for r in reports)
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "full"])
+def test_changelog_stream_equals_spark_join(spark, tmp_path, how):
+    root = str(tmp_path / "in")
+    jd.write_streams(root, 6, null_keys=how != "full", seed=21)
+    name = f"cq_resident_{how}"
+    q = _memory(_ours(spark, root, how, name), f"res_ours_{how}", str(tmp_path / "ck_ours"))
+    _memory(jd.spark_reference(_source(spark, root, "l"), _source(spark, root, "r"), how), f"res_spark_{how}",
+            str(tmp_path / "ck_spark"))
+    jd.assert_same_rows(spark.table(f"res_ours_{how}"), spark.table(f"res_spark_{how}"))
+    hits, misses = _cache_counts(q, name)
+    assert hits + misses > 0   # every call on an existing state is one or the other
+
+
+def _write_batch(rng, root, i):
+    for side in ("l", "r"):
+        t0 = jd.BASE_US + i * 10_000_000
+        table = jd.side_table(rng, side, 50, t0, null_keys=False)
+        # Times within [t0, t0 + 9 s]: with a 15 s delay no row is late under either schedule.
+        offsets = pa.array(rng.integers(0, 9_000_000, table.num_rows), pa.int64())
+        ts = pa.compute.add(pa.array([t0] * table.num_rows, pa.int64()), offsets)
+        table = table.set_column(2, "ts", ts.cast(pa.timestamp("us", tz="UTC")))
+        jd.write(os.path.join(root, side), f"b{i:03d}.parquet", table)
+
+
+def test_changelog_restart_from_checkpoint_equals_spark(spark, tmp_path):
+    """Stop after part of the input, restart the same query definition on the checkpoint, then once more
+    with a new definition (another operator id: all misses); the output equals Spark's."""
+    rng = np.random.default_rng(9)
+    root, sink, ck = str(tmp_path / "in"), str(tmp_path / "sink"), str(tmp_path / "ck")
+    name = "cq_resident_restart"
+
+    def run(frame):
+        q = (frame.writeStream.format("parquet").option("path", sink).option("checkpointLocation", ck)
+             .trigger(availableNow=True).start())
+        q.awaitTermination()
+        return q
+
+    for i in range(3):
+        _write_batch(rng, root, i)
+    df = _ours(spark, root, "left", name)   # one definition for the first two runs: one operator id
+    run(df)
+    for i in range(3, 6):
+        _write_batch(rng, root, i)
+    q = run(df)
+    hits, misses = _cache_counts(q, name)
+    assert hits + misses > 0
+    for i in range(6, 8):
+        _write_batch(rng, root, i)
+    run(_ours(spark, root, "left", name))
+    theirs = jd.spark_reference(_source(spark, root, "l"), _source(spark, root, "r"), "left")
+    _memory(theirs, "res_spark_restart", str(tmp_path / "ck_spark"))
+    jd.assert_same_rows(spark.read.parquet(sink), spark.table("res_spark_restart"))
+
+
+def test_changelog_batch_retried_after_a_sink_failure(spark, tmp_path):
+    """The sink fails batch 3 once, after the join's tasks wrote (and the workers cached) batch 3's state;
+    the restart runs batch 3 again on batch 2's state. The workers' copies of batch 3's state carry another
+    token and must be refused: the output equals Spark's, with no pair twice."""
+    rng = np.random.default_rng(13)
+    root, sink, ck = str(tmp_path / "in"), str(tmp_path / "sink"), str(tmp_path / "ck")
+    flag = tmp_path / "failed_once"
+    for i in range(6):
+        _write_batch(rng, root, i)
+    name = "cq_resident_retry"
+    df = _ours(spark, root, "inner", name)
+
+    def write(batch, batch_id):
+        if batch_id == 3 and not flag.exists():
+            batch.count()   # the join's tasks run (and cache their state) before the failure
+            flag.write_text("1")
+            raise RuntimeError("injected sink failure")
+        batch.write.mode("overwrite").parquet(os.path.join(sink, f"batch={batch_id}"))
+
+    def run():
+        q = df.writeStream.foreachBatch(write).option("checkpointLocation", ck).trigger(availableNow=True).start()
+        q.awaitTermination()
+        return q
+
+    with pytest.raises(Exception, match="injected sink failure"):
+        run()
+    assert flag.exists()
+    q = run()
+    hits, misses = _cache_counts(q, name)
+    assert misses > 0   # batch 3 ran again on batch 2's state: no worker holds that version any more
+    theirs = jd.spark_reference(_source(spark, root, "l"), _source(spark, root, "r"), "inner")
+    _memory(theirs, "res_spark_retry", str(tmp_path / "ck_spark"))
+    jd.assert_same_rows(spark.read.parquet(sink).drop("batch"), spark.table("res_spark_retry"))

@@ -183,3 +183,49 @@ def test_explain_reads_the_source_formats_of_run(tmp_path, capsys, fmt):
     assert main(["explain", str(good), "--source", f"Readings={root}", *extra]) == 0
     assert main(["explain", str(bad), "--source", f"Readings={root}", *extra]) == 2
     assert "sensr" in capsys.readouterr().err
+
+
+def test_a_file_of_queries_splits_at_semicolons_outside_strings_and_comments(tmp_path):
+    from pyspark_cq.cli.cql import named_queries, split_queries
+
+    text = ("-- two queries; one file\nRSTREAM(SELECT COUNT(*) AS n FROM S [RANGE 1 DAY SLIDE 1 HOUR] WHERE x = 'a;b');\n"
+            "ISTREAM(SELECT * FROM S [RANGE 1 HOUR]) ; -- trailing; comment\n  ;\n")
+    parts = split_queries(text)
+    assert len(parts) == 2 and "'a;b'" in parts[0] and parts[1].startswith("ISTREAM")
+    (tmp_path / "many.cql").write_text(text)
+    (tmp_path / "one.cql").write_text("ISTREAM(SELECT * FROM S [RANGE 1 HOUR])")
+    assert [n for n, _, _ in named_queries([str(tmp_path / "many.cql"), str(tmp_path / "one.cql")])] == \
+        ["many_1", "many_2", "one"]
+    (tmp_path / "empty.cql").write_text("-- nothing\n")
+    with pytest.raises(SystemExit, match="holds no query"):
+        named_queries([str(tmp_path / "empty.cql")])
+    with pytest.raises(SystemExit, match=r"\['one'\] used twice"):
+        named_queries([str(tmp_path / "one.cql"), str(tmp_path / "one.cql")])
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_run_several_query_files_as_one_group(spark, tmp_path, capsys):
+    # issue 40: `run` takes several query files as one query group, each query into <sink>/<name>
+    from pyspark.sql import functions as F
+
+    rows = _requests(str(tmp_path / "requests"))
+    other = tmp_path / "other_counts.cql"
+    other.write_text("RSTREAM(SELECT COUNT(*) AS n FROM Requests S [RANGE 1 DAY SLIDE 1 HOUR] "
+                     "WHERE S.domain <> 'stanford.edu')")
+    sink = str(tmp_path / "out")
+    code = main(["run", os.path.join(EXAMPLES, "stanford_counts.cql"), str(other), "--source",
+                 f"Requests={tmp_path / 'requests'}", "--sink", sink, "--watermark", "0 seconds"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "stanford_counts: shared" in out and "other_counts: shared" in out and "batch 0:" in out
+    df = spark.createDataFrame(rows, "ts timestamp, client_id string, domain string, url string")
+    closed = max(r["ts"] for r in rows[:80])
+    written = 0
+    for name, cond in (("stanford_counts", "domain = 'stanford.edu'"), ("other_counts", "domain <> 'stanford.edu'")):
+        got = {(r.n, r.cq_at) for r in spark.read.parquet(os.path.join(sink, name)).collect()}
+        expected = {(r["count"], r["end"]) for r in df.filter(cond).groupBy(F.window("ts", "1 day", "1 hour"))
+                    .count().select("count", "window.end").collect()}
+        assert {(n, end) for n, end in expected if end <= closed} <= got <= expected, name
+        written += len(got)
+    assert f"written {written} rows" in out

@@ -8,7 +8,7 @@ directory. Cases, each in a fresh process (its own JVM), all started together, t
 
 - ``spark`` — Spark's ``groupBy(window(...), page)``, one streaming query per query;
 - ``group`` — one :class:`pyspark_cq.QueryGroup` holding the queries;
-- ``cq`` — ``pyspark_cq.cql``, one streaming query per query (``--with-cq``: slow, as before groups).
+- ``cq`` — ``pyspark_cq.cql``, one streaming query per query (as before groups; slow).
 
 Each case runs for 1 query and for all (``--counts``); the output rows per query are compared between cases
 (a sanity check: tests check exactness). ``--session plain`` (default: a plain ``SparkSession`` as a user
@@ -17,6 +17,7 @@ makes it, Spark's 200 shuffle partitions) or ``cq`` (``pyspark_cq.spark()``'s tu
 Usage::
 
     python -m benchmarks.perf.query_group [--rows 400000] [--files 8] [--counts 1,16] [--session plain]
+        [--cases spark,group]
 """
 from __future__ import annotations
 
@@ -127,7 +128,7 @@ def main(argv=None):
     p.add_argument("--pages", type=int, default=1000)
     p.add_argument("--counts", default="1,16", help="query counts to run, comma-separated (at most 16)")
     p.add_argument("--session", choices=("plain", "cq"), default="plain")
-    p.add_argument("--with-cq", action="store_true", help="also run pyspark_cq.cql one query each (slow)")
+    p.add_argument("--cases", default="spark,group", help="cases to run, comma-separated: spark, group, cq")
     p.add_argument("--case", help=argparse.SUPPRESS)   # internal: a child runs one case
     p.add_argument("--count", type=int, help=argparse.SUPPRESS)
     p.add_argument("--data", help=argparse.SUPPRESS)
@@ -141,7 +142,9 @@ def main(argv=None):
     data = os.path.join(root, "data")
     write_clicks(data, args.rows, args.files, args.pages)
     counts = [int(c) for c in args.counts.split(",")]
-    cases = ["spark", "group"] + (["cq"] if args.with_cq else [])
+    cases = args.cases.split(",")
+    if not set(cases) <= {"spark", "group", "cq"}:
+        raise SystemExit(f"--cases: expected some of spark, group, cq; got {args.cases!r}")
     results = []
     for count in counts:
         for case in cases:
@@ -159,13 +162,15 @@ def main(argv=None):
     by = {(r["case"], r["queries"]): r for r in results}
     summary = {}
     for count in counts:
+        if ("spark", count) not in by or ("group", count) not in by:
+            continue
         spark_r, group_r = by[("spark", count)], by[("group", count)]
         same = spark_r["rows"] == group_r["rows"]
         summary[count] = {"spark_s": spark_r["wall_s"], "group_s": group_r["wall_s"],
                           "speedup": round(spark_r["wall_s"] / group_r["wall_s"], 2), "same_rows": same}
         print(f"{count} queries: Spark {spark_r['wall_s']} s, group {group_r['wall_s']} s -> "
               f"{summary[count]['speedup']}x; output rows equal: {same}", flush=True)
-    if len(counts) > 1:
+    if len(counts) > 1 and "group" in cases:
         one, many = by[("group", min(counts))], by[("group", max(counts))]
         print(f"group of {max(counts)} / one query: {many['wall_s'] / one['wall_s']:.2f}x", flush=True)
     shutil.rmtree(root, ignore_errors=True)

@@ -33,10 +33,11 @@ COMMANDS = {
              "Run the demo job on local Spark: a generated packet stream (quiet, burst, quiet) through an interval "
              "join and a sliding aggregation that the PIPES resource manager adapts to a memory budget; prints "
              "progress, a summary and writes a report (report.html)."),
-    "run": ("run a CQL query file over file sources",
+    "run": ("run CQL query files over file sources",
             "Compile a CQL query file (docs/cql.md) to pyspark-cq's operators and run it over directories of "
-            "parquet / json / csv files, printing progress per micro-batch. The query is checked against the "
-            "--source names and columns before Spark starts."),
+            "parquet / json / csv files, printing progress per micro-batch. Several queries (files, or a file of "
+            "';'-separated queries) run as one query group (docs/groups.md), each into <sink>/<name>. The "
+            "queries are checked against the --source names and columns before Spark starts."),
     "explain": ("the plan, operators and cost estimate of a CQL query",
                 "Print the logical plan, the operators chosen and the PIPES cost estimate of a CQL query file, "
                 "without Spark (--source directories resolve unqualified columns)."),

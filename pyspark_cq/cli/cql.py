@@ -8,7 +8,7 @@ import time
 from ._common import add_master_argument
 
 __all__ = ["add_run_arguments", "add_explain_arguments", "add_source_arguments", "source_paths", "source_columns",
-           "check_query", "open_streams",
+           "check_query", "open_streams", "split_queries", "named_queries",
            "run", "explain_command"]
 
 FORMATS = ("parquet", "json", "csv")
@@ -148,9 +148,62 @@ def open_streams(spark, sources: dict, schemas: dict, args) -> dict:
     return frames
 
 
+def split_queries(text: str) -> list[str]:
+    """The queries of a file: its text split at each ``;`` outside a quoted string or a ``--`` comment; blank
+    pieces dropped.
+    """
+    out, cur, quote, i = [], [], None, 0
+    while i < len(text):
+        c = text[i]
+        if quote:
+            cur.append(c)
+            if c == quote:
+                quote = None
+        elif c in "'\"":
+            quote = c
+            cur.append(c)
+        elif text.startswith("--", i):
+            end = text.find("\n", i)
+            end = len(text) if end < 0 else end
+            cur.append(text[i:end])
+            i = end
+            continue
+        elif c == ";":
+            out.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+        i += 1
+    out.append("".join(cur))
+    return [q.strip() for q in out if q.strip() and not all(line.strip().startswith("--") or not line.strip()
+                                                           for line in q.splitlines())]
+
+
+def named_queries(paths: list[str]) -> list[tuple[str, str, str]]:
+    """``(name, text, file)`` of every query in ``paths``: a file's stem names its query, ``<stem>_<i>`` its
+    i-th of several (1-based); SystemExit for a name used twice or a file without a query.
+    """
+    out = []
+    for path in paths:
+        queries = split_queries(_read_query(path))
+        if not queries:
+            raise SystemExit(f"pyspark-cq: the query file {path} holds no query")
+        stem = os.path.splitext(os.path.basename(path))[0]
+        for i, q in enumerate(queries, 1):
+            out.append((stem if len(queries) == 1 else f"{stem}_{i}", q, path))
+    names = [n for n, _, _ in out]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise SystemExit(f"pyspark-cq: query name(s) {twice} used twice (a query is named after its file); "
+                         f"rename the files")
+    return out
+
+
 def add_run_arguments(p) -> None:
     """Arguments of ``pyspark-cq run``."""
-    p.add_argument("query", help="file holding one CQL query")
+    p.add_argument("query", nargs="+", help="file(s) holding CQL queries: one query runs alone; several (files, or "
+                                            "one file of ';'-separated queries) run as one query group, each "
+                                            "into <sink>/<its name> (docs/groups.md)")
     add_source_arguments(p)
     p.add_argument("--sink", required=True, help="output directory (parquet files), or 'console'")
     p.add_argument("--checkpoint", help="checkpoint directory (default <sink>/_checkpoint)")
@@ -193,20 +246,27 @@ def explain_command(args) -> int:
 
 
 def run(args) -> int:
-    """Compile a query file and run it over file sources, printing progress per micro-batch."""
+    """Compile query files and run them over file sources, printing progress per micro-batch: one query alone,
+    several as one :class:`~pyspark_cq.QueryGroup`.
+    """
     import pyspark_cq
 
     from ..lang import CQLSyntaxError, parse
     from ..lang.errors import CQLCompileError
 
-    text = _read_query(args.query)
+    queries = named_queries(args.query)
     sources, schemas = source_paths(args)
-    try:   # before Spark starts (half a minute): the query's own errors need no session
-        statement = parse(text)
-        check_query(statement, sources, schemas, args)
-    except (CQLSyntaxError, CQLCompileError) as exc:
-        print(f"{args.query}: {exc}", file=sys.stderr)
-        return 2
+    statements = []
+    for name, text, path in queries:
+        try:   # before Spark starts (half a minute): the queries' own errors need no session
+            statement = parse(text)
+            check_query(statement, sources, schemas, args)
+        except (CQLSyntaxError, CQLCompileError) as exc:
+            print(f"{path}{'' if len(queries) == 1 else f' ({name})'}: {exc}", file=sys.stderr)
+            return 2
+        statements.append((name, statement, path))
+    if len(statements) > 1 and args.sink == "console":
+        raise SystemExit("pyspark-cq: several queries run as a group and write <sink>/<name>: give --sink DIR")
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()  # called in-process (tests, notebooks): keep their session as is
@@ -215,10 +275,59 @@ def run(args) -> int:
     try:
         if own:
             spark.sparkContext.setLogLevel("ERROR")
-        return _run(spark, statement, sources, schemas, args)
+        if len(statements) == 1:
+            return _run(spark, statements[0][1], sources, schemas, args)
+        return _run_group(spark, statements, sources, schemas, args)
     finally:   # also after an error: a session left to the interpreter's exit prints Spark's stack traces
         if own:
             spark.stop()
+
+
+def _run_group(spark, statements, sources: dict, schemas: dict, args) -> int:
+    """Several queries as one query group, each into ``<sink>/<name>``; progress per micro-batch."""
+    import pyspark_cq
+
+    from ..lang import CQLSyntaxError
+    from ..lang.errors import CQLCompileError
+
+    frames = open_streams(spark, sources, schemas, args)
+    checkpoint = args.checkpoint or os.path.join(args.sink, "_checkpoint")
+    group = pyspark_cq.QueryGroup(spark, frames, checkpoint, name=args.name)
+    for name, statement, path in statements:
+        try:
+            group.add(name, statement, sink=os.path.join(args.sink, name))
+        except (CQLSyntaxError, CQLCompileError, ValueError) as exc:
+            print(f"{path}: {exc}", file=sys.stderr)
+            return 2
+    for name, info in group.queries.items():
+        print(f"{name}: {info['mode']}" + (f" ({info['why']})" if info["why"] else "") + f" -> {info['sink']}",
+              flush=True)
+    query = group.start(trigger=None if args.continuous else {"availableNow": True})
+    seen, batches, delivered = -1, 0, {}
+    try:
+        while True:
+            for p in query.recentProgress:
+                if p.batchId <= seen:
+                    continue
+                seen = p.batchId
+                batches += 1
+                rows = {n: q["rows"] for n, q in group.queries.items()}
+                new = {n: r - delivered.get(n, 0) for n, r in rows.items()}
+                delivered = rows
+                print(f"batch {p.batchId}: read {p.numInputRows} rows, written "
+                      + ", ".join(f"{n} {v}" for n, v in new.items()) + f", {p.batchDuration} ms", flush=True)
+            if not query.isActive:
+                break
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        query.stop()
+    if query.exception() is not None:
+        print(f"query failed: {query.exception()}", file=sys.stderr)
+        return 1
+    rows = {n: q["rows"] for n, q in group.queries.items()}
+    print(f"done: {batches} batches, written {sum(rows.values())} rows ("
+          + ", ".join(f"{n} {v}" for n, v in rows.items()) + f") to {args.sink}/<query>", flush=True)
+    return 0
 
 
 #: the observed metrics ``run`` adds: rows read per source (``<prefix><source>``) and rows given to the sink
@@ -244,7 +353,7 @@ def _run(spark, statement, sources: dict, schemas: dict, args) -> int:
     try:
         compiled = compile_cql(spark, statement, frames, name=args.name)
     except (CQLSyntaxError, CQLCompileError) as exc:
-        print(f"{args.query}: {exc}", file=sys.stderr)
+        print(f"{args.query[0]}: {exc}", file=sys.stderr)
         return 2
     print(compiled.explain(), flush=True)
     checkpoint = args.checkpoint or (os.path.join(args.sink, "_checkpoint") if args.sink != "console"

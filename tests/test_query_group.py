@@ -94,6 +94,13 @@ def test_each_member_equals_its_query_alone(spark, tmp_dir):
         assert want.count() > 0, name
         assert_same_rows(got, want, name)
         assert g.queries[name]["rows"] == want.count()
+        totals = cq.read_metrics(g, name, "total")
+        assert totals["output_rows"] == want.count()
+        if g.queries[name]["mode"] == "shared":   # the aggregation's own counters, summed over the shards
+            assert totals["input_rows"] > 0 and "late_rows" in totals and "state_rows" in totals
+    latest = cq.read_metrics(g, "eu_1m")   # the latest micro-batch with rows in or out
+    assert latest["input_rows"] or latest["output_rows"]
+    assert [b for b, _ in cq.read_metrics(g, "eu_1m", "all")] == sorted(b for b, _ in cq.read_metrics(g, "eu_1m", "all"))
 
 
 @pytest.mark.spark

@@ -211,6 +211,40 @@ class QueryGroup:
                          "rows": stats.get(name, {}).get("rows", 0), "text": m.spec.text}
         return out
 
+    def query_metrics(self, name: str, batch=None):
+        """The counters query ``name`` reported (its shards' summed, ``output_rows`` what reached its sink), as
+        :func:`pyspark_cq.read_metrics` reads them for a streaming query (``cq.read_metrics(group, name)``
+        calls this).
+
+        Parameters
+        ----------
+        name : str
+            A query of the group.
+        batch : None, "last", int, "total" or "all"
+            None: the latest micro-batch in which the query had input or output; ``"last"``: the last one;
+            an int: that batch id; ``"total"``: summed over the kept batches (state sizes: the last); ``"all"``:
+            ``[(batch_id, counters), ...]``. The group keeps the last 100 micro-batches per query.
+        """
+        from ..operators._common.metrics import total
+        from ..vocabulary import metrics as M
+
+        self._known(name)
+        history = [(b, c) for b, c in D.read_stats(self._dir).get(name, {}).get("history", [])]
+        if batch == "all":
+            return history
+        if not history:
+            return None
+        if batch == "total":
+            return total(c for _, c in history)
+        if batch == "last":
+            return history[-1][1]
+        if batch is not None:
+            if isinstance(batch, bool) or not isinstance(batch, int):
+                raise TypeError(f"batch must be None, 'last', 'total', 'all' or a batch id (int), got {batch!r}")
+            return next((c for b, c in history if b == batch), None)
+        busy = [c for _, c in history if c.get(M.INPUT_ROWS) or c.get(M.OUTPUT_ROWS)]
+        return busy[-1] if busy else history[-1][1]
+
     # ---- running -------------------------------------------------------------------------------------
     def start(self, trigger=None):
         """Start the group as one Spark streaming query and return it (``StreamingQuery``).

@@ -16,10 +16,23 @@ from . import doc as D
 from .sinks import deliver
 from .worker import CLOCK, clock_of
 
-__all__ = ["GroupBatch", "apply_changes", "finish"]
+__all__ = ["GroupBatch", "apply_changes", "finish", "combine_shards", "HISTORY"]
 
-#: Counters summed per query into the group's statistics (those a member's workers report).
-_SUMMED = (M.INPUT_ROWS, M.OUTPUT_ROWS, M.LATE_ROWS, M.MALFORMED_ROWS, M.EVICTED_ROWS)
+#: Micro-batches whose counters the group keeps per query (as Spark keeps a query's recent progresses).
+HISTORY = 100
+
+
+def combine_shards(reports: list[dict]) -> dict:
+    """One query's counters of one micro-batch from its shards' reports: counts and state sizes add up (the
+    shards hold disjoint state), per-batch maxima (``peak_*``) take the largest.
+    """
+    out: dict = {}
+    for r in reports:
+        for k, v in r.items():
+            if not isinstance(v, int):
+                continue
+            out[k] = max(out.get(k, v), v) if M.is_peak(k) else out.get(k, 0) + v
+    return out
 
 
 class GroupBatch:
@@ -50,16 +63,12 @@ class GroupBatch:
             if m.finish is not None:
                 rows = finish(df.sparkSession, rows, m)
             deliver(m.sink, rows, batch_id, from_arrow_schema(m.arrow_schema), df.sparkSession, m.name)
-            entry = stats.setdefault(m.name, {"rows": 0, "batches": 0})
+            entry = stats.setdefault(m.name, {"rows": 0, "batches": 0, "history": []})
             entry["rows"] += rows.num_rows
             entry["batches"] += 1
-            entry["last_batch"] = batch_id
-            for c in counters.get(key, []):
-                for k, v in json.loads(c).items():
-                    if k in _SUMMED:
-                        entry[k] = entry.get(k, 0) + int(v)
-                    else:
-                        entry[f"last_{k}"] = v
+            report = combine_shards([json.loads(c) for c in counters.get(key, [])])
+            report[M.OUTPUT_ROWS] = rows.num_rows   # what reached the sink (after a finish's HAVING)
+            entry["history"] = [h for h in entry["history"] if h[0] != batch_id][-(HISTORY - 1):] + [[batch_id, report]]
         seen = clock_of(counters.get(CLOCK, []))
         max_time = plan.max_time if seen is None else max(seen, plan.max_time or seen)
         changes = D.take_pending(self.directory)

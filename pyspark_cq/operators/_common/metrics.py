@@ -279,11 +279,12 @@ def read(progress, name: str, batch=None) -> dict[str, int] | None:
 
     Parameters
     ----------
-    progress : StreamingQuery, StreamingQueryProgress or dict
+    progress : StreamingQuery, StreamingQueryProgress, dict or QueryGroup
         A query (one of its retained progresses is read, see ``batch``), one progress (classic or Spark
-        Connect, e.g. ``event.progress`` in a ``StreamingQueryListener``) or its JSON dict.
+        Connect, e.g. ``event.progress`` in a ``StreamingQueryListener``) or its JSON dict; or a
+        :class:`~pyspark_cq.QueryGroup` (:meth:`~pyspark_cq.QueryGroup.query_metrics`).
     name : str
-        The operator's ``name``.
+        The operator's ``name`` (of a group: the query's name).
     batch : None, "last", int, "total" or "all"
         Which batch of a query: None (default) the latest batch in which something happened (input rows
         for the query, or rows in, out or evicted for the operator), so that the no-data batch that
@@ -303,6 +304,8 @@ def read(progress, name: str, batch=None) -> dict[str, int] | None:
         rows Spark dropped before the operator's function (counted under ``<name>__input``), which the
         raw ``progress.observedMetrics[name]`` does not.
     """
+    if hasattr(progress, "query_metrics"):   # a QueryGroup: the counters of its query ``name``
+        return progress.query_metrics(name, batch)
     if hasattr(progress, "lastProgress"):
         return _read_query(progress, name, batch)
     if batch is not None:

@@ -1,6 +1,7 @@
 """The Spark settings of a pyspark-cq session and the process environment a Spark started from here needs."""
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -58,7 +59,8 @@ def _settings(local: bool, ui: bool, shuffle_partitions: int | None, conf: dict 
         settings["spark.python.daemon.module"] = "pyspark_cq._daemon"
         # ... and so do the workers that plan a Python data source, which Spark starts with a hard-coded
         # `-m pyspark.daemon`: a start-up hook on their PYTHONPATH hands them to the same daemon (see
-        # WORKER_SITE's sitecustomize.py), which also ends them quietly when let go.
+        # WORKER_SITE's sitecustomize.py), which also ends them quietly when let go. Here for the workers of
+        # Python functions; _worker_site_env gives it to the JVM, for the runners that build their own env.
         settings["spark.executorEnv.PYTHONPATH"] = WORKER_SITE
         # Over loopback TCP (Spark's default) a Python round trip that sends little waits ~40 ms, as when
         # Nagle's algorithm meets the worker's delayed ACK: e.g. the event-time timeout phase every
@@ -85,6 +87,24 @@ def _settings(local: bool, ui: bool, shuffle_partitions: int | None, conf: dict 
 #: The log configuration of a classic session started by :func:`pyspark_cq.spark` (see the file's comment).
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 _DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+@contextlib.contextmanager
+def _worker_site_env():
+    """While a local session's JVM starts: :data:`WORKER_SITE` first on this process's ``PYTHONPATH``, which the
+    JVM inherits and passes to every Python worker it starts. ``spark.executorEnv.PYTHONPATH`` reaches the
+    workers of Python functions only; the runner that looks up the Python data sources builds its own, empty
+    environment. Restored afterwards: this process and what it starts later keep their own path.
+    """
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([WORKER_SITE, old]) if old else WORKER_SITE
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
 
 
 def _quiet_logs(settings: dict) -> dict:

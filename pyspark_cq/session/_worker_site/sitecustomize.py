@@ -43,14 +43,18 @@ def _next_sitecustomize() -> None:
 
 
 _ARGS = _daemon_argv() if __name__ == "sitecustomize" else None   # not when imported by its package path
+_MAIN = None
 if _ARGS is not None:
+    try:
+        from pyspark_cq._daemon import main as _MAIN
+    except ImportError:              # not this interpreter's package: PySpark's own daemon starts as asked
+        _MAIN = None
+if _MAIN is not None:
     # as runpy would set it for `-m pyspark.daemon <worker module>`: pyspark.daemon reads sys.argv[1]
     sys.argv = ["pyspark.daemon", *_ARGS]
     code = 1
     try:
-        from pyspark_cq._daemon import main
-
-        main()
+        _MAIN()
         code = 0
     except SystemExit as exc:        # the daemon's shutdown(code)
         code = exc.code if isinstance(exc.code, int) else 1

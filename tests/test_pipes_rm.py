@@ -561,6 +561,10 @@ def test_cap_keeps_the_fraction_the_inequality_allows_hand_computed():
     # far below the cap at full input: shedding stops
     out = rm.decide(_capped(10_000, 1_000, 1000.0, drop=0.444, t=104.0))
     assert _drops(out) == {"q1-w": 0.0} and rm.kept == 1.0 and "without load shedding" in out[0].reason
+    # the cap is the memory bound less the reserve (room for a rise no smoothed rate foretold)
+    reserved = PipesResourceManager(estimate=free_estimate, reserve=0.5, cap=True)
+    reserved.decide(_capped(50_000, 5_000, 1000.0, t=1.0))
+    assert reserved.cap_status["bound"] == 60_000 and reserved.kept == pytest.approx(1e-3)
     # over the cap already: keep the least (drop 0.999), never nothing
     over = PipesResourceManager(estimate=free_estimate, reserve=0.0, cap=True)
     assert _drops(over.decide(_capped(130_000, 13_000, 1000.0, t=1.0))) == {"q1-w": 0.999}

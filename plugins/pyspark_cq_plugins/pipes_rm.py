@@ -32,22 +32,24 @@ within the memory bound M and the processing bound C:
 - **Hard memory cap (``cap=True``; an extension, not in the paper).** Windows adapt only after a delay
   (a reduction takes effect after the old window, §4.2; the rates are smoothed), and meanwhile the
   *measured* state may pass the budget (the demo peaked at 1.24× it). With ``cap`` the resource manager
-  holds M as a cap on the measured state ``S`` (the operators' latest ``state_bytes``) by shedding the input
-  of the queries' shedding stages, as the last resort while the windows adapt. Each round it predicts the
+  holds M' = (1 − ``reserve``)·M as a cap on the measured state ``S`` (the operators' latest ``state_bytes``) by
+  shedding the input of the queries' shedding stages, as the last resort while the windows adapt. Each round
+  it predicts the
   state at the time the *next* round's decision can take effect, ``I + L`` later (I: the time since the
   previous round, L: one micro-batch, the larger of a query's ``batch_span`` and ``batch_duration``), and
   keeps the largest fraction ε (down to 0.001) with
 
-  ``S + G·(I + 2L) + A·(ε_now·L + ε·(I + L)) <= M``
+  ``S + G·(I + 2L) + A·(ε_now·L + ε·(I + L)) <= M'``
 
   where A (bytes/s) is what the shedding queries' full input adds to their state (each stateful
   operator's smoothed input rate × its bytes per stored row; every kept row is assumed stored, none
   evicted: an upper bound) and G (bytes/s) the growth of the other queries' state since the previous round
   (0 when it shrank). Shedding stops (``drop_ratio`` 0) as soon as the inequality holds at ε = 1. The
-  **bound**: the measured state stays within M as long as, until the next round, the input rates stay
+  **bound**: the measured state stays within M' as long as, until the next round, the input rates stay
   within their smoothed values, the next round comes within I and the bytes per stored row hold; beyond
-  that it exceeds M by at most what the unforeseen input adds in ``I + 2L`` (``Δλ · b · (I + 2L)``, Δλ the
-  rise in rows/s, b the bytes per stored row). What is shed is counted (``shed_rows`` of the shedding
+  that it exceeds M' by at most what the unforeseen input adds in ``I + 2L`` (``Δλ · ε · b · (I + 2L)``, Δλ
+  the rise in rows/s, ε the fraction kept, b the bytes per stored row), and M itself only when that excess
+  passes the reserve. What is shed is counted (``shed_rows`` of the shedding
   operator) and the decision's reason gives S, the prediction and ε.
 
 Costing. Every query's memory and CPU are evaluated with the PIPES cost model (through ``estimate``, by
@@ -773,7 +775,7 @@ class PipesResourceManager(Policy):
         next round's decision takes effect (the inequality of "Hard memory cap" in the module docstring);
         1.0 without a memory bound or when the inflow A is not measured yet. Sets :attr:`cap_status`.
         """
-        bound = self._budget[0]
+        bound = self._bounds()[0]            # the budget less the reserve: room for what no rate foretold
         queries = {n: snapshot.queries[n] for n in self._queries if n in snapshot.queries}
         measured = {n: _measured_state(q) for n, q in queries.items()}
         last, self._cap_last = self._cap_last, (snapshot.time, measured)
@@ -807,7 +809,8 @@ class PipesResourceManager(Policy):
         return (f"PIPES resource manager, hard memory cap: measured state {_human.size(c['measured'])}, predicted "
                 f"{_human.size(c['predicted'])} by the next round's decision "
                 f"({_human.plain(round(c['interval'] + c['batch'], 1))} s away; full input adds "
-                f"{_human.size(c['inflow'])}/s) against the cap {_human.size(c['bound'])}; keep "
+                f"{_human.size(c['inflow'])}/s) against the cap {_human.size(c['bound'])} (the memory bound less "
+                f"the {self.reserve:.0%} reserve); keep "
                 f"{c['kept']:.3f} of the input of {sorted(stages)}")
 
     def _shed_decisions(self, snapshot: Snapshot) -> list[Decision]:

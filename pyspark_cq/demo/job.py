@@ -294,9 +294,19 @@ def _failed(rt):
             raise RuntimeError(f"query {q!r} failed: {query.exception()}")
 
 
-def _warm_up(rt, rec, timeout: float, restart) -> None:
+def _measured_state(rt) -> float | None:
+    """The operators' latest state bytes over both queries, as the runtime's statistics show them."""
+    sizes = [_num(o.state_bytes) for info in rt.statistics().queries.values() for o in info.operators.values()]
+    sizes = [v for v in sizes if v is not None]
+    return sum(sizes) if sizes else None
+
+
+def _warm_up(rt, rec, timeout: float, restart, cap: float | None = None) -> None:
     """Wait until both queries have finished a micro-batch with rows (Spark, its Python workers and the
-    native kernels are loaded), printing what it waits for.
+    native kernels are loaded), printing what it waits for. With ``cap`` (bytes) also until the measured
+    state is within it: the first micro-batches read what arrived while Spark started, before the resource
+    manager had measured anything, and the hard cap acts from its first round on (what it sheds meanwhile
+    is counted with the rest).
 
     On a loaded machine the Python process that plans the generated source may take longer than the 10 s
     Spark grants it to connect back (fixed in ``PythonWorkerFactory``); such a query is registered again
@@ -320,12 +330,16 @@ def _warm_up(rt, rec, timeout: float, restart) -> None:
             raise RuntimeError(f"query {q!r} failed: {exc}")
         rec.poll()
         if all(any(b["rows"] > 0 for b in rec.batches[q]) for q in rec.OPS):
-            return
+            state = _measured_state(rt) if cap is not None else None
+            if cap is None or (state is not None and state <= cap):
+                return
         if time.time() - t > timeout:
             raise TimeoutError(f"the queries did not finish a micro-batch with rows within {timeout:.0f} s")
         if time.time() >= next_line:
             done = ", ".join(f"{q} {len(b)} batches" for q, b in rec.batches.items())
-            print(f"  warming up ({time.time() - t:.0f} s: {done}) ...", flush=True)
+            state = _measured_state(rt) if cap is not None else None
+            over = f"; state {_fmt_bytes(state)} over the cap, shedding" if state is not None and state > cap else ""
+            print(f"  warming up ({time.time() - t:.0f} s: {done}{over}) ...", flush=True)
             next_line = time.time() + 10
         time.sleep(0.5)
 
@@ -399,7 +413,7 @@ def run(args) -> int:
     print(f"  pairs:   {render(pairs_plan, micros=True)}\n  traffic: {render(traffic_plan, micros=True)}")
     rt.start()
     try:
-        _warm_up(rt, rec, max(600.0, args.seconds * 5), restart)
+        _warm_up(rt, rec, max(600.0, args.seconds * 5), restart, budget if args.cap else None)
         old, t0 = rec.t0, time.time()
         rec.t0 = t0
         profile = profile.with_burst(t0 + burst_start * args.seconds, t0 + burst_end * args.seconds)

@@ -197,9 +197,10 @@ class _Recorder:
         upper = entries["join1"].params.get("upper") if "join1" in entries else None
         window = entries["agg1"].params.get("window") if "agg1" in entries else None
         gran = entries["agg1"].params.get("granularity") if "agg1" in entries else None
+        drop = entries["join1"].params.get("drop_ratio") if "join1" in entries else None
         rec = {"t": now - self.t0, "offered": float(self.profile.rate_at(now)) * 2,
                "upper_s": upper / S if upper else None, "window_s": window / S if window else None,
-               "granularity_s": gran / S if gran else None}
+               "granularity_s": gran / S if gran else None, "drop_ratio": drop}
         d, retention = {}, {}
         for q, op in self.OPS.items():
             info = snap.queries.get(q)
@@ -274,7 +275,9 @@ def _line(rec, budget) -> str:
     return (f"{rec['t']:>6.0f}s  offered {rec['offered']:>6,.0f}/s  in {pairs:>6,.0f}"
             f"|{rec.get('traffic_rate') or 0:>6,.0f}/s  state {_fmt_bytes(total):>9} / {_fmt_bytes(budget)}"
             f" (est {_fmt_bytes(est)})  upper {_fmt_s(rec['upper_s'])}  window {_fmt_s(rec['window_s'])}"
-            f"  g {_fmt_s(rec['granularity_s'])}  decisions {rec['decisions']}")
+            f"  g {_fmt_s(rec['granularity_s'])}" + (f"  kept {1 - rec['drop_ratio']:.0%} of the join's input"
+                                                       if rec.get("drop_ratio") else "")
+            + f"  decisions {rec['decisions']}")
 
 
 def _stop_between_batches(query, timeout: float = 15.0) -> None:

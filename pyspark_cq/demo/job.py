@@ -298,10 +298,14 @@ def _failed(rt):
 
 
 def _measured_state(rt) -> float | None:
-    """The operators' latest state bytes over both queries, as the runtime's statistics show them."""
-    sizes = [_num(o.state_bytes) for info in rt.statistics().queries.values() for o in info.operators.values()]
-    sizes = [v for v in sizes if v is not None]
-    return sum(sizes) if sizes else None
+    """The latest state bytes of ``join1`` and ``agg1`` together, as the runtime's statistics show them; None
+    until both have reported one."""
+    queries = rt.statistics().queries
+    sizes = []
+    for q, op in _Recorder.OPS.items():
+        o = queries[q].operators.get(op) if q in queries else None
+        sizes.append(_num(o.state_bytes) if o is not None else None)
+    return None if None in sizes else sum(sizes)
 
 
 def _warm_up(rt, rec, timeout: float, restart, cap: float | None = None) -> None:

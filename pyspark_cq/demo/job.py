@@ -299,7 +299,8 @@ def _failed(rt):
 
 def _measured_state(rt) -> float | None:
     """The latest state bytes of ``join1`` and ``agg1`` together, as the runtime's statistics show them; None
-    until both have reported one."""
+    until both have reported one.
+    """
     queries = rt.statistics().queries
     sizes = []
     for q, op in _Recorder.OPS.items():

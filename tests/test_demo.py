@@ -248,3 +248,17 @@ def test_demo_cap_holds_the_budget_on_the_measured_state(tmp_path):
     assert s["totals"]["pairs"]["shed_rows"] > 0                      # the cap shed, and counted it
     caps = [d for d in data["decisions"] if "drop_ratio" in d["new"]]
     assert caps and any("hard memory cap" in d["reason"] for d in caps)
+
+
+def test_demo_cap_warm_up_waits_for_both_operators_real_state():
+    """An empty first micro-batch reports an empty state: the clock must not start on it (a run did, and the
+    backlog's state then counted as the cap's peak)."""
+    from pyspark_cq.demo.job import _warm_state
+
+    class Rec:
+        OPS = {"pairs": "join1", "traffic": "agg1"}
+        batches = {"pairs": [{"rows": 0, "state_bytes": 0}], "traffic": [{"rows": 5, "state_bytes": 100}]}
+
+    assert _warm_state(Rec) is None
+    Rec.batches["pairs"].append({"rows": 10, "state_bytes": 5000})
+    assert _warm_state(Rec) == 5100.0

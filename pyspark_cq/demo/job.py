@@ -297,16 +297,17 @@ def _failed(rt):
             raise RuntimeError(f"query {q!r} failed: {query.exception()}")
 
 
-def _measured_state(rt) -> float | None:
-    """The latest state bytes of ``join1`` and ``agg1`` together, as the runtime's statistics show them; None
-    until both have reported one.
+def _warm_state(rec) -> float | None:
+    """The state bytes ``join1`` and ``agg1`` reported after their latest micro-batch, together; None until both
+    have run one with rows (an empty first batch reports an empty state, not what the backlog will build).
     """
-    queries = rt.statistics().queries
     sizes = []
-    for q, op in _Recorder.OPS.items():
-        o = queries[q].operators.get(op) if q in queries else None
-        sizes.append(_num(o.state_bytes) if o is not None else None)
-    return None if None in sizes else sum(sizes)
+    for q in rec.OPS:
+        done = [b for b in rec.batches[q] if b.get(M.STATE_BYTES) is not None]
+        if not any(b["rows"] > 0 for b in done):
+            return None
+        sizes.append(done[-1][M.STATE_BYTES])
+    return float(sum(sizes))
 
 
 def _warm_up(rt, rec, timeout: float, restart, cap: float | None = None) -> None:
@@ -338,14 +339,14 @@ def _warm_up(rt, rec, timeout: float, restart, cap: float | None = None) -> None
             raise RuntimeError(f"query {q!r} failed: {exc}")
         rec.poll()
         if all(any(b["rows"] > 0 for b in rec.batches[q]) for q in rec.OPS):
-            state = _measured_state(rt) if cap is not None else None
+            state = _warm_state(rec) if cap is not None else None
             if cap is None or (state is not None and state <= cap):
                 return
         if time.time() - t > timeout:
             raise TimeoutError(f"the queries did not finish a micro-batch with rows within {timeout:.0f} s")
         if time.time() >= next_line:
             done = ", ".join(f"{q} {len(b)} batches" for q, b in rec.batches.items())
-            state = _measured_state(rt) if cap is not None else None
+            state = _warm_state(rec) if cap is not None else None
             over = f"; state {_fmt_bytes(state)} over the cap, shedding" if state is not None and state > cap else ""
             print(f"  warming up ({time.time() - t:.0f} s: {done}{over}) ...", flush=True)
             next_line = time.time() + 10

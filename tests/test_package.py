@@ -351,3 +351,38 @@ def test_worker_site_hook_runs_only_in_pysparks_daemon(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
                          cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.strip() == "True", out.stdout + out.stderr
+
+
+_CLOSED_RUNNER = """
+import os, socket, subprocess, sys, tempfile
+path = os.path.join(tempfile.mkdtemp(), "jvm.sock")
+server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+server.bind(path)
+server.listen(1)
+env = dict(os.environ, PYTHON_WORKER_FACTORY_SOCK_PATH=path, PYTHON_UNIX_DOMAIN_ENABLED="True",
+           PYTHONPATH=os.pathsep.join(filter(None, [sys.argv[1], os.environ.get("PYTHONPATH")])))
+runner = subprocess.Popen([sys.executable, "-m", "pyspark.sql.streaming.python_streaming_source_runner"], env=env,
+                          stderr=subprocess.PIPE, text=True)
+conn, _ = server.accept()
+conn.recv(4)      # the runner's pid
+conn.close()      # the JVM stopped the query: the runner reads nothing more and cannot answer
+err = runner.communicate(timeout=120)[1]
+print(runner.returncode)
+sys.stderr.write(err)
+"""
+
+
+@pytest.mark.parametrize("hook", [False, True])
+def test_streaming_source_runner_ends_quietly_when_the_jvm_closed_first(hook):
+    """The runner of a Python streaming source (a worker Spark starts without a daemon) printed two chained
+    BrokenPipeError tracebacks when its query stopped while it waited (seen in a demo run); under the workers'
+    start-up hook it ends with a failed worker's code and no traceback."""
+    from pyspark_cq.session.settings import WORKER_SITE
+
+    out = subprocess.run([sys.executable, "-c", _CLOSED_RUNNER, WORKER_SITE if hook else ""], capture_output=True,
+                         text=True, timeout=180)
+    assert out.stdout.strip() not in ("", "0"), out.stdout + out.stderr
+    if hook:
+        assert "Traceback" not in out.stderr, out.stderr
+    else:
+        assert "BrokenPipeError" in out.stderr, out.stderr

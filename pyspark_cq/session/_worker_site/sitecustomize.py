@@ -9,22 +9,49 @@ from ``pyspark.zip``. Those workers idle in Spark's pool once the query has star
 after a minute, and over the session's Unix domain socket PySpark's daemon then prints a
 ``BrokenPipeError`` traceback for each (issue 41, item 4). In such a process this hook runs
 :func:`pyspark_cq._daemon.main` instead, exactly as ``python -m pyspark_cq._daemon <worker module>``
-would, and exits; every other process continues its start-up with the next ``sitecustomize`` on
-``sys.path`` (e.g. a distribution's), as if this one were not there.
+would, and exits. A worker Spark starts without a daemon (``python -m pyspark.<module>``, e.g. the runner of
+a Python streaming source, whose connection the JVM closes when the query stops) runs as ``-m`` would run it,
+but ends without a traceback when a ``BrokenPipeError`` ends it. Every other process continues its start-up
+with the next ``sitecustomize`` on ``sys.path`` (e.g. a distribution's), as if this one were not there.
 """
 import os
 import sys
 
 
-def _daemon_argv():
-    """The arguments after ``-m pyspark.daemon`` when this process is PySpark's daemon, else None."""
+def _module_argv():
+    """``(module, arguments)`` when this process was started as ``python -m module ...``, else None."""
     argv = list(getattr(sys, "orig_argv", ()))
     for i, arg in enumerate(argv[1:-1], start=1):
         if arg == "-m":
-            return argv[i + 2:] if argv[i + 1] == "pyspark.daemon" else None
+            return argv[i + 1], argv[i + 2:]
         if not arg.startswith("-"):      # a script or -c: not run as a module
             return None
     return None
+
+
+def _run_quietly(module: str, args) -> None:
+    """Run PySpark's worker ``module`` as ``-m`` would, then exit; a ``BrokenPipeError`` that ends it (the JVM
+    closed the connection first, e.g. the source runner of a stopped streaming query) ends it without a
+    traceback, with a failed worker's code, as :func:`pyspark_cq._daemon.quiet_when_closed` does.
+    """
+    import runpy
+    import traceback
+
+    sys.argv = [module, *args]
+    code = 0
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BrokenPipeError:
+        code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _next_sitecustomize() -> None:
@@ -42,16 +69,16 @@ def _next_sitecustomize() -> None:
     spec.loader.exec_module(module)
 
 
-_ARGS = _daemon_argv() if __name__ == "sitecustomize" else None   # not when imported by its package path
+_MODULE = _module_argv() if __name__ == "sitecustomize" else None   # not when imported by its package path
 _MAIN = None
-if _ARGS is not None:
+if _MODULE is not None and _MODULE[0] == "pyspark.daemon":
     try:
         from pyspark_cq._daemon import main as _MAIN
     except ImportError:              # not this interpreter's package: PySpark's own daemon starts as asked
         _MAIN = None
 if _MAIN is not None:
     # as runpy would set it for `-m pyspark.daemon <worker module>`: pyspark.daemon reads sys.argv[1]
-    sys.argv = ["pyspark.daemon", *_ARGS]
+    sys.argv = ["pyspark.daemon", *_MODULE[1]]
     code = 1
     try:
         _MAIN()
@@ -62,5 +89,8 @@ if _MAIN is not None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+elif _MODULE is not None and _MODULE[0].startswith("pyspark.") and _MODULE[0] != "pyspark.daemon":
+    _next_sitecustomize()
+    _run_quietly(*_MODULE)           # a worker Spark starts without a daemon
 elif __name__ == "sitecustomize":
     _next_sitecustomize()

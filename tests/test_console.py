@@ -415,3 +415,53 @@ def test_a_change_the_operator_does_not_read_is_refused_before_it_is_written(spa
         record = rt.run_policies()[0]
     assert not record["applied"] and record["error"] in str(err.value)
     assert table.version == version and "plan_id" not in table.entry("agg1").params
+
+
+# ---------------------------------------------------------------------------------------------
+# the page's own functions under node (issue 41 item 14): no browser, no Spark
+
+
+def _node(script: str):
+    """Run ``script`` under node with ``console`` bound to the page's console.js module; its printed JSON."""
+    import subprocess
+
+    node = shutil.which("node") or shutil.which("nodejs")
+    if node is None:
+        pytest.skip("node is not installed")
+    import pyspark_cq.console
+
+    js = Path(pyspark_cq.console.__file__).with_name("static") / "console.js"
+    code = f"const page = require({json.dumps(str(js))});\n{script}"
+    out = subprocess.run([node, "-e", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_console_decisions_log_collapses_rounds_that_decided_nothing():
+    rounds = [{"time": 1_764_320_000 + r, "round": r, "policy": "pipes", "kind": "round", "applied": True,
+               "decisions": [{"operator": "agg1", "changes": {"window": r * S}}] if r in (1, 5) else []}
+              for r in range(1, 7)]
+    rounds.insert(3, {"time": 1_764_320_003.5, "round": 3, "policy": "pipes", "kind": "round", "decisions": [],
+                      "error": "boom"})                                                 # an error is never folded
+    rows = _node(f"console.log(JSON.stringify(page.decisionRows({json.dumps(rounds)})))")
+    # newest first: 6, 5, 4, the failed 3, then 3 and 2 folded (the error keeps 4 apart from them), 1
+    assert [r[4] for r in rows] == ["(none)", "agg1: window=5 s", "(none)", "(none)", "(none) × 2 rounds",
+                                    "agg1: window=1 s"]
+    folded = rows[4]
+    assert folded[1] == "2–3" and " – " in folded[0] and folded[5] == "–"
+    assert rows[3][6] == "boom" and rows[3][1] == 3
+    assert _node("console.log(JSON.stringify(page.decisionRows([])))") == []
+
+
+def test_console_charts_name_their_units_and_tick_times_of_day():
+    q = {"name": "q", "operators": ["agg1"], "deadline": None, "period": None}
+    layouts = _node(f"const s = page.series({json.dumps(q)});\n"
+                    "console.log(JSON.stringify(Object.fromEntries(Object.entries(s).map(([k, v]) => "
+                    "[k, page.chartLayout(v)]))))")
+    assert set(layouts) == {"rate", "state", "duration", "counts"}
+    for kind, layout in layouts.items():
+        assert layout["yaxis"]["title"]["text"], kind                 # every value axis names its unit
+        # times of day on the ticks: the default date axis printed the date on a second line, over the legend
+        assert layout["xaxis"]["tickformat"] == "%H:%M:%S", kind
+    assert layouts["state"]["yaxis"]["title"]["text"] == "rows"
+    assert layouts["state"]["yaxis2"]["title"]["text"] == "bytes"

@@ -254,3 +254,135 @@ def test_doctor_reports_the_extras_and_what_each_misses(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert 'extra console          not installed (missing plotly): pip install "pyspark-cq[console]"' in out
     assert "[ok]   extra report" in out
+
+
+# --- issue 41, item 4: the workers that plan a Python data source run our daemon too --------------------
+
+_PROBE_SOURCE = '''
+import sys
+from pyspark.sql.datasource import DataSource, DataSourceReader
+
+
+class DaemonProbe(DataSource):
+    """A data source whose schema (computed in the worker that plans it) says which daemon runs there."""
+
+    @classmethod
+    def name(cls):
+        return "daemon_probe"
+
+    def schema(self):
+        ours = "pyspark_cq._daemon" in sys.modules
+        zipped = ".zip" in sys.modules["pyspark"].__file__
+        return f"{'cq_daemon' if ours else 'spark_daemon'}_{'zip' if zipped else 'installed'} int"
+
+    def reader(self, schema):
+        return _Reader()
+
+
+class _Reader(DataSourceReader):
+    def read(self, partition):
+        yield (1,)
+'''
+
+
+def _probe(tmp_path):
+    (tmp_path / "daemon_probe_source.py").write_text(_PROBE_SOURCE)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import daemon_probe_source
+    finally:
+        sys.path.remove(str(tmp_path))
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(daemon_probe_source)   # the workers cannot import it
+    return daemon_probe_source.DaemonProbe
+
+
+@pytest.mark.spark
+def test_data_source_planner_workers_run_our_daemon(spark, tmp_path):
+    """Spark starts the workers that plan a Python data source with a hard-coded ``-m pyspark.daemon`` from
+    pyspark.zip (PythonPlannerRunner ignores spark.python.daemon.module); cq.spark()'s worker start-up hook
+    hands them to pyspark_cq._daemon, which imports the installed PySpark and ends them quietly."""
+    if not spark.conf.get("spark.master", "local").startswith("local"):
+        pytest.skip("local mode only")
+    spark.dataSource.register(_probe(tmp_path))
+    df = spark.read.format("daemon_probe").load()
+    assert df.columns == ["cq_daemon_installed"], df.columns
+    assert df.collect()[0][0] == 1
+
+
+_IDLE_PLANNERS = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import pyspark_cq as cq
+import daemon_probe_source
+from pyspark import cloudpickle
+cloudpickle.register_pickle_by_value(daemon_probe_source)
+from daemon_probe_source import DaemonProbe
+spark = cq.spark("local[1]", warm_workers=False)
+spark.dataSource.register(DaemonProbe)
+print("rows", spark.read.format("daemon_probe").load().count(), flush=True)
+time.sleep(75)   # Spark lets idle Python workers go after a minute (PythonWorkerFactory.IDLE_WORKER_TIMEOUT_NS)
+spark.stop()
+"""
+
+
+@pytest.mark.slow
+def test_idle_data_source_planner_workers_end_without_a_traceback(tmp_path):
+    """The reproduction of issue 41 item 4: the demo printed a BrokenPipeError traceback from
+    pyspark.zip/pyspark/daemon.py for each worker that had planned its Python data source, a minute after the
+    queries started. Waits out Spark's fixed one-minute idle timeout (the event itself, not a race)."""
+    _probe(tmp_path)
+    out = subprocess.run([sys.executable, "-c", _IDLE_PLANNERS, str(tmp_path)], capture_output=True, text=True,
+                         timeout=600, cwd=tmp_path)
+    assert out.returncode == 0 and "rows 1" in out.stdout, out.stdout + out.stderr[-3000:]
+    assert "Traceback" not in out.stderr and "BrokenPipeError" not in out.stderr, out.stderr[-3000:]
+
+
+def test_worker_site_hook_runs_only_in_pysparks_daemon(tmp_path):
+    """In any other process the hook steps aside and runs the sitecustomize it hides."""
+    from pyspark_cq.session.settings import WORKER_SITE
+
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import builtins; builtins.HIDDEN_SITECUSTOMIZE_RAN = True\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([WORKER_SITE, str(other)]))
+    code = "import builtins, sys; print(getattr(builtins, 'HIDDEN_SITECUSTOMIZE_RAN', False))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                         cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stdout + out.stderr
+
+
+_CLOSED_RUNNER = """
+import os, socket, subprocess, sys, tempfile
+path = os.path.join(tempfile.mkdtemp(), "jvm.sock")
+server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+server.bind(path)
+server.listen(1)
+env = dict(os.environ, PYTHON_WORKER_FACTORY_SOCK_PATH=path, PYTHON_UNIX_DOMAIN_ENABLED="True",
+           PYTHONPATH=os.pathsep.join(filter(None, [sys.argv[1], os.environ.get("PYTHONPATH")])))
+runner = subprocess.Popen([sys.executable, "-m", "pyspark.sql.streaming.python_streaming_source_runner"], env=env,
+                          stderr=subprocess.PIPE, text=True)
+conn, _ = server.accept()
+conn.recv(4)      # the runner's pid
+conn.close()      # the JVM stopped the query: the runner reads nothing more and cannot answer
+err = runner.communicate(timeout=120)[1]
+print(runner.returncode)
+sys.stderr.write(err)
+"""
+
+
+@pytest.mark.parametrize("hook", [False, True])
+def test_streaming_source_runner_ends_quietly_when_the_jvm_closed_first(hook):
+    """The runner of a Python streaming source (a worker Spark starts without a daemon) printed two chained
+    BrokenPipeError tracebacks when its query stopped while it waited (seen in a demo run); under the workers'
+    start-up hook it ends with a failed worker's code and no traceback."""
+    from pyspark_cq.session.settings import WORKER_SITE
+
+    out = subprocess.run([sys.executable, "-c", _CLOSED_RUNNER, WORKER_SITE if hook else ""], capture_output=True,
+                         text=True, timeout=180)
+    assert out.stdout.strip() not in ("", "0"), out.stdout + out.stderr
+    if hook:
+        assert "Traceback" not in out.stderr, out.stderr
+    else:
+        assert "BrokenPipeError" in out.stderr, out.stderr

@@ -12,7 +12,7 @@ from pyspark_cq_plugins.pipes_rm import DEFAULT_PROFILE, PipesResourceManager, p
 from pyspark_cq import plan as P
 from pyspark_cq.cost import pipes
 from pyspark_cq.experiments import pipes_workload as W
-from pyspark_cq.policies import QoSRange, QueryInfo, Snapshot, SourceStats
+from pyspark_cq.policies import OperatorStats, QoSRange, QueryInfo, Snapshot, SourceStats
 
 S, MS = 1_000_000, 1_000
 
@@ -516,3 +516,114 @@ def test_shedding_stops_when_the_allocation_fits_again_and_is_off_by_default():
 def test_shedding_arguments_validated(kw, match):
     with pytest.raises((TypeError, ValueError), match=match):
         PipesResourceManager(**kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# the hard memory cap (cap=True; issue 41 item 7)
+
+
+def free_estimate(plan, distances):
+    """A cost model under which every allocation fits: the windows stay put, only the cap acts."""
+    return 0.0, 0.0
+
+
+def _capped(state_bytes, state_rows, rate, drop=0.0, t=0.0, budget=120_000, other=None):
+    """A snapshot of query q1 whose operator ``q1-w`` is its shedding stage, plus an optional query q2 that
+    cannot shed, with its measured state ``other`` (bytes)."""
+    q1 = window_query("q1", "A")
+    ops = {"q1-w": OperatorStats("q1-w", batches=3, input_rate=rate, state_rows=state_rows, state_bytes=state_bytes)}
+    infos = {"q1": QueryInfo("q1", q1.plan, q1.qos, q1.sources, operators=ops,
+                             control={"q1-w": {"window": 10 * S, "drop_ratio": drop}}, batch_span=1.0,
+                             batch_duration=0.5)}
+    if other is not None:
+        q2 = window_query("q2", "B")
+        infos["q2"] = QueryInfo("q2", q2.plan, q2.qos, q2.sources, control={"q2-w": {"window": 10 * S}},
+                                operators={"q2-w": OperatorStats("q2-w", state_bytes=other, state_rows=1.0)})
+    return Snapshot(t, infos, memory_budget=budget)
+
+
+def _drops(decisions):
+    return {d.operator: d.changes["drop_ratio"] for d in decisions if "drop_ratio" in d.changes}
+
+
+def test_cap_keeps_the_fraction_the_inequality_allows_hand_computed():
+    # 1,000 rows/s at 10 B per stored row: the full input adds A = 10,000 B/s; a micro-batch L = 1 s
+    rm = PipesResourceManager(estimate=free_estimate, reserve=0.0, cap=True)
+    out = rm.decide(_capped(100_000, 10_000, 1000.0, t=100.0))
+    # first round: I = 2L = 2 s; 120,000 - 100,000 - A·1·L = 10,000 left for A·ε·(I + L) = 30,000·ε
+    assert _drops(out) == {"q1-w": pytest.approx(1 - 1 / 3, abs=0.001)}
+    assert rm.kept == pytest.approx(1 / 3) and rm.cap_status["predicted"] == pytest.approx(120_000)
+    reason = next(d.reason for d in out if "drop_ratio" in d.changes)
+    assert "hard memory cap" in reason and "100 KB" in reason and "120 KB" in reason and "0.333" in reason
+    # 2 s later, the ratio written: 120,000 - 100,000 - A·(1/3)·1 = 16,667 for 30,000·ε
+    out = rm.decide(_capped(100_000, 10_000, 1000.0, drop=0.667, t=102.0))
+    assert rm.kept == pytest.approx((20_000 - 10_000 * 0.333) / 30_000, abs=1e-3)
+    # far below the cap at full input: shedding stops
+    out = rm.decide(_capped(10_000, 1_000, 1000.0, drop=0.444, t=104.0))
+    assert _drops(out) == {"q1-w": 0.0} and rm.kept == 1.0 and "without load shedding" in out[0].reason
+    # the cap is the memory bound less the reserve (room for a rise no smoothed rate foretold)
+    reserved = PipesResourceManager(estimate=free_estimate, reserve=0.5, cap=True)
+    reserved.decide(_capped(50_000, 5_000, 1000.0, t=1.0))
+    assert reserved.cap_status["bound"] == 60_000 and reserved.kept == pytest.approx(1e-3)
+    # over the cap already: keep the least (drop 0.999), never nothing
+    over = PipesResourceManager(estimate=free_estimate, reserve=0.0, cap=True)
+    assert _drops(over.decide(_capped(130_000, 13_000, 1000.0, t=1.0))) == {"q1-w": 0.999}
+
+
+def test_cap_counts_the_growth_of_queries_that_cannot_shed():
+    rm = PipesResourceManager(estimate=free_estimate, reserve=0.0, cap=True)
+    rm.decide(_capped(50_000, 5_000, 1000.0, t=0.0, budget=200_000, other=20_000))
+    rm.decide(_capped(50_000, 5_000, 1000.0, t=2.0, budget=200_000, other=40_000))  # q2 grows 10,000 B/s
+    c = rm.cap_status
+    assert c["growth"] == pytest.approx(10_000) and c["interval"] == pytest.approx(2.0)
+    # 200,000 - 90,000 - G·(I + 2L) 40,000 - A·ε_now·L 10,000 = 60,000 for A·ε·(I + L) = 30,000·ε: fits
+    assert rm.kept == 1.0
+    rm.decide(_capped(50_000, 5_000, 1000.0, t=4.0, budget=200_000, other=100_000))  # 30,000 B/s
+    # 200,000 - 150,000 - 120,000 - 10,000 < 0: the least
+    assert rm.kept == pytest.approx(0.001)
+
+
+def test_cap_is_off_by_default_and_validated():
+    plain = PipesResourceManager(estimate=free_estimate, reserve=0.0)
+    assert not _drops(plain.decide(_capped(130_000, 13_000, 1000.0)))
+    with pytest.raises(TypeError, match="cap must be a bool"):
+        PipesResourceManager(cap=1)
+    no_bound = PipesResourceManager(estimate=free_estimate, reserve=0.0, cap=True)
+    snap = _capped(130_000, 13_000, 1000.0)
+    assert not _drops(no_bound.decide(Snapshot(0.0, snap.queries)))   # no memory bound: nothing to cap
+
+
+def _simulate(cap, rates, window=30, bytes_per_row=10, budget=150_000, every=2):
+    """A window join's state under a per-second rate profile, in plain Python: each second one micro-batch
+    keeps round(n·ε) of its n rows (ε = 1 - the drop ratio in force) and evicts what is older than
+    ``window`` s; every ``every`` batches a round of the resource manager sees the last batch and its
+    decision holds from the next batch on. Returns (peak state bytes, rows shed, rows kept)."""
+    rm = PipesResourceManager(estimate=free_estimate, reserve=0.0, cap=cap)
+    kept_rows, drop, shed, peak = [], 0.0, 0, 0
+    for t, n in enumerate(rates):
+        keep = round(n * (1 - drop))
+        shed += n - keep
+        kept_rows = [(u, k) for u, k in kept_rows if u > t - window] + [(t, keep)]
+        rows = sum(k for _, k in kept_rows)
+        peak = max(peak, rows * bytes_per_row)
+        if t % every == every - 1:
+            out = rm.decide(_capped(rows * bytes_per_row, max(rows, 1), float(n), drop=drop, t=float(t),
+                                    budget=budget))
+            drop = _drops(out).get("q1-w", drop)
+    return peak, shed, sum(rates) - shed
+
+
+@pytest.mark.parametrize("burst", [800, 1600, 4000])
+def test_cap_holds_the_bound_on_a_simulated_burst(burst):
+    """100 rows/s, then ``burst`` rows/s from 40 s to 100 s, then 100 again: uncapped, the state of a 30-s
+    window reaches 30·burst rows; capped it stays within the budget but for the documented excess, the rise
+    of the rate within one horizon (the burst starts between two rounds): Δλ·b·(I + 2L)."""
+    rates = [100] * 40 + [burst] * 60 + [100] * 60
+    free_peak, free_shed, _ = _simulate(False, rates)
+    peak, shed, kept = _simulate(True, rates)
+    assert free_shed == 0 and free_peak == 30 * burst * 10 > 150_000
+    assert peak <= 150_000 + (burst - 100) * 10 * (2 + 2 * 1)
+    assert peak <= 1.1 * 150_000 or burst == 4000          # a 40x rise within one round is the documented excess
+    assert shed > 0 and shed + kept == sum(rates)           # every row is kept or counted as shed
+    # after the burst the cap lets the full input through again
+    assert _simulate(True, [100] * 40 + [burst] * 60 + [100] * 200)[2] > kept

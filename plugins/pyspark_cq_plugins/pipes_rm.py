@@ -29,6 +29,29 @@ within the memory bound M and the processing bound C:
   the results exact for the chosen QoS, shedding does not (§5.3) — and shedding stops (``drop_ratio`` 0)
   as soon as the allocation is feasible again.
 
+- **Hard memory cap (``cap=True``; an extension, not in the paper).** Windows adapt only after a delay
+  (a reduction takes effect after the old window, §4.2; the rates are smoothed), and meanwhile the
+  *measured* state may pass the budget (the demo peaked at 1.24× it). With ``cap`` the resource manager
+  holds M' = (1 − ``reserve``)·M as a cap on the measured state ``S`` (the operators' latest ``state_bytes``) by
+  shedding the input of the queries' shedding stages, as the last resort while the windows adapt. Each round
+  it predicts the
+  state at the time the *next* round's decision can take effect, ``I + L`` later (I: the time since the
+  previous round, L: one micro-batch, the larger of a query's ``batch_span`` and ``batch_duration``), and
+  keeps the largest fraction ε (down to 0.001) with
+
+  ``S + G·(I + 2L) + A·(ε_now·L + ε·(I + L)) <= M'``
+
+  where A (bytes/s) is what the shedding queries' full input adds to their state (each stateful
+  operator's smoothed input rate × its bytes per stored row; every kept row is assumed stored, none
+  evicted: an upper bound) and G (bytes/s) the growth of the other queries' state since the previous round
+  (0 when it shrank). Shedding stops (``drop_ratio`` 0) as soon as the inequality holds at ε = 1. The
+  **bound**: the measured state stays within M' as long as, until the next round, the input rates stay
+  within their smoothed values, the next round comes within I and the bytes per stored row hold; beyond
+  that it exceeds M' by at most what the unforeseen input adds in ``I + 2L`` (``Δλ · ε · b · (I + 2L)``, Δλ
+  the rise in rows/s, ε the fraction kept, b the bytes per stored row), and M itself only when that excess
+  passes the reserve. What is shed is counted (``shed_rows`` of the shedding
+  operator) and the decision's reason gives S, the prediction and ε.
+
 Costing. Every query's memory and CPU are evaluated with the PIPES cost model (through ``estimate``, by
 default :func:`pipes_estimate`, i.e. :func:`pyspark_cq.cost.pipes.cost_plan`) at ``knots + 1`` fractions
 f = k/knots of its windows (per granularity level where the query has a granularity); evaluations are cached
@@ -73,6 +96,7 @@ from pyspark_cq.policies import (
     parse_label,
     parse_size,
     shedding_operator,
+    written_drop_ratio,
 )
 from pyspark_cq.policies.decisions import duration_value, qos_values
 
@@ -229,7 +253,11 @@ class PipesResourceManager(Policy):
         set the ``drop_ratio`` of every managed query's shedding stage so that the estimates fit; back to
         0 once it is feasible. False (default): windows and granularities only, as in the paper's §4.3.
     min_kept : float
-        The smallest fraction of the input shedding keeps, in (0, 1].
+        The smallest fraction of the input shedding keeps, in (0, 1] (``shed``; the cap goes down to 0.001).
+    cap : bool
+        Hold the memory bound M as a hard cap on the measured state by shedding (see "Hard memory cap" in
+        the module docstring); independent of ``shed`` (when both ask, the smaller kept fraction wins).
+        False (default): the bound is a target of the estimates only.
     """
 
     name = "pipes"
@@ -237,7 +265,8 @@ class PipesResourceManager(Policy):
     def __init__(self, memory=None, cpu=None, *, p: int = 8, knots: int = 16, tolerance: float = 1e-3,
                  reserve: float = 0.1, distance_threshold: float = 0.2, time_unit=1000, profile=None,
                  estimate: Callable | None = None, distances: Mapping[str, float] | None = None,
-                 prefetch: bool = True, retention: bool = False, shed: bool = False, min_kept: float = 0.05):
+                 prefetch: bool = True, retention: bool = False, shed: bool = False, min_kept: float = 0.05,
+                 cap: bool = False):
         self.memory = None if memory is None else parse_size(memory, "memory")
         if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not cpu > 0):
             raise ValueError(f"cpu must be a positive processing-cost bound or None, got {cpu!r}")
@@ -278,6 +307,10 @@ class PipesResourceManager(Policy):
         if isinstance(min_kept, bool) or not isinstance(min_kept, (int, float)) or not 0 < min_kept <= 1:
             raise ValueError(f"min_kept must be a fraction in (0, 1], got {min_kept!r}")
         self.shed, self.min_kept = shed, float(min_kept)
+        if not isinstance(cap, bool):
+            raise TypeError(f"cap must be a bool (hold the memory bound as a hard cap on the measured state), "
+                            f"got {cap!r}")
+        self.cap = cap
         self._reset()
 
     def _reset(self) -> None:
@@ -293,13 +326,15 @@ class PipesResourceManager(Policy):
         self._emitted: dict[str, dict] = {}         # query -> label -> value last decided
         self._structure = 0                         # bumped when the set of queries changes
         self._layout = None
-        self.kept = 1.0                             # the fraction of input shedding keeps (shed=True)
+        self.kept = 1.0                             # the fraction of input shedding keeps (shed / cap)
+        self.cap_status: dict = {}                  # the last round of the hard cap (cap=True), for reports
+        self._cap_last: tuple | None = None         # (time, {query: measured state bytes}) of the last round
 
     @classmethod
     def _unit_test_params(cls) -> list[dict]:
         return [{}, {"memory": "2 MB", "p": 4, "knots": 8, "reserve": 0.2}, {"retention": True},
                 {"memory": "2 MB", "p": 4, "knots": 8, "retention": True},
-                {"memory": "64 KB", "p": 2, "knots": 4, "shed": True}]
+                {"memory": "64 KB", "p": 2, "knots": 4, "shed": True}, {"memory": "64 KB", "cap": True}]
 
     # -- configuration helpers -------------------------------------------------------------------
 
@@ -734,17 +769,71 @@ class PipesResourceManager(Policy):
                 hi = mid
         return lo
 
-    def _shed_decisions(self, current: Mapping[str, QueryInfo]) -> list[Decision]:
-        """``drop_ratio`` decisions for the shedding stages of the managed queries in ``current``."""
+    def cap_fraction(self, snapshot: Snapshot, stages: Mapping[str, str]) -> float:
+        """The largest fraction ε in [0.001, 1] of their input the queries with a shedding stage (``stages``:
+        query -> operator) may keep so that the measured state stays within the memory bound until the
+        next round's decision takes effect (the inequality of "Hard memory cap" in the module docstring);
+        1.0 without a memory bound or when the inflow A is not measured yet. Sets :attr:`cap_status`.
+        """
+        bound = self._bounds()[0]            # the budget less the reserve: room for what no rate foretold
+        queries = {n: snapshot.queries[n] for n in self._queries if n in snapshot.queries}
+        measured = {n: _measured_state(q) for n, q in queries.items()}
+        last, self._cap_last = self._cap_last, (snapshot.time, measured)
+        interval = snapshot.time - last[0] if last is not None and snapshot.time > last[0] else None
+        batch = max([_batch_time(queries[n]) for n in stages] or [0.0])
+        if interval is None:                 # the first round: assume the next one a micro-batch or two away
+            interval = 2.0 * batch
+        growth = 0.0                         # G: the other queries' growth since the last round, bytes/s
+        if last is not None and interval > 0:
+            for n, b in measured.items():
+                if n not in stages and n in last[1]:
+                    growth += max(b - last[1][n], 0.0) / interval
+        inflow = sum(_inflow(queries[n], op) for n, op in stages.items())   # A, bytes/s at full input
+        kept_now = min([1.0 - written_drop_ratio(queries[n], op) for n, op in stages.items()] or [1.0])
+        state = sum(measured.values())
+        self.cap_status = {"bound": bound, "measured": state, "inflow": inflow, "growth": growth,
+                           "interval": interval, "batch": batch, "kept": 1.0}
+        if bound is None or not stages or not math.isfinite(inflow) or inflow <= 0:
+            return 1.0
+        free = bound - state - growth * (interval + 2 * batch) - inflow * kept_now * batch
+        if interval + batch > 0:
+            kept = min(max(free / (inflow * (interval + batch)), _CAP_MIN_KEPT), 1.0)
+        else:                                # nothing known about the time to the next round: the state alone
+            kept = 1.0 if free >= 0 else _CAP_MIN_KEPT
+        self.cap_status.update(kept=kept, predicted=state + growth * (interval + 2 * batch)
+                               + inflow * (kept_now * batch + kept * (interval + batch)))
+        return kept
+
+    def _cap_reason(self, stages) -> str:
+        c = self.cap_status
+        return (f"PIPES resource manager, hard memory cap: measured state {_human.size(c['measured'])}, predicted "
+                f"{_human.size(c['predicted'])} by the next round's decision "
+                f"({_human.plain(round(c['interval'] + c['batch'], 1))} s away; full input adds "
+                f"{_human.size(c['inflow'])}/s) against the cap {_human.size(c['bound'])} (the memory bound less "
+                f"the {self.reserve:.0%} reserve); keep "
+                f"{c['kept']:.3f} of the input of {sorted(stages)}")
+
+    def _shed_decisions(self, snapshot: Snapshot) -> list[Decision]:
+        """``drop_ratio`` decisions for the shedding stages of the managed queries in ``snapshot`` (``shed``:
+        the cost model's fraction; ``cap``: the hard cap's; the smaller wins).
+        """
+        current = snapshot.queries
         stages = {name: shedding_operator(current[name]) for name in self._queries if name in current}
         stages = {name: op for name, op in stages.items() if op is not None}
-        self.kept = self.shed_fraction(stages)
+        model = self.shed_fraction(stages) if self.shed else 1.0
+        capped = self.cap_fraction(snapshot, stages) if self.cap else 1.0
+        self.kept = min(model, capped)
         a = self._allocation
-        if self.kept < 1.0:
+        if self.kept < 1.0 and capped < model:
+            reason = self._cap_reason(stages)
+        elif self.kept < 1.0:
             reason = (f"PIPES resource manager, load shedding (Cammert et al. §5.3): every query at its QoS "
                       f"minimum is estimated at {_human.size(a.memory)} "
                       f"(memory bound {_human.size(a.memory_bound)}); keep "
                       f"{self.kept:.3f} of the input of {sorted(stages)}")
+        elif self.cap and self.cap_status.get("bound") is not None:
+            reason = (f"PIPES resource manager: the measured state {_human.size(self.cap_status['measured'])} "
+                      f"fits the cap {_human.size(self.cap_status['bound'])} without load shedding")
         else:
             reason = "PIPES resource manager: the allocation fits without load shedding"
         out = []
@@ -798,9 +887,9 @@ class PipesResourceManager(Policy):
         if self._dirty or self._allocation is None:
             self.replan()
         decisions = self._decisions(snapshot.queries)
-        if not self.shed:
+        if not (self.shed or self.cap):
             return decisions
-        return Decisions(list(decisions) + self._shed_decisions(snapshot.queries), self.name)
+        return Decisions(list(decisions) + self._shed_decisions(snapshot), self.name)
 
     def admit_query(self, info: QueryInfo) -> Admission:
         """Admission control for ``info`` against the managed queries (Cammert et al., §4.1.1).
@@ -859,6 +948,44 @@ class PipesResourceManager(Policy):
         if self._dirty and self._queries:
             self.replan()
         return self.admit_query(query)
+
+
+#: The smallest fraction of the input the hard cap keeps (``drop_for`` writes at most 0.999).
+_CAP_MIN_KEPT = 0.001
+
+
+def _finite(x) -> bool:
+    return x is not None and isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def _measured_state(info: QueryInfo) -> float:
+    """The measured state of a query in bytes: its operators' latest ``state_bytes`` (Spark's state store's
+    when no operator reports one; 0 before the first report).
+    """
+    sizes = [o.state_bytes for o in info.operators.values() if _finite(o.state_bytes)]
+    if sizes:
+        return float(sum(sizes))
+    return float(info.state_bytes) if _finite(info.state_bytes) else 0.0
+
+
+def _batch_time(info: QueryInfo) -> float:
+    """One micro-batch of a query in seconds: the larger of its event-time span and its duration."""
+    return max([v for v in (info.batch_span, info.batch_duration) if _finite(v)] or [0.0])
+
+
+def _inflow(info: QueryInfo, stage: str) -> float:
+    """Bytes/s the query's full input adds to its state (every row stored, none evicted): over its stateful
+    operators, the smoothed input rate × bytes per stored row; an operator behind the shedding stage sees the
+    input thinned to the kept fraction, so its rate is scaled back up. nan when no operator has measured it.
+    """
+    kept = 1.0 - written_drop_ratio(info, stage)
+    total, known = 0.0, False
+    for op, o in info.operators.items():
+        if not (_finite(o.input_rate) and _finite(o.state_bytes) and _finite(o.state_rows)) or o.state_rows <= 0:
+            continue
+        rate = o.input_rate if op == stage else o.input_rate / max(kept, _CAP_MIN_KEPT)
+        total, known = total + rate * o.state_bytes / o.state_rows, True
+    return total if known else math.nan
 
 
 def _positive(value, name: str) -> float:

@@ -7,7 +7,6 @@ import argparse
 import json
 import math
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -24,7 +23,13 @@ from .model import (
     qos,
 )
 
-__all__ = ["run", "add_arguments"]
+__all__ = ["run", "add_arguments", "DEFAULT_OUT"]
+
+#: The demo's output directory when ``--out`` is not given, relative to the working directory.
+DEFAULT_OUT = "cq-demo"
+
+#: The bound on the measured state the demo checks with ``--cap`` (docs/runtime.md, "A hard memory cap").
+CAP_CHECK = 1.1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,13 +44,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hosts", type=int, default=50, help="number of hosts (aggregation groups, default 50)")
     parser.add_argument("--budget", default="600 KB",
                         help="memory budget of the resource manager (default '600 KB')")
-    parser.add_argument("--output", default=None, help="output directory (default: a temporary one)")
-    parser.add_argument("--report", default=None, help="report directory (default: <output>/report)")
+    parser.add_argument("--out", "--output", dest="output", default=DEFAULT_OUT,
+                        help=f"directory for the queries' output, checkpoints and the report (default ./{DEFAULT_OUT}, "
+                             f"in the working directory; its earlier contents of a demo are replaced)")
+    parser.add_argument("--report", default=None, help="report directory (default: <out>/report)")
     parser.add_argument("--every", type=float, default=5.0, help="seconds between progress lines (default 5)")
     parser.add_argument("--master", default=None, help="Spark master (default $SPARK_MASTER or local[*])")
     parser.add_argument("--shed", action="store_true",
                         help="let the resource manager shed the join's input when even the QoS minimum does not "
                              "fit the budget (PIPES §5.3; default: windows and granularities only)")
+    parser.add_argument("--cap", action="store_true",
+                        help="hold the budget as a hard cap on the measured state: the resource manager sheds the "
+                             "join's input while the windows adapt (PipesResourceManager(cap=True); the shed rows "
+                             "are counted; default: the budget is a target of the estimates)")
 
 
 def _check(args) -> tuple[float, float]:
@@ -186,9 +197,10 @@ class _Recorder:
         upper = entries["join1"].params.get("upper") if "join1" in entries else None
         window = entries["agg1"].params.get("window") if "agg1" in entries else None
         gran = entries["agg1"].params.get("granularity") if "agg1" in entries else None
+        drop = entries["join1"].params.get("drop_ratio") if "join1" in entries else None
         rec = {"t": now - self.t0, "offered": float(self.profile.rate_at(now)) * 2,
                "upper_s": upper / S if upper else None, "window_s": window / S if window else None,
-               "granularity_s": gran / S if gran else None}
+               "granularity_s": gran / S if gran else None, "drop_ratio": drop}
         d, retention = {}, {}
         for q, op in self.OPS.items():
             info = snap.queries.get(q)
@@ -263,7 +275,9 @@ def _line(rec, budget) -> str:
     return (f"{rec['t']:>6.0f}s  offered {rec['offered']:>6,.0f}/s  in {pairs:>6,.0f}"
             f"|{rec.get('traffic_rate') or 0:>6,.0f}/s  state {_fmt_bytes(total):>9} / {_fmt_bytes(budget)}"
             f" (est {_fmt_bytes(est)})  upper {_fmt_s(rec['upper_s'])}  window {_fmt_s(rec['window_s'])}"
-            f"  g {_fmt_s(rec['granularity_s'])}  decisions {rec['decisions']}")
+            f"  g {_fmt_s(rec['granularity_s'])}" + (f"  kept {1 - rec['drop_ratio']:.0%} of the join's input"
+                                                       if rec.get("drop_ratio") else "")
+            + f"  decisions {rec['decisions']}")
 
 
 def _stop_between_batches(query, timeout: float = 15.0) -> None:
@@ -283,9 +297,25 @@ def _failed(rt):
             raise RuntimeError(f"query {q!r} failed: {query.exception()}")
 
 
-def _warm_up(rt, rec, timeout: float, restart) -> None:
+def _warm_state(rec) -> float | None:
+    """The state bytes ``join1`` and ``agg1`` reported after their latest micro-batch, together; None until both
+    have run one with rows (an empty first batch reports an empty state, not what the backlog will build).
+    """
+    sizes = []
+    for q in rec.OPS:
+        done = [b for b in rec.batches[q] if b.get(M.STATE_BYTES) is not None]
+        if not any(b["rows"] > 0 for b in done):
+            return None
+        sizes.append(done[-1][M.STATE_BYTES])
+    return float(sum(sizes))
+
+
+def _warm_up(rt, rec, timeout: float, restart, cap: float | None = None) -> None:
     """Wait until both queries have finished a micro-batch with rows (Spark, its Python workers and the
-    native kernels are loaded), printing what it waits for.
+    native kernels are loaded), printing what it waits for. With ``cap`` (bytes) also until the measured
+    state is within it: the first micro-batches read what arrived while Spark started, before the resource
+    manager had measured anything, and the hard cap acts from its first round on (what it sheds meanwhile
+    is counted with the rest).
 
     On a loaded machine the Python process that plans the generated source may take longer than the 10 s
     Spark grants it to connect back (fixed in ``PythonWorkerFactory``); such a query is registered again
@@ -309,12 +339,16 @@ def _warm_up(rt, rec, timeout: float, restart) -> None:
             raise RuntimeError(f"query {q!r} failed: {exc}")
         rec.poll()
         if all(any(b["rows"] > 0 for b in rec.batches[q]) for q in rec.OPS):
-            return
+            state = _warm_state(rec) if cap is not None else None
+            if cap is None or (state is not None and state <= cap):
+                return
         if time.time() - t > timeout:
             raise TimeoutError(f"the queries did not finish a micro-batch with rows within {timeout:.0f} s")
         if time.time() >= next_line:
             done = ", ".join(f"{q} {len(b)} batches" for q, b in rec.batches.items())
-            print(f"  warming up ({time.time() - t:.0f} s: {done}) ...", flush=True)
+            state = _warm_state(rec) if cap is not None else None
+            over = f"; state {_fmt_bytes(state)} over the cap, shedding" if state is not None and state > cap else ""
+            print(f"  warming up ({time.time() - t:.0f} s: {done}{over}) ...", flush=True)
             next_line = time.time() + 10
         time.sleep(0.5)
 
@@ -333,8 +367,9 @@ def run(args) -> int:
     from . import report as R
     from .source import BurstProfile, PacketSource, injected, write_clock
 
-    out_dir = Path(args.output) if args.output else Path(tempfile.mkdtemp(prefix="cq-demo-"))
-    report_dir = Path(args.report) if args.report else out_dir / "report"
+    out_dir = Path(args.output or DEFAULT_OUT).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report_dir = (Path(args.report) if args.report else out_dir / "report").resolve()
     paths = {k: out_dir / k for k in ("pairs", "traffic", "ck_pairs", "ck_traffic", "control")}
     for p in paths.values():
         shutil.rmtree(p, ignore_errors=True)
@@ -345,8 +380,10 @@ def run(args) -> int:
 
     print(f"pyspark-cq demo: packets at {args.rate:g} requests/s (+ responses), a burst of {args.burst_rate:g}/s "
           f"from {burst_start * args.seconds:.0f} s to {burst_end * args.seconds:.0f} s, {args.seconds:.0f} s "
-          f"in all; memory budget {_fmt_bytes(budget)}; output in {out_dir}")
+          f"in all; memory budget {_fmt_bytes(budget)}{' (a hard cap)' if args.cap else ''}; output in {out_dir}, "
+          f"report to {report_dir / 'report.html'}")
     print("starting Spark ...", flush=True)
+    started = time.time()
     # a loaded machine starts Python workers slowly: give them more than Spark's 15 s to connect back
     # spark.log.level: ERROR from the context's start on, so Spark's warnings do not interleave with the
     # progress lines (setLogLevel below only acts once the session exists)
@@ -357,12 +394,13 @@ def run(args) -> int:
 
     rt = CQRuntime(spark, policies=["pipes"], memory_budget=budget, every_batches=2, every_seconds=4.0, alpha=0.5,
                    control_path=str(paths["control"] / "control.json"),
-                   policy_options={"pipes": {"profile": cost_profile(), "retention": True, "shed": args.shed}})
+                   policy_options={"pipes": {"profile": cost_profile(), "retention": True, "shed": args.shed,
+                                             "cap": args.cap}})
     pairs_plan, traffic_plan = plans(30 * S, 60 * S, 1 * S, args.hosts)
     pairs_qos, traffic_qos = qos()
     profile = BurstProfile(quiet=args.rate, burst=args.burst_rate, hosts=args.hosts)
     registrations = {
-        "pairs": dict(builder=_pairs_builder(profile, paths, args.shed), plan=pairs_plan, qos=pairs_qos,
+        "pairs": dict(builder=_pairs_builder(profile, paths, args.shed or args.cap), plan=pairs_plan, qos=pairs_qos,
                       sources={"scans": ""}),
         "traffic": dict(builder=_traffic_builder(profile, paths), plan=traffic_plan, qos=traffic_qos,
                         sources={"packets": ""})}
@@ -384,7 +422,7 @@ def run(args) -> int:
     print(f"  pairs:   {render(pairs_plan, micros=True)}\n  traffic: {render(traffic_plan, micros=True)}")
     rt.start()
     try:
-        _warm_up(rt, rec, max(600.0, args.seconds * 5), restart)
+        _warm_up(rt, rec, max(600.0, args.seconds * 5), restart, budget if args.cap else None)
         old, t0 = rec.t0, time.time()
         rec.t0 = t0
         profile = profile.with_burst(t0 + burst_start * args.seconds, t0 + burst_end * args.seconds)
@@ -407,6 +445,8 @@ def run(args) -> int:
             if time.time() >= next_line:
                 print(_line(sample, budget), flush=True)
                 next_line += args.every
+        ended = time.time()
+        print("stopping the queries and counting their output ...", flush=True)
         # A micro-batch cut short by stop() is not committed (the Parquet sink's log leaves it out), but
         # Spark logs its cancellation as a page of ERROR stack traces: silence the log while stopping.
         spark.sparkContext.setLogLevel("OFF")
@@ -414,6 +454,7 @@ def run(args) -> int:
             _stop_between_batches(rt.query(q))
     except Exception as exc:  # still write what was recorded
         failed = exc
+        ended = time.time()
     finally:
         rt.stop()
         spark.sparkContext.setLogLevel("ERROR")
@@ -424,15 +465,18 @@ def run(args) -> int:
     for q in ("pairs", "traffic"):
         written[q] = spark.read.parquet(str(paths[q])).count() if any(paths[q].glob("*.parquet")) else 0
     spark.stop()
-    elapsed = time.time() - rec.t0
+    # the clock ran from the end of the warm-up to `ended`; before it Spark started and the queries warmed up,
+    # after it they were stopped and their output counted
+    timing = {"measured": ended - rec.t0, "startup": rec.t0 - started, "drain": time.time() - ended}
 
     totals = {q: {k: sum(b.get(k, 0) for b in rec.batches[q]) for k in
-                  ("rows", M.INPUT_ROWS, M.OUTPUT_ROWS, M.LATE_ROWS, M.MALFORMED_ROWS, M.EVICTED_ROWS)}
+                  ("rows", M.INPUT_ROWS, M.OUTPUT_ROWS, M.LATE_ROWS, M.MALFORMED_ROWS, M.EVICTED_ROWS,
+                   M.SHED_ROWS)}
               for q in rec.batches}
     inj = {}
     for q, (s_ms, e_ms) in rec.offsets.items():
         inj[q] = injected(profile, s_ms, e_ms) if s_ms is not None and e_ms is not None else None
-    summary = _summary(args, budget, rec, decisions, totals, inj, written, elapsed, stats)
+    summary = _summary(args, budget, rec, decisions, totals, inj, written, timing, stats)
     report_dir.mkdir(parents=True, exist_ok=True)
     files = R.write_report(report_dir, samples=rec.samples, batches=rec.batches, decisions=decisions,
                            summary=summary, budget=budget, reserve=rt.policies[0].reserve if rt.policies else 0.0,
@@ -446,7 +490,7 @@ def run(args) -> int:
     return 0 if all(c["ok"] for c in checks) else 1
 
 
-def _summary(args, budget, rec, decisions, totals, inj, written, elapsed, stats) -> dict:
+def _summary(args, budget, rec, decisions, totals, inj, written, timing, stats) -> dict:
     """The numbers of the run: peaks, decisions, estimate vs measurement, integrity checks."""
     joint = []
     for s in rec.samples:
@@ -473,12 +517,19 @@ def _summary(args, budget, rec, decisions, totals, inj, written, elapsed, stats)
             what = "input + late" if op == "join1" else "input + malformed"
             checks.append({"name": f"{q}: rows generated for the offsets read = {what} rows of {op}",
                            "ok": inj[q]["rows"] == seen, "detail": f"{inj[q]['rows']:,} vs {seen:,}"})
+    if args.cap and peak_measured is not None:
+        checks.append({"name": f"peak measured state within {CAP_CHECK:g}× the budget (--cap; docs/runtime.md)",
+                       "ok": peak_measured[1] <= CAP_CHECK * budget,
+                       "detail": f"{_fmt_bytes(peak_measured[1])} = {peak_measured[1] / budget:.2f}× "
+                                 f"{_fmt_bytes(budget)}"})
     q_stats = {q: {op: {"batches": o.batches, M.STATE_ROWS: _num(o.state_rows), M.STATE_BYTES: _num(o.state_bytes)}
                    for op, o in info.operators.items()} for q, info in stats.queries.items()}
     return {
-        "seconds": elapsed, "budget_bytes": budget, "rate": args.rate, "burst_rate": args.burst_rate,
+        "seconds": timing["measured"], "startup_seconds": timing["startup"], "drain_seconds": timing["drain"],
+        "cap": bool(args.cap), "budget_bytes": budget, "rate": args.rate, "burst_rate": args.burst_rate,
         "batches": {q: len(b) for q, b in rec.batches.items()},
-        "totals": totals, "injected": inj, "written": written,
+        "totals": {q: {("spark_input_rows" if k == "rows" else k): v for k, v in t.items()} for q, t in totals.items()},
+        "injected": inj, "written": written,
         "peak_state_bytes": None if peak_measured is None else {"t": peak_measured[0], "bytes": peak_measured[1]},
         "measured_over_estimate": None if not ratios else {
             "median": ratios[len(ratios) // 2], "min": ratios[0], "max": ratios[-1], "samples": len(ratios)},
@@ -495,21 +546,29 @@ def _summary(args, budget, rec, decisions, totals, inj, written, elapsed, stats)
 def _print_summary(summary, report_dir, files) -> None:
     t = summary["totals"]
     print("\nsummary")
-    print(f"  ran                  {summary['seconds']:.0f} s, micro-batches pairs {summary['batches']['pairs']}, "
-          f"traffic {summary['batches']['traffic']}")
-    for q, op in (("pairs", "join1"), ("traffic", "agg1")):
+    print(f"  ran                  {summary['seconds']:.0f} s on the clock (after {summary['startup_seconds']:.0f} s "
+          f"to start Spark and warm the queries up; {summary['drain_seconds']:.0f} s more to stop them and count "
+          f"their output), micro-batches pairs {summary['batches']['pairs']}, traffic {summary['batches']['traffic']}")
+    for q, op, out in (("pairs", "join1", "matched request-response pairs"), ("traffic", "agg1", "windows")):
         x = t[q]
-        print(f"  {q:<8} ({op})       in {x[M.INPUT_ROWS]:,} rows, out {x[M.OUTPUT_ROWS]:,}, late {x[M.LATE_ROWS]:,}, "
-              f"malformed {x[M.MALFORMED_ROWS]:,}")
+        shed = f", shed {x[M.SHED_ROWS]:,}" if x.get(M.SHED_ROWS) else ""
+        print(f"  {q:<8} ({op})       in {x[M.INPUT_ROWS]:,} rows, out {x[M.OUTPUT_ROWS]:,} {out}, late "
+              f"{x[M.LATE_ROWS]:,}, malformed {x[M.MALFORMED_ROWS]:,}{shed}")
+    print("                       (in: packets the operator took in; Spark's own count for pairs is twice that, "
+          "as it reads the packet stream once per input of the join)")
     inj = summary["injected"].get("pairs")
     if inj:
         share = t["pairs"][M.OUTPUT_ROWS] / inj["requests"] if inj["requests"] else 0.0
         print(f"  requests answered    {share:.1%} matched within the join bound ({inj['requests']:,} requests; "
               f"{inj['skewed']:,} stamped 60 s late)")
-    print(f"  memory budget        {_fmt_bytes(summary['budget_bytes'])}")
+    print(f"  memory budget        {_fmt_bytes(summary['budget_bytes'])}"
+          + (" (a hard cap: the join's input shed while the windows adapt)" if summary.get("cap") else
+             " (a target of the cost model's estimates; --cap holds it on the measured state)"))
     p = summary["peak_state_bytes"]
     if p:
-        print(f"  peak measured state  {_fmt_bytes(p['bytes'])} at {p['t']:.0f} s (join + aggregation state bytes)")
+        ratio = p["bytes"] / summary["budget_bytes"]
+        print(f"  peak measured state  {_fmt_bytes(p['bytes'])} at {p['t']:.0f} s, {ratio:.2f}× the budget (join + "
+              f"aggregation state bytes)")
     r = summary["measured_over_estimate"]
     if r:
         print(f"  measured / estimate  median {r['median']:.2f} (min {r['min']:.2f}, max {r['max']:.2f}; "

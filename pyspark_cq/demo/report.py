@@ -136,21 +136,44 @@ def _settings_plot(path, samples, decisions, burst, plt):
         if x:
             a.step(x, y, where="post", color=color, lw=1.6, label=label)
     gx.set_ylabel("granularity (s)")
-    groups: list[list] = []                       # decisions of one round (within a second) share a label
+    _decision_labels(ax, gx, decisions)
+    _finish(fig, ax, path, t_max, "seconds",
+            "Windows and granularity set by the PIPES resource manager (grey: decisions)", plt, axes=(gx,))
+
+
+def _param_text(param: str, value) -> str:
+    """A control value as text: durations (µs) in seconds, a drop ratio as it is."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    return f"{value / 1e6:g} s" if param in ("upper", "lower", "window", "granularity") else f"{value:g}"
+
+
+#: How far (points) a decision's label stands to the right of its grey line, on a white ground: on the line
+#: itself the text and the line hid each other, and the step lines of the settings ran through the text.
+LABEL_OFFSET = 3
+
+
+def _decision_labels(ax, gx, decisions) -> list:
+    """Mark the decisions on the settings panels: a grey line per round (decisions within a second share
+    one) and, on the upper panel, the new values beside it; returns the labels (matplotlib annotations).
+    """
+    groups: list[list] = []
     for d in decisions:
         if groups and d["t"] - groups[-1][0] < 1.0:
             groups[-1][1].append(d)
         else:
             groups.append([d["t"], [d]])
+    labels = []
     for t, group in groups:
         ax.axvline(t, color="grey", lw=0.6, alpha=0.6)
         gx.axvline(t, color="grey", lw=0.6, alpha=0.6)
-        text = "; ".join(f"{d['operator']}." + ", ".join(f"{k} {v / 1e6:g}s" for k, v in d["new"].items()
+        text = "; ".join(f"{d['operator']}." + ", ".join(f"{k} {_param_text(k, v)}" for k, v in d["new"].items()
                                                         if isinstance(v, (int, float))) for d in group)
-        ax.annotate(text, (t, 0.98), xycoords=("data", "axes fraction"), rotation=90, va="top", ha="right",
-                    fontsize=7, color="dimgrey")
-    _finish(fig, ax, path, t_max, "seconds",
-            "Windows and granularity set by the PIPES resource manager (grey: decisions)", plt, axes=(gx,))
+        labels.append(ax.annotate(text, (t, 0.98), xycoords=("data", "axes fraction"), xytext=(LABEL_OFFSET, 0),
+                                  textcoords="offset points", rotation=90, va="top", ha="left", fontsize=7,
+                                  color="dimgrey", bbox={"boxstyle": "square,pad=0.1", "fc": "white",
+                                                         "ec": "none", "alpha": 0.8}))
+    return labels
 
 
 def _fmt(v, key: str = "") -> str:
@@ -188,17 +211,16 @@ def _html(summary, decisions, files) -> str:
                      for c in summary.get("checks", []))
     rows = []
     for d in decisions:
-        new = ", ".join(f"{k} = {v / 1e6:g} s" if isinstance(v, (int, float)) else f"{k} = {v}"
-                        for k, v in d["new"].items())
-        old = ", ".join(f"{k} = {v / 1e6:g} s" if isinstance(v, (int, float)) else f"{k} = {v}"
-                        for k, v in d["old"].items())
+        new = ", ".join(f"{k} = {_param_text(k, v)}" for k, v in d["new"].items())
+        old = ", ".join(f"{k} = {_param_text(k, v)}" for k, v in d["old"].items())
         applies = ", ".join(f"{k} {v:.1f}" for k, v in (d.get("applies_from_s") or {}).items())
         rows.append(f"<tr><td>{d['t']:.1f}</td><td>{e(str(d['query']))}</td><td>{e(d['operator'])}</td>"
                     f"<td>{e(old)}</td><td>{e(new)}</td><td>{e(applies)}</td><td class=r>{e(d['reason'])}</td></tr>")
     table = ("<table><tr><th>t (s)</th><th>query</th><th>operator</th><th>old</th><th>new</th>"
              "<th>applies to elements from event time (s)</th><th>reason</th></tr>"
              + "".join(rows) + "</table>") if rows else "<p>No decisions were taken.</p>"
-    keys = ("seconds", "budget_bytes", "rate", "burst_rate", "decisions", "batches", "peak_state_bytes",
+    keys = ("seconds", "startup_seconds", "drain_seconds", "budget_bytes", "cap", "rate", "burst_rate", "decisions",
+            "batches", "peak_state_bytes",
             "measured_over_estimate", "smallest", "final", "written", "totals", "injected", "runtime_statistics")
     facts = "".join(f"<tr><th>{e(k.replace('_', ' '))}</th><td>{_fmt(summary.get(k), k)}</td></tr>"
                     for k in keys if k in summary)
@@ -217,7 +239,15 @@ the measured packet distance d. Time series: <a href="timeseries.json">timeserie
 <h2>Checks</h2><ul>{checks}</ul>
 {imgs}
 <h2>Decisions of the resource manager</h2>{table}
-<h2>Summary</h2><table>{facts}</table>
+<h2>Summary</h2>
+<p><i>seconds</i> is the run on the demo's clock; before it Spark started and the queries warmed up
+(<i>startup seconds</i>), after it they were stopped and their output counted (<i>drain seconds</i>). In
+<i>totals</i>, <i>spark input rows</i> is Spark's own count of the rows read, which for <i>pairs</i> is twice
+the packets, as the join reads the packet stream once per input (requests, responses); <i>input rows</i> are
+the rows the operator took in, <i>output rows</i> the matched request-response pairs of <code>join1</code> and
+the windows of <code>agg1</code>, <i>shed rows</i> the input rows the resource manager's load shedding
+dropped (counted, never silently lost).</p>
+<table>{facts}</table>
 </body></html>
 """
 

@@ -14,6 +14,7 @@ The session knows no operator, runtime, policy or language (docs/architecture.md
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import threading
@@ -22,7 +23,7 @@ import warnings
 from .connect import ConnectServer, _connect_session, start_connect_server
 from .java import find_java, java_version
 from .pools import allocation_file, has_pools
-from .settings import _quiet_logs, _remote_url, _settings
+from .settings import _quiet_logs, _remote_url, _settings, _worker_site_env
 from .workers import WARM_JOB_GROUP, warm_python_workers
 
 __all__ = ["spark", "find_java", "java_version", "ConnectServer", "start_connect_server", "warm_python_workers",
@@ -110,7 +111,8 @@ def spark(master: str | None = None, app_name: str = "pyspark-cq", *, remote: st
         for key, value in (_quiet_logs(settings) if local else settings).items():
             builder = builder.config(key, value)
         new = SparkSession.getActiveSession() is None
-        session = builder.getOrCreate()
+        with _worker_site_env() if local else contextlib.nullcontext():
+            session = builder.getOrCreate()
         if warm_workers and local and new:
             threading.Thread(target=warm_python_workers, args=(session,), name="pyspark-cq-warm-workers",
                              daemon=True).start()

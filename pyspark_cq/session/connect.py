@@ -1,6 +1,7 @@
 """Spark Connect: a client session (``pyspark_cq.spark(remote=...)``) and a server started for pyspark-cq."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -10,7 +11,7 @@ import time
 import warnings
 from pathlib import Path
 
-from .settings import _settings
+from .settings import _settings, _worker_site_env
 
 __all__ = ["ConnectServer", "start_connect_server"]
 
@@ -48,7 +49,8 @@ def _connect_session(remote: str, app_name: str, settings: dict, user_keys: set)
     builder = SparkSession.builder.remote(remote).appName(app_name)
     for key, value in opts.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    with _worker_site_env() if remote.startswith("local") else contextlib.nullcontext():
+        return builder.getOrCreate()
 
 
 class ConnectServer:
@@ -165,7 +167,8 @@ def start_connect_server(port: int = 15002, *, master: str = "local[*]", shuffle
     saved = dict(os.environ)
     try:  # _settings prepares os.environ for Spark; the server gets it, this process keeps its own
         settings = _settings(master.startswith("local"), False, shuffle_partitions, conf, {})
-        env = dict(os.environ)
+        with _worker_site_env() if master.startswith("local") else contextlib.nullcontext():
+            env = dict(os.environ)
     finally:
         os.environ.clear()
         os.environ.update(saved)

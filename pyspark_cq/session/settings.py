@@ -1,6 +1,7 @@
 """The Spark settings of a pyspark-cq session and the process environment a Spark started from here needs."""
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -10,6 +11,12 @@ from pathlib import Path
 from .java import find_java
 
 __all__: list[str] = []   # internals of spark() and start_connect_server
+
+
+#: The directory of the workers' start-up hook (``_worker_site/sitecustomize.py``), first on the ``PYTHONPATH``
+#: of a local session's Python workers.
+WORKER_SITE = str(Path(__file__).with_name("_worker_site"))
+_WORKER_PATH = "spark.executorEnv.PYTHONPATH"
 
 
 def _settings(local: bool, ui: bool, shuffle_partitions: int | None, conf: dict | None, extra_conf: dict) -> dict:
@@ -50,6 +57,11 @@ def _settings(local: bool, ui: bool, shuffle_partitions: int | None, conf: dict 
         # Workers import PySpark from its installed package (cached bytecode), not from pyspark.zip,
         # which Python recompiles in every new worker (see pyspark_cq/_daemon.py).
         settings["spark.python.daemon.module"] = "pyspark_cq._daemon"
+        # ... and so do the workers that plan a Python data source, which Spark starts with a hard-coded
+        # `-m pyspark.daemon`: a start-up hook on their PYTHONPATH hands them to the same daemon (see
+        # WORKER_SITE's sitecustomize.py), which also ends them quietly when let go. Here for the workers of
+        # Python functions; _worker_site_env gives it to the JVM, for the runners that build their own env.
+        settings["spark.executorEnv.PYTHONPATH"] = WORKER_SITE
         # Over loopback TCP (Spark's default) a Python round trip that sends little waits ~40 ms, as when
         # Nagle's algorithm meets the worker's delayed ACK: e.g. the event-time timeout phase every
         # applyInPandasWithState task runs after its groups, ~100 ms per micro-batch of our operators over
@@ -62,6 +74,8 @@ def _settings(local: bool, ui: bool, shuffle_partitions: int | None, conf: dict 
         settings[str(key)] = str(value)
     for key, value in extra_conf.items():
         settings[key.replace("_", ".")] = str(value)
+    if local and settings.get(_WORKER_PATH, WORKER_SITE) != WORKER_SITE:   # the user's path too, after ours
+        settings[_WORKER_PATH] = os.pathsep.join([WORKER_SITE, settings[_WORKER_PATH]])
     if not local and "spark.pyspark.python" in settings:
         # A driver started as plain `python` (not by spark-submit) tells the executors which Python to run
         # from $PYSPARK_PYTHON alone (SparkContext.pythonExec); the setting by itself would leave them on
@@ -73,6 +87,24 @@ def _settings(local: bool, ui: bool, shuffle_partitions: int | None, conf: dict 
 #: The log configuration of a classic session started by :func:`pyspark_cq.spark` (see the file's comment).
 LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 _DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+@contextlib.contextmanager
+def _worker_site_env():
+    """While a local session's JVM starts: :data:`WORKER_SITE` first on this process's ``PYTHONPATH``, which the
+    JVM inherits and passes to every Python worker it starts. ``spark.executorEnv.PYTHONPATH`` reaches the
+    workers of Python functions only; the runner that looks up the Python data sources builds its own, empty
+    environment. Restored afterwards: this process and what it starts later keep their own path.
+    """
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([WORKER_SITE, old]) if old else WORKER_SITE
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
 
 
 def _quiet_logs(settings: dict) -> dict:

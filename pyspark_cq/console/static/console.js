@@ -47,14 +47,14 @@ function series(q) {
   if (q.deadline != null) dur.push({ name: `deadline ${q.deadline} s`, f: () => q.deadline, dash: true });
   if (q.period != null) dur.push({ name: `period ${q.period} s`, f: () => q.period, dash: true });
   return {
-    rate: { title: "input rate (rows/s)", traces: [{ name: `${q.name} λ`, f: (p) => num(p.input_rate) }]
+    rate: { title: "input rate (rows/s)", y: "rows/s", traces: [{ name: `${q.name} λ`, f: (p) => num(p.input_rate) }]
       .concat(ops.map((o) => ({ name: `${o} λ`, f: op(o, "input_rate") }))) },
     state: { title: "operator state" + (S.memoryBudget ? ` (memory budget ${fmtBytes(S.memoryBudget)})` : ""),
-      y2: "bytes", traces: ops.flatMap((o) => [
+      y: "rows", y2: "bytes", traces: ops.flatMap((o) => [
         { name: `${o} rows`, f: op(o, "state_rows") },
         { name: `${o} bytes`, f: op(o, "state_bytes"), yaxis: "y2" }]) },
-    duration: { title: "batch duration vs deadline / period (s)", traces: dur },
-    counts: { title: "late / shed / malformed rows (since start)", traces: ops.flatMap((o) => [
+    duration: { title: "batch duration vs deadline / period (s)", y: "seconds", traces: dur },
+    counts: { title: "late / shed / malformed rows (since start)", y: "rows", traces: ops.flatMap((o) => [
       { name: `${o} late`, f: op(o, "late") },
       { name: `${o} shed`, f: op(o, "shed") },
       { name: `${o} malformed`, f: op(o, "malformed") }]) },
@@ -67,13 +67,21 @@ function makeChart(div, spec, points) {
     line: t.dash ? { dash: "dash" } : {},
     x: points.map((p) => new Date(p.t * 1000)), y: points.map(t.f),
   }));
-  const layout = {
-    title: { text: spec.title, font: { size: 13 } }, margin: { l: 50, r: spec.y2 ? 60 : 10, t: 30, b: 30 },
-    legend: { orientation: "h", y: -0.2, font: { size: 10 } }, xaxis: { type: "date" }, yaxis: { rangemode: "tozero" },
-  };
-  if (spec.y2) layout.yaxis2 = { overlaying: "y", side: "right", title: spec.y2, rangemode: "tozero" };
-  Plotly.newPlot(div, traces, layout, { displayModeBar: false, responsive: true });
+  Plotly.newPlot(div, traces, chartLayout(spec), { displayModeBar: false, responsive: true });
   div.dataset.points = String(points.length);
+}
+
+// Ticks as times of day only: Plotly's default date axis adds a second line with the date under the first
+// tick, which ran into the legend below the axis; the date is in the hover label. Every axis names its unit.
+function chartLayout(spec) {
+  const layout = {
+    title: { text: spec.title, font: { size: 13 } }, margin: { l: 60, r: spec.y2 ? 60 : 10, t: 30, b: 30 },
+    legend: { orientation: "h", y: -0.25, font: { size: 10 } },
+    xaxis: { type: "date", tickformat: "%H:%M:%S", hoverformat: "%Y-%m-%d %H:%M:%S" },
+    yaxis: { rangemode: "tozero", title: { text: spec.y || "" } },
+  };
+  if (spec.y2) layout.yaxis2 = { overlaying: "y", side: "right", title: { text: spec.y2 }, rangemode: "tozero" };
+  return layout;
 }
 
 function extendChart(div, spec, points) {
@@ -148,6 +156,30 @@ function fillTable(id, rows) {
   }));
 }
 
+// The decisions log, newest first: time, round, policy, kind, decisions, applied, error. Consecutive rounds of
+// one policy that decided nothing (and failed nothing) share one line with their count and time span, so that
+// the rounds that did something are not lost among screenfuls of "(none)".
+function decisionRows(decisions) {
+  const groups = [];
+  for (const d of (decisions || []).slice().reverse()) {
+    const decs = (d.decisions || []).map((x) => `${x.operator}: ${fmtParams(x.changes)}`).join("; ");
+    const err = d.error || (d.rejected ? `rejected: ${d.rejected}` : "");
+    const idle = !decs && !err;
+    const g = groups[groups.length - 1];
+    if (idle && g && g.idle && g.policy === d.policy && g.kind === d.kind) {
+      g.count += 1;
+      g.oldest = d;
+      continue;
+    }
+    groups.push({ idle, policy: d.policy, kind: d.kind, count: 1, oldest: d, newest: d, decs, err });
+  }
+  return groups.map((g) => (g.count === 1
+    ? [fmtTime(g.newest.time), g.newest.round, g.policy, g.kind, g.decs || "(none)", g.newest.applied ? "yes" : "no",
+      g.err]
+    : [`${fmtTime(g.oldest.time)} – ${fmtTime(g.newest.time)}`, `${g.oldest.round}–${g.newest.round}`, g.policy,
+      g.kind, `(none) × ${g.count} rounds`, "–", ""]));
+}
+
 function renderLogs(st) {
   S.memoryBudget = st.memory_budget;
   S.control = st.control || [];
@@ -160,12 +192,8 @@ function renderLogs(st) {
       .map(([k, v]) => `${k} @ ${new Date(v / 1000).toLocaleTimeString()}`).join("; ");
     return [c.version, fmtTime(c.time), c.who, c.operator, c.action, what, at, c.reason];
   }));
-  fillTable("decisions-log", (st.decisions || []).slice().reverse().map((d) => {
-    const decs = (d.decisions || []).map((x) => `${x.operator}: ${fmtParams(x.changes)}`).join("; ");
-    const err = d.error || (d.rejected ? `rejected: ${d.rejected}` : "");
-    const td = el("td", { class: err ? "bad" : "" }, err);
-    return [fmtTime(d.time), d.round, d.policy, d.kind, decs || "(none)", d.applied ? "yes" : "no", td];
-  }));
+  fillTable("decisions-log", decisionRows(st.decisions).map((cells) =>
+    cells.slice(0, 6).concat([el("td", { class: cells[6] ? "bad" : "" }, cells[6])])));
   for (const q of Object.values(st.queries || {})) {
     const box = document.getElementById(`plan-${q.name}`);
     if (box) box.innerHTML = q.plan_svg || "<em>no plan registered</em>";
@@ -300,4 +328,8 @@ async function init() {
   connect();
 }
 
-init();
+if (typeof module !== "undefined" && module.exports) {
+  module.exports = { decisionRows, chartLayout, series };   // for tests under node (tests/test_console.py)
+} else {
+  init();
+}

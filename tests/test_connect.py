@@ -36,6 +36,7 @@ THROUGH_CONNECT = {
                      "test_select_chain.py::test_stream_switches_plans_between_batches_and_reports_each_step"],
     "cql": ["test_cql_compile.py::test_paper_q1_count_rstream_and_istream_equal_spark_windows",
             "test_cql_compile.py::test_streaming_aggregate_and_join_equal_spark_streaming"],
+    "query_group": ["test_query_group.py::test_each_member_equals_its_query_alone"],
     "runtime": ["test_runtime.py::test_runtime_change_reaches_running_query_within_two_batches",
                 "test_runtime.py::test_runtime_policy_loop_drives_query_and_survives_broken_policy"],
 }

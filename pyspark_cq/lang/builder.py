@@ -15,6 +15,7 @@ from . import ast as A
 from .analysis import (
     _AGG_NAMES,
     AT,
+    JOIN_AGGREGATE_JOIN,
     SUB_AT,
     Analysis,
     SourceInfo,
@@ -26,6 +27,7 @@ from .analysis import (
     _rewrite,
     _unqualified,
     analyze,
+    join_operator,
 )
 from .errors import CQLCompileError
 from .parser import parse
@@ -109,6 +111,27 @@ def _time_column(df, stream: str, node) -> str:
         return stamps[0]
     raise CQLCompileError(f"the stream {stream}", "its timestamp column is ambiguous: set a watermark on it "
                           f"(withWatermark) — timestamp columns: {', '.join(stamps) or 'none'}", node)
+
+
+#: The time column of an aggregate over a join's input: one row per pair and slide instant, 1 µs before the instant
+EVAL_TIME = "cq_eval_time"
+
+
+def _watermark_delay(ldf, lt: str, rdf, rt: str, node):
+    """The watermark delay (ms) the aggregate after a join tags its time column with: None when neither input is
+    streaming, else the larger of the inputs' delays (Spark computes the watermark itself; the tag marks the
+    column as event time).
+    """
+    delays = []
+    for df, t in ((ldf, lt), (rdf, rt)):
+        if df.isStreaming:
+            md = df.schema[t].metadata or {}
+            if "spark.watermarkDelayMs" not in md:
+                raise CQLCompileError(f"the stream {t.split('__')[0]}", "an aggregate over a join of streams "
+                                      f"needs a watermark on its time column {t.split('__', 1)[1]} (withWatermark)",
+                                      node)
+            delays.append(int(md["spark.watermarkDelayMs"]))
+    return max(delays) if delays else None
 
 
 def _sql(e: A.Expr, name: Callable) -> str:
@@ -350,18 +373,13 @@ class _Builder:
 
         return _aggregate_output(out, q, name_of, out_name, parts, {})
 
-    # -- windowed aggregates ----------------------------------------------------------------------
-    def _aggregate(self):
+    def _aggregate_specs(self, df, name_of):
+        """``df`` with the computed GROUP BY expressions and aggregate arguments as columns; the grouping
+        columns, {grouped expression: column}, ``sliding_aggregate``'s ``aggs`` and {aggregate call: output column}.
+        """
         from pyspark.sql import functions as F
 
-        from ..operators.aggregate import sliding_aggregate
-
-        a, q = self.a, self.a.select
-        s = a.sources[0]
-        df, time = self.source(s)
-
-        name_of = self.name
-
+        q = self.a.select
         # SELECT DISTINCT without aggregates is a GROUP BY of the select list; without aggregates a constant
         # one (MAX(1)) is computed, whose value changes only when a group appears or leaves, so ISTREAM /
         # DSTREAM emit exactly the rows entering / leaving the distinct set
@@ -404,6 +422,20 @@ class _Builder:
             if fn not in aggs.setdefault(col, []):
                 aggs[col].append(fn)
             out_name[call] = f"{fn}_{col}"
+        return df, by, grouped, aggs, out_name
+
+    # -- windowed aggregates ----------------------------------------------------------------------
+    def _aggregate(self):
+        from pyspark.sql import functions as F
+
+        from ..operators.aggregate import sliding_aggregate
+
+        a, q = self.a, self.a.select
+        s = a.sources[0]
+        df, time = self.source(s)
+
+        name_of = self.name
+        df, by, grouped, aggs, out_name = self._aggregate_specs(df, name_of)
         w = s.window
         window, slide = timedelta(microseconds=w.size.micros), timedelta(microseconds=w.slide.micros)
         # ISTREAM / DSTREAM: the slide divides the range (analysis), so this is the slide; RSTREAM's slide need not
@@ -473,6 +505,71 @@ class _Builder:
         at = "valid_from" if a.stream == "ISTREAM" else "valid_to"
         out = out.withColumn(AT, F.col(at))
         return self._joined(out, keymap)
+
+    def _join_aggregate(self):
+        """RSTREAM of an aggregate over a two-way join (docs/cql.md, "Aggregates over joins"): Spark's
+        stream-stream join with the windows' time band, each pair copied to the slide instants ``e`` at which
+        it is in the joined relation (``max(ta, tb) < e <= min(ta + wa, tb + wb)``), then a tumbling
+        ``sliding_aggregate`` of width ``s`` whose window ``[e - s, e)`` holds exactly the pairs of instant ``e``.
+        """
+        from pyspark.sql import functions as F
+
+        from ..operators.aggregate import sliding_aggregate
+
+        a, q = self.a, self.a.select
+        left, right = a.sources
+        keymap, on = {}, []
+        for j, ((r1, c1), (r2, c2)) in enumerate(a.keys):
+            k = f"cq_k{j}"
+            keymap[(r1, self.res.column_name(r1, c1))] = k
+            keymap[(r2, self.res.column_name(r2, c2))] = k
+            on.append(k)
+        if len(keymap) != 2 * len(on):
+            raise CQLCompileError("a join key used twice", "each column may appear in one equality", a.select)
+        ldf, lt = self._prefixed(left, keymap)
+        rdf, rt = self._prefixed(right, keymap)
+        delay = _watermark_delay(ldf, lt, rdf, rt, a.statement)
+        rdf = rdf.select(*[F.col(c).alias(c + "__r") if c in on else F.col(f"`{c}`") for c in rdf.columns])
+        wl, wr, s = (left.window.size.micros, right.window.size.micros, left.window.slide.micros)
+
+        def us(n):
+            return F.expr(f"INTERVAL {n} MICROSECONDS")
+
+        # validities [tl, tl + wl) and [tr, tr + wr) intersect: Spark's time-interval join condition
+        cond = (F.col(f"`{rt}`") > F.col(f"`{lt}`") - us(wr)) & (F.col(f"`{rt}`") < F.col(f"`{lt}`") + us(wl))
+        for k in on:
+            cond = cond & (ldf[k] == rdf[k + "__r"])
+        joined = ldf.join(rdf, cond, "inner").drop(*[k + "__r" for k in on])
+        self.operators.append((join_operator(a), JOIN_AGGREGATE_JOIN, {
+            "on": [f"{to_text(k[0][1])} = {to_text(k[1][1])}" for k in a.keys],
+            "windows": [_human.duration(wl), _human.duration(wr)]}))
+        joined = self._filter(joined, a.residual, self._join_names(keymap))
+        # the slide instants e (on the grid o + s·Z, o = w mod s: the ends of windows [k·s, k·s + w)) at which the
+        # pair is in both windows: the first after its later timestamp to the last at or before its first expiry
+        o = wl % s
+        start = F.unix_micros(F.greatest(F.col(f"`{lt}`"), F.col(f"`{rt}`")))
+        stop = F.unix_micros(F.least(F.col(f"`{lt}`") + us(wl), F.col(f"`{rt}`") + us(wr)))
+        first = start - F.pmod(start - F.lit(o), F.lit(s)) + F.lit(s)
+        last = stop - F.pmod(stop - F.lit(o), F.lit(s))
+        joined = joined.filter(first <= last).withColumn(
+            "cq_instant", F.explode(F.sequence(first, last, F.lit(s).cast("long"))))
+        # the instant's row lies in the tumbling window [e - s, e); the column carries the inputs' watermark
+        # delay as metadata (Spark forbids a second withWatermark after a join): a pair comes out of the join
+        # in the micro-batch its later row arrives, after every instant the aggregate has closed
+        eval_time = F.timestamp_micros(F.col("cq_instant") - 1)
+        if delay is not None:
+            eval_time = eval_time.alias(EVAL_TIME, metadata={"spark.watermarkDelayMs": delay})
+        df = joined.withColumn(EVAL_TIME, eval_time).drop("cq_instant")
+        name_of = self._join_names(keymap)
+        df, by, grouped, aggs, out_name = self._aggregate_specs(df, name_of)
+        step = timedelta(microseconds=s)
+        out = sliding_aggregate(df, EVAL_TIME, step, step, by=by, aggs=aggs, granularity=step, emit="windows",
+                                name=a.operator)
+        self.operators.append((a.operator, "sliding_aggregate", {"window": _human.duration(s),
+                                                                  "slide": _human.duration(s), "by": by,
+                                                                  "aggs": aggs, "emit": "windows"}))
+        out = out.withColumn(AT, F.col(out.columns[1]))
+        return _aggregate_output(out, q, name_of, out_name, by, grouped)
 
     def _multi_join(self):
         from pyspark.sql import functions as F

@@ -676,7 +676,7 @@ def _function(shape: str) -> str:
     if shape == "stream":   # no operator: Spark's own filter and projection
         return "filter/project (stateless)"
     if shape == "join_aggregate":   # two operators in one Spark query (docs/cql.md, "Aggregates over joins")
-        return f"{JOIN_AGGREGATE_JOIN} → explode(slide instants) → {for_shape('aggregate').kind}"
+        return f"{JOIN_AGGREGATE_JOIN} → explode(slide instants) → {for_shape(shape).kind}"
     return for_shape(shape).kind
 
 
@@ -694,7 +694,7 @@ def _explain(a: Analysis, operators, distance: float = 1000.0) -> str:
             lines.append(f"operator   {op or '-'}: {fn} {args}")
     elif a.shape == "join_aggregate":
         lines.append(f"operator   {join_operator(a)}: {JOIN_AGGREGATE_JOIN}")
-        lines.append(f"operator   {a.operator}: {for_shape('aggregate').kind} (tumbling, one window per slide "
+        lines.append(f"operator   {a.operator}: {for_shape(a.shape).kind} (tumbling, one window per slide "
                      "instant)")
     else:
         lines.append(f"operator   {a.operator or '-'}: {_function(a.shape)}")

@@ -1,7 +1,8 @@
 """The Spark stage of the CQL compiler: the DataFrame of an :class:`~pyspark_cq.lang.analysis.Analysis`, built from
 pyspark-cq's operators. A windowed GROUP BY becomes :func:`~pyspark_cq.sliding_aggregate`, a join of two windowed
-streams :func:`~pyspark_cq.window_join`, of three to six :func:`~pyspark_cq.multi_join`, ``[ROWS n]`` /
-``[PARTITION BY … ROWS n]`` :func:`~pyspark_cq.rows_window`, ``SAMPLE(p)`` the shedding stage.
+streams :func:`~pyspark_cq.window_join`, of three to six :func:`~pyspark_cq.multi_join`, an aggregate over a join
+Spark's interval join followed by :func:`~pyspark_cq.sliding_aggregate` (docs/cql.md, "Aggregates over joins"),
+``[ROWS n]`` / ``[PARTITION BY … ROWS n]`` :func:`~pyspark_cq.rows_window`, ``SAMPLE(p)`` the shedding stage.
 """
 from __future__ import annotations
 

@@ -151,3 +151,62 @@ def test_streaming_with_late_rows_and_restart_equals_reference(spark, tmp_path):
     assert len(first) > 0 and len(rows) > len(first)
     dropped = sum(op.numRowsDroppedByWatermark for p in q.recentProgress for op in p.stateOperators)
     assert dropped >= 1   # the late rows are counted by Spark's join, not lost silently
+
+
+# --- issue 42 item 3: a window join as a FROM subquery of a stateful query ----------------------------------
+
+SUBQUERY = ("RSTREAM(SELECT J.k, COUNT(*) AS n FROM (SELECT A.k FROM A [RANGE 30 SECONDS], B [RANGE 20 SECONDS] "
+            "WHERE A.k = B.k) J [RANGE 1 MINUTE SLIDE 20 SECONDS] GROUP BY J.k)")
+
+
+def test_explain_shows_the_subquery_join():
+    text = explain(SUBQUERY, COLS)
+    assert "operator   q_agg: sliding_aggregate" in text
+    assert "subquery   J: join, q_J_join: stream-stream interval join (Spark); plan π((ω[30 s](A) ⋈ ω[20 s](B)))" \
+        in text
+
+
+@pytest.mark.spark
+def test_streaming_join_subquery_windowed_equals_reference(spark, tmp_path):
+    """The inner join's stream (cq_at: the later timestamp) windowed by the outer aggregate, one Spark query:
+    four micro-batches, late rows, a restart after the second, two flush batches of key 99."""
+    from helpers.join_aggregate_reference import windowed_join_count_reference
+
+    rnd = random.Random(11)
+    batches = {"A": [], "B": []}
+    for side, extra in (("A", "v"), ("B", "w")):
+        for i in range(4):
+            batches[side].append(_side(rnd, extra, 40 * i, 40 * i + 40, 20))
+        batches[side][3] += _side(rnd, extra, 0, 20, 5)   # late: the watermark is past 100 s
+        batches[side] += [_side(rnd, extra, 400, 401, 2, keys=[99]), _side(rnd, extra, 800, 801, 2, keys=[99])]
+    root = tmp_path / "in"
+    for side in batches:
+        os.makedirs(root / side)
+
+    def run():
+        def read(side, extra):
+            return (spark.readStream.schema(f"ts timestamp, k long, {extra} long").option("maxFilesPerTrigger", 1)
+                    .parquet(str(root / side)).withWatermark("ts", "10 seconds"))
+        out = cq.cql(spark, SUBQUERY, {"A": read("A", "v"), "B": read("B", "w")})
+        q = (out.writeStream.format("parquet").option("path", str(tmp_path / "out")).outputMode("append")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        q.awaitTermination()
+        return q
+
+    for i in range(6):
+        for side in batches:
+            write_in_order(pa.Table.from_pylist(batches[side][i]), root / side / f"b{i}.parquet", i)
+        if i in (2, 5):
+            q = run()
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    got = {(r["k"], _us(r["cq_at"])): r["n"] for r in rows if r["k"] != 99}
+
+    def on_time(side):
+        return [r for b in batches[side][:4] for r in b if r["ts"] >= BASE + timedelta(seconds=40)
+                or b is batches[side][0]]
+    left = [dict(r, t=_us(r["ts"])) for r in on_time("A")]
+    right = [dict(r, t=_us(r["ts"])) for r in on_time("B")]
+    want = windowed_join_count_reference(left, right, "k", 30 * 10**6, 20 * 10**6, 60 * 10**6, 20 * 10**6)
+    assert got == want and len(got) > 10
+    assert len(rows) == len({(r["k"], r["cq_at"]) for r in rows})
+    assert sum(op.numRowsDroppedByWatermark for p in q.recentProgress for op in p.stateOperators) >= 1

@@ -214,10 +214,11 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
     subqueries = {}
     for alias, sub in inner.items():
         sa = subqueries[alias] = analyze(sub, f"{name}_{alias}", columns, streams=streams)
-        if sa.shape != "stream":
+        if sa.shape not in ("stream", "join"):
             raise CQLCompileError(f"the subquery {alias}", "a subquery in FROM must produce a stream without "
-                                  "state (CQL §2: a selection / projection of streams, joined with stored relations "
-                                  f"at most); this one is {'an' if sa.shape == 'aggregate' else 'a'} "
+                                  "state or of a two-way window join (CQL §2: a selection / projection of streams, "
+                                  "joined with stored relations, or ISTREAM of A [RANGE a] ⋈ B [RANGE b] at "
+                                  f"most); this one is {'an' if sa.shape == 'aggregate' else 'a'} "
                                   f"{sa.shape.replace('_', ' ')}: run it as its own query and read its sink", sub.query)
         if columns is not None:
             out = []
@@ -698,6 +699,10 @@ def _explain(a: Analysis, operators, distance: float = 1000.0) -> str:
                      "instant)")
     else:
         lines.append(f"operator   {a.operator or '-'}: {_function(a.shape)}")
+    for alias, sub in a.subqueries.items():   # a FROM subquery's stream: its own shape and operator
+        fn = JOIN_AGGREGATE_JOIN if sub.shape == "join" and a.shape != "stream" else _function(sub.shape)
+        what = fn if sub.shape == "stream" else f"{sub.operator}: {fn}"
+        lines.append(f"subquery   {alias}: {sub.shape}, {what}; plan {P.render(sub.plan, micros=True)}")
     for label, rng in a.qos.items():
         lines.append(f"qos        {label}: {rng}")
     for k, v in a.options.items():

@@ -114,6 +114,12 @@ def _time_column(df, stream: str, node) -> str:
                           f"(withWatermark) — timestamp columns: {', '.join(stamps) or 'none'}", node)
 
 
+def _micros(n: int):
+    from pyspark.sql import functions as F
+
+    return F.expr(f"INTERVAL {n} MICROSECONDS")
+
+
 #: The time column of an aggregate over a join's input: one row per pair and slide instant, 1 µs before the instant
 EVAL_TIME = "cq_eval_time"
 
@@ -201,7 +207,7 @@ def compile_cql(spark, text, sources: Mapping, *, name: str = "q", control: Call
         if alias in lookup:
             raise CQLCompileError(f"the subquery {alias}", "its alias is also a source's name; rename one",
                                   sub.statement)
-        built = _Builder(spark, sub, lookup, None).build().dataframe
+        built = _Builder(spark, sub, lookup, None, feeds_state=a.shape != "stream").build().dataframe
         lookup[alias] = built.select(*[F.col(f"`{c}`") for c in built.columns if c != AT], F.col(AT).alias(SUB_AT))
     return _Builder(spark, a, lookup, control).build()
 
@@ -235,8 +241,10 @@ def cql(spark, text, sources):
 
 
 class _Builder:
-    def __init__(self, spark, a: Analysis, sources: Mapping, control):
+    def __init__(self, spark, a: Analysis, sources: Mapping, control, *, feeds_state: bool = False):
         self.spark, self.a, self.sources, self.control = spark, a, sources, control
+        # a FROM subquery whose stream a stateful outer query reads: its join is Spark's (see _spark_window_join)
+        self.feeds_state = feeds_state
         self.operators: list = []
         every = a.sources + a.relations
         self.res = _Resolver(every, {s.ref: sources[s.name].columns for s in every})
@@ -481,6 +489,8 @@ class _Builder:
 
         a = self.a
         left, right = a.sources
+        if self.feeds_state:
+            return self._join_feeding_state()
         keymap, on = {}, []
         for j, ((r1, c1), (r2, c2)) in enumerate(a.keys):
             k = f"cq_k{j}"
@@ -507,17 +517,14 @@ class _Builder:
         out = out.withColumn(AT, F.col(at))
         return self._joined(out, keymap)
 
-    def _join_aggregate(self):
-        """RSTREAM of an aggregate over a two-way join (docs/cql.md, "Aggregates over joins"): Spark's
-        stream-stream join with the windows' time band, each pair copied to the slide instants ``e`` at which
-        it is in the joined relation (``max(ta, tb) < e <= min(ta + wa, tb + wb)``), then a tumbling
-        ``sliding_aggregate`` of width ``s`` whose window ``[e - s, e)`` holds exactly the pairs of instant ``e``.
+    def _spark_window_join(self):
+        """Spark's stream-stream join of the two windowed inputs (the pairs whose validities intersect, as
+        ``window_join``'s): the joined DataFrame, the key map, the two time columns and the watermark delay (ms).
+        Used where a pyspark-cq operator follows the join: Spark refuses two ``applyInPandasWithState`` in a query.
         """
         from pyspark.sql import functions as F
 
-        from ..operators.aggregate import sliding_aggregate
-
-        a, q = self.a, self.a.select
+        a = self.a
         left, right = a.sources
         keymap, on = {}, []
         for j, ((r1, c1), (r2, c2)) in enumerate(a.keys):
@@ -531,19 +538,33 @@ class _Builder:
         rdf, rt = self._prefixed(right, keymap)
         delay = _watermark_delay(ldf, lt, rdf, rt, a.statement)
         rdf = rdf.select(*[F.col(c).alias(c + "__r") if c in on else F.col(f"`{c}`") for c in rdf.columns])
-        wl, wr, s = (left.window.size.micros, right.window.size.micros, left.window.slide.micros)
-
-        def us(n):
-            return F.expr(f"INTERVAL {n} MICROSECONDS")
-
+        wl, wr = left.window.size.micros, right.window.size.micros
         # validities [tl, tl + wl) and [tr, tr + wr) intersect: Spark's time-interval join condition
-        cond = (F.col(f"`{rt}`") > F.col(f"`{lt}`") - us(wr)) & (F.col(f"`{rt}`") < F.col(f"`{lt}`") + us(wl))
+        cond = ((F.col(f"`{rt}`") > F.col(f"`{lt}`") - _micros(wr))
+                & (F.col(f"`{rt}`") < F.col(f"`{lt}`") + _micros(wl)))
         for k in on:
             cond = cond & (ldf[k] == rdf[k + "__r"])
         joined = ldf.join(rdf, cond, "inner").drop(*[k + "__r" for k in on])
-        self.operators.append((join_operator(a), JOIN_AGGREGATE_JOIN, {
+        self.operators.append((join_operator(a) or a.operator, JOIN_AGGREGATE_JOIN, {
             "on": [f"{to_text(k[0][1])} = {to_text(k[1][1])}" for k in a.keys],
             "windows": [_human.duration(wl), _human.duration(wr)]}))
+        return joined, keymap, (lt, rt), delay
+
+    def _join_aggregate(self):
+        """RSTREAM of an aggregate over a two-way join (docs/cql.md, "Aggregates over joins"): Spark's
+        stream-stream join with the windows' time band, each pair copied to the slide instants ``e`` at which
+        it is in the joined relation (``max(ta, tb) < e <= min(ta + wa, tb + wb)``), then a tumbling
+        ``sliding_aggregate`` of width ``s`` whose window ``[e - s, e)`` holds exactly the pairs of instant ``e``.
+        """
+        from pyspark.sql import functions as F
+
+        from ..operators.aggregate import sliding_aggregate
+
+        a, q = self.a, self.a.select
+        left, right = a.sources
+        joined, keymap, (lt, rt), delay = self._spark_window_join()
+        wl, wr, s = (left.window.size.micros, right.window.size.micros, left.window.slide.micros)
+        us = _micros
         joined = self._filter(joined, a.residual, self._join_names(keymap))
         # the slide instants e (on the grid o + s·Z, o = w mod s: the ends of windows [k·s, k·s + w)) at which the
         # pair is in both windows: the first after its later timestamp to the last at or before its first expiry
@@ -571,6 +592,25 @@ class _Builder:
                                                                   "aggs": aggs, "emit": "windows"}))
         out = out.withColumn(AT, F.col(out.columns[1]))
         return _aggregate_output(out, q, name_of, out_name, by, grouped)
+
+    def _join_feeding_state(self):
+        """A FROM subquery's window join read by a stateful outer query (docs/cql.md, "Subqueries in FROM"):
+        Spark's join, ``cq_at`` as ``window_join`` gives it, tagged with the inputs' watermark delay so the outer
+        operator reads it as event time (Spark forbids a second ``withWatermark`` after a join).
+        """
+        from pyspark.sql import functions as F
+
+        a = self.a
+        left, right = a.sources
+        joined, keymap, (lt, rt), delay = self._spark_window_join()
+        if a.stream == "ISTREAM":   # the pair enters the join at its later timestamp
+            at = F.greatest(F.col(f"`{lt}`"), F.col(f"`{rt}`"))
+        else:                       # it leaves when its first tuple leaves its window
+            at = F.least(F.col(f"`{lt}`") + _micros(left.window.size.micros),
+                         F.col(f"`{rt}`") + _micros(right.window.size.micros))
+        if delay is not None:
+            at = at.alias(AT, metadata={"spark.watermarkDelayMs": delay})
+        return self._joined(joined.withColumn(AT, at), keymap)
 
     def _multi_join(self):
         from pyspark.sql import functions as F

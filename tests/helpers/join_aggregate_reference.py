@@ -34,3 +34,24 @@ def join_aggregate_reference(left, right, key, left_window, right_window, slide,
             out[(k, e)] = (len(ws), sum(ws) / len(ws))
         e += slide
     return out
+
+
+def windowed_join_count_reference(left, right, key, left_window, right_window, window, slide):
+    """{(key, window end e): COUNT(*)} of CQL's ``(ISTREAM(SELECT key FROM L [RANGE wl], R [RANGE wr] WHERE
+    L.key = R.key)) J [RANGE window SLIDE slide]`` grouped by key: the join's tuples (each pair whose windows
+    overlap, at the later of its two timestamps), then Spark's windows ``[e − window, e)``, ``e ≡ window (mod
+    slide)``, by enumeration.
+    """
+    stream = [(lrow[key], max(lrow["t"], rrow["t"])) for lrow in left for rrow in right
+              if lrow[key] == rrow[key] and lrow["t"] < rrow["t"] + right_window and rrow["t"] < lrow["t"] + left_window]
+    if not stream:
+        return {}
+    times = [t for _, t in stream]
+    e = min(times) - (min(times) - window % slide) % slide
+    out = defaultdict(int)
+    while e <= max(times) + window + slide:
+        for k, t in stream:
+            if e - window <= t < e:
+                out[(k, e)] += 1
+        e += slide
+    return dict(out)

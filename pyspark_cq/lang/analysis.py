@@ -18,7 +18,7 @@ from ..vocabulary.operators import for_shape
 from . import ast as A
 from .errors import CQLCompileError
 from .parser import parse
-from .printer import to_text
+from .printer import duration, to_text
 
 __all__ = ["analyze", "explain", "Analysis", "SourceInfo", "AT", "SUB_AT", "DEFAULT_SELECTIVITY", "DEFAULT_GROUPS"]
 
@@ -29,6 +29,9 @@ SUB_AT = "cq_time"
 DEFAULT_SELECTIVITY = 0.5
 DEFAULT_JOIN_SELECTIVITY = 0.1
 DEFAULT_GROUPS = 100
+#: What joins the inputs of an aggregate over a join: Spark's stream-stream join with the time band of the two
+#: windows (pyspark-cq's window_join is a second applyInPandasWithState, which Spark refuses in one query).
+JOIN_AGGREGATE_JOIN = "stream-stream interval join (Spark)"
 _AGG_NAMES = {"COUNT": "count", "SUM": "sum", "AVG": "avg", "MIN": "min", "MAX": "max"}
 
 
@@ -62,8 +65,8 @@ class Analysis:
     """What :func:`analyze` found: shape, sources, predicates, aggregates, plan and QoS.
 
     ``shape`` is ``"stream"`` (one stream, no state: NOW, RANGE or UNBOUNDED windows), ``"rows"``
-    (a tuple-based window), ``"aggregate"`` (a windowed GROUP BY), ``"join"`` (two windowed streams) or
-    ``"multi_join"`` (three to six).
+    (a tuple-based window), ``"aggregate"`` (a windowed GROUP BY), ``"join"`` (two windowed streams),
+    ``"multi_join"`` (three to six) or ``"join_aggregate"`` (a GROUP BY over a join of two slid windows).
     """
 
     statement: A.Statement
@@ -211,10 +214,11 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
     subqueries = {}
     for alias, sub in inner.items():
         sa = subqueries[alias] = analyze(sub, f"{name}_{alias}", columns, streams=streams)
-        if sa.shape != "stream":
+        if sa.shape not in ("stream", "join"):
             raise CQLCompileError(f"the subquery {alias}", "a subquery in FROM must produce a stream without "
-                                  "state (CQL §2: a selection / projection of streams, joined with stored relations "
-                                  f"at most); this one is {'an' if sa.shape == 'aggregate' else 'a'} "
+                                  "state or of a two-way window join (CQL §2: a selection / projection of streams, "
+                                  "joined with stored relations, or ISTREAM of A [RANGE a] ⋈ B [RANGE b] at "
+                                  f"most); this one is {'an' if sa.shape == 'aggregate' else 'a'} "
                                   f"{sa.shape.replace('_', ' ')}: run it as its own query and read its sink", sub.query)
         if columns is not None:
             out = []
@@ -280,9 +284,8 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
             shape = "stream"
     else:
         if aggregated:
-            raise CQLCompileError("aggregation over a join", "not supported yet: compile the join and aggregate "
-                                  "its output stream in a second query", q)
-        for s in sources:
+            _check_join_aggregate(statement, sources)
+        for s in sources if not aggregated else ():
             if s.window is None or s.window.kind != "range" or s.window.slide is not None or s.window.where:
                 raise CQLCompileError(f"the join input {s.ref}",
                                       "every stream of a join needs a time-based window [RANGE d] (no SLIDE, no "
@@ -290,7 +293,7 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
                                       "keeps all its input forever", s.window or s.node)
         if len(sources) > 6:
             raise CQLCompileError("a join of more than six streams", "multi_join joins 2 to 6 inputs", q)
-        shape = "join" if len(sources) == 2 else "multi_join"
+        shape = "join_aggregate" if aggregated else "join" if len(sources) == 2 else "multi_join"
     stream = statement.stream
     a = Analysis(statement, name, shape, sources, stream, relations=relations, subqueries=subqueries)
     _check_stream_operator(a)
@@ -314,7 +317,7 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
             next(s for s in sources if s.ref in owners).filters.append(c)
         else:
             a.residual.append(c)
-    if shape in ("join", "multi_join"):
+    if shape in ("join", "multi_join", "join_aggregate"):
         _check_keys(a)
     # every column of the select list, GROUP BY, HAVING and PARTITION BY names a stream's column
     exprs = [i.expr for i in q.items] + list(q.group_by) + ([q.having] if q.having is not None else [])
@@ -328,7 +331,7 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
             raise CQLCompileError(f"the relation {r.ref}", "it is not joined on an equality with the stream "
                                   f"(WHERE S.a = {r.ref}.b); a Cartesian product is not supported", r.node)
     a.operator = {"aggregate": f"{name}_agg", "join": f"{name}_join", "multi_join": f"{name}_mjoin",
-                  "rows": f"{name}_rows", "rows_aggregate": f"{name}_rows"}.get(shape)
+                  "rows": f"{name}_rows", "rows_aggregate": f"{name}_rows", "join_aggregate": f"{name}_agg"}.get(shape)
     a.plan = _plan(a)
     a.qos, a.options = _qos(a)
     return a
@@ -388,7 +391,7 @@ def _check_keys(a: Analysis) -> None:
     if not a.keys:
         raise CQLCompileError("a join without an equality predicate", "a Cartesian product of streams is not "
                               "supported; join on equal columns (WHERE A.k = B.k)", a.select)
-    if a.shape == "join":
+    if a.shape in ("join", "join_aggregate"):
         return
     # multi_join: one key shared by all inputs (connected through the equalities); others are residual.
     parent = {}
@@ -482,6 +485,8 @@ def _check_stream_operator(a: Analysis) -> None:
             raise CQLCompileError(f"{s} of an aggregate whose SLIDE does not divide its RANGE",
                                   "the change stream is computed on the slide's grid; choose a slide dividing "
                                   "the range, or RSTREAM", w)
+    elif shape == "join_aggregate":
+        pass   # checked by _check_join_aggregate before the shape is set
     else:  # joins
         if s is None:
             raise CQLCompileError("a join of windowed streams without ISTREAM or DSTREAM", "it produces a relation "
@@ -489,6 +494,49 @@ def _check_stream_operator(a: Analysis) -> None:
         if s == "RSTREAM":
             raise CQLCompileError("RSTREAM of a join", "it re-emits every valid pair at every instant; use "
                                   "ISTREAM or DSTREAM", node)
+
+
+def join_operator(a: Analysis) -> str | None:
+    """The id of the join feeding the aggregate of a ``join_aggregate`` query (its metrics), else None."""
+    return f"{a.name}_join" if a.shape == "join_aggregate" else None
+
+
+def _check_join_aggregate(statement: A.Statement, sources: list) -> None:
+    """Check an aggregate over a join (docs/cql.md, "Aggregates over joins"): two streams, each with a window
+    ``[RANGE w SLIDE s]`` of one slide ``s``, evaluated on one grid (``w mod s`` equal), and RSTREAM.
+    """
+    q = statement.query
+    if len(sources) != 2:
+        raise CQLCompileError("an aggregate over a join of three or more streams", "not supported yet: an "
+                              "aggregate is compiled over a two-way join; join the others in a subquery stream or "
+                              "run the join as its own query", q)
+    for s in sources:
+        w = s.window
+        if w is None or w.kind != "range":
+            raise CQLCompileError(f"the input {s.ref} of an aggregate over a join", "every input needs a time-based "
+                                  "window [RANGE w SLIDE s]; an unbounded or tuple-based join is not supported",
+                                  w or s.node)
+        if w.slide is None:
+            raise CQLCompileError(f"an aggregate over a join without SLIDE on {s.ref}", "the joined relation "
+                                  "changes at every instant; give every input the same SLIDE, e.g. "
+                                  f"{s.ref} [RANGE {duration(w.size)} SLIDE 1 SECOND], to evaluate the aggregate "
+                                  "at multiples of it", w)
+        if w.where is not None:
+            raise CQLCompileError("WHERE inside a RANGE window", "put the predicate in the query's WHERE (a "
+                                  "time-based window commutes with it)", w.where)
+    a, b = (s.window for s in sources)
+    if a.slide.micros != b.slide.micros:
+        raise CQLCompileError("an aggregate over a join of different SLIDEs", "the joined relation is evaluated "
+                              "at the instants both windows slide to: give both inputs the same SLIDE", b)
+    if a.size.micros % a.slide.micros != b.size.micros % b.slide.micros:
+        raise CQLCompileError("an aggregate over a join whose windows end on different grids", "windows "
+                              "[k·s, k·s + w) of both inputs must end at the same instants: choose RANGEs that "
+                              "differ by a multiple of the SLIDE (e.g. both multiples of it)", b)
+    if statement.stream != "RSTREAM":
+        raise CQLCompileError(f"{statement.stream or 'an aggregate over a join without RSTREAM'}"
+                              + (" of an aggregate over a join" if statement.stream else ""),
+                              "not supported yet: an aggregate over a join is compiled as RSTREAM(…) (its "
+                              "value at every slide instant); filter or compare its output stream", statement)
 
 
 def _plan(a: Analysis) -> P.Node:
@@ -521,6 +569,16 @@ def _plan(a: Analysis) -> P.Node:
         for i, leaf in enumerate(leaves[1:], 1):
             node = P.Join(node, leaf, selectivity=DEFAULT_JOIN_SELECTIVITY,
                           label=op if i == len(leaves) - 1 else None)
+    elif a.shape == "join_aggregate":   # ⋈ → σ(residual) → Γ(slide) → γ: the aggregate at every slide instant
+        node = P.Join(leaves[0], leaves[1], selectivity=DEFAULT_JOIN_SELECTIVITY, label=join_operator(a))
+        if a.residual:
+            node = P.Select(node, DEFAULT_SELECTIVITY ** len(a.residual),
+                            predicate=" AND ".join(to_text(p) for p in a.residual))
+        node = P.Granularity(node, a.sources[0].window.slide.micros)
+        node = P.Aggregate(node, groups=DEFAULT_GROUPS if a.select.group_by or a.select.distinct else 1, label=op)
+        if a.select.having is not None:
+            node = P.Select(node, DEFAULT_SELECTIVITY, predicate=to_text(a.select.having))
+        return P.Project(node, columns=tuple(_output_names(a.select)))
     else:
         node = leaves[0]
     if a.shape == "aggregate":
@@ -618,6 +676,8 @@ def _function(shape: str) -> str:
     """What a query of ``shape`` runs: the operator implementing it (its descriptor's kind)."""
     if shape == "stream":   # no operator: Spark's own filter and projection
         return "filter/project (stateless)"
+    if shape == "join_aggregate":   # two operators in one Spark query (docs/cql.md, "Aggregates over joins")
+        return f"{JOIN_AGGREGATE_JOIN} → explode(slide instants) → {for_shape(shape).kind}"
     return for_shape(shape).kind
 
 
@@ -633,8 +693,16 @@ def _explain(a: Analysis, operators, distance: float = 1000.0) -> str:
     if operators:
         for op, fn, args in operators:
             lines.append(f"operator   {op or '-'}: {fn} {args}")
+    elif a.shape == "join_aggregate":
+        lines.append(f"operator   {join_operator(a)}: {JOIN_AGGREGATE_JOIN}")
+        lines.append(f"operator   {a.operator}: {for_shape(a.shape).kind} (tumbling, one window per slide "
+                     "instant)")
     else:
         lines.append(f"operator   {a.operator or '-'}: {_function(a.shape)}")
+    for alias, sub in a.subqueries.items():   # a FROM subquery's stream: its own shape and operator
+        fn = JOIN_AGGREGATE_JOIN if sub.shape == "join" and a.shape != "stream" else _function(sub.shape)
+        what = fn if sub.shape == "stream" else f"{sub.operator}: {fn}"
+        lines.append(f"subquery   {alias}: {sub.shape}, {what}; plan {P.render(sub.plan, micros=True)}")
     for label, rng in a.qos.items():
         lines.append(f"qos        {label}: {rng}")
     for k, v in a.options.items():

@@ -1,7 +1,8 @@
 """The Spark stage of the CQL compiler: the DataFrame of an :class:`~pyspark_cq.lang.analysis.Analysis`, built from
 pyspark-cq's operators. A windowed GROUP BY becomes :func:`~pyspark_cq.sliding_aggregate`, a join of two windowed
-streams :func:`~pyspark_cq.window_join`, of three to six :func:`~pyspark_cq.multi_join`, ``[ROWS n]`` /
-``[PARTITION BY … ROWS n]`` :func:`~pyspark_cq.rows_window`, ``SAMPLE(p)`` the shedding stage.
+streams :func:`~pyspark_cq.window_join`, of three to six :func:`~pyspark_cq.multi_join`, an aggregate over a join
+Spark's interval join followed by :func:`~pyspark_cq.sliding_aggregate` (docs/cql.md, "Aggregates over joins"),
+``[ROWS n]`` / ``[PARTITION BY … ROWS n]`` :func:`~pyspark_cq.rows_window`, ``SAMPLE(p)`` the shedding stage.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from . import ast as A
 from .analysis import (
     _AGG_NAMES,
     AT,
+    JOIN_AGGREGATE_JOIN,
     SUB_AT,
     Analysis,
     SourceInfo,
@@ -26,6 +28,7 @@ from .analysis import (
     _rewrite,
     _unqualified,
     analyze,
+    join_operator,
 )
 from .errors import CQLCompileError
 from .parser import parse
@@ -122,6 +125,33 @@ def _time_column(df, stream: str, node) -> str:
                           f"(withWatermark) — timestamp columns: {', '.join(stamps) or 'none'}", node)
 
 
+def _micros(n: int):
+    from pyspark.sql import functions as F
+
+    return F.expr(f"INTERVAL {n} MICROSECONDS")
+
+
+#: The time column of an aggregate over a join's input: one row per pair and slide instant, 1 µs before the instant
+EVAL_TIME = "cq_eval_time"
+
+
+def _watermark_delay(ldf, lt: str, rdf, rt: str, node):
+    """The watermark delay (ms) the aggregate after a join tags its time column with: None when neither input is
+    streaming, else the larger of the inputs' delays (Spark computes the watermark itself; the tag marks the
+    column as event time).
+    """
+    delays = []
+    for df, t in ((ldf, lt), (rdf, rt)):
+        if df.isStreaming:
+            md = df.schema[t].metadata or {}
+            if "spark.watermarkDelayMs" not in md:
+                raise CQLCompileError(f"the stream {t.split('__')[0]}", "an aggregate over a join of streams "
+                                      f"needs a watermark on its time column {t.split('__', 1)[1]} (withWatermark)",
+                                      node)
+            delays.append(int(md["spark.watermarkDelayMs"]))
+    return max(delays) if delays else None
+
+
 def _sql(e: A.Expr, name: Callable) -> str:
     return expression(e, lambda c: "`" + name(c).replace("`", "``") + "`")
 
@@ -188,7 +218,7 @@ def compile_cql(spark, text, sources: Mapping, *, name: str = "q", control: Call
         if alias in lookup:
             raise CQLCompileError(f"the subquery {alias}", "its alias is also a source's name; rename one",
                                   sub.statement)
-        built = _Builder(spark, sub, lookup, None).build().dataframe
+        built = _Builder(spark, sub, lookup, None, feeds_state=a.shape != "stream").build().dataframe
         lookup[alias] = built.select(*[F.col(f"`{c}`") for c in built.columns if c != AT], F.col(AT).alias(SUB_AT))
     return _Builder(spark, a, lookup, control).build()
 
@@ -222,8 +252,10 @@ def cql(spark, text, sources):
 
 
 class _Builder:
-    def __init__(self, spark, a: Analysis, sources: Mapping, control):
+    def __init__(self, spark, a: Analysis, sources: Mapping, control, *, feeds_state: bool = False):
         self.spark, self.a, self.sources, self.control = spark, a, sources, control
+        # a FROM subquery whose stream a stateful outer query reads: its join is Spark's (see _spark_window_join)
+        self.feeds_state = feeds_state
         self.operators: list = []
         every = a.sources + a.relations
         self.res = _Resolver(every, {s.ref: sources[s.name].columns for s in every})
@@ -369,17 +401,18 @@ class _Builder:
         return _aggregate_output(out, q, name_of, out_name, parts, {})
 
     # -- windowed aggregates ----------------------------------------------------------------------
-    def aggregate_inputs(self, df):
+    def aggregate_inputs(self, df, name_of=None):
         """The windowed GROUP BY's input ``df`` with its computed columns (GROUP BY expressions, aggregate
         arguments), the grouping columns, the ``aggs`` of :func:`~pyspark_cq.sliding_aggregate`, the operator's
         output column of each aggregate call and of each grouped expression, and the computed columns as
-        ``(name, Column)`` pairs (names start with :attr:`prefix`). Shared with
+        ``(name, Column)`` pairs (names start with :attr:`prefix`). ``name_of``: a column's name in ``df``
+        (default :meth:`name`; an aggregate over a join names the joined columns its own way). Shared with
         :class:`pyspark_cq.QueryGroup`, which feeds many such queries from one projection.
         """
         from pyspark.sql import functions as F
 
         q = self.a.select
-        name_of = self.name
+        name_of = name_of or self.name
         computed = []   # (name, Column): the columns added to df
 
         # SELECT DISTINCT without aggregates is a GROUP BY of the select list; without aggregates a constant
@@ -483,6 +516,8 @@ class _Builder:
 
         a = self.a
         left, right = a.sources
+        if self.feeds_state:
+            return self._join_feeding_state()
         keymap, on = {}, []
         for j, ((r1, c1), (r2, c2)) in enumerate(a.keys):
             k = f"cq_k{j}"
@@ -508,6 +543,101 @@ class _Builder:
         at = "valid_from" if a.stream == "ISTREAM" else "valid_to"
         out = out.withColumn(AT, F.col(at))
         return self._joined(out, keymap)
+
+    def _spark_window_join(self):
+        """Spark's stream-stream join of the two windowed inputs (the pairs whose validities intersect, as
+        ``window_join``'s): the joined DataFrame, the key map, the two time columns and the watermark delay (ms).
+        Used where a pyspark-cq operator follows the join: Spark refuses two ``applyInPandasWithState`` in a query.
+        """
+        from pyspark.sql import functions as F
+
+        a = self.a
+        left, right = a.sources
+        keymap, on = {}, []
+        for j, ((r1, c1), (r2, c2)) in enumerate(a.keys):
+            k = f"cq_k{j}"
+            keymap[(r1, self.res.column_name(r1, c1))] = k
+            keymap[(r2, self.res.column_name(r2, c2))] = k
+            on.append(k)
+        if len(keymap) != 2 * len(on):
+            raise CQLCompileError("a join key used twice", "each column may appear in one equality", a.select)
+        ldf, lt = self._prefixed(left, keymap)
+        rdf, rt = self._prefixed(right, keymap)
+        delay = _watermark_delay(ldf, lt, rdf, rt, a.statement)
+        rdf = rdf.select(*[F.col(c).alias(c + "__r") if c in on else F.col(f"`{c}`") for c in rdf.columns])
+        wl, wr = left.window.size.micros, right.window.size.micros
+        # validities [tl, tl + wl) and [tr, tr + wr) intersect: Spark's time-interval join condition
+        cond = ((F.col(f"`{rt}`") > F.col(f"`{lt}`") - _micros(wr))
+                & (F.col(f"`{rt}`") < F.col(f"`{lt}`") + _micros(wl)))
+        for k in on:
+            cond = cond & (ldf[k] == rdf[k + "__r"])
+        joined = ldf.join(rdf, cond, "inner").drop(*[k + "__r" for k in on])
+        self.operators.append((join_operator(a) or a.operator, JOIN_AGGREGATE_JOIN, {
+            "on": [f"{to_text(k[0][1])} = {to_text(k[1][1])}" for k in a.keys],
+            "windows": [_human.duration(wl), _human.duration(wr)]}))
+        return joined, keymap, (lt, rt), delay
+
+    def _join_aggregate(self):
+        """RSTREAM of an aggregate over a two-way join (docs/cql.md, "Aggregates over joins"): Spark's
+        stream-stream join with the windows' time band, each pair copied to the slide instants ``e`` at which
+        it is in the joined relation (``max(ta, tb) < e <= min(ta + wa, tb + wb)``), then a tumbling
+        ``sliding_aggregate`` of width ``s`` whose window ``[e - s, e)`` holds exactly the pairs of instant ``e``.
+        """
+        from pyspark.sql import functions as F
+
+        from ..operators.aggregate import sliding_aggregate
+
+        a, q = self.a, self.a.select
+        left, right = a.sources
+        joined, keymap, (lt, rt), delay = self._spark_window_join()
+        wl, wr, s = (left.window.size.micros, right.window.size.micros, left.window.slide.micros)
+        us = _micros
+        joined = self._filter(joined, a.residual, self._join_names(keymap))
+        # the slide instants e (on the grid o + s·Z, o = w mod s: the ends of windows [k·s, k·s + w)) at which the
+        # pair is in both windows: the first after its later timestamp to the last at or before its first expiry
+        o = wl % s
+        start = F.unix_micros(F.greatest(F.col(f"`{lt}`"), F.col(f"`{rt}`")))
+        stop = F.unix_micros(F.least(F.col(f"`{lt}`") + us(wl), F.col(f"`{rt}`") + us(wr)))
+        first = start - F.pmod(start - F.lit(o), F.lit(s)) + F.lit(s)
+        last = stop - F.pmod(stop - F.lit(o), F.lit(s))
+        joined = joined.filter(first <= last).withColumn(
+            "cq_instant", F.explode(F.sequence(first, last, F.lit(s).cast("long"))))
+        # the instant's row lies in the tumbling window [e - s, e); the column carries the inputs' watermark
+        # delay as metadata (Spark forbids a second withWatermark after a join): a pair comes out of the join
+        # in the micro-batch its later row arrives, after every instant the aggregate has closed
+        eval_time = F.timestamp_micros(F.col("cq_instant") - 1)
+        if delay is not None:
+            eval_time = eval_time.alias(EVAL_TIME, metadata={"spark.watermarkDelayMs": delay})
+        df = joined.withColumn(EVAL_TIME, eval_time).drop("cq_instant")
+        name_of = self._join_names(keymap)
+        df, by, aggs, out_name, grouped, _ = self.aggregate_inputs(df, name_of)
+        step = timedelta(microseconds=s)
+        out = sliding_aggregate(df, EVAL_TIME, step, step, by=by, aggs=aggs, granularity=step, emit="windows",
+                                name=a.operator)
+        self.operators.append((a.operator, "sliding_aggregate", {"window": _human.duration(s),
+                                                                  "slide": _human.duration(s), "by": by,
+                                                                  "aggs": aggs, "emit": "windows"}))
+        out = out.withColumn(AT, F.col(out.columns[1]))
+        return _aggregate_output(out, q, name_of, out_name, by, grouped)
+
+    def _join_feeding_state(self):
+        """A FROM subquery's window join read by a stateful outer query (docs/cql.md, "Subqueries in FROM"):
+        Spark's join, ``cq_at`` as ``window_join`` gives it, tagged with the inputs' watermark delay so the outer
+        operator reads it as event time (Spark forbids a second ``withWatermark`` after a join).
+        """
+        from pyspark.sql import functions as F
+
+        a = self.a
+        left, right = a.sources
+        joined, keymap, (lt, rt), delay = self._spark_window_join()
+        if a.stream == "ISTREAM":   # the pair enters the join at its later timestamp
+            at = F.greatest(F.col(f"`{lt}`"), F.col(f"`{rt}`"))
+        else:                       # it leaves when its first tuple leaves its window
+            at = F.least(F.col(f"`{lt}`") + _micros(left.window.size.micros),
+                         F.col(f"`{rt}`") + _micros(right.window.size.micros))
+        if delay is not None:
+            at = at.alias(AT, metadata={"spark.watermarkDelayMs": delay})
+        return self._joined(joined.withColumn(AT, at), keymap)
 
     def _multi_join(self):
         from pyspark.sql import functions as F

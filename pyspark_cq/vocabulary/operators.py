@@ -40,6 +40,8 @@ class OperatorDescriptor:
         (per input, per probe step, per predicate) come from that module's builders.
     cql_shape : str or None
         The CQL compiler's query shape it implements (``"aggregate"``, ``"join"``, ``"rows"``, ...).
+    more_cql_shapes : tuple of str
+        Further shapes whose stateful step it is (``sliding_aggregate`` after Spark's join: ``"join_aggregate"``).
     """
 
     kind: str
@@ -49,6 +51,7 @@ class OperatorDescriptor:
     workers: tuple[str, ...] = ()
     metrics: tuple[str, ...] = ()
     cql_shape: str | None = None
+    more_cql_shapes: tuple[str, ...] = ()
 
 
 #: Every registered operator, by kind (in registration order).
@@ -67,9 +70,9 @@ def register(descriptor: OperatorDescriptor) -> OperatorDescriptor:
         raise TypeError(f"register takes an OperatorDescriptor, got {descriptor!r}")
     if descriptor.kind in OPERATORS:
         raise ValueError(f"operator kind {descriptor.kind!r} is registered already ({OPERATORS[descriptor.kind]})")
-    if descriptor.cql_shape is not None and for_shape(descriptor.cql_shape) is not None:
-        raise ValueError(f"CQL shape {descriptor.cql_shape!r} is implemented by "
-                         f"{for_shape(descriptor.cql_shape).kind!r} already")
+    for shape in ((descriptor.cql_shape,) if descriptor.cql_shape is not None else ()) + descriptor.more_cql_shapes:
+        if for_shape(shape) is not None:
+            raise ValueError(f"CQL shape {shape!r} is implemented by {for_shape(shape).kind!r} already")
     OPERATORS[descriptor.kind] = descriptor
     return descriptor
 
@@ -84,7 +87,7 @@ def descriptor(kind: str) -> OperatorDescriptor:
 
 def for_shape(shape: str) -> OperatorDescriptor | None:
     """The operator implementing the CQL query shape ``shape``, or None (e.g. ``"stream"``: no operator)."""
-    return next((d for d in OPERATORS.values() if d.cql_shape == shape), None)
+    return next((d for d in OPERATORS.values() if d.cql_shape == shape or shape in d.more_cql_shapes), None)
 
 
 def worker_modules() -> tuple[str, ...]:
@@ -110,7 +113,7 @@ register(OperatorDescriptor(
 register(OperatorDescriptor(
     "sliding_aggregate", f"{_OPS}.aggregate", ("window", "granularity", "drop_ratio", "params"),
     native="_aggregate", workers=(f"{_OPS}.aggregate.slicer", f"{_OPS}.aggregate.transport"),
-    metrics=M.AGGREGATE, cql_shape="aggregate"))
+    metrics=M.AGGREGATE, cql_shape="aggregate", more_cql_shapes=("join_aggregate",)))
 register(OperatorDescriptor(
     "select_chain", f"{_OPS}.select_chain", ("plan_id", "drop_ratio", "params"),
     workers=(f"{_OPS}.select_chain.worker",), metrics=M.SELECT_CHAIN))

@@ -1,0 +1,212 @@
+"""CQL aggregates over joins (issue 42 item 2, docs/cql.md "Aggregates over joins"): errors and explain without
+Spark; on Spark, batch and streaming (several micro-batches, late rows, a restart from the checkpoint) against
+the plain-Python enumeration of CQL's semantics in helpers/join_aggregate_reference.py.
+"""
+import os
+import random
+from datetime import datetime, timedelta
+
+import pyarrow as pa
+import pytest
+from helpers.files import write_in_order
+from helpers.join_aggregate_reference import join_aggregate_reference
+
+import pyspark_cq as cq
+from pyspark_cq.lang import CQLCompileError
+from pyspark_cq.lang.compiler import analyze, explain
+
+COLS = {"A": ["ts", "k", "v"], "B": ["ts", "k", "w"], "C": ["ts", "k", "x"]}
+ISSUE = ("RSTREAM(SELECT A.k, COUNT(*) AS n, AVG(B.w) AS w FROM A [RANGE 30 SECONDS SLIDE 10 SECONDS], "
+         "B [RANGE 30 SECONDS SLIDE 10 SECONDS] WHERE A.k = B.k GROUP BY A.k)")
+J = "A [RANGE 30 SECONDS SLIDE 10 SECONDS], B [RANGE 30 SECONDS SLIDE 10 SECONDS] WHERE A.k = B.k"
+
+
+def test_plan_and_explain_show_the_join_and_the_aggregate():
+    a = analyze(ISSUE, "q", COLS)
+    assert a.shape == "join_aggregate" and a.operator == "q_agg"
+    text = explain(ISSUE, COLS)
+    assert "shape      join_aggregate; output RSTREAM" in text
+    assert "γ[100](Γ[10 s]((ω[30 s](A) ⋈ ω[30 s](B))))" in text
+    assert "operator   q_join: stream-stream interval join (Spark)" in text
+    assert "operator   q_agg: sliding_aggregate" in text
+
+
+ERRORS = [
+    ("RSTREAM(SELECT A.k, COUNT(*) AS n, AVG(B.w) AS w FROM A [RANGE 30 SECONDS], B [RANGE 30 SECONDS] "
+     "WHERE A.k = B.k GROUP BY A.k)", "line 1:57:", "without SLIDE on A", "A [RANGE 30 SECONDS SLIDE 1 SECOND]"),
+    (ISSUE.replace("RSTREAM", "ISTREAM"), "line 1:1:", "ISTREAM of an aggregate over a join", "RSTREAM"),
+    (f"SELECT A.k, COUNT(*) AS n FROM {J} GROUP BY A.k", "line 1:1:", "without RSTREAM", "RSTREAM"),
+    ("RSTREAM(SELECT A.k, COUNT(*) AS n FROM A [RANGE 30 SECONDS SLIDE 10 SECONDS], B [RANGE 30 SECONDS SLIDE 5 "
+     "SECONDS] WHERE A.k = B.k GROUP BY A.k)", "line 1:81:", "different SLIDEs", "the same SLIDE"),
+    ("RSTREAM(SELECT A.k, COUNT(*) AS n FROM A [RANGE 30 SECONDS SLIDE 10 SECONDS], B [RANGE 25 SECONDS SLIDE 10 "
+     "SECONDS] WHERE A.k = B.k GROUP BY A.k)", "line 1:81:", "end on different grids", "multiple of the SLIDE"),
+    ("RSTREAM(SELECT A.k, COUNT(*) AS n FROM A [RANGE 30 SECONDS SLIDE 10 SECONDS], B [ROWS 3] WHERE A.k = B.k "
+     "GROUP BY A.k)", "line 1:81:", "the input B of an aggregate over a join", "[RANGE w SLIDE s]"),
+    ("RSTREAM(SELECT COUNT(*) AS n FROM A [RANGE 30 SECONDS SLIDE 10 SECONDS], B [RANGE 30 SECONDS SLIDE 10 "
+     "SECONDS])", "line 1:9:", "without an equality predicate", "A.k = B.k"),
+    (f"RSTREAM(SELECT A.k, COUNT(*) AS n FROM {J} AND B.k = C.k GROUP BY A.k)".replace(
+        "B [RANGE 30 SECONDS SLIDE 10 SECONDS]", "B [RANGE 30 SECONDS SLIDE 10 SECONDS], C [RANGE 30 SECONDS SLIDE "
+        "10 SECONDS]"), "line 1:9:", "three or more streams", "subquery"),
+    (f"RSTREAM(SELECT A.k, COUNT(*) AS n FROM {J} GROUP BY A.k) WITH (WINDOW BETWEEN 1 SECOND AND 30 SECONDS)",
+     "line 1:", "WINDOW QoS range", "not adjustable"),
+]
+
+
+@pytest.mark.parametrize("text,where,what,hint", ERRORS)
+def test_unsupported_variants_are_compile_errors_with_position_and_hint(text, where, what, hint):
+    with pytest.raises(CQLCompileError) as info:
+        analyze(text, "q", COLS)
+    msg = str(info.value)
+    assert msg.startswith(where) and what in msg and hint in msg, msg
+    assert info.value.line is not None and info.value.column is not None
+
+
+# --- Spark ----------------------------------------------------------------------------------------------------
+
+BASE = datetime(2024, 1, 1)
+EPOCH = datetime(1970, 1, 1)
+
+
+def _us(ts):
+    return (ts - EPOCH) // timedelta(microseconds=1)
+
+
+def _side(rnd, extra, lo_s, hi_s, n, keys=range(4)):
+    return [{"ts": BASE + timedelta(milliseconds=rnd.randrange(lo_s * 1000, hi_s * 1000)), "k": rnd.choice(keys),
+             extra: rnd.randrange(10)} for _ in range(n)]
+
+
+def _ours(rows, keep=lambda k: True):
+    return {(r["k"], _us(r["cq_at"])): (r["n"], round(r["w"], 9)) for r in rows if keep(r["k"])}
+
+
+def _reference(a_rows, b_rows, wl, wr, slide, where=None):
+    left = [dict(r, t=_us(r["ts"])) for r in a_rows]
+    right = [dict(r, t=_us(r["ts"])) for r in b_rows]
+    ref = join_aggregate_reference(left, right, "k", wl * 10**6, wr * 10**6, slide * 10**6, where)
+    return {k: (n, round(w, 9)) for k, (n, w) in ref.items()}
+
+
+@pytest.mark.spark
+def test_batch_equals_reference(spark):
+    rnd = random.Random(3)
+    a_rows, b_rows = _side(rnd, "v", 0, 90, 60), _side(rnd, "w", 0, 90, 60)
+    a = spark.createDataFrame(a_rows, "ts timestamp, k long, v long")
+    b = spark.createDataFrame(b_rows, "ts timestamp, k long, w long")
+    got = _ours(cq.cql(spark, ISSUE, {"A": a, "B": b}).collect())
+    want = _reference(a_rows, b_rows, 30, 30, 10)
+    assert got == want and len(got) > 20
+
+
+@pytest.mark.spark
+def test_streaming_with_late_rows_and_restart_equals_reference(spark, tmp_path):
+    """Four data micro-batches (40 s of event time each), late rows in the fourth, a restart after the third, two
+    flush batches of key 99 that move the watermark past every data instant; windows of 30 s and 20 s."""
+    rnd = random.Random(7)
+    batches = {"A": [], "B": []}
+    for side, extra in (("A", "v"), ("B", "w")):
+        for i in range(4):
+            batches[side].append(_side(rnd, extra, 40 * i, 40 * i + 40, 25))
+        late = _side(rnd, extra, 0, 20, 5)   # the watermark is past 100 s by then: dropped by the join
+        batches[side][3] += late
+        batches[side] += [_side(rnd, extra, 400, 401, 2, keys=[99]), _side(rnd, extra, 800, 801, 2, keys=[99])]
+    root = tmp_path / "in"
+    for side in batches:
+        os.makedirs(root / side)
+
+    def write(i):
+        for side in batches:
+            write_in_order(pa.Table.from_pylist(batches[side][i]), root / side / f"b{i}.parquet", i)
+
+    text = ("RSTREAM(SELECT A.k, COUNT(*) AS n, AVG(B.w) AS w FROM A [RANGE 30 SECONDS SLIDE 10 SECONDS], "
+            "B [RANGE 20 SECONDS SLIDE 10 SECONDS] WHERE A.k = B.k AND A.v < B.w + 5 GROUP BY A.k)")
+
+    def run():
+        def read(side, extra):
+            return (spark.readStream.schema(f"ts timestamp, k long, {extra} long").option("maxFilesPerTrigger", 1)
+                    .parquet(str(root / side)).withWatermark("ts", "10 seconds"))
+        out = cq.cql(spark, text, {"A": read("A", "v"), "B": read("B", "w")})
+        # a file sink: it restores from the checkpoint (the memory sink does not)
+        q = (out.writeStream.format("parquet").option("path", str(tmp_path / "out")).outputMode("append")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        q.awaitTermination()
+        return q
+
+    for i in range(3):
+        write(i)
+    run()
+    first = spark.read.parquet(str(tmp_path / "out")).collect()
+    for i in range(3, 6):
+        write(i)
+    q = run()
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    got = _ours(rows, keep=lambda k: k != 99)
+    on_time_a = [r for b in batches["A"][:4] for r in b if r["ts"] >= BASE + timedelta(seconds=40)
+                 or b is batches["A"][0]]
+    on_time_b = [r for b in batches["B"][:4] for r in b if r["ts"] >= BASE + timedelta(seconds=40)
+                 or b is batches["B"][0]]
+    want = _reference(on_time_a, on_time_b, 30, 20, 10, where=lambda lrow, rrow: lrow["v"] < rrow["w"] + 5)
+    assert got == want and len(got) > 30
+    assert len(rows) == len({(r["k"], r["cq_at"]) for r in rows})   # each (group, instant) once across the restart
+    assert len(first) > 0 and len(rows) > len(first)
+    dropped = sum(op.numRowsDroppedByWatermark for p in q.recentProgress for op in p.stateOperators)
+    assert dropped >= 1   # the late rows are counted by Spark's join, not lost silently
+
+
+# --- issue 42 item 3: a window join as a FROM subquery of a stateful query ----------------------------------
+
+SUBQUERY = ("RSTREAM(SELECT J.k, COUNT(*) AS n FROM (SELECT A.k FROM A [RANGE 30 SECONDS], B [RANGE 20 SECONDS] "
+            "WHERE A.k = B.k) J [RANGE 1 MINUTE SLIDE 20 SECONDS] GROUP BY J.k)")
+
+
+def test_explain_shows_the_subquery_join():
+    text = explain(SUBQUERY, COLS)
+    assert "operator   q_agg: sliding_aggregate" in text
+    assert "subquery   J: join, q_J_join: stream-stream interval join (Spark); plan π((ω[30 s](A) ⋈ ω[20 s](B)))" \
+        in text
+
+
+@pytest.mark.spark
+def test_streaming_join_subquery_windowed_equals_reference(spark, tmp_path):
+    """The inner join's stream (cq_at: the later timestamp) windowed by the outer aggregate, one Spark query:
+    four micro-batches, late rows, a restart after the second, two flush batches of key 99."""
+    from helpers.join_aggregate_reference import windowed_join_count_reference
+
+    rnd = random.Random(11)
+    batches = {"A": [], "B": []}
+    for side, extra in (("A", "v"), ("B", "w")):
+        for i in range(4):
+            batches[side].append(_side(rnd, extra, 40 * i, 40 * i + 40, 20))
+        batches[side][3] += _side(rnd, extra, 0, 20, 5)   # late: the watermark is past 100 s
+        batches[side] += [_side(rnd, extra, 400, 401, 2, keys=[99]), _side(rnd, extra, 800, 801, 2, keys=[99])]
+    root = tmp_path / "in"
+    for side in batches:
+        os.makedirs(root / side)
+
+    def run():
+        def read(side, extra):
+            return (spark.readStream.schema(f"ts timestamp, k long, {extra} long").option("maxFilesPerTrigger", 1)
+                    .parquet(str(root / side)).withWatermark("ts", "10 seconds"))
+        out = cq.cql(spark, SUBQUERY, {"A": read("A", "v"), "B": read("B", "w")})
+        q = (out.writeStream.format("parquet").option("path", str(tmp_path / "out")).outputMode("append")
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+        q.awaitTermination()
+        return q
+
+    for i in range(6):
+        for side in batches:
+            write_in_order(pa.Table.from_pylist(batches[side][i]), root / side / f"b{i}.parquet", i)
+        if i in (2, 5):
+            q = run()
+    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    got = {(r["k"], _us(r["cq_at"])): r["n"] for r in rows if r["k"] != 99}
+
+    def on_time(side):
+        return [r for b in batches[side][:4] for r in b if r["ts"] >= BASE + timedelta(seconds=40)
+                or b is batches[side][0]]
+    left = [dict(r, t=_us(r["ts"])) for r in on_time("A")]
+    right = [dict(r, t=_us(r["ts"])) for r in on_time("B")]
+    want = windowed_join_count_reference(left, right, "k", 30 * 10**6, 20 * 10**6, 60 * 10**6, 20 * 10**6)
+    assert got == want and len(got) > 10
+    assert len(rows) == len({(r["k"], r["cq_at"]) for r in rows})
+    assert sum(op.numRowsDroppedByWatermark for p in q.recentProgress for op in p.stateOperators) >= 1

@@ -32,6 +32,9 @@ Q = {
               "SLIDE 1 MINUTE] GROUP BY page HAVING COUNT(*) > 3)",
     "changes": "ISTREAM(SELECT region, SUM(x) AS s FROM clicks [RANGE 2 MINUTES SLIDE 30 SECONDS] GROUP BY region)",
 }
+#: joins a running group whose projection lacks its WHERE (evaluated in Arrow: IN, NOT, IS NULL, BETWEEN, OR)
+AP = ("RSTREAM(SELECT page, COUNT(*) AS n FROM clicks [RANGE 1 MINUTE SLIDE 10 SECONDS] WHERE (region IN ('ap', 'us') "
+      "AND NOT x BETWEEN 20 AND 30) OR (region IS NULL AND x >= 90) GROUP BY page)")
 
 
 def write_clicks(directory, files=4, rows=600, seed=11):
@@ -121,8 +124,13 @@ def test_queries_join_leave_pause_and_resume_between_micro_batches(spark, tmp_di
             g.pause("us_3m")
             with pytest.raises(ValueError, match="'big2' runs alone"):
                 g.add("big2", Q["big"], sink=os.path.join(tmp_dir, "out", "big2"))
-            with pytest.raises(ValueError, match="'ap' cannot join the running group"):
-                g.add("ap", Q["eu_1m"].replace("'eu'", "'ap'"), sink=os.path.join(tmp_dir, "out", "ap"))
+            # a WHERE the running plan does not compute: evaluated in Arrow (exactly as Spark's)
+            g.add("ap", AP, sink=os.path.join(tmp_dir, "out", "ap"))
+            with pytest.raises(ValueError, match="'by_region' cannot join the running group: the running plan does "
+                                                 "not compute its input"):
+                g.add("by_region", Q["changes"].replace("ISTREAM", "RSTREAM"), sink=os.path.join(tmp_dir, "r"))
+            with pytest.raises(ValueError, match="'like' cannot join .* cannot be evaluated exactly"):
+                g.add("like", Q["eu_1m"].replace("region = 'eu'", "region LIKE 'e%'"), sink=os.path.join(tmp_dir, "l"))
         if batch_id == 2:
             g.resume("us_3m")
 
@@ -132,7 +140,7 @@ def test_queries_join_leave_pause_and_resume_between_micro_batches(spark, tmp_di
     g.start(trigger={"availableNow": True}).awaitTermination()
     assert [b for b, _ in seen] == list(range(len(seen))) and len(seen) >= 5
     info = g.queries
-    assert set(info) == {"eu_1m", "eu_late", "us_3m"}
+    assert set(info) == {"eu_1m", "eu_late", "us_3m", "ap"}
     assert info["eu_late"]["status"] == "active" and info["eu_late"]["start"] is not None
 
     def alone(name, text):
@@ -149,6 +157,10 @@ def test_queries_join_leave_pause_and_resume_between_micro_batches(spark, tmp_di
     want = since(alone("eu_late", Q["eu_1m"]), start)
     assert want.count() > 0
     assert_same_rows(late, want, "eu_late")
+    ap = spark.read.parquet(os.path.join(tmp_dir, "out", "ap"))
+    want_ap = since(alone("ap", AP), info["ap"]["start"])
+    assert want_ap.count() > 0
+    assert_same_rows(ap, want_ap, "ap (WHERE in Arrow)")
     # the removed query delivered batches 0 and 1 only: a subset of its rows alone
     files = sorted(os.listdir(os.path.join(tmp_dir, "out", "all_5m")))
     assert [f for f in files if f.endswith(".parquet")] == ["part-000000000000.parquet", "part-000000000001.parquet"]

@@ -28,11 +28,14 @@ from datetime import datetime, timedelta, timezone
 from functools import reduce
 
 from . import doc as D
+from .predicates import Unsupported, bind
 from .sinks import check_sink, encode_sink, same_sink
 
 __all__ = ["QueryGroup"]
 
 _TRIGGERS = ("processingTime", "once", "continuous", "availableNow")
+#: Spark types of the plain columns a shared stage carries for queries that join it while it runs.
+_RAW_TYPES = ("byte", "short", "integer", "long", "float", "double", "string", "boolean")
 
 
 @dataclass
@@ -46,6 +49,8 @@ class _Member:
     exprs: list = field(default_factory=list)       # "shared": (slicer column, Column)
     mask: object = None                # "shared": its WHERE as one Column, or None
     time: str | None = None            # "shared": its stream's time column
+    conjuncts: list = field(default_factory=list)   # "shared": its WHERE as CQL conjuncts (for an Arrow filter)
+    name_of: object = None             # "shared": a column node's name in its stream
     why_alone: str | None = None
 
 
@@ -268,6 +273,7 @@ class QueryGroup:
 
     def _start(self, trigger):
         from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import to_arrow_type
 
         from ..operators.aggregate.config import SHARD, TIME
         from .batch import GroupBatch
@@ -302,11 +308,18 @@ class QueryGroup:
                 return cat[text]
 
             time_col = ms[0].exprs[0][1]
+            # every plain column, for queries that join the running group with a WHERE evaluated in Arrow
+            raw, types = {}, {}
+            for f in base.schema.fields:
+                if f.dataType.typeName() in _RAW_TYPES:
+                    raw[f.name] = column(F.col(f"`{f.name.replace('`', '``')}`"))
+                    types[f.name] = to_arrow_type(f.dataType)
             for m in ms:
                 mapping = tuple((n, column(e)) for n, e in m.exprs[1:])
                 mask = None if m.mask is None else column(F.coalesce(m.mask, F.lit(False)))
                 m.spec = replace(m.spec, columns=mapping, mask=mask)
             catalogue[fam] = dict(cat)
+            catalogue[f"{fam}/raw"] = (raw, types)
             projected = stage.select(time_col.alias(TIME), *[e.alias(n) for n, e in cols.items()])
             time_type = projected.schema[TIME].dataType
             delay = _delay(base, ms[0])
@@ -324,6 +337,10 @@ class QueryGroup:
             if old is not None:       # continues from the checkpoint
                 spec = replace(spec, start_us=old.start_us)
             elif previous is not None and spec.kind == "shared":   # new to a group that ran: next window
+                if spec.at[1]:
+                    raise ValueError(f"query {spec.name!r}: an ISTREAM / DSTREAM aggregate new to a group that "
+                                     f"already ran cannot join its checkpoint (its change intervals have no "
+                                     f"start to join at); start the group on a new checkpoint")
                 spec = replace(spec, start_us=next_window(spec, max_time))
             m.spec = spec
             specs[spec.key] = spec
@@ -444,7 +461,9 @@ class QueryGroup:
         spec = replace(spec, kind="shared", family=s.name, config=config, select=tuple(select), at=at,
                        finish=finish, stage_schema=stage)
         exprs = projection_exprs(time, config.keys, config.spec)
-        return _Member(spec, sink, computed=computed, exprs=exprs, mask=mask, time=time)
+        conjuncts = ([w.where] if w.where is not None else []) + list(s.filters)
+        return _Member(spec, sink, computed=computed, exprs=exprs, mask=mask, time=time, conjuncts=conjuncts,
+                       name_of=b.name)
 
     def _join_running(self, member: _Member) -> None:
         """ValueError unless ``member`` can join the running plan (its columns are computed already)."""
@@ -470,13 +489,18 @@ class QueryGroup:
                                  f"compute its input {str(e)!r} (the group computes each query's columns once, "
                                  f"at start()); add it before start()")
             mapping.append((n, col))
-        mask = None
+        mask = arrow_filter = None
         if member.mask is not None:
             mask = cat.get(str(F.coalesce(member.mask, F.lit(False))))
-            if mask is None:
-                raise ValueError(f"query {name!r} cannot join the running group: the running plan does not "
-                                 f"compute its WHERE {str(member.mask)!r}; add it before start()")
-        member.spec = replace(member.spec, columns=tuple(mapping), mask=mask)
+        if member.mask is not None and mask is None:   # a WHERE the projection lacks: in Arrow, if exact
+            raw, types = plan.catalogue.get(f"{member.spec.family}/raw", ({}, {}))
+            try:
+                arrow_filter = bind(member.conjuncts, member.name_of, types, raw)
+            except Unsupported as exc:
+                raise ValueError(f"query {name!r} cannot join the running group: the running plan does not compute "
+                                 f"its WHERE, and {exc} cannot be evaluated exactly outside Spark; add it before "
+                                 f"start()") from None
+        member.spec = replace(member.spec, columns=tuple(mapping), mask=mask, arrow_filter=arrow_filter)
 
 
 def next_window(spec: D.MemberSpec, max_time: int | None) -> int | None:

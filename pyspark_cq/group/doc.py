@@ -49,7 +49,10 @@ class MemberSpec:
     config : object
         Its :class:`~pyspark_cq.operators.aggregate.config.AggConfig` (``"shared"`` only).
     mask : str or None
-        The projection column holding its WHERE (None: every row).
+        The projection column holding its WHERE (None: every row, or ``arrow_filter``).
+    arrow_filter : object or None
+        Its WHERE evaluated on the projection's Arrow batches (:mod:`.predicates`): a query that joined a running
+        group with a predicate the running projection does not compute.
     columns : tuple of (str, str)
         The slicer's input columns as ``(slicer name, projection column)``.
     select : tuple of (str, str)
@@ -82,6 +85,7 @@ class MemberSpec:
     family: str | None = None
     config: object = None
     mask: str | None = None
+    arrow_filter: object = None
     columns: tuple = ()
     select: tuple = ()
     at: tuple = ()

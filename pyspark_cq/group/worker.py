@@ -28,6 +28,7 @@ from ..operators.aggregate.spec import arrow_type, to_int64
 from ..operators.aggregate.transport import unpack_slices
 from ..vocabulary import metrics as M
 from . import doc as D
+from .predicates import evaluate
 
 __all__ = ["MEMBER", "MAX_TIME", "OUTPUT_SCHEMA", "STATE_SCHEMA", "sliced_schema", "GroupSlicer", "GroupShard",
            "PackRows", "ipc_bytes"]
@@ -107,6 +108,8 @@ class GroupSlicer:
         keep = None
         if m.mask is not None:
             keep = pc.fill_null(batch.column(m.mask), False)
+        elif m.arrow_filter is not None:
+            keep = pc.fill_null(evaluate(m.arrow_filter, batch), False)
         if m.start_us is not None:
             late = pc.greater_equal(to_int64(batch.column(TIME)), pa.scalar(m.start_us, pa.int64()))
             late = pc.fill_null(late, True)   # a null time is malformed: counted by the slicer

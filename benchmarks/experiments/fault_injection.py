@@ -72,11 +72,21 @@ DATA = {
     "multi_join": (("a", "b", "c"), 150, 40),
     "select_chain": (("in",), 1500, 30),
     "spark_window": (("in",), 1500, 30),
+    "query_group": (("in",), 1500, 30),   # a pyspark_cq.QueryGroup of GROUP_QUERIES, one sink each (issue 40)
 }
 OPERATORS = list(DATA)
 JOINS = ("interval_join", "interval_join_changelog", "multi_join")   # per-input time columns ts_<input>
 STATEFUL = {"interval_join", "interval_join_changelog", "sliding_aggregate_windows", "sliding_aggregate_changes",
-            "multi_join", "spark_window"}
+            "multi_join", "spark_window", "query_group"}
+#: The query group's queries over the stream ``s`` (the input ``in``): shared aggregations (one with HAVING, one
+#: ISTREAM) and one stateless query running alone.
+GROUP_QUERIES = {
+    "w20": "RSTREAM(SELECT k, SUM(v) AS s, COUNT(*) AS n FROM s [RANGE 20 SECONDS SLIDE 5 SECONDS] GROUP BY k)",
+    "w10": "RSTREAM(SELECT k, MAX(v) AS m FROM s [RANGE 10 SECONDS SLIDE 10 SECONDS] WHERE v > 0 GROUP BY k "
+           "HAVING COUNT(*) > 1)",
+    "changes": "ISTREAM(SELECT k, MIN(v) AS lo FROM s [RANGE 10 SECONDS SLIDE 5 SECONDS] WHERE k < 10 GROUP BY k)",
+    "big": "ISTREAM(SELECT k, v FROM s [RANGE 5 SECONDS] WHERE v > 900)",
+}
 AGGS = {"v": ["sum", "max", "min", "avg"], "*": ["count"]}
 
 
@@ -188,6 +198,8 @@ def child(args) -> int:
                            "spark.sql.streaming.stateStore.maintenanceInterval": "10s",
                            "spark.ui.enabled": "false"})
     spark.sparkContext.setLogLevel("ERROR")
+    if args.operator == "query_group":
+        return _group_child(spark, args, root)
     out = build(spark, args.operator, root, args.control)
     q = (out.writeStream.format("parquet").option("path", args.sink).outputMode("append")
          .option("checkpointLocation", args.checkpoint).trigger(availableNow=True).start())
@@ -196,6 +208,31 @@ def child(args) -> int:
     rows = [[_plain(v) for v in r] for r in spark.read.parquet(args.sink).collect()]
     tmp = Path(args.dump + ".tmp")
     tmp.write_text(json.dumps({"columns": spark.read.parquet(args.sink).columns, "rows": rows}))
+    tmp.rename(args.dump)
+    spark.stop()
+    return 0
+
+
+def _group_child(spark, args, root: Path) -> int:
+    """The ``query_group`` child: the group writes each query into ``<sink>/<name>`` (the group's Spark checkpoint
+    is ``<checkpoint>/spark``); the dump holds every query's rows, each led by the query's name."""
+    import pyspark_cq as cq
+
+    src = (spark.readStream.option("maxFilesPerTrigger", 1).schema(_schema("query_group", "in"))
+           .parquet(str(root / "input" / "in")).withWatermark("ts", DELAY))
+    g = cq.QueryGroup(spark, sources={"s": src}, checkpoint=args.checkpoint, shards=4)
+    for name, text in GROUP_QUERIES.items():
+        g.add(name, text, sink=os.path.join(args.sink, name))
+    q = g.start(trigger={"availableNow": True})
+    (root / f"alive.{os.getpid()}").touch()
+    q.awaitTermination()
+    rows, columns = [], {}
+    for name in GROUP_QUERIES:
+        df = spark.read.parquet(os.path.join(args.sink, name))
+        columns[name] = df.columns
+        rows += [[name, *[_plain(v) for v in r]] for r in df.collect()]
+    tmp = Path(args.dump + ".tmp")
+    tmp.write_text(json.dumps({"columns": columns, "rows": rows}))
     tmp.rename(args.dump)
     spark.stop()
     return 0
@@ -228,8 +265,14 @@ def _state_versions(ck: Path) -> set[int]:
     return found
 
 
+def _spark_checkpoint(ck: Path) -> Path:
+    """Spark's checkpoint: ``ck``, or for a query group its subdirectory ``spark`` (the group has no sink log)."""
+    return ck / "spark" if (ck / "spark").is_dir() else ck
+
+
 def _phase(ck: Path, sink: Path) -> tuple[str, int | None]:
     """What the query is doing now: (phase, in-flight batch)."""
+    ck = _spark_checkpoint(ck)
     offsets, commits = _ids(ck / "offsets"), _ids(ck / "commits")
     pending = sorted(offsets - commits)
     if not pending:
@@ -281,6 +324,8 @@ def run_killed(args, root: Path, rng, control_changes=None) -> tuple[list, list]
     """Kill and restart until a child completes; returns (rows, kills as [phase, batch])."""
     sink, ck, dump = root / "sink_killed", root / "ck_killed", root / "rows_killed.json"
     phases = ["batch", "state", "sink", "between"] if args.operator in STATEFUL else ["batch", "sink", "between"]
+    if args.operator == "query_group":   # its sinks keep no log: no "sink" phase to aim at
+        phases.remove("sink")
     kills = []
     while True:
         proc = _start(args, root, sink, ck, dump, args.control_path if control_changes is not None else None)
@@ -293,17 +338,17 @@ def run_killed(args, root: Path, rng, control_changes=None) -> tuple[list, list]
             continue      # died before the query started (should not happen): start again
         want = rng.choice(phases)
         skip = int(rng.integers(0, 2))       # sometimes let a batch commit first
-        start_commits = len(_ids(ck / "commits"))
+        start_commits = len(_ids(_spark_checkpoint(ck) / "commits"))
         deadline = time.monotonic() + 120
         fired = None
         while proc.poll() is None and time.monotonic() < deadline:
             phase, n = _phase(ck, sink)
-            if len(_ids(ck / "commits")) - start_commits >= skip:
+            if len(_ids(_spark_checkpoint(ck) / "commits")) - start_commits >= skip:
                 if want == "batch" and phase in ("batch", "state"):
                     time.sleep(float(rng.uniform(0, 0.4)))
                     fired = True
                 elif want == phase or (want == "between" and phase == "between"
-                                       and len(_ids(ck / "commits")) > start_commits):
+                                       and len(_ids(_spark_checkpoint(ck) / "commits")) > start_commits):
                     fired = True
             if fired:
                 break

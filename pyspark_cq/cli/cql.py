@@ -303,26 +303,18 @@ def _run_group(spark, statements, sources: dict, schemas: dict, args) -> int:
         print(f"{name}: {info['mode']}" + (f" ({info['why']})" if info["why"] else "") + f" -> {info['sink']}",
               flush=True)
     query = group.start(trigger=None if args.continuous else {"availableNow": True})
-    seen, batches, delivered = -1, 0, {}
-    try:
-        while True:
-            for p in query.recentProgress:
-                if p.batchId <= seen:
-                    continue
-                seen = p.batchId
-                batches += 1
-                rows = {n: q["rows"] for n, q in group.queries.items()}
-                new = {n: r - delivered.get(n, 0) for n, r in rows.items()}
-                delivered = rows
-                print(f"batch {p.batchId}: read {p.numInputRows} rows, written "
-                      + ", ".join(f"{n} {v}" for n, v in new.items()) + f", {p.batchDuration} ms", flush=True)
-            if not query.isActive:
-                break
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        query.stop()
-    if query.exception() is not None:
-        print(f"query failed: {query.exception()}", file=sys.stderr)
+    batches, delivered = 0, {}
+
+    def on_batch(p):
+        nonlocal batches, delivered
+        batches += 1
+        rows = {n: q["rows"] for n, q in group.queries.items()}
+        new = {n: r - delivered.get(n, 0) for n, r in rows.items()}
+        delivered = rows
+        print(f"batch {p.batchId}: read {p.numInputRows} rows, written "
+              + ", ".join(f"{n} {v}" for n, v in new.items()) + f", {p.batchDuration} ms", flush=True)
+
+    if not _follow(query, on_batch):
         return 1
     rows = {n: q["rows"] for n, q in group.queries.items()}
     print(f"done: {batches} batches, written {sum(rows.values())} rows ("
@@ -368,28 +360,46 @@ def _run(spark, statement, sources: dict, schemas: dict, args) -> int:
     elif period:
         writer = writer.trigger(processingTime=f"{period / 1000:g} milliseconds")
     query = writer.start()
-    seen = -1
     read = dict.fromkeys(frames, 0)
     totals = {"batches": 0, "written": 0}
     operators = [op for op, _, _ in compiled.operators if op]
+
+    def on_batch(p):
+        totals["batches"] += 1
+        counts = {name: _count(p, READ_METRIC + name) for name in frames}
+        written = _count(p, WRITTEN_METRIC)
+        for name, n in counts.items():
+            read[name] += n
+        totals["written"] += written
+        line = f"batch {p.batchId}: read {_per_source(counts)}, written {written}, {p.batchDuration} ms"
+        for op in operators:
+            m = _read_metrics(p, op)
+            if m:
+                line += f"; {op}: " + ", ".join(f"{k} {v}" for k, v in m.items())
+        print(line, flush=True)
+
+    if not _follow(query, on_batch):
+        return 1
+    print(f"done: {totals['batches']} batches, read {_per_source(read)}, written {totals['written']} rows "
+          f"(to {args.sink})", flush=True)
+    return 0
+
+
+def _follow(query, on_batch) -> bool:
+    """Call ``on_batch(progress)`` once per new micro-batch until ``query`` ends (Ctrl-C stops it).
+
+    Returns
+    -------
+    bool
+        False, with the reason on stderr, when the query failed.
+    """
+    seen = -1
     try:
         while True:
             for p in query.recentProgress:
-                if p.batchId <= seen:
-                    continue
-                seen = p.batchId
-                totals["batches"] += 1
-                counts = {name: _count(p, READ_METRIC + name) for name in frames}
-                written = _count(p, WRITTEN_METRIC)
-                for name, n in counts.items():
-                    read[name] += n
-                totals["written"] += written
-                line = f"batch {p.batchId}: read {_per_source(counts)}, written {written}, {p.batchDuration} ms"
-                for op in operators:
-                    m = _read_metrics(p, op)
-                    if m:
-                        line += f"; {op}: " + ", ".join(f"{k} {v}" for k, v in m.items())
-                print(line, flush=True)
+                if p.batchId > seen:
+                    seen = p.batchId
+                    on_batch(p)
             if not query.isActive:
                 break
             time.sleep(0.5)
@@ -397,10 +407,8 @@ def _run(spark, statement, sources: dict, schemas: dict, args) -> int:
         query.stop()
     if query.exception() is not None:
         print(f"query failed: {query.exception()}", file=sys.stderr)
-        return 1
-    print(f"done: {totals['batches']} batches, read {_per_source(read)}, written {totals['written']} rows "
-          f"(to {args.sink})", flush=True)
-    return 0
+        return False
+    return True
 
 
 def _per_source(counts: dict) -> str:

@@ -31,6 +31,11 @@ Q = {
     "having": "RSTREAM(SELECT page, COUNT(*) * 2 AS n2, MAX(x) - MIN(x) AS spread FROM clicks [RANGE 2 MINUTES "
               "SLIDE 1 MINUTE] GROUP BY page HAVING COUNT(*) > 3)",
     "changes": "ISTREAM(SELECT region, SUM(x) AS s FROM clicks [RANGE 2 MINUTES SLIDE 30 SECONDS] GROUP BY region)",
+    # eu_1m's rows at its granularity (10 s) under another window and another output: they share its slices
+    "eu_2m": "RSTREAM(SELECT page, COUNT(*) AS n FROM clicks [RANGE 2 MINUTES SLIDE 10 SECONDS] "
+             "WHERE region = 'eu' GROUP BY page)",
+    "eu_new": "ISTREAM(SELECT page, COUNT(*) AS n FROM clicks [RANGE 1 MINUTE SLIDE 10 SECONDS] "
+              "WHERE region = 'eu' GROUP BY page)",
 }
 #: joins a running group whose projection lacks its WHERE (evaluated in Arrow: IN, NOT, IS NULL, BETWEEN, OR)
 AP = ("RSTREAM(SELECT page, COUNT(*) AS n FROM clicks [RANGE 1 MINUTE SLIDE 10 SECONDS] WHERE (region IN ('ap', 'us') "
@@ -87,10 +92,13 @@ def test_each_member_equals_its_query_alone(spark, tmp_dir):
         g.add(name, text, sink=os.path.join(tmp_dir, "out", name))
     modes = {n: v["mode"] for n, v in g.queries.items()}
     assert modes == {"eu_1m": "shared", "all_5m": "shared", "us_3m": "shared", "big": "alone", "having": "shared",
-                     "changes": "shared"}
+                     "changes": "shared", "eu_2m": "shared", "eu_new": "shared"}
     query = g.start(trigger={"availableNow": True})
     query.awaitTermination()
     assert query.exception() is None
+    slices = {n: v["slices"] for n, v in g.queries.items()}
+    assert slices == {"eu_1m": "eu_1m", "all_5m": "all_5m", "us_3m": "us_3m", "big": None, "having": "having",
+                      "changes": "changes", "eu_2m": "eu_1m", "eu_new": "eu_1m"}
     for name, text in Q.items():
         want = run_alone(spark, text, clicks, tmp_dir, name)
         got = spark.read.parquet(os.path.join(tmp_dir, "out", name))

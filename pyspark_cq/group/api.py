@@ -195,10 +195,19 @@ class QueryGroup:
         """The group's queries by name: ``status`` (``"active"``, ``"paused"``, or ``"pending"`` until the
         next micro-batch boundary applies a change), ``mode`` (``"shared"`` with its ``stream``, or
         ``"alone"`` with ``why``), ``sink``, ``start`` (the event time it counts rows from, None: the group's
-        start) and the ``rows`` delivered so far.
+        start), the ``rows`` delivered so far, and ``slices``: for an active shared query of a running group
+        the name of the query whose slices it shares (itself when no earlier query slices alike, see
+        :func:`~.worker.slice_classes`), else None.
         """
+        from .worker import slice_classes
+
         plan = D.read_plan(self._dir) if self._query is not None else None
         stats = D.read_stats(self._dir) if self._query is not None else {}
+        classes = {}
+        if plan is not None:
+            shared = [m for m in plan.members.values() if m.kind == "shared" and m.active]
+            for fam in {m.family for m in shared}:
+                classes.update(slice_classes([m for m in shared if m.family == fam]))
         out = {}
         for name, m in self._members.items():
             spec = plan.by_name(name) if plan is not None else None
@@ -213,7 +222,9 @@ class QueryGroup:
                          "sink": m.sink if isinstance(m.sink, str) else getattr(m.sink, "__name__", repr(m.sink)),
                          "start": None if start is None else datetime(1970, 1, 1, tzinfo=timezone.utc)
                          + timedelta(microseconds=start),
-                         "rows": stats.get(name, {}).get("rows", 0), "text": m.spec.text}
+                         "rows": stats.get(name, {}).get("rows", 0), "text": m.spec.text,
+                         "slices": plan.members[classes[spec.key]].name if spec is not None and spec.key in classes
+                         else None}
         return out
 
     def query_metrics(self, name: str, batch=None):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from dataclasses import replace
 
 import pandas as pd
 import pyarrow as pa
@@ -30,8 +31,8 @@ from ..vocabulary import metrics as M
 from . import doc as D
 from .predicates import evaluate
 
-__all__ = ["MEMBER", "MAX_TIME", "OUTPUT_SCHEMA", "STATE_SCHEMA", "sliced_schema", "GroupSlicer", "GroupShard",
-           "PackRows", "ipc_bytes"]
+__all__ = ["MEMBER", "MAX_TIME", "OUTPUT_SCHEMA", "STATE_SCHEMA", "sliced_schema", "slice_classes", "GroupSlicer",
+           "GroupShard", "PackRows", "ipc_bytes"]
 
 MEMBER, MAX_TIME = "__cq_member", "__cq_max_time"
 #: What every branch of the group's Spark query gives: per query (its state key) its rows as one Arrow IPC
@@ -71,6 +72,35 @@ def _members(directory: str, family: str) -> list:
     return [m for m in plan.members.values() if m.kind == "shared" and m.family == family and m.active]
 
 
+def slice_classes(members: list) -> dict[str, str]:
+    """Each member's *slice class*: the key of the first member (in plan order) whose slicer reads the same rows
+    with the same configuration, so that its slices are the same (PIPES's shared slices, Cammert et al., §2.4.1;
+    STREAM's shared subplans, Motwani et al., §3.2).
+
+    Members that differ only in window, slide, output (RSTREAM / ISTREAM / DSTREAM) or name slice alike: the
+    slicer cuts the rows at the granularity and pre-aggregates per key, and the window is applied only by each
+    member's sweep (:func:`~pyspark_cq.operators.aggregate.shard.run_shard`). The slicer stage slices once per
+    class and the stateful stage unpacks once per class. Plan order and ``==`` (no hashing, no pickling) make
+    the classes the same in every process that reads one plan.
+    """
+    reps: list = []
+    out = {}
+    for m in members:
+        sig = _slice_signature(m)
+        out[m.key] = next((k for s, k in reps if s == sig), m.key)
+        if out[m.key] == m.key:
+            reps.append((sig, m.key))
+    return out
+
+
+def _slice_signature(m) -> tuple:
+    """What a member's slices depend on: its rows (WHERE, start, input columns) and its configuration without
+    what only the sweep reads.
+    """
+    return (m.mask, m.arrow_filter, m.start_us, m.columns,
+            replace(m.config, window=0, slide=0, emit="windows", name="", out_names=()))
+
+
 class GroupSlicer:
     """``mapInArrow`` function of one stream's shared stage: each member's slices of the rows its WHERE keeps
     (and, for a member that joined a running group, whose time is at or after its start).
@@ -91,7 +121,10 @@ class GroupSlicer:
             if t.null_count < len(t):
                 m = int(pc.max(t).as_py())
                 latest = m if latest is None else max(latest, m)
+        classes = slice_classes(members)
         for m in members:
+            if classes[m.key] != m.key:
+                continue    # sliced with its class's first member
             slicer = Slicer(m.config, self.delay_ms is not None, markers=True, packed=True)
             for out in slicer(self._view(b, m) for b in batches):
                 yield self._tagged(out, m.key)
@@ -146,9 +179,16 @@ class GroupShard:
         saved = pickle.loads(state.get[0]) if state.exists else {}
         wm_us = int(state.getCurrentWatermarkMs()) * 1000 if self.watermark else None
         kept, out = {}, []
-        for m in _members(self.directory, self.family):
-            rows = [data[data[MEMBER] == m.key]] if data is not None else []
-            table, counts = unpack_slices(m.config.slices_arrow_schema(), rows)
+        members = _members(self.directory, self.family)
+        classes = slice_classes(members)
+        parts = dict(tuple(data.groupby(MEMBER, sort=False))) if data is not None else {}
+        unpacked: dict = {}    # per slice class: its members read the same slices
+        for m in members:
+            cls = classes[m.key]
+            if cls not in unpacked:
+                rows = [parts[cls]] if cls in parts else []
+                unpacked[cls] = unpack_slices(m.config.slices_arrow_schema(), rows)
+            table, counts = unpacked[cls]
             result = run_shard(m.config, table, saved.get(m.key), wm_us, None, counts)
             if result.state is not None:
                 kept[m.key] = result.state

@@ -65,11 +65,17 @@ def clicks_stream(spark, directory):
             .withWatermark("ts", "1 minute"))
 
 
-def run_alone(spark, text, clicks, root, name):
-    """The oracle: the query alone, as its own streaming query, into a parquet directory."""
+def start_alone(spark, text, clicks, root, name):
+    """The oracle: the query alone, as its own streaming query into a parquet directory; (query, directory)."""
     out = os.path.join(root, "alone", name)
     q = (cq.cql(spark, text, {"clicks": clicks}).writeStream.format("parquet").option("path", out)
          .option("checkpointLocation", os.path.join(root, "alone_ck", name)).trigger(availableNow=True).start())
+    return q, out
+
+
+def run_alone(spark, text, clicks, root, name):
+    """The oracle's rows (:func:`start_alone`, awaited)."""
+    q, out = start_alone(spark, text, clicks, root, name)
     q.awaitTermination()
     return spark.read.parquet(out)
 
@@ -99,8 +105,11 @@ def test_each_member_equals_its_query_alone(spark, tmp_dir):
     slices = {n: v["slices"] for n, v in g.queries.items()}
     assert slices == {"eu_1m": "eu_1m", "all_5m": "all_5m", "us_3m": "us_3m", "big": None, "having": "having",
                       "changes": "changes", "eu_2m": "eu_1m", "eu_new": "eu_1m"}
-    for name, text in Q.items():
-        want = run_alone(spark, text, clicks, tmp_dir, name)
+    oracles = {name: start_alone(spark, text, clicks, tmp_dir, name) for name, text in Q.items()}  # side by side
+    for name in Q:
+        q, out = oracles[name]
+        q.awaitTermination()
+        want = spark.read.parquet(out)
         got = spark.read.parquet(os.path.join(tmp_dir, "out", name))
         assert want.count() > 0, name
         assert_same_rows(got, want, name)
@@ -206,7 +215,10 @@ def test_restart_from_checkpoint_loses_and_duplicates_nothing(spark, tmp_dir):
             g.add(name, Q[name], sink=os.path.join(tmp_dir, "out", name))
         g.start(trigger={"availableNow": True}).awaitTermination()
         clicks = clicks_stream(spark, os.path.join(tmp_dir, "in_alone"))
-        return {name: run_alone(spark, Q[name], clicks, tmp_dir, name) for name in queries}
+        started = {name: start_alone(spark, Q[name], clicks, tmp_dir, name) for name in queries}
+        for q, _ in started.values():
+            q.awaitTermination()
+        return {name: spark.read.parquet(out) for name, (_, out) in started.items()}
 
     run(names[:2])
     alone = run(names[2:])

@@ -279,6 +279,32 @@ def postorder(plan: Node) -> Iterator[Node]:
             stack.extend((child, False) for child in reversed(node.children))
 
 
+def rewrite(plan: Node, change, nodes: Sequence[Node] | None = None) -> Node:
+    """``plan`` rebuilt bottom-up with ``change(node)`` (a dict of attributes to replace, or empty) applied to
+    every node; a node whose children and attributes are unchanged is kept as it is.
+
+    Parameters
+    ----------
+    plan : Node
+        The plan's root.
+    change : callable
+        ``change(node) -> dict`` for :meth:`Node.replace`; it sees the node before its children are replaced.
+    nodes : sequence of Node, optional
+        ``plan``'s nodes in postorder, when the caller holds them already (default: :func:`postorder`).
+    """
+    memo: dict[int, Node] = {}
+    for node in (postorder(plan) if nodes is None else nodes):
+        changes = dict(change(node))
+        for attr in ("child", "left", "right"):
+            kid = getattr(node, attr, None)
+            if kid is not None and memo[id(kid)] is not kid:
+                changes[attr] = memo[id(kid)]
+        if isinstance(node, Union) and any(memo[id(k)] is not k for k in node.inputs):
+            changes["inputs"] = tuple(memo[id(k)] for k in node.inputs)
+        memo[id(node)] = node.replace(**changes) if changes else node
+    return memo[id(plan)]
+
+
 def breadth_first(plan: Node, *, include_sources: bool = False) -> list[Node]:
     """The operators of ``plan`` root first, level by level, left to right.
 

@@ -500,24 +500,18 @@ class PipesResourceManager(Policy):
             sizes[lab] = max(pipes.watermark_retention(raw, q.delay, q.span), 0.0)
         for lab, value in zip(q.gran_labels, q.gran_values[:, level]):
             sizes[lab] = self._units(value)
-        memo: dict[int, P.Node] = {}
-        for node in q.nodes:
-            changes = {}
-            for attr in ("child", "left", "right"):
-                kid = getattr(node, attr, None)
-                if kid is not None and memo[id(kid)] is not kid:
-                    changes[attr] = memo[id(kid)]
-            if isinstance(node, P.Union) and any(memo[id(k)] is not k for k in node.inputs):
-                changes["inputs"] = tuple(memo[id(k)] for k in node.inputs)
+
+        def change(node):
             if node.label in sizes:
-                changes["size" if isinstance(node, P.Window) else "granularity"] = sizes[node.label]
-            elif isinstance(node, P.Window):
-                changes["size"] = (pipes.watermark_retention(self._units(node.size), q.delay, q.span)
-                                   if node.kind == "time" else node.size)
-            elif isinstance(node, P.Granularity):
-                changes["granularity"] = self._units(node.granularity)
-            memo[id(node)] = node.replace(**changes) if changes else node
-        return memo[id(q.nodes[-1])]
+                return {"size" if isinstance(node, P.Window) else "granularity": sizes[node.label]}
+            if isinstance(node, P.Window):
+                return {"size": (pipes.watermark_retention(self._units(node.size), q.delay, q.span)
+                                 if node.kind == "time" else node.size)}
+            if isinstance(node, P.Granularity):
+                return {"granularity": self._units(node.granularity)}
+            return {}
+
+        return P.rewrite(q.nodes[-1], change, q.nodes)
 
     def _ready(self, q: _Query) -> bool:
         return all(s in self._d_used for s in q.sources)

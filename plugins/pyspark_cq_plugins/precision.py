@@ -292,21 +292,14 @@ def _allowed(rng, param: str, window_micros: float) -> float:
 
 def _scaled(plan: P.Node, unit: int) -> P.Node:
     """``plan`` with its time-based window sizes (µs) in the cost model's ``unit``."""
-    memo: dict[int, P.Node] = {}
-    for node in P.postorder(plan):
-        changes = {}
-        for attr in ("child", "left", "right"):
-            kid = getattr(node, attr, None)
-            if kid is not None and memo[id(kid)] is not kid:
-                changes[attr] = memo[id(kid)]
-        if isinstance(node, P.Union):
-            changes["inputs"] = tuple(memo[id(k)] for k in node.inputs)
+    def change(node):
         if isinstance(node, P.Window) and node.kind == "time":
-            changes["size"] = node.size / unit
+            return {"size": node.size / unit}
         if isinstance(node, P.Granularity):
-            changes["granularity"] = node.granularity / unit
-        memo[id(node)] = node.replace(**changes) if changes else node
-    return memo[id(plan)]
+            return {"granularity": node.granularity / unit}
+        return {}
+
+    return P.rewrite(plan, change)
 
 
 def _positive(value, name: str) -> float:

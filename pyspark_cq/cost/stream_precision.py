@@ -346,18 +346,12 @@ def plan_memory(plan: P.Node, distances: Mapping[str, float], *, windows: Mappin
     span = chk.non_negative(batch_span, "batch_span")
     profile = pipes.CostProfile() if profile is None else chk.instance(profile, "profile", pipes.CostProfile,
                                                                           "a pyspark_cq.cost.pipes.CostProfile")
-    memo: dict[int, P.Node] = {}
-    for node in P.postorder(plan):
-        changes = {}
-        for attr in ("child", "left", "right"):
-            kid = getattr(node, attr, None)
-            if kid is not None and memo[id(kid)] is not kid:
-                changes[attr] = memo[id(kid)]
-        if isinstance(node, P.Union) and any(memo[id(k)] is not k for k in node.inputs):
-            changes["inputs"] = tuple(memo[id(k)] for k in node.inputs)
+    def retain(node):   # the event time a time-based window keeps under the watermark
         if isinstance(node, P.Window) and node.kind == "time":
-            changes["size"] = pipes.watermark_retention(_window_size(node, windows), delay, span)
-        memo[id(node)] = node.replace(**changes) if changes else node
+            return {"size": pipes.watermark_retention(_window_size(node, windows), delay, span)}
+        return {}
+
+    retained = P.rewrite(plan, retain)
     thinned = {}
     for src in P.source_names(plan):
         d = chk.positive(distances[src], f"distances[{src!r}]", allow_inf=True)
@@ -365,7 +359,7 @@ def plan_memory(plan: P.Node, distances: Mapping[str, float], *, windows: Mappin
         thinned[src] = math.inf if p == 0 else d / p
     if all(math.isinf(d) for d in thinned.values()):
         return 0.0
-    return float(pipes.cost_from_distances(memo[id(plan)], thinned, profile)[0])
+    return float(pipes.cost_from_distances(retained, thinned, profile)[0])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""Spark Connect (issue 24, part 1): the main differential tests of every operator, CQL and the runtime, run
-through a Spark Connect session of one shared local server (the ``connect_server`` fixture).
+"""Spark Connect (issue 24, part 1): a streaming differential test of every operator, CQL, the query group and
+the runtime, run through a Spark Connect session of one shared local server (the ``connect_server`` fixture).
 
 PySpark holds one kind of session per process (``pyspark.sql.functions`` build classic or Connect columns for the
 whole process), and this run's ``spark`` fixture is classic; so the selected tests run in a pytest of their own
@@ -21,24 +21,16 @@ TESTS = Path(__file__).parent
 
 #: operator -> the tests that run through Spark Connect (their classic versions live in the same files).
 THROUGH_CONNECT = {
-    "interval_join": ["test_join_stream.py::test_stream_equals_spark_join[inner-nulls]",
-                      "test_join_stream.py::test_stream_equals_spark_join[full-no_nulls]",
-                      "test_join_stream.py::test_stream_window_join_equals_spark"],
-    "sliding_aggregate": ["test_aggregate_streaming.py::test_stream_equals_spark_window[3 seconds-1 second]",
-                          "test_aggregate_streaming.py::test_update_mode_last_values_equal_spark"],
-    "window": ["test_window_op.py::test_time_based_window_matches_reference",
-               "test_window_op.py::test_streaming_time_based_window_keeps_watermark_and_counts_nulls"],
-    "granularity": ["test_granularity.py::test_operator_batch_timestamps",
-                    "test_granularity.py::test_operator_streaming_counts_dropped_and_malformed"],
-    "multi_join": ["test_multi_join.py::test_batch_equals_spark_chain[3]",
-                   "test_multi_join.py::test_stream_equals_spark_chain[3]"],
-    "select_chain": ["test_select_chain.py::test_batch_equals_spark_filter_with_column_and_callable_predicates",
-                     "test_select_chain.py::test_stream_switches_plans_between_batches_and_reports_each_step"],
-    "cql": ["test_cql_compile.py::test_paper_q1_count_rstream_and_istream_equal_spark_windows",
-            "test_cql_compile.py::test_streaming_aggregate_and_join_equal_spark_streaming"],
+    "interval_join": ["test_join_stream.py::test_stream_equals_spark_join[full-no_nulls]"],
+    "window_join": ["test_join_stream.py::test_stream_window_join_equals_spark"],
+    "sliding_aggregate": ["test_aggregate_streaming.py::test_stream_equals_spark_window[3 seconds-1 second]"],
+    "window": ["test_window_op.py::test_streaming_time_based_window_keeps_watermark_and_counts_nulls"],
+    "granularity": ["test_granularity.py::test_operator_streaming_counts_dropped_and_malformed"],
+    "multi_join": ["test_multi_join.py::test_stream_equals_spark_chain[3]"],
+    "select_chain": ["test_select_chain.py::test_stream_switches_plans_between_batches_and_reports_each_step"],
+    "cql": ["test_cql_compile.py::test_streaming_aggregate_and_join_equal_spark_streaming"],
     "query_group": ["test_query_group.py::test_each_member_equals_its_query_alone"],
-    "runtime": ["test_runtime.py::test_runtime_change_reaches_running_query_within_two_batches",
-                "test_runtime.py::test_runtime_policy_loop_drives_query_and_survives_broken_policy"],
+    "runtime": ["test_runtime.py::test_runtime_policy_loop_drives_query_and_survives_broken_policy"],
 }
 
 

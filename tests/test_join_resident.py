@@ -40,7 +40,7 @@ BASE_US = 1_700_000_000_000_000
 DELAY_MS = 20_000
 
 
-def _config(how: str, persistence: str, every: int = 10) -> JoinConfig:
+def _config(how: str, persistence: str, every: int = 10, retain: int = 100) -> JoinConfig:
     left_only = how in ("left_semi", "left_anti")
     others = _SIDE_COLUMNS[left_only]
     out_cols = ["k", "ts", "lv", "ls"] if left_only else OUT
@@ -54,7 +54,7 @@ def _config(how: str, persistence: str, every: int = 10) -> JoinConfig:
         out_columns=tuple(out_cols), n_keys=1, how=how, lower=-5_000_000, upper=10_000_000, window=None,
         out_arrow=_metrics.arrow_schema(out), shards=1, out_keys=(0,) if not left_only else (),
         key_names=(("k",), ("k",)), persistence=persistence, snapshot_every=every,
-        state_id="test" if persistence == "changelog" else "")
+        state_id="test" if persistence in W.RESIDENT else "", state_dir=_config.state_dir, retain=retain)
 
 
 def _frame(config: JoinConfig, side: int, rng, n: int, t0: int) -> pd.DataFrame:
@@ -131,15 +131,24 @@ def _run(worker, batches, clear=False):
             R.cache().clear()
         rows, counters, value = _call(worker, frames, wm, value)
         results.append((rows, counters[M.STATE_ROWS]))
-        _run.with_deltas += value is not None and L.is_log(value[0]) and L.parse(value[0])[3].deltas > 0
+        _run.with_deltas += value is not None and _deltas(value) > 0
     return results, value
 
 
+def _deltas(value) -> int:
+    """The number of deltas a changelog value or a files manifest holds (0 for the full layout)."""
+    if L.is_manifest(value[0]):
+        return len(L.Manifest.decode(value[0]).deltas)
+    return L.parse(value[0])[3].deltas if L.is_log(value[0]) else 0
+
+
 @pytest.fixture(autouse=True)
-def _fresh_cache(monkeypatch):
+def _fresh_cache(monkeypatch, tmp_path):
     """An empty resident cache, and snapshots by count only (these states are small: by the default byte
-    rule nearly every batch would write a snapshot and the replays would see few deltas)."""
+    rule nearly every batch would write a snapshot and the replays would see few deltas); a fresh state
+    directory for the files layout."""
     monkeypatch.setattr(W, "SNAPSHOT_RATIO", 1e9)
+    monkeypatch.setattr(_config, "state_dir", str(tmp_path / "state"), raising=False)
     R.cache().clear()
     yield
     R.cache().clear()
@@ -157,22 +166,23 @@ def test_snapshot_when_the_deltas_outgrow_it(monkeypatch):
     assert any(n == 0 for n, _, _ in sizes[1:]) and any(n > 0 for n, _, _ in sizes)
 
 
+@pytest.mark.parametrize("layout", ["changelog", "files"])
 @pytest.mark.parametrize("how", ["inner", "left", "full", "left_semi", "left_anti"])
 @pytest.mark.parametrize("every", [1, 3, 10])
-def test_changelog_equals_full_layout(how, every):
+def test_changelog_equals_full_layout(how, every, layout):
     full = _config(how, "full")
     batches = _batches(full)
     expected, _ = _run(JoinWorker(full), batches)
     assert sum(len(r) for r, _ in expected) > 0
-    got, value = _run(JoinWorker(_config(how, "changelog", every)), batches)
+    got, value = _run(JoinWorker(_config(how, layout, every)), batches)
     assert got == expected
     # The resident copy refused every batch: each call restores from snapshot + deltas.
-    replayed, _ = _run(JoinWorker(_config(how, "changelog", every)), batches, clear=True)
+    replayed, _ = _run(JoinWorker(_config(how, layout, every)), batches, clear=True)
     assert replayed == expected
     assert (_run.with_deltas > 0) == (every > 1)   # the replays ran on deltas, not only on snapshots
     if value is not None:
-        assert L.is_log(value[0])
-        assert L.parse(value[0])[3].deltas < every
+        assert (L.is_log if layout == "changelog" else L.is_manifest)(value[0])
+        assert _deltas(value) < every
 
 
 def test_hits_and_misses_are_counted():
@@ -194,12 +204,13 @@ def batches_wm(config) -> int:
     return _batches(config)[-1][1]
 
 
+@pytest.mark.parametrize("layout", ["changelog", "files"])
 @pytest.mark.parametrize("how", ["inner", "left_semi"])
-def test_retried_batch_refuses_its_first_attempts_copy(how):
+def test_retried_batch_refuses_its_first_attempts_copy(how, layout):
     """Batch 6 runs, Spark does not commit it and runs it again on the state of batch 5: the worker holds
     batch 6's copy (another token), must refuse it and give batch 6's output once more. The control
     relabels that stale copy with batch 5's token: then it is used and the output changes."""
-    config = _config(how, "changelog", 10)
+    config = _config(how, layout, 10)
     batches = _batches(config)
     worker, value = JoinWorker(config), None
     for frames, wm in batches[:6]:
@@ -220,12 +231,16 @@ def test_retried_batch_refuses_its_first_attempts_copy(how):
     assert (stale, counters[M.STATE_ROWS]) != (first, first_counters[M.STATE_ROWS])
 
 
-def test_checkpoint_switches_between_layouts():
-    """full -> changelog -> full on one state value, same outputs as full throughout."""
+@pytest.mark.parametrize("order", [("full", "changelog", "full"), ("full", "files", "full"),
+                                   ("changelog", "files", "changelog"), ("files", "changelog", "files")])
+def test_checkpoint_switches_between_layouts(order):
+    """One state value through three layouts (e.g. full -> changelog -> full: checkpoints of today's formats
+    restore in the files layout and back), same outputs as full throughout."""
     full = _config("left", "full")
     batches = _batches(full)
     expected, _ = _run(JoinWorker(full), batches)
-    workers = [JoinWorker(full)] * 3 + [JoinWorker(_config("left", "changelog", 3))] * 4 + [JoinWorker(full)] * 2
+    first, second, third = (JoinWorker(_config("left", layout, 3)) for layout in order)
+    workers = [first] * 3 + [second] * 4 + [third] * 2
     value, got = None, []
     for worker, (frames, wm) in zip(workers, batches):
         rows, counters, value = _call(worker, frames, wm, value)

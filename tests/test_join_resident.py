@@ -11,6 +11,7 @@ the output.
 from __future__ import annotations
 
 import dataclasses
+import os
 import pickle
 
 import numpy as np
@@ -22,6 +23,7 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from pyspark_cq.operators._common import metrics as _metrics
 from pyspark_cq.operators._common import resident as R
+from pyspark_cq.operators._common import state_files as S
 from pyspark_cq.operators._common.codec import NULL_SUFFIX, codecs_for
 from pyspark_cq.operators.join import changelog as L
 from pyspark_cq.operators.join import worker as W
@@ -360,3 +362,138 @@ def _out_fields():
     types = {"k": T.LongType(), "ts_l": T.TimestampType(), "ts_r": T.TimestampType(), "lv": T.LongType(),
              "rv": T.LongType(), "ls": T.StringType(), "rs": T.StringType()}
     return [T.StructField(n, types[n]) for n in OUT]
+
+
+# -- the files layout (state_persistence="files"): manifest in the value, immutable files, garbage collection
+
+
+def _files(root) -> dict:
+    """name -> bytes of every state file under ``root`` (group directories included)."""
+    import pathlib
+
+    return {str(p.relative_to(root)): p.read_bytes() for p in pathlib.Path(root).rglob("*") if p.is_file()}
+
+
+def test_files_value_is_a_small_manifest_and_files_are_immutable():
+    config = _config("left", "files", 3)
+    worker, value, seen = JoinWorker(config), None, {}
+    for frames, wm in _batches(config):
+        _, _, value = _call(worker, frames, wm, value)
+        if value is None:
+            continue
+        assert L.is_manifest(value[0]) and value[1] == b"" and value[2] == b""
+        manifest = L.Manifest.decode(value[0])
+        assert len(value[0]) == 72 + 24 * len(manifest.deltas)     # bytes, whatever the state's size
+        files = _files(config.state_dir)
+        for name, data in seen.items():   # a file is never rewritten (it may only be collected)
+            assert files.get(name, data) == data
+        seen.update(files)
+        names = {n.split("/")[-1] for n in files}
+        assert S.snapshot_name(manifest.base, manifest.snapshot_token) in names
+        assert all(S.delta_name(manifest.base + i + 1, manifest.base, t) in names
+                   for i, (t, _) in enumerate(manifest.deltas))
+        assert not any(n.startswith(".") for n in names)        # no temporary left behind
+
+
+def test_files_replayed_batch_reads_the_files_of_its_version():
+    """Spark re-runs a batch from any retained older version (R = 3 here): a worker without resident state
+    (a new process) reads the files that version's manifest names -- after later batches wrote and
+    collected files -- and gives the batch's output and state exactly. A version older than the retention
+    may have lost its files: the error says what to check."""
+    full = _config("inner", "full")
+    batches = _batches(full, n_batches=14)
+    expected, _ = _run(JoinWorker(full), batches)
+    config = _config("inner", "files", 2, retain=3)
+    worker, values = JoinWorker(config), [None]
+    for frames, wm in batches:
+        values.append(_call(worker, frames, wm, values[-1])[2])
+    names = [n for n in _files(config.state_dir) if not n.split("/")[-1].startswith(".")]
+    written = len(batches)   # one file per batch
+    assert len(names) < written   # the collection deleted some
+    last = len(batches) - 1
+    for version in range(last - 3, last + 1):   # the retained versions: re-run the batch after each
+        if version + 1 >= len(batches):
+            continue
+        R.cache().clear()
+        W._STORES.clear()
+        frames, wm = batches[version + 1]
+        rows, counters, _ = _call(JoinWorker(config), frames, wm, values[version + 1])
+        assert (rows, counters[M.STATE_ROWS]) == expected[version + 1]
+    R.cache().clear()
+    missing = 0
+    for version in range(1, last - 6):
+        try:
+            _call(JoinWorker(config), [], batches[version + 1][1], values[version + 1])
+        except FileNotFoundError as e:
+            assert "state_dir" in str(e)
+            missing += 1
+    assert missing > 0
+
+
+def test_files_without_state_dir_is_refused_clearly():
+    config = _config("inner", "files", 3)
+    value = None
+    for frames, wm in _batches(config)[:3]:
+        _, _, value = _call(JoinWorker(config), frames, wm, value)
+    R.cache().clear()
+    blind = dataclasses.replace(_config("inner", "full"), state_dir=None)
+    with pytest.raises(ValueError, match="state_dir="):
+        _call(JoinWorker(blind), [], 0, value)
+    with pytest.raises(ValueError, match="needs state_dir="):
+        JoinSpec.set_persistence(_Spec(), "files", 10)
+    with pytest.raises(TypeError, match="state_dir must be a directory path"):
+        JoinSpec.set_persistence(_Spec(), "files", 10, 42)
+    spec = _Spec()
+    spec.layout = "key"
+    with pytest.raises(ValueError, match="shards='key'"):
+        JoinSpec.set_persistence(spec, "files", 10, "/tmp/x")
+    spec = _Spec()
+    JoinSpec.set_persistence(spec, "files", 4, "relative/dir")
+    assert spec.state_dir == os.path.abspath("relative/dir") and spec.retain == 100
+
+
+def test_collectable_names():
+    t = bytes(range(16))
+    names = [S.snapshot_name(0, t), S.delta_name(1, 0, t), S.delta_name(2, 0, t), S.snapshot_name(3, t),
+             S.delta_name(4, 3, t), "." + S.delta_name(2, 0, t) + ".tmp", "unrelated.txt"]
+    # newest write at 10, 5 retained: cut 4, the delta at 4 needs the snapshot at 3
+    assert sorted(S.collectable(names, 10, 5)) == sorted(names[:3] + names[5:6])
+    # newest write at 8: cut 2, the delta at 2 (and its temporary) need the snapshot at 0
+    assert S.collectable(names, 8, 5) == []
+    assert S.parse_name("unrelated.txt") is None and S.parse_name(names[4]) == (4, 3)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_collection_never_deletes_a_file_a_retained_version_names(tmp_path, seed):
+    """A plain-Python model of one group under Spark: each batch either commits (a new version) or fails
+    after writing its file (an orphan) and is re-run; sometimes Spark restarts from the version before
+    the last one; the state is sometimes removed. After every write, every file named by a retained
+    version (the last R + 1 committed ones) still exists, and old files do not pile up."""
+    rng = np.random.default_rng(seed)
+    store, retain, every = S.StateFiles(str(tmp_path / "d")), 4, 3
+    group, versions = (0,), [None]        # committed manifests (None: no state)
+    for _ in range(120):
+        manifest = versions[-1]
+        token = R.new_token()
+        if manifest is None or len(manifest.deltas) + 1 >= every or rng.random() < 0.2:
+            start, floor = (manifest.start, manifest.floor) if manifest is not None else store.next_index(group)
+            index = manifest.index + 1 if manifest is not None else start
+            store.write(group, S.snapshot_name(index, token), b"s")
+            new = L.Manifest(token, index, token, 1, start, floor)
+            store.collect(group, index, retain, start, floor)
+        else:
+            store.write(group, S.delta_name(manifest.index + 1, manifest.base, token), b"d")
+            new = dataclasses.replace(manifest, token=token, deltas=manifest.deltas + [(token, 1)])
+        roll = rng.random()
+        if roll < 0.15:
+            continue                       # the batch failed: its file is an orphan, the batch runs again
+        versions.append(None if roll > 0.95 else new)
+        if rng.random() < 0.1 and len(versions) > 2:
+            versions.pop()                 # Spark restarts from the version before (the last one uncommitted)
+        present = set(store.names(group))
+        for m in versions[-(retain + 1):]:
+            if m is not None:
+                assert S.snapshot_name(m.base, m.snapshot_token) in present
+                assert all(S.delta_name(m.base + i + 1, m.base, t) in present for i, (t, _) in enumerate(m.deltas))
+        # orphans and rolled-back files at most double an index's files; the collection runs at snapshots
+        assert len(present) <= 5 * (retain + every + 2)

@@ -16,9 +16,13 @@ Spark's versioned state store:
 * **Garbage collection never deletes a file a retained version may name** (:func:`collectable`): Spark keeps
   ``spark.sql.streaming.minBatchesToRetain`` (R) state versions. A version written at call index ``c`` names
   a snapshot written at index ``b <= c`` (its *base*) and the deltas at indices ``b+1 .. c``, and each delta
-  file's name carries its base. The retained versions were written at indices ``>= now - R - 1`` (at most one
-  call per batch; one more for an attempt that is itself rolled back), so every file at an index below both
-  that cut and the bases of the delta files at or above it is unreachable.
+  file's name carries its base. Along one line of versions the index grows by one per call, so the retained
+  versions were written at indices ``>= now - R - 1`` (at most one call per batch; one more for an attempt
+  that is itself rolled back), and every file at an index below both that cut and the bases of the delta
+  files at or above it is unreachable. A line that starts above the directory's files (a new group, a group
+  whose state Spark removed, a checkpoint from another layout: :meth:`StateFiles.next_index`) jumps over the
+  indices of orphans and rolled-back attempts, so it carries the lowest index present when it started
+  (``floor``), kept until it is ``R + 1`` calls old (then every version before it has left the retention).
 
 Paths are plain local paths or URIs that :func:`pyarrow.fs.FileSystem.from_uri` understands (``file://``,
 ``hdfs://``, ``s3://``); local paths are what the tests run.
@@ -55,14 +59,17 @@ def parse_name(name: str) -> tuple[int, int] | None:
     return int(m.group(4)), int(m.group(5))
 
 
-def collectable(names, index: int, retain: int) -> list[str]:
+def collectable(names, index: int, retain: int, start: int = 0, floor: int = 0) -> list[str]:
     """The names among ``names`` (one group's files) that no retained state version can name, given that the
-    newest write is at call ``index`` and Spark retains ``retain`` versions (see the module docstring).
+    newest write is at call ``index`` of a line of versions that started at ``start`` when the lowest file
+    index present was ``floor``, and Spark retains ``retain`` versions (see the module docstring).
     """
     parsed = [(n, parse_name(n)) for n in names]
     parsed = [(n, p) for n, p in parsed if p is not None]
     cut = index - retain - 1
     keep_from = min([cut] + [base for _, (i, base) in parsed if i >= cut])
+    if index - start <= retain + 1:
+        keep_from = min(keep_from, floor)
     return [n for n, (i, _) in parsed if i < keep_from]
 
 
@@ -87,12 +94,14 @@ class StateFiles:
         infos = self.fs.get_file_info(pafs.FileSelector(self.group_dir(group), allow_not_found=True))
         return [info.base_name for info in infos if info.type == pafs.FileType.File]
 
-    def next_index(self, group) -> int:
-        """The call index after every file of the group (0 for a new group): a group whose state Spark
-        removed, or restored from another layout, starts above any file a retained version may name.
+    def next_index(self, group) -> tuple[int, int]:
+        """``(start, floor)``: the call index after every file of the group (0 for a new group) and the lowest
+        index present (``start`` when none): a group whose state Spark removed, or restored from another
+        layout, starts above any file a retained version may name and keeps those files for a while.
         """
-        parsed = [parse_name(n) for n in self.names(group)]
-        return max([p[0] + 1 for p in parsed if p is not None], default=0)
+        indices = [p[0] for p in map(parse_name, self.names(group)) if p is not None]
+        start = max(indices, default=-1) + 1
+        return start, min(indices, default=start)
 
     def write(self, group, name: str, data) -> int:
         """Write ``data`` as the group's file ``name``: hidden temporary first, then renamed (never
@@ -118,9 +127,9 @@ class StateFiles:
                 f"directory {self.root!r}; state_dir must be the directory this checkpoint was written with, "
                 f"and nothing but the operator may delete files in it") from None
 
-    def collect(self, group, index: int, retain: int) -> int:
+    def collect(self, group, index: int, retain: int, start: int = 0, floor: int = 0) -> int:
         """Delete the group's files no retained version can name (:func:`collectable`); returns how many."""
-        doomed = collectable(self.names(group), index, retain)
+        doomed = collectable(self.names(group), index, retain, start, floor)
         directory = self.group_dir(group)
         for name in doomed:
             try:

@@ -22,12 +22,15 @@ The token identifies the value's version for the resident cache (:mod:`.._common
 (:mod:`.._common.state_files`) and only a *manifest* in the value's ``kernel`` field (``left`` / ``right``
 empty)::
 
-    "CQF1" | token (16 B) | u64 base | snapshot token (16 B) | u64 snapshot bytes | u32 deltas
-           | per delta: token (16 B) | u64 bytes
+    "CQF1" | token (16 B) | u64 base | snapshot token (16 B) | u64 snapshot bytes | u64 start | u64 floor
+           | u32 deltas | per delta: token (16 B) | u64 bytes
 
 naming the snapshot file written at call index ``base`` and the delta files written at ``base + 1 ..
-base + deltas`` (each call writes one or the other, so the indices are contiguous). A snapshot file is the
-full layout's three fields: ``"CQS1" | u64 x 3 lengths | kernel | left | right``.
+base + deltas`` (each call writes one or the other, so the indices are contiguous). ``start`` / ``floor``: the
+index at which this line of versions started above the directory's files (a new group, a group whose state
+Spark removed, a checkpoint from another layout) and the lowest file index present then, which the garbage
+collection keeps while older versions may still be retained (:func:`.._common.state_files.collectable`).
+A snapshot file is the full layout's three fields: ``"CQS1" | u64 x 3 lengths | kernel | left | right``.
 """
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ __all__ = ["MAGIC", "FILES_MAGIC", "Delta", "LogInfo", "Manifest", "is_log", "is
 
 MAGIC = b"CQL1"
 FILES_MAGIC = b"CQF1"
-_MANIFEST = struct.Struct("<4s16sQ16sQI")   # magic, token, base, snapshot token, snapshot bytes, deltas
+_MANIFEST = struct.Struct("<4s16sQ16sQQQI")  # magic, token, base, snapshot token, snapshot bytes, start, floor, deltas
 _MDELTA = struct.Struct("<16sQ")            # delta token, bytes
 _SNAP = struct.Struct("<4sQQQ")             # magic, kernel / left / right lengths
 _SMAGIC = b"CQS1"
@@ -142,6 +145,8 @@ class Manifest:
     base: int                 # call index of the snapshot file
     snapshot_token: bytes
     snapshot_bytes: int
+    start: int = 0            # the line of versions started here, above every file then present ...
+    floor: int = 0            # ... of which the lowest index was this
     deltas: list = field(default_factory=list)   # (token, bytes) of the delta files at base + 1, base + 2, ...
 
     @property
@@ -151,21 +156,25 @@ class Manifest:
 
     @property
     def delta_bytes(self) -> int:
+        """The bytes of the delta files."""
         return sum(n for _, n in self.deltas)
 
     def encode(self) -> bytes:
+        """The manifest's bytes (the value's ``kernel`` field)."""
         return b"".join([_MANIFEST.pack(FILES_MAGIC, self.token, self.base, self.snapshot_token, self.snapshot_bytes,
-                                        len(self.deltas))] + [_MDELTA.pack(t, n) for t, n in self.deltas])
+                                        self.start, self.floor, len(self.deltas))]
+                        + [_MDELTA.pack(t, n) for t, n in self.deltas])
 
     @classmethod
     def decode(cls, blob) -> Manifest:
+        """The manifest of :meth:`encode`."""
         view = memoryview(blob)
-        _, token, base, snap, snap_bytes, n = _MANIFEST.unpack_from(view)
+        _, token, base, snap, snap_bytes, start, floor, n = _MANIFEST.unpack_from(view)
         if len(view) != _MANIFEST.size + n * _MDELTA.size:
             raise ValueError("join state: the files manifest is truncated or corrupt; restore from an earlier "
                              "checkpoint")
         deltas = [_MDELTA.unpack_from(view, _MANIFEST.size + i * _MDELTA.size) for i in range(n)]
-        return cls(token, base, snap, snap_bytes, [(bytes(t), int(m)) for t, m in deltas])
+        return cls(token, base, snap, snap_bytes, start, floor, [(bytes(t), int(m)) for t, m in deltas])
 
 
 def pack_snapshot(kernel: bytes, left: bytes, right: bytes) -> bytes:

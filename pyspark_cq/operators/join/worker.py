@@ -11,6 +11,7 @@ Column names of the transport layout (the tagged union of both inputs) all start
 """
 from __future__ import annotations
 
+import dataclasses
 import uuid
 import warnings
 from dataclasses import dataclass
@@ -523,7 +524,7 @@ class JoinWorker:
         return kernel, sides
 
     def _files(self) -> _state_files.StateFiles:
-        """This worker process's handle on the state directory (files layout, or a value it wrote)."""
+        """The worker process's handle on the state directory (files layout, or a value it wrote)."""
         root = self.config.state_dir
         if root is None:
             raise ValueError("join state: this checkpoint's state was written with state_persistence='files'; its "
@@ -647,15 +648,18 @@ class JoinWorker:
                 blob = None
         if blob is None:
             # A new chain; from another layout (or none) it starts above every file in the group's directory.
-            index = manifest.index + 1 if manifest is not None else files.next_index(key)
+            if manifest is not None:
+                index, start, floor = manifest.index + 1, manifest.start, manifest.floor
+            else:
+                start, floor = files.next_index(key)
+                index = start
             size = files.write(key, _state_files.snapshot_name(index, token),
                                _log.pack_snapshot(*self._snapshot(kernel, sides)))
-            manifest = _log.Manifest(token, index, token, size)
-            files.collect(key, index, self.config.retain)
+            manifest = _log.Manifest(token, index, token, size, start, floor)
+            files.collect(key, index, self.config.retain, start, floor)
         else:
             files.write(key, _state_files.delta_name(manifest.index + 1, manifest.base, token), blob)
-            manifest = _log.Manifest(token, manifest.base, manifest.snapshot_token, manifest.snapshot_bytes,
-                                     manifest.deltas + [(token, len(blob))])
+            manifest = dataclasses.replace(manifest, token=token, deltas=manifest.deltas + [(token, len(blob))])
         value = (manifest.encode(), b"", b"")
         state.update(value)
         self._set_timeout(state, kernel, wm_ms)

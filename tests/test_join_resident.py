@@ -497,3 +497,28 @@ def test_collection_never_deletes_a_file_a_retained_version_names(tmp_path, seed
                 assert all(S.delta_name(m.base + i + 1, m.base, t) in present for i, (t, _) in enumerate(m.deltas))
         # orphans and rolled-back files at most double an index's files; the collection runs at snapshots
         assert len(present) <= 5 * (retain + every + 2)
+
+
+def test_files_state_dir_defaults_under_the_sessions_checkpoint_location():
+    class _Conf:
+        def __init__(self, values):
+            self.values = values
+
+        def get(self, key, default=None):
+            return self.values.get(key, default)
+
+    class _Left:
+        def __init__(self, values):
+            self.sparkSession = type("S", (), {"conf": _Conf(values)})()
+
+    spec = _Spec()
+    spec.name, spec.left = "cq_pairs", _Left({"spark.sql.streaming.checkpointLocation": "/ck/root/",
+                                               "spark.sql.streaming.minBatchesToRetain": "7"})
+    JoinSpec.set_persistence(spec, "files", 10)
+    assert (spec.state_dir, spec.retain) == ("/ck/root/pyspark_cq_state/cq_pairs", 7)
+    spec = _Spec()
+    spec.name, spec.left = "cq_pairs", _Left({})
+    with pytest.raises(ValueError, match="spark.sql.streaming.checkpointLocation"):
+        JoinSpec.set_persistence(spec, "files", 10)
+    JoinSpec.set_persistence(spec, "files", 10, "hdfs://nn/state/q1")
+    assert spec.state_dir == "hdfs://nn/state/q1"     # URIs are passed through

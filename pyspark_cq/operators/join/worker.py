@@ -518,9 +518,9 @@ class JoinWorker:
         kernel = load("_join").JoinState(config.lower, config.upper)
         return kernel, [PayloadSide(config.payload_schema(LEFT)), PayloadSide(config.payload_schema(RIGHT))]
 
-    def _restore(self, state):
-        """The kernel and payload tables of this group: from its GroupState, or new."""
-        kernel, sides, _ = self._restore_log(state)
+    def _restore(self, state, key=None):
+        """The kernel and payload tables of group ``key``: from its GroupState (and its files), or new."""
+        kernel, sides, _ = self._restore_log(state, key)
         return kernel, sides
 
     def _files(self) -> _state_files.StateFiles:

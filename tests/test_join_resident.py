@@ -319,8 +319,9 @@ def test_state_persistence_is_validated():
     assert batch.persistence == "full"
 
 
+@pytest.mark.parametrize("layout", ["changelog", "files"])
 @pytest.mark.parametrize("window", [False, True])
-def test_changelog_replays_per_row_bounds_of_a_control_table(tmp_path, window):
+def test_changelog_replays_per_row_bounds_of_a_control_table(tmp_path, window, layout):
     """Under a control table each stored row keeps the bounds (window) of its own time (PIPES §4.2); a
     delta records them, so a replay from snapshot + deltas gives the full layout's output."""
     from pyspark_cq.control import ControlTable
@@ -348,9 +349,11 @@ def test_changelog_replays_per_row_bounds_of_a_control_table(tmp_path, window):
     batches = _batches(config("full"))
     expected, _ = _run(JoinWorker(config("full")), batches)
     assert sum(len(r) for r, _ in expected) > 0
-    got, _ = _run(JoinWorker(config("changelog")), batches)
-    replayed, _ = _run(JoinWorker(config("changelog")), batches, clear=True)
+    got, _ = _run(JoinWorker(config(layout)), batches)
+    replayed, _ = _run(JoinWorker(config(layout)), batches, clear=True)
     assert got == expected and replayed == expected and _run.with_deltas > 0
+    if layout == "files":
+        return
     worker, value, recorded = JoinWorker(config("changelog")), None, []
     for frames, wm in batches:
         _, _, value = _call(worker, frames, wm, value)

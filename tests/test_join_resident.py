@@ -11,6 +11,7 @@ the output.
 from __future__ import annotations
 
 import dataclasses
+import os
 import pickle
 
 import numpy as np
@@ -22,6 +23,7 @@ from pyspark.sql.streaming.state import GroupState, GroupStateTimeout
 
 from pyspark_cq.operators._common import metrics as _metrics
 from pyspark_cq.operators._common import resident as R
+from pyspark_cq.operators._common import state_files as S
 from pyspark_cq.operators._common.codec import NULL_SUFFIX, codecs_for
 from pyspark_cq.operators.join import changelog as L
 from pyspark_cq.operators.join import worker as W
@@ -40,7 +42,7 @@ BASE_US = 1_700_000_000_000_000
 DELAY_MS = 20_000
 
 
-def _config(how: str, persistence: str, every: int = 10) -> JoinConfig:
+def _config(how: str, persistence: str, every: int = 10, retain: int = 100) -> JoinConfig:
     left_only = how in ("left_semi", "left_anti")
     others = _SIDE_COLUMNS[left_only]
     out_cols = ["k", "ts", "lv", "ls"] if left_only else OUT
@@ -54,7 +56,7 @@ def _config(how: str, persistence: str, every: int = 10) -> JoinConfig:
         out_columns=tuple(out_cols), n_keys=1, how=how, lower=-5_000_000, upper=10_000_000, window=None,
         out_arrow=_metrics.arrow_schema(out), shards=1, out_keys=(0,) if not left_only else (),
         key_names=(("k",), ("k",)), persistence=persistence, snapshot_every=every,
-        state_id="test" if persistence == "changelog" else "")
+        state_id="test" if persistence in W.RESIDENT else "", state_dir=_config.state_dir, retain=retain)
 
 
 def _frame(config: JoinConfig, side: int, rng, n: int, t0: int) -> pd.DataFrame:
@@ -131,15 +133,24 @@ def _run(worker, batches, clear=False):
             R.cache().clear()
         rows, counters, value = _call(worker, frames, wm, value)
         results.append((rows, counters[M.STATE_ROWS]))
-        _run.with_deltas += value is not None and L.is_log(value[0]) and L.parse(value[0])[3].deltas > 0
+        _run.with_deltas += value is not None and _deltas(value) > 0
     return results, value
 
 
+def _deltas(value) -> int:
+    """The number of deltas a changelog value or a files manifest holds (0 for the full layout)."""
+    if L.is_manifest(value[0]):
+        return len(L.Manifest.decode(value[0]).deltas)
+    return L.parse(value[0])[3].deltas if L.is_log(value[0]) else 0
+
+
 @pytest.fixture(autouse=True)
-def _fresh_cache(monkeypatch):
+def _fresh_cache(monkeypatch, tmp_path):
     """An empty resident cache, and snapshots by count only (these states are small: by the default byte
-    rule nearly every batch would write a snapshot and the replays would see few deltas)."""
+    rule nearly every batch would write a snapshot and the replays would see few deltas); a fresh state
+    directory for the files layout."""
     monkeypatch.setattr(W, "SNAPSHOT_RATIO", 1e9)
+    monkeypatch.setattr(_config, "state_dir", str(tmp_path / "state"), raising=False)
     R.cache().clear()
     yield
     R.cache().clear()
@@ -157,22 +168,23 @@ def test_snapshot_when_the_deltas_outgrow_it(monkeypatch):
     assert any(n == 0 for n, _, _ in sizes[1:]) and any(n > 0 for n, _, _ in sizes)
 
 
+@pytest.mark.parametrize("layout", ["changelog", "files"])
 @pytest.mark.parametrize("how", ["inner", "left", "full", "left_semi", "left_anti"])
 @pytest.mark.parametrize("every", [1, 3, 10])
-def test_changelog_equals_full_layout(how, every):
+def test_changelog_equals_full_layout(how, every, layout):
     full = _config(how, "full")
     batches = _batches(full)
     expected, _ = _run(JoinWorker(full), batches)
     assert sum(len(r) for r, _ in expected) > 0
-    got, value = _run(JoinWorker(_config(how, "changelog", every)), batches)
+    got, value = _run(JoinWorker(_config(how, layout, every)), batches)
     assert got == expected
     # The resident copy refused every batch: each call restores from snapshot + deltas.
-    replayed, _ = _run(JoinWorker(_config(how, "changelog", every)), batches, clear=True)
+    replayed, _ = _run(JoinWorker(_config(how, layout, every)), batches, clear=True)
     assert replayed == expected
     assert (_run.with_deltas > 0) == (every > 1)   # the replays ran on deltas, not only on snapshots
     if value is not None:
-        assert L.is_log(value[0])
-        assert L.parse(value[0])[3].deltas < every
+        assert (L.is_log if layout == "changelog" else L.is_manifest)(value[0])
+        assert _deltas(value) < every
 
 
 def test_hits_and_misses_are_counted():
@@ -194,12 +206,13 @@ def batches_wm(config) -> int:
     return _batches(config)[-1][1]
 
 
+@pytest.mark.parametrize("layout", ["changelog", "files"])
 @pytest.mark.parametrize("how", ["inner", "left_semi"])
-def test_retried_batch_refuses_its_first_attempts_copy(how):
+def test_retried_batch_refuses_its_first_attempts_copy(how, layout):
     """Batch 6 runs, Spark does not commit it and runs it again on the state of batch 5: the worker holds
     batch 6's copy (another token), must refuse it and give batch 6's output once more. The control
     relabels that stale copy with batch 5's token: then it is used and the output changes."""
-    config = _config(how, "changelog", 10)
+    config = _config(how, layout, 10)
     batches = _batches(config)
     worker, value = JoinWorker(config), None
     for frames, wm in batches[:6]:
@@ -220,12 +233,16 @@ def test_retried_batch_refuses_its_first_attempts_copy(how):
     assert (stale, counters[M.STATE_ROWS]) != (first, first_counters[M.STATE_ROWS])
 
 
-def test_checkpoint_switches_between_layouts():
-    """full -> changelog -> full on one state value, same outputs as full throughout."""
+@pytest.mark.parametrize("order", [("full", "changelog", "full"), ("full", "files", "full"),
+                                   ("changelog", "files", "changelog"), ("files", "changelog", "files")])
+def test_checkpoint_switches_between_layouts(order):
+    """One state value through three layouts (e.g. full -> changelog -> full: checkpoints of today's formats
+    restore in the files layout and back), same outputs as full throughout."""
     full = _config("left", "full")
     batches = _batches(full)
     expected, _ = _run(JoinWorker(full), batches)
-    workers = [JoinWorker(full)] * 3 + [JoinWorker(_config("left", "changelog", 3))] * 4 + [JoinWorker(full)] * 2
+    first, second, third = (JoinWorker(_config("left", layout, 3)) for layout in order)
+    workers = [first] * 3 + [second] * 4 + [third] * 2
     value, got = None, []
     for worker, (frames, wm) in zip(workers, batches):
         rows, counters, value = _call(worker, frames, wm, value)
@@ -302,8 +319,9 @@ def test_state_persistence_is_validated():
     assert batch.persistence == "full"
 
 
+@pytest.mark.parametrize("layout", ["changelog", "files"])
 @pytest.mark.parametrize("window", [False, True])
-def test_changelog_replays_per_row_bounds_of_a_control_table(tmp_path, window):
+def test_changelog_replays_per_row_bounds_of_a_control_table(tmp_path, window, layout):
     """Under a control table each stored row keeps the bounds (window) of its own time (PIPES §4.2); a
     delta records them, so a replay from snapshot + deltas gives the full layout's output."""
     from pyspark_cq.control import ControlTable
@@ -331,9 +349,11 @@ def test_changelog_replays_per_row_bounds_of_a_control_table(tmp_path, window):
     batches = _batches(config("full"))
     expected, _ = _run(JoinWorker(config("full")), batches)
     assert sum(len(r) for r, _ in expected) > 0
-    got, _ = _run(JoinWorker(config("changelog")), batches)
-    replayed, _ = _run(JoinWorker(config("changelog")), batches, clear=True)
+    got, _ = _run(JoinWorker(config(layout)), batches)
+    replayed, _ = _run(JoinWorker(config(layout)), batches, clear=True)
     assert got == expected and replayed == expected and _run.with_deltas > 0
+    if layout == "files":
+        return
     worker, value, recorded = JoinWorker(config("changelog")), None, []
     for frames, wm in batches:
         _, _, value = _call(worker, frames, wm, value)
@@ -345,3 +365,163 @@ def _out_fields():
     types = {"k": T.LongType(), "ts_l": T.TimestampType(), "ts_r": T.TimestampType(), "lv": T.LongType(),
              "rv": T.LongType(), "ls": T.StringType(), "rs": T.StringType()}
     return [T.StructField(n, types[n]) for n in OUT]
+
+
+# -- the files layout (state_persistence="files"): manifest in the value, immutable files, garbage collection
+
+
+def _files(root) -> dict:
+    """name -> bytes of every state file under ``root`` (group directories included)."""
+    import pathlib
+
+    return {str(p.relative_to(root)): p.read_bytes() for p in pathlib.Path(root).rglob("*") if p.is_file()}
+
+
+def test_files_value_is_a_small_manifest_and_files_are_immutable():
+    config = _config("left", "files", 3)
+    worker, value, seen = JoinWorker(config), None, {}
+    for frames, wm in _batches(config):
+        _, _, value = _call(worker, frames, wm, value)
+        if value is None:
+            continue
+        assert L.is_manifest(value[0]) and value[1] == b"" and value[2] == b""
+        manifest = L.Manifest.decode(value[0])
+        assert len(value[0]) == 72 + 24 * len(manifest.deltas)     # bytes, whatever the state's size
+        files = _files(config.state_dir)
+        for name, data in seen.items():   # a file is never rewritten (it may only be collected)
+            assert files.get(name, data) == data
+        seen.update(files)
+        names = {n.split("/")[-1] for n in files}
+        assert S.snapshot_name(manifest.base, manifest.snapshot_token) in names
+        assert all(S.delta_name(manifest.base + i + 1, manifest.base, t) in names
+                   for i, (t, _) in enumerate(manifest.deltas))
+        assert not any(n.startswith(".") for n in names)        # no temporary left behind
+
+
+def test_files_replayed_batch_reads_the_files_of_its_version():
+    """Spark re-runs a batch from any retained older version (R = 3 here): a worker without resident state
+    (a new process) reads the files that version's manifest names -- after later batches wrote and
+    collected files -- and gives the batch's output and state exactly. A version older than the retention
+    may have lost its files: the error says what to check."""
+    full = _config("inner", "full")
+    batches = _batches(full, n_batches=14)
+    expected, _ = _run(JoinWorker(full), batches)
+    config = _config("inner", "files", 2, retain=3)
+    worker, values = JoinWorker(config), [None]
+    for frames, wm in batches:
+        values.append(_call(worker, frames, wm, values[-1])[2])
+    names = [n for n in _files(config.state_dir) if not n.split("/")[-1].startswith(".")]
+    written = len(batches)   # one file per batch
+    assert len(names) < written   # the collection deleted some
+    last = len(batches) - 1
+    for version in range(last - 3, last + 1):   # the retained versions: re-run the batch after each
+        if version + 1 >= len(batches):
+            continue
+        R.cache().clear()
+        W._STORES.clear()
+        frames, wm = batches[version + 1]
+        rows, counters, _ = _call(JoinWorker(config), frames, wm, values[version + 1])
+        assert (rows, counters[M.STATE_ROWS]) == expected[version + 1]
+    R.cache().clear()
+    missing = 0
+    for version in range(1, last - 6):
+        try:
+            _call(JoinWorker(config), [], batches[version + 1][1], values[version + 1])
+        except FileNotFoundError as e:
+            assert "state_dir" in str(e)
+            missing += 1
+    assert missing > 0
+
+
+def test_files_without_state_dir_is_refused_clearly():
+    config = _config("inner", "files", 3)
+    value = None
+    for frames, wm in _batches(config)[:3]:
+        _, _, value = _call(JoinWorker(config), frames, wm, value)
+    R.cache().clear()
+    blind = dataclasses.replace(_config("inner", "full"), state_dir=None)
+    with pytest.raises(ValueError, match="state_dir="):
+        _call(JoinWorker(blind), [], 0, value)
+    with pytest.raises(ValueError, match="needs state_dir="):
+        JoinSpec.set_persistence(_Spec(), "files", 10)
+    with pytest.raises(TypeError, match="state_dir must be a directory path"):
+        JoinSpec.set_persistence(_Spec(), "files", 10, 42)
+    spec = _Spec()
+    spec.layout = "key"
+    with pytest.raises(ValueError, match="shards='key'"):
+        JoinSpec.set_persistence(spec, "files", 10, "/tmp/x")
+    spec = _Spec()
+    JoinSpec.set_persistence(spec, "files", 4, "relative/dir")
+    assert spec.state_dir == os.path.abspath("relative/dir") and spec.retain == 100
+
+
+def test_collectable_names():
+    t = bytes(range(16))
+    names = [S.snapshot_name(0, t), S.delta_name(1, 0, t), S.delta_name(2, 0, t), S.snapshot_name(3, t),
+             S.delta_name(4, 3, t), "." + S.delta_name(2, 0, t) + ".tmp", "unrelated.txt"]
+    # newest write at 10, 5 retained: cut 4, the delta at 4 needs the snapshot at 3
+    assert sorted(S.collectable(names, 10, 5)) == sorted(names[:3] + names[5:6])
+    # newest write at 8: cut 2, the delta at 2 (and its temporary) need the snapshot at 0
+    assert S.collectable(names, 8, 5) == []
+    assert S.parse_name("unrelated.txt") is None and S.parse_name(names[4]) == (4, 3)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_collection_never_deletes_a_file_a_retained_version_names(tmp_path, seed):
+    """A plain-Python model of one group under Spark: each batch either commits (a new version) or fails
+    after writing its file (an orphan) and is re-run; sometimes Spark restarts from the version before
+    the last one; the state is sometimes removed. After every write, every file named by a retained
+    version (the last R + 1 committed ones) still exists, and old files do not pile up."""
+    rng = np.random.default_rng(seed)
+    store, retain, every = S.StateFiles(str(tmp_path / "d")), 4, 3
+    group, versions = (0,), [None]        # committed manifests (None: no state)
+    for _ in range(120):
+        manifest = versions[-1]
+        token = R.new_token()
+        if manifest is None or len(manifest.deltas) + 1 >= every or rng.random() < 0.2:
+            start, floor = (manifest.start, manifest.floor) if manifest is not None else store.next_index(group)
+            index = manifest.index + 1 if manifest is not None else start
+            store.write(group, S.snapshot_name(index, token), b"s")
+            new = L.Manifest(token, index, token, 1, start, floor)
+            store.collect(group, index, retain, start, floor)
+        else:
+            store.write(group, S.delta_name(manifest.index + 1, manifest.base, token), b"d")
+            new = dataclasses.replace(manifest, token=token, deltas=manifest.deltas + [(token, 1)])
+        roll = rng.random()
+        if roll < 0.15:
+            continue                       # the batch failed: its file is an orphan, the batch runs again
+        versions.append(None if roll > 0.95 else new)
+        if rng.random() < 0.1 and len(versions) > 2:
+            versions.pop()                 # Spark restarts from the version before (the last one uncommitted)
+        present = set(store.names(group))
+        for m in versions[-(retain + 1):]:
+            if m is not None:
+                assert S.snapshot_name(m.base, m.snapshot_token) in present
+                assert all(S.delta_name(m.base + i + 1, m.base, t) in present for i, (t, _) in enumerate(m.deltas))
+        # orphans and rolled-back files at most double an index's files; the collection runs at snapshots
+        assert len(present) <= 5 * (retain + every + 2)
+
+
+def test_files_state_dir_defaults_under_the_sessions_checkpoint_location():
+    class _Conf:
+        def __init__(self, values):
+            self.values = values
+
+        def get(self, key, default=None):
+            return self.values.get(key, default)
+
+    class _Left:
+        def __init__(self, values):
+            self.sparkSession = type("S", (), {"conf": _Conf(values)})()
+
+    spec = _Spec()
+    spec.name, spec.left = "cq_pairs", _Left({"spark.sql.streaming.checkpointLocation": "/ck/root/",
+                                               "spark.sql.streaming.minBatchesToRetain": "7"})
+    JoinSpec.set_persistence(spec, "files", 10)
+    assert (spec.state_dir, spec.retain) == ("/ck/root/pyspark_cq_state/cq_pairs", 7)
+    spec = _Spec()
+    spec.name, spec.left = "cq_pairs", _Left({})
+    with pytest.raises(ValueError, match="spark.sql.streaming.checkpointLocation"):
+        JoinSpec.set_persistence(spec, "files", 10)
+    JoinSpec.set_persistence(spec, "files", 10, "hdfs://nn/state/q1")
+    assert spec.state_dir == "hdfs://nn/state/q1"     # URIs are passed through

@@ -29,10 +29,12 @@ def _source(spark, root, side):
     return jd.stream_source(spark, root, side, DELAY)
 
 
-def _ours(spark, root, how, name, **kw):
+def _ours(spark, root, how, name, layout="changelog", **kw):
+    if layout == "files":   # the state directory beside the input (one per test)
+        kw.setdefault("state_dir", os.path.join(os.path.dirname(root), "state_" + name))
     return pyspark_cq.interval_join(_source(spark, root, "l"), _source(spark, root, "r"), ["k", "s"], "ts", "ts",
                                     f"{jd.LOWER_S} seconds", f"{jd.UPPER_S} seconds", how=how,
-                                    suffixes=("_l", "_r"), name=name, state_persistence="changelog",
+                                    suffixes=("_l", "_r"), name=name, state_persistence=layout,
                                     snapshot_every=2, **kw)
 
 
@@ -49,15 +51,16 @@ def _cache_counts(query, name):
     return sum(r[M.STATE_CACHE_HITS] for r in reports), sum(r[M.STATE_CACHE_MISSES] for r in reports)
 
 
+@pytest.mark.parametrize("layout", ["changelog", "files"])
 @pytest.mark.parametrize("how", ["inner", "left", "full"])
-def test_changelog_stream_equals_spark_join(spark, tmp_path, how):
+def test_changelog_stream_equals_spark_join(spark, tmp_path, how, layout):
     root = str(tmp_path / "in")
     jd.write_streams(root, 6, null_keys=how != "full", seed=21)
     name = f"cq_resident_{how}"
-    q = _memory(_ours(spark, root, how, name), f"res_ours_{how}", str(tmp_path / "ck_ours"))
+    q = _memory(_ours(spark, root, how, name, layout), f"res_ours_{how}_{layout}", str(tmp_path / "ck_ours"))
     _memory(jd.spark_reference(_source(spark, root, "l"), _source(spark, root, "r"), how), f"res_spark_{how}",
             str(tmp_path / "ck_spark"))
-    jd.assert_same_rows(spark.table(f"res_ours_{how}"), spark.table(f"res_spark_{how}"))
+    jd.assert_same_rows(spark.table(f"res_ours_{how}_{layout}"), spark.table(f"res_spark_{how}"))
     hits, misses = _cache_counts(q, name)
     assert hits + misses > 0   # every call on an existing state is one or the other
 
@@ -73,9 +76,13 @@ def _write_batch(rng, root, i):
         jd.write(os.path.join(root, side), f"b{i:03d}.parquet", table)
 
 
-def test_changelog_restart_from_checkpoint_equals_spark(spark, tmp_path):
+@pytest.mark.parametrize("layout", ["changelog", "files", "full-files-changelog"])
+def test_changelog_restart_from_checkpoint_equals_spark(spark, tmp_path, layout):
     """Stop after part of the input, restart the same query definition on the checkpoint, then once more
-    with a new definition (another operator id: all misses); the output equals Spark's."""
+    with a new definition (another operator id: all misses, as after a worker died); the output equals
+    Spark's. ``full-files-changelog``: each run in another layout (a checkpoint of today's full layout
+    restored by the files layout, and its files read back by the changelog)."""
+    layouts = layout.split("-") if "-" in layout else [layout] * 3
     rng = np.random.default_rng(9)
     root, sink, ck = str(tmp_path / "in"), str(tmp_path / "sink"), str(tmp_path / "ck")
     name = "cq_resident_restart"
@@ -88,22 +95,26 @@ def test_changelog_restart_from_checkpoint_equals_spark(spark, tmp_path):
 
     for i in range(3):
         _write_batch(rng, root, i)
-    df = _ours(spark, root, "left", name)   # one definition for the first two runs: one operator id
+    state_dir = str(tmp_path / "state")
+    df = _ours(spark, root, "left", name, layouts[0], state_dir=state_dir)
     run(df)
     for i in range(3, 6):
         _write_batch(rng, root, i)
-    q = run(df)
+    if layouts[1] != layouts[0]:
+        df = _ours(spark, root, "left", name, layouts[1], state_dir=state_dir)
+    q = run(df)   # the same definition for the first two runs when the layout stays: one operator id
     hits, misses = _cache_counts(q, name)
     assert hits + misses > 0
     for i in range(6, 8):
         _write_batch(rng, root, i)
-    run(_ours(spark, root, "left", name))
+    run(_ours(spark, root, "left", name, layouts[2], state_dir=state_dir))
     theirs = jd.spark_reference(_source(spark, root, "l"), _source(spark, root, "r"), "left")
     _memory(theirs, "res_spark_restart", str(tmp_path / "ck_spark"))
     jd.assert_same_rows(spark.read.parquet(sink), spark.table("res_spark_restart"))
 
 
-def test_changelog_batch_retried_after_a_sink_failure(spark, tmp_path):
+@pytest.mark.parametrize("layout", ["changelog", "files"])
+def test_changelog_batch_retried_after_a_sink_failure(spark, tmp_path, layout):
     """The sink fails batch 3 once, after the join's tasks wrote (and the workers cached) batch 3's state;
     the restart runs batch 3 again on batch 2's state. The workers' copies of batch 3's state carry another
     token and must be refused: the output equals Spark's, with no pair twice."""
@@ -113,7 +124,7 @@ def test_changelog_batch_retried_after_a_sink_failure(spark, tmp_path):
     for i in range(6):
         _write_batch(rng, root, i)
     name = "cq_resident_retry"
-    df = _ours(spark, root, "inner", name)
+    df = _ours(spark, root, "inner", name, layout)
 
     def write(batch, batch_id):
         if batch_id == 3 and not flag.exists():

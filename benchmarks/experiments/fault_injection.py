@@ -65,6 +65,7 @@ MASTER = "local[2,4]"  # two cores, a failed task is retried up to 3 times
 DATA = {
     "interval_join": (("l", "r"), 200, 40),
     "interval_join_changelog": (("l", "r"), 200, 40),   # state_persistence="changelog" (issue 39)
+    "interval_join_files": (("l", "r"), 200, 40),       # state_persistence="files": state files beside the checkpoint
     "sliding_aggregate_windows": (("in",), 1500, 30),
     "sliding_aggregate_changes": (("in",), 1500, 30),
     "window": (("in",), 1500, 30),
@@ -75,8 +76,8 @@ DATA = {
     "query_group": (("in",), 1500, 30),   # a pyspark_cq.QueryGroup of GROUP_QUERIES, one sink each (issue 40)
 }
 OPERATORS = list(DATA)
-JOINS = ("interval_join", "interval_join_changelog", "multi_join")   # per-input time columns ts_<input>
-STATEFUL = {"interval_join", "interval_join_changelog", "sliding_aggregate_windows", "sliding_aggregate_changes",
+JOINS = ("interval_join", "interval_join_changelog", "interval_join_files", "multi_join")   # per-input time columns ts_<input>
+STATEFUL = {"interval_join", "interval_join_changelog", "interval_join_files", "sliding_aggregate_windows", "sliding_aggregate_changes",
             "multi_join", "spark_window", "query_group"}
 #: The query group's queries over the stream ``s`` (the input ``in``): shared aggregations (one with HAVING, one
 #: ISTREAM) and one stateless query running alone.
@@ -138,7 +139,7 @@ def _big(batch):
     return pc.greater(pc.abs(batch.column("v")), 100)
 
 
-def build(spark, operator: str, root: Path, control: str | None):
+def build(spark, operator: str, root: Path, control: str | None, checkpoint: str | None = None):
     from pyspark.sql import functions as F
 
     import pyspark_cq as cq
@@ -152,9 +153,11 @@ def build(spark, operator: str, root: Path, control: str | None):
         return df.withWatermark(time_col, DELAY)
 
     if operator.startswith("interval_join"):
-        persistence = "changelog" if operator == "interval_join_changelog" else None
+        persistence = {"interval_join_changelog": "changelog", "interval_join_files": "files"}.get(operator)
+        # files: one state directory per run, kept with (beside) the run's checkpoint
+        state_dir = str(checkpoint) + "_state" if persistence == "files" else None
         return cq.interval_join(src("l"), src("r"), "k", "ts_l", "ts_r", "-5 seconds", "5 seconds", shards=4,
-                                name="fi", state_persistence=persistence, snapshot_every=3)
+                                name="fi", state_persistence=persistence, snapshot_every=3, state_dir=state_dir)
     if operator.startswith("sliding_aggregate"):
         handle = None
         if control:
@@ -200,7 +203,7 @@ def child(args) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     if args.operator == "query_group":
         return _group_child(spark, args, root)
-    out = build(spark, args.operator, root, args.control)
+    out = build(spark, args.operator, root, args.control, args.checkpoint)
     q = (out.writeStream.format("parquet").option("path", args.sink).outputMode("append")
          .option("checkpointLocation", args.checkpoint).trigger(availableNow=True).start())
     (root / f"alive.{os.getpid()}").touch()     # the parent arms its kill only once the query runs

@@ -1,4 +1,4 @@
-"""Per-batch cost of one interval-join shard call as its state grows: full image vs changelog (issue 39).
+"""Per-batch cost of one interval-join shard call as its state grows: full image vs changelog vs files (issue 39).
 
 Drives ``JoinWorker.streaming`` as PySpark 4.3's worker does (``join_worker_profile``: PySpark's own
 arrow -> pandas conversion of the shard's rows, a ``GroupState`` built from the value the previous call
@@ -20,7 +20,9 @@ from __future__ import annotations
 import dataclasses
 import os
 import pickle
+import shutil
 import statistics
+import tempfile
 import time
 
 import numpy as np
@@ -55,7 +57,7 @@ def _timed(acc: dict):
     from pyspark_cq.operators.join import worker as J
 
     originals = {}
-    for name in ("_restore_log", "_save", "_save_log", "_process"):
+    for name in ("_restore_log", "_save", "_save_log", "_save_files", "_process"):
         fn = J.JoinWorker.__dict__[name]
         originals[name] = fn
 
@@ -70,8 +72,9 @@ def _timed(acc: dict):
 
 
 def run(data, persistence: str, every: int):
-    """One pass (``persistence``: ``full``, ``changelog``, or ``changelog-miss``: the resident copy dropped
-    before every call, so each call restores the snapshot and replays the deltas): per call (state rows before, seconds of the function, of restore, of save, of processing,
+    """One pass (``persistence``: ``full``, ``changelog``, ``files`` (state files in a temporary directory), or
+    ``changelog-miss`` / ``files-miss``: the resident copy dropped before every call, so each call restores
+    the snapshot and replays the deltas): per call (state rows before, seconds of the function, of restore, of save, of processing,
     value bytes, pickle round trip seconds, cache hit).
     """
     import pandas as pd
@@ -82,11 +85,12 @@ def run(data, persistence: str, every: int):
     from pyspark_cq.vocabulary import metrics as M
 
     resident.cache().clear()
-    miss = persistence == "changelog-miss"
-    persistence = "changelog" if miss else persistence
+    miss = persistence.endswith("-miss")
+    persistence = persistence.removesuffix("-miss")
     worker, _ = _worker(1)
+    state_dir = tempfile.mkdtemp(prefix="cq_profile_state_") if persistence == "files" else None
     worker.config = dataclasses.replace(worker.config, persistence=persistence, snapshot_every=every,
-                                        state_id="profile" if persistence == "changelog" else "")
+                                        state_id="profile" if persistence != "full" else "", state_dir=state_dir)
     acc: dict = {}
     originals = _timed(acc)
     value, rows_before, out = None, 0, []
@@ -104,13 +108,16 @@ def run(data, persistence: str, every: int):
             t2 = time.perf_counter()
             hit = int(row["__cq_" + M.STATE_CACHE_HITS].iloc[0])
             out.append((rows_before, t1 - t0, acc.get("_restore_log", 0.0),
-                        acc.get("_save", 0.0) + acc.get("_save_log", 0.0), acc.get("_process", 0.0),
+                        acc.get("_save", 0.0) + acc.get("_save_log", 0.0) + acc.get("_save_files", 0.0),
+                        acc.get("_process", 0.0),
                         sum(len(v) for v in value), t2 - t1, hit))
             rows_before = int(row["__cq_" + M.STATE_ROWS].iloc[0])
     finally:
         from pyspark_cq.operators.join import worker as J
         for name, fn in originals.items():
             setattr(J.JoinWorker, name, fn)
+        if state_dir is not None:
+            shutil.rmtree(state_dir, ignore_errors=True)
     return out
 
 
@@ -135,7 +142,7 @@ def main(argv=None):
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--every", type=int, default=10, help="changelog: snapshot_every")
-    ap.add_argument("--layouts", nargs="*", default=["full", "changelog"], choices=["full", "changelog", "changelog-miss"])
+    ap.add_argument("--layouts", nargs="*", default=["full", "changelog"], choices=["full", "changelog", "files", "changelog-miss", "files-miss"])
     args = ap.parse_args(argv)
     before = harness.start()
     os.environ.setdefault("NUMBA_CACHE_DIR", "/tmp/numba_cq")

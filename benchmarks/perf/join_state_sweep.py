@@ -3,8 +3,8 @@
 For each state size in ``--sizes`` (millions of rows, both sides together) the stream first loads that many
 rows (fill batches of at most ``--fill-rows`` rows, not measured), then runs ``--measure`` batches of
 ``--batch-rows`` rows (half a side); a 1 hour watermark delay keeps every row in the state, ±30 s band on
-``k`` (``--keys`` keys). Engines (``--engines``): ``full`` and ``changelog`` (``interval_join`` with
-``state_persistence=``), ``spark`` (Spark's stream-stream join on the default HDFS-backed store) and
+``k`` (``--keys`` keys). Engines (``--engines``): ``full``, ``changelog`` and ``files`` (``interval_join``
+with ``state_persistence=``; ``files`` keeps its state directory beside the query's checkpoint), ``spark`` (Spark's stream-stream join on the default HDFS-backed store) and
 ``rocksdb`` (Spark's join on RocksDB with changelog checkpointing). Prints per size and engine the median
 batch time of the measured batches, the state store's ``memoryUsedBytes`` after the last batch, ours' state
 bytes and the resident cache's hits / misses. One session (``local[2]``); each query its own checkpoint.
@@ -12,7 +12,7 @@ bytes and the resident cache's hits / misses. One session (``local[2]``); each q
 Usage::
 
     python -m benchmarks.perf.join_state_sweep [--sizes 0.5 1 2 5 10] [--batch-rows 50000] [--measure 4]
-                                               [--engines full changelog spark rocksdb]
+                                               [--engines full changelog files spark rocksdb]
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ BASE_US = 1_700_000_000_000_000
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
+OURS = ("full", "changelog", "files")
 
 
 def write_input(root: str, state_rows: int, batch_rows: int, measure: int, fill_rows: int, keys: int,
@@ -71,9 +72,10 @@ def run(spark, root: str, engine: str, measure: int, ck: str) -> dict:
                 .parquet(os.path.join(root, side)).withWatermark("ts", "1 hour"))
 
     old = {k: spark.conf.get(k, None) for k in (PROVIDER, CHANGELOG)}
-    if engine in ("full", "changelog"):
+    if engine in OURS:
         df = pyspark_cq.interval_join(source("l"), source("r"), "k", "ts", "ts", "-30 seconds", "30 seconds",
-                                      suffixes=("_l", "_r"), name="sweep", state_persistence=engine)
+                                      suffixes=("_l", "_r"), name="sweep", state_persistence=engine,
+                                      state_dir=ck + "_state")
     else:
         if engine == "rocksdb":
             spark.conf.set(PROVIDER, ROCKSDB)
@@ -99,7 +101,7 @@ def run(spark, root: str, engine: str, measure: int, ck: str) -> dict:
     out = {"wall_s": wall, "batch_ms": [p["durationMs"].get("triggerExecution", 0) for p in progress],
            "median_ms": statistics.median(p["durationMs"].get("triggerExecution", 0) for p in steady),
            "store_memory_bytes": ops[-1].get("memoryUsedBytes", 0), "state_rows_spark": ops[-1].get("numRowsTotal")}
-    if engine in ("full", "changelog"):
+    if engine in OURS:
         reports = [pyspark_cq.read_metrics(p, "sweep") or {} for p in steady]
         out["state_rows"] = reports[-1].get("state_rows", 0)
         out["state_bytes"] = reports[-1].get("state_bytes", 0)
@@ -115,8 +117,8 @@ def main(argv=None):
     ap.add_argument("--measure", type=int, default=4, help="measured batches per size")
     ap.add_argument("--fill-rows", type=int, default=500_000, help="rows per fill batch (not measured)")
     ap.add_argument("--keys", type=int, default=1_000_000)
-    ap.add_argument("--engines", nargs="+", default=["full", "changelog", "spark", "rocksdb"],
-                    choices=["full", "changelog", "spark", "rocksdb"])
+    ap.add_argument("--engines", nargs="+", default=["full", "changelog", "files", "spark", "rocksdb"],
+                    choices=[*OURS, "spark", "rocksdb"])
     ap.add_argument("--driver-memory", default="6g")
     args = ap.parse_args(argv)
     before = harness.start()

@@ -17,6 +17,20 @@ checkpointing: the writer's cost follows the batch's rows, and a new snapshot ev
 batches (or when the deltas exceed half of it) bounds the replay.
 
 The token identifies the value's version for the resident cache (:mod:`.._common.resident`).
+
+``state_persistence="files"`` keeps the same deltas and snapshots in immutable files
+(:mod:`.._common.state_files`) and only a *manifest* in the value's ``kernel`` field (``left`` / ``right``
+empty)::
+
+    "CQF1" | token (16 B) | u64 base | snapshot token (16 B) | u64 snapshot bytes | u64 start | u64 floor
+           | u32 deltas | per delta: token (16 B) | u64 bytes
+
+naming the snapshot file written at call index ``base`` and the delta files written at ``base + 1 ..
+base + deltas`` (each call writes one or the other, so the indices are contiguous). ``start`` / ``floor``: the
+index at which this line of versions started above the directory's files (a new group, a group whose state
+Spark removed, a checkpoint from another layout) and the lowest file index present then, which the garbage
+collection keeps while older versions may still be retained (:func:`.._common.state_files.collectable`).
+A snapshot file is the full layout's three fields: ``"CQS1" | u64 x 3 lengths | kernel | left | right``.
 """
 from __future__ import annotations
 
@@ -28,9 +42,15 @@ import pyarrow as pa
 
 from .._common import state_bytes as _state_bytes
 
-__all__ = ["MAGIC", "Delta", "LogInfo", "is_log", "token_of", "parse", "snapshot_field", "append_delta"]
+__all__ = ["MAGIC", "FILES_MAGIC", "Delta", "LogInfo", "Manifest", "is_log", "is_manifest", "token_of", "parse",
+           "snapshot_field", "append_delta", "pack_snapshot", "unpack_snapshot"]
 
 MAGIC = b"CQL1"
+FILES_MAGIC = b"CQF1"
+_MANIFEST = struct.Struct("<4s16sQ16sQQQI")  # magic, token, base, snapshot token, snapshot bytes, start, floor, deltas
+_MDELTA = struct.Struct("<16sQ")            # delta token, bytes
+_SNAP = struct.Struct("<4sQQQ")             # magic, kernel / left / right lengths
+_SMAGIC = b"CQS1"
 _HEAD = struct.Struct("<4s16sIQ")     # magic, token, number of deltas, snapshot length
 _LEN = struct.Struct("<Q")
 _DELTA = struct.Struct("<4sqII")      # magic, watermark (ms), parts, emitted ids
@@ -107,9 +127,69 @@ def is_log(blob) -> bool:
     return blob is not None and len(blob) >= _HEAD.size and bytes(memoryview(blob)[:4]) == MAGIC
 
 
+def is_manifest(blob) -> bool:
+    """True when a state value's kernel field is a files-layout manifest."""
+    return blob is not None and len(blob) >= _MANIFEST.size and bytes(memoryview(blob)[:4]) == FILES_MAGIC
+
+
 def token_of(blob) -> bytes | None:
-    """The version token of a changelog kernel field (None for the full layout)."""
-    return _HEAD.unpack_from(blob)[1] if is_log(blob) else None
+    """The version token of a changelog kernel field or a manifest (None for the full layout)."""
+    return _HEAD.unpack_from(blob)[1] if is_log(blob) or is_manifest(blob) else None
+
+
+@dataclass
+class Manifest:
+    """The files layout's state value: the files that hold a group's state (see the module docstring)."""
+
+    token: bytes
+    base: int                 # call index of the snapshot file
+    snapshot_token: bytes
+    snapshot_bytes: int
+    start: int = 0            # the line of versions started here, above every file then present ...
+    floor: int = 0            # ... of which the lowest index was this
+    deltas: list = field(default_factory=list)   # (token, bytes) of the delta files at base + 1, base + 2, ...
+
+    @property
+    def index(self) -> int:
+        """The call index of the write this manifest describes."""
+        return self.base + len(self.deltas)
+
+    @property
+    def delta_bytes(self) -> int:
+        """The bytes of the delta files."""
+        return sum(n for _, n in self.deltas)
+
+    def encode(self) -> bytes:
+        """The manifest's bytes (the value's ``kernel`` field)."""
+        return b"".join([_MANIFEST.pack(FILES_MAGIC, self.token, self.base, self.snapshot_token, self.snapshot_bytes,
+                                        self.start, self.floor, len(self.deltas))]
+                        + [_MDELTA.pack(t, n) for t, n in self.deltas])
+
+    @classmethod
+    def decode(cls, blob) -> Manifest:
+        """The manifest of :meth:`encode`."""
+        view = memoryview(blob)
+        _, token, base, snap, snap_bytes, start, floor, n = _MANIFEST.unpack_from(view)
+        if len(view) != _MANIFEST.size + n * _MDELTA.size:
+            raise ValueError("join state: the files manifest is truncated or corrupt; restore from an earlier "
+                             "checkpoint")
+        deltas = [_MDELTA.unpack_from(view, _MANIFEST.size + i * _MDELTA.size) for i in range(n)]
+        return cls(token, base, snap, snap_bytes, start, floor, [(bytes(t), int(m)) for t, m in deltas])
+
+
+def pack_snapshot(kernel: bytes, left: bytes, right: bytes) -> bytes:
+    """A snapshot file's bytes: the full layout's three fields."""
+    return b"".join((_SNAP.pack(_SMAGIC, len(kernel), len(left), len(right)), kernel, left, right))
+
+
+def unpack_snapshot(blob) -> tuple[memoryview, memoryview, memoryview]:
+    """The three fields of a snapshot file (views into ``blob``)."""
+    view = memoryview(blob)
+    magic, nk, nl, nr = _SNAP.unpack_from(view)
+    if magic != _SMAGIC or len(view) != _SNAP.size + nk + nl + nr:
+        raise ValueError("join state: a snapshot file is truncated or corrupt; restore from an earlier checkpoint")
+    pos = _SNAP.size
+    return view[pos:pos + nk], view[pos + nk:pos + nk + nl], view[pos + nk + nl:]
 
 
 def parse(blob) -> tuple[bytes, memoryview, list, LogInfo]:

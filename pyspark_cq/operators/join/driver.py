@@ -57,7 +57,8 @@ _STATE_SCHEMA = T.StructType([T.StructField("kernel", T.BinaryType(), True),
 
 def interval_join(left, right, on=None, left_time=None, right_time=None, lower=None, upper=None, how="inner", *,
                   left_on=None, right_on=None, suffixes=None, shards=None, grouping=None, name=None, control=None,
-                  drop_ratio=0.0, seed=0, kept_column=None, bucket=None, state_persistence=None, snapshot_every=10):
+                  drop_ratio=0.0, seed=0, kept_column=None, bucket=None, state_persistence=None, snapshot_every=10,
+                  state_dir=None):
     """Join two DataFrames on equal keys and a time band (PIPES join, Cammert et al., §2.4.1, §3.6.3).
 
     A left row ``l`` and a right row ``r`` join when every ``on`` column is equal and
@@ -140,7 +141,7 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
         lower), 1 second)``. None (default): the shard layout. Results are the same. Refused (ValueError) with
         another ``how``, ``control`` or ``shards="key"``; ignored on batch inputs. A checkpoint keeps
         its layout and width: restoring it with another is refused.
-    state_persistence : {None, "full", "changelog"}, optional
+    state_persistence : {None, "full", "changelog", "files"}, optional
         How a streaming join keeps each shard's state in Spark's state store between micro-batches
         (docs/join.md, *State persistence*). ``"full"`` (None, the default): the whole state image is
         rebuilt from Spark's state and written back every batch. ``"changelog"``: the state stays resident
@@ -148,11 +149,20 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
         state, so a copy from a retried batch or another query is never used) and a batch appends only
         what it changed (rows stored, the eviction watermark) to the state value, with a new snapshot every
         ``snapshot_every`` batches; the counters ``state_cache_hits`` / ``state_cache_misses`` say how
-        often the resident copy was used. Results are the same; a checkpoint may switch between the two.
-        Refused (ValueError) with ``bucket``; ignored on batch inputs.
+        often the resident copy was used. ``"files"``: as ``"changelog"``, but the snapshots and deltas are
+        immutable files under ``state_dir`` and Spark's state holds only a small manifest naming them, so
+        a batch no longer copies the state through the JVM. Results are the same; a checkpoint may switch
+        between the three. Refused (ValueError) with ``bucket`` (and ``"files"`` with ``shards="key"``);
+        ignored on batch inputs.
     snapshot_every : int
-        ``state_persistence="changelog"``: write a new snapshot at the latest every this many micro-batches
+        ``"changelog"`` / ``"files"``: write a new snapshot at the latest every this many micro-batches
         (>= 1; default 10), earlier when the deltas exceed half of it.
+    state_dir : str, optional
+        ``"files"``: the directory of the state files, one per operator of one query (like a checkpoint
+        location; a path every executor shares, or a URI pyarrow understands). Default
+        ``<spark.sql.streaming.checkpointLocation>/pyspark_cq_state/<name>`` when the session sets that
+        option; otherwise required (ValueError). Another layout restoring a checkpoint written by
+        ``"files"`` needs it too.
 
     Returns
     -------
@@ -190,14 +200,15 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
         raise ValueError(f"lower must be <= upper, got lower={lower!r} and upper={upper!r}")
     spec.lower, spec.upper = lo, hi
     spec.set_bucket(bucket, control)
-    spec.set_persistence(state_persistence, snapshot_every)
+    spec.set_persistence(state_persistence, snapshot_every, state_dir)
     warn_shuffle_partitions(left)
     return _execute(spec)
 
 
 def window_join(left, right, on=None, left_time=None, right_time=None, left_window=None, right_window=None, *,
                 left_on=None, right_on=None, suffixes=None, shards=None, grouping=None, name=None, control=None,
-                drop_ratio=0.0, seed=0, kept_column=None, state_persistence=None, snapshot_every=10):
+                drop_ratio=0.0, seed=0, kept_column=None, state_persistence=None, snapshot_every=10,
+                state_dir=None):
     """Window join of PIPES (Cammert et al., §2.4.1–§2.4.2): keys equal and validities intersect.
 
     Each row is valid during ``[t, t + window)`` (the time-based window operator ω, §2.4.2). A left
@@ -208,7 +219,7 @@ def window_join(left, right, on=None, left_time=None, right_time=None, left_wind
     Parameters
     ----------
     left, right, on, left_time, right_time, left_on, right_on, suffixes, shards, grouping, drop_ratio, seed
-    kept_column, state_persistence, snapshot_every
+    kept_column, state_persistence, snapshot_every, state_dir
         As for :func:`interval_join`.
     left_window, right_window : str, datetime.timedelta or numpy.timedelta64
         Positive window sizes of the two inputs.
@@ -246,7 +257,7 @@ def window_join(left, right, on=None, left_time=None, right_time=None, left_wind
                           window=(wl, wr), control=control, drop_ratio=drop_ratio, seed=seed,
                           function="window_join", left_on=left_on, right_on=right_on, kept_column=kept_column)
     spec.lower, spec.upper = -wr + 1, wl - 1
-    spec.set_persistence(state_persistence, snapshot_every)
+    spec.set_persistence(state_persistence, snapshot_every, state_dir)
     warn_shuffle_partitions(left)
     return _execute(spec)
 

@@ -7,6 +7,7 @@ receive the picklable subset of it (:class:`pyspark_cq.operators.join.worker.Joi
 from __future__ import annotations
 
 import numbers
+import os
 import warnings
 from dataclasses import dataclass, field
 
@@ -32,7 +33,11 @@ LEFT_ONLY = ("left_semi", "left_anti")
 DEFAULT_SUFFIXES = ("_left", "_right")
 #: Values of ``state_persistence``: the whole state image every batch, or a snapshot plus per-batch deltas with
 #: the state resident in the Python worker (:mod:`.changelog`, :mod:`.._common.resident`).
-PERSISTENCE = ("full", "changelog")
+PERSISTENCE = ("full", "changelog", "files")
+#: ``state_persistence="files"`` without ``state_dir``: this directory under the session's
+#: ``spark.sql.streaming.checkpointLocation``, then the operator's name.
+STATE_DIR_DEFAULT = "pyspark_cq_state"
+RETAIN_CONF, RETAIN_DEFAULT = "spark.sql.streaming.minBatchesToRetain", 100
 #: Values of the deprecated ``grouping`` argument (now ``shards=None | int`` and ``shards="key"``).
 GROUPINGS = ("shard", "key")
 
@@ -97,8 +102,10 @@ class JoinSpec:
     out_keys: list[int] = field(default_factory=list)
     kept_column: str | None = None
     bucket_width: int | None = None   # streaming inner interval join with bucket=: the bucket width (µs)
-    persistence: str = "full"         # state_persistence=: "full" or "changelog"
-    snapshot_every: int = 10          # changelog: batches per snapshot (at most)
+    persistence: str = "full"         # state_persistence=: "full", "changelog" or "files"
+    snapshot_every: int = 10          # changelog / files: batches per snapshot (at most)
+    state_dir: str | None = None      # files: the directory of the state files (absolute path or URI)
+    retain: int = RETAIN_DEFAULT      # files: the session's spark.sql.streaming.minBatchesToRetain
 
     @property
     def keys(self) -> list[str]:
@@ -175,10 +182,11 @@ class JoinSpec:
         if self.streaming:
             self.bucket_width = width
 
-    def set_persistence(self, state_persistence, snapshot_every) -> None:
-        """Decide ``state_persistence`` / ``snapshot_every`` (after :meth:`set_bucket`): ValueError / TypeError
-        naming the argument. ``"changelog"`` does not combine with the bucket layout (its probe copies are
-        appended to the payload and would have to be logged too); batch inputs keep no state and ignore both.
+    def set_persistence(self, state_persistence, snapshot_every, state_dir=None) -> None:
+        """Decide ``state_persistence`` / ``snapshot_every`` / ``state_dir`` (after :meth:`set_bucket`):
+        ValueError / TypeError naming the argument. ``"changelog"`` and ``"files"`` do not combine with the
+        bucket layout (its probe copies are appended to the payload and would have to be logged too), ``"files"``
+        not with ``shards="key"`` (a directory per key); batch inputs keep no state and ignore all three.
         """
         persistence = "full" if state_persistence is None else state_persistence
         if not isinstance(persistence, str) or persistence not in PERSISTENCE:
@@ -188,11 +196,32 @@ class JoinSpec:
             raise TypeError(f"snapshot_every must be an int >= 1 (micro-batches per snapshot), got {snapshot_every!r}")
         if snapshot_every < 1:
             raise ValueError(f"snapshot_every must be an int >= 1 (micro-batches per snapshot), got {snapshot_every!r}")
-        if persistence == "changelog" and self.bucket_width is not None:
-            raise ValueError("state_persistence='changelog' does not combine with bucket= (the bucket layout "
+        if persistence != "full" and self.bucket_width is not None:
+            raise ValueError(f"state_persistence={persistence!r} does not combine with bucket= (the bucket layout "
                              "moves only the buckets near a batch's rows already); drop one of them")
-        if self.streaming:
-            self.persistence, self.snapshot_every = persistence, int(snapshot_every)
+        if state_dir is not None and (not isinstance(state_dir, str) or not state_dir.strip()):
+            raise TypeError(f"state_dir must be a directory path or URI (str), got {state_dir!r}")
+        if persistence == "files" and getattr(self, "layout", "shard") != "shard":
+            raise ValueError("state_persistence='files' keeps a directory per shard; it does not combine with "
+                             "shards='key'")
+        if not self.streaming:
+            return
+        session = getattr(getattr(self, "left", None), "sparkSession", None)
+        conf = (lambda key: session.conf.get(key, None)) if session is not None else (lambda key: None)
+        if state_dir is None and persistence == "files":
+            checkpoint = conf("spark.sql.streaming.checkpointLocation")
+            if not checkpoint:
+                raise ValueError("state_persistence='files' needs state_dir=: a directory that every executor "
+                                 "reads and writes (a shared file system; a local path in local mode), one per "
+                                 "operator of one query, kept as long as the query's checkpoint -- or set the "
+                                 "session's spark.sql.streaming.checkpointLocation, under which the default is "
+                                 f"<location>/{STATE_DIR_DEFAULT}/<name>")
+            state_dir = f"{checkpoint.rstrip('/')}/{STATE_DIR_DEFAULT}/{self.name}"
+        if state_dir is not None and "://" not in state_dir:
+            state_dir = os.path.abspath(state_dir)   # the workers do not run in the driver's directory
+        retain = conf(RETAIN_CONF)
+        self.persistence, self.snapshot_every, self.state_dir = persistence, int(snapshot_every), state_dir
+        self.retain = int(retain) if retain else RETAIN_DEFAULT
 
     def output_schema(self) -> T.StructType:
         """The join's output schema (without report columns)."""

@@ -11,6 +11,7 @@ Column names of the transport layout (the tagged union of both inputs) all start
 """
 from __future__ import annotations
 
+import dataclasses
 import uuid
 import warnings
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from ...control.schema import side_drop_ratios
 from .._common import metrics as _metrics
 from .._common import resident as _resident
 from .._common import state_bytes as _state_bytes
+from .._common import state_files as _state_files
 from .._common.codec import ColumnCodec, codecs_for, encode_keys
 from .._common.payload import KEPT, SIDE, PayloadSide, split_sides, timeout_ms
 from .._common.shed import SHED, shed_mask
@@ -54,6 +56,9 @@ BATCH_METRICS = M.JOIN       # a batch join keeps no state
 #: by 1/W of the state per batch (W batches of retention) the per-batch sum is smallest at a snapshot every
 #: ~sqrt(2.5 W) batches, i.e. deltas of ~0.5 of the snapshot for W ~ 8-10.
 SNAPSHOT_RATIO = 0.5
+#: The layouts that keep the state resident in the worker and persist deltas.
+RESIDENT = ("changelog", "files")
+_STORES: dict = {}   # state_dir -> StateFiles of this worker process (a file system handle per directory)
 _I64_MAX = np.iinfo(np.int64).max
 
 
@@ -80,9 +85,11 @@ class JoinConfig:
     key_names: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())   # left_on, right_on
     kept: bool = False                # kept_column: each stored row keeps its batch's kept fraction
     bucket_width: int | None = None   # bucket layout (bucket): groups are (shard, bucket of this width)
-    persistence: str = "full"         # state_persistence: "full" or "changelog" (resident copy + deltas)
-    snapshot_every: int = 10          # changelog: a new snapshot at the latest every this many batches
-    state_id: str = ""                # changelog: this operator's name space in the worker's resident cache
+    persistence: str = "full"         # state_persistence: "full", "changelog" or "files" (resident copy + deltas)
+    snapshot_every: int = 10          # changelog / files: a new snapshot at the latest every this many batches
+    state_id: str = ""                # changelog / files: this operator's name space in the worker's resident cache
+    state_dir: str | None = None      # files: the directory of the snapshot and delta files (also read by others)
+    retain: int = 100                 # files: spark.sql.streaming.minBatchesToRetain (garbage collection)
 
     @classmethod
     def of(cls, spec: JoinSpec) -> JoinConfig:
@@ -101,7 +108,8 @@ class JoinConfig:
                    shards=spec.shards if spec.layout == "shard" else None, out_keys=tuple(spec.out_keys),
                    key_names=(tuple(spec.left_keys), tuple(spec.right_keys)), kept=spec.kept_column is not None,
                    bucket_width=spec.bucket_width, persistence=spec.persistence, snapshot_every=spec.snapshot_every,
-                   state_id=uuid.uuid4().hex if spec.persistence == "changelog" else "")
+                   state_id=uuid.uuid4().hex if spec.persistence in RESIDENT else "", state_dir=spec.state_dir,
+                   retain=spec.retain)
 
     def columns(self) -> dict:
         """The key and input columns the state depends on (recorded in and checked against the state);
@@ -510,30 +518,49 @@ class JoinWorker:
         kernel = load("_join").JoinState(config.lower, config.upper)
         return kernel, [PayloadSide(config.payload_schema(LEFT)), PayloadSide(config.payload_schema(RIGHT))]
 
-    def _restore(self, state):
-        """The kernel and payload tables of this group: from its GroupState, or new."""
-        kernel, sides, _ = self._restore_log(state)
+    def _restore(self, state, key=None):
+        """The kernel and payload tables of group ``key``: from its GroupState (and its files), or new."""
+        kernel, sides, _ = self._restore_log(state, key)
         return kernel, sides
 
-    def _restore_log(self, state):
-        """``(kernel, payload tables, LogInfo or None)`` of this group from its GroupState (full layout or
-        changelog: the snapshot with its deltas replayed), or new.
+    def _files(self) -> _state_files.StateFiles:
+        """The worker process's handle on the state directory (files layout, or a value it wrote)."""
+        root = self.config.state_dir
+        if root is None:
+            raise ValueError("join state: this checkpoint's state was written with state_persistence='files'; its "
+                             "snapshots are files in the state directory: pass the same state_dir= (docs/join.md, "
+                             "*State persistence*)")
+        if root not in _STORES:
+            _STORES[root] = _state_files.StateFiles(root)
+        return _STORES[root]
+
+    def _restore_log(self, state, key=None):
+        """``(kernel, payload tables, LogInfo, Manifest or None)`` of this group from its GroupState (full
+        layout; changelog: the snapshot with its deltas replayed; files: the same read from the files the
+        manifest names), or new.
         """
         if not state.exists:
             return (*self._new(), None)
         config = self.config
         blob, lblob, rblob = state.get
         log = None
-        if _log.is_log(blob):
+        deltas = ()
+        if _log.is_manifest(blob):
+            log = _log.Manifest.decode(blob)
+            files = self._files()
+            blob, lblob, rblob = _log.unpack_snapshot(
+                files.read(key, _state_files.snapshot_name(log.base, log.snapshot_token)))
+            deltas = [files.read(key, _state_files.delta_name(log.base + i + 1, log.base, token))
+                      for i, (token, _) in enumerate(log.deltas)]
+        elif _log.is_log(blob):
             _, blob, deltas, log = _log.parse(blob)
         kernel = self._kernel(blob)
         sides = [PayloadSide.from_bytes(config.payload_schema(LEFT), lblob),
                  PayloadSide.from_bytes(config.payload_schema(RIGHT), rblob)]
         sides[LEFT].check_shards(config.shards)
         sides[LEFT].check_columns(config.columns(), "interval_join" if not config.window else "window_join")
-        if log is not None:
-            for delta in deltas:
-                self._replay(kernel, sides, _log.Delta.decode(delta))
+        for delta in deltas:
+            self._replay(kernel, sides, _log.Delta.decode(delta))
         return kernel, sides, log
 
     def _replay(self, kernel, sides, delta) -> None:
@@ -582,7 +609,7 @@ class JoinWorker:
             return 0
         token = _resident.new_token()
         blob = None
-        if log is not None and log.deltas + 1 < self.config.snapshot_every:
+        if isinstance(log, _log.LogInfo) and log.deltas + 1 < self.config.snapshot_every:
             blob = delta.encode()
             if log.delta_bytes + len(blob) > SNAPSHOT_RATIO * log.snapshot_bytes:
                 blob = None
@@ -601,6 +628,46 @@ class JoinWorker:
             cache.put((self.config.state_id, key), token, (kernel, sides, log), nbytes)
         return sum(len(b) for b in value)
 
+    def _save_files(self, state, key, kernel, sides, wm_ms: int, log, delta) -> int:
+        """Files persistence: write this batch's ``delta`` (or a new snapshot, by the changelog's rules) as an
+        immutable file in the state directory, *then* update the GroupState with the manifest naming it; on a
+        snapshot, delete the group's files no retained version can name. Returns the bytes the state's files
+        and value hold.
+        """
+        cache, files = _resident.cache(), self._files()
+        if kernel.rows(LEFT) + kernel.rows(RIGHT) == 0:
+            state.remove()
+            cache.discard((self.config.state_id, key))
+            return 0
+        token = _resident.new_token()
+        manifest = log if isinstance(log, _log.Manifest) else None
+        blob = None
+        if manifest is not None and len(manifest.deltas) + 1 < self.config.snapshot_every:
+            blob = delta.encode()
+            if manifest.delta_bytes + len(blob) > SNAPSHOT_RATIO * manifest.snapshot_bytes:
+                blob = None
+        if blob is None:
+            # A new chain; from another layout (or none) it starts above every file in the group's directory.
+            if manifest is not None:
+                index, start, floor = manifest.index + 1, manifest.start, manifest.floor
+            else:
+                start, floor = files.next_index(key)
+                index = start
+            size = files.write(key, _state_files.snapshot_name(index, token),
+                               _log.pack_snapshot(*self._snapshot(kernel, sides)))
+            manifest = _log.Manifest(token, index, token, size, start, floor)
+            files.collect(key, index, self.config.retain, start, floor)
+        else:
+            files.write(key, _state_files.delta_name(manifest.index + 1, manifest.base, token), blob)
+            manifest = dataclasses.replace(manifest, token=token, deltas=manifest.deltas + [(token, len(blob))])
+        value = (manifest.encode(), b"", b"")
+        state.update(value)
+        self._set_timeout(state, kernel, wm_ms)
+        if cache.limit:
+            nbytes = kernel.nbytes() + sides[LEFT].table.nbytes + sides[RIGHT].table.nbytes
+            cache.put((self.config.state_id, key), token, (kernel, sides, manifest), nbytes)
+        return len(value[0]) + manifest.snapshot_bytes + manifest.delta_bytes
+
     # -- streaming: one call per shard (or key) and micro-batch
 
     def streaming(self, key, pdf_iter, state):
@@ -608,13 +675,13 @@ class JoinWorker:
         # Spark's worker concatenates our frames with all-null padding frames; pandas warns about it.
         warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty")
         entry = self._entry()
-        resident = self.config.persistence == "changelog"
+        resident = self.config.persistence in RESIDENT
         hits = misses = 0
         cached = None
         if resident and state.exists:
             cached = _resident.cache().take((self.config.state_id, key), _log.token_of(state.get[0]))
             hits, misses = (1, 0) if cached is not None else (0, 1)
-        kernel, sides, log = cached if cached is not None else self._restore_log(state)
+        kernel, sides, log = cached if cached is not None else self._restore_log(state, key)
         copies = None
         if state.hasTimedOut:
             inputs = [None, None]
@@ -628,7 +695,9 @@ class JoinWorker:
         rows_before = kernel.rows(LEFT) + kernel.rows(RIGHT)
         parts, n_evicted, malformed, shed = self._process(kernel, sides, inputs, wm_ms, entry, copies, delta)
         rows_after = kernel.rows(LEFT) + kernel.rows(RIGHT)
-        if resident:
+        if self.config.persistence == "files":
+            state_bytes = self._save_files(state, key, kernel, sides, wm_ms, log, delta)
+        elif resident:
             state_bytes = self._save_log(state, key, kernel, sides, wm_ms, log, delta)
         elif copies is not None and state.exists and not n_evicted and rows_after == rows_before:
             # Bucket layout, only probed (no row stored or evicted): the JVM keeps its copy of the state; the

@@ -57,7 +57,8 @@ _STATE_SCHEMA = T.StructType([T.StructField("kernel", T.BinaryType(), True),
 
 def interval_join(left, right, on=None, left_time=None, right_time=None, lower=None, upper=None, how="inner", *,
                   left_on=None, right_on=None, suffixes=None, shards=None, grouping=None, name=None, control=None,
-                  drop_ratio=0.0, seed=0, kept_column=None, bucket=None, state_persistence=None, snapshot_every=10):
+                  drop_ratio=0.0, seed=0, kept_column=None, bucket=None, state_persistence=None, snapshot_every=10,
+                  constraints=None):
     """Join two DataFrames on equal keys and a time band (PIPES join, Cammert et al., §2.4.1, §3.6.3).
 
     A left row ``l`` and a right row ``r`` join when every ``on`` column is equal and
@@ -153,6 +154,14 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
     snapshot_every : int
         ``state_persistence="changelog"``: write a new snapshot at the latest every this many micro-batches
         (>= 1; default 10), earlier when the deltas exceed half of it.
+    constraints : list of pyspark_cq.constraints.Constraint, optional
+        What the inputs are known to satisfy (STREAM §5.2): ``unique(side, cols)`` on join-key columns and
+        ``many_to_one(child, parent, delay)``. A streaming join drops the state they make useless (a row whose
+        one partner has matched, a many-to-one child after its delay bound); while the inputs adhere the output
+        is the same, a row that breaks one is counted (``constraint_violations``) and may miss matches
+        (docs/constraints.md). A control entry's ``params["constraint_<name>"]`` (a bool, e.g.
+        ``constraint_unique_right``) turns one off or on. ``clustered`` / ``ordered`` are refused (not exploited
+        yet); ignored on batch inputs.
 
     Returns
     -------
@@ -191,6 +200,7 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
     spec.lower, spec.upper = lo, hi
     spec.set_bucket(bucket, control)
     spec.set_persistence(state_persistence, snapshot_every)
+    spec.set_constraints(constraints)
     warn_shuffle_partitions(left)
     return _execute(spec)
 

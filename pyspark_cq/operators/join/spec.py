@@ -99,6 +99,7 @@ class JoinSpec:
     bucket_width: int | None = None   # streaming inner interval join with bucket=: the bucket width (µs)
     persistence: str = "full"         # state_persistence=: "full" or "changelog"
     snapshot_every: int = 10          # changelog: batches per snapshot (at most)
+    constraints: tuple = ()           # stream constraints (STREAM §5.2, pyspark_cq.constraints), checked
 
     @property
     def keys(self) -> list[str]:
@@ -193,6 +194,21 @@ class JoinSpec:
                              "moves only the buckets near a batch's rows already); drop one of them")
         if self.streaming:
             self.persistence, self.snapshot_every = persistence, int(snapshot_every)
+
+    def set_constraints(self, constraints) -> None:
+        """Check ``constraints=`` (after :meth:`set_persistence`; :func:`pyspark_cq.constraints.check_constraints`).
+        Refused with ``state_persistence="changelog"`` under a control table: a delta does not record which
+        constraints a batch had on, so a replay could drop other rows. Batch inputs check and ignore them.
+        """
+        from ...constraints import check_constraints
+
+        checked = check_constraints(constraints, {"left": self.left_keys, "right": self.right_keys},
+                                    "interval_join")
+        if checked and self.persistence == "changelog" and self.control is not None:
+            raise ValueError("constraints: state_persistence='changelog' with a control table does not take "
+                             "constraints yet (a replayed delta would not know which were on); drop one of them")
+        if self.streaming:
+            self.constraints = checked
 
     def output_schema(self) -> T.StructType:
         """The join's output schema (without report columns)."""

@@ -126,3 +126,33 @@ def test_violations_are_counted(spark, tmp_path):
     (q,) = _run((ours, "violated", str(tmp_path / "ck")))
     assert dup == 3 * (BATCHES - 1)
     assert sum(r["constraint_violations"] for r in _reports(q, name)) == dup
+
+
+def test_control_entry_turns_the_constraint_off_and_on(spark, tmp_path):
+    """``params["constraint_many_to_one_right"]`` in the control entry: off, the join keeps exactly the state of the
+    join without constraints, batch by batch; on (the entry's default), less; the output is Spark's either way."""
+    from pyspark_cq.control import ControlTable
+
+    root = str(tmp_path / "data")
+    write_orders(root, seed=10)
+    table = ControlTable(str(tmp_path / "control.json"))
+    table.register("c_off", params={"constraint_many_to_one_right": False})
+    table.register("c_on", params={"constraint_many_to_one_right": True})
+
+    def query(name, **kw):
+        df = pyspark_cq.interval_join(jd.stream_source(spark, root, "l", DELAY),
+                                      jd.stream_source(spark, root, "r", DELAY), ["k", "s"], "ts", "ts",
+                                      f"{jd.LOWER_S} seconds", f"{jd.UPPER_S} seconds", suffixes=("_l", "_r"),
+                                      name=name, **kw)
+        return df, name, str(tmp_path / f"ck_{name}")
+
+    declared = [many_to_one(child="right", parent="left")]
+    q_off, q_on, q_plain = _run(query("c_off", control=table.handle("c_off"), constraints=declared),
+                                query("c_on", control=table.handle("c_on"), constraints=declared),
+                                query("c_plain"))
+    states = {n: [r["state_rows"] for r in _reports(q, n)] for q, n in ((q_off, "c_off"), (q_on, "c_on"),
+                                                                        (q_plain, "c_plain"))}
+    assert states["c_off"] == states["c_plain"]
+    assert sum(states["c_on"]) < 0.8 * sum(states["c_plain"])
+    for name in ("c_off", "c_on"):
+        jd.assert_same_rows(spark.table(name), spark.table("c_plain"))

@@ -105,8 +105,8 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
     name : str, optional
         Name under which the per-batch counters are observed (``pyspark_cq.read_metrics``):
         input_rows, output_rows, state_rows, state_bytes, evicted_rows, late_rows, malformed_rows,
-        shed_rows, shed_rows_left, shed_rows_right; streaming also state_cache_hits, state_cache_misses.
-        Default: the control handle's operator id, else
+        shed_rows, shed_rows_left, shed_rows_right; streaming also state_cache_hits, state_cache_misses,
+        constraint_violations. Default: the control handle's operator id, else
         ``"cq_interval_join"``. Read them with ``cq.read_metrics``: ``late_rows`` is only complete there
         (Spark drops late rows before the operator's function, so
         ``progress.observedMetrics[name]["late_rows"]`` is always 0; ``read_metrics`` adds the rows counted

@@ -77,6 +77,11 @@ py::tuple row_bounds(const JoinState& js, int side) {
   return py::make_tuple(to_numpy(std::move(b.time)), to_numpy(std::move(b.lo)), to_numpy(std::move(b.up)));
 }
 
+py::tuple row_flags(const JoinState& js, int side) {
+  cq::join::RowFlags f = js.row_flags(side);
+  return py::make_tuple(to_numpy(std::move(f.matched)), to_numpy(std::move(f.ends)));
+}
+
 void set_ends(JoinState& js, int side, const I64& ends) {
   js.set_ends(side, ends.data(), static_cast<size_t>(ends.size()));
 }
@@ -148,6 +153,8 @@ PYBIND11_MODULE(_join, m) {
            "Alias of min_end: the smallest stored time when rows were stored without `ends`.")
       .def("row_bounds", &row_bounds, py::arg("side"),
            "(times, lowers, uppers) of the live rows of `side`, in the order set_ends expects.")
+      .def("row_flags", &row_flags, py::arg("side"),
+           "(matched flags, expiry keys) of the live rows of `side`, in the order set_ends expects.")
       .def("set_ends", &set_ends, py::arg("side"), py::arg("ends"),
            "Replace the expiry keys of the live rows of `side` (order of row_bounds).")
       .def("canonical_ids", &canonical_ids, py::arg("side"), py::arg("payload_len"),

@@ -678,6 +678,12 @@ struct RowBounds {
   std::vector<int64_t> time, lo, up;
 };
 
+// The live rows of one side in row order: matched flags and expiry keys.
+struct RowFlags {
+  std::vector<uint8_t> matched;
+  std::vector<int64_t> ends;
+};
+
 // Throws std::invalid_argument unless the `n + 1` key offsets are monotone within `size` bytes.
 inline void check_key_offsets(std::ptrdiff_t n, const int64_t* off, std::ptrdiff_t size) {
   for (std::ptrdiff_t i = 0; i < n; ++i)
@@ -811,6 +817,23 @@ class JoinState {
       out.time.push_back(r.time);
       out.lo.push_back(r.lo);
       out.up.push_back(r.up);
+    }
+    return out;
+  }
+
+  // (matched flags, expiry keys) of the live rows of a side in row order (that of row_bounds and set_ends):
+  // what a caller needs to drop rows by a rule of its own (stream constraints, STREAM section 5.2) through
+  // set_ends and evict.
+  RowFlags row_flags(int side) const {
+    const Side& me = st_.side[side_index(side)];
+    const std::vector<int64_t> end_of_row = me.end_of_row();
+    RowFlags out;
+    out.matched.reserve(me.live);
+    out.ends.reserve(me.live);
+    for (size_t s = 0; s < me.rows.size(); ++s) {
+      if (me.rows[s].kind == kFreeRow) continue;
+      out.matched.push_back(me.rows[s].matched);
+      out.ends.push_back(end_of_row[s]);
     }
     return out;
   }

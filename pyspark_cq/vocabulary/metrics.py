@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 __all__ = ["INPUT_ROWS", "OUTPUT_ROWS", "STATE_ROWS", "STATE_BYTES", "EVICTED_ROWS", "LATE_ROWS", "MALFORMED_ROWS",
            "SHED_ROWS", "STATEFUL", "SHED_ROWS_LEFT", "SHED_ROWS_RIGHT", "JOIN_SHED", "JOIN", "STATE_CACHE_HITS",
-           "STATE_CACHE_MISSES", "STATE_CACHE", "JOIN_STREAMING", "AGGREGATE",
+           "STATE_CACHE_MISSES", "STATE_CACHE", "CONSTRAINT_VIOLATIONS", "JOIN_STREAMING", "AGGREGATE",
            "ROWS_WINDOW", "WINDOW", "DROPPED_EMPTY", "GRANULARITY", "CHUNK_STEPS", "PEAK_BUFFERED_ROWS",
            "PEAK_WORKER_RSS", "PEAKS", "CHUNKS", "PER_INPUT", "PROBED", "MATCHED", "PROBE_NANOS", "BANDED",
            "STEP_KINDS", "MULTI_JOIN", "ROWS_IN", "ROWS_PASSED", "NANOS", "PREDICATE_KINDS", "SAMPLE", "PREDICATE_NAME",
@@ -73,8 +73,11 @@ JOIN = STATEFUL + JOIN_SHED
 STATE_CACHE_HITS = "state_cache_hits"      #: groups whose state was used from the worker's resident copy
 STATE_CACHE_MISSES = "state_cache_misses"  #: groups whose state was rebuilt from Spark's state value
 STATE_CACHE = (STATE_CACHE_HITS, STATE_CACHE_MISSES)
-#: The streaming join's counters (:data:`JOIN`, then the resident cache's).
-JOIN_STREAMING = JOIN + STATE_CACHE
+#: Rows that broke a declared stream constraint as far as the state shows it (STREAM §5.2; docs/constraints.md):
+#: a row whose key a ``unique`` input (or a many-to-one parent) already holds. Such rows may miss matches.
+CONSTRAINT_VIOLATIONS = "constraint_violations"
+#: The streaming join's counters (:data:`JOIN`, the resident cache's, then the constraint violations).
+JOIN_STREAMING = JOIN + STATE_CACHE + (CONSTRAINT_VIOLATIONS,)
 
 # -- aggregate, rows windows, windows, granularity ----------------------------------------------------------
 AGGREGATE = STATEFUL + (SHED_ROWS,)

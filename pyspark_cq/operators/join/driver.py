@@ -58,7 +58,7 @@ _STATE_SCHEMA = T.StructType([T.StructField("kernel", T.BinaryType(), True),
 def interval_join(left, right, on=None, left_time=None, right_time=None, lower=None, upper=None, how="inner", *,
                   left_on=None, right_on=None, suffixes=None, shards=None, grouping=None, name=None, control=None,
                   drop_ratio=0.0, seed=0, kept_column=None, bucket=None, state_persistence=None, snapshot_every=10,
-                  state_dir=None):
+                  state_dir=None, constraints=None):
     """Join two DataFrames on equal keys and a time band (PIPES join, Cammert et al., §2.4.1, §3.6.3).
 
     A left row ``l`` and a right row ``r`` join when every ``on`` column is equal and
@@ -105,8 +105,8 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
     name : str, optional
         Name under which the per-batch counters are observed (``pyspark_cq.read_metrics``):
         input_rows, output_rows, state_rows, state_bytes, evicted_rows, late_rows, malformed_rows,
-        shed_rows, shed_rows_left, shed_rows_right; streaming also state_cache_hits, state_cache_misses.
-        Default: the control handle's operator id, else
+        shed_rows, shed_rows_left, shed_rows_right; streaming also state_cache_hits, state_cache_misses,
+        constraint_violations. Default: the control handle's operator id, else
         ``"cq_interval_join"``. Read them with ``cq.read_metrics``: ``late_rows`` is only complete there
         (Spark drops late rows before the operator's function, so
         ``progress.observedMetrics[name]["late_rows"]`` is always 0; ``read_metrics`` adds the rows counted
@@ -163,6 +163,14 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
         ``<spark.sql.streaming.checkpointLocation>/pyspark_cq_state/<name>`` when the session sets that
         option; otherwise required (ValueError). Another layout restoring a checkpoint written by
         ``"files"`` needs it too.
+    constraints : list of pyspark_cq.constraints.Constraint, optional
+        What the inputs are known to satisfy (STREAM §5.2): ``unique(side, cols)`` on join-key columns and
+        ``many_to_one(child, parent, delay)``. A streaming join drops the state they make useless (a row whose
+        one partner has matched, a many-to-one child after its delay bound); while the inputs adhere the output
+        is the same, a row that breaks one is counted (``constraint_violations``) and may miss matches
+        (docs/constraints.md). A control entry's ``params["constraint_<name>"]`` (a bool, e.g.
+        ``constraint_unique_right``) turns one off or on. ``clustered`` / ``ordered`` are refused (not exploited
+        yet); ignored on batch inputs.
 
     Returns
     -------
@@ -201,6 +209,7 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
     spec.lower, spec.upper = lo, hi
     spec.set_bucket(bucket, control)
     spec.set_persistence(state_persistence, snapshot_every, state_dir)
+    spec.set_constraints(constraints)
     warn_shuffle_partitions(left)
     return _execute(spec)
 

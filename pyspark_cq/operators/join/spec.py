@@ -106,6 +106,7 @@ class JoinSpec:
     snapshot_every: int = 10          # changelog / files: batches per snapshot (at most)
     state_dir: str | None = None      # files: the directory of the state files (absolute path or URI)
     retain: int = RETAIN_DEFAULT      # files: the session's spark.sql.streaming.minBatchesToRetain
+    constraints: tuple = ()           # stream constraints (STREAM §5.2, pyspark_cq.constraints), checked
 
     @property
     def keys(self) -> list[str]:
@@ -222,6 +223,22 @@ class JoinSpec:
         retain = conf(RETAIN_CONF)
         self.persistence, self.snapshot_every, self.state_dir = persistence, int(snapshot_every), state_dir
         self.retain = int(retain) if retain else RETAIN_DEFAULT
+
+    def set_constraints(self, constraints) -> None:
+        """Check ``constraints=`` (after :meth:`set_persistence`; :func:`pyspark_cq.constraints.check_constraints`).
+        Refused with ``state_persistence="changelog"`` or ``"files"`` under a control table: a delta does not
+        record which constraints a batch had on, so a replay could drop other rows. Batch inputs check and ignore
+        them.
+        """
+        from ...constraints import check_constraints
+
+        checked = check_constraints(constraints, {"left": self.left_keys, "right": self.right_keys},
+                                    "interval_join")
+        if checked and self.persistence != "full" and self.control is not None:
+            raise ValueError(f"constraints: state_persistence={self.persistence!r} with a control table does not take "
+                             "constraints yet (a replayed delta would not know which were on); drop one of them")
+        if self.streaming:
+            self.constraints = checked
 
     def output_schema(self) -> T.StructType:
         """The join's output schema (without report columns)."""

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from ... import constraints as _constraints
 from ..._native import load
 from ...control import ControlHandle
 from ...control.schema import side_drop_ratios
@@ -90,6 +91,7 @@ class JoinConfig:
     state_id: str = ""                # changelog / files: this operator's name space in the worker's resident cache
     state_dir: str | None = None      # files: the directory of the snapshot and delta files (also read by others)
     retain: int = 100                 # files: spark.sql.streaming.minBatchesToRetain (garbage collection)
+    constraints: tuple = ()           # stream constraints (STREAM §5.2), checked: pyspark_cq.constraints
 
     @classmethod
     def of(cls, spec: JoinSpec) -> JoinConfig:
@@ -109,7 +111,7 @@ class JoinConfig:
                    key_names=(tuple(spec.left_keys), tuple(spec.right_keys)), kept=spec.kept_column is not None,
                    bucket_width=spec.bucket_width, persistence=spec.persistence, snapshot_every=spec.snapshot_every,
                    state_id=uuid.uuid4().hex if spec.persistence in RESIDENT else "", state_dir=spec.state_dir,
-                   retain=spec.retain)
+                   retain=spec.retain, constraints=tuple(spec.constraints))
 
     def columns(self) -> dict:
         """The key and input columns the state depends on (recorded in and checked against the state);
@@ -260,13 +262,17 @@ class JoinWorker:
     # -- one batch through the kernel
 
     def _insert_probe(self, kernel, sides, side: int, table: pa.Table, micros: np.ndarray, null_time: np.ndarray,
-                      wm_ms: int | None, entry, ratio: float, store: bool = True, log=None):
+                      wm_ms: int | None, entry, ratio: float, store: bool = True, log=None, eviction=None,
+                      violations=None):
         """Probe the other side's state with one side's rows and store them (kernel ``insert_probe``);
         returns the matched pairs as (left payload ids, right payload ids). ``ratio`` is the batch's drop
         ratio (stored with each row as its kept fraction ``1 - ratio`` with ``kept_column``). With
         ``store=False`` (probe copies of the bucket layout) the rows only probe; their payload rows are
         appended for the output and dropped again by :meth:`PayloadSide.canonicalize`. ``log`` (a
-        :class:`~.changelog.Delta`, changelog persistence) records the stored rows.
+        :class:`~.changelog.Delta`, changelog persistence) records the stored rows. ``eviction`` (a
+        :class:`~pyspark_cq.constraints.JoinEviction`, streaming) shortens a many-to-one child's expiry keys and,
+        for an input declared unique, adds the stored rows whose key it already held to ``violations`` (a
+        one-element list).
         """
         config = self.config
         lower, upper, window = config.row_bounds(entry, side, micros)
@@ -282,8 +288,20 @@ class JoinWorker:
         if wm_ms is not None:  # streaming: expiry keys = the watermark (ms) that evicts each row
             ends = evict_at_ms(micros, config.lower if lower is None else lower,
                                config.upper if upper is None else upper, side, guard=entry is not None)
+            if eviction is not None:
+                ends = _constraints.delay_ends(ends, micros, eviction.delay[side])
             if log is not None and store:
                 log.store(side, table, micros, ends, lower, upper)
+        if store and eviction is not None and eviction.unique[side] and violations is not None:
+            # A unique input stores one row per key: each stored row that adds no new key (null keys aside,
+            # they are kept apart) repeats a key the state holds -- the violations the state can show.
+            before = kernel.rows(side) - kernel.keys(side)
+            pairs = self._kernel_insert(kernel, sides, side, table, micros, null_time, lower, upper, ends, store)
+            nulls = np.zeros(len(micros), dtype=bool) if null_time is None else null_time.astype(bool).copy()
+            for i in range(config.n_keys):
+                nulls |= table.column(i).is_null().to_numpy(zero_copy_only=False)
+            violations[0] += kernel.rows(side) - kernel.keys(side) - before - int(nulls.sum())
+            return pairs
         return self._kernel_insert(kernel, sides, side, table, micros, null_time, lower, upper, ends, store)
 
     def _kernel_insert(self, kernel, sides, side: int, table: pa.Table, micros, null_time, lower, upper, ends,
@@ -300,6 +318,31 @@ class JoinWorker:
         idx, other = kernel.insert_probe(side, offsets, data, null_key, micros, ids, store=store, lower=lower,
                                          upper=upper, ends=ends)
         return (ids[idx], other) if side == LEFT else (other, ids[idx])
+
+    def _eviction(self, entry) -> _constraints.JoinEviction | None:
+        """The state the declared constraints let this batch drop (STREAM §5.2), with the control entry's
+        ``params["constraint_<name>"]`` switches; None without constraints.
+        """
+        constraints = self.config.constraints
+        if not constraints:
+            return None
+        extra = None if entry is None else (entry.params.get("params") or None)
+        eviction = _constraints.join_eviction(constraints, _constraints.control_enabled(extra, constraints))
+        return eviction if eviction.active or any(eviction.unique) else None
+
+    @staticmethod
+    def _drop_matched(kernel, eviction) -> None:
+        """Give the matched rows of each input whose one partner has been seen (``eviction.drop_matched``,
+        docs/constraints.md) an expiry key the next eviction passes: they leave with the watermark's rows.
+        """
+        if eviction is None:
+            return
+        for side in (LEFT, RIGHT):
+            if not eviction.drop_matched[side] or kernel.rows(side) == 0:
+                continue
+            matched, ends = kernel.row_flags(side)
+            if matched.any():
+                kernel.set_ends(side, _constraints.drop_matched_ends(ends, matched))
 
     @staticmethod
     def _evict(kernel, wm_ms: int | None) -> list:
@@ -360,7 +403,9 @@ class JoinWorker:
         ``(earlier, later)``: the earlier ones probe the old state, the later ones after this group's
         own rows are stored (the order that gives each pair once, :mod:`.bucket`). ``log`` (changelog
         persistence) records what the batch changes in the state.
-        Returns (output tables, evicted rows, malformed rows, [shed left rows, shed right rows]). Each input
+        Returns (output tables, evicted rows, malformed rows, [shed left rows, shed right rows], constraint
+        violations). Streaming joins with constraints drop the state they make useless before the eviction
+        (:meth:`_drop_matched`, STREAM §5.2). Each input
         is shed by its own ratio (the entry's ``params["drop_left"]`` / ``["drop_right"]``, else its
         ``drop_ratio``, else the argument: :func:`~pyspark_cq.control.schema.side_drop_ratios`).
         """
@@ -368,6 +413,8 @@ class JoinWorker:
         pairs = [None, None]
         malformed, shed = 0, [0, 0]
         ratios = config.drop_ratio if entry is None else side_drop_ratios(entry.params, config.drop_ratio)
+        eviction = self._eviction(entry) if wm_ms is not None else None
+        violations = [0]
         if copies is not None:
             pairs += self._probe_copies(kernel, sides, copies[0], wm_ms, entry, ratios)
         for side in (LEFT, RIGHT):  # Spark's order: left input first, then right input
@@ -378,11 +425,13 @@ class JoinWorker:
             malformed, shed[side] = malformed + bad, dropped
             if len(micros):
                 pairs[side] = self._insert_probe(kernel, sides, side, table, micros, null_time, wm_ms, entry,
-                                                 ratios[side], log=log)
+                                                 ratios[side], log=log, eviction=eviction, violations=violations)
         if copies is not None:
             pairs += self._probe_copies(kernel, sides, copies[1], wm_ms, entry, ratios)
+        self._drop_matched(kernel, eviction)
         evicted = self._evict(kernel, wm_ms)
-        return self._emit(sides, pairs, evicted, log), sum(len(e[0]) for e in evicted), malformed, shed
+        return (self._emit(sides, pairs, evicted, log), sum(len(e[0]) for e in evicted), malformed, shed,
+                violations[0])
 
     def _probe_copies(self, kernel, sides, frames, wm_ms, entry, ratios) -> list:
         """Probe (never store) with the bucket layout's copies of each side (``ratios``: the drop ratio per
@@ -569,6 +618,9 @@ class JoinWorker:
             self._kernel_insert(kernel, sides, side, table, micros, None, lower, upper, ends)
         for ids in delta.emitted:
             self._mark_emitted(sides, ids)
+        # Constraints with changelog or files persistence come without a control table (set_constraints): the
+        # batch dropped what the declared constraints drop.
+        self._drop_matched(kernel, self._eviction(None))
         self._evict(kernel, delta.wm_ms)
 
     def _save(self, state, kernel, sides, wm_ms: int) -> int:
@@ -693,7 +745,8 @@ class JoinWorker:
         wm_ms = state.getCurrentWatermarkMs()
         delta = _log.Delta(wm_ms) if resident else None
         rows_before = kernel.rows(LEFT) + kernel.rows(RIGHT)
-        parts, n_evicted, malformed, shed = self._process(kernel, sides, inputs, wm_ms, entry, copies, delta)
+        parts, n_evicted, malformed, shed, violations = self._process(kernel, sides, inputs, wm_ms, entry, copies,
+                                                                      delta)
         rows_after = kernel.rows(LEFT) + kernel.rows(RIGHT)
         if self.config.persistence == "files":
             state_bytes = self._save_files(state, key, kernel, sides, wm_ms, log, delta)
@@ -711,14 +764,14 @@ class JoinWorker:
             M.INPUT_ROWS: n_in, M.OUTPUT_ROWS: 0 if out is None else out.num_rows,
             M.STATE_ROWS: kernel.rows(LEFT) + kernel.rows(RIGHT), M.STATE_BYTES: state_bytes,
             M.EVICTED_ROWS: n_evicted, M.MALFORMED_ROWS: malformed, M.STATE_CACHE_HITS: hits,
-            M.STATE_CACHE_MISSES: misses}, **_shed_counters(shed))
+            M.STATE_CACHE_MISSES: misses, M.CONSTRAINT_VIOLATIONS: violations}, **_shed_counters(shed))
 
     # -- batch: one call per shard with both sides; everything expires at the end
 
     def batch(self, left_pdf, right_pdf):
         """``cogroup().applyInPandas`` function: one shard of a batch join, both inputs at once."""
         kernel, sides = self._new()
-        parts, _, _, shed = self._process(kernel, sides, [left_pdf, right_pdf], None, self._entry())
+        parts, _, _, shed, _ = self._process(kernel, sides, [left_pdf, right_pdf], None, self._entry())
         n_out = sum(p.num_rows for p in parts)
         row = self._metrics_row(**{M.INPUT_ROWS: len(left_pdf) + len(right_pdf), M.OUTPUT_ROWS: n_out},
                                 **_shed_counters(shed))

@@ -56,7 +56,8 @@ def _config(how: str, persistence: str, every: int = 10, retain: int = 100) -> J
         out_columns=tuple(out_cols), n_keys=1, how=how, lower=-5_000_000, upper=10_000_000, window=None,
         out_arrow=_metrics.arrow_schema(out), shards=1, out_keys=(0,) if not left_only else (),
         key_names=(("k",), ("k",)), persistence=persistence, snapshot_every=every,
-        state_id="test" if persistence in W.RESIDENT else "", state_dir=_config.state_dir, retain=retain)
+        state_id="test" if persistence in W.RESIDENT else "", retain=retain,
+        state_dir=getattr(_config, "state_dir", None))   # a fixture of this module sets it for the files layout
 
 
 def _frame(config: JoinConfig, side: int, rng, n: int, t0: int) -> pd.DataFrame:

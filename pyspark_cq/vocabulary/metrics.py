@@ -42,7 +42,8 @@ __all__ = ["INPUT_ROWS", "OUTPUT_ROWS", "STATE_ROWS", "STATE_BYTES", "EVICTED_RO
            "STATE_CACHE_MISSES", "STATE_CACHE", "CONSTRAINT_VIOLATIONS", "JOIN_STREAMING", "AGGREGATE",
            "ROWS_WINDOW", "WINDOW", "DROPPED_EMPTY", "GRANULARITY", "CHUNK_STEPS", "PEAK_BUFFERED_ROWS",
            "PEAK_WORKER_RSS", "PEAKS", "CHUNKS", "PER_INPUT", "PROBED", "MATCHED", "PROBE_NANOS", "BANDED",
-           "STEP_KINDS", "MULTI_JOIN", "ROWS_IN", "ROWS_PASSED", "NANOS", "PREDICATE_KINDS", "SAMPLE", "PREDICATE_NAME",
+           "STEP_KINDS", "MULTI_JOIN", "UNMATCHED_ROWS", "PADDED_ROWS", "MULTI_JOIN_OUTER", "ROWS_IN", "ROWS_PASSED",
+           "NANOS", "PREDICATE_KINDS", "SAMPLE", "PREDICATE_NAME",
            "SELECT_CHAIN", "ARRIVED_ROWS", "NAMES", "PREFIXES", "InputCounter", "StepCounter", "PredicateCounter",
            "is_state_size", "is_peak", "per_input", "parse_input", "input_counters", "step", "probed", "matched",
            "probe_nanos", "banded", "parse_step", "step_counters", "band_names", "multi_join_names", "predicate",
@@ -105,6 +106,10 @@ BANDED = "banded"            #: ``banded_<i>_<j>``, i < j: 1 when the query boun
 STEP_KINDS = (PROBED, MATCHED, PROBE_NANOS)
 #: The fixed counters of a ``multi_join`` (:func:`multi_join_names`: with the indexed ones).
 MULTI_JOIN = STATEFUL + (SHED_ROWS,) + CHUNKS
+UNMATCHED_ROWS = "unmatched_rows"  #: a ``multi_join`` with a left input: prefix tuples waiting for its match (state)
+PADDED_ROWS = "padded_rows"        #: ... and the rows it output null-padded in the batch (in ``output_rows``)
+#: The counters a ``multi_join`` with a left input adds, last.
+MULTI_JOIN_OUTER = (UNMATCHED_ROWS, PADDED_ROWS)
 
 # -- select_chain: per predicate ----------------------------------------------------------------------------
 ROWS_IN = "rows_in"          #: ``rows_in_<p>``: rows predicate p evaluated
@@ -124,7 +129,8 @@ SELECT_CHAIN = (INPUT_ROWS, OUTPUT_ROWS, SHED_ROWS) + CHUNKS
 ARRIVED_ROWS = "rows"
 
 #: Every fixed metric name an operator reports (not :data:`ARRIVED_ROWS`, an internal observation's).
-NAMES = tuple(dict.fromkeys(STATEFUL + JOIN_STREAMING + AGGREGATE + GRANULARITY + MULTI_JOIN + SELECT_CHAIN))
+NAMES = tuple(dict.fromkeys(STATEFUL + JOIN_STREAMING + AGGREGATE + GRANULARITY + MULTI_JOIN + MULTI_JOIN_OUTER
+                            + SELECT_CHAIN))
 #: The prefixes of the indexed counters (``probed_``, ``input_rows_``, ``sample_rows_in_`` ...).
 PREFIXES = tuple(k + "_" for k in PER_INPUT + (LATE_ROWS,) + STEP_KINDS + (BANDED,) + PREDICATE_KINDS) + tuple(
     SAMPLE + k + "_" for k in PREDICATE_KINDS)
@@ -246,13 +252,14 @@ def band_names(n: int) -> tuple[str, ...]:
     return tuple(banded(i, j) for i in range(n) for j in range(i + 1, n))
 
 
-def multi_join_names(n: int) -> tuple[str, ...]:
+def multi_join_names(n: int, outer: bool = False) -> tuple[str, ...]:
     """Every counter of an ``n``-input ``multi_join``, in its column order: :data:`STATEFUL` and ``shed_rows``,
-    :data:`PER_INPUT` per input, :data:`STEP_KINDS` per ordered pair, :data:`CHUNKS`, :func:`band_names`.
+    :data:`PER_INPUT` per input, :data:`STEP_KINDS` per ordered pair, :data:`CHUNKS`, :func:`band_names`, and
+    with a left input (``outer``) :data:`MULTI_JOIN_OUTER`.
     """
     per = tuple(per_input(m, i) for i in range(n) for m in PER_INPUT)
     steps = tuple(step(k, i, j) for i in range(n) for j in range(n) if i != j for k in STEP_KINDS)
-    return STATEFUL + (SHED_ROWS,) + per + steps + CHUNKS + band_names(n)
+    return STATEFUL + (SHED_ROWS,) + per + steps + CHUNKS + band_names(n) + (MULTI_JOIN_OUTER if outer else ())
 
 
 # -- per predicate (select_chain)

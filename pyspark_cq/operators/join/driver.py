@@ -58,7 +58,7 @@ _STATE_SCHEMA = T.StructType([T.StructField("kernel", T.BinaryType(), True),
 def interval_join(left, right, on=None, left_time=None, right_time=None, lower=None, upper=None, how="inner", *,
                   left_on=None, right_on=None, suffixes=None, shards=None, grouping=None, name=None, control=None,
                   drop_ratio=0.0, seed=0, kept_column=None, bucket=None, state_persistence=None, snapshot_every=10,
-                  state_dir=None, constraints=None):
+                  state_dir=None, constraints=None, output_mode="append"):
     """Join two DataFrames on equal keys and a time band (PIPES join, Cammert et al., §2.4.1, §3.6.3).
 
     A left row ``l`` and a right row ``r`` join when every ``on`` column is equal and
@@ -171,13 +171,19 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
         (docs/constraints.md). A control entry's ``params["constraint_<name>"]`` (a bool, e.g.
         ``constraint_unique_right``) turns one off or on. ``clustered`` / ``ordered`` are refused (not exploited
         yet); ignored on batch inputs.
+    output_mode : {"append", "update"}
+        The output mode the streaming query will be written with (Spark requires the stateful stage to
+        declare it; default ``"append"``). ``"update"`` where Spark 4.3 runs its own stream-stream join in
+        update mode: ``how="inner"`` and ``"left_semi"``. The rows are the same in both modes. With an
+        aggregation after the join keep ``"append"`` whatever the query's mode (Spark refuses an update-mode
+        stateful stage before an aggregation).
 
     Returns
     -------
     DataFrame
         The key columns named alike on both sides once, then the other left columns, then the other right
         columns (semi / anti: the left columns). A stream is
-        append-only: write it with ``outputMode("append")`` (Spark rejects another mode at ``start()``,
+        append-only: write it with the ``output_mode`` given (Spark rejects another mode at ``start()``,
         docs/join.md, *Output mode*).
 
     Examples
@@ -210,6 +216,7 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
     spec.set_bucket(bucket, control)
     spec.set_persistence(state_persistence, snapshot_every, state_dir)
     spec.set_constraints(constraints)
+    spec.set_output_mode(output_mode)
     warn_shuffle_partitions(left)
     return _execute(spec)
 
@@ -217,7 +224,7 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
 def window_join(left, right, on=None, left_time=None, right_time=None, left_window=None, right_window=None, *,
                 left_on=None, right_on=None, suffixes=None, shards=None, grouping=None, name=None, control=None,
                 drop_ratio=0.0, seed=0, kept_column=None, state_persistence=None, snapshot_every=10,
-                state_dir=None):
+                state_dir=None, output_mode="append"):
     """Window join of PIPES (Cammert et al., §2.4.1–§2.4.2): keys equal and validities intersect.
 
     Each row is valid during ``[t, t + window)`` (the time-based window operator ω, §2.4.2). A left
@@ -228,7 +235,7 @@ def window_join(left, right, on=None, left_time=None, right_time=None, left_wind
     Parameters
     ----------
     left, right, on, left_time, right_time, left_on, right_on, suffixes, shards, grouping, drop_ratio, seed
-    kept_column, state_persistence, snapshot_every, state_dir
+    kept_column, state_persistence, snapshot_every, state_dir, output_mode
         As for :func:`interval_join`.
     left_window, right_window : str, datetime.timedelta or numpy.timedelta64
         Positive window sizes of the two inputs.
@@ -267,6 +274,7 @@ def window_join(left, right, on=None, left_time=None, right_time=None, left_wind
                           function="window_join", left_on=left_on, right_on=right_on, kept_column=kept_column)
     spec.lower, spec.upper = -wr + 1, wl - 1
     spec.set_persistence(state_persistence, snapshot_every, state_dir)
+    spec.set_output_mode(output_mode)
     warn_shuffle_partitions(left)
     return _execute(spec)
 
@@ -327,7 +335,7 @@ def _execute(spec: JoinSpec):
         if spec.bucket_width is not None:
             union = _with_buckets(union, spec)
         packed = union.groupBy(*_group_cols(spec)).applyInPandasWithState(
-            worker.streaming, _metrics.packed_schema(out_schema, METRICS), _STATE_SCHEMA, "append",
+            worker.streaming, _metrics.packed_schema(out_schema, METRICS), _STATE_SCHEMA, spec.output_mode,
             GroupStateTimeout.EventTimeTimeout)
         return _metrics.attach_packed(packed, spec.name, out_schema, METRICS)
     else:

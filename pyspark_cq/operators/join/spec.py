@@ -22,6 +22,10 @@ from .._common.shards import JOIN, resolve_shards
 __all__ = ["HOW", "LEFT_ONLY", "DEFAULT_SUFFIXES", "GROUPINGS", "shards_argument", "JoinSpec", "output_names"]
 
 #: Accepted spellings of ``how`` and the join type each means.
+#: ``output_mode``: the streaming query's output mode, which Spark requires the stateful stage to declare.
+OUTPUT_MODES = ("append", "update")
+#: The join types Spark 4.3 runs between two streams in update mode (UnsupportedOperationChecker).
+UPDATE_HOWS = ("inner", "left_semi")
 HOW = {"inner": "inner", "left": "left", "left_outer": "left", "leftouter": "left",
        "right": "right", "right_outer": "right", "rightouter": "right",
        "full": "full", "outer": "full", "full_outer": "full", "fullouter": "full",
@@ -107,6 +111,7 @@ class JoinSpec:
     state_dir: str | None = None      # files: the directory of the state files (absolute path or URI)
     retain: int = RETAIN_DEFAULT      # files: the session's spark.sql.streaming.minBatchesToRetain
     constraints: tuple = ()           # stream constraints (STREAM §5.2, pyspark_cq.constraints), checked
+    output_mode: str = "append"       # output_mode=: the mode the applyInPandasWithState declares (the query's)
 
     @property
     def keys(self) -> list[str]:
@@ -158,6 +163,21 @@ class JoinSpec:
         return cls(left, right, left_keys, right_keys, key_types, left_time, right_time, how, left_others,
                    right_others, left_out, right_out, left.isStreaming, count, layout, name, window,
                    control, drop_ratio, seed, out_keys=out_keys, kept_column=kept_column)
+
+    def set_output_mode(self, output_mode) -> None:
+        """Decide ``output_mode`` (ValueError naming it): ``"append"``, or ``"update"`` where Spark 4.3 runs its
+        own stream-stream join in update mode (inner and left semi joins; its UnsupportedOperationChecker
+        refuses outer joins in any mode but append, and every join in complete mode).
+        """
+        if not isinstance(output_mode, str) or output_mode.lower() not in OUTPUT_MODES:
+            raise ValueError(f"output_mode must be 'append' or 'update' (the mode the query is written with), "
+                             f"got {output_mode!r}")
+        output_mode = output_mode.lower()
+        if output_mode == "update" and self.how not in UPDATE_HOWS:
+            raise ValueError(f"output_mode='update' with how={self.how!r}: Spark 4.3 runs stream-stream joins in "
+                             f"update mode for how='inner' and 'left_semi' only (an outer join in append mode "
+                             f"only); write with outputMode('append')")
+        self.output_mode = output_mode
 
     def set_bucket(self, bucket, control) -> None:
         """Decide the bucket layout of ``interval_join(..., bucket=...)`` (after ``lower`` / ``upper``).

@@ -37,6 +37,8 @@ from .._common.partitions import warn_shuffle_partitions
 from .._common.payload import SIDE
 from .._common.shards import MULTI_JOIN, resolve_shards, shard_key_column
 from .worker import (
+    _LEFT,
+    _RIGHT,
     KEY,
     KEY_NULL,
     MICROS,
@@ -49,6 +51,7 @@ from .worker import (
     closure,
     default_orders,
     metric_names,
+    outer_last,
     step_names,
 )
 
@@ -60,7 +63,7 @@ MAX_INPUTS = 6
 DIRECT = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.BooleanType, T.DateType, T.TimestampType)
 
 
-def multi_join(inputs, on, times, bounds, *, control=None, name=None):
+def multi_join(inputs, on, times, bounds, *, how=None, control=None, name=None, output_mode="append"):
     """Join 2 to 6 DataFrames on one equal key and time bounds, with one state per input (MJoin).
 
     A tuple of rows, one per input, joins when all its keys are equal (SQL equality: a null key never
@@ -83,6 +86,11 @@ def multi_join(inputs, on, times, bounds, *, control=None, name=None):
         ``(i, j, lower, upper)``: ``times[j]`` BETWEEN ``times[i] + lower`` AND ``times[i] + upper``
         (inclusive; durations as for :func:`~pyspark_cq.interval_join`, e.g. ``"10 minutes"``). The bounds
         must connect all inputs.
+    how : list of str, optional
+        One join type per input after the first, ``"inner"`` or ``"left"`` (``"left_outer"``): the result is
+        Spark's left-deep chain of binary joins with these types. Default all inner. Only the last input may be
+        ``"left"`` for now: every tuple of the other inputs that no row of it matches is output once, with
+        nulls for its columns, when the watermark passes the end of its band (docs/multi_join.md).
     control : pyspark_cq.control.ControlHandle, optional
         The operator's control-table entry, read at every micro-batch. Its ``plan_id`` gives every input's
         probe order (``"0:1>2;1:0>2;2:1>0"``, see :func:`pyspark_cq.control.join_plan_id`); a change
@@ -112,6 +120,11 @@ def multi_join(inputs, on, times, bounds, *, control=None, name=None):
         ``late_rows_<i>`` are only complete through ``cq.read_metrics`` (the raw counters under
         ``progress.observedMetrics[name]`` are always 0: Spark drops late rows before the operator).
 
+    output_mode : {"append", "update"}, optional
+        The output mode the streaming query will be written with (Spark requires the stateful stage to
+        declare it). ``"update"`` is allowed where Spark 4.3 allows its own stream-stream join in update mode:
+        inner joins only. The rows are the same in both modes (the result is append-only).
+
     Returns
     -------
     DataFrame
@@ -135,7 +148,7 @@ def multi_join(inputs, on, times, bounds, *, control=None, name=None):
     >>> [(r.user, r.amount) for r in out.collect()]
     [(1, 9.5)]
     """
-    spec = MultiJoinSpec.build(inputs, on, times, bounds, control, name)
+    spec = MultiJoinSpec.build(inputs, on, times, bounds, control, name, how, output_mode)
     warn_shuffle_partitions(spec.inputs[0])
     return _execute(spec)
 
@@ -155,9 +168,16 @@ class MultiJoinSpec:
     name: str
     control: ControlHandle | None
     kept_column: str | None = None        # the entry's params["kept_column"] when the query was defined
+    how: tuple[str, ...] = ()             # per input after the first: "inner" or "left"
+    output_mode: str = "append"           # the applyInPandasWithState's mode: the query's output mode
+
+    @property
+    def outer(self) -> int | None:
+        """The left input (the last one), or None when all joins are inner."""
+        return self.n - 1 if self.how and self.how[-1] == "left" else None
 
     @classmethod
-    def build(cls, inputs, on, times, bounds, control, name) -> MultiJoinSpec:
+    def build(cls, inputs, on, times, bounds, control, name, how=None, output_mode="append") -> MultiJoinSpec:
         """Check the arguments (TypeError / ValueError naming the argument) and decide."""
         inputs = _check_inputs(inputs)
         n = len(inputs)
@@ -172,6 +192,8 @@ class MultiJoinSpec:
             for i, (df, t) in enumerate(zip(inputs, times)):
                 _validate.require_watermark(df, t, f"times[{i}]")
         checked = _check_bounds(bounds, n)
+        how = _check_how(how, n)
+        output_mode = _check_output_mode(output_mode, how)
         control = operator_handle(control, "multi_join")
         if name is None:
             name = control.operator if control is not None else "cq_multi_join"
@@ -188,7 +210,7 @@ class MultiJoinSpec:
         kept = _check_kept_column(entry, [c for _, c in out], name)
         _, shards = resolve_shards(None, MULTI_JOIN)
         return cls(inputs, keys, _key_type(inputs, keys), times, checked, out, streaming, shards, name, control,
-                   kept)
+                   kept, how, output_mode)
 
     @property
     def n(self) -> int:
@@ -204,10 +226,14 @@ class MultiJoinSpec:
         codecs = tuple(tuple(codecs_for(df.schema, df.columns, f"__cq_p{i}_")) for i, df in enumerate(self.inputs))
         key_pos = tuple(df.columns.index(k) for df, k in zip(self.inputs, self.keys))
         out = tuple((i, self.inputs[i].columns.index(c)) for i, c in self.out)
+        z = self.outer
+        outer_bounds = () if z is None else tuple(
+            (i if j == z else j, _LEFT if j == z else _RIGHT, lo, up) for i, j, lo, up in self.bounds if z in (i, j))
         return MultiJoinConfig(self.n, codecs, key_pos, out, _metrics.arrow_schema(self.output_schema()),
-                               self.bounds, default_orders(self.n, self.bounds),
+                               self.bounds, outer_last(default_orders(self.n, self.bounds), z),
                                hashed=not isinstance(self.key_type, DIRECT), name=self.name,
-                               control=self.control, shards=self.shards, kept=self.kept_column is not None)
+                               control=self.control, shards=self.shards, kept=self.kept_column is not None,
+                               outer=z, outer_bounds=outer_bounds)
 
 
 # --- argument checks -----------------------------------------------------------------------------------
@@ -276,6 +302,45 @@ def _check_bounds(bounds, n: int) -> tuple[tuple[int, int, int, int], ...]:
     if any(d[i][i] < 0 for i in range(n)):
         raise ValueError("bounds contradict each other: no tuple of times satisfies all of them")
     return tuple(out)
+
+
+#: ``how`` per input after the first, with Spark's other spelling of a left outer join.
+HOWS = {"inner": "inner", "left": "left", "left_outer": "left", "leftouter": "left"}
+#: Output modes (``output_mode``); ``"update"`` only where Spark's own stream-stream join allows it.
+OUTPUT_MODES = ("append", "update")
+
+
+def _check_how(how, n: int) -> tuple[str, ...]:
+    """``how`` as one ``"inner"`` / ``"left"`` per input after the first (None: all inner)."""
+    form = (f"a list of {n - 1} join types, one per input after the first, each 'inner' or 'left' (e.g. "
+            f"{['inner'] * (n - 2) + ['left']})")
+    if how is None:
+        return ("inner",) * (n - 1)
+    if isinstance(how, (str, bytes)) or not isinstance(how, (list, tuple)):
+        raise TypeError(f"how must be {form}, got {how!r}")
+    if len(how) != n - 1:
+        raise ValueError(f"how must be {form}, got {len(how)} item(s): {list(how)}")
+    out = []
+    for k, h in enumerate(how):
+        if not isinstance(h, str) or h.lower() not in HOWS:
+            raise ValueError(f"how[{k}] (input {k + 1}) must be 'inner' or 'left', got {h!r}")
+        out.append(HOWS[h.lower()])
+    if "left" in out[:-1]:
+        raise ValueError(f"how: only the last input may be 'left' for now (a left input followed by others, "
+                         f"e.g. impressions ⟕ clicks ⟕ purchases, is not supported yet), got {list(how)}")
+    return tuple(out)
+
+
+def _check_output_mode(output_mode, how: tuple[str, ...]) -> str:
+    """``output_mode``: the streaming query's output mode, which Spark requires the stateful stage to declare."""
+    if not isinstance(output_mode, str) or output_mode.lower() not in OUTPUT_MODES:
+        raise ValueError(f"output_mode must be 'append' or 'update' (the mode the query is written with), "
+                         f"got {output_mode!r}")
+    output_mode = output_mode.lower()
+    if output_mode == "update" and "left" in how:
+        raise ValueError("output_mode='update' with a left input: Spark 4.3 runs outer stream-stream joins in "
+                         "append mode only (as its own LeftOuter join); write with outputMode('append')")
+    return output_mode
 
 
 def _check_kept_column(entry, taken: list[str], name: str) -> str | None:
@@ -364,7 +429,7 @@ def _execute(spec: MultiJoinSpec):
     load("_mjoin")  # fail on the driver, readably, if the build is broken
     config = spec.config()
     worker = MultiJoinWorker(config)
-    metrics = metric_names(spec.n)
+    metrics = metric_names(spec.n, spec.outer is not None)
     union = _tagged(spec, config, 0)
     for i in range(1, spec.n):
         union = union.union(_tagged(spec, config, i))
@@ -372,12 +437,13 @@ def _execute(spec: MultiJoinSpec):
         from pyspark.sql.streaming.state import GroupStateTimeout
 
         state_schema = T.StructType([T.StructField("kernel", T.BinaryType(), True)] + [
-            T.StructField(f"input{i}", T.BinaryType(), True) for i in range(spec.n)])
+            T.StructField(f"input{i}", T.BinaryType(), True) for i in range(spec.n)] + (
+            [T.StructField("pending", T.BinaryType(), True)] if spec.outer is not None else []))
         # rows reaching the stateful stage, in all and per input: read_metrics reports those Spark dropped
         # as late (late_rows, late_rows_<i>)
         arrived = _metrics.observe_input(union, spec.name, per=(SIDE, spec.n))
         packed = arrived.groupBy(SHARD).applyInPandasWithState(
-            worker.streaming, _metrics.packed_schema(spec.output_schema(), metrics), state_schema, "append",
+            worker.streaming, _metrics.packed_schema(spec.output_schema(), metrics), state_schema, spec.output_mode,
             GroupStateTimeout.EventTimeTimeout)
     else:
         # A plain 1-argument function: Spark picks (pdf) or (key, pdf) by counting parameters.

@@ -42,6 +42,41 @@ MICROS = "__cq_tus"     # the same instant as epoch microseconds (TIMESTAMP_NTZ:
 KEY = "__cq_key"        # the kernel's int64 key (0 when the key is null)
 KEY_NULL = "__cq_keynull"
 _I64_MAX = np.iinfo(np.int64).max
+DEADLINE = "__cq_deadline"   # an unmatched prefix tuple: the watermark (ms) from which it is output null-padded
+_LEFT, _RIGHT = 0, 1         # the sides of a bound (i, j, ...): i is the interval join's left input, j its right
+
+
+def _pid(i: int) -> str:
+    return f"__cq_id{i}"
+
+
+def _pcol(i: int, name: str) -> str:
+    return f"__cq_o{i}_{name}"
+
+
+def outer_last(orders, outer: int | None) -> tuple[tuple[int, ...], ...]:
+    """The probe orders with the left input ``outer`` moved last in every other input's order: the partial
+    matches before that step are the prefix tuples whose match it decides.
+    """
+    if outer is None:
+        return tuple(tuple(o) for o in orders)
+    return tuple(tuple(o) if i == outer else tuple(j for j in o if j != outer) + (outer,)
+                 for i, o in enumerate(orders))
+
+
+def outer_deadlines(times: dict, outer_bounds) -> np.ndarray:
+    """Per prefix tuple, the watermark (ms) from which no row of the left input can match it: the earliest over
+    the bounds to the left input of the watermark at which the interval join's left outer rule
+    (:func:`~pyspark_cq.operators.join.worker.evict_at_ms`, Spark's ``getStateValueWatermark``) evicts the
+    tuple's row of that bound unmatched. ``times``: the tuple's micros per prefix input.
+    """
+    from ..join.worker import evict_at_ms
+
+    out = None
+    for k, side, lo, up in outer_bounds:
+        at = evict_at_ms(times[k], lo, up, side)
+        out = at if out is None else np.minimum(out, at)
+    return out
 
 
 #: Per-batch maxima over the shards (the other counters are sums): the chunk scheduler's memory figures.
@@ -110,6 +145,11 @@ class MultiJoinConfig:
     control: ControlHandle | None = None
     shards: int = 1
     kept: bool = False                             # params["kept_column"]: stored rows carry their kept fraction
+    #: ``how``: the left (outer) input, the last one, or None (all inner)
+    outer: int | None = None
+    #: per bound linking the left input z to an earlier input k: ``(k, side, lower, upper)``, side the join's LEFT
+    #: (0) when the bound is ``(k, z, ...)``, RIGHT (1) when it is ``(z, k, ...)``: what closes z's band for k
+    outer_bounds: tuple[tuple[int, int, int, int], ...] = ()
 
     def input_schema(self, i: int) -> pa.Schema:
         """Input ``i``'s decoded columns (what the shedding hash sees)."""
@@ -122,10 +162,31 @@ class MultiJoinConfig:
 
     def columns(self) -> dict:
         """The key and input columns the state depends on (recorded in and checked against the state;
-        a state saved before ``kept`` was recorded was saved without it).
+        a state saved before ``kept`` was recorded was saved without it). A left input adds ``how`` (absent
+        from an inner join's record, which stays as it was).
         """
-        return {"on": [self.codecs[i][self.key_pos[i]].name for i in range(self.n)],
-                "inputs": [[c.name for c in self.codecs[i]] for i in range(self.n)], "kept": self.kept}
+        out = {"on": [self.codecs[i][self.key_pos[i]].name for i in range(self.n)],
+               "inputs": [[c.name for c in self.codecs[i]] for i in range(self.n)], "kept": self.kept}
+        if self.outer is not None:
+            out["outer"] = self.outer
+        return out
+
+    @property
+    def prefix(self) -> tuple[int, ...]:
+        """The inputs before the left input (all of them without one)."""
+        return tuple(i for i in range(self.n) if i != self.outer)
+
+    def pending_schema(self) -> pa.Schema:
+        """The unmatched prefix tuples of a join with a left input: per prefix input its payload id (-1 once
+        the row left the state) and its stored columns, the deadline (watermark, ms) from which no row of the
+        left input can match, and the product of the rows' kept fractions (``kept``).
+        """
+        fields = [pa.field(_pid(i), pa.int64()) for i in self.prefix] + [pa.field(DEADLINE, pa.int64())]
+        for i in self.prefix:
+            fields += [pa.field(_pcol(i, f.name), f.type) for f in self.input_schema(i)]
+        if self.kept:
+            fields.append(pa.field(KEPT, pa.float64()))
+        return pa.schema(fields)
 
 
 class MultiJoinWorker:
@@ -137,7 +198,7 @@ class MultiJoinWorker:
 
     def __init__(self, config: MultiJoinConfig):
         self.config = config
-        self.metrics = metric_names(config.n)
+        self.metrics = metric_names(config.n, config.outer is not None)
         self._bands = {M.banded(b[0], b[1]): 1 for b in config.bounds}
 
     # -- plan
@@ -148,7 +209,8 @@ class MultiJoinWorker:
         if plan is None:
             return self.config.orders
         try:
-            return parse_join_plan(plan, self.config.n, operator=f"multi_join {self.config.name!r}")
+            return outer_last(parse_join_plan(plan, self.config.n, operator=f"multi_join {self.config.name!r}"),
+                              self.config.outer)
         except ValueError as exc:
             raise ValueError(f"{exc} (micro-batch {micro_batch_id()})") from None
 
@@ -164,7 +226,8 @@ class MultiJoinWorker:
     def _new(self):
         config = self.config
         kernel = load("_mjoin").MultiJoinState(config.n, [list(b) for b in config.bounds])
-        return kernel, [PayloadSide(config.payload_schema(i)) for i in range(config.n)]
+        pending = PayloadSide(config.pending_schema()) if config.outer is not None else None
+        return kernel, [PayloadSide(config.payload_schema(i)) for i in range(config.n)], pending
 
     def _restore(self, state):
         if not state.exists:
@@ -175,22 +238,33 @@ class MultiJoinWorker:
         sides = [PayloadSide.from_bytes(config.payload_schema(i), blobs[1 + i]) for i in range(config.n)]
         check_shard_count(sides[0].table, config.shards, MULTI_JOIN, default_rule(MULTI_JOIN))
         sides[0].check_columns(config.columns(), MULTI_JOIN)
-        return kernel, sides
+        pending = None
+        if config.outer is not None:
+            pending = PayloadSide.from_bytes(config.pending_schema(), blobs[1 + config.n])
+        return kernel, sides, pending
 
-    def _save(self, state, kernel, sides, wm_ms: int) -> int:
-        """Compact the payload tables to the live rows, keep the state (or remove it when empty) and set the
-        timeout at which its first row expires; returns the bytes kept.
+    def _save(self, state, kernel, sides, pending, wm_ms: int) -> int:
+        """Compact the payload tables to the live rows (renumbering the unmatched prefix tuples' ids), keep
+        the state (or remove it when empty) and set the timeout at which its first row expires or its first
+        unmatched tuple is due; returns the bytes kept.
         """
         n = self.config.n
-        if sum(kernel.rows(i) for i in range(n)) == 0:
+        waiting = 0 if pending is None else pending.table.num_rows
+        if sum(kernel.rows(i) for i in range(n)) == 0 and not waiting:
             state.remove()
             return 0
         for i in range(n):
-            sides[i].keep(kernel.canonical_ids(i))
+            old = kernel.canonical_ids(i)
+            if waiting and i != self.config.outer:
+                _renumber(pending, i, old, sides[i].table.num_rows)
+            sides[i].keep(old)
         blobs = (_state_bytes.pack(kernel.serialize()),) + tuple(
             s.to_bytes(*((self.config.shards, self.config.columns()) if i == 0 else ())) for i, s in enumerate(sides))
+        if pending is not None:
+            blobs += (pending.to_bytes(),)
         state.update(blobs)
-        timeout = timeout_at(wm_ms, [kernel.min_end(i) for i in range(n)])
+        due = [] if not waiting else [int(pc.min(pending.table.column(DEADLINE)).as_py()) * 1000]
+        timeout = timeout_at(wm_ms, [kernel.min_end(i) for i in range(n)] + due)
         if timeout is not None:
             state.setTimeoutTimestamp(timeout)
         return sum(len(b) for b in blobs)
@@ -213,14 +287,17 @@ class MultiJoinWorker:
             table, micros, keys = table.filter(pa.array(keep)), micros[keep], keys[keep]
         return table, keys, micros, malformed
 
-    def _verified(self, sides, matches: np.ndarray) -> np.ndarray:
-        """The matches whose key values are equal in every input (hashed keys only: drops hash collisions)."""
+    def _verified(self, sides, matches: np.ndarray, inputs=None) -> np.ndarray:
+        """The matches whose key values are equal in every input (of ``inputs``, default all; hashed keys only:
+        drops hash collisions).
+        """
         config = self.config
         if not config.hashed or len(matches) == 0:
             return matches
-        first = sides[0].take(matches[:, 0]).column(config.key_pos[0])
+        inputs = list(range(config.n) if inputs is None else inputs)
+        first = sides[inputs[0]].take(matches[:, inputs[0]]).column(config.key_pos[inputs[0]])
         ok = np.ones(len(matches), dtype=bool)
-        for i in range(1, config.n):
+        for i in inputs[1:]:
             other = sides[i].take(matches[:, i]).column(config.key_pos[i])
             ok &= _same_key(first, other)
         return matches if ok.all() else matches[ok]
@@ -278,12 +355,115 @@ class MultiJoinWorker:
         counters[M.PEAK_BUFFERED_ROWS] = max(counters[M.PEAK_BUFFERED_ROWS], scheduler.peak_buffered)
         counters[M.PEAK_WORKER_RSS] = max(counters[M.PEAK_WORKER_RSS], scheduler.peak_rss)
 
+    # -- a left input (how): the prefix tuples still waiting for its match
+
+    def _probe_prefix(self, kernel, sides, i: int, order, keys, micros, ids, counters: dict):
+        """Rows of prefix input ``i`` probe in ``order`` (the left input last) one step at a time, then are
+        stored: returns the prefix tuples they complete (payload ids and micros, ``(m, n)``; hash collisions
+        dropped) and their complete matches (ids, ``(k, n)``).
+        """
+        n = self.config.n
+        pid = np.zeros((len(keys), n), dtype=np.int64)
+        t = pid.copy()
+        pid[:, i], t[:, i] = ids, micros
+        key = keys
+        prefix = (pid, t)
+        for k, j in enumerate(order):
+            if k == len(order) - 1:
+                prefix = (pid, t)
+            counters[M.probed(i, j)] += len(key)
+            key, pid, t = kernel.probe_step(i, list(order), k, key, pid, t)
+            counters[M.matched(i, j)] += len(key)
+        kernel.store(i, keys, micros, ids)
+        prefix_ids, prefix_t = prefix
+        if self.config.hashed and len(prefix_ids):
+            ok = _row_keys(self._verified(sides, prefix_ids, self.config.prefix), self.config.prefix)
+            keep = np.isin(_row_keys(prefix_ids, self.config.prefix), ok)
+            prefix_ids, prefix_t = prefix_ids[keep], prefix_t[keep]
+        return prefix_ids, prefix_t, pid
+
+    def _wait(self, sides, pending, ids: np.ndarray, times: np.ndarray, matched: np.ndarray) -> None:
+        """Keep the prefix tuples ``ids`` (their rows' ``times``) that are not among the ``matched`` ones as
+        unmatched, with their deadline and their rows' columns (the rows may leave the state first).
+        """
+        config = self.config
+        if len(ids) and len(matched):
+            ids_keys = _row_keys(ids, config.prefix)
+            hit = np.isin(ids_keys, _row_keys(matched, config.prefix))
+            ids, times = ids[~hit], times[~hit]
+        if not len(ids):
+            return
+        deadline = outer_deadlines({k: times[:, k] for k in config.prefix}, config.outer_bounds)
+        cols = [pa.array(ids[:, i], pa.int64()) for i in config.prefix] + [pa.array(deadline, pa.int64())]
+        kept = np.ones(len(ids))
+        for i in config.prefix:
+            taken = sides[i].take(ids[:, i])
+            cols += [taken.column(c) for c in range(len(config.codecs[i]))]
+            if config.kept:
+                kept = kept * taken.column(KEPT).to_numpy()
+        if config.kept:
+            cols.append(pa.array(kept, pa.float64()))
+        pending.append(pa.Table.from_arrays(cols, schema=config.pending_schema()))
+
+    def _matched(self, pending, matches: np.ndarray) -> None:
+        """Drop the unmatched prefix tuples that the complete ``matches`` (ids) now match."""
+        config = self.config
+        if not len(matches) or not pending.table.num_rows:
+            return
+        waiting = np.column_stack([pending.table.column(_pid(i)).to_numpy() for i in config.prefix])
+        full = np.zeros((len(waiting), config.n), dtype=np.int64)
+        full[:, list(config.prefix)] = waiting
+        hit = np.isin(_row_keys(full, config.prefix), _row_keys(matches, config.prefix))
+        if hit.any():
+            pending.table = pending.table.filter(pa.array(~hit))
+
+    def _padded(self, pending, wm_ms: int | None, counters: dict) -> pa.Table | None:
+        """Output the unmatched prefix tuples that are due (deadline <= the watermark; all in a batch join),
+        null-padded for the left input's columns, and drop them.
+        """
+        config = self.config
+        table = pending.table
+        if not table.num_rows:
+            return None
+        due = np.ones(table.num_rows, dtype=bool) if wm_ms is None else table.column(DEADLINE).to_numpy() <= wm_ms
+        if not due.any():
+            return None
+        rows = table.filter(pa.array(due))
+        pending.table = table.filter(pa.array(~due))
+        counters[M.PADDED_ROWS] += rows.num_rows
+        z = config.outer
+        cols = [pa.nulls(rows.num_rows, config.input_schema(z).field(p).type) if i == z
+                else rows.column(_pcol(i, config.input_schema(i).field(p).name)) for i, p in config.out]
+        if config.kept:
+            cols.append(rows.column(KEPT))
+        return pa.Table.from_arrays(cols, names=config.out_arrow.names)
+
+    def _lonely(self, pdf: pd.DataFrame, i: int, streaming: bool, ratio: float):
+        """A two-input join's first input: its rows that can never match (a null key; in a batch join also a
+        null time) but are output null-padded as Spark's left outer join does: ``(table, micros, shed)``, the
+        rows left after load shedding and the number shed.
+        """
+        config = self.config
+        null_time = pdf[MICROS].isna().to_numpy()
+        lonely = pdf[KEY_NULL].to_numpy(dtype=bool, na_value=True) & ~null_time
+        if not streaming:
+            lonely |= null_time
+        if not lonely.any():
+            return None, None, 0
+        part = pdf[lonely].reset_index(drop=True)
+        table = pa.Table.from_arrays([c.to_arrow(part) for c in config.codecs[i]], schema=config.input_schema(i))
+        micros = part[MICROS].to_numpy(dtype=np.int64, na_value=0)
+        keep = ~shed_mask(table, micros, i, 0, ratio)
+        return table.filter(pa.array(keep)), micros[keep], int((~keep).sum())
+
     def _process(self, kernel, sides, inputs, wm_ms: int | None, orders, counters: dict, ratio: float = 0.0,
-                 schedule: Schedule = WHOLE_BATCHES) -> list:
+                 schedule: Schedule = WHOLE_BATCHES, pending=None) -> list:
         """Feed the inputs (in input order) through the kernel, shedding the share ``ratio`` of every input
         first (the entry's ``drop_ratio``, RTStream §4.4; a hash of input, time and payload decides, as in
         the two-way join); returns the output tables. Under a chunk ``schedule`` (the entry's ``params``)
-        each input's probe steps run over chunks (:meth:`_probe_in_chunks`).
+        each input's probe steps run over chunks (:meth:`_probe_in_chunks`). With a left input the prefix
+        inputs' rows probe it last, step by step, and the prefix tuples it does not match wait in ``pending``
+        until their deadline, when they are output null-padded (:meth:`_padded`); the steps then run whole.
         """
         config = self.config
         parts = []
@@ -291,6 +471,18 @@ class MultiJoinWorker:
             pdf = inputs[i]
             if pdf is None or len(pdf) == 0:
                 continue
+            if config.outer is not None and config.n == 2 and i == 0:   # a null key never matches, is output
+                table, micros, shed = self._lonely(pdf, i, wm_ms is not None, ratio)
+                counters[SHED] += shed
+                counters[M.per_input(SHED, i)] += shed
+                if table is not None and len(micros):
+                    if config.kept:
+                        table = table.append_column(KEPT, pa.array(np.full(len(micros), 1.0 - ratio)))
+                    ids = np.zeros((len(micros), config.n), dtype=np.int64)
+                    ids[:, 0] = sides[0].append(table)
+                    times = np.zeros_like(ids)
+                    times[:, 0] = micros
+                    self._wait(sides, pending, ids, times, ids[:0])
             table, keys, micros, malformed = self._input(pdf, i, wm_ms is not None)
             counters[M.INPUT_ROWS] += len(pdf)
             counters[M.per_input(M.INPUT_ROWS, i)] += len(pdf)
@@ -307,7 +499,15 @@ class MultiJoinWorker:
             if config.kept:   # after the shedding hash, which must not see it
                 table = table.append_column(KEPT, pa.array(np.full(len(keys), 1.0 - ratio)))
             ids = sides[i].append(table)
-            if schedule is WHOLE_BATCHES:
+            if config.outer is not None and i != config.outer:
+                prefix_ids, prefix_t, matches = self._probe_prefix(kernel, sides, i, orders[i], keys, micros, ids,
+                                                                   counters)
+                matches = self._verified(sides, matches)
+                self._wait(sides, pending, prefix_ids, prefix_t, matches)
+                if len(matches):
+                    parts.append(self._rows(sides, matches))
+                continue
+            if schedule is WHOLE_BATCHES or config.outer is not None:
                 matches, probed, matched = kernel.insert_probe(i, keys, micros, ids, None, list(orders[i]))
                 for step, j in enumerate(orders[i]):
                     counters[M.probed(i, j)] += int(probed[step])
@@ -319,11 +519,17 @@ class MultiJoinWorker:
                 matches = self._verified(sides, matches)
                 if len(matches):
                     parts.append(self._rows(sides, matches))
+                    if pending is not None:
+                        self._matched(pending, matches)
+        if pending is not None:   # after every input of the batch: a match in it comes first
+            padded = self._padded(pending, wm_ms, counters)
+            if padded is not None:
+                parts.append(padded)
         if wm_ms is not None:  # every row still to come is later than the watermark (later ones are late)
             counters[M.EVICTED_ROWS] += sum(len(kernel.evict(i, wm_ms * 1000)) for i in range(config.n))
         return parts
 
-    def _report(self, parts, counters: dict, kernel) -> pd.DataFrame:
+    def _report(self, parts, counters: dict, kernel, pending=None) -> pd.DataFrame:
         out = None
         if parts:
             out = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
@@ -331,6 +537,8 @@ class MultiJoinWorker:
         for i in range(self.config.n):
             counters[M.per_input(M.STATE_ROWS, i)] = kernel.rows(i)
         counters[M.STATE_ROWS] = sum(kernel.rows(i) for i in range(self.config.n))
+        if pending is not None:
+            counters[M.UNMATCHED_ROWS] = pending.table.num_rows
         return _metrics.packed_row(out, self.config.out_arrow, self.metrics, **counters)
 
     def _counters(self) -> dict:
@@ -353,13 +561,13 @@ class MultiJoinWorker:
         entry = self._entry()
         orders = self.orders(entry)
         schedule = self.schedule(entry, f"multi_join {self.config.name!r} (micro-batch {micro_batch_id()})")
-        kernel, sides = self._restore(state)
+        kernel, sides, pending = self._restore(state)
         inputs = [None] * self.config.n if state.hasTimedOut else split_sides(list(pdf_iter), self.config.n)
         wm_ms = state.getCurrentWatermarkMs()
         counters = self._counters()
-        parts = self._process(kernel, sides, inputs, wm_ms, orders, counters, self._ratio(entry), schedule)
-        counters[M.STATE_BYTES] = self._save(state, kernel, sides, wm_ms)
-        yield self._report(parts, counters, kernel)
+        parts = self._process(kernel, sides, inputs, wm_ms, orders, counters, self._ratio(entry), schedule, pending)
+        counters[M.STATE_BYTES] = self._save(state, kernel, sides, pending, wm_ms)
+        yield self._report(parts, counters, kernel, pending)
 
     # -- batch: one call per shard with every input; nothing is kept
 
@@ -368,11 +576,11 @@ class MultiJoinWorker:
         entry = self._entry()
         orders = self.orders(entry)
         schedule = self.schedule(entry, f"multi_join {self.config.name!r}")
-        kernel, sides = self._new()
+        kernel, sides, pending = self._new()
         counters = self._counters()
         parts = self._process(kernel, sides, split_sides([pdf], self.config.n), None, orders, counters,
-                              self._ratio(entry), schedule)
-        return self._report(parts, counters, kernel)
+                              self._ratio(entry), schedule, pending)
+        return self._report(parts, counters, kernel, pending)
 
 
 def _partials(keys, ids, times, names) -> pa.RecordBatch:
@@ -381,6 +589,23 @@ def _partials(keys, ids, times, names) -> pa.RecordBatch:
     arrays = [pa.array(keys, pa.int64())] + [pa.array(ids[:, c], pa.int64()) for c in range(n)] + [
         pa.array(times[:, c], pa.int64()) for c in range(n)]
     return pa.RecordBatch.from_arrays(arrays, names=["key"] + names)
+
+
+def _row_keys(ids: np.ndarray, cols) -> np.ndarray:
+    """The rows of ``ids[:, cols]`` as single comparable values (for ``np.isin``)."""
+    sub = np.ascontiguousarray(ids[:, list(cols)], dtype=np.int64)
+    return sub.view(np.dtype((np.void, 8 * sub.shape[1]))).ravel()
+
+
+def _renumber(pending, i: int, old: np.ndarray, rows: int) -> None:
+    """Input ``i``'s payload ids of the unmatched prefix tuples after the payload keeps the rows ``old`` (in
+    that order): a kept row's new id is its position, a row that left the state gets -1 (it can match no more).
+    """
+    new = np.full(rows + 1, -1, dtype=np.int64)   # index -1 (already gone) reads the extra last slot
+    new[old] = np.arange(len(old), dtype=np.int64)
+    col = pending.table.column(_pid(i)).to_numpy()
+    pending.table = pending.table.set_column(pending.table.schema.get_field_index(_pid(i)), _pid(i),
+                                             pa.array(new[col], pa.int64()))
 
 
 def _same_key(a: pa.ChunkedArray, b: pa.ChunkedArray) -> np.ndarray:

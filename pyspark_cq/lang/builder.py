@@ -509,6 +509,22 @@ class _Builder:
             return keymap.get((ref, col), f"{ref}__{col}")
         return name
 
+    def _join_inputs(self):
+        """The two-way join's inputs: the key map (``(source, column)`` -> ``cq_k<j>``, one name per equality),
+        the key names, and each input prefixed (:meth:`_prefixed`) with its time column.
+        """
+        a = self.a
+        keymap, on = {}, []
+        for j, ((r1, c1), (r2, c2)) in enumerate(a.keys):
+            k = f"cq_k{j}"
+            keymap[(r1, self.res.column_name(r1, c1))] = k
+            keymap[(r2, self.res.column_name(r2, c2))] = k
+            on.append(k)
+        if len(keymap) != 2 * len(on):
+            raise CQLCompileError("a join key used twice", "each column may appear in one equality", a.select)
+        left, right = a.sources
+        return keymap, on, self._prefixed(left, keymap), self._prefixed(right, keymap)
+
     def _join(self):
         from pyspark.sql import functions as F
 
@@ -518,16 +534,7 @@ class _Builder:
         left, right = a.sources
         if self.feeds_state:
             return self._join_feeding_state()
-        keymap, on = {}, []
-        for j, ((r1, c1), (r2, c2)) in enumerate(a.keys):
-            k = f"cq_k{j}"
-            keymap[(r1, self.res.column_name(r1, c1))] = k
-            keymap[(r2, self.res.column_name(r2, c2))] = k
-            on.append(k)
-        if len(keymap) != 2 * len(on):
-            raise CQLCompileError("a join key used twice", "each column may appear in one equality", a.select)
-        ldf, lt = self._prefixed(left, keymap)
-        rdf, rt = self._prefixed(right, keymap)
+        keymap, on, (ldf, lt), (rdf, rt) = self._join_inputs()
         wl, wr = (timedelta(microseconds=s.window.size.micros) for s in (left, right))
         drop = 1.0 - left.node.sample / 100.0 if self._shared_sample() else 0.0
         params = {"window": wl} if wl == wr else {}
@@ -553,16 +560,7 @@ class _Builder:
 
         a = self.a
         left, right = a.sources
-        keymap, on = {}, []
-        for j, ((r1, c1), (r2, c2)) in enumerate(a.keys):
-            k = f"cq_k{j}"
-            keymap[(r1, self.res.column_name(r1, c1))] = k
-            keymap[(r2, self.res.column_name(r2, c2))] = k
-            on.append(k)
-        if len(keymap) != 2 * len(on):
-            raise CQLCompileError("a join key used twice", "each column may appear in one equality", a.select)
-        ldf, lt = self._prefixed(left, keymap)
-        rdf, rt = self._prefixed(right, keymap)
+        keymap, on, (ldf, lt), (rdf, rt) = self._join_inputs()
         delay = _watermark_delay(ldf, lt, rdf, rt, a.statement)
         rdf = rdf.select(*[F.col(c).alias(c + "__r") if c in on else F.col(f"`{c}`") for c in rdf.columns])
         wl, wr = left.window.size.micros, right.window.size.micros

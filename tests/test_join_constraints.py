@@ -16,11 +16,10 @@ import pickle
 import numpy as np
 import pandas as pd
 import pytest
-from test_join_resident import _SIDE_COLUMNS, BASE_US, DELAY_MS, _config, _state, _unpacked
+from test_join_resident import BASE_US, DELAY_MS, _config, _state, _unpacked, transport_frame
 
 from pyspark_cq import constraints as C
 from pyspark_cq.operators._common import metrics as _metrics
-from pyspark_cq.operators._common.codec import NULL_SUFFIX
 from pyspark_cq.operators.join.driver import _STATE_SCHEMA
 from pyspark_cq.operators.join.worker import LEFT, RIGHT, JoinWorker, evict_at_ms
 from pyspark_cq.vocabulary import metrics as M
@@ -193,19 +192,8 @@ def _frame(config, side: int, rows) -> pd.DataFrame:
     keys = np.array([r[0] for r in rows], dtype=np.int64)
     times = np.array([r[1] for r in rows], dtype=np.int64)
     ident = np.array([r[2] for r in rows], dtype=np.int64)
-    cols = {"__cq_side": np.full(n, side, np.int8), "__cq_shard": np.zeros(n, np.int64),
-            "__cq_t": pd.to_datetime(times, unit="us"), "__cq_tus": times,
-            "__cq_k0": keys, "__cq_k0" + NULL_SUFFIX: np.zeros(n, bool)}
     values = {"k": keys, "ts": times, "lv": ident, "rv": ident, "ls": ["x"] * n, "rs": ["y"] * n}
-    for s, names in enumerate(_SIDE_COLUMNS[config.how in ("left_semi", "left_anti")]):
-        for codec, name in zip(config.side_codecs[s], names):
-            mine = s == side
-            if codec.flagged:
-                cols[codec.name] = values[name] if mine else np.zeros(n, np.int64)
-                cols[codec.name + NULL_SUFFIX] = np.zeros(n, bool) if mine else np.ones(n, bool)
-            else:
-                cols[codec.name] = values[name] if mine else [None] * n
-    return pd.DataFrame(cols)
+    return transport_frame(config, side, keys, times, np.zeros(n, bool), values)
 
 
 def _drive(config, batches):

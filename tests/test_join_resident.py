@@ -64,11 +64,20 @@ def _frame(config: JoinConfig, side: int, rng, n: int, t0: int) -> pd.DataFrame:
     """One side's rows of a batch in the transport layout (both sides' payload columns, the other's null)."""
     keys = rng.integers(0, 12, n)
     times = t0 + rng.integers(-8_000_000, 8_000_000, n)
-    cols = {"__cq_side": np.full(n, side, np.int8), "__cq_shard": np.zeros(n, np.int64),
-            "__cq_t": pd.to_datetime(times, unit="us"), "__cq_tus": times,
-            "__cq_k0": keys, "__cq_k0" + NULL_SUFFIX: rng.random(n) < 0.03}
+    null_keys = rng.random(n) < 0.03
     values = {"k": keys, "ts": times, "lv": rng.integers(0, 1000, n), "rv": rng.integers(0, 1000, n),
               "ls": [f"s{x}" for x in rng.integers(0, 50, n)], "rs": [f"r{x}" for x in rng.integers(0, 50, n)]}
+    return transport_frame(config, side, keys, times, null_keys, values)
+
+
+def transport_frame(config: JoinConfig, side: int, keys, times, null_keys, values: dict) -> pd.DataFrame:
+    """``side``'s rows with ``keys`` (null where ``null_keys``), ``times`` (µs) and the payload ``values`` by
+    column name, in the join's transport layout: both sides' payload columns, the other side's null.
+    """
+    n = len(keys)
+    cols = {"__cq_side": np.full(n, side, np.int8), "__cq_shard": np.zeros(n, np.int64),
+            "__cq_t": pd.to_datetime(times, unit="us"), "__cq_tus": times,
+            "__cq_k0": keys, "__cq_k0" + NULL_SUFFIX: null_keys}
     for s in (0, 1):
         names = _SIDE_COLUMNS[config.how in ("left_semi", "left_anti")][s]
         for codec, name in zip(config.side_codecs[s], names):

@@ -20,11 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]   # the script runs as a module from 
 @pytest.mark.spark
 @pytest.mark.slow
 def test_a_kill_loses_and_duplicates_nothing(tmp_path):
-    result, code = _run_script(tmp_path, "--operator", "interval_join", "--kills", "1", "--files", "6", "--seed", "5")
-    assert "error" not in result, result
-    assert result["kills"] == 1 and result["expected_rows"] > 0
-    assert (result["lost"], result["duplicated"], result["unexpected"]) == (0, 0, 0), result
-    assert result["rows"] == result["expected_rows"] and code == 0
+    _killed_once_loses_nothing(tmp_path, "interval_join", seed=5)
 
 
 def test_comparison_counts_lost_and_duplicated_rows():
@@ -49,17 +45,21 @@ def _run_script(tmp_path, *extra) -> tuple[dict, int]:
     return result, code
 
 
+def _killed_once_loses_nothing(tmp_path, operator: str, seed: int) -> None:
+    """The script on ``operator`` over 6 files, SIGKILLed once: the sink holds exactly the uninterrupted run's rows."""
+    result, code = _run_script(tmp_path, "--operator", operator, "--kills", "1", "--files", "6", "--seed", str(seed))
+    assert "error" not in result, result
+    assert result["kills"] == 1 and result["expected_rows"] > 0
+    assert (result["lost"], result["duplicated"], result["unexpected"]) == (0, 0, 0), result
+    assert result["rows"] == result["expected_rows"] and code == 0
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_changelog_join_killed_loses_and_duplicates_nothing(tmp_path):
     """The same with ``state_persistence="changelog"`` (issue 39): the restarted child's workers hold no
     resident state, so every shard restores from its snapshot and deltas."""
-    result, code = _run_script(tmp_path, "--operator", "interval_join_changelog", "--kills", "1", "--files", "6",
-                               "--seed", "5")
-    assert "error" not in result, result
-    assert result["kills"] == 1 and result["expected_rows"] > 0
-    assert (result["lost"], result["duplicated"], result["unexpected"]) == (0, 0, 0), result
-    assert result["rows"] == result["expected_rows"] and code == 0
+    _killed_once_loses_nothing(tmp_path, "interval_join_changelog", seed=5)
 
 
 @pytest.mark.spark
@@ -68,12 +68,7 @@ def test_files_join_killed_loses_and_duplicates_nothing(tmp_path):
     """The same with ``state_persistence="files"`` (issue 39): the restarted child rebuilds every shard from
     the snapshot and delta files its checkpoint's manifests name; files of batches a kill interrupted are
     orphans."""
-    result, code = _run_script(tmp_path, "--operator", "interval_join_files", "--kills", "1", "--files", "6",
-                               "--seed", "5")
-    assert "error" not in result, result
-    assert result["kills"] == 1 and result["expected_rows"] > 0
-    assert (result["lost"], result["duplicated"], result["unexpected"]) == (0, 0, 0), result
-    assert result["rows"] == result["expected_rows"] and code == 0
+    _killed_once_loses_nothing(tmp_path, "interval_join_files", seed=5)
 
 
 @pytest.mark.spark
@@ -82,8 +77,4 @@ def test_query_group_killed_loses_and_duplicates_nothing(tmp_path):
     """A QueryGroup (issue 40: shared aggregations, one with HAVING, one ISTREAM, and a query running alone)
     SIGKILLed and restarted on its checkpoint: every query's sink holds exactly the uninterrupted run's rows (its
     directory sinks are rewritten by batch id when a batch runs again)."""
-    result, code = _run_script(tmp_path, "--operator", "query_group", "--kills", "1", "--files", "6", "--seed", "4")
-    assert "error" not in result, result
-    assert result["kills"] == 1 and result["expected_rows"] > 0
-    assert (result["lost"], result["duplicated"], result["unexpected"]) == (0, 0, 0), result
-    assert result["rows"] == result["expected_rows"] and code == 0
+    _killed_once_loses_nothing(tmp_path, "query_group", seed=4)

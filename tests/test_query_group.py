@@ -118,6 +118,12 @@ def test_each_member_equals_its_query_alone(spark, tmp_dir):
         assert totals["output_rows"] == want.count()
         if g.queries[name]["mode"] == "shared":   # the aggregation's own counters, summed over the shards
             assert totals["input_rows"] > 0 and "late_rows" in totals and "state_rows" in totals
+    # eu_1m and eu_2m share one slice table: its state counted once, each query's late rows those of it alone
+    assert cq.read_metrics(g, "eu_2m", "total")["state_rows"] == 0 < cq.read_metrics(g, "eu_1m", "total")["state_rows"]
+    for name in ("eu_1m", "eu_2m"):
+        q = oracles[name][0]
+        op = next(k for p in q.recentProgress for k in p.observedMetrics if k.endswith("_agg"))
+        assert cq.read_metrics(g, name, "total")["late_rows"] == cq.read_metrics(q, op, "total")["late_rows"], name
     latest = cq.read_metrics(g, "eu_1m")   # the latest micro-batch with rows in or out
     assert latest["input_rows"] or latest["output_rows"]
     assert [b for b, _ in cq.read_metrics(g, "eu_1m", "all")] == sorted(b for b, _ in cq.read_metrics(g, "eu_1m", "all"))
@@ -202,7 +208,7 @@ def test_restart_from_checkpoint_loses_and_duplicates_nothing(spark, tmp_dir):
     query alone stopped and restarted the same way (a restart changes Spark's watermark, so also the rows)."""
     write_clicks(os.path.join(tmp_dir, "all"), files=4)
     names = sorted(os.listdir(os.path.join(tmp_dir, "all")))
-    queries = ("eu_1m", "all_5m", "big")
+    queries = ("eu_1m", "all_5m", "big", "eu_2m")   # eu_1m and eu_2m: one shared slice table, saved and restored
 
     def run(files):
         for where in ("in", "in_alone"):

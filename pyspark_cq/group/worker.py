@@ -3,10 +3,12 @@ all the group's windowed aggregations over it, and the packing of every query's 
 
 Split-based aggregation (Cammert et al., PIPES, §2.4.1, Algorithm 1) makes each query's state a table of
 slices; STREAM shares operators and synopses between queries (Motwani et al., §3.2). Here one ``mapInArrow``
-(:class:`GroupSlicer`) reads the stream's projection once and runs every member's slicer on the rows its WHERE
-keeps, and one ``applyInPandasWithState`` (:class:`GroupShard`) holds, per hash shard, every member's slice
-table in one state row; each member's kernel step (:func:`~pyspark_cq.operators.aggregate.shard.run_shard`) is
-the one :func:`~pyspark_cq.sliding_aggregate` runs, so each member's rows are exactly its own query's. The
+(:class:`GroupSlicer`) reads the stream's projection once and slices once per slice class (members whose
+slices are the same, :func:`slice_classes`), and one ``applyInPandasWithState`` (:class:`GroupShard`) holds,
+per hash shard, the slice tables in one state row: one per class, from which each member emits its own windows
+(:func:`~pyspark_cq.operators.aggregate.shard.run_shared`), or one per member running the step
+:func:`~pyspark_cq.sliding_aggregate` runs (:func:`~pyspark_cq.operators.aggregate.shard.run_shard`); either
+way each member's rows are exactly its own query's. The
 members are read from the group's plan (:mod:`.doc`) at every micro-batch, so queries join and leave without
 a new Spark query.
 """
@@ -23,7 +25,7 @@ from pyspark.sql import types as T
 
 from .. import _validate
 from ..operators.aggregate.config import BAD, SHARD, SHED_COL, SLICES, TAG, TIME
-from ..operators.aggregate.shard import run_shard
+from ..operators.aggregate.shard import run_shard, run_shared
 from ..operators.aggregate.slicer import Slicer
 from ..operators.aggregate.spec import arrow_type, to_int64
 from ..operators.aggregate.transport import unpack_slices
@@ -31,8 +33,8 @@ from ..vocabulary import metrics as M
 from . import doc as D
 from .predicates import evaluate
 
-__all__ = ["MEMBER", "MAX_TIME", "OUTPUT_SCHEMA", "STATE_SCHEMA", "sliced_schema", "slice_classes", "GroupSlicer",
-           "GroupShard", "PackRows", "ipc_bytes"]
+__all__ = ["MEMBER", "MAX_TIME", "OUTPUT_SCHEMA", "STATE_SCHEMA", "SHARED", "sliced_schema", "slice_classes",
+           "GroupSlicer", "GroupShard", "PackRows", "ipc_bytes"]
 
 MEMBER, MAX_TIME = "__cq_member", "__cq_max_time"
 #: What every branch of the group's Spark query gives: per query (its state key) its rows as one Arrow IPC
@@ -41,6 +43,8 @@ OUTPUT_SCHEMA = "cq_member string, cq_payload binary, cq_counters string"
 STATE_SCHEMA = "members binary"
 #: The member key of the rows that carry the event times seen (for queries joining a running group).
 CLOCK = ""
+#: The key, in a shard's saved state, of the slice tables several members share: ``[(member keys, state)]``.
+SHARED = "\x00shared"
 
 
 def sliced_schema(time_type: T.DataType, delay_ms: int | None) -> T.StructType:
@@ -165,8 +169,13 @@ class GroupSlicer:
 
 class GroupShard:
     """``applyInPandasWithState`` function of one stream's shared stage: one shard, one micro-batch, every
-    member. The state row holds every member's slice table by member key; a member that left the plan
-    leaves the state with it.
+    member. The state row holds the slice tables by member key, and under :data:`SHARED` the tables that
+    several members of one slice class share (:func:`~pyspark_cq.operators.aggregate.shard.run_shared`);
+    a member that left the plan leaves the state with it.
+
+    A member runs on a table of its own when it emits change intervals, when this shard already holds a
+    table of its own for it (a checkpoint written before tables were shared, or a member that was alone in
+    its class), or when it is alone in its class and no shared table holds it.
     """
 
     def __init__(self, directory: str, family: str, watermark: bool):
@@ -177,24 +186,43 @@ class GroupShard:
         frames = [p for p in pdfs if len(p)]
         data = pd.concat(frames, ignore_index=True) if frames else None
         saved = pickle.loads(state.get[0]) if state.exists else {}
+        tables = saved.pop(SHARED, [])
         wm_us = int(state.getCurrentWatermarkMs()) * 1000 if self.watermark else None
         kept, out = {}, []
         members = _members(self.directory, self.family)
         classes = slice_classes(members)
         parts = dict(tuple(data.groupby(MEMBER, sort=False))) if data is not None else {}
-        unpacked: dict = {}    # per slice class: its members read the same slices
+        by_class: dict = {}
         for m in members:
-            cls = classes[m.key]
-            if cls not in unpacked:
-                rows = [parts[cls]] if cls in parts else []
-                unpacked[cls] = unpack_slices(m.config.slices_arrow_schema(), rows)
-            table, counts = unpacked[cls]
-            result = run_shard(m.config, table, saved.get(m.key), wm_us, None, counts)
-            if result.state is not None:
-                kept[m.key] = result.state
-            rows_out = _project(result.output, m)
-            out.append((m.key, ipc_bytes(rows_out) if rows_out.num_rows else None,
-                        json.dumps({**result.metrics, M.OUTPUT_ROWS: rows_out.num_rows})))
+            by_class.setdefault(classes[m.key], []).append(m)
+        shared_out = []
+        for cls, ms in by_class.items():
+            rows = [parts[cls]] if cls in parts else []
+            table, counts = unpack_slices(ms[0].config.slices_arrow_schema(), rows)    # once per class
+            alone = [m for m in ms if m.key in saved or m.config.emit != "windows"]
+            sharing = [m for m in ms if m not in alone]
+            keys = {m.key for m in sharing}
+            held = next((t for t in tables if keys & set(t[0])), None)
+            if len(sharing) > 1 or held is not None:
+                results, table_state = run_shared([m.config for m in sharing], table,
+                                                  held[1] if held is not None else None, wm_us, counts)
+                if table_state is not None:
+                    shared_out.append((tuple(m.key for m in sharing), table_state))
+                results = list(zip(sharing, results))
+            else:
+                alone += sharing
+                results = []
+            for m in alone:
+                result = run_shard(m.config, table, saved.get(m.key), wm_us, None, counts)
+                if result.state is not None:
+                    kept[m.key] = result.state
+                results.append((m, result))
+            for m, result in results:
+                rows_out = _project(result.output, m)
+                out.append((m.key, ipc_bytes(rows_out) if rows_out.num_rows else None,
+                            json.dumps({**result.metrics, M.OUTPUT_ROWS: rows_out.num_rows})))
+        if shared_out:
+            kept[SHARED] = shared_out
         if data is not None:
             clock = data.loc[data[MEMBER] == CLOCK, MAX_TIME].dropna()
             if len(clock):

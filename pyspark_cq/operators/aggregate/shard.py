@@ -3,7 +3,8 @@
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -30,7 +31,7 @@ from .config import (
 from .finish import _output_table
 from .spec import arrow_type
 
-__all__ = ["StepResult", "run_shard"]
+__all__ = ["StepResult", "run_shard", "run_shared"]
 
 # ---- stateful side ----------------------------------------------------------------------------------
 
@@ -98,6 +99,63 @@ def run_shard(config: AggConfig, table: pa.Table, state: tuple | None, watermark
         metrics[M.INPUT_ROWS] += shed
         metrics[SHED] = shed
     return StepResult(out, new_state, metrics)
+
+
+def run_shared(configs: list[AggConfig], table: pa.Table, state: tuple | None, watermark_us: int | None,
+               counts: tuple[int, int]) -> tuple[list[StepResult], tuple[bytes, bytes] | None]:
+    """One shard's step for several queries that read the same slices (a query group's slice class,
+    :func:`pyspark_cq.group.worker.slice_classes`): one slice table, restored, ingested, evicted and saved
+    once, from which each query emits its own windows (PIPES's shared partial aggregates, Cammert et al.,
+    §2.4.1; STREAM's shared synopses, Motwani et al., §3.2).
+
+    ``configs`` differ at most in window, slide, name and output names; each has ``emit="windows"``, a
+    streaming mode and no control table. ``table`` and ``counts`` are as for :func:`run_shard` (packed
+    transport). Each query's rows and late rows are those :func:`run_shard` gives it alone:
+
+    - a slice is late for a query when each of *its* windows containing the slice ended by the late-event
+      watermark (as Spark drops its (window, key) rows); it enters the table unless it is late for all;
+    - the table keeps a slice until ``last_end(r, W_max, gcd(S))``, at least as long as any query's last
+      window containing it, so no query loses a slice it needs; a query emits only windows ending after
+      the late-event watermark, so the slices kept for others never reach its rows.
+
+    Returns each query's :class:`StepResult` (state ``None``) and the table's state. The table's size and
+    evictions are reported once, on the first query (a shared state is counted once).
+    """
+    if not configs or any(c.emit != "windows" or c.mode == "batch" or c.control is not None for c in configs):
+        raise ValueError("run_shared: configs must be streaming emit='windows' configurations without a control "
+                         "table, at least one")
+    kernel = load("_aggregate")
+    first = configs[0]
+    params = [batch_params(c, None) for c in configs]
+    data, (bad, shed) = table, counts
+    rows = _int64(data, partial_name(0))
+    input_rows = int(rows.sum())
+    st, keys_tbl, late_end = _restore(kernel, first, state)
+    late = [0] * len(configs)
+    if late_end is not None and data.num_rows:
+        starts = _int64(data, START)
+        live = np.zeros(len(starts), dtype=bool)
+        for i, (c, p) in enumerate(zip(configs, params)):
+            mine = last_window_end(starts, p.segments, c.slide) > late_end
+            late[i] = int(rows[~mine].sum())
+            live |= mine
+        if not live.all():
+            data = data.take(pa.array(np.flatnonzero(live)))
+    # one bound for the table: the latest window end of any query (gcd of the slides, widest window)
+    widest = replace(params[0], w_max=max(p.w_max for p in params))
+    step = math.gcd(*(c.slide for c in configs))
+    keys_tbl, _ = _ingest(st, first, widest, data, keys_tbl, step, None)
+    outs = [_emit(st, c, p, c.slide, late_end, watermark_us, keys_tbl) for c, p in zip(configs, params)]
+    evicted, keys_tbl = _evict(st, first, widest, step, watermark_us, keys_tbl)
+    new_state = _save(st, first, keys_tbl)
+    results = []
+    for i, out in enumerate(outs):
+        results.append(StepResult(out, None, {
+            M.INPUT_ROWS: input_rows + shed, SHED: shed, M.OUTPUT_ROWS: out.num_rows,
+            M.STATE_ROWS: st.num_slices + st.num_runs if i == 0 else 0,
+            M.STATE_BYTES: len(new_state[0]) + len(new_state[1]) if i == 0 else 0,
+            M.EVICTED_ROWS: int(evicted) if i == 0 else 0, M.LATE_ROWS: late[i], M.MALFORMED_ROWS: bad}))
+    return results, new_state
 
 
 def _int64(table: pa.Table, name: str) -> np.ndarray:

@@ -346,10 +346,11 @@ def workers():
 spark = cq.spark("local[1]", warm_workers=False)
 spark.dataSource.register(DaemonProbe)
 print("rows", spark.read.format("daemon_probe").load().count(), flush=True)
-env = spark._jvm.org.apache.spark.SparkEnv.get()
-field = env.getClass().getDeclaredField("pythonWorkers")
+# SparkEnv's private map of worker factories, through reflection (py4j cannot list SparkEnv's own methods here:
+# one signature names a protobuf class this classpath lacks)
+field = spark._jvm.java.lang.Class.forName("org.apache.spark.SparkEnv").getDeclaredField("pythonWorkers")
 field.setAccessible(True)
-it = field.get(env).valuesIterator()
+it = field.get(spark.sparkContext._jsc.sc().env()).valuesIterator()
 factories = []
 while it.hasNext():
     factories.append(it.next())

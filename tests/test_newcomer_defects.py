@@ -220,10 +220,9 @@ def test_read_metrics_connect_shapes():
 
 _CONNECT_SCRIPT = r"""
 import json, os, sys, time
-os.environ["SPARK_TESTING"] = "1"     # an ephemeral port for the local Connect server
 from pyspark.sql import SparkSession
 import pyspark_cq as cq
-spark = SparkSession.builder.remote("local[2]").config("spark.sql.shuffle.partitions", "2").getOrCreate()
+spark = SparkSession.builder.remote(sys.argv[1]).config("spark.sql.shuffle.partitions", "2").getOrCreate()
 assert "connect" in type(spark).__module__, type(spark)
 src = spark.readStream.format("rate").option("rowsPerSecond", 50).load().withWatermark("timestamp", "1 second")
 out = cq.sliding_aggregate(src, "timestamp", "2 seconds", "1 second", aggs={"value": ["count"]}, name="agg")
@@ -239,8 +238,9 @@ print("METRICS " + json.dumps(metrics))
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_read_metrics_real_connect_server(tmp_path):
-    """End to end on a local Spark Connect server (its own process: the test session is classic)."""
+def test_read_metrics_real_connect_server(connect_server, tmp_path):
+    """End to end on a real Spark Connect server: the run's shared local server (its own JVM; tests/conftest.py),
+    joined from a process of its own (the test session is classic)."""
     import json
     import subprocess
     import sys
@@ -248,8 +248,8 @@ def test_read_metrics_real_connect_server(tmp_path):
     pytest.importorskip("grpc", reason="Spark Connect needs pyspark[connect] (grpcio)")
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
     env.pop("SPARK_REMOTE", None)
-    proc = subprocess.run([sys.executable, "-c", _CONNECT_SCRIPT], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run([sys.executable, "-c", _CONNECT_SCRIPT, connect_server.url], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("METRICS ")]
     assert proc.returncode == 0 and lines, proc.stderr[-3000:]
     metrics = json.loads(lines[-1][len("METRICS "):])

@@ -312,17 +312,60 @@ def test_data_source_planner_workers_run_our_daemon(spark, tmp_path):
 
 
 _IDLE_PLANNERS = """
-import sys, time
+import os, sys, time
 sys.path.insert(0, sys.argv[1])
 import pyspark_cq as cq
 import daemon_probe_source
 from pyspark import cloudpickle
 cloudpickle.register_pickle_by_value(daemon_probe_source)
 from daemon_probe_source import DaemonProbe
+
+
+def parents():
+    out = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if fields[0] != "Z":
+            out[int(pid)] = int(fields[1])
+    return out
+
+
+def workers():
+    # the daemons' forked workers: grandchildren of the JVM, itself this process's child
+    tree = parents()
+    jvms = {p for p, pp in tree.items() if pp == os.getpid()}
+    daemons = {p for p, pp in tree.items() if pp in jvms}
+    return {p for p, pp in tree.items() if pp in daemons}
+
+
 spark = cq.spark("local[1]", warm_workers=False)
 spark.dataSource.register(DaemonProbe)
 print("rows", spark.read.format("daemon_probe").load().count(), flush=True)
-time.sleep(75)   # Spark lets idle Python workers go after a minute (PythonWorkerFactory.IDLE_WORKER_TIMEOUT_NS)
+# SparkEnv's private map of worker factories, through reflection (py4j cannot list SparkEnv's own methods here:
+# one signature names a protobuf class this classpath lacks)
+field = spark._jvm.java.lang.Class.forName("org.apache.spark.SparkEnv").getDeclaredField("pythonWorkers")
+field.setAccessible(True)
+it = field.get(spark.sparkContext._jsc.sc().env()).valuesIterator()
+factories = []
+while it.hasNext():
+    factories.append(it.next())
+idle, alive = sum(f.idleWorkers().size() for f in factories), workers()
+print("idle workers", idle, "processes", len(alive), flush=True)
+# Spark's monitor thread (every 10 s) stops a factory's idle workers once its last activity lies a minute back
+# (PythonWorkerFactory.IDLE_WORKER_TIMEOUT_NS, fixed): date the activity back instead of waiting the minute out.
+back = spark._jvm.System.nanoTime() - 61 * 10**9
+for f in factories:
+    getattr(f, "org$apache$spark$api$python$PythonWorkerFactory$$lastActivityNs_$eq")(back)
+deadline = time.monotonic() + 120
+while time.monotonic() < deadline and (any(f.idleWorkers().size() for f in factories) or alive & workers()):
+    time.sleep(0.5)
+print("stopped idle workers", sum(f.idleWorkers().size() for f in factories) == 0 and not alive & workers(),
+      flush=True)
 spark.stop()
 """
 
@@ -331,11 +374,16 @@ spark.stop()
 def test_idle_data_source_planner_workers_end_without_a_traceback(tmp_path):
     """The reproduction of issue 41 item 4: the demo printed a BrokenPipeError traceback from
     pyspark.zip/pyspark/daemon.py for each worker that had planned its Python data source, a minute after the
-    queries started. Waits out Spark's fixed one-minute idle timeout (the event itself, not a race)."""
+    queries started, when Spark let its idle workers go. Spark's own monitor thread stops them here too, after the
+    factories' last activity was dated a minute back (the event itself, without waiting the minute out); the
+    script waits until those worker processes have ended."""
     _probe(tmp_path)
     out = subprocess.run([sys.executable, "-c", _IDLE_PLANNERS, str(tmp_path)], capture_output=True, text=True,
                          timeout=600, cwd=tmp_path)
     assert out.returncode == 0 and "rows 1" in out.stdout, out.stdout + out.stderr[-3000:]
+    idle = re.search(r"idle workers (\d+) processes (\d+)", out.stdout)
+    assert idle and int(idle[1]) >= 1 and int(idle[2]) >= 1, out.stdout + out.stderr[-3000:]
+    assert "stopped idle workers True" in out.stdout, out.stdout + out.stderr[-3000:]
     assert "Traceback" not in out.stderr and "BrokenPipeError" not in out.stderr, out.stderr[-3000:]
 
 

@@ -73,13 +73,6 @@ def start_alone(spark, text, clicks, root, name):
     return q, out
 
 
-def run_alone(spark, text, clicks, root, name):
-    """The oracle's rows (:func:`start_alone`, awaited)."""
-    q, out = start_alone(spark, text, clicks, root, name)
-    q.awaitTermination()
-    return spark.read.parquet(out)
-
-
 def assert_same_rows(got, want, what):
     assert got.columns == want.columns, what
     assert [f.dataType for f in got.schema] == [f.dataType for f in want.schema], what
@@ -166,8 +159,14 @@ def test_queries_join_leave_pause_and_resume_between_micro_batches(spark, tmp_di
     assert set(info) == {"eu_1m", "eu_late", "us_3m", "ap"}
     assert info["eu_late"]["status"] == "active" and info["eu_late"]["start"] is not None
 
-    def alone(name, text):
-        return run_alone(spark, text, clicks, tmp_dir, name)
+    # the oracles: each query alone, all four side by side
+    oracles = {name: start_alone(spark, text, clicks, tmp_dir, name) for name, text in
+               (("eu_late", Q["eu_1m"]), ("ap", AP), ("all_5m", Q["all_5m"]), ("us_3m", Q["us_3m"]))}
+
+    def alone(name):
+        q, out = oracles[name]
+        q.awaitTermination()
+        return spark.read.parquet(out)
 
     def since(df, start):
         from pyspark.sql import functions as F
@@ -177,21 +176,21 @@ def test_queries_join_leave_pause_and_resume_between_micro_batches(spark, tmp_di
     # the late query: exactly the windows of the query alone that start at or after its start
     start = info["eu_late"]["start"]
     late = spark.read.parquet(os.path.join(tmp_dir, "out", "eu_late"))
-    want = since(alone("eu_late", Q["eu_1m"]), start)
+    want = since(alone("eu_late"), start)
     assert want.count() > 0
     assert_same_rows(late, want, "eu_late")
     ap = spark.read.parquet(os.path.join(tmp_dir, "out", "ap"))
-    want_ap = since(alone("ap", AP), info["ap"]["start"])
+    want_ap = since(alone("ap"), info["ap"]["start"])
     assert want_ap.count() > 0
     assert_same_rows(ap, want_ap, "ap (WHERE in Arrow)")
     # the removed query delivered batches 0 and 1 only: a subset of its rows alone
     files = sorted(os.listdir(os.path.join(tmp_dir, "out", "all_5m")))
     assert [f for f in files if f.endswith(".parquet")] == ["part-000000000000.parquet", "part-000000000001.parquet"]
     removed = spark.read.parquet(os.path.join(tmp_dir, "out", "all_5m"))
-    assert removed.exceptAll(alone("all_5m", Q["all_5m"])).count() == 0
+    assert removed.exceptAll(alone("all_5m")).count() == 0
     # paused at 1, resumed at 2: rows from before the pause, then complete windows from its new start on
     us = spark.read.parquet(os.path.join(tmp_dir, "out", "us_3m"))
-    us_alone = alone("us_3m", Q["us_3m"])
+    us_alone = alone("us_3m")
     assert us.exceptAll(us_alone).count() == 0
     resumed = info["us_3m"]["start"]
     from pyspark.sql import functions as F

@@ -244,7 +244,7 @@ class JoinSpec:
         self.persistence, self.snapshot_every, self.state_dir = persistence, int(snapshot_every), state_dir
         self.retain = int(retain) if retain else RETAIN_DEFAULT
 
-    def set_constraints(self, constraints) -> None:
+    def set_constraints(self, constraints, function: str = "interval_join") -> None:
         """Check ``constraints=`` (after :meth:`set_persistence`; :func:`pyspark_cq.constraints.check_constraints`).
         Refused with ``state_persistence="changelog"`` or ``"files"`` under a control table: a delta does not
         record which constraints a batch had on, so a replay could drop other rows; ``clustered`` / ``ordered``
@@ -254,7 +254,7 @@ class JoinSpec:
         from ...constraints import ARRIVAL_KINDS, check_constraints
 
         checked = check_constraints(constraints, {"left": self.left_keys, "right": self.right_keys},
-                                    "interval_join", arrival=True)
+                                    function, arrival=True)
         if checked and self.persistence != "full" and self.control is not None:
             raise ValueError(f"constraints: state_persistence={self.persistence!r} with a control table does not take "
                              "constraints yet (a replayed delta would not know which were on); drop one of them")

@@ -496,3 +496,34 @@ def test_kernel_row_ids_follow_row_flags():
     js.evict(0, 0)
     assert sorted(js.row_ids(0).tolist()) == [10, 11, 12, 13]
     assert len(js.row_ids(0)) == len(js.row_flags(0)[0]) == js.rows(0)
+
+
+@pytest.mark.parametrize("k", [0, 1, 3])
+def test_trackers_against_plain_loops(k):
+    """Clusters and KeyOrder batch by batch, through their saved form, against the definitions written as loops:
+    violations, closed clusters and the key bound."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(k)
+    for _ in range(20):
+        batches = [[int(x) for x in rng.integers(0, 6, 9)] for _ in range(4)]
+        arrivals, found = C.Arrivals([C.clustered("left", k), C.ordered("left", k)]), [0, 0]
+        seen = []
+        for b in batches:
+            clusters, order = arrivals.trackers["clustered_left"], arrivals.trackers["ordered_left"]
+            found[0] += clusters.advance(pa.array([str(x).encode() for x in b], pa.large_binary()),
+                                         np.zeros(len(b), np.int64))
+            found[1] += order.advance(pa.table({"k0": pa.array(b, pa.int64())}))
+            arrivals = C.Arrivals([C.clustered("left", k), C.ordered("left", k)]).restore(arrivals.to_metadata())
+            seen += b
+        last, expect = {}, [0, 0]
+        for n, key in enumerate(seen):
+            expect[0] += key in last and n - last[key] - 1 > k
+            expect[1] += n - k > 0 and key < max(seen[:n - k])
+            last[key] = n
+        assert found == expect
+        closed = {x.decode() for x in arrivals.trackers["clustered_left"].closed().to_pylist()}
+        assert closed == {str(x) for x, p in last.items() if len(seen) - 1 - p > k}
+        bound = max(seen[:len(seen) - k])
+        order = arrivals.trackers["ordered_left"]
+        assert order.below(pa.table({"x": [bound - 1, bound]})).tolist() == [True, False]

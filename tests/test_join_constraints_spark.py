@@ -164,6 +164,10 @@ def write_arrival(root: str, kind: str, jitter: int, violate: int = 0) -> int:
     from test_join_constraints import arrival_streams
 
     batches, k = arrival_streams(kind, jitter, violate=violate)
+    # A last batch an hour later (keys above all others, so it breaks no constraint) moves the watermark past
+    # everything: an outer join's unmatched rows that the constraint dropped early come out in Spark's run too.
+    last = batches[-1][0][1][-1][1] + 3_600_000_000
+    batches.append((([(10**9 + 2, last, 0)], [(10**9 + 1, last, 1)]), None))
     for b, (rows, _) in enumerate(batches):
         for i, side in enumerate("lr"):
             jd.write(os.path.join(root, side), f"b{b:03d}.parquet", _table(side, rows[i]))

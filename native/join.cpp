@@ -82,6 +82,8 @@ py::tuple row_flags(const JoinState& js, int side) {
   return py::make_tuple(to_numpy(std::move(f.matched)), to_numpy(std::move(f.ends)));
 }
 
+py::array_t<int64_t> row_ids(const JoinState& js, int side) { return to_numpy(js.row_ids(side)); }
+
 void set_ends(JoinState& js, int side, const I64& ends) {
   js.set_ends(side, ends.data(), static_cast<size_t>(ends.size()));
 }
@@ -155,6 +157,8 @@ PYBIND11_MODULE(_join, m) {
            "(times, lowers, uppers) of the live rows of `side`, in the order set_ends expects.")
       .def("row_flags", &row_flags, py::arg("side"),
            "(matched flags, expiry keys) of the live rows of `side`, in the order set_ends expects.")
+      .def("row_ids", &row_ids, py::arg("side"),
+           "Payload ids of the live rows of `side`, in the order set_ends expects.")
       .def("set_ends", &set_ends, py::arg("side"), py::arg("ends"),
            "Replace the expiry keys of the live rows of `side` (order of row_bounds).")
       .def("canonical_ids", &canonical_ids, py::arg("side"), py::arg("payload_len"),

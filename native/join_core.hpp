@@ -838,6 +838,17 @@ class JoinState {
     return out;
   }
 
+  // The payload ids of the live rows of a side in row order (that of row_flags and set_ends): lets a caller
+  // that decides by a row's key (clustered / ordered arrival, STREAM section 5.2) find the row's payload.
+  std::vector<int64_t> row_ids(int side) const {
+    const Side& me = st_.side[side_index(side)];
+    std::vector<int64_t> out;
+    out.reserve(me.live);
+    for (const Row& r : me.rows)
+      if (r.kind != kFreeRow) out.push_back(r.id);
+    return out;
+  }
+
   // Replace the expiry keys of the live rows of a side (`n` keys in the order of row_bounds).
   void set_ends(int side, const int64_t* e, size_t n) {
     Side& me = st_.side[side_index(side)];

@@ -4,7 +4,8 @@ STREAM §5.2 ("Exploiting Constraints Over Data Streams") names many-one join / 
 between two streams and unique-value, clustered-arrival and ordered-arrival constraints on one stream, each with
 an *adherence parameter* (a tolerance ``k``, or a delay bound): "the closer the streams adhere to the specified
 constraints at run-time, the smaller the required synopses". This module is the vocabulary (one place): the
-declarations, their checks, and the eviction rule a two-input join derives from them (:func:`join_eviction`).
+declarations, their checks, the eviction rule a two-input join derives from them (:func:`join_eviction`) and the
+arrival bookkeeping of ``clustered`` / ``ordered`` (:class:`Clusters`, :class:`KeyOrder`, :class:`Arrivals`).
 docs/constraints.md states which state each constraint lets the join drop, and what a violation costs.
 
     >>> from pyspark_cq.constraints import many_to_one, unique
@@ -17,21 +18,28 @@ Pure: no Spark, so a Spark worker loads it cheaply.
 """
 from __future__ import annotations
 
+import base64
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ._duration import parse_duration
 
 __all__ = ["SIDES", "KINDS", "Constraint", "unique", "many_to_one", "clustered", "ordered", "check_constraints",
-           "JoinEviction", "join_eviction", "delay_ends", "drop_matched_ends", "control_enabled"]
+           "JoinEviction", "join_eviction", "delay_ends", "drop_matched_ends", "control_enabled", "ARRIVAL_KINDS",
+           "arrival_order", "key_bytes", "Clusters", "KeyOrder", "Arrivals"]
 
 #: The two inputs of a join, as a constraint names them.
 SIDES = ("left", "right")
 #: The constraint kinds (STREAM §5.2).
 KINDS = ("unique", "many_to_one", "clustered", "ordered")
+#: The kinds that constrain one input's arrival order (they need per-shard positions kept with the state).
+ARRIVAL_KINDS = ("clustered", "ordered")
+_IPC = pa.ipc.IpcWriteOptions(compression="zstd")
 #: Expiry key that the next eviction removes whatever the watermark (the kernel's smallest int64).
 DROP_NOW = np.iinfo(np.int64).min
 
@@ -132,7 +140,12 @@ def many_to_one(child: str, parent: str, delay="0 seconds") -> Constraint:
 
 def clustered(side: str, k: int = 0) -> Constraint:
     """Clustered-arrival constraint (STREAM §5.2): the rows of input ``side`` arrive clustered by join key, with
-    at most ``k`` rows of other keys between two rows of the same key.
+    at most ``k`` rows of other keys between two rows of the same key (the paper's tolerance: "no more than k
+    tuples with a different orderID appear between two tuples with same orderID").
+
+    Once ``k + 1`` rows of other keys have arrived after the last row of a key, no row of that key comes again:
+    the *other* input's rows of that key are dropped (they could only match a future row of it). Arrival order:
+    micro-batch by micro-batch, within a batch by event time, then key (docs/constraints.md).
 
     Parameters
     ----------
@@ -146,7 +159,10 @@ def clustered(side: str, k: int = 0) -> Constraint:
 
 def ordered(side: str, k: int = 0) -> Constraint:
     """Ordered-arrival constraint (STREAM §5.2): the rows of input ``side`` arrive in join-key order, with at most
-    ``k`` rows out of order.
+    ``k`` rows out of order: a row that arrives more than ``k`` rows after another has a key >= that row's.
+
+    So every future row has a key >= the largest key of the rows up to ``k`` rows back: the *other* input's rows
+    below it are dropped. Arrival order as :func:`clustered`; keys compare column by column (not floating point).
 
     Parameters
     ----------
@@ -158,12 +174,13 @@ def ordered(side: str, k: int = 0) -> Constraint:
     return Constraint("ordered", _side(side, "side"), k=_k(k, "k"))
 
 
-def check_constraints(constraints, keys: Mapping[str, Sequence[str]], function: str) -> tuple[Constraint, ...]:
+def check_constraints(constraints, keys: Mapping[str, Sequence[str]], function: str,
+                      arrival: bool = False) -> tuple[Constraint, ...]:
     """``constraints`` (None or a list of :class:`Constraint`) checked against a join with join-key columns
     ``keys`` (``{"left": [...], "right": [...]}``); ``function`` names the operator in errors.
 
-    Refuses what the operator cannot exploit yet (``clustered``, ``ordered``: declared in the vocabulary, used by
-    no operator so far) rather than ignoring it.
+    Refuses what the operator cannot exploit (``clustered``, ``ordered`` unless ``arrival``) rather than ignoring
+    it.
     """
     if constraints is None:
         return ()
@@ -175,7 +192,7 @@ def check_constraints(constraints, keys: Mapping[str, Sequence[str]], function: 
         if not isinstance(c, Constraint):
             raise TypeError(f"constraints[{i}] must be a constraint built by pyspark_cq.constraints (unique, "
                             f"many_to_one, clustered, ordered), got {c!r}")
-        if c.kind in ("clustered", "ordered"):
+        if c.kind in ARRIVAL_KINDS and not arrival:
             raise ValueError(f"constraints[{i}]: {function} does not exploit {c.kind}() constraints yet (only "
                              f"unique and many_to_one); remove it")
         if c.kind == "unique":
@@ -198,17 +215,20 @@ class JoinEviction:
     ``drop_matched[s]``: a row of input ``s`` goes as soon as it has matched (its one partner was seen: the other
     input is unique on the key, or ``s`` is a many-to-one child). ``delay[s]``: µs after its time at which a row
     of ``s`` goes even unmatched (many-to-one child), or None. ``unique[s]``: input ``s`` is declared unique on the
-    key, so a row whose key is already stored on ``s`` is a violation.
+    key, so a row whose key is already stored on ``s`` is a violation. ``arrival[s]``: the enabled arrival
+    constraints on input ``s`` (``"clustered"``, ``"ordered"``): the *other* input's rows of keys that ``s`` will
+    not bring again go.
     """
 
     drop_matched: tuple[bool, bool] = (False, False)
     delay: tuple[int | None, int | None] = (None, None)
     unique: tuple[bool, bool] = (False, False)
+    arrival: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
     @property
     def active(self) -> bool:
         """Whether the constraints change anything."""
-        return any(self.drop_matched) or any(d is not None for d in self.delay)
+        return any(self.drop_matched) or any(d is not None for d in self.delay) or any(self.arrival)
 
 
 def join_eviction(constraints: Sequence[Constraint], enabled: Mapping[str, bool] | None = None) -> JoinEviction:
@@ -218,9 +238,10 @@ def join_eviction(constraints: Sequence[Constraint], enabled: Mapping[str, bool]
     STREAM §5.2: a unique key on one input bounds the other input's partners to one (so its matched rows are
     useless); a many-one constraint does the same for the child, and its delay bound ends the wait of an
     unmatched child ("we need not maintain a join synopsis for the [child] operand at all" when the parent always
-    comes first: delay 0).
+    comes first: delay 0); clustered or ordered arrival on one input ends the wait of the other input's rows of a
+    key it will not bring again ("we need only save O tuples for a given orderID until the next orderID is seen").
     """
-    drop, delay, uniq = [False, False], [None, None], [False, False]
+    drop, delay, uniq, arrival = [False, False], [None, None], [False, False], [(), ()]
     for c in constraints:
         if enabled is not None and not enabled.get(c.name, True):
             continue
@@ -232,7 +253,9 @@ def join_eviction(constraints: Sequence[Constraint], enabled: Mapping[str, bool]
             uniq[1 - s] = True   # each child joins exactly one parent row: the parent's key is unique
             drop[s] = True
             delay[s] = c.delay if delay[s] is None else min(delay[s], c.delay)
-    return JoinEviction(tuple(drop), tuple(delay), tuple(uniq))
+        else:   # clustered / ordered arrival on s: the other input's rows of keys s brings no more go
+            arrival[s] += (c.kind,)
+    return JoinEviction(tuple(drop), tuple(delay), tuple(uniq), tuple(arrival))
 
 
 def delay_ends(ends_ms: np.ndarray, micros: np.ndarray, delay_us: int | None) -> np.ndarray:
@@ -266,3 +289,218 @@ def control_enabled(params: Mapping | None, constraints: Sequence[Constraint]) -
             raise TypeError(f"params['constraint_{c.name}'] must be true or false, got {value!r}")
         out[c.name] = bool(value)
     return out or None
+
+
+# -- clustered / ordered arrival: per-shard positions ------------------------------------------------------------
+#
+# Arrival order is what a shard's stateful function sees: micro-batch after micro-batch, and inside one batch by
+# event time, then key (Spark does not define the order of a batch's rows). A shard sees a subsequence of its
+# input; between two rows of it lie at most as many rows as in the whole input, so a rule that holds for the input
+# with tolerance k holds for every shard's subsequence with the same k (closing a cluster or raising the key bound
+# per shard is safe, only later than on the whole input).
+
+def arrival_order(micros: np.ndarray, keys: Sequence[pa.Array]) -> np.ndarray:
+    """Indices that put one batch's rows of an input in arrival order: event time (µs), then key columns."""
+    cols = {"t": pa.array(np.asarray(micros, dtype=np.int64), pa.int64())}
+    cols.update({f"k{i}": a for i, a in enumerate(keys)})
+    return pc.sort_indices(pa.table(cols), sort_keys=[(c, "ascending") for c in cols]).to_numpy()
+
+
+def key_bytes(offsets: np.ndarray, data: np.ndarray) -> pa.Array:
+    """The kernel's byte keys (``encode_keys``' offsets and data) as one large_binary array: equal keys under
+    the join's SQL equality are equal values.
+    """
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(offsets) - 1,
+                                            [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(data))])
+
+
+class Clusters:
+    """The positions :func:`clustered` needs on one shard: rows counted so far and, per key seen, the position of
+    its last row and the watermark (ms) after which its record is forgotten.
+
+    A key's cluster is *closed* once ``k + 1`` rows of other keys came after its last row (STREAM §5.2's
+    tolerance); a row of a closed key is a violation (and reopens it). A forgotten record only makes the rule
+    keep rows it could have dropped.
+    """
+
+    def __init__(self, k: int, n: int = 0, keys: pa.Array | None = None, last=None, expire=None):
+        self.k, self.n = k, n
+        self.keys = pa.array([], pa.large_binary()) if keys is None else keys
+        self.last = np.zeros(0, np.int64) if last is None else np.asarray(last, np.int64)
+        self.expire = np.zeros(0, np.int64) if expire is None else np.asarray(expire, np.int64)
+
+    def advance(self, keys: pa.Array, expire: np.ndarray) -> int:
+        """Count one batch's rows (``keys``: byte keys in arrival order, no nulls; ``expire``: per row the
+        watermark in ms after which its record may go); returns the rows that break the constraint.
+        """
+        m = len(keys)
+        if m == 0:
+            return 0
+        r = len(self.keys)
+        enc = pc.dictionary_encode(pa.concat_arrays([self.keys, keys.cast(pa.large_binary())]))
+        codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        old, new = codes[:r], codes[r:]
+        pos = self.n + 1 + np.arange(m, dtype=np.int64)
+        last = np.full(len(enc.dictionary), -1, np.int64)
+        last[old] = self.last
+        # the previous row of each new row's key: the row before it in the batch, else the record's last row
+        order = np.lexsort((pos, new))
+        sc, sp = new[order], pos[order]
+        same = np.r_[False, sc[1:] == sc[:-1]]
+        prev = np.empty(m, np.int64)
+        prev[order] = np.where(same, np.r_[0, sp[:-1]], last[sc])
+        violations = int(((prev >= 0) & (pos - prev - 1 > self.k)).sum())
+        np.maximum.at(last, new, pos)
+        ends = np.full(len(enc.dictionary), np.iinfo(np.int64).min, np.int64)
+        ends[old] = self.expire
+        np.maximum.at(ends, new, np.asarray(expire, np.int64))
+        self.keys, self.last, self.expire, self.n = enc.dictionary, last, ends, self.n + m
+        return violations
+
+    def closed(self) -> pa.Array:
+        """The byte keys whose cluster is closed (no row of them comes again while the input adheres)."""
+        return self.keys.filter(pa.array(self.n - self.last > self.k))
+
+    def forget(self, wm_ms: int) -> None:
+        """Drop the records whose watermark has passed."""
+        keep = self.expire > wm_ms
+        if not keep.all():
+            self.keys, self.last, self.expire = self.keys.filter(pa.array(keep)), self.last[keep], self.expire[keep]
+
+    def to_table(self) -> pa.Table:
+        """The records as a table (``n`` in the schema metadata)."""
+        return pa.table({"key": self.keys, "last": self.last, "expire": self.expire}).replace_schema_metadata(
+            {b"n": str(self.n).encode()})
+
+    @classmethod
+    def from_table(cls, k: int, table: pa.Table) -> Clusters:
+        """The records of :meth:`to_table`."""
+        return cls(k, int(table.schema.metadata[b"n"]), table.column("key").combine_chunks(),
+                   table.column("last").to_numpy(), table.column("expire").to_numpy())
+
+
+def _dense_ranks(table: pa.Table) -> np.ndarray:
+    """Per row its rank among the distinct rows of ``table`` (column by column ascending; no nulls)."""
+    n = table.num_rows
+    if n == 0:
+        return np.zeros(0, np.int64)
+    idx = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in table.column_names]).to_numpy()
+    s = table.take(pa.array(idx))
+    new = np.zeros(n, bool)
+    new[0] = True
+    for col in s.columns:
+        a = col.combine_chunks()
+        new[1:] |= pc.not_equal(a.slice(1), a.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    ranks = np.empty(n, np.int64)
+    ranks[idx] = np.cumsum(new) - 1
+    return ranks
+
+
+def _below(keys: pa.Table, bound: pa.Table) -> np.ndarray:
+    """Whether each row of ``keys`` is below the one row of ``bound`` (column by column; a null is not)."""
+    out = None
+    for name in reversed(keys.column_names):
+        col, b = keys.column(name), bound.column(name)[0]
+        less = pc.less(col, b)
+        out = less if out is None else pc.or_(less, pc.and_(pc.equal(col, b), out))
+    return out.fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+
+
+class KeyOrder:
+    """The positions :func:`ordered` needs on one shard: the largest key of the rows more than ``k`` rows back
+    (``bound``, one row of key columns, or None) and the last ``k`` rows' keys (``pending``, arrival order).
+
+    Every future row's key is >= ``bound`` while the input adheres (STREAM §5.2's ordered arrival with tolerance
+    k); a row below the largest key more than ``k`` rows before it is a violation.
+    """
+
+    def __init__(self, k: int, bound: pa.Table | None = None, pending: pa.Table | None = None):
+        self.k, self.bound, self.pending = k, bound, pending
+
+    def advance(self, keys: pa.Table) -> int:
+        """Count one batch's rows (``keys``: key columns in arrival order, no nulls); returns the rows that break
+        the constraint.
+        """
+        if keys.num_rows == 0:
+            return 0
+        seq = keys if self.pending is None else pa.concat_tables([self.pending, keys.cast(self.pending.schema)])
+        p = 0 if self.pending is None else self.pending.num_rows
+        both = seq if self.bound is None else pa.concat_tables([self.bound, seq.cast(self.bound.schema)])
+        ranks = _dense_ranks(both)
+        b, rs = (-1, ranks) if self.bound is None else (ranks[0], ranks[1:])
+        top = np.maximum.accumulate(rs)
+        back = np.arange(len(rs)) - self.k - 1       # the newest row more than k rows before each row
+        before = np.maximum(np.where(back >= 0, top[np.maximum(back, 0)], -1), b)
+        violations = int((rs < before)[p:].sum())
+        settled = len(rs) - self.k                   # rows that are now more than k rows back
+        if settled > 0 and top[settled - 1] > b:
+            i = int(np.argmax(rs[:settled] == top[settled - 1]))
+            self.bound = seq.slice(i, 1)
+        self.pending = seq.slice(max(settled, 0)) if self.k else None
+        return violations
+
+    def below(self, keys: pa.Table) -> np.ndarray:
+        """Whether each row of ``keys`` (key columns) is below the bound: no future row of the input has its key."""
+        if self.bound is None or keys.num_rows == 0:
+            return np.zeros(keys.num_rows, bool)
+        return _below(keys.rename_columns(self.bound.column_names), self.bound)
+
+    def to_table(self) -> pa.Table:
+        """Bound and pending rows as one table (``bound`` in the schema metadata: whether row 0 is the bound)."""
+        parts = [t for t in (self.bound, self.pending) if t is not None]
+        table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+        return table.replace_schema_metadata({b"bound": b"1" if self.bound is not None else b"0"})
+
+
+class Arrivals:
+    """The arrival trackers of one shard: one :class:`Clusters` / :class:`KeyOrder` per declared ``clustered`` /
+    ``ordered`` constraint, kept in the state as schema metadata of a payload table (:meth:`to_metadata`).
+    """
+
+    META = b"pyspark_cq.arrival."
+
+    def __init__(self, constraints: Sequence[Constraint]):
+        self.trackers: dict[str, Clusters | KeyOrder] = {}
+        for c in constraints:
+            if c.kind == "clustered":
+                self.trackers[c.name] = Clusters(c.k)
+            elif c.kind == "ordered":
+                self.trackers[c.name] = KeyOrder(c.k)
+
+    def __bool__(self) -> bool:
+        return bool(self.trackers)
+
+    def on(self, side: str) -> list[tuple[str, Clusters | KeyOrder]]:
+        """The (kind, tracker) pairs of input ``side``."""
+        return [(name.rsplit("_", 1)[0], t) for name, t in self.trackers.items() if name.endswith("_" + side)]
+
+    def to_metadata(self) -> dict[bytes, bytes]:
+        """Schema metadata entries holding the trackers (base64 Arrow IPC)."""
+        out = {}
+        for name, t in self.trackers.items():
+            table = t.to_table() if not isinstance(t, KeyOrder) or t.bound is not None or t.pending is not None \
+                else None
+            if table is not None:
+                sink = pa.BufferOutputStream()
+                with pa.ipc.new_stream(sink, table.schema, options=_IPC) as writer:
+                    writer.write_table(table)
+                out[self.META + name.encode()] = base64.b64encode(sink.getvalue().to_pybytes())
+        return out
+
+    def restore(self, metadata: Mapping[bytes, bytes] | None) -> Arrivals:
+        """Fill the trackers from schema metadata written by :meth:`to_metadata` (absent entries: empty)."""
+        for name, t in list(self.trackers.items()):
+            blob = (metadata or {}).get(self.META + name.encode())
+            if blob is None:
+                continue
+            table = pa.ipc.open_stream(pa.py_buffer(base64.b64decode(blob))).read_all()
+            if isinstance(t, Clusters):
+                self.trackers[name] = Clusters.from_table(t.k, table)
+            else:
+                bound = table.schema.metadata[b"bound"] == b"1"
+                table = table.replace_schema_metadata(None)
+                first = 1 if bound else 0
+                self.trackers[name] = KeyOrder(t.k, table.slice(0, 1) if bound else None,
+                                               table.slice(first) if table.num_rows > first else None)
+        return self

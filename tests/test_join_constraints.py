@@ -276,3 +276,254 @@ def test_control_entry_turns_a_constraint_off():
     worker = JoinWorker(config)
     assert worker._eviction(None).drop_matched == (True, False)
     assert worker._eviction(Entry()) is None
+
+
+# -- clustered / ordered arrival ----------------------------------------------------------------------------------
+
+def arrival_reference(batches, constraints, k_rows=None):
+    """:func:`reference` with ``clustered`` / ``ordered`` constraints (and any ``unique`` / ``many_to_one`` in
+    ``constraints``), in plain Python: per batch each input's rows are counted in arrival order (event time, then
+    key; null keys not counted); after the batch, rows of the other input whose key the constrained input will not
+    bring again go -- a key whose last row has k + 1 rows of other keys after it (clustered), a key below the
+    largest key more than k rows back (ordered); a cluster record is forgotten once the watermark passes its last
+    row's band, and all positions when the state empties. Returns per batch (sorted pairs, stored rows,
+    violations).
+    """
+    eviction = C.join_eviction([c for c in constraints if c.kind not in C.ARRIVAL_KINDS])
+    arrival = [c for c in constraints if c.kind in C.ARRIVAL_KINDS]
+    stored = ([], [])   # rows [key, t, id, end, matched]
+    fresh = lambda: {c.name: {"n": 0, "last": {}, "expire": {}, "seq": []} for c in arrival}  # noqa: E731
+    track = fresh()
+    out = []
+    for rows, wm in batches:
+        pairs, violations = [], 0
+        for side in (LEFT, RIGHT):
+            for key, t, rid in rows[side]:
+                matched = False
+                for other in stored[1 - side]:
+                    lt, rt = (t, other[1]) if side == LEFT else (other[1], t)
+                    if key is not None and other[0] == key and lt + LOWER <= rt <= lt + UPPER:
+                        other[4] = matched = True
+                        pairs.append((rid, other[2]) if side == LEFT else (other[2], rid))
+                natural = int(evict_at_ms(np.array([t]), LOWER, UPPER, side)[0])
+                end = natural
+                if eviction.delay[side] is not None:
+                    end = min(end, -(-(t + eviction.delay[side]) // 1000))
+                stored[side].append([key, t, rid, end, matched])
+            for c in arrival:
+                if C.SIDES.index(c.side) != side:
+                    continue
+                tr = track[c.name]
+                for key, t, _ in sorted((r for r in rows[side] if r[0] is not None), key=lambda r: (r[1], r[0])):
+                    tr["n"] += 1
+                    if c.kind == "clustered":
+                        if key in tr["last"] and tr["n"] - tr["last"][key] - 1 > c.k:
+                            violations += 1
+                        tr["last"][key] = tr["n"]
+                        end = int(evict_at_ms(np.array([t]), LOWER, UPPER, side)[0])
+                        tr["expire"][key] = max(tr["expire"].get(key, end), end)
+                    else:
+                        back = tr["seq"][:max(len(tr["seq"]) - c.k, 0)]
+                        violations += bool(back) and key < max(back)
+                        tr["seq"].append(key)
+        for side in (LEFT, RIGHT):
+            gone = set()
+            for c in arrival:
+                if C.SIDES.index(c.side) == 1 - side:
+                    tr = track[c.name]
+                    if c.kind == "clustered":
+                        gone |= {r[2] for r in stored[side] if r[0] in tr["last"] and tr["n"] - tr["last"][r[0]] > c.k}
+                    else:
+                        back = tr["seq"][:max(len(tr["seq"]) - c.k, 0)]
+                        gone |= {r[2] for r in stored[side] if back and r[0] is not None and r[0] < max(back)}
+            drop = eviction.drop_matched[side]
+            stored[side][:] = [r for r in stored[side] if r[3] > wm and not (drop and r[4]) and r[2] not in gone]
+        for c in arrival:
+            tr = track[c.name]
+            for key in [key for key, e in tr["expire"].items() if e <= wm]:
+                del tr["expire"][key], tr["last"][key]
+        if not stored[0] and not stored[1]:
+            track = fresh()
+        out.append((sorted(pairs), len(stored[0]) + len(stored[1]), violations))
+    return out
+
+
+def _batched(left, right, n_batches):
+    """Rows ``(key, t, id)`` per side into micro-batches of 6 s of event time (each row in the batch its time falls
+    in), the watermark trailing as :func:`_streams`'."""
+    rows = [([], []) for _ in range(n_batches)]
+    for side, part in ((LEFT, left), (RIGHT, right)):
+        for r in part:
+            rows[min(max((r[1] - BASE_US) // 6_000_000, 0), n_batches - 1)][side].append(r)
+    out, wm = [], 0
+    for b in range(n_batches):
+        out.append((rows[b], wm))
+        wm = max(wm, (BASE_US + b * 6_000_000 + 8_000_000) // 1000 - DELAY_MS)
+    return out
+
+
+def arrival_streams(kind: str, jitter: int, seed: int = 3, n_batches: int = 8, violate: int = 0):
+    """``"orders"``: fulfilments (right) clustered by order id (1-3 per order, displaced by < ``jitter`` rows),
+    0.1 s apart; each order (left) 0-4 s before its first fulfilment, a tenth of the orders without any.
+    ``"funnel"``: sessions start 0.3 s apart, 1-3 clicks (left) in their first 2 s; two sessions in three buy
+    once (right), the purchases in session order displaced by < ``jitter`` rows, 0.45 s apart from 3 s on.
+    ``violate`` > 0: that many right rows repeat a key of 6 s before (breaking the constraint).
+    Returns (batches, the adherence k of the right input).
+    """
+    from pyspark_cq.experiments import constraint_streams as S
+
+    rng = np.random.default_rng(seed)
+    ids = iter(range(10**9))
+    left, right = [], []
+    if kind == "orders":
+        n = n_batches * 25
+        seq = S.clustered_keys(np.arange(n), rng.integers(1, 4, n), jitter, rng)
+        k = S.clustered_k(seq)
+        t = BASE_US + 5_000_000 + np.arange(len(seq)) * 100_000
+        right = [(int(key), int(ti), 2 * next(ids) + 1) for key, ti in zip(seq, t)]
+        first = {}
+        for key, ti in zip(seq, t):
+            first.setdefault(int(key), int(ti))
+        for key in range(n + n // 10):
+            at = first.get(key, BASE_US + 5_000_000 + int(rng.integers(0, len(seq))) * 100_000)
+            left.append((key, at - int(rng.integers(0, 4_000_000)), 2 * next(ids)))
+    else:
+        n = n_batches * 20
+        for s in range(n):
+            for _ in range(int(rng.integers(1, 4))):
+                left.append((s, BASE_US + s * 300_000 + int(rng.integers(0, 2_000_000)), 2 * next(ids)))
+        seq = S.ordered_keys(np.array([s for s in range(n) if s % 3]), jitter, rng)
+        k = S.ordered_k(seq)
+        t = BASE_US + 3_000_000 + np.arange(len(seq)) * 450_000
+        right = [(int(key), int(ti), 2 * next(ids) + 1) for key, ti in zip(seq, t)]
+    for i in range(violate):   # a right row repeating a key of 6 s before
+        key, ti, _ = right[(i + 1) * len(right) // (violate + 2)]
+        right.append((key, ti + 6_000_000 + 7 + i, 2 * next(ids) + 1))
+    return _batched(left, right, n_batches), k
+
+
+ARRIVAL_CASES = [("orders", 1, [C.clustered("right", 0)]), ("orders", 4, [C.clustered("right", 6)]),
+                 ("orders", 4, [C.many_to_one(child="right", parent="left"), C.clustered("right", 6)]),
+                 ("funnel", 1, [C.ordered("right", 0)]), ("funnel", 5, [C.ordered("right", 8)])]
+
+
+def test_generated_streams_adhere_with_their_k():
+    from pyspark_cq.experiments import constraint_streams as S
+
+    assert S.clustered_k([1, 1, 2, 3, 2, 1]) == 3 and S.clustered_k([1, 1, 2, 2]) == 0
+    assert S.ordered_k([1, 2, 3]) == 0 and S.ordered_k([2, 1, 3]) == 1 and S.ordered_k([5, 1, 2, 3]) == 3
+    for kind, jitter, constraints in ARRIVAL_CASES:
+        _, k = arrival_streams(kind, jitter)
+        assert k <= max(c.k for c in constraints if c.kind in C.ARRIVAL_KINDS)
+    assert arrival_streams("orders", 6)[1] > 0 and arrival_streams("funnel", 6)[1] > 0
+
+
+@pytest.mark.parametrize("kind, jitter, constraints", ARRIVAL_CASES)
+def test_arrival_reference_keeps_the_output_with_less_state(kind, jitter, constraints):
+    batches, _ = arrival_streams(kind, jitter)
+    plain = reference(batches)
+    ruled = arrival_reference(batches, constraints)
+    assert [p for p, _, _ in ruled] == [p for p, _ in plain]
+    assert sum(len(p) for p, _ in plain) > 100
+    assert sum(s for _, s, _ in ruled) < 0.75 * sum(s for _, s in plain)
+    assert all(v == 0 for _, _, v in ruled)
+
+
+@pytest.mark.parametrize("kind, jitter, constraints", ARRIVAL_CASES)
+def test_worker_arrival_equals_the_reference(kind, jitter, constraints):
+    batches, _ = arrival_streams(kind, jitter)
+    config = dataclasses.replace(_config("inner", "full"), constraints=tuple(constraints))
+    got = _drive(config, batches)
+    ruled = arrival_reference(batches, constraints)
+    assert [p for p, _, _ in got] == [p for p, _ in reference(batches)]
+    assert [c[M.STATE_ROWS] for _, _, c in got] == [s for _, s, _ in ruled]
+    assert all(c[M.CONSTRAINT_VIOLATIONS] == 0 for _, _, c in got)
+
+
+@pytest.mark.parametrize("how", ["left", "right", "full", "left_semi", "left_anti"])
+@pytest.mark.parametrize("kind, jitter, constraints", [ARRIVAL_CASES[1], ARRIVAL_CASES[4]])
+def test_arrival_outer_joins_output_the_same_rows(how, kind, jitter, constraints):
+    """Over the run, flushed by a last batch whose watermark passes everything: a row dropped unmatched comes out
+    as unmatched earlier than without the constraint."""
+    batches, _ = arrival_streams(kind, jitter)
+    batches.append((([], []), batches[-1][1] + 10**9))
+    base = _config(how, "full")
+    plain = _drive(base, batches)
+    got = _drive(dataclasses.replace(base, constraints=tuple(constraints)), batches)
+
+    def everything(run):
+        return (sorted(p for b in run for p in b[0]), sorted(i for b in run for i in b[1][0]),
+                sorted(i for b in run for i in b[1][1]))
+
+    assert everything(got) == everything(plain)
+    assert sum(c[M.STATE_ROWS] for _, _, c in got) < sum(c[M.STATE_ROWS] for _, _, c in plain)
+
+
+@pytest.mark.parametrize("kind, constraints", [("orders", [C.clustered("right", 0)]),
+                                               ("funnel", [C.ordered("right", 0)])])
+def test_arrival_violations_are_counted_and_miss_what_the_rule_says(kind, constraints):
+    batches, _ = arrival_streams(kind, 1, violate=3)
+    config = dataclasses.replace(_config("inner", "full"), constraints=tuple(constraints))
+    got = _drive(config, batches)
+    ruled = arrival_reference(batches, constraints)
+    assert [c[M.CONSTRAINT_VIOLATIONS] for _, _, c in got] == [v for _, _, v in ruled]
+    # the 3 repeated keys, plus any cluster a repeat lands inside (it adds a row of another key between two)
+    assert sum(v for _, _, v in ruled) >= 3
+    assert sum(len(p) for p, _, _ in ruled) < sum(len(p) for p, _ in reference(batches))   # matches missed
+    assert [p for p, _, _ in got] == [p for p, _, _ in ruled]
+    assert [c[M.STATE_ROWS] for _, _, c in got] == [s for _, s, _ in ruled]
+
+
+def test_arrival_constraint_off_keeps_the_plain_state():
+    class Entry:
+        params = {"params": {"constraint_clustered_right": False}}
+
+    batches, _ = arrival_streams("orders", 1)
+    config = dataclasses.replace(_config("inner", "full"), constraints=(C.clustered("right", 0),))
+    worker = JoinWorker(config)
+    assert worker._eviction(Entry()) is None
+    assert worker._eviction(None).arrival == ((), ("clustered",))
+
+
+def test_kernel_row_ids_follow_row_flags():
+    from pyspark_cq._native import load
+
+    join = load("_join")
+    js = join.JoinState(0, 10)
+    offsets = np.arange(5, dtype=np.int64) * 8
+    data = np.array([3, 1, 3, 2], dtype=np.int64).view(np.uint8)
+    js.insert_probe(0, offsets, data, None, np.array([5, 6, 7, 8], np.int64), np.array([10, 11, 12, 13], np.int64))
+    js.evict(0, 0)
+    assert sorted(js.row_ids(0).tolist()) == [10, 11, 12, 13]
+    assert len(js.row_ids(0)) == len(js.row_flags(0)[0]) == js.rows(0)
+
+
+@pytest.mark.parametrize("k", [0, 1, 3])
+def test_trackers_against_plain_loops(k):
+    """Clusters and KeyOrder batch by batch, through their saved form, against the definitions written as loops:
+    violations, closed clusters and the key bound."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(k)
+    for _ in range(20):
+        batches = [[int(x) for x in rng.integers(0, 6, 9)] for _ in range(4)]
+        arrivals, found = C.Arrivals([C.clustered("left", k), C.ordered("left", k)]), [0, 0]
+        seen = []
+        for b in batches:
+            clusters, order = arrivals.trackers["clustered_left"], arrivals.trackers["ordered_left"]
+            found[0] += clusters.advance(pa.array([str(x).encode() for x in b], pa.large_binary()),
+                                         np.zeros(len(b), np.int64))
+            found[1] += order.advance(pa.table({"k0": pa.array(b, pa.int64())}))
+            arrivals = C.Arrivals([C.clustered("left", k), C.ordered("left", k)]).restore(arrivals.to_metadata())
+            seen += b
+        last, expect = {}, [0, 0]
+        for n, key in enumerate(seen):
+            expect[0] += key in last and n - last[key] - 1 > k
+            expect[1] += n - k > 0 and key < max(seen[:n - k])
+            last[key] = n
+        assert found == expect
+        closed = {x.decode() for x in arrivals.trackers["clustered_left"].closed().to_pylist()}
+        assert closed == {str(x) for x, p in last.items() if len(seen) - 1 - p > k}
+        bound = max(seen[:len(seen) - k])
+        order = arrivals.trackers["ordered_left"]
+        assert order.below(pa.table({"x": [bound - 1, bound]})).tolist() == [True, False]

@@ -16,7 +16,7 @@ import pytest
 from helpers import join_data as jd
 
 import pyspark_cq
-from pyspark_cq.constraints import many_to_one, unique
+from pyspark_cq.constraints import clustered, many_to_one, ordered, unique
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 DELAY = "15 seconds"
@@ -156,3 +156,89 @@ def test_control_entry_turns_the_constraint_off_and_on(spark, tmp_path):
     assert sum(states["c_on"]) < 0.8 * sum(states["c_plain"])
     for name in ("c_off", "c_on"):
         jd.assert_same_rows(spark.table(name), spark.table("c_plain"))
+
+
+def write_arrival(root: str, kind: str, jitter: int, violate: int = 0) -> int:
+    """test_join_constraints' generated clustered (``"orders"``) or ordered (``"funnel"``) streams, one file per
+    side and micro-batch; returns the right input's adherence k."""
+    from test_join_constraints import arrival_streams
+
+    batches, k = arrival_streams(kind, jitter, violate=violate)
+    # A last batch an hour later (keys above all others, so it breaks no constraint) moves the watermark past
+    # everything: an outer join's unmatched rows that the constraint dropped early come out in Spark's run too.
+    last = batches[-1][0][1][-1][1] + 3_600_000_000
+    batches.append((([(10**9 + 2, last, 0)], [(10**9 + 1, last, 1)]), None))
+    for b, (rows, _) in enumerate(batches):
+        for i, side in enumerate("lr"):
+            jd.write(os.path.join(root, side), f"b{b:03d}.parquet", _table(side, rows[i]))
+    return k
+
+
+@pytest.mark.parametrize("kind, jitter, constraints, how", [
+    ("orders", 4, [many_to_one(child="right", parent="left"), clustered("right", 6)], "inner"),
+    ("orders", 1, [clustered("right", 0)], "left"),
+    ("funnel", 5, [ordered("right", 8)], "inner"),
+    ("funnel", 1, [ordered("right", 0)], "left"),
+])
+def test_arrival_constraints_equal_spark_join(spark, tmp_path, kind, jitter, constraints, how):
+    """clustered / ordered right inputs (adhering with the declared k) give Spark's rows with less state."""
+    root = str(tmp_path / "data")
+    k = write_arrival(root, kind, jitter)
+    assert k <= max(c.k for c in constraints if c.kind in ("clustered", "ordered"))
+
+    def source(side):
+        return jd.stream_source(spark, root, side, DELAY)
+
+    name, plain = f"cq_arrival_{how}", f"cq_arrival_plain_{how}"
+    band = (f"{jd.LOWER_S} seconds", f"{jd.UPPER_S} seconds")
+    ours = pyspark_cq.interval_join(source("l"), source("r"), ["k", "s"], "ts", "ts", *band, how=how,
+                                    suffixes=("_l", "_r"), name=name, constraints=constraints)
+    without = pyspark_cq.interval_join(source("l"), source("r"), ["k", "s"], "ts", "ts", *band, how=how,
+                                       suffixes=("_l", "_r"), name=plain)
+    theirs = jd.spark_reference(source("l"), source("r"), how)
+    q_ours, q_plain, _ = _run((ours, f"a_ours_{how}", str(tmp_path / "ck_ours")),
+                              (without, f"a_plain_{how}", str(tmp_path / "ck_plain")),
+                              (theirs, f"a_spark_{how}", str(tmp_path / "ck_spark")))
+    assert spark.table(f"a_spark_{how}").count() > 50
+    jd.assert_same_rows(spark.table(f"a_ours_{how}"), spark.table(f"a_spark_{how}"))
+    reports = _reports(q_ours, name)
+    assert sum(r["constraint_violations"] for r in reports) == 0
+    assert sum(r["state_rows"] for r in reports) < 0.8 * sum(r["state_rows"] for r in _reports(q_plain, plain))
+
+
+def test_arrival_violations_are_counted(spark, tmp_path):
+    root = str(tmp_path / "data")
+    write_arrival(root, "orders", 1, violate=3)
+    name = "cq_arrival_violated"
+    ours = pyspark_cq.interval_join(jd.stream_source(spark, root, "l", DELAY), jd.stream_source(spark, root, "r", DELAY),
+                                    ["k", "s"], "ts", "ts", f"{jd.LOWER_S} seconds", f"{jd.UPPER_S} seconds",
+                                    suffixes=("_l", "_r"), name=name, constraints=[clustered("right", 0)])
+    (q,) = _run((ours, "arrival_violated", str(tmp_path / "ck")))
+    # each repeated key is a violation on its shard (a shard sees fewer rows in between, so no more than that)
+    assert 1 <= sum(r["constraint_violations"] for r in _reports(q, name)) <= 3 + 3
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"constraints": [clustered("right", 1)], "state_persistence": "changelog"}, "does not record yet"),
+    ({"constraints": [ordered("left", 1)], "bucket": "10 seconds"}, "bucket layout"),
+])
+def test_arrival_constraints_refused_where_not_kept(spark, tmp_path, kw, words):
+    root = str(tmp_path / "data")
+    write_arrival(root, "orders", 1)
+    with pytest.raises(ValueError, match=words):
+        pyspark_cq.interval_join(jd.stream_source(spark, root, "l", DELAY), jd.stream_source(spark, root, "r", DELAY),
+                                 ["k", "s"], "ts", "ts", f"{jd.LOWER_S} seconds", f"{jd.UPPER_S} seconds",
+                                 suffixes=("_l", "_r"), **kw)
+
+
+def test_ordered_refuses_floating_point_keys(spark, tmp_path):
+    root = str(tmp_path / "data")
+    write_arrival(root, "orders", 1)
+    from pyspark.sql import functions as F
+
+    left = jd.stream_source(spark, root, "l", DELAY).withColumn("f", F.col("tag"))
+    right = jd.stream_source(spark, root, "r", DELAY).withColumn("f", F.col("tag"))
+    with pytest.raises(ValueError, match="floating point"):
+        pyspark_cq.interval_join(left, right, ["f"], "ts", "ts", "-5 seconds", "10 seconds", suffixes=("_l", "_r"),
+                                 constraints=[ordered("right", 1)])
+

@@ -83,6 +83,7 @@ class Analysis:
     qos: dict = field(default_factory=dict)          # label -> QoSRange
     options: dict = field(default_factory=dict)      # period / deadline (µs), weight, sample range
     subqueries: dict = field(default_factory=dict)   # alias -> Analysis of a FROM subquery (a stream)
+    constraints: list = field(default_factory=list)  # WITH (CONSTRAINT …): pyspark_cq.constraints, key cols cq_k<j>
 
     @property
     def select(self) -> A.Select:
@@ -625,7 +626,9 @@ def _qos(a: Analysis) -> tuple[dict, dict]:
         if item.target is not None and item.target not in [s.ref for s in a.sources] + [s.name for s in a.sources]:
             raise CQLCompileError(f"the QoS item {item.name} {item.target}", f"{item.target!r} is not a stream of "
                                   "FROM", item)
-        if item.name == "WINDOW":
+        if isinstance(item, A.ConstraintItem):
+            a.constraints.append(_constraint(a, item))
+        elif item.name == "WINDOW":
             if a.shape not in ("aggregate", "join"):
                 raise CQLCompileError("a WINDOW QoS range", f"this query's window is not adjustable ({a.shape} "
                                       "queries are not yet driven by the control table's window)", item)
@@ -652,6 +655,48 @@ def _qos(a: Analysis) -> tuple[dict, dict]:
         raise CQLCompileError("DEADLINE longer than PERIOD", "RTStream's periodic queries finish within their "
                               "period (§2: deadline <= period)", st.qos_item("DEADLINE"))
     return qos, options
+
+
+def _constraint(a: Analysis, item: A.ConstraintItem):
+    """The :mod:`pyspark_cq.constraints` constraint of one ``CONSTRAINT`` item of a two-way window join, the
+    streams mapped to the join's inputs (FROM order: left, right) and ``UNIQUE`` columns to its key names
+    (``cq_k<j>``, as the builder names them).
+    """
+    from .. import constraints as C
+
+    what = f"CONSTRAINT {item.kind} {item.target}"
+    if a.shape != "join":
+        raise CQLCompileError(what, "stream constraints apply to a two-way join of windowed streams (compiled to "
+                              f"window_join; docs/constraints.md); this query is {_shape_words(a.shape)}", item)
+
+    def side(ref: str) -> str:
+        for s, name in zip(a.sources, C.SIDES):
+            if ref in (s.ref, s.name):
+                return name
+        raise CQLCompileError(what, f"{ref!r} is not a stream of FROM", item)
+
+    target = side(item.target)
+    if item.kind == "UNIQUE":
+        cols = []
+        for c in item.columns:
+            j = [j for j, k in enumerate(a.keys) for ref, col in k
+                 if ref in (a.sources[C.SIDES.index(target)].ref,) and col.name.lower() == c.lower()]
+            if not j:
+                raise CQLCompileError(what, f"{c!r} is not a join-key column of {item.target} (an equality of the "
+                                      "WHERE clause): only a unique join key lets the join drop state", item)
+            cols.append(f"cq_k{j[0]}")
+        return C.unique(target, cols)
+    if item.kind == "MANY_TO_ONE":
+        parent = side(item.parent)
+        if parent == target:
+            raise CQLCompileError(what, "the child and the parent (REFERENCES) must be the two streams", item)
+        return C.many_to_one(target, parent, timedelta(microseconds=0 if item.delay is None else item.delay.micros))
+    return (C.clustered if item.kind == "CLUSTERED" else C.ordered)(target, item.tolerance)
+
+
+def _shape_words(shape: str) -> str:
+    return {"join_aggregate": "an aggregate over a join", "multi_join": "a join of three or more streams"}.get(
+        shape, f"a {shape} query")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -707,6 +752,8 @@ def _explain(a: Analysis, operators, distance: float = 1000.0) -> str:
         lines.append(f"qos        {label}: {rng}")
     for k, v in a.options.items():
         lines.append(f"option     {k}: {v}")
+    for c in a.constraints:
+        lines.append(f"constraint {c!r}")
     try:
         memory, cpu = pipes.cost_from_distances(a.plan, {s.name: distance for s in a.sources + a.relations},
                                                 pipes.CostProfile(element_size=64.0, aggregate_size=64.0))

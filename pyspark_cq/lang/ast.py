@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "Node", "Expr", "Column", "Star", "Literal", "Duration", "Unary", "Binary", "IsNull", "Between", "InList",
-    "Call", "SelectItem", "WindowSpec", "StreamRef", "SubqueryRef", "Select", "QoSItem", "Statement",
+    "Call", "SelectItem", "WindowSpec", "StreamRef", "SubqueryRef", "Select", "QoSItem", "ConstraintItem",
+    "CONSTRAINT_KINDS", "Statement",
     "AGGREGATES", "TIME_UNITS", "R2S",
 ]
 
@@ -221,13 +222,35 @@ class QoSItem(Node):
     target: str | None = None
 
 
+#: The stream constraints of ``WITH (CONSTRAINT …)`` (STREAM §5.2; pyspark_cq.constraints).
+CONSTRAINT_KINDS = ("UNIQUE", "MANY_TO_ONE", "CLUSTERED", "ORDERED")
+
+
+@dataclass(frozen=True)
+class ConstraintItem(Node):
+    """One ``CONSTRAINT`` entry of ``WITH (…)`` (STREAM §5.2, docs/constraints.md).
+
+    ``UNIQUE s (c, …)`` (``columns``), ``MANY_TO_ONE s REFERENCES p [DELAY d]`` (``target`` the child,
+    ``parent``, ``delay``), ``CLUSTERED s [TOLERANCE k]`` and ``ORDERED s [TOLERANCE k]`` (``tolerance``, default
+    0). ``target`` is the constrained stream (its name or alias in FROM).
+    """
+
+    kind: str
+    target: str
+    columns: tuple[str, ...] = ()
+    parent: str | None = None
+    delay: Duration | None = None
+    tolerance: int = 0
+    name: str = field(default="CONSTRAINT", init=False)
+
+
 @dataclass(frozen=True)
 class Statement(Node):
     """A whole query: the select, its relation-to-stream operator (or None) and its QoS clause."""
 
     query: Select
     stream: str | None = None
-    qos: tuple[QoSItem, ...] = ()
+    qos: tuple[QoSItem | ConstraintItem, ...] = ()
 
     def qos_item(self, name: str, target: str | None = None) -> QoSItem | None:
         """The QoS entry ``name`` (for ``target``, falling back to the untargeted one), or None."""

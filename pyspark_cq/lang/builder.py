@@ -533,6 +533,10 @@ class _Builder:
         a = self.a
         left, right = a.sources
         if self.feeds_state:
+            if a.constraints:
+                raise CQLCompileError("CONSTRAINT in a join that a subquery feeds to a stateful query", "that join "
+                                      "is Spark's own (two pyspark-cq stateful operators cannot share a query), "
+                                      "which takes no constraints", a.statement.qos_item("CONSTRAINT"))
             return self._join_feeding_state()
         keymap, on, (ldf, lt), (rdf, rt) = self._join_inputs()
         wl, wr = (timedelta(microseconds=s.window.size.micros) for s in (left, right))
@@ -541,12 +545,15 @@ class _Builder:
         if drop:
             params["drop_ratio"] = drop
         handle = self.handle(**params) if params else None
-        out = window_join(ldf, rdf, on, lt, rt, wl, wr, control=handle, name=a.operator, drop_ratio=drop)
+        out = window_join(ldf, rdf, on, lt, rt, wl, wr, control=handle, name=a.operator, drop_ratio=drop,
+                          constraints=a.constraints or None)
         self.operators.append((a.operator, "window_join", {"on": [f"{to_text(k[0][1])} = {to_text(k[1][1])}"
                                                                   for k in a.keys],
                                                            "windows": [_human.duration(s.window.size.micros)
                                                                        for s in (left, right)],
-                                                           "drop_ratio": drop}))
+                                                           "drop_ratio": drop,
+                                                           **({"constraints": [repr(c) for c in a.constraints]}
+                                                              if a.constraints else {})}))
         at = "valid_from" if a.stream == "ISTREAM" else "valid_to"
         out = out.withColumn(AT, F.col(at))
         return self._joined(out, keymap)

@@ -15,6 +15,9 @@ Grammar (keywords are case-insensitive; ``{x}`` is zero or more, ``[x]`` optiona
     qos         := WINDOW [ident] BETWEEN duration AND duration
                  | GRANULARITY [ident] BETWEEN duration AND duration     -- coarsest AND finest
                  | SAMPLE BETWEEN number AND number | PERIOD duration | DEADLINE duration | WEIGHT number
+                 | CONSTRAINT constraint                                  -- STREAM §5.2, docs/constraints.md
+    constraint  := UNIQUE ident "(" ident { "," ident } ")" | MANY_TO_ONE ident REFERENCES ident [ DELAY duration ]
+                 | ( CLUSTERED | ORDERED ) ident [ TOLERANCE int ]
     expr        := or-expression with SQL precedence: OR < AND < NOT < comparison / LIKE / BETWEEN / IN / IS
                    < + - < * / % < unary - < primary (literal, column, call, "(" expr ")")
 
@@ -41,7 +44,7 @@ KEYWORDS = frozenset("""
 # the unit words: each of ast.TIME_UNITS, singular or plural, and the abbreviations the Python API takes too
 _UNIT_ALIASES = {**{u: u for u in A.TIME_UNITS}, **{u + "S": u for u in A.TIME_UNITS},
                  **{a.upper(): unit.upper() for a, unit in ABBREVIATIONS.items()}}
-_QOS_NAMES = ("WINDOW", "GRANULARITY", "SAMPLE", "PERIOD", "DEADLINE", "WEIGHT")
+_QOS_NAMES = ("WINDOW", "GRANULARITY", "SAMPLE", "PERIOD", "DEADLINE", "WEIGHT", "CONSTRAINT")
 
 
 class CQLSyntaxError(ValueError):
@@ -418,9 +421,10 @@ class _Parser:
         self.op(")", "',' or ')' in the QoS clause")
         seen = set()
         for q in items:
-            key = (q.name, q.target)
+            key = (q.name, q.target, getattr(q, "kind", None))
             if key in seen:
-                raise CQLSyntaxError(f"QoS item {q.name}{' ' + q.target if q.target else ''} is given twice",
+                what = f"{q.name}{' ' + q.kind if isinstance(q, A.ConstraintItem) else ''}"
+                raise CQLSyntaxError(f"QoS item {what}{' ' + q.target if q.target else ''} is given twice",
                                      q.line, q.column, q.name, ("each QoS item once",), self.source)
             seen.add(key)
         return tuple(items)
@@ -430,6 +434,8 @@ class _Parser:
         if not self.at_word(*_QOS_NAMES):
             raise self.error(_QOS_NAMES, f"expected a QoS item ({', '.join(_QOS_NAMES)}), found {self.tok.show()}")
         name = self.advance().text.upper()
+        if name == "CONSTRAINT":
+            return self.constraint_item(start)
         if name in ("WINDOW", "GRANULARITY", "SAMPLE"):
             target = None
             if name != "SAMPLE" and self.tok.kind == "IDENT":
@@ -463,6 +469,42 @@ class _Parser:
                 raise self.error("a positive weight", f"WEIGHT must be positive, got {tok.text}", tok)
             return A.QoSItem(name, w, **self.pos(start))
         return A.QoSItem(name, self.duration(f"a duration after {name}", positive=True), **self.pos(start))
+
+    def constraint_item(self, start) -> A.ConstraintItem:
+        """After ``CONSTRAINT``: one stream constraint (STREAM §5.2)."""
+        if not self.at_word(*A.CONSTRAINT_KINDS):
+            raise self.error(A.CONSTRAINT_KINDS, f"expected a constraint ({', '.join(A.CONSTRAINT_KINDS)}) after "
+                                                 f"CONSTRAINT, found {self.tok.show()}")
+        kind = self.advance().text.upper()
+        target = self.ident("a stream name")
+        if kind == "UNIQUE":
+            self.op("(", f"'(' and the unique columns of {target}")
+            cols = [self.ident("a column name")]
+            while self.at_op(","):
+                self.advance()
+                cols.append(self.ident("a column name"))
+            self.op(")", "',' or ')' after the unique columns")
+            return A.ConstraintItem(kind, target, columns=tuple(cols), **self.pos(start))
+        if kind == "MANY_TO_ONE":
+            if not self.at_word("REFERENCES"):
+                raise self.error("REFERENCES", f"expected REFERENCES and the parent stream after MANY_TO_ONE "
+                                               f"{target}, found {self.tok.show()}")
+            self.advance()
+            parent = self.ident("the parent stream's name")
+            delay = None
+            if self.at_word("DELAY"):
+                self.advance()
+                delay = self.duration("a duration after DELAY")
+            return A.ConstraintItem(kind, target, parent=parent, delay=delay, **self.pos(start))
+        k = 0
+        if self.at_word("TOLERANCE"):
+            self.advance()
+            tok = self.tok
+            k = self.number("a tolerance (rows)")
+            if not isinstance(k, int) or k < 0:
+                raise self.error("an integer >= 0", f"TOLERANCE must be an integer >= 0 (rows of other keys), got "
+                                                    f"{tok.text}", tok)
+        return A.ConstraintItem(kind, target, tolerance=k, **self.pos(start))
 
     # -- expressions ------------------------------------------------------------------------------
     def expr(self) -> A.Expr:

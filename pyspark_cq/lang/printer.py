@@ -120,8 +120,15 @@ def _select(q: A.Select) -> str:
     return text
 
 
-def _qos(q: A.QoSItem) -> str:
+def _qos(q: A.QoSItem | A.ConstraintItem) -> str:
     target = " " + identifier(q.target) if q.target else ""
+    if isinstance(q, A.ConstraintItem):
+        if q.kind == "UNIQUE":
+            return f"CONSTRAINT UNIQUE{target} ({', '.join(identifier(c) for c in q.columns)})"
+        if q.kind == "MANY_TO_ONE":
+            delay = f" DELAY {duration(q.delay)}" if q.delay is not None else ""
+            return f"CONSTRAINT MANY_TO_ONE{target} REFERENCES {identifier(q.parent)}{delay}"
+        return f"CONSTRAINT {q.kind}{target} TOLERANCE {q.tolerance}"
 
     def value(v):
         return duration(v) if isinstance(v, A.Duration) else _number(v)

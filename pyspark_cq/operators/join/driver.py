@@ -164,13 +164,14 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
         option; otherwise required (ValueError). Another layout restoring a checkpoint written by
         ``"files"`` needs it too.
     constraints : list of pyspark_cq.constraints.Constraint, optional
-        What the inputs are known to satisfy (STREAM §5.2): ``unique(side, cols)`` on join-key columns and
-        ``many_to_one(child, parent, delay)``. A streaming join drops the state they make useless (a row whose
-        one partner has matched, a many-to-one child after its delay bound); while the inputs adhere the output
-        is the same, a row that breaks one is counted (``constraint_violations``) and may miss matches
-        (docs/constraints.md). A control entry's ``params["constraint_<name>"]`` (a bool, e.g.
-        ``constraint_unique_right``) turns one off or on. ``clustered`` / ``ordered`` are refused (not exploited
-        yet); ignored on batch inputs.
+        What the inputs are known to satisfy (STREAM §5.2): ``unique(side, cols)`` on join-key columns,
+        ``many_to_one(child, parent, delay)``, ``clustered(side, k)`` and ``ordered(side, k)``. A streaming join
+        drops the state they make useless (a row whose one partner has matched, a many-to-one child after its delay
+        bound, the other input's rows of a key the clustered / ordered input brings no more); while the inputs
+        adhere the output is the same, a row that breaks one is counted (``constraint_violations``) and may miss
+        matches (docs/constraints.md). A control entry's ``params["constraint_<name>"]`` (a bool, e.g.
+        ``constraint_unique_right``) turns one off or on. ``clustered`` / ``ordered`` need the default full state
+        and no ``bucket``; ignored on batch inputs.
     output_mode : {"append", "update"}
         The output mode the streaming query will be written with (Spark requires the stateful stage to
         declare it; default ``"append"``). ``"update"`` where Spark 4.3 runs its own stream-stream join in
@@ -224,7 +225,7 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
 def window_join(left, right, on=None, left_time=None, right_time=None, left_window=None, right_window=None, *,
                 left_on=None, right_on=None, suffixes=None, shards=None, grouping=None, name=None, control=None,
                 drop_ratio=0.0, seed=0, kept_column=None, state_persistence=None, snapshot_every=10,
-                state_dir=None, output_mode="append"):
+                state_dir=None, output_mode="append", constraints=None):
     """Window join of PIPES (Cammert et al., §2.4.1–§2.4.2): keys equal and validities intersect.
 
     Each row is valid during ``[t, t + window)`` (the time-based window operator ω, §2.4.2). A left
@@ -235,8 +236,8 @@ def window_join(left, right, on=None, left_time=None, right_time=None, left_wind
     Parameters
     ----------
     left, right, on, left_time, right_time, left_on, right_on, suffixes, shards, grouping, drop_ratio, seed
-    kept_column, state_persistence, snapshot_every, state_dir, output_mode
-        As for :func:`interval_join`.
+    kept_column, state_persistence, snapshot_every, state_dir, output_mode, constraints
+        As for :func:`interval_join` (``constraints``: docs/constraints.md; CQL's ``WITH (CONSTRAINT …)``).
     left_window, right_window : str, datetime.timedelta or numpy.timedelta64
         Positive window sizes of the two inputs.
     name : str, optional
@@ -274,6 +275,7 @@ def window_join(left, right, on=None, left_time=None, right_time=None, left_wind
                           function="window_join", left_on=left_on, right_on=right_on, kept_column=kept_column)
     spec.lower, spec.upper = -wr + 1, wl - 1
     spec.set_persistence(state_persistence, snapshot_every, state_dir)
+    spec.set_constraints(constraints, "window_join")
     spec.set_output_mode(output_mode)
     warn_shuffle_partitions(left)
     return _execute(spec)

@@ -244,19 +244,31 @@ class JoinSpec:
         self.persistence, self.snapshot_every, self.state_dir = persistence, int(snapshot_every), state_dir
         self.retain = int(retain) if retain else RETAIN_DEFAULT
 
-    def set_constraints(self, constraints) -> None:
+    def set_constraints(self, constraints, function: str = "interval_join") -> None:
         """Check ``constraints=`` (after :meth:`set_persistence`; :func:`pyspark_cq.constraints.check_constraints`).
         Refused with ``state_persistence="changelog"`` or ``"files"`` under a control table: a delta does not
-        record which constraints a batch had on, so a replay could drop other rows. Batch inputs check and ignore
+        record which constraints a batch had on, so a replay could drop other rows; ``clustered`` / ``ordered``
+        need the full state (their positions travel in it) and the shard layout. Batch inputs check and ignore
         them.
         """
-        from ...constraints import check_constraints
+        from ...constraints import ARRIVAL_KINDS, check_constraints
 
         checked = check_constraints(constraints, {"left": self.left_keys, "right": self.right_keys},
-                                    "interval_join")
+                                    function, arrival=True)
         if checked and self.persistence != "full" and self.control is not None:
             raise ValueError(f"constraints: state_persistence={self.persistence!r} with a control table does not take "
                              "constraints yet (a replayed delta would not know which were on); drop one of them")
+        arrival = [c for c in checked if c.kind in ARRIVAL_KINDS]
+        if arrival and self.persistence != "full":
+            raise ValueError(f"constraints: {arrival[0].kind}() keeps arrival positions with the state, which "
+                             f"state_persistence={self.persistence!r} does not record yet; use the default 'full'")
+        if arrival and self.bucket_width is not None:
+            raise ValueError(f"constraints: {arrival[0].kind}() counts arrivals per shard; the bucket layout "
+                             "(bucket=) splits a shard by time: drop one of them")
+        floats = [c for c, t in zip(self.left_keys, self.key_types) if isinstance(t, (T.FloatType, T.DoubleType))]
+        if floats and any(c.kind == "ordered" for c in checked):
+            raise ValueError(f"constraints: ordered() compares join keys, and {floats!r} are floating point (NaN has "
+                             "no order); use integer, decimal, string, date or timestamp keys")
         if self.streaming:
             self.constraints = checked
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ... import constraints as _constraints
 from ..._native import load
@@ -263,7 +264,7 @@ class JoinWorker:
 
     def _insert_probe(self, kernel, sides, side: int, table: pa.Table, micros: np.ndarray, null_time: np.ndarray,
                       wm_ms: int | None, entry, ratio: float, store: bool = True, log=None, eviction=None,
-                      violations=None):
+                      violations=None, arrivals=None):
         """Probe the other side's state with one side's rows and store them (kernel ``insert_probe``);
         returns the matched pairs as (left payload ids, right payload ids). ``ratio`` is the batch's drop
         ratio (stored with each row as its kept fraction ``1 - ratio`` with ``kept_column``). With
@@ -272,7 +273,8 @@ class JoinWorker:
         :class:`~.changelog.Delta`, changelog persistence) records the stored rows. ``eviction`` (a
         :class:`~pyspark_cq.constraints.JoinEviction`, streaming) shortens a many-to-one child's expiry keys and,
         for an input declared unique, adds the stored rows whose key it already held to ``violations`` (a
-        one-element list).
+        one-element list); ``arrivals`` (:class:`~pyspark_cq.constraints.Arrivals`) counts the stored rows'
+        arrival positions (:meth:`_arrive`).
         """
         config = self.config
         lower, upper, window = config.row_bounds(entry, side, micros)
@@ -288,6 +290,8 @@ class JoinWorker:
         if wm_ms is not None:  # streaming: expiry keys = the watermark (ms) that evicts each row
             ends = evict_at_ms(micros, config.lower if lower is None else lower,
                                config.upper if upper is None else upper, side, guard=entry is not None)
+            if arrivals and store:
+                violations[0] += self._arrive(arrivals, side, table, micros, ends, eviction)
             if eviction is not None:
                 ends = _constraints.delay_ends(ends, micros, eviction.delay[side])
             if log is not None and store:
@@ -318,6 +322,84 @@ class JoinWorker:
         idx, other = kernel.insert_probe(side, offsets, data, null_key, micros, ids, store=store, lower=lower,
                                          upper=upper, ends=ends)
         return (ids[idx], other) if side == LEFT else (other, ids[idx])
+
+    def _arrive(self, arrivals, side: int, table: pa.Table, micros, ends, eviction) -> int:
+        """Count one side's stored rows of the batch in its ``clustered`` / ``ordered`` trackers, in arrival order
+        (event time, then key; rows with a null key are not counted); returns the violations of the enabled ones.
+        ``ends`` (the rows' expiry keys by their band) is how long a key's cluster record stays.
+        """
+        trackers = arrivals.on(_constraints.SIDES[side])
+        if not trackers:
+            return 0
+        keys = [table.column(i).combine_chunks() for i in range(self.config.n_keys)]
+        valid = np.ones(len(micros), dtype=bool)
+        for k in keys:
+            if k.null_count:
+                valid &= ~k.is_null().to_numpy(zero_copy_only=False)
+        if not valid.all():
+            mask = pa.array(valid)
+            keys, micros, ends = [k.filter(mask) for k in keys], micros[valid], ends[valid]
+        order = pa.array(_constraints.arrival_order(micros, keys))
+        keys = [k.take(order) for k in keys]
+        enabled = () if eviction is None else eviction.arrival[side]
+        count = 0
+        for kind, tracker in trackers:
+            if kind == "clustered":
+                offsets, data, _ = encode_keys(keys, load("_join").concat_keys)
+                found = tracker.advance(_constraints.key_bytes(offsets, data), np.asarray(ends)[order.to_numpy()])
+            else:
+                found = tracker.advance(pa.table({f"k{i}": k for i, k in enumerate(keys)}))
+            count += found if kind in enabled else 0
+        return count
+
+    def _arrivals(self, sides) -> _constraints.Arrivals | None:
+        """The ``clustered`` / ``ordered`` trackers of this shard, kept in the right payload's schema metadata;
+        None without such constraints.
+        """
+        arrivals = _constraints.Arrivals(self.config.constraints)
+        return arrivals.restore(sides[RIGHT].table.schema.metadata) if arrivals else None
+
+    @staticmethod
+    def _keep_arrivals(sides, arrivals, wm_ms: int) -> None:
+        """Forget the cluster records the watermark has passed and put the trackers into the right payload's
+        schema metadata (which the state's bytes carry).
+        """
+        for tracker in arrivals.trackers.values():
+            if isinstance(tracker, _constraints.Clusters):
+                tracker.forget(wm_ms)
+        table = sides[RIGHT].table
+        meta = {k: v for k, v in (table.schema.metadata or {}).items() if not k.startswith(arrivals.META)}
+        sides[RIGHT].table = table.replace_schema_metadata({**meta, **arrivals.to_metadata()})
+
+    def _drop_unreachable(self, kernel, sides, eviction, arrivals) -> None:
+        """Give each stored row whose key the other input will not bring again (its enabled ``clustered`` cluster
+        closed, or below its ``ordered`` bound: STREAM §5.2) an expiry key the next eviction passes.
+        """
+        if eviction is None or not arrivals:
+            return
+        n_keys = self.config.n_keys
+        for x in (LEFT, RIGHT):
+            trackers = [(kind, t) for kind, t in arrivals.on(_constraints.SIDES[x]) if kind in eviction.arrival[x]]
+            y = 1 - x
+            if not trackers or kernel.rows(y) == 0:
+                continue
+            keys = sides[y].table.select(list(range(n_keys))).take(pa.array(kernel.row_ids(y)))
+            keys = keys.rename_columns([f"k{i}" for i in range(n_keys)])
+            drop = np.zeros(keys.num_rows, dtype=bool)
+            for kind, tracker in trackers:
+                if kind == "ordered":
+                    drop |= tracker.below(keys)
+                    continue
+                closed = tracker.closed()
+                if len(closed):
+                    offsets, data, null = encode_keys([c.combine_chunks() for c in keys.columns],
+                                                      load("_join").concat_keys)
+                    hit = pc.is_in(_constraints.key_bytes(offsets, data), value_set=closed)
+                    hit = hit.to_numpy(zero_copy_only=False).astype(bool)
+                    drop |= hit if null is None else hit & ~null.astype(bool)
+            if drop.any():
+                _, ends = kernel.row_flags(y)
+                kernel.set_ends(y, np.where(drop, _constraints.DROP_NOW, ends))
 
     def _eviction(self, entry) -> _constraints.JoinEviction | None:
         """The state the declared constraints let this batch drop (STREAM §5.2), with the control entry's
@@ -405,7 +487,7 @@ class JoinWorker:
         persistence) records what the batch changes in the state.
         Returns (output tables, evicted rows, malformed rows, [shed left rows, shed right rows], constraint
         violations). Streaming joins with constraints drop the state they make useless before the eviction
-        (:meth:`_drop_matched`, STREAM §5.2). Each input
+        (:meth:`_drop_matched`, :meth:`_drop_unreachable`, STREAM §5.2). Each input
         is shed by its own ratio (the entry's ``params["drop_left"]`` / ``["drop_right"]``, else its
         ``drop_ratio``, else the argument: :func:`~pyspark_cq.control.schema.side_drop_ratios`).
         """
@@ -414,6 +496,7 @@ class JoinWorker:
         malformed, shed = 0, [0, 0]
         ratios = config.drop_ratio if entry is None else side_drop_ratios(entry.params, config.drop_ratio)
         eviction = self._eviction(entry) if wm_ms is not None else None
+        arrivals = self._arrivals(sides) if wm_ms is not None else None
         violations = [0]
         if copies is not None:
             pairs += self._probe_copies(kernel, sides, copies[0], wm_ms, entry, ratios)
@@ -425,11 +508,15 @@ class JoinWorker:
             malformed, shed[side] = malformed + bad, dropped
             if len(micros):
                 pairs[side] = self._insert_probe(kernel, sides, side, table, micros, null_time, wm_ms, entry,
-                                                 ratios[side], log=log, eviction=eviction, violations=violations)
+                                                 ratios[side], log=log, eviction=eviction, violations=violations,
+                                                 arrivals=arrivals)
         if copies is not None:
             pairs += self._probe_copies(kernel, sides, copies[1], wm_ms, entry, ratios)
         self._drop_matched(kernel, eviction)
+        self._drop_unreachable(kernel, sides, eviction, arrivals)
         evicted = self._evict(kernel, wm_ms)
+        if arrivals:
+            self._keep_arrivals(sides, arrivals, wm_ms)
         return (self._emit(sides, pairs, evicted, log), sum(len(e[0]) for e in evicted), malformed, shed,
                 violations[0])
 

@@ -1,0 +1,112 @@
+"""CQL's ``WITH (CONSTRAINT …)`` clause (STREAM §5.2, issue 43): parsing, printing, errors with line and column,
+the constraints it compiles to (no Spark), and on Spark a two-way window join with constraints against the same
+query without them and Spark's own join (docs/cql.md, docs/constraints.md).
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from pyspark_cq import constraints as C
+from pyspark_cq.lang import CQLCompileError, parse, to_text
+from pyspark_cq.lang.compiler import analyze, explain
+from pyspark_cq.lang.parser import CQLSyntaxError
+
+COLS = {"O": ["ts", "k", "s", "lv"], "F": ["ts", "k", "s", "rv"], "A": ["ts", "k", "v"]}
+JOIN = "ISTREAM(SELECT * FROM O [RANGE 10 SECONDS], F [RANGE 10 SECONDS] WHERE O.k = F.k AND O.s = F.s)"
+
+
+def test_clause_parses_prints_and_compiles_to_constraints():
+    text = (JOIN + "\nWITH (CONSTRAINT many_to_one F REFERENCES O DELAY 2 SECONDS, CONSTRAINT CLUSTERED F TOLERANCE 3,"
+            " CONSTRAINT UNIQUE O (k, s), CONSTRAINT ORDERED O, PERIOD 1 SECOND)")
+    tree = parse(text)
+    assert parse(to_text(tree)) == tree
+    assert "CONSTRAINT MANY_TO_ONE F REFERENCES O DELAY 2 SECONDS" in to_text(tree)
+    a = analyze(text, "shipped", COLS)
+    assert a.constraints == [C.many_to_one("right", "left", "2 seconds"), C.clustered("right", 3),
+                             C.unique("left", ["cq_k0", "cq_k1"]), C.ordered("left", 0)]
+    assert a.options == {"period": 1_000_000}
+    assert "constraint clustered('right', k=3)" in explain(text, None).splitlines()
+    # the checks the operator makes hold for what the clause compiles to
+    assert C.check_constraints(a.constraints, {"left": ["cq_k0", "cq_k1"], "right": ["cq_k0", "cq_k1"]}, "f",
+                               arrival=True) == tuple(a.constraints)
+
+
+@pytest.mark.parametrize("clause, line, column, words", [
+    ("WITH (CONSTRAINT FOO F)", 2, 18, "expected a constraint (UNIQUE, MANY_TO_ONE, CLUSTERED, ORDERED)"),
+    ("WITH (CONSTRAINT CLUSTERED F TOLERANCE 1.5)", 2, 40, "TOLERANCE must be an integer >= 0"),
+    ("WITH (CONSTRAINT CLUSTERED F TOLERANCE -1)", 2, 40, "expected a tolerance"),
+    ("WITH (CONSTRAINT MANY_TO_ONE F O)", 2, 32, "expected REFERENCES"),
+    ("WITH (CONSTRAINT UNIQUE O k)", 2, 27, "expected '(' and the unique columns of O"),
+    ("WITH (CONSTRAINT UNIQUE O (k,))", 2, 30, "a column name"),
+    ("WITH (CONSTRAINT ORDERED F, CONSTRAINT ORDERED F TOLERANCE 2)", 2, 29, "CONSTRAINT ORDERED F is given twice"),
+    ("WITH (CONSTRAINT MANY_TO_ONE F REFERENCES O DELAY 2 PARSECS)", 2, 53, "expected a time unit"),
+])
+def test_syntax_errors_name_line_and_column(clause, line, column, words):
+    with pytest.raises(CQLSyntaxError) as info:
+        parse(JOIN + "\n" + clause)
+    assert (info.value.line, info.value.column) == (line, column)
+    assert words in str(info.value)
+
+
+@pytest.mark.parametrize("text, line, column, words", [
+    (JOIN + "\nWITH (CONSTRAINT UNIQUE O (lv))", 2, 7, "'lv' is not a join-key column of O"),
+    (JOIN + "\nWITH (CONSTRAINT MANY_TO_ONE F REFERENCES F)", 2, 7, "the child and the parent"),
+    (JOIN + "\nWITH (CONSTRAINT MANY_TO_ONE F REFERENCES X)", 2, 7, "'X' is not a stream of FROM"),
+    (JOIN + "\nWITH (CONSTRAINT CLUSTERED X)", 2, 7, "'X' is not a stream of FROM"),
+    ("RSTREAM(SELECT k, COUNT(*) AS n FROM A [RANGE 10 SECONDS SLIDE 5 SECONDS] GROUP BY k)\n"
+     "  WITH (CONSTRAINT ORDERED A)", 2, 9, "apply to a two-way join of windowed streams"),
+    ("RSTREAM(SELECT O.k, COUNT(*) AS n FROM O [RANGE 10 SECONDS SLIDE 5 SECONDS], F [RANGE 10 SECONDS SLIDE 5 "
+     "SECONDS] WHERE O.k = F.k GROUP BY O.k) WITH (CONSTRAINT CLUSTERED F)", 1, 151, "an aggregate over a join"),
+])
+def test_compile_errors_name_line_and_column(text, line, column, words):
+    with pytest.raises(CQLCompileError) as info:
+        analyze(text, "q", COLS)
+    assert (info.value.line, info.value.column) == (line, column)
+    assert words in str(info.value)
+
+
+# -- on Spark ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_cql_constraints_on_streams_equal_spark_join(spark, tmp_path):
+    """test_join_constraints' clustered orders / fulfilments through ``cq.cql``: the query with ``WITH (CONSTRAINT
+    MANY_TO_ONE F REFERENCES O, CONSTRAINT CLUSTERED F TOLERANCE k)`` gives the rows of the same query without it
+    and of Spark's join, with less state and no violations."""
+    from helpers import join_data as jd
+    from pyspark.sql import functions as F
+    from test_join_constraints_spark import _reports, _run, write_arrival
+
+    import pyspark_cq as cq
+
+    root = str(tmp_path / "data")
+    k = write_arrival(root, "orders", 4)
+
+    def source(side):
+        return jd.stream_source(spark, root, side, "15 seconds")
+
+    select = "ISTREAM(SELECT O.k, O.s, lv, rv FROM O [RANGE 10 SECONDS], F [RANGE 10 SECONDS] WHERE O.k = F.k " \
+             "AND O.s = F.s)"
+    ours = cq.cql(spark, select + f" WITH (CONSTRAINT MANY_TO_ONE F REFERENCES O, CONSTRAINT CLUSTERED F "
+                                  f"TOLERANCE {k})", {"O": source("l"), "F": source("r")})
+    plain = cq.cql(spark, select, {"O": source("l"), "F": source("r")})
+    lo, ro = source("l").alias("o"), source("r").alias("f")
+    theirs = lo.join(ro, (F.col("o.k") == F.col("f.k")) & (F.col("o.s") == F.col("f.s"))
+                     & (F.col("f.ts") > F.col("o.ts") - F.expr("INTERVAL 10 SECONDS"))
+                     & (F.col("f.ts") < F.col("o.ts") + F.expr("INTERVAL 10 SECONDS"))).select("o.k", "o.s", "lv", "rv")
+    q_ours, q_plain, _ = _run((ours, "cql_c_ours", str(tmp_path / "ck_ours")),
+                              (plain, "cql_c_plain", str(tmp_path / "ck_plain")),
+                              (theirs, "cql_c_spark", str(tmp_path / "ck_spark")))
+    cols = ["k", "s", "lv", "rv"]
+
+    def rows(table):
+        return sorted(tuple(r) for r in spark.table(table).select(*cols).collect())
+
+    assert rows("cql_c_ours") == rows("cql_c_spark") == rows("cql_c_plain")
+    assert len(rows("cql_c_spark")) > 50
+    mine, without = _reports(q_ours, "q_join"), _reports(q_plain, "q_join")
+    assert mine and sum(r["constraint_violations"] for r in mine) == 0
+    assert sum(r["state_rows"] for r in mine) < 0.8 * sum(r["state_rows"] for r in without)
+    assert os.path.isdir(root)

@@ -174,10 +174,10 @@ def write_arrival(root: str, kind: str, jitter: int, violate: int = 0) -> int:
     return k
 
 
+# one clustered and one ordered case on Spark (inner and left, k > 0 and k = 0; the suite's time bound);
+# tests/test_join_constraints.py runs every join type and k against the plain-Python reference
 @pytest.mark.parametrize("kind, jitter, constraints, how", [
     ("orders", 4, [many_to_one(child="right", parent="left"), clustered("right", 6)], "inner"),
-    ("orders", 1, [clustered("right", 0)], "left"),
-    ("funnel", 5, [ordered("right", 8)], "inner"),
     ("funnel", 1, [ordered("right", 0)], "left"),
 ])
 def test_arrival_constraints_equal_spark_join(spark, tmp_path, kind, jitter, constraints, how):

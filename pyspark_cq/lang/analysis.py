@@ -496,6 +496,26 @@ def _check_stream_operator(a: Analysis) -> None:
                                   "ISTREAM or DSTREAM", node)
 
 
+#: The output mode of every compiled query (:attr:`~pyspark_cq.lang.builder.CompiledQuery.output_mode`).
+OUTPUT_MODE = "append"
+
+
+def join_types(a: Analysis) -> str | None:
+    """The join's type per input and its output mode, as ``explain`` prints them, or None without a join.
+
+    A CQL join is inner (CQL has no outer join); ``cq.multi_join(how=)`` names a type per input after the first
+    and ``output_mode=`` the mode, which explain prints in the same form for the joins it compiles.
+    """
+    if a.shape not in ("join", "multi_join", "join_aggregate"):
+        return None
+    refs = [s.ref for s in a.sources]
+    op = join_operator(a) or a.operator
+    how = ", ".join(["inner"] * (len(refs) - 1))
+    then = "; then the aggregate, in the same query" if a.shape == "join_aggregate" else ""
+    return (f"{op}: how=[{how}] ({refs[0]} first, then {', '.join(refs[1:])}); output_mode={OUTPUT_MODE}"
+            f"{then}")
+
+
 def join_operator(a: Analysis) -> str | None:
     """The id of the join feeding the aggregate of a ``join_aggregate`` query (its metrics), else None."""
     return f"{a.name}_join" if a.shape == "join_aggregate" else None
@@ -699,10 +719,18 @@ def _explain(a: Analysis, operators, distance: float = 1000.0) -> str:
                      "instant)")
     else:
         lines.append(f"operator   {a.operator or '-'}: {_function(a.shape)}")
+    join = join_types(a)
+    if join:
+        lines.append(f"join       {join}")
     for alias, sub in a.subqueries.items():   # a FROM subquery's stream: its own shape and operator
         fn = JOIN_AGGREGATE_JOIN if sub.shape == "join" and a.shape != "stream" else _function(sub.shape)
         what = fn if sub.shape == "stream" else f"{sub.operator}: {fn}"
         lines.append(f"subquery   {alias}: {sub.shape}, {what}; plan {P.render(sub.plan, micros=True)}")
+        join = join_types(sub)
+        if join:
+            lines.append(f"join       {alias}: {join}")
+    lines.append(f"mode       {OUTPUT_MODE} (the sink's output mode: every CQL query is compiled to an append-only "
+                 "stream)")
     for label, rng in a.qos.items():
         lines.append(f"qos        {label}: {rng}")
     for k, v in a.options.items():

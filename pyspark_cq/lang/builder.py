@@ -17,6 +17,7 @@ from .analysis import (
     _AGG_NAMES,
     AT,
     JOIN_AGGREGATE_JOIN,
+    OUTPUT_MODE,
     SUB_AT,
     Analysis,
     SourceInfo,
@@ -105,7 +106,7 @@ class CompiledQuery:
     @property
     def output_mode(self) -> str:
         """The streaming output mode the sink must use (always ``"append"``)."""
-        return "append"
+        return OUTPUT_MODE
 
     def explain(self) -> str:
         """The text of :func:`explain` for this query."""

@@ -552,11 +552,10 @@ def _check_join_aggregate(statement: A.Statement, sources: list) -> None:
         raise CQLCompileError("an aggregate over a join whose windows end on different grids", "windows "
                               "[k·s, k·s + w) of both inputs must end at the same instants: choose RANGEs that "
                               "differ by a multiple of the SLIDE (e.g. both multiples of it)", b)
-    if statement.stream != "RSTREAM":
-        raise CQLCompileError(f"{statement.stream or 'an aggregate over a join without RSTREAM'}"
-                              + (" of an aggregate over a join" if statement.stream else ""),
-                              "not supported yet: an aggregate over a join is compiled as RSTREAM(…) (its "
-                              "value at every slide instant); filter or compare its output stream", statement)
+    if statement.stream is None:
+        raise CQLCompileError("an aggregate over a join without RSTREAM, ISTREAM or DSTREAM", "its relation changes "
+                              "at every slide instant (not monotone); wrap it in RSTREAM(…) (the value at every "
+                              "instant) or ISTREAM(…) / DSTREAM(…) (the values when they change)", statement)
 
 
 def _plan(a: Analysis) -> P.Node:

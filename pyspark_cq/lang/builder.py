@@ -578,9 +578,9 @@ class _Builder:
 
     def _join_aggregate(self):
         """RSTREAM, ISTREAM or DSTREAM of an aggregate over a two-way join (docs/cql.md, "Aggregates over joins"):
-        Spark's stream-stream join with the windows' time band, each pair copied to the slide instants ``e`` at which it is
-        in the joined relation (``max(ta, tb) < e <= min(ta + wa, tb + wb)``), then a tumbling ``sliding_aggregate``
-        of width ``s`` whose window ``[e - s, e)`` holds exactly the pairs of instant ``e``.
+        Spark's stream-stream join with the windows' time band, each pair copied to the slide instants ``e`` at
+        which it is in the joined relation (``max(ta, tb) < e <= min(ta + wa, tb + wb)``), then a tumbling
+        ``sliding_aggregate`` of width ``s`` whose window ``[e - s, e)`` holds exactly the pairs of instant ``e``.
         """
         from pyspark.sql import functions as F
 

@@ -89,9 +89,10 @@ def multi_join(inputs, on, times, bounds, *, how=None, control=None, name=None, 
         must connect all inputs.
     how : list of str, optional
         One join type per input after the first, ``"inner"`` or ``"left"`` (``"left_outer"``): the result is
-        Spark's left-deep chain of binary joins with these types. Default all inner. Only the last input may be
-        ``"left"`` for now: every tuple of the other inputs that no row of it matches is output once, with
-        nulls for its columns, when the watermark passes the end of its band (docs/multi_join.md).
+        Spark's left-deep chain of binary joins with these types. Default all inner. A tuple of the inputs before a
+        left input that no row of it matches is output once with nulls for its columns (and extended by the later
+        inputs) when the watermark passes the end of its band (docs/multi_join.md). With a left input before the
+        last, every input after the first needs a bound to an earlier input.
     control : pyspark_cq.control.ControlHandle, optional
         The operator's control-table entry, read at every micro-batch. Its ``plan_id`` gives every input's
         probe order (``"0:1>2;1:0>2;2:1>0"``, see :func:`pyspark_cq.control.join_plan_id`); a change

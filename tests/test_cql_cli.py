@@ -40,7 +40,9 @@ def test_explain_rows_aggregate(tmp_path, capsys):
      ["join       q_join: how=[inner] (A first, then B); output_mode=append; then the aggregate, in the same query"]),
     ("RSTREAM(SELECT J.k, COUNT(*) AS n FROM (SELECT A.k FROM A [RANGE 30 SECONDS], B [RANGE 20 SECONDS] "
      "WHERE A.k = B.k) J [RANGE 1 MINUTE SLIDE 20 SECONDS] GROUP BY J.k)",
-     ["subquery   J: join, q_J_join: stream-stream interval join (Spark); plan π((ω[30 s](A) ⋈ ω[20 s](B)))",
+     ["query      RSTREAM(SELECT J.k, COUNT(*) AS n FROM (SELECT A.k FROM A [RANGE 30 SECONDS], B [RANGE 20 SECONDS] "
+      "WHERE A.k = B.k) J [RANGE 1 MINUTE SLIDE 20 SECONDS] GROUP BY J.k)",
+      "subquery   J: join, q_J_join: stream-stream interval join (Spark); plan π((ω[30 s](A) ⋈ ω[20 s](B)))",
       "join       J: q_J_join: how=[inner] (A first, then B); output_mode=append"]),
     ("ISTREAM(SELECT A.k FROM A [RANGE 1 MINUTE], B [RANGE 1 MINUTE] WHERE A.k = B.k)",
      ["operator   q_join: window_join", "join       q_join: how=[inner] (A first, then B); output_mode=append"]),

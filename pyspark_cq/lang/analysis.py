@@ -83,6 +83,7 @@ class Analysis:
     qos: dict = field(default_factory=dict)          # label -> QoSRange
     options: dict = field(default_factory=dict)      # period / deadline (µs), weight, sample range
     subqueries: dict = field(default_factory=dict)   # alias -> Analysis of a FROM subquery (a stream)
+    written: A.Statement | None = None               # the statement as written (FROM subqueries in place)
 
     @property
     def select(self) -> A.Select:
@@ -210,6 +211,7 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
         raise TypeError(f"statement must be a CQL text or a parsed Statement, got {type(statement).__name__}")
     if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"name must be a non-empty query name of letters, digits, '_' and '-', got {name!r}")
+    written = statement
     statement, inner = _subqueries(statement)
     subqueries = {}
     for alias, sub in inner.items():
@@ -295,7 +297,8 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
             raise CQLCompileError("a join of more than six streams", "multi_join joins 2 to 6 inputs", q)
         shape = "join_aggregate" if aggregated else "join" if len(sources) == 2 else "multi_join"
     stream = statement.stream
-    a = Analysis(statement, name, shape, sources, stream, relations=relations, subqueries=subqueries)
+    a = Analysis(statement, name, shape, sources, stream, relations=relations, subqueries=subqueries,
+                 written=written)
     _check_stream_operator(a)
     rel_refs = {r.ref for r in relations}
     # WHERE: conjuncts on one stream are applied to it alone (a RANGE window commutes with a selection);
@@ -703,7 +706,7 @@ def _function(shape: str) -> str:
 def _explain(a: Analysis, operators, distance: float = 1000.0) -> str:
     from ..cost import pipes
 
-    lines = [f"query      {to_text(a.statement)}",
+    lines = [f"query      {to_text(a.written or a.statement)}",
              f"shape      {a.shape}; output {a.stream or 'ISTREAM (implicit: monotone)'} + {AT}",
              f"plan       {P.render(a.plan, micros=True)}"]
     labels = list(dict.fromkeys(n.label for n in P.postorder(a.plan) if n.label))   # a label may name two nodes

@@ -179,8 +179,8 @@ def test_stream_nested_restart_from_checkpoint_keeps_the_entries(spark, tmp_dir)
              .option("path", str(tmp_dir / "out")).trigger(availableNow=True).option("checkpointLocation", ck).start())
         q.awaitTermination()
         reports += [r for r in (cq.read_metrics(p, "mjnr") for p in q.recentProgress) if r]
-        if step == 0:
-            assert reports[-1]["unmatched_rows"] > 0
+        if step == 0:   # entries waiting across the stop (the last report may be a shard-less no-data batch)
+            assert max(r["unmatched_rows"] for r in reports) > 0
     got = _rows(spark.read.parquet(str(tmp_dir / "out")).select(*_cols(n)))
     assert got == _reference(tables, hows, bounds, streaming=True)
     assert any(r[4] is None for r in got) and any(r[4] is not None and r[7] is None for r in got)

@@ -185,3 +185,17 @@ def test_stream_nested_restart_from_checkpoint_keeps_the_entries(spark, tmp_dir)
     assert got == _reference(tables, hows, bounds, streaming=True)
     assert any(r[4] is None for r in got) and any(r[4] is not None and r[7] is None for r in got)
     assert sum(r["padded_rows"] for r in reports) == sum(1 for r in got if None in (r[4], r[7]))
+
+
+@pytest.mark.spark
+def test_batch_nested_string_keys_equal_spark_chain(spark, tmp_dir):
+    """Hashed (string) keys: prefixes, entries and their extensions are decided on the key values."""
+    n, hows = 3, ("left", "left")
+    rng = np.random.default_rng(95)
+    tables = [_table(rng, i, 30, jd.BASE_US) for i in range(n)]
+    dfs = [df.withColumn(f"k{i}", F.concat(F.lit("u."), F.col(f"k{i}").cast("string")))
+           for i, df in enumerate(_batch_dfs(spark, tmp_dir, tables))]
+    for bounds in (TO_FIRST[3], CHAINED[3]):
+        want = _rows(_spark_chain(dfs, hows, bounds).select(*_cols(n)))
+        assert any(r[4] is None for r in want)
+        assert _rows(_ours(dfs, hows, bounds)) == want

@@ -184,8 +184,10 @@ def test_batch_istream_dstream_equal_the_change_stream_of_the_reference(spark, s
 
 
 @pytest.mark.spark
-def test_streaming_istream_with_late_rows_and_restart_equals_reference(spark, tmp_path):
-    """ISTREAM over four data micro-batches with late rows, a restart after the second, two flush batches."""
+@pytest.mark.parametrize("stream", ["ISTREAM", "DSTREAM"])
+def test_streaming_istream_with_late_rows_and_restart_equals_reference(spark, tmp_path, stream):
+    """ISTREAM / DSTREAM over four data micro-batches with late rows, a restart after the second, two flush
+    batches."""
     rnd = random.Random(13)
     batches = {"A": [], "B": []}
     for side, extra in (("A", "v"), ("B", "w")):
@@ -196,7 +198,7 @@ def test_streaming_istream_with_late_rows_and_restart_equals_reference(spark, tm
     root = tmp_path / "in"
     for side in batches:
         os.makedirs(root / side)
-    text = ("ISTREAM(SELECT A.k, COUNT(*) AS n, AVG(B.w) AS w FROM A [RANGE 30 SECONDS SLIDE 10 SECONDS], "
+    text = (f"{stream}(SELECT A.k, COUNT(*) AS n, AVG(B.w) AS w FROM A [RANGE 30 SECONDS SLIDE 10 SECONDS], "
             "B [RANGE 20 SECONDS SLIDE 10 SECONDS] WHERE A.k = B.k GROUP BY A.k)")
 
     def run():
@@ -220,7 +222,7 @@ def test_streaming_istream_with_late_rows_and_restart_equals_reference(spark, tm
     def on_time(side):
         return [r for b in batches[side][:4] for r in b if r["ts"] >= BASE + timedelta(seconds=40)
                 or b is batches[side][0]]
-    want = _changes(_reference(on_time("A"), on_time("B"), 30, 20, 10), 10 * 10**6, "ISTREAM")
+    want = _changes(_reference(on_time("A"), on_time("B"), 30, 20, 10), 10 * 10**6, stream)
     assert got == want and len(got) > 10
     assert len([r for r in rows if r["k"] != 99]) == len(got)   # each change once across the restart
     assert sum(op.numRowsDroppedByWatermark for p in q.recentProgress for op in p.stateOperators) >= 1

@@ -29,6 +29,36 @@ def test_explain_rows_aggregate(tmp_path, capsys):
     assert "rows_aggregate" in out and "cost" in out
 
 
+@pytest.mark.parametrize("text,lines", [
+    # issue 42's shapes: a multi-way join, an aggregate over a join, a window join as a FROM subquery, a join
+    ("ISTREAM(SELECT A.k, B.w FROM A [RANGE 30 SECONDS], B [RANGE 30 SECONDS], C [RANGE 30 SECONDS] "
+     "WHERE A.k = B.k AND B.k = C.k)",
+     ["operator   q_mjoin: multi_join", "join       q_mjoin: how=[inner, inner] (A first, then B, C); "
+      "output_mode=append"]),
+    ("RSTREAM(SELECT A.k, COUNT(*) AS n FROM A [RANGE 30 SECONDS SLIDE 10 SECONDS], B [RANGE 30 SECONDS SLIDE "
+     "10 SECONDS] WHERE A.k = B.k GROUP BY A.k)",
+     ["join       q_join: how=[inner] (A first, then B); output_mode=append; then the aggregate, in the same query"]),
+    ("RSTREAM(SELECT J.k, COUNT(*) AS n FROM (SELECT A.k FROM A [RANGE 30 SECONDS], B [RANGE 20 SECONDS] "
+     "WHERE A.k = B.k) J [RANGE 1 MINUTE SLIDE 20 SECONDS] GROUP BY J.k)",
+     ["query      RSTREAM(SELECT J.k, COUNT(*) AS n FROM (SELECT A.k FROM A [RANGE 30 SECONDS], B [RANGE 20 SECONDS] "
+      "WHERE A.k = B.k) J [RANGE 1 MINUTE SLIDE 20 SECONDS] GROUP BY J.k)",
+      "subquery   J: join, q_J_join: stream-stream interval join (Spark); plan π((ω[30 s](A) ⋈ ω[20 s](B)))",
+      "join       J: q_J_join: how=[inner] (A first, then B); output_mode=append"]),
+    ("ISTREAM(SELECT A.k FROM A [RANGE 1 MINUTE], B [RANGE 1 MINUTE] WHERE A.k = B.k)",
+     ["operator   q_join: window_join", "join       q_join: how=[inner] (A first, then B); output_mode=append"]),
+    ("RSTREAM(SELECT k, COUNT(*) AS n FROM A [RANGE 1 MINUTE SLIDE 10 SECONDS] GROUP BY k)", []),
+])
+def test_explain_prints_join_types_and_output_mode(tmp_path, capsys, text, lines):
+    q = tmp_path / "q.cql"
+    q.write_text(text)
+    assert main(["explain", str(q)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    for line in lines:
+        assert line in out
+    assert ("join       " in "\n".join(out)) == bool(lines)
+    assert "mode       append (the sink's output mode: every CQL query is compiled to an append-only stream)" in out
+
+
 def test_explain_reports_errors(tmp_path, capsys):
     bad = tmp_path / "bad.cql"
     bad.write_text("SELECT a\nFROM S [RANGE 10 PARSECS]")

@@ -84,6 +84,7 @@ class Analysis:
     options: dict = field(default_factory=dict)      # period / deadline (µs), weight, sample range
     subqueries: dict = field(default_factory=dict)   # alias -> Analysis of a FROM subquery (a stream)
     constraints: list = field(default_factory=list)  # WITH (CONSTRAINT …): pyspark_cq.constraints, key cols cq_k<j>
+    written: A.Statement | None = None               # the statement as written (FROM subqueries in place)
 
     @property
     def select(self) -> A.Select:
@@ -211,6 +212,7 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
         raise TypeError(f"statement must be a CQL text or a parsed Statement, got {type(statement).__name__}")
     if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"name must be a non-empty query name of letters, digits, '_' and '-', got {name!r}")
+    written = statement
     statement, inner = _subqueries(statement)
     subqueries = {}
     for alias, sub in inner.items():
@@ -296,7 +298,8 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
             raise CQLCompileError("a join of more than six streams", "multi_join joins 2 to 6 inputs", q)
         shape = "join_aggregate" if aggregated else "join" if len(sources) == 2 else "multi_join"
     stream = statement.stream
-    a = Analysis(statement, name, shape, sources, stream, relations=relations, subqueries=subqueries)
+    a = Analysis(statement, name, shape, sources, stream, relations=relations, subqueries=subqueries,
+                 written=written)
     _check_stream_operator(a)
     rel_refs = {r.ref for r in relations}
     # WHERE: conjuncts on one stream are applied to it alone (a RANGE window commutes with a selection);
@@ -497,6 +500,26 @@ def _check_stream_operator(a: Analysis) -> None:
                                   "ISTREAM or DSTREAM", node)
 
 
+#: The output mode of every compiled query (:attr:`~pyspark_cq.lang.builder.CompiledQuery.output_mode`).
+OUTPUT_MODE = "append"
+
+
+def join_types(a: Analysis) -> str | None:
+    """The join's type per input and its output mode, as ``explain`` prints them, or None without a join.
+
+    A CQL join is inner (CQL has no outer join); ``cq.multi_join(how=)`` names a type per input after the first
+    and ``output_mode=`` the mode, which explain prints in the same form for the joins it compiles.
+    """
+    if a.shape not in ("join", "multi_join", "join_aggregate"):
+        return None
+    refs = [s.ref for s in a.sources]
+    op = join_operator(a) or a.operator
+    how = ", ".join(["inner"] * (len(refs) - 1))
+    then = "; then the aggregate, in the same query" if a.shape == "join_aggregate" else ""
+    return (f"{op}: how=[{how}] ({refs[0]} first, then {', '.join(refs[1:])}); output_mode={OUTPUT_MODE}"
+            f"{then}")
+
+
 def join_operator(a: Analysis) -> str | None:
     """The id of the join feeding the aggregate of a ``join_aggregate`` query (its metrics), else None."""
     return f"{a.name}_join" if a.shape == "join_aggregate" else None
@@ -533,11 +556,10 @@ def _check_join_aggregate(statement: A.Statement, sources: list) -> None:
         raise CQLCompileError("an aggregate over a join whose windows end on different grids", "windows "
                               "[k·s, k·s + w) of both inputs must end at the same instants: choose RANGEs that "
                               "differ by a multiple of the SLIDE (e.g. both multiples of it)", b)
-    if statement.stream != "RSTREAM":
-        raise CQLCompileError(f"{statement.stream or 'an aggregate over a join without RSTREAM'}"
-                              + (" of an aggregate over a join" if statement.stream else ""),
-                              "not supported yet: an aggregate over a join is compiled as RSTREAM(…) (its "
-                              "value at every slide instant); filter or compare its output stream", statement)
+    if statement.stream is None:
+        raise CQLCompileError("an aggregate over a join without RSTREAM, ISTREAM or DSTREAM", "its relation changes "
+                              "at every slide instant (not monotone); wrap it in RSTREAM(…) (the value at every "
+                              "instant) or ISTREAM(…) / DSTREAM(…) (the values when they change)", statement)
 
 
 def _plan(a: Analysis) -> P.Node:
@@ -729,7 +751,7 @@ def _function(shape: str) -> str:
 def _explain(a: Analysis, operators, distance: float = 1000.0) -> str:
     from ..cost import pipes
 
-    lines = [f"query      {to_text(a.statement)}",
+    lines = [f"query      {to_text(a.written or a.statement)}",
              f"shape      {a.shape}; output {a.stream or 'ISTREAM (implicit: monotone)'} + {AT}",
              f"plan       {P.render(a.plan, micros=True)}"]
     labels = list(dict.fromkeys(n.label for n in P.postorder(a.plan) if n.label))   # a label may name two nodes
@@ -744,10 +766,18 @@ def _explain(a: Analysis, operators, distance: float = 1000.0) -> str:
                      "instant)")
     else:
         lines.append(f"operator   {a.operator or '-'}: {_function(a.shape)}")
+    join = join_types(a)
+    if join:
+        lines.append(f"join       {join}")
     for alias, sub in a.subqueries.items():   # a FROM subquery's stream: its own shape and operator
         fn = JOIN_AGGREGATE_JOIN if sub.shape == "join" and a.shape != "stream" else _function(sub.shape)
         what = fn if sub.shape == "stream" else f"{sub.operator}: {fn}"
         lines.append(f"subquery   {alias}: {sub.shape}, {what}; plan {P.render(sub.plan, micros=True)}")
+        join = join_types(sub)
+        if join:
+            lines.append(f"join       {alias}: {join}")
+    lines.append(f"mode       {OUTPUT_MODE} (the sink's output mode: every CQL query is compiled to an append-only "
+                 "stream)")
     for label, rng in a.qos.items():
         lines.append(f"qos        {label}: {rng}")
     for k, v in a.options.items():

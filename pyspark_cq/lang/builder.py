@@ -17,6 +17,7 @@ from .analysis import (
     _AGG_NAMES,
     AT,
     JOIN_AGGREGATE_JOIN,
+    OUTPUT_MODE,
     SUB_AT,
     Analysis,
     SourceInfo,
@@ -105,7 +106,7 @@ class CompiledQuery:
     @property
     def output_mode(self) -> str:
         """The streaming output mode the sink must use (always ``"append"``)."""
-        return "append"
+        return OUTPUT_MODE
 
     def explain(self) -> str:
         """The text of :func:`explain` for this query."""
@@ -583,9 +584,9 @@ class _Builder:
         return joined, keymap, (lt, rt), delay
 
     def _join_aggregate(self):
-        """RSTREAM of an aggregate over a two-way join (docs/cql.md, "Aggregates over joins"): Spark's
-        stream-stream join with the windows' time band, each pair copied to the slide instants ``e`` at which
-        it is in the joined relation (``max(ta, tb) < e <= min(ta + wa, tb + wb)``), then a tumbling
+        """RSTREAM, ISTREAM or DSTREAM of an aggregate over a two-way join (docs/cql.md, "Aggregates over joins"):
+        Spark's stream-stream join with the windows' time band, each pair copied to the slide instants ``e`` at
+        which it is in the joined relation (``max(ta, tb) < e <= min(ta + wa, tb + wb)``), then a tumbling
         ``sliding_aggregate`` of width ``s`` whose window ``[e - s, e)`` holds exactly the pairs of instant ``e``.
         """
         from pyspark.sql import functions as F
@@ -617,12 +618,18 @@ class _Builder:
         name_of = self._join_names(keymap)
         df, by, aggs, out_name, grouped, _ = self.aggregate_inputs(df, name_of)
         step = timedelta(microseconds=s)
-        out = sliding_aggregate(df, EVAL_TIME, step, step, by=by, aggs=aggs, granularity=step, emit="windows",
+        # ISTREAM / DSTREAM: the PIPES change stream of the same tumbling windows, one granule per instant: an
+        # interval [r0, r1) of equal values holds the instants r0 + s .. r1, so its values enter at r0 + s and leave
+        # at r1 + s (an instant without pairs ends the interval, as a group absent from the relation)
+        emit = "windows" if a.stream == "RSTREAM" else "changes"
+        out = sliding_aggregate(df, EVAL_TIME, step, step, by=by, aggs=aggs, granularity=step, emit=emit,
                                 name=a.operator)
         self.operators.append((a.operator, "sliding_aggregate", {"window": _human.duration(s),
                                                                   "slide": _human.duration(s), "by": by,
-                                                                  "aggs": aggs, "emit": "windows"}))
-        out = out.withColumn(AT, F.col(out.columns[1]))
+                                                                  "aggs": aggs, "emit": emit}))
+        start, end, g = out.columns[0], out.columns[1], _micros(s)
+        out = out.withColumn(AT, {"RSTREAM": F.col(end), "ISTREAM": F.col(start) + g, "DSTREAM": F.col(end) + g}[
+            a.stream])
         return _aggregate_output(out, q, name_of, out_name, by, grouped)
 
     def _join_feeding_state(self):

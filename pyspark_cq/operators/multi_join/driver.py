@@ -36,6 +36,7 @@ from .._common.codec import checked_micros, codecs_for, normalized_key
 from .._common.partitions import warn_shuffle_partitions
 from .._common.payload import SIDE
 from .._common.shards import MULTI_JOIN, resolve_shards, shard_key_column
+from .nested import nested_orders, retention
 from .worker import (
     _LEFT,
     _RIGHT,
@@ -88,9 +89,10 @@ def multi_join(inputs, on, times, bounds, *, how=None, control=None, name=None, 
         must connect all inputs.
     how : list of str, optional
         One join type per input after the first, ``"inner"`` or ``"left"`` (``"left_outer"``): the result is
-        Spark's left-deep chain of binary joins with these types. Default all inner. Only the last input may be
-        ``"left"`` for now: every tuple of the other inputs that no row of it matches is output once, with
-        nulls for its columns, when the watermark passes the end of its band (docs/multi_join.md).
+        Spark's left-deep chain of binary joins with these types. Default all inner. A tuple of the inputs before a
+        left input that no row of it matches is output once with nulls for its columns (and extended by the later
+        inputs) when the watermark passes the end of its band (docs/multi_join.md). With a left input before the
+        last, every input after the first needs a bound to an earlier input.
     control : pyspark_cq.control.ControlHandle, optional
         The operator's control-table entry, read at every micro-batch. Its ``plan_id`` gives every input's
         probe order (``"0:1>2;1:0>2;2:1>0"``, see :func:`pyspark_cq.control.join_plan_id`); a change
@@ -173,8 +175,13 @@ class MultiJoinSpec:
 
     @property
     def outer(self) -> int | None:
-        """The left input (the last one), or None when all joins are inner."""
-        return self.n - 1 if self.how and self.how[-1] == "left" else None
+        """The left input when it is the last one and the only one, else None."""
+        return self.n - 1 if self.how and self.how[-1] == "left" and not self.nested else None
+
+    @property
+    def nested(self) -> bool:
+        """A left input before the last one (:mod:`.nested`)."""
+        return "left" in self.how[:-1]
 
     @classmethod
     def build(cls, inputs, on, times, bounds, control, name, how=None, output_mode="append") -> MultiJoinSpec:
@@ -192,7 +199,7 @@ class MultiJoinSpec:
             for i, (df, t) in enumerate(zip(inputs, times)):
                 _validate.require_watermark(df, t, f"times[{i}]")
         checked = _check_bounds(bounds, n)
-        how = _check_how(how, n)
+        how = _check_how(how, n, checked)
         output_mode = _check_output_mode(output_mode, how)
         control = operator_handle(control, "multi_join")
         if name is None:
@@ -229,11 +236,14 @@ class MultiJoinSpec:
         z = self.outer
         outer_bounds = () if z is None else tuple(
             (i if j == z else j, _LEFT if j == z else _RIGHT, lo, up) for i, j, lo, up in self.bounds if z in (i, j))
+        hows = ("first",) + tuple(self.how) if self.nested else ()
+        orders = default_orders(self.n, self.bounds)
+        orders = nested_orders(orders, hows) if self.nested else outer_last(orders, z)
         return MultiJoinConfig(self.n, codecs, key_pos, out, _metrics.arrow_schema(self.output_schema()),
-                               self.bounds, outer_last(default_orders(self.n, self.bounds), z),
-                               hashed=not isinstance(self.key_type, DIRECT), name=self.name,
+                               self.bounds, orders, hashed=not isinstance(self.key_type, DIRECT), name=self.name,
                                control=self.control, shards=self.shards, kept=self.kept_column is not None,
-                               outer=z, outer_bounds=outer_bounds)
+                               outer=z, outer_bounds=outer_bounds, hows=hows,
+                               retain=retention(self.n, self.bounds, hows) if self.nested else ())
 
 
 # --- argument checks -----------------------------------------------------------------------------------
@@ -310,8 +320,11 @@ HOWS = {"inner": "inner", "left": "left", "left_outer": "left", "leftouter": "le
 OUTPUT_MODES = ("append", "update")
 
 
-def _check_how(how, n: int) -> tuple[str, ...]:
-    """``how`` as one ``"inner"`` / ``"left"`` per input after the first (None: all inner)."""
+def _check_how(how, n: int, bounds=()) -> tuple[str, ...]:
+    """``how`` as one ``"inner"`` / ``"left"`` per input after the first (None: all inner). With a left input
+    before the last, every input after the first needs a bound to an earlier one: the time condition of its join
+    in the chain, by which the watermark proves that no row can match a tuple any more.
+    """
     form = (f"a list of {n - 1} join types, one per input after the first, each 'inner' or 'left' (e.g. "
             f"{['inner'] * (n - 2) + ['left']})")
     if how is None:
@@ -326,8 +339,11 @@ def _check_how(how, n: int) -> tuple[str, ...]:
             raise ValueError(f"how[{k}] (input {k + 1}) must be 'inner' or 'left', got {h!r}")
         out.append(HOWS[h.lower()])
     if "left" in out[:-1]:
-        raise ValueError(f"how: only the last input may be 'left' for now (a left input followed by others, "
-                         f"e.g. impressions ⟕ clicks ⟕ purchases, is not supported yet), got {list(how)}")
+        loose = [j for j in range(1, n) if not any(max(a, b) == j and min(a, b) < j for a, b, *_ in bounds)]
+        if loose:
+            raise ValueError(f"how={list(how)} with a left input before the last needs, for every input after the "
+                             f"first, a bound to an earlier input (its join's time condition in the chain); inputs "
+                             f"{loose} have none: add bounds (i, j, lower, upper) with i < j for them")
     return tuple(out)
 
 
@@ -429,7 +445,7 @@ def _execute(spec: MultiJoinSpec):
     load("_mjoin")  # fail on the driver, readably, if the build is broken
     config = spec.config()
     worker = MultiJoinWorker(config)
-    metrics = metric_names(spec.n, spec.outer is not None)
+    metrics = metric_names(spec.n, spec.outer is not None or spec.nested)
     union = _tagged(spec, config, 0)
     for i in range(1, spec.n):
         union = union.union(_tagged(spec, config, i))
@@ -438,7 +454,7 @@ def _execute(spec: MultiJoinSpec):
 
         state_schema = T.StructType([T.StructField("kernel", T.BinaryType(), True)] + [
             T.StructField(f"input{i}", T.BinaryType(), True) for i in range(spec.n)] + (
-            [T.StructField("pending", T.BinaryType(), True)] if spec.outer is not None else []))
+            [T.StructField("pending", T.BinaryType(), True)] if spec.outer is not None or spec.nested else []))
         # rows reaching the stateful stage, in all and per input: read_metrics reports those Spark dropped
         # as late (late_rows, late_rows_<i>)
         arrived = _metrics.observe_input(union, spec.name, per=(SIDE, spec.n))

@@ -31,6 +31,7 @@ from .._common.codec import ColumnCodec
 from .._common.payload import KEPT, PayloadSide, split_sides, timeout_ms
 from .._common.shards import MULTI_JOIN, check_shard_count, default_rule
 from .._common.shed import SHED, shed_mask
+from .nested import NestedLeft, entry_schema, nested_orders
 
 __all__ = ["SHARD", "TIME", "MICROS", "KEY", "KEY_NULL", "PEAKS", "band_names", "metric_names",
            "step_names", "closure", "default_orders", "timeout_at", "MultiJoinConfig", "MultiJoinWorker"]
@@ -150,6 +151,15 @@ class MultiJoinConfig:
     #: per bound linking the left input z to an earlier input k: ``(k, side, lower, upper)``, side the join's LEFT
     #: (0) when the bound is ``(k, z, ...)``, RIGHT (1) when it is ``(z, k, ...)``: what closes z's band for k
     outer_bounds: tuple[tuple[int, int, int, int], ...] = ()
+    #: ``how`` with a left input before the last (:mod:`.nested`): per input its join type (input 0: ``"first"``)
+    hows: tuple[str, ...] = ()
+    #: per input, how long (µs past its time) a row is kept with nested left inputs (:func:`.nested.retention`)
+    retain: tuple[int, ...] = ()
+
+    @property
+    def nested(self) -> bool:
+        """A left input before the last one (entries with nulls, :mod:`.nested`)."""
+        return bool(self.retain)
 
     def input_schema(self, i: int) -> pa.Schema:
         """Input ``i``'s decoded columns (what the shedding hash sees)."""
@@ -169,6 +179,8 @@ class MultiJoinConfig:
                "inputs": [[c.name for c in self.codecs[i]] for i in range(self.n)], "kept": self.kept}
         if self.outer is not None:
             out["outer"] = self.outer
+        if self.nested:
+            out["how"] = list(self.hows[1:])
         return out
 
     @property
@@ -198,7 +210,7 @@ class MultiJoinWorker:
 
     def __init__(self, config: MultiJoinConfig):
         self.config = config
-        self.metrics = metric_names(config.n, config.outer is not None)
+        self.metrics = metric_names(config.n, config.outer is not None or config.nested)
         self._bands = {M.banded(b[0], b[1]): 1 for b in config.bounds}
 
     # -- plan
@@ -209,8 +221,10 @@ class MultiJoinWorker:
         if plan is None:
             return self.config.orders
         try:
-            return outer_last(parse_join_plan(plan, self.config.n, operator=f"multi_join {self.config.name!r}"),
-                              self.config.outer)
+            parsed = parse_join_plan(plan, self.config.n, operator=f"multi_join {self.config.name!r}")
+            if self.config.nested:
+                return nested_orders(parsed, self.config.hows)
+            return outer_last(parsed, self.config.outer)
         except ValueError as exc:
             raise ValueError(f"{exc} (micro-batch {micro_batch_id()})") from None
 
@@ -227,6 +241,8 @@ class MultiJoinWorker:
         config = self.config
         kernel = load("_mjoin").MultiJoinState(config.n, [list(b) for b in config.bounds])
         pending = PayloadSide(config.pending_schema()) if config.outer is not None else None
+        if config.nested:
+            pending = NestedLeft(config)
         return kernel, [PayloadSide(config.payload_schema(i)) for i in range(config.n)], pending
 
     def _restore(self, state):
@@ -241,6 +257,8 @@ class MultiJoinWorker:
         pending = None
         if config.outer is not None:
             pending = PayloadSide.from_bytes(config.pending_schema(), blobs[1 + config.n])
+        if config.nested:
+            pending = NestedLeft(config, PayloadSide.from_bytes(entry_schema(config), blobs[1 + config.n]).table)
         return kernel, sides, pending
 
     def _save(self, state, kernel, sides, pending, wm_ms: int) -> int:
@@ -253,17 +271,26 @@ class MultiJoinWorker:
         if sum(kernel.rows(i) for i in range(n)) == 0 and not waiting:
             state.remove()
             return 0
+        nested = isinstance(pending, NestedLeft)
         for i in range(n):
             old = kernel.canonical_ids(i)
-            if waiting and i != self.config.outer:
+            if waiting and nested:
+                pending.renumber(i, old, sides[i].table.num_rows)
+            elif waiting and i != self.config.outer:
                 _renumber(pending, i, old, sides[i].table.num_rows)
             sides[i].keep(old)
         blobs = (_state_bytes.pack(kernel.serialize()),) + tuple(
             s.to_bytes(*((self.config.shards, self.config.columns()) if i == 0 else ())) for i, s in enumerate(sides))
-        if pending is not None:
+        if nested:
+            blobs += (PayloadSide(pending.schema, pending.table).to_bytes(),)
+        elif pending is not None:
             blobs += (pending.to_bytes(),)
         state.update(blobs)
-        due = [] if not waiting else [int(pc.min(pending.table.column(DEADLINE)).as_py()) * 1000]
+        if nested:
+            first = pending.min_deadline_us()
+            due = [] if first is None else [first]
+        else:
+            due = [] if not waiting else [int(pc.min(pending.table.column(DEADLINE)).as_py()) * 1000]
         timeout = timeout_at(wm_ms, [kernel.min_end(i) for i in range(n)] + due)
         if timeout is not None:
             state.setTimeoutTimestamp(timeout)
@@ -466,6 +493,8 @@ class MultiJoinWorker:
         until their deadline, when they are output null-padded (:meth:`_padded`); the steps then run whole.
         """
         config = self.config
+        if config.nested:
+            return self._process_nested(kernel, sides, inputs, wm_ms, orders, counters, ratio, pending)
         parts = []
         for i in range(config.n):
             pdf = inputs[i]
@@ -528,6 +557,92 @@ class MultiJoinWorker:
         if wm_ms is not None:  # every row still to come is later than the watermark (later ones are late)
             counters[M.EVICTED_ROWS] += sum(len(kernel.evict(i, wm_ms * 1000)) for i in range(config.n))
         return parts
+
+    def _process_nested(self, kernel, sides, inputs, wm_ms: int | None, orders, counters: dict, ratio: float,
+                        nested: NestedLeft) -> list:
+        """:meth:`_process` with a left input before the last (:mod:`.nested`): each input's rows probe step by
+        step in the nested order; the partial matches before the step probing a later left input L that it does not
+        extend wait for L (:meth:`.NestedLeft.wait_prefixes`), those a row of a left input completes stop waiting;
+        the rows are stored with their end (:func:`.nested.retention`) and meet the entries with a null waiting for
+        their input; after every input of the batch the entries the watermark decides are padded or dropped.
+        """
+        config = self.config
+        n, hows = config.n, config.hows
+        parts = []
+        for i in range(n):
+            pdf = inputs[i]
+            if pdf is None or len(pdf) == 0:
+                continue
+            if i == 0 and hows[1] == "left":   # a first row that never matches: (row, null, ...) as in Spark's chain
+                table, micros, shed = self._lonely(pdf, i, wm_ms is not None, ratio)
+                counters[SHED] += shed
+                counters[M.per_input(SHED, i)] += shed
+                if table is not None and len(micros):
+                    if config.kept:
+                        table = table.append_column(KEPT, pa.array(np.full(len(micros), 1.0 - ratio)))
+                    ids = np.full((len(micros), n), -1, dtype=np.int64)
+                    ids[:, 0] = sides[0].append(table)
+                    times = np.zeros_like(ids)
+                    times[:, 0] = micros
+                    nested.settle(nested.from_rows(sides, ids, times, np.zeros(len(micros), dtype=np.int64), 1,
+                                                   keynull=np.ones(len(micros), dtype=bool)), sides, kernel)
+            table, keys, micros, malformed = self._input(pdf, i, wm_ms is not None)
+            counters[M.INPUT_ROWS] += len(pdf)
+            counters[M.per_input(M.INPUT_ROWS, i)] += len(pdf)
+            counters[M.MALFORMED_ROWS] += malformed
+            counters[M.per_input(M.MALFORMED_ROWS, i)] += malformed
+            drop = shed_mask(table, micros, i, 0, ratio)
+            if drop.any():
+                keep = ~drop
+                table, keys, micros = table.filter(pa.array(keep)), keys[keep], micros[keep]
+                counters[SHED] += int(drop.sum())
+                counters[M.per_input(SHED, i)] += int(drop.sum())
+            if not len(keys):
+                continue
+            if config.kept:
+                table = table.append_column(KEPT, pa.array(np.full(len(keys), 1.0 - ratio)))
+            ids = sides[i].append(table)
+            order = list(orders[i])
+            pid = np.zeros((len(keys), n), dtype=np.int64)
+            t = pid.copy()
+            pid[:, i], t[:, i] = ids, micros
+            key, bound, decided = keys, {i}, i == 0 or hows[i] != "left"
+            for k, j in enumerate(order):
+                before = (key, pid, t)
+                counters[M.probed(i, j)] += len(key)
+                key, pid, t = kernel.probe_step(i, order, k, key, pid, t)
+                bound.add(j)
+                if config.hashed and len(key):
+                    ok = self._verified_mask(sides, pid, sorted(bound))
+                    key, pid, t = key[ok], pid[ok], t[ok]
+                counters[M.matched(i, j)] += len(key)
+                if hows[j] == "left" and j > i and len(before[0]):   # the prefixes over 0 .. j-1 it decides
+                    cols = list(range(j))
+                    unmatched = ~np.isin(_row_keys(before[1], cols), _row_keys(pid, cols))
+                    nested.wait_prefixes(sides, j, before[1][unmatched], before[2][unmatched], before[0][unmatched])
+                if not decided and bound.issuperset(range(i)):   # rows of left input i match these prefixes
+                    nested.matched_prefixes(i, pid)
+                    decided = True
+            if len(key):
+                parts.append(self._rows(sides, pid))
+            kernel.store(i, keys, micros, ids, None, micros + config.retain[i])
+            nested.arrive(kernel, sides, i, keys, micros, ids)
+        nested.due(sides, kernel, wm_ms)   # after every input of the batch: a match in it comes first
+        padded = nested.output(counters)
+        if padded is not None:
+            parts.append(padded)
+        if wm_ms is not None:
+            counters[M.EVICTED_ROWS] += sum(len(kernel.evict(i, wm_ms * 1000)) for i in range(n))
+        return parts
+
+    def _verified_mask(self, sides, matches: np.ndarray, inputs) -> np.ndarray:
+        """Per partial match, whether its key values are equal in ``inputs`` (hashed keys)."""
+        config = self.config
+        first = sides[inputs[0]].take(matches[:, inputs[0]]).column(config.key_pos[inputs[0]])
+        ok = np.ones(len(matches), dtype=bool)
+        for i in inputs[1:]:
+            ok &= _same_key(first, sides[i].take(matches[:, i]).column(config.key_pos[i]))
+        return ok
 
     def _report(self, parts, counters: dict, kernel, pending=None) -> pd.DataFrame:
         out = None

@@ -483,6 +483,41 @@ class MultiJoinWorker:
         keep = ~shed_mask(table, micros, i, 0, ratio)
         return table.filter(pa.array(keep)), micros[keep], int((~keep).sum())
 
+    def _admit_lonely(self, sides, pdf: pd.DataFrame, i: int, streaming: bool, ratio: float, counters: dict):
+        """The first input's rows that can never match (:meth:`_lonely`), shed rows counted, stored in its side:
+        ``(row ids, micros)``, or None when there is none.
+        """
+        table, micros, shed = self._lonely(pdf, i, streaming, ratio)
+        counters[SHED] += shed
+        counters[M.per_input(SHED, i)] += shed
+        if table is None or not len(micros):
+            return None
+        if self.config.kept:
+            table = table.append_column(KEPT, pa.array(np.full(len(micros), 1.0 - ratio)))
+        return sides[0].append(table), micros
+
+    def _admit(self, sides, pdf: pd.DataFrame, i: int, streaming: bool, ratio: float, counters: dict):
+        """Input ``i``'s rows of this batch counted (input, malformed), shed (``ratio``) and stored in its side:
+        ``(keys, micros, row ids)``, or None when no row is left.
+        """
+        config = self.config
+        table, keys, micros, malformed = self._input(pdf, i, streaming)
+        counters[M.INPUT_ROWS] += len(pdf)
+        counters[M.per_input(M.INPUT_ROWS, i)] += len(pdf)
+        counters[M.MALFORMED_ROWS] += malformed
+        counters[M.per_input(M.MALFORMED_ROWS, i)] += malformed
+        drop = shed_mask(table, micros, i, 0, ratio)
+        if drop.any():
+            keep = ~drop
+            table, keys, micros = table.filter(pa.array(keep)), keys[keep], micros[keep]
+            counters[SHED] += int(drop.sum())
+            counters[M.per_input(SHED, i)] += int(drop.sum())
+        if not len(keys):
+            return None
+        if config.kept:   # after the shedding hash, which must not see it
+            table = table.append_column(KEPT, pa.array(np.full(len(keys), 1.0 - ratio)))
+        return keys, micros, sides[i].append(table)
+
     def _process(self, kernel, sides, inputs, wm_ms: int | None, orders, counters: dict, ratio: float = 0.0,
                  schedule: Schedule = WHOLE_BATCHES, pending=None) -> list:
         """Feed the inputs (in input order) through the kernel, shedding the share ``ratio`` of every input
@@ -501,33 +536,18 @@ class MultiJoinWorker:
             if pdf is None or len(pdf) == 0:
                 continue
             if config.outer is not None and config.n == 2 and i == 0:   # a null key never matches, is output
-                table, micros, shed = self._lonely(pdf, i, wm_ms is not None, ratio)
-                counters[SHED] += shed
-                counters[M.per_input(SHED, i)] += shed
-                if table is not None and len(micros):
-                    if config.kept:
-                        table = table.append_column(KEPT, pa.array(np.full(len(micros), 1.0 - ratio)))
+                lonely = self._admit_lonely(sides, pdf, i, wm_ms is not None, ratio, counters)
+                if lonely is not None:
+                    row_ids, micros = lonely
                     ids = np.zeros((len(micros), config.n), dtype=np.int64)
-                    ids[:, 0] = sides[0].append(table)
+                    ids[:, 0] = row_ids
                     times = np.zeros_like(ids)
                     times[:, 0] = micros
                     self._wait(sides, pending, ids, times, ids[:0])
-            table, keys, micros, malformed = self._input(pdf, i, wm_ms is not None)
-            counters[M.INPUT_ROWS] += len(pdf)
-            counters[M.per_input(M.INPUT_ROWS, i)] += len(pdf)
-            counters[M.MALFORMED_ROWS] += malformed
-            counters[M.per_input(M.MALFORMED_ROWS, i)] += malformed
-            drop = shed_mask(table, micros, i, 0, ratio)
-            if drop.any():
-                keep = ~drop
-                table, keys, micros = table.filter(pa.array(keep)), keys[keep], micros[keep]
-                counters[SHED] += int(drop.sum())
-                counters[M.per_input(SHED, i)] += int(drop.sum())
-            if not len(keys):
+            admitted = self._admit(sides, pdf, i, wm_ms is not None, ratio, counters)
+            if admitted is None:
                 continue
-            if config.kept:   # after the shedding hash, which must not see it
-                table = table.append_column(KEPT, pa.array(np.full(len(keys), 1.0 - ratio)))
-            ids = sides[i].append(table)
+            keys, micros, ids = admitted
             if config.outer is not None and i != config.outer:
                 prefix_ids, prefix_t, matches = self._probe_prefix(kernel, sides, i, orders[i], keys, micros, ids,
                                                                    counters)
@@ -574,34 +594,19 @@ class MultiJoinWorker:
             if pdf is None or len(pdf) == 0:
                 continue
             if i == 0 and hows[1] == "left":   # a first row that never matches: (row, null, ...) as in Spark's chain
-                table, micros, shed = self._lonely(pdf, i, wm_ms is not None, ratio)
-                counters[SHED] += shed
-                counters[M.per_input(SHED, i)] += shed
-                if table is not None and len(micros):
-                    if config.kept:
-                        table = table.append_column(KEPT, pa.array(np.full(len(micros), 1.0 - ratio)))
+                lonely = self._admit_lonely(sides, pdf, i, wm_ms is not None, ratio, counters)
+                if lonely is not None:
+                    row_ids, micros = lonely
                     ids = np.full((len(micros), n), -1, dtype=np.int64)
-                    ids[:, 0] = sides[0].append(table)
+                    ids[:, 0] = row_ids
                     times = np.zeros_like(ids)
                     times[:, 0] = micros
                     nested.settle(nested.from_rows(sides, ids, times, np.zeros(len(micros), dtype=np.int64), 1,
                                                    keynull=np.ones(len(micros), dtype=bool)), sides, kernel)
-            table, keys, micros, malformed = self._input(pdf, i, wm_ms is not None)
-            counters[M.INPUT_ROWS] += len(pdf)
-            counters[M.per_input(M.INPUT_ROWS, i)] += len(pdf)
-            counters[M.MALFORMED_ROWS] += malformed
-            counters[M.per_input(M.MALFORMED_ROWS, i)] += malformed
-            drop = shed_mask(table, micros, i, 0, ratio)
-            if drop.any():
-                keep = ~drop
-                table, keys, micros = table.filter(pa.array(keep)), keys[keep], micros[keep]
-                counters[SHED] += int(drop.sum())
-                counters[M.per_input(SHED, i)] += int(drop.sum())
-            if not len(keys):
+            admitted = self._admit(sides, pdf, i, wm_ms is not None, ratio, counters)
+            if admitted is None:
                 continue
-            if config.kept:
-                table = table.append_column(KEPT, pa.array(np.full(len(keys), 1.0 - ratio)))
-            ids = sides[i].append(table)
+            keys, micros, ids = admitted
             order = list(orders[i])
             pid = np.zeros((len(keys), n), dtype=np.int64)
             t = pid.copy()

@@ -11,10 +11,9 @@ import shutil
 import numpy as np
 import pytest
 from helpers import join_data as jd
-from helpers.outer_join_reference import chain_join
 from pyspark.sql import functions as F
 from test_multi_join import _batch_dfs, _cols, _rows, _table
-from test_multi_join_outer import _run, _sources, _sql_bounds, _write_stream
+from test_multi_join_outer import _ours, _reference, _run, _sources, _spark_chain, _write_stream
 
 import pyspark_cq as cq
 from pyspark_cq.operators.multi_join.nested import nested_orders, retention
@@ -23,44 +22,6 @@ from pyspark_cq.operators.multi_join.nested import nested_orders, retention
 TO_FIRST = {3: [(0, 1, -5, 10), (0, 2, 0, 15)], 4: [(0, 1, -5, 10), (0, 2, 0, 15), (0, 3, -3, 8)]}
 #: each input bound to the one before: impressions ⟕ clicks ⟕ purchases, a purchase within 15 s of the click
 CHAINED = {3: [(0, 1, -5, 10), (1, 2, 0, 15)], 4: [(0, 1, -5, 10), (1, 2, 0, 15), (1, 3, -3, 8)]}
-
-
-def _reference(tables, hows, bounds, *, streaming=False):
-    """chain_join of these rows (in a stream rows without a time are malformed, dropped)."""
-    inputs = []
-    for i, t in enumerate(tables):
-        rows = []
-        for r in t.to_pylist():
-            ts = r[f"t{i}"]
-            if streaming and ts is None:
-                continue
-            rows.append({"k": r[f"k{i}"], "t": None if ts is None else round(ts.timestamp() * 1e6),
-                         "row": tuple(v.replace(tzinfo=None) if hasattr(v, "tzinfo") else v for v in r.values())})
-        inputs.append(rows)
-    us = [(i, j, lo * 1_000_000, up * 1_000_000) for i, j, lo, up in bounds]
-    return chain_join(inputs, list(hows), us, widths=[3] * len(tables))
-
-
-def _spark_chain(dfs, hows, bounds):
-    """Spark's chain: join j has type ``hows[j-1]`` on ``k0 = k<j>`` and the bounds to earlier inputs."""
-    out = dfs[0]
-    for j in range(1, len(dfs)):
-        conds = [f"k0 = k{j}"] + [f"t{b} BETWEEN t{a} + INTERVAL {lo} SECONDS AND t{a} + INTERVAL {up} SECONDS"
-                                  for a, b, lo, up in bounds if max(a, b) == j]
-        out = out.join(dfs[j], F.expr(" AND ".join(conds)), hows[j - 1])
-        if out.isStreaming:  # one event-time column per stream: t0 keeps its watermark
-            out = out.select(*[F.col(c).alias(c, metadata={}) if c.startswith("t") and c != "t0" else F.col(c)
-                               for c in out.columns])
-    return out
-
-
-def _ours(dfs, hows, bounds, **kw):
-    n = len(dfs)
-    return cq.multi_join(dfs, [f"k{i}" for i in range(n)], [f"t{i}" for i in range(n)], _sql_bounds(bounds),
-                         how=list(hows), **kw)
-
-
-# --- pure parts ---------------------------------------------------------------------------------------
 
 
 def test_nested_orders_bind_every_left_inputs_prefix_before_it():

@@ -32,7 +32,12 @@ def _sql_bounds(bounds):
     return [(i, j, f"{lo} seconds", f"{up} seconds") for i, j, lo, up in bounds]
 
 
-def _reference(tables, n, bounds, *, streaming=False):
+def _last_left(n):
+    """``how`` of a chain of ``n`` inputs whose last input is left outer."""
+    return ["inner"] * (n - 2) + ["left"]
+
+
+def _reference(tables, hows, bounds, *, streaming=False):
     """chain_join of these rows: in a stream rows without a time are malformed (dropped)."""
     inputs = []
     for i, t in enumerate(tables):
@@ -45,27 +50,26 @@ def _reference(tables, n, bounds, *, streaming=False):
                          "row": tuple(v.replace(tzinfo=None) if hasattr(v, "tzinfo") else v for v in r.values())})
         inputs.append(rows)
     us = [(i, j, lo * 1_000_000, up * 1_000_000) for i, j, lo, up in bounds]
-    return chain_join(inputs, ["inner"] * (n - 2) + ["left"], us, widths=[3] * n)
+    return chain_join(inputs, list(hows), us, widths=[3] * len(tables))
 
 
-def _spark_chain(dfs, n, bounds):
-    """Spark's chain: inner joins, the last one left outer (``k0 = k<j>`` and the bounds as SQL)."""
-    from pyspark.sql import functions as F
-
+def _spark_chain(dfs, hows, bounds):
+    """Spark's chain: join j has type ``hows[j-1]`` on ``k0 = k<j>`` and the bounds to earlier inputs (as SQL)."""
     out = dfs[0]
-    for j in range(1, n):
+    for j in range(1, len(dfs)):
         conds = [f"k0 = k{j}"] + [f"t{b} BETWEEN t{a} + INTERVAL {lo} SECONDS AND t{a} + INTERVAL {up} SECONDS"
                                   for a, b, lo, up in bounds if max(a, b) == j]
-        out = out.join(dfs[j], F.expr(" AND ".join(conds)), "left" if j == n - 1 else "inner")
+        out = out.join(dfs[j], F.expr(" AND ".join(conds)), hows[j - 1])
         if out.isStreaming:  # one event-time column per stream: t0 keeps its watermark
             out = out.select(*[F.col(c).alias(c, metadata={}) if c.startswith("t") and c != "t0" else F.col(c)
                                for c in out.columns])
     return out
 
 
-def _ours(dfs, n, bounds, **kw):
+def _ours(dfs, hows, bounds, **kw):
+    n = len(dfs)
     return cq.multi_join(dfs, [f"k{i}" for i in range(n)], [f"t{i}" for i in range(n)], _sql_bounds(bounds),
-                         how=["inner"] * (n - 2) + ["left"], **kw)
+                         how=list(hows), **kw)
 
 
 # --- pure parts ---------------------------------------------------------------------------------------
@@ -125,10 +129,10 @@ def test_batch_equals_spark_chain_with_a_left_input(spark, tmp_dir, n):
         tables[0] = pa.concat_tables([tables[0], tables[0].slice(0, 1).set_column(
             1, "t0", pa.nulls(1, pa.timestamp("us", tz="UTC")))])
     dfs = _batch_dfs(spark, tmp_dir, tables)
-    want = _rows(_spark_chain(dfs, n, BOUNDS[n]).select(*_cols(n)))
-    assert want == _reference(tables, n, BOUNDS[n])
+    want = _rows(_spark_chain(dfs, _last_left(n), BOUNDS[n]).select(*_cols(n)))
+    assert want == _reference(tables, _last_left(n), BOUNDS[n])
     assert any(r[-2] is None for r in want) and any(r[-2] is not None for r in want)
-    ours = _ours(dfs, n, BOUNDS[n])
+    ours = _ours(dfs, _last_left(n), BOUNDS[n])
     assert ours.columns == _cols(n)
     assert _rows(ours) == want
 
@@ -138,9 +142,9 @@ def test_batch_left_input_bound_to_a_later_prefix_input_equals_the_reference(spa
     rng = np.random.default_rng(7)
     tables = [_table(rng, i, 40, jd.BASE_US) for i in range(3)]
     dfs = _batch_dfs(spark, tmp_dir, tables)
-    want = _reference(tables, 3, CHAINED)
-    assert _rows(_spark_chain(dfs, 3, CHAINED).select(*_cols(3))) == want   # batch Spark runs any chain
-    assert _rows(_ours(dfs, 3, CHAINED)) == want
+    want = _reference(tables, _last_left(3), CHAINED)
+    assert _rows(_spark_chain(dfs, _last_left(3), CHAINED).select(*_cols(3))) == want   # batch Spark runs any chain
+    assert _rows(_ours(dfs, _last_left(3), CHAINED)) == want
 
 
 @pytest.mark.spark
@@ -211,12 +215,12 @@ def test_stream_equals_spark_chain_with_late_rows(spark, tmp_dir, n):
     root = str(tmp_dir / "in")
     tables = _write_stream(root, n, seed=50 + n)
     name = f"mjo{n}"
-    q = _run(_ours(_sources(spark, root, n), n, BOUNDS[n], name=name), f"ours_{name}", str(tmp_dir / "ck_o"))
-    _run(_spark_chain(_sources(spark, root, n), n, BOUNDS[n]).select(*_cols(n)), f"spark_{name}",
+    q = _run(_ours(_sources(spark, root, n), _last_left(n), BOUNDS[n], name=name), f"ours_{name}", str(tmp_dir / "ck_o"))
+    _run(_spark_chain(_sources(spark, root, n), _last_left(n), BOUNDS[n]).select(*_cols(n)), f"spark_{name}",
          str(tmp_dir / "ck_s"))
     got = _rows(spark.table(f"ours_{name}"))
     assert got == _rows(spark.table(f"spark_{name}"))
-    assert got == _reference(tables, n, BOUNDS[n], streaming=True)
+    assert got == _reference(tables, _last_left(n), BOUNDS[n], streaming=True)
     padded = [r for r in got if r[-2] is None]
     assert padded and len(padded) < len(got)
     reports = [r for r in (cq.read_metrics(p, name) for p in q.recentProgress) if r]
@@ -233,8 +237,8 @@ def test_stream_two_inputs_equal_spark_left_outer_join_batch_by_batch(spark, tmp
     n = 2
     root = str(tmp_dir / "in")
     _write_stream(root, n, seed=61, flush=False)
-    _run(_ours(_sources(spark, root, n), n, BOUNDS[n], name="mjo2b"), "ours_mjo2b", str(tmp_dir / "ck_o"))
-    _run(_spark_chain(_sources(spark, root, n), n, BOUNDS[n]).select(*_cols(n)), "spark_mjo2b",
+    _run(_ours(_sources(spark, root, n), _last_left(n), BOUNDS[n], name="mjo2b"), "ours_mjo2b", str(tmp_dir / "ck_o"))
+    _run(_spark_chain(_sources(spark, root, n), _last_left(n), BOUNDS[n]).select(*_cols(n)), "spark_mjo2b",
          str(tmp_dir / "ck_s"))
     got = _rows(spark.table("ours_mjo2b"))
     assert got == _rows(spark.table("spark_mjo2b"))
@@ -259,7 +263,7 @@ def test_stream_restart_from_checkpoint_keeps_the_unmatched_tuples(spark, tmp_di
         for f in files:
             for i in range(n):
                 shutil.copy2(os.path.join(root, f"in{i}", f), os.path.join(live, f"in{i}", f))
-        out = _ours(_sources(spark, live, n), n, CHAINED, name="mjor")
+        out = _ours(_sources(spark, live, n), _last_left(n), CHAINED, name="mjor")
         q = (out.writeStream.format("parquet").option("path", str(tmp_dir / "out")).trigger(availableNow=True)
              .option("checkpointLocation", ck).start())
         q.awaitTermination()
@@ -267,6 +271,6 @@ def test_stream_restart_from_checkpoint_keeps_the_unmatched_tuples(spark, tmp_di
         if step == 0:   # tuples still waiting for a match when the query stops
             assert reports[-1]["unmatched_rows"] > 0
     got = _rows(spark.read.parquet(str(tmp_dir / "out")).select(*_cols(n)))
-    assert got == _reference(tables, n, CHAINED, streaming=True)
+    assert got == _reference(tables, _last_left(n), CHAINED, streaming=True)
     assert any(r[-2] is None for r in got)
     assert sum(r["padded_rows"] for r in reports) == sum(1 for r in got if r[-2] is None)

@@ -97,28 +97,32 @@ def test_batch_equals_reference(spark):
     assert got == want and len(got) > 20
 
 
-@pytest.mark.spark
-def test_streaming_with_late_rows_and_restart_equals_reference(spark, tmp_path):
-    """Four data micro-batches (40 s of event time each), late rows in the fourth, a restart after the third, two
-    flush batches of key 99 that move the watermark past every data instant; windows of 30 s and 20 s."""
-    rnd = random.Random(7)
+def _late_batches(rnd, n):
+    """Per input (A with ``v``, B with ``w``): four data micro-batches of 40 s of event time, ``n`` rows each, the
+    fourth with 5 more rows at 0–20 s (late: the watermark is past 100 s by then, so the join drops them), then two
+    flush batches of key 99 that move the watermark past every data instant."""
     batches = {"A": [], "B": []}
     for side, extra in (("A", "v"), ("B", "w")):
         for i in range(4):
-            batches[side].append(_side(rnd, extra, 40 * i, 40 * i + 40, 25))
-        late = _side(rnd, extra, 0, 20, 5)   # the watermark is past 100 s by then: dropped by the join
-        batches[side][3] += late
+            batches[side].append(_side(rnd, extra, 40 * i, 40 * i + 40, n))
+        batches[side][3] += _side(rnd, extra, 0, 20, 5)
         batches[side] += [_side(rnd, extra, 400, 401, 2, keys=[99]), _side(rnd, extra, 800, 801, 2, keys=[99])]
+    return batches
+
+
+def _on_time(batches, side):
+    """The data rows of ``side`` that are not late: the first batch's, and the others' at or after 40 s."""
+    return [r for b in batches[side][:4] for r in b if r["ts"] >= BASE + timedelta(seconds=40)
+            or b is batches[side][0]]
+
+
+def _run_restarting(spark, tmp_path, text, batches, restart_after):
+    """``text`` over ``batches`` (one file per input and micro-batch) into a parquet sink, stopped after batch
+    ``restart_after`` and restarted from its checkpoint for the rest: (rows after the first run, all rows, the
+    second run's query)."""
     root = tmp_path / "in"
     for side in batches:
         os.makedirs(root / side)
-
-    def write(i):
-        for side in batches:
-            write_in_order(pa.Table.from_pylist(batches[side][i]), root / side / f"b{i}.parquet", i)
-
-    text = ("RSTREAM(SELECT A.k, COUNT(*) AS n, AVG(B.w) AS w FROM A [RANGE 30 SECONDS SLIDE 10 SECONDS], "
-            "B [RANGE 20 SECONDS SLIDE 10 SECONDS] WHERE A.k = B.k AND A.v < B.w + 5 GROUP BY A.k)")
 
     def run():
         def read(side, extra):
@@ -131,19 +135,27 @@ def test_streaming_with_late_rows_and_restart_equals_reference(spark, tmp_path):
         q.awaitTermination()
         return q
 
-    for i in range(3):
-        write(i)
-    run()
-    first = spark.read.parquet(str(tmp_path / "out")).collect()
-    for i in range(3, 6):
-        write(i)
+    first = None
+    for i in range(len(batches["A"])):
+        for side in batches:
+            write_in_order(pa.Table.from_pylist(batches[side][i]), root / side / f"b{i}.parquet", i)
+        if i == restart_after:
+            run()
+            first = spark.read.parquet(str(tmp_path / "out")).collect()
     q = run()
-    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    return first, spark.read.parquet(str(tmp_path / "out")).collect(), q
+
+
+@pytest.mark.spark
+def test_streaming_with_late_rows_and_restart_equals_reference(spark, tmp_path):
+    """Four data micro-batches (40 s of event time each), late rows in the fourth, a restart after the third, two
+    flush batches of key 99 that move the watermark past every data instant; windows of 30 s and 20 s."""
+    batches = _late_batches(random.Random(7), 25)
+    text = ("RSTREAM(SELECT A.k, COUNT(*) AS n, AVG(B.w) AS w FROM A [RANGE 30 SECONDS SLIDE 10 SECONDS], "
+            "B [RANGE 20 SECONDS SLIDE 10 SECONDS] WHERE A.k = B.k AND A.v < B.w + 5 GROUP BY A.k)")
+    first, rows, q = _run_restarting(spark, tmp_path, text, batches, restart_after=2)
     got = _ours(rows, keep=lambda k: k != 99)
-    on_time_a = [r for b in batches["A"][:4] for r in b if r["ts"] >= BASE + timedelta(seconds=40)
-                 or b is batches["A"][0]]
-    on_time_b = [r for b in batches["B"][:4] for r in b if r["ts"] >= BASE + timedelta(seconds=40)
-                 or b is batches["B"][0]]
+    on_time_a, on_time_b = _on_time(batches, "A"), _on_time(batches, "B")
     want = _reference(on_time_a, on_time_b, 30, 20, 10, where=lambda lrow, rrow: lrow["v"] < rrow["w"] + 5)
     assert got == want and len(got) > 30
     assert len(rows) == len({(r["k"], r["cq_at"]) for r in rows})   # each (group, instant) once across the restart
@@ -188,41 +200,12 @@ def test_batch_istream_dstream_equal_the_change_stream_of_the_reference(spark, s
 def test_streaming_istream_with_late_rows_and_restart_equals_reference(spark, tmp_path, stream):
     """ISTREAM / DSTREAM over four data micro-batches with late rows, a restart after the second, two flush
     batches."""
-    rnd = random.Random(13)
-    batches = {"A": [], "B": []}
-    for side, extra in (("A", "v"), ("B", "w")):
-        for i in range(4):
-            batches[side].append(_side(rnd, extra, 40 * i, 40 * i + 40, 20))
-        batches[side][3] += _side(rnd, extra, 0, 20, 5)   # late: the watermark is past 100 s
-        batches[side] += [_side(rnd, extra, 400, 401, 2, keys=[99]), _side(rnd, extra, 800, 801, 2, keys=[99])]
-    root = tmp_path / "in"
-    for side in batches:
-        os.makedirs(root / side)
+    batches = _late_batches(random.Random(13), 20)
     text = (f"{stream}(SELECT A.k, COUNT(*) AS n, AVG(B.w) AS w FROM A [RANGE 30 SECONDS SLIDE 10 SECONDS], "
             "B [RANGE 20 SECONDS SLIDE 10 SECONDS] WHERE A.k = B.k GROUP BY A.k)")
-
-    def run():
-        def read(side, extra):
-            return (spark.readStream.schema(f"ts timestamp, k long, {extra} long").option("maxFilesPerTrigger", 1)
-                    .parquet(str(root / side)).withWatermark("ts", "10 seconds"))
-        q = (cq.cql(spark, text, {"A": read("A", "v"), "B": read("B", "w")}).writeStream.format("parquet")
-             .option("path", str(tmp_path / "out")).outputMode("append")
-             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
-        q.awaitTermination()
-        return q
-
-    for i in range(6):
-        for side in batches:
-            write_in_order(pa.Table.from_pylist(batches[side][i]), root / side / f"b{i}.parquet", i)
-        if i in (1, 5):
-            q = run()
-    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    _, rows, q = _run_restarting(spark, tmp_path, text, batches, restart_after=1)
     got = _ours(rows, keep=lambda k: k != 99)
-
-    def on_time(side):
-        return [r for b in batches[side][:4] for r in b if r["ts"] >= BASE + timedelta(seconds=40)
-                or b is batches[side][0]]
-    want = _changes(_reference(on_time("A"), on_time("B"), 30, 20, 10), 10 * 10**6, stream)
+    want = _changes(_reference(_on_time(batches, "A"), _on_time(batches, "B"), 30, 20, 10), 10 * 10**6, stream)
     assert got == want and len(got) > 10
     assert len([r for r in rows if r["k"] != 99]) == len(got)   # each change once across the restart
     assert sum(op.numRowsDroppedByWatermark for p in q.recentProgress for op in p.stateOperators) >= 1
@@ -247,40 +230,11 @@ def test_streaming_join_subquery_windowed_equals_reference(spark, tmp_path):
     four micro-batches, late rows, a restart after the second, two flush batches of key 99."""
     from helpers.join_aggregate_reference import windowed_join_count_reference
 
-    rnd = random.Random(11)
-    batches = {"A": [], "B": []}
-    for side, extra in (("A", "v"), ("B", "w")):
-        for i in range(4):
-            batches[side].append(_side(rnd, extra, 40 * i, 40 * i + 40, 20))
-        batches[side][3] += _side(rnd, extra, 0, 20, 5)   # late: the watermark is past 100 s
-        batches[side] += [_side(rnd, extra, 400, 401, 2, keys=[99]), _side(rnd, extra, 800, 801, 2, keys=[99])]
-    root = tmp_path / "in"
-    for side in batches:
-        os.makedirs(root / side)
-
-    def run():
-        def read(side, extra):
-            return (spark.readStream.schema(f"ts timestamp, k long, {extra} long").option("maxFilesPerTrigger", 1)
-                    .parquet(str(root / side)).withWatermark("ts", "10 seconds"))
-        out = cq.cql(spark, SUBQUERY, {"A": read("A", "v"), "B": read("B", "w")})
-        q = (out.writeStream.format("parquet").option("path", str(tmp_path / "out")).outputMode("append")
-             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
-        q.awaitTermination()
-        return q
-
-    for i in range(6):
-        for side in batches:
-            write_in_order(pa.Table.from_pylist(batches[side][i]), root / side / f"b{i}.parquet", i)
-        if i in (2, 5):
-            q = run()
-    rows = spark.read.parquet(str(tmp_path / "out")).collect()
+    batches = _late_batches(random.Random(11), 20)
+    _, rows, q = _run_restarting(spark, tmp_path, SUBQUERY, batches, restart_after=2)
     got = {(r["k"], _us(r["cq_at"])): r["n"] for r in rows if r["k"] != 99}
-
-    def on_time(side):
-        return [r for b in batches[side][:4] for r in b if r["ts"] >= BASE + timedelta(seconds=40)
-                or b is batches[side][0]]
-    left = [dict(r, t=_us(r["ts"])) for r in on_time("A")]
-    right = [dict(r, t=_us(r["ts"])) for r in on_time("B")]
+    left = [dict(r, t=_us(r["ts"])) for r in _on_time(batches, "A")]
+    right = [dict(r, t=_us(r["ts"])) for r in _on_time(batches, "B")]
     want = windowed_join_count_reference(left, right, "k", 30 * 10**6, 20 * 10**6, 60 * 10**6, 20 * 10**6)
     assert got == want and len(got) > 10
     assert len(rows) == len({(r["k"], r["cq_at"]) for r in rows})

@@ -88,6 +88,20 @@ def test_expiry_keys():
 
 # -- plain-Python oracle ------------------------------------------------------------------------------------------
 
+
+def _probe(stored, side, key, t, rid, pairs) -> bool:
+    """The references' probe: row ``(key, t, rid)`` of ``side`` against the other side's stored rows ``[key, t, id,
+    end, matched]`` (the band LOWER..UPPER); its pairs appended to ``pairs``, the rows it meets marked matched.
+    Whether it met one."""
+    matched = False
+    for other in stored[1 - side]:
+        lt, rt = (t, other[1]) if side == LEFT else (other[1], t)
+        if key is not None and other[0] == key and lt + LOWER <= rt <= lt + UPPER:
+            other[4] = matched = True
+            pairs.append((rid, other[2]) if side == LEFT else (other[2], rid))
+    return matched
+
+
 def reference(batches, eviction=None):
     """Plain-Python band join over ``batches`` (per batch: ``[(key, t_us, id), ...]`` per side and the watermark
     in ms): per batch, left rows then right rows probe the other side's stored rows (equal non-null key,
@@ -102,12 +116,7 @@ def reference(batches, eviction=None):
         pairs = []
         for side in (LEFT, RIGHT):
             for key, t, rid in rows[side]:
-                matched = False
-                for other in stored[1 - side]:
-                    lt, rt = (t, other[1]) if side == LEFT else (other[1], t)
-                    if key is not None and other[0] == key and lt + LOWER <= rt <= lt + UPPER:
-                        other[4] = matched = True
-                        pairs.append((rid, other[2]) if side == LEFT else (other[2], rid))
+                matched = _probe(stored, side, key, t, rid, pairs)
                 end = int(evict_at_ms(np.array([t]), LOWER, UPPER, side)[0])
                 if eviction is not None and eviction.delay[side] is not None:
                     end = min(end, -(-(t + eviction.delay[side]) // 1000))
@@ -299,12 +308,7 @@ def arrival_reference(batches, constraints, k_rows=None):
         pairs, violations = [], 0
         for side in (LEFT, RIGHT):
             for key, t, rid in rows[side]:
-                matched = False
-                for other in stored[1 - side]:
-                    lt, rt = (t, other[1]) if side == LEFT else (other[1], t)
-                    if key is not None and other[0] == key and lt + LOWER <= rt <= lt + UPPER:
-                        other[4] = matched = True
-                        pairs.append((rid, other[2]) if side == LEFT else (other[2], rid))
+                matched = _probe(stored, side, key, t, rid, pairs)
                 natural = int(evict_at_ms(np.array([t]), LOWER, UPPER, side)[0])
                 end = natural
                 if eviction.delay[side] is not None:

@@ -80,21 +80,18 @@ def write_input(root: str, orders: int, batches: int, pieces: float, spread: int
         for a in np.unique(at):
             m = at == a
             files[int(a)][1].append((fid[m], ft[m]))
-    for b, sides in enumerate(files):
-        for side, parts in zip("lr", sides):
-            k = np.concatenate([p[0] for p in parts]) if parts else np.empty(0, np.int64)
-            ts = np.concatenate([p[1] for p in parts]) if parts else np.empty(0, np.int64)
-            table = pa.table({"k": pa.array(k, pa.int64()), "ts": pa.array(ts, pa.int64()).cast(
-                pa.timestamp("us", tz="UTC")), f"{side}v": pa.array(rng.integers(0, 1 << 40, len(k)), pa.int64())})
-            os.makedirs(os.path.join(root, side), exist_ok=True)
-            path = os.path.join(root, side, f"b{b:04d}.parquet")
-            pq.write_table(table, path)
-            os.utime(path, (1_000_000 + b * 10,) * 2)   # file order = batch order
+    def joined(parts):
+        if not parts:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+    _write_files(root, [tuple(joined(parts) for parts in sides) for sides in files], rng)
 
 
-def _write_files(root: str, files) -> None:
-    """Per batch ``((left keys, left µs), (right keys, right µs))``: one parquet file per side and batch."""
-    rng = np.random.default_rng(1)
+def _write_files(root: str, files, rng=None) -> None:
+    """Per batch ``((left keys, left µs), (right keys, right µs))``: one parquet file per side and batch, with a
+    random payload column from ``rng`` (default: seeded 1)."""
+    rng = np.random.default_rng(1) if rng is None else rng
     for b, sides in enumerate(files):
         for side, (k, ts) in zip("lr", sides):
             table = pa.table({"k": pa.array(k, pa.int64()), "ts": pa.array(ts, pa.int64()).cast(

@@ -147,6 +147,7 @@ def _run_restarting(spark, tmp_path, text, batches, restart_after):
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_streaming_with_late_rows_and_restart_equals_reference(spark, tmp_path):
     """Four data micro-batches (40 s of event time each), late rows in the fourth, a restart after the third, two
     flush batches of key 99 that move the watermark past every data instant; windows of 30 s and 20 s."""
@@ -196,6 +197,7 @@ def test_batch_istream_dstream_equal_the_change_stream_of_the_reference(spark, s
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 @pytest.mark.parametrize("stream", ["ISTREAM", "DSTREAM"])
 def test_streaming_istream_with_late_rows_and_restart_equals_reference(spark, tmp_path, stream):
     """ISTREAM / DSTREAM over four data micro-batches with late rows, a restart after the second, two flush
@@ -225,6 +227,7 @@ def test_explain_shows_the_subquery_join():
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_streaming_join_subquery_windowed_equals_reference(spark, tmp_path):
     """The inner join's stream (cq_at: the later timestamp) windowed by the outer aggregate, one Spark query:
     four micro-batches, late rows, a restart after the second, two flush batches of key 99."""

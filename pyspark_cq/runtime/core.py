@@ -218,6 +218,8 @@ class _Registration:
     built: object = None
     query: object = None
     pool: str | None = None
+    group: object = None        # a QueryGroup (register_group): its members are the policies' queries
+    trigger: Mapping | None = None
 
 
 def _policies(specs, options: Mapping) -> tuple[list[Policy], list[str]]:
@@ -338,6 +340,9 @@ class CQRuntime:
             regs = list(self._queries.values())
         infos = {}
         for reg in regs:
+            if reg.group is not None:
+                infos.update(self._member_infos(reg))
+                continue
             control = {op: dict(entries[op].params) for op in reg.operators if op in entries}
             infos[reg.name] = self._store.query_info(reg.name, plan=reg.plan, qos=reg.qos, control=control)
         return Snapshot(time.time(), infos, self.memory_budget, self.cpu_budget)
@@ -580,7 +585,72 @@ class CQRuntime:
 
     # -- running ---------------------------------------------------------------------------------
 
+    def register_group(self, group, *, trigger: Mapping | None = None) -> None:
+        """Register a :class:`~pyspark_cq.QueryGroup`: the policies see each of its queries (docs/groups.md,
+        "The runtime").
+
+        Every query of the group is a query of the snapshot (:meth:`statistics`) with the group's query-level
+        statistics (one Spark query: rate, batch duration, event time) and its own counters
+        (``group.query_metrics``) as operator ``"<name>_agg"``. Shared state is counted once: a slice class's
+        table is reported on one of its queries (its ``state_rows`` / ``state_bytes``), the others report 0.
+        The group's windows are not decision variables: a member has no control-table entry, so a decision
+        naming one is refused (recorded in the decisions log) and no member's table shrinks under another.
+
+        Parameters
+        ----------
+        group : pyspark_cq.QueryGroup
+            The group, started or not (the runtime starts it with ``trigger`` when it starts).
+        trigger : mapping, optional
+            ``QueryGroup.start``'s trigger when the runtime starts the group.
+        """
+        from ..group import QueryGroup
+
+        if not isinstance(group, QueryGroup):
+            raise TypeError(f"group must be a pyspark_cq.QueryGroup, got {type(group).__name__}")
+        if trigger is not None and not isinstance(trigger, Mapping):
+            raise TypeError(f"trigger must be None or a mapping of DataStreamWriter.trigger arguments, got {trigger!r}")
+        with self._lock:
+            taken = set(self._queries) | {n for r in self._queries.values() if r.group is not None
+                                          for n in r.group.queries}
+            clash = sorted(({group.name} | set(group.queries)) & taken)
+            if clash:
+                raise ValueError(f"group {group.name!r}: names already registered: {clash}")
+            reg = _Registration(group.name, None, None, {}, {}, group=group, trigger=trigger)
+            reg.built = reg.query = group._query
+            self._queries[group.name] = reg
+        self._store.register(group.name)
+        if self.running and reg.query is None:
+            self._start_query(reg)
+
+    def _member_infos(self, reg: _Registration) -> dict:
+        """The snapshot's :class:`QueryInfo` of each query of the group ``reg`` (see :meth:`register_group`)."""
+        from dataclasses import replace as _replace
+
+        from ..policies.snapshot import OperatorStats
+        from ..vocabulary import metrics as M
+
+        base = self._store.query_info(reg.name)
+        out = {}
+        for name in reg.group.queries:
+            last = reg.group.query_metrics(name, "last") if reg.query is not None else None
+            last = last or {}
+            op = f"{name}_agg"
+            totals = {k: int(v) for k, v in (reg.group.query_metrics(name, "total") or {}).items()
+                      if not M.is_state_size(k)} if reg.query is not None else {}
+            stats = OperatorStats(op, base.batches, int(last.get(M.INPUT_ROWS, 0)), int(last.get(M.OUTPUT_ROWS, 0)),
+                                  state_rows=float(last.get(M.STATE_ROWS, math.nan)),
+                                  state_bytes=float(last.get(M.STATE_BYTES, math.nan)),
+                                  evicted_rows=int(last.get(M.EVICTED_ROWS, 0)),
+                                  late_rows=int(last.get(M.LATE_ROWS, 0)),
+                                  late_rows_total=int(totals.get(M.LATE_ROWS, 0)), report=dict(last), totals=totals)
+            out[name] = _replace(base, name=name, operators={op: stats}, control={},
+                                 state_rows=stats.state_rows, state_bytes=stats.state_bytes)
+        return out
+
     def _start_query(self, reg: _Registration) -> None:
+        if reg.group is not None:
+            reg.query = reg.group._query or reg.group.start(trigger=reg.trigger)
+            return
         built = reg.built
         if hasattr(built, "awaitTermination"):  # already a StreamingQuery
             if built.name != reg.name:

@@ -128,6 +128,21 @@ py::array_t<int64_t> evict(MultiJoinState& st, int input, int64_t threshold) {
   return to_numpy(std::move(out));
 }
 
+py::tuple live_rows(const MultiJoinState& st, int input) {
+  std::vector<int64_t> k, t, id;
+  {
+    py::gil_scoped_release release;
+    st.live_rows(input, &k, &t, &id);
+  }
+  return py::make_tuple(to_numpy(std::move(k)), to_numpy(std::move(t)), to_numpy(std::move(id)));
+}
+
+int64_t remove_ids(MultiJoinState& st, int input, py::handle ids) {
+  const I64 a = cq::bind::as_array<int64_t>(ids, "ids");
+  py::gil_scoped_release release;
+  return st.remove_ids(input, a.shape(0), a.data());
+}
+
 py::array_t<int64_t> canonical_ids(MultiJoinState& st, int input) {
   std::vector<int64_t> out;
   {
@@ -185,6 +200,11 @@ PYBIND11_MODULE(_mjoin, m) {
       .def("closure", &MultiJoinState::closure,
            "D[i][j]: the largest times[j] - times[i] the bounds allow (their shortest-path closure), inf where\n"
            "unbounded; a negative D[i][i] means the bounds contradict each other.")
+      .def("live_rows", &live_rows, py::arg("input"),
+           "The live rows of `input` as (keys, times, payload ids), int64 arrays in no particular order.")
+      .def("remove_ids", &remove_ids, py::arg("input"), py::arg("ids"),
+           "Remove the live rows of `input` with these payload ids (others ignored); returns how many went.\n"
+           "For stream constraints (pyspark_cq.constraints): rows that can join nothing more while they hold.")
       .def("canonical_ids", &canonical_ids, py::arg("input"),
            "Renumber `input`'s payload ids to 0..rows-1 in serialization order; returns the old ids in that\n"
            "order (compact the payload table with take(old)).")

@@ -127,6 +127,7 @@ class KeyIndex {
 // One input's rows: slots with a free list, per-key chains, an expiry heap.
 struct Side {
   std::vector<int64_t> key, time, id, end, stage, prev, next;
+  std::vector<uint8_t> alive;  // 0 once removed: its heap entries are stale (remove_ids leaves them there)
   std::vector<int64_t> free_slots;
   KeyIndex index;
   using HeapItem = std::pair<int64_t, int64_t>;  // (expiry key, slot)
@@ -139,11 +140,11 @@ struct Side {
     if (!free_slots.empty()) {
       s = free_slots.back();
       free_slots.pop_back();
-      key[s] = k, time[s] = t, id[s] = pid, end[s] = e, stage[s] = st;
+      key[s] = k, time[s] = t, id[s] = pid, end[s] = e, stage[s] = st, alive[s] = 1;
     } else {
       s = static_cast<int64_t>(key.size());
       key.push_back(k), time.push_back(t), id.push_back(pid), end.push_back(e), stage.push_back(st);
-      prev.push_back(-1), next.push_back(-1);
+      prev.push_back(-1), next.push_back(-1), alive.push_back(1);
     }
     KeyIndex::Entry& c = index.get_or_insert(k);
     prev[s] = c.tail;
@@ -160,7 +161,17 @@ struct Side {
     if (next[s] >= 0) prev[next[s]] = prev[s]; else c->tail = prev[s];
     if (c->head < 0) index.erase(c);
     free_slots.push_back(s);
+    alive[s] = 0;
     --live;
+  }
+
+  // Whether a heap entry still stands for its row: a row removed by remove_ids (its slot perhaps reused)
+  // or moved to a later stage leaves an entry that no longer matches the slot.
+  bool current(const HeapItem& h) const { return alive[h.second] && end[h.second] == h.first; }
+
+  // Pop stale entries off the top, so that the top is the smallest live expiry key.
+  void purge() {
+    while (!heap.empty() && !current(heap.top())) heap.pop();
   }
 
   int64_t chain_head(int64_t k) const {
@@ -319,8 +330,10 @@ class MultiJoinState {
     Side& s = sides_[input];
     std::vector<int64_t> out;
     while (!s.heap.empty() && s.heap.top().first <= threshold) {
-      const int64_t slot = s.heap.top().second;
+      const Side::HeapItem top = s.heap.top();
       s.heap.pop();
+      if (!s.current(top)) continue;  // removed by remove_ids
+      const int64_t slot = top.second;
       const int64_t st = s.stage[slot];
       const std::vector<int64_t>& stages = stage_reach_[input];
       if (st >= 0 && st + 1 < static_cast<int64_t>(stages.size()) && !lacks_partner(input, slot, stages[st])) {
@@ -332,7 +345,39 @@ class MultiJoinState {
       out.push_back(s.id[slot]);
       s.remove(slot);
     }
+    s.purge();
     return out;
+  }
+
+  // The live rows of `input` (keys, times, payload ids), in no particular order: what a caller needs to
+  // decide which rows its stream constraints make useless (pyspark_cq.constraints, STREAM §5.2).
+  void live_rows(int input, std::vector<int64_t>* keys, std::vector<int64_t>* times,
+                 std::vector<int64_t>* ids) const {
+    input_index(input);
+    const Side& s = sides_[input];
+    keys->reserve(s.live), times->reserve(s.live), ids->reserve(s.live);
+    s.index.for_each([&](const KeyIndex::Entry& en) {
+      for (int64_t x = en.head; x >= 0; x = s.next[x])
+        keys->push_back(s.key[x]), times->push_back(s.time[x]), ids->push_back(s.id[x]);
+    });
+  }
+
+  // Remove the live rows of `input` whose payload id is among the n `ids` (ids that no live row has are
+  // ignored); returns how many went. Their heap entries become stale and are skipped by evict.
+  int64_t remove_ids(int input, int64_t n, const int64_t* ids) {
+    input_index(input);
+    Side& s = sides_[input];
+    if (n == 0 || s.live == 0) return 0;
+    std::vector<int64_t> want(ids, ids + n);
+    std::sort(want.begin(), want.end());
+    std::vector<int64_t> slots;
+    s.index.for_each([&](const KeyIndex::Entry& en) {
+      for (int64_t x = en.head; x >= 0; x = s.next[x])
+        if (std::binary_search(want.begin(), want.end(), s.id[x])) slots.push_back(x);
+    });
+    for (int64_t x : slots) s.remove(x);
+    s.purge();
+    return static_cast<int64_t>(slots.size());
   }
 
   // Smallest expiry key of `input`, or false when empty.

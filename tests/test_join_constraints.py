@@ -205,9 +205,14 @@ def _frame(config, side: int, rows) -> pd.DataFrame:
     return transport_frame(config, side, keys, times, np.zeros(n, bool), values)
 
 
-def _drive(config, batches):
-    """Per batch (sorted (left id, right id) pairs, unmatched ids per side, counters) from the worker."""
+def _drive(config, batches, switches=None):
+    """Per batch (sorted (left id, right id) pairs, unmatched ids per side, counters) from the worker; ``switches``
+    (``{"constraint_<name>": bool}``) as a control entry's params would set them."""
     worker, value, out = JoinWorker(config), None, []
+    if switches is not None:
+        entry = type("Entry", (), {"params": {"params": switches}})()
+        eviction = worker._eviction
+        worker._eviction = lambda _entry: eviction(entry)
     for rows, wm in batches:
         frames = [_frame(config, s, rows[s]) for s in (LEFT, RIGHT) if rows[s]]
         state = _state(value, wm)
@@ -285,6 +290,26 @@ def test_control_entry_turns_a_constraint_off():
     worker = JoinWorker(config)
     assert worker._eviction(None).drop_matched == (True, False)
     assert worker._eviction(Entry()) is None
+
+
+def test_a_switched_off_constraint_still_counts_its_violations():
+    """A policy watches adherence before it turns a constraint on: switched off, a constraint drops nothing (the
+    plain join's state) and counts the violations it counts when on."""
+    batches = _streams("unique_right", duplicates=4)
+    declared = dataclasses.replace(_config("inner", "full"), constraints=(C.unique("right", "k"),))
+    off = _drive(declared, batches, {"constraint_unique_right": False})
+    on = _drive(declared, batches)
+    plain = _drive(_config("inner", "full"), batches)
+    assert [c[M.STATE_ROWS] for _, _, c in off] == [c[M.STATE_ROWS] for _, _, c in plain]
+    assert [c[M.CONSTRAINT_VIOLATIONS] for _, _, c in off] == [c[M.CONSTRAINT_VIOLATIONS] for _, _, c in on]
+    assert sum(c[M.CONSTRAINT_VIOLATIONS] for _, _, c in off) == 4 * (len(batches) - 1)
+    arrival, _ = arrival_streams("orders", 1, violate=3)
+    clustered = dataclasses.replace(_config("inner", "full"), constraints=(C.clustered("right", 0),))
+    off = _drive(clustered, arrival, {"constraint_clustered_right": False})
+    plain = _drive(_config("inner", "full"), arrival)
+    assert [c[M.STATE_ROWS] for _, _, c in off] == [c[M.STATE_ROWS] for _, _, c in plain]
+    assert [p for p, _, _ in off] == [p for p, _, _ in plain]          # nothing missed while off
+    assert sum(c[M.CONSTRAINT_VIOLATIONS] for _, _, c in off) >= 3       # the 3 repeated keys at least
 
 
 # -- clustered / ordered arrival ----------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ Column names of the transport layout (the tagged union of both inputs) all start
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 import warnings
 from dataclasses import dataclass
@@ -291,14 +292,15 @@ class JoinWorker:
             ends = evict_at_ms(micros, config.lower if lower is None else lower,
                                config.upper if upper is None else upper, side, guard=entry is not None)
             if arrivals and store:
-                violations[0] += self._arrive(arrivals, side, table, micros, ends, eviction)
+                violations[0] += self._arrive(arrivals, side, table, micros, ends)
             if eviction is not None:
                 ends = _constraints.delay_ends(ends, micros, eviction.delay[side])
             if log is not None and store:
                 log.store(side, table, micros, ends, lower, upper)
-        if store and eviction is not None and eviction.unique[side] and violations is not None:
+        if store and wm_ms is not None and violations is not None and self._declared_unique[side]:
             # A unique input stores one row per key: each stored row that adds no new key (null keys aside,
-            # they are kept apart) repeats a key the state holds -- the violations the state can show.
+            # they are kept apart) repeats a key the state holds -- the violations the state can show. Counted
+            # while the constraint is switched off too, so that a policy can watch adherence before turning it on.
             before = kernel.rows(side) - kernel.keys(side)
             pairs = self._kernel_insert(kernel, sides, side, table, micros, null_time, lower, upper, ends, store)
             nulls = np.zeros(len(micros), dtype=bool) if null_time is None else null_time.astype(bool).copy()
@@ -323,9 +325,10 @@ class JoinWorker:
                                          upper=upper, ends=ends)
         return (ids[idx], other) if side == LEFT else (other, ids[idx])
 
-    def _arrive(self, arrivals, side: int, table: pa.Table, micros, ends, eviction) -> int:
+    def _arrive(self, arrivals, side: int, table: pa.Table, micros, ends) -> int:
         """Count one side's stored rows of the batch in its ``clustered`` / ``ordered`` trackers, in arrival order
-        (event time, then key; rows with a null key are not counted); returns the violations of the enabled ones.
+        (event time, then key; rows with a null key are not counted); returns the violations, of switched-off
+        constraints too (a policy watches adherence before it turns one on).
         ``ends`` (the rows' expiry keys by their band) is how long a key's cluster record stays.
         """
         trackers = arrivals.on(_constraints.SIDES[side])
@@ -341,7 +344,6 @@ class JoinWorker:
             keys, micros, ends = [k.filter(mask) for k in keys], micros[valid], ends[valid]
         order = pa.array(_constraints.arrival_order(micros, keys))
         keys = [k.take(order) for k in keys]
-        enabled = () if eviction is None else eviction.arrival[side]
         count = 0
         for kind, tracker in trackers:
             if kind == "clustered":
@@ -349,7 +351,7 @@ class JoinWorker:
                 found = tracker.advance(_constraints.key_bytes(offsets, data), np.asarray(ends)[order.to_numpy()])
             else:
                 found = tracker.advance(pa.table({f"k{i}": k for i, k in enumerate(keys)}))
-            count += found if kind in enabled else 0
+            count += found
         return count
 
     def _arrivals(self, sides) -> _constraints.Arrivals | None:
@@ -400,6 +402,11 @@ class JoinWorker:
             if drop.any():
                 _, ends = kernel.row_flags(y)
                 kernel.set_ends(y, np.where(drop, _constraints.DROP_NOW, ends))
+
+    @functools.cached_property
+    def _declared_unique(self) -> tuple[bool, bool]:
+        """Which inputs the declared constraints make unique on the key, whatever the control table switches."""
+        return _constraints.join_eviction(self.config.constraints).unique
 
     def _eviction(self, entry) -> _constraints.JoinEviction | None:
         """The state the declared constraints let this batch drop (STREAM §5.2), with the control entry's

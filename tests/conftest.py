@@ -1,7 +1,6 @@
 """Shared fixtures: one SparkSession for the whole run (it takes ~15 s to start)."""
 from __future__ import annotations
 
-import fcntl
 import os
 import sys
 import tempfile
@@ -73,38 +72,3 @@ def connect_server(tmp_path_factory):
 def tmp_dir(tmp_path):
     """A per-test directory for streaming input, checkpoints and sinks."""
     return tmp_path
-
-
-
-#: Test modules marked ``alone`` assert what the machine's load can change (a periodic query's deadlines): under
-#: pytest-xdist (``-n 2 --dist loadfile`` in pyproject.toml) they take this run's lock exclusively, every other
-#: module shares it.
-ALONE = "alone"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _alone_under_xdist(request):
-    """Run a module marked ``alone`` (its module fixtures too) while the other xdist worker runs nothing; a no-op
-    without xdist.
-
-    Two locks, so that a worker waiting to run alone is not starved by the other worker's next modules: a
-    turnstile every module passes before it takes the main lock (shared, or exclusive for ``alone``), and which
-    an ``alone`` module holds until it has the main lock.
-    """
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if not run:
-        yield
-        return
-    base = os.path.join(tempfile.gettempdir(), f"pyspark-cq-tests-{run}")
-    alone = request.node.get_closest_marker(ALONE) is not None
-    with open(base + ".turnstile", "a") as turnstile, open(base + ".lock", "a") as lock:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        if not alone:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
-        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        if alone:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -41,7 +41,7 @@ def _run_through_connect(server, node_ids, tmp_path):
     env.pop("SPARK_REMOTE", None)
     # cwd tests/: `python -m` puts the working directory on sys.path; the source tree's root there would
     # shadow the installed package and its compiled modules.
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA", "-n", "0",
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rA",
                            f"--basetemp={tmp_path / 'inner'}", *node_ids], cwd=TESTS, env=env,
                           capture_output=True, text=True, timeout=1500)
     passed = {line[len("PASSED "):].strip() for line in proc.stdout.splitlines() if line.startswith("PASSED ")}

@@ -27,9 +27,6 @@ from pyspark_cq_plugins.rtstream_fixed_sampling import FixedSampling
 import pyspark_cq as cq
 from pyspark_cq import plan as P
 
-# the deadlines depend on the machine's load: under pytest-xdist no other test runs beside this module
-pytestmark = pytest.mark.alone
-
 PERIOD, DEADLINE = 3.0, 2.5
 SECONDS_PER_ROW = 1e-3
 SMALL, LARGE = 100, 3000

@@ -631,12 +631,12 @@ class CQRuntime:
 
         base = self._store.query_info(reg.name)
         out = {}
+        started = reg.query is not None   # before its start a group has no metrics to read
         for name in reg.group.queries:
-            last = reg.group.query_metrics(name, "last") if reg.query is not None else None
-            last = last or {}
+            last = (reg.group.query_metrics(name, "last") if started else None) or {}
+            total = (reg.group.query_metrics(name, "total") if started else None) or {}
+            totals = {k: int(v) for k, v in total.items() if not M.is_state_size(k)}
             op = f"{name}_agg"
-            totals = {k: int(v) for k, v in (reg.group.query_metrics(name, "total") or {}).items()
-                      if not M.is_state_size(k)} if reg.query is not None else {}
             stats = OperatorStats(op, base.batches, int(last.get(M.INPUT_ROWS, 0)), int(last.get(M.OUTPUT_ROWS, 0)),
                                   state_rows=float(last.get(M.STATE_ROWS, math.nan)),
                                   state_bytes=float(last.get(M.STATE_BYTES, math.nan)),

@@ -30,7 +30,8 @@ import pyarrow.compute as pc
 from ._duration import parse_duration
 
 __all__ = ["SIDES", "KINDS", "Constraint", "unique", "many_to_one", "clustered", "ordered", "check_constraints",
-           "JoinEviction", "join_eviction", "delay_ends", "drop_matched_ends", "control_enabled", "ARRIVAL_KINDS",
+           "JoinEviction", "join_eviction", "delay_due_ms", "delay_ends", "drop_matched_ends", "control_enabled",
+           "MultiEviction", "multi_eviction", "multi_drop", "ARRIVAL_KINDS",
            "arrival_order", "key_bytes", "Clusters", "KeyOrder", "Arrivals"]
 
 #: The two inputs of a join, as a constraint names them.
@@ -49,21 +50,22 @@ class Constraint:
     """One declared constraint; build it with :func:`unique`, :func:`many_to_one`, :func:`clustered` or
     :func:`ordered` (they check the arguments).
 
-    ``side`` is the constrained input (for ``many_to_one``: the child), ``other`` the parent of ``many_to_one``,
+    ``side`` is the constrained input (for ``many_to_one``: the child; ``"left"`` / ``"right"`` of a two-input
+    join, an input index of :func:`pyspark_cq.multi_join`), ``other`` the parent of ``many_to_one``,
     ``cols`` the unique columns, ``k`` the adherence tolerance (rows), ``delay`` the delay bound (µs).
     """
 
     kind: str
-    side: str
+    side: str | int
     cols: tuple[str, ...] = ()
-    other: str | None = None
+    other: str | int | None = None
     k: int = 0
     delay: int = 0
 
     @property
     def name(self) -> str:
         """The constraint's name in a control-table entry's ``params`` (``constraint_<name>``), e.g.
-        ``unique_right`` or ``many_to_one_right``.
+        ``unique_right`` or ``many_to_one_right`` (``unique_2`` for input 2 of a ``multi_join``).
         """
         return f"{self.kind}_{self.side}"
 
@@ -75,10 +77,13 @@ class Constraint:
         return f"{self.kind}({self.side!r}, k={self.k})"
 
 
-def _side(value, name: str) -> str:
-    if not isinstance(value, str) or value not in SIDES:
-        raise ValueError(f"{name} must be 'left' or 'right' (the join input it constrains), got {value!r}")
-    return value
+def _side(value, name: str) -> str | int:
+    if isinstance(value, str) and value in SIDES:
+        return value
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_)) and value >= 0:
+        return int(value)
+    raise ValueError(f"{name} must be 'left' or 'right' (the join input it constrains) or, for multi_join, an input "
+                     f"index >= 0, got {value!r}")
 
 
 def _cols(value, name: str) -> tuple[str, ...]:
@@ -105,8 +110,8 @@ def unique(side: str, cols) -> Constraint:
 
     Parameters
     ----------
-    side : {"left", "right"}
-        The input whose rows are unique.
+    side : {"left", "right"} or int
+        The input whose rows are unique (an input index for :func:`pyspark_cq.multi_join`).
     cols : str or list of str
         The unique column(s) of that input; they must be among its join-key columns.
     """
@@ -123,9 +128,9 @@ def many_to_one(child: str, parent: str, delay="0 seconds") -> Constraint:
 
     Parameters
     ----------
-    child : {"left", "right"}
+    child : {"left", "right"} or int
         The referencing input (e.g. fulfilments).
-    parent : {"left", "right"}
+    parent : {"left", "right"} or int
         The referenced input (e.g. orders); not ``child``.
     delay : str, int or timedelta
         The delay bound (a duration, as ``lower`` / ``upper`` of :func:`pyspark_cq.interval_join`), >= 0.
@@ -149,7 +154,7 @@ def clustered(side: str, k: int = 0) -> Constraint:
 
     Parameters
     ----------
-    side : {"left", "right"}
+    side : {"left", "right"} or int
         The clustered input.
     k : int
         The adherence parameter (>= 0).
@@ -166,7 +171,7 @@ def ordered(side: str, k: int = 0) -> Constraint:
 
     Parameters
     ----------
-    side : {"left", "right"}
+    side : {"left", "right"} or int
         The ordered input.
     k : int
         The adherence parameter (>= 0).
@@ -177,7 +182,8 @@ def ordered(side: str, k: int = 0) -> Constraint:
 def check_constraints(constraints, keys: Mapping[str, Sequence[str]], function: str,
                       arrival: bool = False) -> tuple[Constraint, ...]:
     """``constraints`` (None or a list of :class:`Constraint`) checked against a join with join-key columns
-    ``keys`` (``{"left": [...], "right": [...]}``); ``function`` names the operator in errors.
+    ``keys`` (``{"left": [...], "right": [...]}``, or by input index for ``multi_join``: ``{0: [...], ...}``);
+    ``function`` names the operator in errors.
 
     Refuses what the operator cannot exploit (``clustered``, ``ordered`` unless ``arrival``) rather than ignoring
     it.
@@ -192,6 +198,10 @@ def check_constraints(constraints, keys: Mapping[str, Sequence[str]], function: 
         if not isinstance(c, Constraint):
             raise TypeError(f"constraints[{i}] must be a constraint built by pyspark_cq.constraints (unique, "
                             f"many_to_one, clustered, ordered), got {c!r}")
+        for role, input_ in (("side" if c.kind != "many_to_one" else "child", c.side), ("parent", c.other)):
+            if input_ is not None and input_ not in keys:
+                raise ValueError(f"constraints[{i}]: {c!r} names {role} {input_!r}, which is not an input of "
+                                 f"{function} (its inputs: {', '.join(repr(k) for k in keys)})")
         if c.kind in ARRIVAL_KINDS and not arrival:
             raise ValueError(f"constraints[{i}]: {function} does not exploit {c.kind}() constraints yet (only "
                              f"unique and many_to_one); remove it")
@@ -258,14 +268,94 @@ def join_eviction(constraints: Sequence[Constraint], enabled: Mapping[str, bool]
     return JoinEviction(tuple(drop), tuple(delay), tuple(uniq), tuple(arrival))
 
 
+@dataclass(frozen=True)
+class MultiEviction:
+    """What an ``n``-input equi-join (:func:`pyspark_cq.multi_join`, inner) may drop under its enabled
+    constraints, per input (docs/constraints.md).
+
+    ``unique[i]``: input i's key is unique (declared ``unique``, or a many-to-one parent): the set U.
+    ``drop_held[y]``: every other input is in U, so a row of y goes once every other input holds a row of its key
+    (rule 1). ``delay[y]``: per many-to-one constraint with child y, ``(parent, delay µs)``: a row of y goes once
+    the watermark passes its time + delay and the parent holds no row of its key (rule 2).
+    """
+
+    unique: tuple[bool, ...]
+    drop_held: tuple[bool, ...]
+    delay: tuple[tuple[tuple[int, int], ...], ...]
+
+    @property
+    def active(self) -> bool:
+        """Whether the constraints let the join drop anything."""
+        return any(self.drop_held) or any(self.delay)
+
+
+def multi_eviction(constraints: Sequence[Constraint], n: int,
+                   enabled: Mapping[str, bool] | None = None) -> MultiEviction:
+    """The :class:`MultiEviction` of checked ``constraints`` on an ``n``-input join, without those ``enabled``
+    turns off (by :attr:`Constraint.name`; absent names are on).
+
+    STREAM §5.2's unique-value and many-one constraints generalised from two inputs: a row can only join rows of
+    every other input with its key; when each of them is unique on the key and has brought its one row of that
+    key, no future row of another input can complete a new result with it (with n = 2 this is
+    :func:`join_eviction`'s "a matched row goes"). A many-one child whose parent, bound to arrive within the delay,
+    did not is useless as well.
+    """
+    uniq, delay = [False] * n, [[] for _ in range(n)]
+    for c in constraints:
+        if enabled is not None and not enabled.get(c.name, True):
+            continue
+        if c.kind == "unique":
+            uniq[c.side] = True
+        elif c.kind == "many_to_one":
+            uniq[c.other] = True   # each child joins exactly one parent row: the parent's key is unique
+            delay[c.side].append((c.other, c.delay))
+    held = tuple(n > 1 and all(uniq[j] for j in range(n) if j != y) for y in range(n))
+    return MultiEviction(tuple(uniq), held, tuple(tuple(d) for d in delay))
+
+
+def _holds(keys, held) -> np.ndarray:
+    """Per key of ``keys``, whether ``held`` has it (numpy int64 arrays, or Arrow arrays compared by value)."""
+    if isinstance(keys, np.ndarray):
+        return np.isin(keys, held)
+    return pc.is_in(keys, value_set=held).fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+
+
+def multi_drop(eviction: MultiEviction, y: int, keys: Sequence, micros: np.ndarray, wm_ms: int) -> np.ndarray:
+    """Which live rows of input ``y`` the rules of :func:`multi_eviction` drop at watermark ``wm_ms``: ``keys[i]``
+    the keys of input i's live rows (int64 values, or Arrow arrays of the key values), ``micros`` the times of
+    y's. Decide every input from the same snapshot of the state (a row another input drops still has arrived).
+    """
+    n = len(keys)
+    drop = np.zeros(len(micros), dtype=bool)
+    if not len(micros):
+        return drop
+    if eviction.drop_held[y]:   # rule 1: every other input is unique and has brought its row of the key
+        drop = np.ones(len(micros), dtype=bool)
+        for j in range(n):
+            if j != y:
+                drop &= _holds(keys[y], keys[j])
+    for parent, delay_us in eviction.delay[y]:   # rule 2: past the delay bound, and the parent never came
+        due = delay_due_ms(micros, delay_us) <= wm_ms
+        if due.any():
+            drop |= due & ~_holds(keys[y], keys[parent])
+    return drop
+
+
+def delay_due_ms(micros: np.ndarray, delay_us: int) -> np.ndarray:
+    """The watermark (ms) from which a many-to-one child row at ``micros`` is past its delay bound: its time +
+    ``delay_us``, rounded up to ms (the parent, while the streams adhere, has arrived by then).
+    """
+    t = np.asarray(micros, dtype=np.int64) + int(delay_us)
+    return -(-t // 1000)
+
+
 def delay_ends(ends_ms: np.ndarray, micros: np.ndarray, delay_us: int | None) -> np.ndarray:
     """Expiry keys (the watermark in ms that evicts each row) shortened by a many-to-one delay bound: a child row
-    goes once the watermark reaches its time + ``delay_us`` (ms, rounded up), or earlier if its band says so.
+    goes once the watermark reaches :func:`delay_due_ms`, or earlier if its band says so.
     """
     if delay_us is None:
         return ends_ms
-    t = np.asarray(micros, dtype=np.int64) + int(delay_us)
-    return np.minimum(np.asarray(ends_ms, dtype=np.int64), -(-t // 1000))
+    return np.minimum(np.asarray(ends_ms, dtype=np.int64), delay_due_ms(micros, delay_us))
 
 
 def drop_matched_ends(ends_ms: np.ndarray, matched: np.ndarray) -> np.ndarray:

@@ -64,7 +64,8 @@ MAX_INPUTS = 6
 DIRECT = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.BooleanType, T.DateType, T.TimestampType)
 
 
-def multi_join(inputs, on, times, bounds, *, how=None, control=None, name=None, output_mode="append"):
+def multi_join(inputs, on, times, bounds, *, how=None, control=None, name=None, output_mode="append",
+               constraints=None):
     """Join 2 to 6 DataFrames on one equal key and time bounds, with one state per input (MJoin).
 
     A tuple of rows, one per input, joins when all its keys are equal (SQL equality: a null key never
@@ -126,6 +127,16 @@ def multi_join(inputs, on, times, bounds, *, how=None, control=None, name=None, 
         The output mode the streaming query will be written with (Spark requires the stateful stage to
         declare it). ``"update"`` is allowed where Spark 4.3 allows its own stream-stream join in update mode:
         inner joins only. The rows are the same in both modes (the result is append-only).
+    constraints : list of pyspark_cq.constraints.Constraint, optional
+        Stream constraints (STREAM §5.2, docs/constraints.md) with inputs named by index: ``unique(i, key)``,
+        ``many_to_one(child=i, parent=j, delay=...)``. A streaming join then drops the rows they make useless: a
+        row of input y once every other input is unique on the key and holds a row of its key, and a
+        many-to-one child once the watermark passes its time + delay while its parent input holds no row of its
+        key. While the inputs adhere the output is the same; a row stored on a unique input whose key it
+        already holds is counted (``constraint_violations``) and may miss matches. A control entry's
+        ``params["constraint_<name>"]`` (a bool, e.g. ``constraint_unique_2``) turns one off or on. Inner joins
+        only (no ``"left"`` in ``how``); ``clustered`` / ``ordered`` are refused (not exploited yet). Batch
+        inputs ignore them.
 
     Returns
     -------
@@ -150,7 +161,7 @@ def multi_join(inputs, on, times, bounds, *, how=None, control=None, name=None, 
     >>> [(r.user, r.amount) for r in out.collect()]
     [(1, 9.5)]
     """
-    spec = MultiJoinSpec.build(inputs, on, times, bounds, control, name, how, output_mode)
+    spec = MultiJoinSpec.build(inputs, on, times, bounds, control, name, how, output_mode, constraints)
     warn_shuffle_partitions(spec.inputs[0])
     return _execute(spec)
 
@@ -172,6 +183,7 @@ class MultiJoinSpec:
     kept_column: str | None = None        # the entry's params["kept_column"] when the query was defined
     how: tuple[str, ...] = ()             # per input after the first: "inner" or "left"
     output_mode: str = "append"           # the applyInPandasWithState's mode: the query's output mode
+    constraints: tuple = ()               # stream constraints (STREAM §5.2), checked: pyspark_cq.constraints
 
     @property
     def outer(self) -> int | None:
@@ -184,7 +196,8 @@ class MultiJoinSpec:
         return "left" in self.how[:-1]
 
     @classmethod
-    def build(cls, inputs, on, times, bounds, control, name, how=None, output_mode="append") -> MultiJoinSpec:
+    def build(cls, inputs, on, times, bounds, control, name, how=None, output_mode="append",
+              constraints=None) -> MultiJoinSpec:
         """Check the arguments (TypeError / ValueError naming the argument) and decide."""
         inputs = _check_inputs(inputs)
         n = len(inputs)
@@ -201,6 +214,7 @@ class MultiJoinSpec:
         checked = _check_bounds(bounds, n)
         how = _check_how(how, n, checked)
         output_mode = _check_output_mode(output_mode, how)
+        constraints = check_multi_constraints(constraints, keys, how)
         control = operator_handle(control, "multi_join")
         if name is None:
             name = control.operator if control is not None else "cq_multi_join"
@@ -217,7 +231,7 @@ class MultiJoinSpec:
         kept = _check_kept_column(entry, [c for _, c in out], name)
         _, shards = resolve_shards(None, MULTI_JOIN)
         return cls(inputs, keys, _key_type(inputs, keys), times, checked, out, streaming, shards, name, control,
-                   kept, how, output_mode)
+                   kept, how, output_mode, constraints)
 
     @property
     def n(self) -> int:
@@ -243,7 +257,8 @@ class MultiJoinSpec:
                                self.bounds, orders, hashed=not isinstance(self.key_type, DIRECT), name=self.name,
                                control=self.control, shards=self.shards, kept=self.kept_column is not None,
                                outer=z, outer_bounds=outer_bounds, hows=hows,
-                               retain=retention(self.n, self.bounds, hows) if self.nested else ())
+                               retain=retention(self.n, self.bounds, hows) if self.nested else (),
+                               constraints=self.constraints)
 
 
 # --- argument checks -----------------------------------------------------------------------------------
@@ -347,6 +362,26 @@ def _check_how(how, n: int, bounds=()) -> tuple[str, ...]:
     return tuple(out)
 
 
+def check_multi_constraints(constraints, keys: list[str], how: tuple[str, ...] = ()) -> tuple:
+    """``constraints=`` of :func:`multi_join` checked (:func:`pyspark_cq.constraints.check_constraints`, inputs by
+    index, ``keys`` the key column of each input) and refused where the operator cannot honour them yet.
+    """
+    from ...constraints import ARRIVAL_KINDS, check_constraints
+
+    if constraints is not None and isinstance(constraints, (list, tuple)):
+        for i, c in enumerate(constraints):
+            if getattr(c, "kind", None) in ARRIVAL_KINDS:
+                raise ValueError(f"constraints[{i}]: multi_join does not take {c.kind}() constraints yet: they need "
+                                 f"per-shard arrival positions kept with the state, which the multi_join state "
+                                 f"format does not hold; use unique() or many_to_one(), or interval_join")
+    checked = check_constraints(constraints, {i: [k] for i, k in enumerate(keys)}, "multi_join")
+    if checked and "left" in how:
+        raise ValueError(f"constraints: multi_join takes constraints on inner joins only, but how={list(how)} has "
+                         f"a left input (its waiting prefix tuples need rows the constraints would drop); drop the "
+                         f"left input from how or the constraints")
+    return checked
+
+
 def _check_output_mode(output_mode, how: tuple[str, ...]) -> str:
     """``output_mode``: the streaming query's output mode, which Spark requires the stateful stage to declare."""
     if not isinstance(output_mode, str) or output_mode.lower() not in OUTPUT_MODES:
@@ -445,7 +480,7 @@ def _execute(spec: MultiJoinSpec):
     load("_mjoin")  # fail on the driver, readably, if the build is broken
     config = spec.config()
     worker = MultiJoinWorker(config)
-    metrics = metric_names(spec.n, spec.outer is not None or spec.nested)
+    metrics = metric_names(spec.n, spec.outer is not None or spec.nested, bool(spec.constraints))
     union = _tagged(spec, config, 0)
     for i in range(1, spec.n):
         union = union.union(_tagged(spec, config, i))

@@ -21,6 +21,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ... import constraints as _constraints
 from ..._native import load
 from ..._validate import micro_batch_id
 from ...control import ControlHandle, parse_join_plan
@@ -155,6 +156,8 @@ class MultiJoinConfig:
     hows: tuple[str, ...] = ()
     #: per input, how long (µs past its time) a row is kept with nested left inputs (:func:`.nested.retention`)
     retain: tuple[int, ...] = ()
+    #: stream constraints (STREAM §5.2) with inputs by index, checked (:func:`.driver.check_multi_constraints`)
+    constraints: tuple = ()
 
     @property
     def nested(self) -> bool:
@@ -210,8 +213,54 @@ class MultiJoinWorker:
 
     def __init__(self, config: MultiJoinConfig):
         self.config = config
-        self.metrics = metric_names(config.n, config.outer is not None or config.nested)
+        self.metrics = metric_names(config.n, config.outer is not None or config.nested, bool(config.constraints))
         self._bands = {M.banded(b[0], b[1]): 1 for b in config.bounds}
+        # the inputs the declared constraints make unique on the key, whatever the control table switches: their
+        # violations are counted while a constraint is off too (a policy watches adherence before turning it on)
+        self._declared_unique = _constraints.multi_eviction(config.constraints, config.n).unique
+
+    # -- constraints (STREAM §5.2, docs/constraints.md)
+
+    def eviction(self, entry) -> _constraints.MultiEviction | None:
+        """What the declared constraints let this batch drop, with the control entry's
+        ``params["constraint_<name>"]`` switches; None without constraints or when all are off.
+        """
+        constraints = self.config.constraints
+        if not constraints:
+            return None
+        params = entry.get("params") if entry is not None else None
+        eviction = _constraints.multi_eviction(constraints, self.config.n,
+                                               _constraints.control_enabled(params or None, constraints))
+        return eviction if eviction.active else None
+
+    def _held_keys(self, kernel, sides, i: int):
+        """Input ``i``'s live rows as (keys, times, payload ids); keys as the kernel's int64 values, or (hashed
+        keys) the key values themselves, normalised as SQL equality compares them, so a hash collision never
+        counts as holding a key.
+        """
+        keys, times, ids = kernel.live_rows(i)
+        if self.config.hashed:
+            values = sides[i].take(ids).column(self.config.key_pos[i]).combine_chunks()
+            if pa.types.is_floating(values.type):   # -0.0 == 0.0 (NaN == NaN already holds for is_in)
+                values = pc.add(values, pa.scalar(0.0, values.type))
+            keys = values
+        return keys, times, ids
+
+    def _constrain(self, kernel, sides, eviction, wm_ms: int) -> int:
+        """Remove the rows the constraints make useless (:func:`pyspark_cq.constraints.multi_drop`, every input
+        decided on the same snapshot of the state); returns how many went.
+        """
+        n = self.config.n
+        live = [self._held_keys(kernel, sides, i) for i in range(n)]
+        keys = [k for k, _, _ in live]
+        gone = 0
+        for y in range(n):
+            if not (eviction.drop_held[y] or eviction.delay[y]):
+                continue
+            drop = _constraints.multi_drop(eviction, y, keys, live[y][1], wm_ms)
+            if drop.any():
+                gone += int(kernel.remove_ids(y, live[y][2][drop]))
+        return gone
 
     # -- plan
 
@@ -519,13 +568,15 @@ class MultiJoinWorker:
         return keys, micros, sides[i].append(table)
 
     def _process(self, kernel, sides, inputs, wm_ms: int | None, orders, counters: dict, ratio: float = 0.0,
-                 schedule: Schedule = WHOLE_BATCHES, pending=None) -> list:
+                 schedule: Schedule = WHOLE_BATCHES, pending=None, eviction=None) -> list:
         """Feed the inputs (in input order) through the kernel, shedding the share ``ratio`` of every input
         first (the entry's ``drop_ratio``, RTStream §4.4; a hash of input, time and payload decides, as in
         the two-way join); returns the output tables. Under a chunk ``schedule`` (the entry's ``params``)
         each input's probe steps run over chunks (:meth:`_probe_in_chunks`). With a left input the prefix
         inputs' rows probe it last, step by step, and the prefix tuples it does not match wait in ``pending``
         until their deadline, when they are output null-padded (:meth:`_padded`); the steps then run whole.
+        A streaming join with constraints counts the rows stored on a unique input whose key it already held
+        (``constraint_violations``) and, after every input, drops what ``eviction`` (:meth:`eviction`) allows.
         """
         config = self.config
         if config.nested:
@@ -556,6 +607,9 @@ class MultiJoinWorker:
                 if len(matches):
                     parts.append(self._rows(sides, matches))
                 continue
+            watch = wm_ms is not None and self._declared_unique and self._declared_unique[i]
+            if watch:   # a unique input stores one row per key: each stored row adding no key repeats one
+                repeated = kernel.rows(i) - kernel.keys(i)
             if schedule is WHOLE_BATCHES or config.outer is not None:
                 matches, probed, matched = kernel.insert_probe(i, keys, micros, ids, None, list(orders[i]))
                 for step, j in enumerate(orders[i]):
@@ -564,6 +618,10 @@ class MultiJoinWorker:
                 found = [matches]
             else:
                 found = self._probe_in_chunks(kernel, i, list(orders[i]), keys, micros, ids, schedule, counters)
+                if watch:   # it stores the rows once its matches are consumed
+                    found = list(found)
+            if watch:
+                counters[M.CONSTRAINT_VIOLATIONS] += kernel.rows(i) - kernel.keys(i) - repeated
             for matches in found:
                 matches = self._verified(sides, matches)
                 if len(matches):
@@ -574,6 +632,8 @@ class MultiJoinWorker:
             padded = self._padded(pending, wm_ms, counters)
             if padded is not None:
                 parts.append(padded)
+        if wm_ms is not None and eviction is not None:   # after every input: a match in the batch comes first
+            counters[M.EVICTED_ROWS] += self._constrain(kernel, sides, eviction, wm_ms)
         if wm_ms is not None:  # every row still to come is later than the watermark (later ones are late)
             counters[M.EVICTED_ROWS] += sum(len(kernel.evict(i, wm_ms * 1000)) for i in range(config.n))
         return parts
@@ -685,7 +745,8 @@ class MultiJoinWorker:
         inputs = [None] * self.config.n if state.hasTimedOut else split_sides(list(pdf_iter), self.config.n)
         wm_ms = state.getCurrentWatermarkMs()
         counters = self._counters()
-        parts = self._process(kernel, sides, inputs, wm_ms, orders, counters, self._ratio(entry), schedule, pending)
+        parts = self._process(kernel, sides, inputs, wm_ms, orders, counters, self._ratio(entry), schedule, pending,
+                              self.eviction(entry))
         counters[M.STATE_BYTES] = self._save(state, kernel, sides, pending, wm_ms)
         yield self._report(parts, counters, kernel, pending)
 

@@ -29,6 +29,7 @@ from pyspark.sql import types as T
 from ... import _validate
 from ..._duration import parse_duration
 from ..._native import load
+from ...constraints import control_enabled
 from ...control import ControlHandle, operator_handle, parse_join_plan
 from .._common import metrics as _metrics
 from .._common.chunks import schedule_from_params
@@ -225,8 +226,9 @@ class MultiJoinSpec:
             entry = control.entry(when="when the operator was defined")
             if entry is not None and entry.get("plan_id") is not None:
                 parse_join_plan(entry.get("plan_id"), n, operator=f"multi_join {name!r}")
-            if entry is not None:   # and a bad chunk schedule (params, docs/chain.md)
+            if entry is not None:   # and a bad chunk schedule (params, docs/chain.md) or constraint switch
                 schedule_from_params(entry.get("params"), step_names(n), where=f"multi_join {name!r}")
+                control_enabled(entry.get("params"), constraints)
         out = _output_columns(inputs, on, keys)
         kept = _check_kept_column(entry, [c for _, c in out], name)
         _, shards = resolve_shards(None, MULTI_JOIN)

@@ -86,6 +86,10 @@ def _side(value, name: str) -> str | int:
                      f"index >= 0, got {value!r}")
 
 
+def _input_name(side: str | int) -> str:
+    return f"input {side}" if isinstance(side, int) else f"the {side} input"
+
+
 def _cols(value, name: str) -> tuple[str, ...]:
     cols = (value,) if isinstance(value, str) else value
     if (not isinstance(cols, Sequence) or isinstance(cols, (bytes, bytearray)) or not cols
@@ -209,7 +213,7 @@ def check_constraints(constraints, keys: Mapping[str, Sequence[str]], function: 
             missing = [col for col in c.cols if col not in keys[c.side]]
             if missing:
                 raise ValueError(f"constraints[{i}]: unique({c.side!r}, ...) columns {missing!r} are not join-key "
-                                 f"columns of the {c.side} input {list(keys[c.side])!r}; only a unique join key "
+                                 f"columns of {_input_name(c.side)} {list(keys[c.side])!r}; only a unique join key "
                                  f"lets {function} drop state")
         if any(c.name == o.name for o in out):
             raise ValueError(f"constraints[{i}]: a second {c.kind}() constraint on the {c.side} input")

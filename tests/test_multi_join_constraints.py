@@ -45,7 +45,7 @@ ORDERS = [C.unique(0, "k"), C.many_to_one(child=1, parent=0), C.unique(2, "k")]
     ([C.unique(3, "k")], (), ValueError, ["constraints[0]", "side 3", "not an input of multi_join", "0, 1, 2"]),
     ([C.many_to_one(child=1, parent=5)], (), ValueError, ["constraints[0]", "parent 5", "not an input"]),
     ([C.unique("left", "k")], (), ValueError, ["constraints[0]", "'left'", "not an input of multi_join"]),
-    ([C.unique(1, "user")], (), ValueError, ["constraints[0]", "['user']", "not join-key columns of the 1 input",
+    ([C.unique(1, "user")], (), ValueError, ["constraints[0]", "['user']", "not join-key columns of input 1",
                                              "['k1']"]),
     ([C.clustered(1, 2)], (), ValueError, ["constraints[0]", "clustered()", "arrival positions", "state format"]),
     ([C.ordered(0)], (), ValueError, ["constraints[0]", "ordered()", "not take"]),

@@ -109,25 +109,32 @@ def test_control_entry_switches_and_checks_them():
 
 # -- the worker, driven as Spark would -------------------------------------------------------------------------
 
-def _config(constraints, n: int = 3, bounds=BOUNDS) -> MultiJoinConfig:
-    schema = T.StructType([T.StructField("k", T.LongType()), T.StructField("v", T.LongType())])
+def _config(constraints, n: int = 3, bounds=BOUNDS, hashed: bool = False) -> MultiJoinConfig:
+    """Inputs ``k`` (long; with ``hashed`` a string whose kernel key is a hash), ``v`` (long, the row's id)."""
+    key = T.StringType() if hashed else T.LongType()
+    schema = T.StructType([T.StructField("k", key), T.StructField("v", T.LongType())])
     codecs = tuple(tuple(codecs_for(schema, ["k", "v"], f"__cq_p{i}_")) for i in range(n))
     out = tuple((i, c) for i in range(n) for c in (0, 1))
-    out_schema = T.StructType([T.StructField(f"{c}{i}", T.LongType()) for i in range(n) for c in "kv"])
+    out_schema = T.StructType([T.StructField(f"{c}{i}", key if c == "k" else T.LongType())
+                               for i in range(n) for c in "kv"])
     return MultiJoinConfig(n, codecs, (0,) * n, out, _metrics.arrow_schema(out_schema), bounds,
-                           default_orders(n, bounds), hashed=False, name="mj", constraints=tuple(constraints))
+                           default_orders(n, bounds), hashed=hashed, name="mj", constraints=tuple(constraints))
 
 
 def _frame(config, i: int, rows) -> pd.DataFrame:
-    """Input ``i``'s rows ``(key, time µs, id)`` in the transport layout (other inputs' columns null)."""
+    """Input ``i``'s rows ``(key, time µs, id)`` in the transport layout (other inputs' columns null). Hashed keys
+    travel as strings, and every kernel key is 0: a hash collision between all of them."""
     m = len(rows)
     keys = np.array([r[0] for r in rows], np.int64)
     times = np.array([r[1] for r in rows], np.int64)
     ident = np.array([r[2] for r in rows], np.int64)
     cols = {SIDE: np.full(m, i, np.int8), SHARD: np.zeros(m, np.int64), TIME: pd.to_datetime(times, unit="us"),
-            MICROS: times, KEY: keys, KEY_NULL: np.zeros(m, bool)}
+            MICROS: times, KEY: np.zeros(m, np.int64) if config.hashed else keys, KEY_NULL: np.zeros(m, bool)}
     for s in range(config.n):
         for codec, values in zip(config.codecs[s], (keys, ident)):
+            if not codec.flagged:   # the string key
+                cols[codec.name] = [f"order-{v}" for v in values] if s == i else [None] * m
+                continue
             cols[codec.name] = values if s == i else np.zeros(m, np.int64)
             cols[codec.name + NULL_SUFFIX] = np.zeros(m, bool) if s == i else np.ones(m, bool)
     return pd.DataFrame(cols)
@@ -239,6 +246,16 @@ def test_worker_equals_the_enumerated_join_with_less_state(seed, constraints):
     assert sum(len(o) for o in expected) > 50
     assert all(c[M.CONSTRAINT_VIOLATIONS] == 0 for _, c in got)
     assert all(g[M.STATE_ROWS] <= p[M.STATE_ROWS] for (_, g), (_, p) in zip(got, plain))
+    assert sum(c[M.STATE_ROWS] for _, c in got) < sum(c[M.STATE_ROWS] for _, c in plain)
+
+
+def test_hashed_keys_are_compared_on_their_values():
+    """Every kernel key collides: the rules must look at the key values, as the matches do."""
+    batches = orders_stream(n_batches=6, per_batch=6, seed=8)
+    expected = reference(batches)
+    plain = _drive(_config((), hashed=True), batches)
+    got = _drive(_config(ORDERS, hashed=True), batches)
+    assert [o for o, _ in plain] == [o for o, _ in got] == expected
     assert sum(c[M.STATE_ROWS] for _, c in got) < sum(c[M.STATE_ROWS] for _, c in plain)
 
 

@@ -110,3 +110,63 @@ def test_cql_constraints_on_streams_equal_spark_join(spark, tmp_path):
     assert mine and sum(r["constraint_violations"] for r in mine) == 0
     assert sum(r["state_rows"] for r in mine) < 0.8 * sum(r["state_rows"] for r in without)
     assert os.path.isdir(root)
+
+
+# -- joins of three or more streams (multi_join) -------------------------------------------------------------------
+
+COLS3 = {"O": ["k0", "t0", "v0"], "F": ["k1", "t1", "v1"], "P": ["k2", "t2", "v2"]}
+JOIN3 = ("ISTREAM(SELECT v0, v1, v2 FROM O [RANGE 30 SECONDS], F [RANGE 30 SECONDS], P [RANGE 30 SECONDS] "
+         "WHERE O.k0 = F.k1 AND F.k1 = P.k2)")
+WITH3 = " WITH (CONSTRAINT UNIQUE O (k0), CONSTRAINT MANY_TO_ONE F REFERENCES O, CONSTRAINT UNIQUE P (k2))"
+
+
+def test_clause_on_three_streams_compiles_to_input_indices():
+    a = analyze(JOIN3 + WITH3, "q", COLS3)
+    assert a.shape == "multi_join"
+    assert a.constraints == [C.unique(0, ["k0"]), C.many_to_one(1, 0), C.unique(2, ["k2"])]
+    assert "constraint unique(0, ('k0',))" in explain(JOIN3 + WITH3, None).splitlines()
+
+
+@pytest.mark.parametrize("clause, words", [
+    (" WITH (CONSTRAINT CLUSTERED F)", "does not take CLUSTERED constraints yet"),
+    (" WITH (CONSTRAINT UNIQUE O (v0))", "'v0' is not a join-key column of O"),
+    (" WITH (CONSTRAINT MANY_TO_ONE F REFERENCES X)", "'X' is not a stream of FROM"),
+])
+def test_compile_errors_on_three_streams(clause, words):
+    with pytest.raises(CQLCompileError, match=words):
+        analyze(JOIN3 + clause, "q", COLS3)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_cql_constraints_on_three_streams_equal_the_plain_query(spark, tmp_path):
+    """tests/test_multi_join_constraints' orders / fulfilments / payments through ``cq.cql``: with the clause the
+    rows of the query without it and of the plain-Python enumeration (pairwise bands of the 30 s windows), with
+    less state and no violations."""
+    from test_multi_join_constraints import orders_stream, reference
+    from test_multi_join_constraints_spark import _reports, _run, _sources, _write
+
+    import pyspark_cq as cq
+
+    batches = orders_stream(n_batches=8, per_batch=30, seed=13)
+    root = str(tmp_path / "data")
+    _write(root, batches)
+    s = 1_000_000
+    band = (-30 * s + 1, 30 * s - 1)   # windows [t, t + 30 s) intersect
+    expected = sorted(t for o in reference(batches, bounds=[(i, j) + band for i, j in ((0, 1), (0, 2), (1, 2))])
+                      for t in o)
+
+    def query(text):
+        return cq.cql(spark, text, dict(zip("OFP", _sources(spark, root))))
+
+    q_ours, q_plain = _run((query(JOIN3 + WITH3), "cql3_ours", str(tmp_path / "ck_ours")),
+                           (query(JOIN3), "cql3_plain", str(tmp_path / "ck_plain")))
+
+    def rows(table):
+        return sorted(tuple(r) for r in spark.table(table).select("v0", "v1", "v2").collect())
+
+    assert len(expected) > 50
+    assert rows("cql3_ours") == rows("cql3_plain") == expected
+    mine, without = _reports(q_ours, "q_mjoin"), _reports(q_plain, "q_mjoin")
+    assert mine and sum(r["constraint_violations"] for r in mine) == 0
+    assert sum(r["state_rows"] for r in mine) < 0.9 * sum(r["state_rows"] for r in without)

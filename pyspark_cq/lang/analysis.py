@@ -680,39 +680,47 @@ def _qos(a: Analysis) -> tuple[dict, dict]:
 
 
 def _constraint(a: Analysis, item: A.ConstraintItem):
-    """The :mod:`pyspark_cq.constraints` constraint of one ``CONSTRAINT`` item of a two-way window join, the
-    streams mapped to the join's inputs (FROM order: left, right) and ``UNIQUE`` columns to its key names
-    (``cq_k<j>``, as the builder names them).
+    """The :mod:`pyspark_cq.constraints` constraint of one ``CONSTRAINT`` item of a window join. A two-way join:
+    the streams mapped to the join's inputs (FROM order: left, right) and ``UNIQUE`` columns to its key names
+    (``cq_k<j>``, as the builder names them). Three or more streams (``multi_join``): the streams mapped to their
+    input index, a ``UNIQUE`` column to the stream's key column as FROM names it (the builder renames it).
     """
     from .. import constraints as C
 
     what = f"CONSTRAINT {item.kind} {item.target}"
-    if a.shape != "join":
+    multi = a.shape == "multi_join"
+    if a.shape != "join" and not multi:
         raise CQLCompileError(what, "stream constraints apply to a two-way join of windowed streams (compiled to "
-                              f"window_join; docs/constraints.md); this query is {_shape_words(a.shape)}", item)
+                              "window_join) or a join of three or more (multi_join; docs/constraints.md); this "
+                              f"query is {_shape_words(a.shape)}", item)
 
-    def side(ref: str) -> str:
-        for s, name in zip(a.sources, C.SIDES):
+    def side(ref: str):
+        for i, s in enumerate(a.sources):
             if ref in (s.ref, s.name):
-                return name
+                return i if multi else C.SIDES[i]
         raise CQLCompileError(what, f"{ref!r} is not a stream of FROM", item)
 
     target = side(item.target)
+    source = a.sources[target if multi else C.SIDES.index(target)]
     if item.kind == "UNIQUE":
         cols = []
         for c in item.columns:
-            j = [j for j, k in enumerate(a.keys) for ref, col in k
-                 if ref in (a.sources[C.SIDES.index(target)].ref,) and col.name.lower() == c.lower()]
+            j = [(j, col.name) for j, k in enumerate(a.keys) for ref, col in k
+                 if ref == source.ref and col.name.lower() == c.lower()]
             if not j:
                 raise CQLCompileError(what, f"{c!r} is not a join-key column of {item.target} (an equality of the "
                                       "WHERE clause): only a unique join key lets the join drop state", item)
-            cols.append(f"cq_k{j[0]}")
-        return C.unique(target, cols)
+            cols.append(j[0][1] if multi else f"cq_k{j[0][0]}")
+        return C.unique(target, cols[:1] if multi else cols)   # multi_join: one key column per input
     if item.kind == "MANY_TO_ONE":
         parent = side(item.parent)
         if parent == target:
             raise CQLCompileError(what, "the child and the parent (REFERENCES) must be the two streams", item)
         return C.many_to_one(target, parent, timedelta(microseconds=0 if item.delay is None else item.delay.micros))
+    if multi:
+        raise CQLCompileError(what, f"a join of three or more streams (multi_join) does not take {item.kind} "
+                              "constraints yet (they need arrival positions kept with its state); use UNIQUE or "
+                              "MANY_TO_ONE", item)
     return (C.clustered if item.kind == "CLUSTERED" else C.ordered)(target, item.tolerance)
 
 

@@ -6,6 +6,7 @@ Spark's interval join followed by :func:`~pyspark_cq.sliding_aggregate` (docs/cq
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -672,8 +673,13 @@ class _Builder:
         # windows [t_i, t_i + w_i) intersect pairwise (so all together) iff t_j - t_i in (-w_j, w_i)
         bounds = [(i, j, timedelta(microseconds=-ws[j] + 1), timedelta(microseconds=ws[i] - 1))
                   for i in range(len(refs)) for j in range(i + 1, len(refs))]
-        out = multi_join(inputs, on, times, bounds, name=a.operator)
-        self.operators.append((a.operator, "multi_join", {"on": on, "windows": [_human.duration(w) for w in ws]}))
+        # a UNIQUE constraint names the stream's key column as FROM does: here it is on[i]
+        constraints = [dataclasses.replace(c, cols=(on[c.side],)) if c.kind == "unique" else c
+                       for c in a.constraints]
+        out = multi_join(inputs, on, times, bounds, name=a.operator, constraints=constraints or None)
+        self.operators.append((a.operator, "multi_join", {"on": on, "windows": [_human.duration(w) for w in ws],
+                                                          **({"constraints": [repr(c) for c in constraints]}
+                                                             if constraints else {})}))
         if a.stream == "ISTREAM":
             at = F.greatest(*[F.col(t) for t in times])
         else:

@@ -11,7 +11,7 @@ from helpers.rows_reference import rows_window_reference
 
 import pyspark_cq as cq
 from pyspark_cq import plan as P
-from pyspark_cq.lang import CQLCompileError
+from pyspark_cq.lang import CQLCompileError, compile_cql
 from pyspark_cq.lang.compiler import analyze, explain
 
 REQ_COLS = ["ts", "client_id", "domain", "url"]
@@ -372,3 +372,53 @@ def test_streaming_aggregate_and_join_equal_spark_streaming(spark, tmp_path):
     assert spark.table("cql_join").count() > 20
     assert _rows(spark.table("cql_sub"), ["k", "n", "cq_at"]) == _rows(spark.table("spark_sub"), ["k", "n", "cq_at"])
     assert spark.table("cql_sub").count() > 10
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_streaming_left_join_equals_spark_left_outer_join(spark, tmp_path):
+    """``A [RANGE 10 SECONDS] LEFT JOIN B [RANGE 10 SECONDS] ON A.k = B.k`` (interval_join, how="left") gives the rows
+    of Spark's own left outer stream-stream join on the same files (validities intersect: ``|t_B - t_A| < 10 s``),
+    null-padded rows included; ``cq_at`` the later time present. ``WITH (OUTPUT_MODE UPDATE)`` on the inner join
+    runs in update mode with the rows of Spark's inner join.
+    """
+    from pyspark.sql import functions as F
+
+    root = str(tmp_path / "in")
+    for side, extra, seed, n in (("A", "v", 21, 200), ("B", "w", 22, 60)):   # B sparse: unmatched A rows
+        rows = sorted(_pairs(seed, side, extra, n), key=lambda r: r["ts"])
+        os.makedirs(os.path.join(root, side))
+        step = n // 4
+        for i in range(4):
+            pq.write_table(pa.Table.from_pylist(rows[i * step:(i + 1) * step]),
+                           os.path.join(root, side, f"b{i}.parquet"))
+
+    def read(side, extra):
+        return (spark.readStream.schema(f"ts timestamp, k long, {extra} long").option("maxFilesPerTrigger", 1)
+                .parquet(os.path.join(root, side)).withWatermark("ts", "30 seconds"))
+
+    a, b = read("A", "v"), read("B", "w")
+    left = cq.cql(spark, "ISTREAM(SELECT A.k, v, B.k AS bk, w FROM A [RANGE 10 SECONDS] LEFT OUTER JOIN "
+                         "B [RANGE 10 SECONDS] ON A.k = B.k)", {"A": a, "B": b})
+    upd = compile_cql(spark, "ISTREAM(SELECT A.k, v, w FROM A [RANGE 10 SECONDS] JOIN B [RANGE 10 SECONDS] "
+                                "ON A.k = B.k) WITH (OUTPUT_MODE UPDATE)", {"A": a, "B": b})
+    assert upd.output_mode == "update" and "output_mode=update" in upd.explain()
+    la, lb = a.alias("a"), b.alias("b")
+    cond = ((F.col("a.k") == F.col("b.k")) & (F.col("b.ts") > F.col("a.ts") - F.expr("INTERVAL 10 SECONDS"))
+            & (F.col("b.ts") < F.col("a.ts") + F.expr("INTERVAL 10 SECONDS")))
+    spark_left = la.join(lb, cond, "left_outer").select("a.k", "a.v", F.col("b.k").alias("bk"), "b.w",
+                                                        F.greatest("a.ts", "b.ts").alias("cq_at"))
+    spark_inner = la.join(lb, cond).select("a.k", "a.v", "b.w", F.greatest("a.ts", "b.ts").alias("cq_at"))
+    queries = []
+    for df, table, mode in ((left, "cql_left", "append"), (spark_left, "spark_left", "append"),
+                            (upd.dataframe, "cql_upd", "update"), (spark_inner, "spark_inner", "update")):
+        queries.append(df.writeStream.format("memory").queryName(table).outputMode(mode)
+                       .option("checkpointLocation", str(tmp_path / table)).trigger(availableNow=True).start())
+    for q in queries:
+        q.awaitTermination()
+    cols = ["k", "v", "bk", "w", "cq_at"]
+    got, want = _rows(spark.table("cql_left"), cols), _rows(spark.table("spark_left"), cols)
+    assert got == want
+    assert sum(n for r, n in got.items() if r[3] is None) > 5 and sum(n for r, n in got.items() if r[3] is not None) > 5
+    got = _rows(spark.table("cql_upd"), ["k", "v", "w", "cq_at"])
+    assert got == _rows(spark.table("spark_inner"), ["k", "v", "w", "cq_at"]) and sum(got.values()) > 5

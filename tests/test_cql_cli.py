@@ -152,6 +152,10 @@ def _readings(root):
      "SLIDE does not divide its RANGE"),
     ("RSTREAM(SELECT sensr, SUM(value) AS s FROM Readings [RANGE 10 SECONDS SLIDE 2 SECONDS] GROUP BY sensr)",
      "sensr"),
+    ("ISTREAM(SELECT A.sensor FROM Readings A [RANGE 10 SECONDS] JOIN Readings B [RANGE 10 SECONDS] "
+     "ON A.sensor = B.sensor) WITH (OUTPUT_MODE UPDATE)", "the parquet file sink writes append mode only"),
+    ("ISTREAM(SELECT A.sensor FROM Readings A [RANGE 10 SECONDS] LEFT JOIN Readings B [RANGE 10 SECONDS] "
+     "ON A.sensor = B.sensor AND A.value < B.value)", "the ON condition A.value < B.value of the LEFT JOIN"),
 ])
 def test_run_checks_the_query_before_spark_starts(tmp_path, capsys, monkeypatch, query, message):
     # issue 41: these were reported after Spark's start-up (half a minute)

@@ -59,6 +59,33 @@ def test_explain_prints_join_types_and_output_mode(tmp_path, capsys, text, lines
     assert "mode       append (the sink's output mode: every CQL query is compiled to an append-only stream)" in out
 
 
+@pytest.mark.parametrize("text,lines", [
+    # issue 42: outer joins and update mode written in CQL (docs/cql.md, "Joins")
+    ("ISTREAM(SELECT A.k, B.w FROM A [RANGE 30 SECONDS] LEFT OUTER JOIN B [RANGE 20 SECONDS] ON A.k = B.k)",
+     ["query      ISTREAM(SELECT A.k, B.w FROM A [RANGE 30 SECONDS] LEFT JOIN B [RANGE 20 SECONDS] ON A.k = B.k)",
+      "operator   q_join: interval_join (how=left)",
+      "join       q_join: how=[left] (A first, then B); output_mode=append",
+      "mode       append (the sink's output mode: every CQL query is compiled to an append-only stream)"]),
+    ("ISTREAM(SELECT A.k FROM A [RANGE 30 SECONDS] LEFT JOIN B [RANGE 30 SECONDS] ON A.k = B.k "
+     "LEFT JOIN C [RANGE 30 SECONDS] ON C.k = A.k)",
+     ["operator   q_mjoin: multi_join", "join       q_mjoin: how=[left, left] (A first, then B, C); output_mode=append"]),
+    ("ISTREAM(SELECT A.k FROM A [RANGE 1 MINUTE] JOIN B [RANGE 1 MINUTE] ON A.k = B.k) WITH (OUTPUT_MODE UPDATE)",
+     ["operator   q_join: window_join", "join       q_join: how=[inner] (A first, then B); output_mode=update",
+      "mode       update (the sink's output mode: WITH (OUTPUT_MODE UPDATE); the join's rows are those of append "
+      "mode, each written once)"]),
+    ("ISTREAM(SELECT A.k FROM A [RANGE 30 SECONDS], B [RANGE 30 SECONDS], C [RANGE 30 SECONDS] "
+     "WHERE A.k = B.k AND B.k = C.k) WITH (OUTPUT_MODE UPDATE)",
+     ["join       q_mjoin: how=[inner, inner] (A first, then B, C); output_mode=update"]),
+])
+def test_explain_prints_outer_joins_and_update_mode(tmp_path, capsys, text, lines):
+    q = tmp_path / "q.cql"
+    q.write_text(text)
+    assert main(["explain", str(q)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    for line in lines:
+        assert line in out
+
+
 def test_explain_reports_errors(tmp_path, capsys):
     bad = tmp_path / "bad.cql"
     bad.write_text("SELECT a\nFROM S [RANGE 10 PARSECS]")
@@ -125,6 +152,10 @@ def _readings(root):
      "SLIDE does not divide its RANGE"),
     ("RSTREAM(SELECT sensr, SUM(value) AS s FROM Readings [RANGE 10 SECONDS SLIDE 2 SECONDS] GROUP BY sensr)",
      "sensr"),
+    ("ISTREAM(SELECT A.sensor FROM Readings A [RANGE 10 SECONDS] JOIN Readings B [RANGE 10 SECONDS] "
+     "ON A.sensor = B.sensor) WITH (OUTPUT_MODE UPDATE)", "the parquet file sink writes append mode only"),
+    ("ISTREAM(SELECT A.sensor FROM Readings A [RANGE 10 SECONDS] LEFT JOIN Readings B [RANGE 10 SECONDS] "
+     "ON A.sensor = B.sensor AND A.value < B.value)", "the ON condition A.value < B.value of the LEFT JOIN"),
 ])
 def test_run_checks_the_query_before_spark_starts(tmp_path, capsys, monkeypatch, query, message):
     # issue 41: these were reported after Spark's start-up (half a minute)

@@ -11,7 +11,7 @@ from helpers.rows_reference import rows_window_reference
 
 import pyspark_cq as cq
 from pyspark_cq import plan as P
-from pyspark_cq.lang import CQLCompileError
+from pyspark_cq.lang import CQLCompileError, compile_cql, to_text
 from pyspark_cq.lang.compiler import analyze, explain
 
 REQ_COLS = ["ts", "client_id", "domain", "url"]
@@ -83,7 +83,66 @@ COMPILE_ERRORS = [
      "DEADLINE 2 SECONDS)", "DEADLINE longer than PERIOD"),
     ("ISTREAM(SELECT * FROM A [RANGE 1 SECOND], Lanes WHERE A.v < Lanes.ID)", "Cartesian product is not supported"),
     ("ISTREAM(SELECT * FROM A [ROWS 2], Lanes WHERE A.k = Lanes.ID)", "a ROWS window joined with a relation"),
+    # FROM … JOIN … ON (docs/cql.md, "Joins")
+    ("ISTREAM(SELECT * FROM A [RANGE 1 SECOND] LEFT JOIN B [RANGE 1 SECOND] ON A.k = B.k AND A.v > 1)",
+     "the ON condition A.v > 1 of the LEFT JOIN"),
+    ("ISTREAM(SELECT * FROM A [RANGE 1 SECOND] LEFT JOIN B [RANGE 1 SECOND] ON A.v < B.w)",
+     "the ON condition A.v < B.w of the LEFT JOIN"),
+    ("ISTREAM(SELECT * FROM A [RANGE 1 SECOND] FULL JOIN B [RANGE 1 SECOND] ON A.k = B.k AND B.w > 1)",
+     "the ON condition B.w > 1 of the FULL JOIN"),
+    ("ISTREAM(SELECT * FROM A [RANGE 1 SECOND] JOIN B [RANGE 1 SECOND] ON A.k = B.k RIGHT JOIN C [RANGE 1 SECOND] "
+     "ON C.k = A.k)", "RIGHT JOIN of three or more streams"),
+    ("ISTREAM(SELECT * FROM A [RANGE 1 SECOND] LEFT JOIN B [RANGE 1 SECOND] ON A.k = B.k, C [RANGE 1 SECOND] "
+     "WHERE C.k = A.k)", "the comma before C"),
+    ("ISTREAM(SELECT * FROM A [RANGE 1 SECOND] LEFT JOIN Lanes ON A.k = Lanes.ID)",
+     "every input of an outer join is a windowed stream"),
+    ("RSTREAM(SELECT A.k, COUNT(*) AS n FROM A [RANGE 2 SECONDS SLIDE 1 SECOND] LEFT JOIN B [RANGE 2 SECONDS SLIDE "
+     "1 SECOND] ON A.k = B.k GROUP BY A.k)", "an aggregate over an outer join"),
+    ("ISTREAM(SELECT * FROM A [RANGE 1 SECOND] LEFT JOIN B [RANGE 1 SECOND] ON A.k = B.k LEFT JOIN "
+     "C [RANGE 1 SECOND] ON C.k = A.k AND C.x = B.w)", "an outer multi_join joins on one key"),
+    ("ISTREAM(SELECT * FROM A [RANGE 1 SECOND] LEFT JOIN B [RANGE 1 SECOND] ON A.k = B.k) WITH (OUTPUT_MODE UPDATE)",
+     "OUTPUT_MODE UPDATE with an outer join"),
+    ("ISTREAM(SELECT * FROM A [RANGE 1 SECOND]) WITH (OUTPUT_MODE UPDATE)", "update mode applies to joins"),
+    ("RSTREAM(SELECT A.k, COUNT(*) AS n FROM A [RANGE 2 SECONDS SLIDE 1 SECOND] JOIN B [RANGE 2 SECONDS SLIDE "
+     "1 SECOND] ON A.k = B.k GROUP BY A.k) WITH (OUTPUT_MODE UPDATE)", "update mode applies to joins"),
+    ("ISTREAM(SELECT * FROM A [RANGE 1 SECOND] LEFT JOIN B [RANGE 1 SECOND] ON A.k = B.k) WITH (WINDOW BETWEEN "
+     "1 SECOND AND 1 MINUTE)", "a WINDOW QoS range on an outer join"),
+    ("ISTREAM(SELECT * FROM A [RANGE 1 SECOND] LEFT JOIN B [RANGE 1 SECOND] ON A.k = B.k) WITH (CONSTRAINT "
+     "UNIQUE B (k))", "has a LEFT JOIN"),
+    ("ISTREAM(SELECT * FROM A [RANGE 1 SECOND] JOIN B [RANGE 1 SECOND] ON A.k = B.k LEFT JOIN C [RANGE 1 SECOND] "
+     "ON A.k = C.k) WITH (CONSTRAINT UNIQUE A (k))", "has a LEFT JOIN"),
 ]
+
+
+def test_joins_written_with_join_on():
+    """An inner JOIN … ON is the comma join with its ON in WHERE; a LEFT JOIN keeps a WHERE conjunct on the padded
+    stream after the join, pushes its ON condition on that stream below it, and names its type per input."""
+    comma = analyze("ISTREAM(SELECT A.k FROM A [RANGE 10 SECONDS], B [RANGE 10 SECONDS] WHERE A.k = B.k AND v > 1 "
+                    "AND A.v < B.w)", "j", COLS)
+    inner = analyze("ISTREAM(SELECT A.k FROM A [RANGE 10 SECONDS] INNER JOIN B [RANGE 10 SECONDS] ON A.k = B.k AND "
+                    "A.v < B.w WHERE v > 1)", "j", COLS)
+    assert (inner.shape, inner.how, inner.keys, inner.residual) == ("join", ["inner"], comma.keys, comma.residual)
+    assert P.render(inner.plan) == P.render(comma.plan) and not inner.outer
+    left = analyze("ISTREAM(SELECT A.k, w FROM A [RANGE 10 SECONDS] LEFT OUTER JOIN B [RANGE 5 SECONDS] ON A.k = B.k "
+                   "AND B.w > 2 WHERE v > 1 AND w < 8)", "j", COLS)
+    assert left.shape == "join" and left.how == ["left"] and left.outer and left.null_supplying == {"B"}
+    assert [(k[0][0], k[0][1].name, k[1][0], k[1][1].name) for k in left.keys] == [("A", "k", "B", "k")]
+    assert [to_text(f) for f in left.sources[0].filters] == ["v > 1"]
+    assert [to_text(f) for f in left.sources[1].filters] == ["B.w > 2"]
+    assert [to_text(r) for r in left.residual] == ["w < 8"]
+    # the window label is the inner window_join's (the control table adjusts it); an outer join's band is fixed
+    assert P.render(left.plan) == "π(σ[0.5]((ω[10000000](σ[0.5](A)) ⋈ ω[5000000](σ[0.5](B)))))"
+    assert "j_join.window" not in {n.label for n in P.postorder(left.plan)}
+    three = analyze("ISTREAM(SELECT A.k FROM A [RANGE 10 SECONDS] LEFT JOIN B [RANGE 10 SECONDS] ON A.k = B.k "
+                    "JOIN C [RANGE 4 SECONDS] ON C.k = B.k) WITH (OUTPUT_MODE APPEND)", "j", COLS)
+    assert (three.shape, three.how, three.null_supplying, three.output_mode) == ("multi_join", ["left", "inner"],
+                                                                                  {"B"}, "append")
+    right = analyze("DSTREAM(SELECT A.k FROM A [RANGE 10 SECONDS] RIGHT JOIN B [RANGE 10 SECONDS] ON B.k = A.k AND "
+                    "A.v > 1)", "j", COLS)
+    assert right.how == ["right"] and right.null_supplying == {"A"} and len(right.sources[0].filters) == 1
+    upd = analyze("ISTREAM(SELECT A.k FROM A [RANGE 10 SECONDS] JOIN B [RANGE 10 SECONDS] ON A.k = B.k) "
+                  "WITH (OUTPUT_MODE UPDATE)", "j", COLS)
+    assert upd.output_mode == "update"
 
 
 @pytest.mark.parametrize("text,fragment", COMPILE_ERRORS)
@@ -259,6 +318,71 @@ def test_window_join_and_multi_join_equal_spark_joins(spark):
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("how", ["left", "right", "full"])
+def test_outer_join_equals_spark_outer_join(spark, how):
+    """``A [RANGE 10 SECONDS] <how> JOIN B [RANGE 5 SECONDS] ON A.k = B.k AND <pushed>``: Spark's outer join with the
+    window join's band, null-padded rows included, a WHERE conjunct on the padded side applied after the join."""
+    from pyspark.sql import functions as F
+
+    a = spark.createDataFrame(_pairs(1, "A", "v"), "ts timestamp, k long, v long")
+    b = spark.createDataFrame(_pairs(2, "B", "w", 40), "ts timestamp, k long, w long")
+    on = {"left": " AND B.w > 2", "right": " AND A.v > 2", "full": ""}[how]
+    ours = cq.cql(spark, f"ISTREAM(SELECT A.k, v, B.k AS bk, w FROM A [RANGE 10 SECONDS] {how.upper()} JOIN "
+                         f"B [RANGE 5 SECONDS] ON A.k = B.k{on} WHERE v IS NULL OR v < 8)", {"A": a, "B": b})
+    la = (a.filter("v > 2") if how == "right" else a).alias("a")
+    lb = (b.filter("w > 2") if how == "left" else b).alias("b")
+    cond = ((F.col("a.k") == F.col("b.k")) & (F.col("b.ts") > F.col("a.ts") - F.expr("INTERVAL 5 SECONDS"))
+            & (F.col("b.ts") < F.col("a.ts") + F.expr("INTERVAL 10 SECONDS")))
+    theirs = la.join(lb, cond, how).filter("a.v IS NULL OR a.v < 8").select(
+        "a.k", "a.v", F.col("b.k").alias("bk"), "b.w", F.greatest("a.ts", "b.ts").alias("cq_at"))
+    got = _rows(ours, ["k", "v", "bk", "w", "cq_at"])
+    assert got == _rows(theirs, ["k", "v", "bk", "w", "cq_at"])
+    padded = 3 if how == "left" else 1
+    assert sum(n for r, n in got.items() if r[padded] is None) >= 3 and sum(got.values()) > 20
+
+
+@pytest.mark.spark
+def test_multi_way_left_join_is_multi_join_with_how(spark):
+    """``A LEFT JOIN B ON … LEFT JOIN C ON …`` is ``cq.multi_join(how=["left", "left"])`` with the windows' pairwise
+    bounds (the Python API call with the same arguments) and Spark's left-deep chain of left outer joins."""
+    from pyspark.sql import functions as F
+
+    a = spark.createDataFrame(_pairs(1, "A", "v"), "ts timestamp, k long, v long")
+    b = spark.createDataFrame(_pairs(2, "B", "w", 50), "ts timestamp, k long, w long")
+    c = spark.createDataFrame(_pairs(3, "C", "x", 50), "ts timestamp, k long, x long")
+    q = compile_cql(spark, "ISTREAM(SELECT A.k, v, w, x FROM A [RANGE 10 SECONDS] LEFT JOIN B [RANGE 10 SECONDS] "
+                              "ON A.k = B.k LEFT OUTER JOIN C [RANGE 4 SECONDS] ON C.k = A.k)",
+                       {"A": a, "B": b, "C": c})
+    assert [(op, fn, args["how"]) for op, fn, args in q.operators] == [("q_mjoin", "multi_join", ["left", "left"])]
+    assert "join       q_mjoin: how=[left, left] (A first, then B, C); output_mode=append" in q.explain()
+    ours = _rows(q.dataframe, ["k", "v", "w", "x", "cq_at"])
+
+    def renamed(df, ref):
+        return df.select(*[F.col(col).alias(f"{ref}__{col}") for col in df.columns])
+
+    us = [-10_000_000 + 1, 10_000_000 - 1, -4_000_000 + 1]   # t_j - t_i in (-w_j, w_i)
+    api = cq.multi_join([renamed(a, "A"), renamed(b, "B"), renamed(c, "C")], ["A__k", "B__k", "C__k"],
+                        ["A__ts", "B__ts", "C__ts"],
+                        [(0, 1, timedelta(microseconds=us[0]), timedelta(microseconds=us[1])),
+                         (0, 2, timedelta(microseconds=us[2]), timedelta(microseconds=us[1])),
+                         (1, 2, timedelta(microseconds=us[2]), timedelta(microseconds=us[1]))], how=["left", "left"])
+    api = api.select(F.col("A__k").alias("k"), F.col("A__v").alias("v"), F.col("B__w").alias("w"),
+                     F.col("C__x").alias("x"), F.greatest("A__ts", "B__ts", "C__ts").alias("cq_at"))
+    assert ours == _rows(api, ["k", "v", "w", "x", "cq_at"])
+    la, lb, lc = a.alias("a"), b.alias("b"), c.alias("c")
+
+    def inter(p, wp, q, wq):
+        return ((F.col(f"{q}.ts") > F.col(f"{p}.ts") - F.expr(f"INTERVAL {wq} SECONDS"))
+                & (F.col(f"{q}.ts") < F.col(f"{p}.ts") + F.expr(f"INTERVAL {wp} SECONDS")))
+
+    chain = (la.join(lb, (F.col("a.k") == F.col("b.k")) & inter("a", 10, "b", 10), "left")
+             .join(lc, (F.col("a.k") == F.col("c.k")) & inter("a", 10, "c", 4) & inter("b", 10, "c", 4), "left")
+             .select("a.k", "a.v", "b.w", "c.x", F.greatest("a.ts", "b.ts", "c.ts").alias("cq_at")))
+    assert ours == _rows(chain, ["k", "v", "w", "x", "cq_at"])
+    assert sum(n for r, n in ours.items() if r[2] is None) > 3 and sum(n for r, n in ours.items() if r[3] is None) > 3
+
+
+@pytest.mark.spark
 def test_rtstream_example_and_sample_and_stateless(spark):
     """RTStream §2.2's query (AVG truck speed over the last minute per period, joined with the relation Lanes),
     SAMPLE, and ISTREAM / DSTREAM of a RANGE window without state."""
@@ -372,3 +496,57 @@ def test_streaming_aggregate_and_join_equal_spark_streaming(spark, tmp_path):
     assert spark.table("cql_join").count() > 20
     assert _rows(spark.table("cql_sub"), ["k", "n", "cq_at"]) == _rows(spark.table("spark_sub"), ["k", "n", "cq_at"])
     assert spark.table("cql_sub").count() > 10
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_streaming_left_join_equals_spark_left_outer_join(spark, tmp_path):
+    """``A [RANGE 10 SECONDS] LEFT JOIN B [RANGE 10 SECONDS] ON A.k = B.k`` (interval_join, how="left") gives the rows
+    of Spark's own left outer stream-stream join on the same files (validities intersect: ``|t_B - t_A| < 10 s``),
+    null-padded rows included; ``cq_at`` the later time present. ``WITH (OUTPUT_MODE UPDATE)`` on the inner join
+    runs in update mode with the rows of Spark's inner join.
+    """
+    from pyspark.sql import functions as F
+
+    root = str(tmp_path / "in")
+    for side, extra, seed, n in (("A", "v", 21, 200), ("B", "w", 22, 60)):   # B sparse: unmatched A rows
+        rows = sorted(_pairs(seed, side, extra, n), key=lambda r: r["ts"])
+        os.makedirs(os.path.join(root, side))
+        step = n // 4
+        for i in range(4):
+            pq.write_table(pa.Table.from_pylist(rows[i * step:(i + 1) * step]),
+                           os.path.join(root, side, f"b{i}.parquet"))
+
+    def read(side, extra):
+        return (spark.readStream.schema(f"ts timestamp, k long, {extra} long").option("maxFilesPerTrigger", 1)
+                .parquet(os.path.join(root, side)).withWatermark("ts", "30 seconds"))
+
+    a, b = read("A", "v"), read("B", "w")
+    left = cq.cql(spark, "ISTREAM(SELECT A.k, v, B.k AS bk, w FROM A [RANGE 10 SECONDS] LEFT OUTER JOIN "
+                         "B [RANGE 10 SECONDS] ON A.k = B.k)", {"A": a, "B": b})
+    upd = compile_cql(spark, "ISTREAM(SELECT A.k, v, w FROM A [RANGE 10 SECONDS] JOIN B [RANGE 10 SECONDS] "
+                                "ON A.k = B.k) WITH (OUTPUT_MODE UPDATE)", {"A": a, "B": b})
+    assert upd.output_mode == "update" and "output_mode=update" in upd.explain()
+    la, lb = a.alias("a"), b.alias("b")
+    # |t_B - t_A| < 10 s in the inclusive form interval_join mirrors (BETWEEN ± (10 s - 1 µs)): Spark's state
+    # eviction for a strict bound is 1 ms earlier, so a null-padded row at the boundary would come out of Spark's
+    # join one watermark step earlier (same rows, emitted later) — at the end of an availableNow run, not at all
+    cond = ((F.col("a.k") == F.col("b.k"))
+            & F.col("b.ts").between(F.col("a.ts") - F.expr("INTERVAL 9999999 MICROSECONDS"),
+                                    F.col("a.ts") + F.expr("INTERVAL 9999999 MICROSECONDS")))
+    spark_left = la.join(lb, cond, "left_outer").select("a.k", "a.v", F.col("b.k").alias("bk"), "b.w",
+                                                        F.greatest("a.ts", "b.ts").alias("cq_at"))
+    spark_inner = la.join(lb, cond).select("a.k", "a.v", "b.w", F.greatest("a.ts", "b.ts").alias("cq_at"))
+    queries = []
+    for df, table, mode in ((left, "cql_left", "append"), (spark_left, "spark_left", "append"),
+                            (upd.dataframe, "cql_upd", "update"), (spark_inner, "spark_inner", "update")):
+        queries.append(df.writeStream.format("memory").queryName(table).outputMode(mode)
+                       .option("checkpointLocation", str(tmp_path / table)).trigger(availableNow=True).start())
+    for q in queries:
+        q.awaitTermination()
+    cols = ["k", "v", "bk", "w", "cq_at"]
+    got, want = _rows(spark.table("cql_left"), cols), _rows(spark.table("spark_left"), cols)
+    assert got == want
+    assert sum(n for r, n in got.items() if r[3] is None) > 5 and sum(n for r, n in got.items() if r[3] is not None) > 5
+    got = _rows(spark.table("cql_upd"), ["k", "v", "w", "cq_at"])
+    assert got == _rows(spark.table("spark_inner"), ["k", "v", "w", "cq_at"]) and sum(got.values()) > 5

@@ -66,7 +66,7 @@ def test_paper_queries_round_trip(text):
 # --- hypothesis: generated trees survive print -> parse ---------------------------------------------------
 
 NAMES = st.sampled_from(["a", "b", "x1", "S", "Requests", "client_id", "select", "From", "my col", 'q"x', "Range",
-                         "seconds", "now"])
+                         "seconds", "now", "Left", "on", "outer"])
 COLUMNS = st.builds(A.Column, st.none() | NAMES, NAMES)
 LITERALS = st.builds(A.Literal, st.integers(0, 10**12) | st.floats(0, 1e20, allow_nan=False) | st.text(max_size=8)
                      | st.booleans() | st.none())
@@ -110,10 +110,18 @@ ITEMS = (st.builds(A.SelectItem, EXPRS | st.just(A.Call("COUNT", (A.Star(),))), 
          | st.builds(A.SelectItem, st.builds(A.Star, st.none() | NAMES)))
 
 
+JOINS = st.none() | st.builds(A.JoinOn, st.sampled_from(A.JOIN_TYPES), EXPRS)
+
+
 def selects(sources):
-    return st.builds(A.Select, st.lists(ITEMS, min_size=1, max_size=2).map(tuple),
-                     st.lists(sources, min_size=1, max_size=2).map(tuple), st.none() | EXPRS,
-                     st.lists(EXPRS, max_size=2).map(tuple), st.none() | EXPRS, st.booleans())
+    @st.composite
+    def build(draw):
+        froms = tuple(draw(st.lists(sources, min_size=1, max_size=3)))
+        joins = tuple(draw(st.lists(JOINS, min_size=len(froms) - 1, max_size=len(froms) - 1)))
+        return A.Select(tuple(draw(st.lists(ITEMS, min_size=1, max_size=2))), froms, draw(st.none() | EXPRS),
+                        tuple(draw(st.lists(EXPRS, max_size=2))), draw(st.none() | EXPRS), draw(st.booleans()),
+                        joins if any(j is not None for j in joins) else ())   # all commas: no joins
+    return build()
 
 
 STREAMS = st.builds(A.StreamRef, NAMES, st.none() | NAMES, st.none() | windows(), SAMPLES)
@@ -138,6 +146,8 @@ def qos(draw):
             out.append(A.QoSItem(name, draw(st.integers(1, 10) | st.floats(0.1, 10))))
         else:
             out.append(A.QoSItem(name, A.Duration(draw(st.integers(1, 60)), draw(UNITS))))
+    if draw(st.booleans()):
+        out.append(A.ModeItem(draw(st.sampled_from(A.OUTPUT_MODES))))
     return tuple(out)
 
 
@@ -159,10 +169,36 @@ def test_expression_round_trip(e):
     assert parse_expression(to_text(e)) == e
 
 
+def test_join_syntax():
+    s = parse("ISTREAM(SELECT * FROM A [RANGE 1 MINUTE] LEFT OUTER JOIN B b [RANGE 30 SECONDS] ON A.k = b.k "
+              "INNER JOIN C ON C.k = A.k, D RIGHT JOIN E ON E.k = D.k FULL OUTER JOIN F ON F.k = E.k "
+              "JOIN G ON G.k = A.k) WITH (OUTPUT_MODE update)")
+    q = s.query
+    assert [x.ref for x in q.sources] == ["A", "b", "C", "D", "E", "F", "G"]
+    assert [j.how if j else None for j in q.joins] == ["left", "inner", None, "right", "full", "inner"]
+    assert q.joins[0].on == A.Binary("=", A.Column("A", "k"), A.Column("b", "k"))
+    assert (q.joins[0].line, q.joins[0].column) == (1, 42)
+    assert s.qos == (A.ModeItem("UPDATE"),) and s.qos_item("OUTPUT_MODE").mode == "UPDATE"
+    assert parse(to_text(s)) == s
+    # a comma list has no joins; a stream or alias named like a join word is quoted when printed
+    assert parse("SELECT * FROM A, B WHERE A.k = B.k").query.joins == ()
+    t = A.Statement(A.Select((A.SelectItem(A.Star()),), (A.StreamRef("S", "left"), A.StreamRef("on"))))
+    assert to_text(t) == 'SELECT * FROM S "left", "on"' and parse(to_text(t)) == t
+
+
 # --- error messages --------------------------------------------------------------------------------------
 
 ERRORS = [
     # (text, line, column, found, message fragment)
+    ("SELECT a FROM A LEFT B ON A.k = B.k", 1, 22, "B", "expected JOIN after LEFT, found 'B'"),
+    ("SELECT a FROM A FULL OUTER B ON A.k = B.k", 1, 28, "B", "expected JOIN after FULL OUTER"),
+    ("SELECT a FROM A JOIN B WHERE A.k = B.k", 1, 24, "WHERE", "expected ON and the join condition"),
+    ("SELECT a FROM A JOIN B USING (k)", 1, 24, "USING", "USING is not supported"),
+    ("SELECT a FROM A CROSS JOIN B", 1, 17, "CROSS", "CROSS JOIN is not part of this CQL dialect"),
+    ("SELECT a FROM A NATURAL JOIN B", 1, 17, "NATURAL", "NATURAL JOIN is not part"),
+    ("SELECT a FROM A JOIN B ON", 1, 26, "end of input", "expected an expression"),
+    ("SELECT a FROM A WITH (OUTPUT_MODE COMPLETE)", 1, 35, "COMPLETE", "expected APPEND or UPDATE after OUTPUT_MODE"),
+    ("SELECT a FROM A WITH (OUTPUT_MODE APPEND, OUTPUT_MODE UPDATE)", 1, 43, "OUTPUT_MODE", "is given twice"),
     ("", 1, 1, "end of input", "expected SELECT or ISTREAM or DSTREAM or RSTREAM"),
     ("SELECT a WHERE b = 1", 1, 10, "WHERE", "expected ',' or FROM"),
     ("SELECT FROM S", 1, 8, "FROM", "expected a select list"),

@@ -124,7 +124,13 @@ def check_query(statement, sources: dict, schemas: dict, args) -> None:
             found = [k for k in columns if k.lower() == getattr(s, "name", "").lower()]
             if getattr(s, "name", None) not in columns and len(found) == 1:
                 columns[s.name] = columns[found[0]]
-    analyze(statement, args.name, columns, streams=list(columns or sources))
+    a = analyze(statement, args.name, columns, streams=list(columns or sources))
+    if a.output_mode != "append" and args.sink != "console":   # Spark's file sink writes append mode only
+        from ..lang.errors import CQLCompileError
+
+        raise CQLCompileError(f"OUTPUT_MODE {a.output_mode.upper()} with a --sink directory", "the parquet file sink "
+                              "writes append mode only: write to --sink console, or drop the clause",
+                              statement.qos_item("OUTPUT_MODE"))
 
 
 def open_streams(spark, sources: dict, schemas: dict, args) -> dict:

@@ -85,6 +85,24 @@ class Analysis:
     subqueries: dict = field(default_factory=dict)   # alias -> Analysis of a FROM subquery (a stream)
     constraints: list = field(default_factory=list)  # WITH (CONSTRAINT …): pyspark_cq.constraints, key cols cq_k<j>
     written: A.Statement | None = None               # the statement as written (FROM subqueries in place)
+    how: list = field(default_factory=list)          # join type per stream after the first (FROM … JOIN … ON)
+    output_mode: str = "append"                      # WITH (OUTPUT_MODE …): the sink's output mode
+
+    @property
+    def outer(self) -> bool:
+        """Whether the join has an outer input (``LEFT`` / ``RIGHT`` / ``FULL JOIN``)."""
+        return any(h != "inner" for h in self.how)
+
+    @property
+    def null_supplying(self) -> set:
+        """The refs of the streams an outer join pads with nulls (their WHERE conjuncts stay after the join)."""
+        refs, out = [s.ref for s in self.sources], set()
+        for i, h in enumerate(self.how, 1):
+            if h in ("left", "full"):
+                out.add(refs[i])
+            if h in ("right", "full"):
+                out.update(refs[:i])
+        return out
 
     @property
     def select(self) -> A.Select:
@@ -213,6 +231,7 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
     if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"name must be a non-empty query name of letters, digits, '_' and '-', got {name!r}")
     written = statement
+    statement, how = _inner_joins(statement)
     statement, inner = _subqueries(statement)
     subqueries = {}
     for alias, sub in inner.items():
@@ -299,9 +318,11 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
         shape = "join_aggregate" if aggregated else "join" if len(sources) == 2 else "multi_join"
     stream = statement.stream
     a = Analysis(statement, name, shape, sources, stream, relations=relations, subqueries=subqueries,
-                 written=written)
+                 written=written, how=how)
     _check_stream_operator(a)
     rel_refs = {r.ref for r in relations}
+    if a.outer:
+        _outer_join(a, res, aggregated)
     # WHERE: conjuncts on one stream are applied to it alone (a RANGE window commutes with a selection);
     # over a ROWS window they stay after the window (§2.1: before/after the window differ).
     for c in _conjuncts(q.where):
@@ -315,6 +336,11 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
             if None in owners:
                 raise CQLCompileError(f"the predicate {to_text(c)}", "qualify its columns (stream or relation?)", c)
             sources[0].filters.append(c)
+        elif a.outer:   # keys come from ON; a predicate on a null-padded stream filters the join's output
+            if len(owners) == 1 and None not in owners and not owners & a.null_supplying:
+                next(s for s in sources if s.ref in owners).filters.append(c)
+            else:
+                a.residual.append(c)
         elif len(sources) > 1 and _is_key(c, res):
             a.keys.append(((res.owner(c.left), c.left), (res.owner(c.right), c.right)))
         elif len(owners) == 1 and None not in owners and shape not in ("rows", "rows_aggregate"):
@@ -339,6 +365,87 @@ def analyze(statement: A.Statement | str, name: str = "q", columns: Mapping[str,
     a.plan = _plan(a)
     a.qos, a.options = _qos(a)
     return a
+
+
+def _inner_joins(statement: A.Statement) -> tuple[A.Statement, list]:
+    """``statement`` with FROM's ``JOIN … ON`` written as commas and its ON conditions in WHERE when every join is
+    inner (the same relation, CQL §2), and the join types per item after the first (empty for a FROM of commas).
+    With an outer join the statement is kept: :func:`_outer_join` reads its ON conditions.
+    """
+    q = statement.query
+    if not q.joins:
+        return statement, []
+    how = [j.how if j is not None else "inner" for j in q.joins]
+    if any(h != "inner" for h in how):
+        return statement, how
+    where = q.where
+    for j in q.joins:
+        if j is not None:
+            where = j.on if where is None else A.Binary("AND", where, j.on, line=j.line, column=j.column)
+    query = dataclasses.replace(q, where=where, joins=())
+    return dataclasses.replace(statement, query=query), how
+
+
+def _outer_join(a: Analysis, res: _Resolver, aggregated: bool) -> None:
+    """Check a FROM with an outer join (docs/cql.md, *Joins*) and take its keys and pushed filters from ON.
+
+    Two streams compile to ``interval_join(how=…)`` (inner, left, right or full), three to six to ``multi_join``
+    with ``how=`` per input after the first (inner or left). An ON conjunct is an equality of a column of the
+    joined stream with one of an earlier stream (a key), or a condition on the null-padded stream alone (applied
+    to it before the join, as SQL's ON); the time band is the windows' (their validities intersect).
+    """
+    q = a.select
+    joins = q.joins
+    for i, j in enumerate(joins, 1):
+        if j is None:
+            raise CQLCompileError(f"the comma before {q.sources[i].ref}", "a FROM with an outer join joins every "
+                                  "stream with JOIN … ON (a comma is an inner join whose condition is in WHERE: "
+                                  "write it JOIN … ON)", q.sources[i])
+    if a.relations or any(s.window is None for s in a.sources):
+        s = (a.relations or [s for s in a.sources if s.window is None])[0]
+        raise CQLCompileError(f"the outer join input {s.ref}", "every input of an outer join is a windowed stream "
+                              "[RANGE d]; a stored relation is joined inner only (a comma and WHERE)", s.node)
+    if aggregated:
+        raise CQLCompileError("an aggregate over an outer join", "not supported: an aggregate over a join is "
+                              "compiled over Spark's inner interval join; aggregate over an inner JOIN, or run the "
+                              "outer join as its own query", q)
+    if a.shape not in ("join", "multi_join"):
+        raise CQLCompileError("an outer join", f"this query is {_shape_words(a.shape)}", q)
+    for j in joins:
+        if j.how in ("right", "full") and len(a.sources) > 2:
+            raise CQLCompileError(f"{j.how.upper()} JOIN of three or more streams", "multi_join takes inner and "
+                                  "left inputs only (Spark's left-deep chain); put the preserved stream first and "
+                                  "write LEFT JOIN", j)
+    refs = [s.ref for s in a.sources]
+    nulls = a.null_supplying
+    for i, j in enumerate(joins, 1):
+        this, before = refs[i], set(refs[:i])
+        for c in _conjuncts(j.on):
+            if any(isinstance(x, A.Call) and x.is_aggregate for x in _walk(c)):
+                raise CQLCompileError("an aggregate in ON", "not allowed in a join condition", c)
+            owners = res.refs_of(c)
+            if _is_key(c, res) and this in owners and owners - {this} <= before:
+                left, right = (c.left, c.right) if res.owner(c.left) != this else (c.right, c.left)
+                a.keys.append(((res.owner(left), left), (this, right)))
+            elif j.how == "inner":   # as in WHERE: after the join (same rows for an inner step of the chain)
+                if len(owners) == 1 and None not in owners and not owners & nulls:
+                    a.sources[refs.index(next(iter(owners)))].filters.append(c)
+                else:
+                    a.residual.append(c)
+            elif None not in owners and len(owners) == 1 and owners <= nulls and (
+                    j.how == "left" and owners == {this} or j.how == "right" and owners == before):
+                # a condition on the null-padded stream alone: its rows that fail it match nothing (SQL's ON)
+                a.sources[refs.index(next(iter(owners)))].filters.append(c)
+            else:
+                raise CQLCompileError(f"the ON condition {to_text(c)} of the {j.how.upper()} JOIN", "an outer "
+                                      f"join's ON takes equalities of a column of {this} with one of an earlier "
+                                      "stream (its keys)" + (" and conditions on the null-padded stream alone"
+                                                             if j.how != "full" else "")
+                                      + "; the time band is the windows' [RANGE …] (validities intersect); put "
+                                      "other conditions in WHERE (applied to the join's output)", c)
+        if not any(k[1][0] == this for k in a.keys):
+            raise CQLCompileError(f"the {j.how.upper()} JOIN of {this}", f"its ON has no key equality of {this} "
+                                  f"with an earlier stream (ON {refs[0]}.k = {this}.k)", j)
 
 
 def _subqueries(statement: A.Statement) -> tuple[A.Statement, dict]:
@@ -416,6 +523,10 @@ def _check_keys(a: Analysis) -> None:
                               "(e.g. A.k = B.k AND B.k = C.k)", a.select)
     keep = full[0]
     extra = [k for k in a.keys if (k[0][0], k[0][1].name) not in keep or (k[1][0], k[1][1].name) not in keep]
+    if extra and a.outer:
+        raise CQLCompileError(f"the key equality {to_text(extra[0][0][1])} = {to_text(extra[0][1][1])}", "an outer "
+                              "multi_join joins on one key shared by every input; a second equality cannot be "
+                              "applied after the join without dropping null-padded rows", extra[0][1][1])
     a.keys = [k for k in a.keys if k not in extra]
     a.residual.extend(A.Binary("=", k[0][1], k[1][1]) for k in extra)
 
@@ -507,16 +618,16 @@ OUTPUT_MODE = "append"
 def join_types(a: Analysis) -> str | None:
     """The join's type per input and its output mode, as ``explain`` prints them, or None without a join.
 
-    A CQL join is inner (CQL has no outer join); ``cq.multi_join(how=)`` names a type per input after the first
-    and ``output_mode=`` the mode, which explain prints in the same form for the joins it compiles.
+    A comma join is inner; ``FROM … LEFT JOIN … ON`` gives a type per input after the first, as
+    ``cq.multi_join(how=)`` / ``cq.interval_join(how=)`` take them, and ``WITH (OUTPUT_MODE …)`` the mode.
     """
     if a.shape not in ("join", "multi_join", "join_aggregate"):
         return None
     refs = [s.ref for s in a.sources]
     op = join_operator(a) or a.operator
-    how = ", ".join(["inner"] * (len(refs) - 1))
+    how = ", ".join(a.how or ["inner"] * (len(refs) - 1))
     then = "; then the aggregate, in the same query" if a.shape == "join_aggregate" else ""
-    return (f"{op}: how=[{how}] ({refs[0]} first, then {', '.join(refs[1:])}); output_mode={OUTPUT_MODE}"
+    return (f"{op}: how=[{how}] ({refs[0]} first, then {', '.join(refs[1:])}); output_mode={a.output_mode}"
             f"{then}")
 
 
@@ -577,7 +688,7 @@ def _plan(a: Analysis) -> P.Node:
                             predicate=" AND ".join(to_text(p) for p in pre))
         w = s.window
         if w is not None and w.kind == "range":
-            adjustable = a.shape in ("aggregate", "join")
+            adjustable = a.shape == "aggregate" or a.shape == "join" and not a.outer
             node = P.Window(node, w.size.micros, label=f"{op}.window" if adjustable else None)
         elif w is not None and w.kind == "rows":
             node = P.Window(node, w.size, kind="tuple", label=None)
@@ -648,12 +759,18 @@ def _qos(a: Analysis) -> tuple[dict, dict]:
         if item.target is not None and item.target not in [s.ref for s in a.sources] + [s.name for s in a.sources]:
             raise CQLCompileError(f"the QoS item {item.name} {item.target}", f"{item.target!r} is not a stream of "
                                   "FROM", item)
-        if isinstance(item, A.ConstraintItem):
+        if isinstance(item, A.ModeItem):
+            a.output_mode = _output_mode(a, item)
+        elif isinstance(item, A.ConstraintItem):
             a.constraints.append(_constraint(a, item))
         elif item.name == "WINDOW":
             if a.shape not in ("aggregate", "join"):
                 raise CQLCompileError("a WINDOW QoS range", f"this query's window is not adjustable ({a.shape} "
                                       "queries are not yet driven by the control table's window)", item)
+            if a.shape == "join" and a.outer:
+                raise CQLCompileError("a WINDOW QoS range on an outer join", "its band is fixed when the query is "
+                                      "defined (interval_join); the control table adjusts an inner join's window",
+                                      item)
             if a.shape == "join" and len({s.window.size.micros for s in a.sources}) > 1:
                 raise CQLCompileError("a WINDOW QoS range on a join of different windows", "the join's control "
                                       "sets one window for both inputs; give both streams the same RANGE", item)
@@ -689,6 +806,10 @@ def _constraint(a: Analysis, item: A.ConstraintItem):
 
     what = f"CONSTRAINT {item.kind} {item.target}"
     multi = a.shape == "multi_join"
+    if a.shape in ("join", "multi_join") and a.outer:
+        outer = next(h for h in a.how if h != "inner")
+        raise CQLCompileError(what, "stream constraints apply to inner joins (window_join, multi_join); this one "
+                              f"has a {outer.upper()} JOIN", item)
     if a.shape != "join" and not multi:
         raise CQLCompileError(what, "stream constraints apply to a two-way join of windowed streams (compiled to "
                               "window_join) or a join of three or more (multi_join; docs/constraints.md); this "
@@ -722,6 +843,24 @@ def _constraint(a: Analysis, item: A.ConstraintItem):
                               "constraints yet (they need arrival positions kept with its state); use UNIQUE or "
                               "MANY_TO_ONE", item)
     return (C.clustered if item.kind == "CLUSTERED" else C.ordered)(target, item.tolerance)
+
+
+def _output_mode(a: Analysis, item: A.ModeItem) -> str:
+    """The output mode of ``WITH (OUTPUT_MODE …)``: update where Spark 4.3 runs its own stream-stream join in update
+    mode (inner joins; tests/test_join_update_mode.py), append everywhere.
+    """
+    mode = item.mode.lower()
+    if mode == "append":
+        return mode
+    if a.shape not in ("join", "multi_join"):
+        raise CQLCompileError("OUTPUT_MODE UPDATE", "update mode applies to joins of windowed streams (window_join, "
+                              f"interval_join, multi_join); this query is {_shape_words(a.shape)}: its stream is "
+                              "append-only (OUTPUT_MODE APPEND)", item)
+    if a.outer:
+        raise CQLCompileError("OUTPUT_MODE UPDATE with an outer join", "Spark runs outer stream-stream joins in "
+                              f"append mode only (this one has how={a.how}); drop the clause or use inner joins",
+                              item)
+    return mode
 
 
 def _shape_words(shape: str) -> str:
@@ -772,6 +911,8 @@ def _explain(a: Analysis, operators, distance: float = 1000.0) -> str:
         lines.append(f"operator   {join_operator(a)}: {JOIN_AGGREGATE_JOIN}")
         lines.append(f"operator   {a.operator}: {for_shape(a.shape).kind} (tumbling, one window per slide "
                      "instant)")
+    elif a.shape == "join" and a.outer:   # an outer two-way join: the interval join with the windows' band
+        lines.append(f"operator   {a.operator}: interval_join (how={a.how[0]})")
     else:
         lines.append(f"operator   {a.operator or '-'}: {_function(a.shape)}")
     join = join_types(a)
@@ -784,8 +925,12 @@ def _explain(a: Analysis, operators, distance: float = 1000.0) -> str:
         join = join_types(sub)
         if join:
             lines.append(f"join       {alias}: {join}")
-    lines.append(f"mode       {OUTPUT_MODE} (the sink's output mode: every CQL query is compiled to an append-only "
-                 "stream)")
+    if a.output_mode == OUTPUT_MODE:
+        lines.append(f"mode       {OUTPUT_MODE} (the sink's output mode: every CQL query is compiled to an append-only "
+                     "stream)")
+    else:
+        lines.append(f"mode       {a.output_mode} (the sink's output mode: WITH (OUTPUT_MODE UPDATE); the join's rows "
+                     "are those of append mode, each written once)")
     for label, rng in a.qos.items():
         lines.append(f"qos        {label}: {rng}")
     for k, v in a.options.items():

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "Node", "Expr", "Column", "Star", "Literal", "Duration", "Unary", "Binary", "IsNull", "Between", "InList",
-    "Call", "SelectItem", "WindowSpec", "StreamRef", "SubqueryRef", "Select", "QoSItem", "ConstraintItem",
-    "CONSTRAINT_KINDS", "Statement",
+    "Call", "SelectItem", "WindowSpec", "StreamRef", "SubqueryRef", "JoinOn", "Select", "QoSItem", "ConstraintItem",
+    "CONSTRAINT_KINDS", "ModeItem", "OUTPUT_MODES", "JOIN_TYPES", "Statement",
     "AGGREGATES", "TIME_UNITS", "R2S",
 ]
 
@@ -194,9 +194,27 @@ class SubqueryRef(Node):
         return self.alias
 
 
+#: The join types of ``FROM a JOIN b ON …`` (``LEFT OUTER`` is ``"left"``).
+JOIN_TYPES = ("inner", "left", "right", "full")
+
+
+@dataclass(frozen=True)
+class JoinOn(Node):
+    """How a FROM item joins the items before it: ``[INNER | LEFT [OUTER] | RIGHT [OUTER] | FULL [OUTER]] JOIN
+    … ON expr`` (``how`` one of :data:`JOIN_TYPES`).
+    """
+
+    how: str
+    on: Expr
+
+
 @dataclass(frozen=True)
 class Select(Node):
-    """``SELECT [DISTINCT] items FROM … [WHERE …] [GROUP BY …] [HAVING …]``."""
+    """``SELECT [DISTINCT] items FROM … [WHERE …] [GROUP BY …] [HAVING …]``.
+
+    ``joins`` is empty for a FROM list of commas; otherwise one entry per item after the first: its
+    :class:`JoinOn`, or None where a comma separates it from the items before.
+    """
 
     items: tuple[SelectItem, ...]
     sources: tuple[StreamRef | SubqueryRef, ...]
@@ -204,6 +222,7 @@ class Select(Node):
     group_by: tuple[Expr, ...] = ()
     having: Expr | None = None
     distinct: bool = False
+    joins: tuple[JoinOn | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -244,13 +263,28 @@ class ConstraintItem(Node):
     name: str = field(default="CONSTRAINT", init=False)
 
 
+#: The output modes of ``WITH (OUTPUT_MODE …)`` (Spark's names, upper case).
+OUTPUT_MODES = ("APPEND", "UPDATE")
+
+
+@dataclass(frozen=True)
+class ModeItem(Node):
+    """``OUTPUT_MODE APPEND | UPDATE`` in ``WITH (…)``: the streaming output mode the sink is written with
+    (``CompiledQuery.output_mode``; docs/cql.md, *Joins*).
+    """
+
+    mode: str
+    name: str = field(default="OUTPUT_MODE", init=False)
+    target: str | None = field(default=None, init=False)
+
+
 @dataclass(frozen=True)
 class Statement(Node):
     """A whole query: the select, its relation-to-stream operator (or None) and its QoS clause."""
 
     query: Select
     stream: str | None = None
-    qos: tuple[QoSItem | ConstraintItem, ...] = ()
+    qos: tuple[QoSItem | ConstraintItem | ModeItem, ...] = ()
 
     def qos_item(self, name: str, target: str | None = None) -> QoSItem | None:
         """The QoS entry ``name`` (for ``target``, falling back to the untargeted one), or None."""

@@ -18,7 +18,6 @@ from .analysis import (
     _AGG_NAMES,
     AT,
     JOIN_AGGREGATE_JOIN,
-    OUTPUT_MODE,
     SUB_AT,
     Analysis,
     SourceInfo,
@@ -106,8 +105,10 @@ class CompiledQuery:
 
     @property
     def output_mode(self) -> str:
-        """The streaming output mode the sink must use (always ``"append"``)."""
-        return OUTPUT_MODE
+        """The streaming output mode the sink must use: ``"append"``, or ``"update"`` for a join with
+        ``WITH (OUTPUT_MODE UPDATE)`` (its operator is defined in that mode; Spark rejects another at ``start()``).
+        """
+        return self.analysis.output_mode
 
     def explain(self) -> str:
         """The text of :func:`explain` for this query."""
@@ -534,6 +535,13 @@ class _Builder:
 
         a = self.a
         left, right = a.sources
+        if self.feeds_state and a.outer:
+            raise CQLCompileError(f"a {a.how[0].upper()} JOIN in a subquery that a stateful query reads", "that "
+                                  "join is Spark's own inner interval join (two pyspark-cq stateful operators cannot "
+                                  "share a query); run the outer join as its own query and read its sink",
+                                  a.statement)
+        if a.outer:
+            return self._outer_join()
         if self.feeds_state:
             if a.constraints:
                 raise CQLCompileError("CONSTRAINT in a join that a subquery feeds to a stateful query", "that join "
@@ -548,7 +556,7 @@ class _Builder:
             params["drop_ratio"] = drop
         handle = self.handle(**params) if params else None
         out = window_join(ldf, rdf, on, lt, rt, wl, wr, control=handle, name=a.operator, drop_ratio=drop,
-                          constraints=a.constraints or None)
+                          constraints=a.constraints or None, output_mode=a.output_mode)
         self.operators.append((a.operator, "window_join", {"on": [f"{to_text(k[0][1])} = {to_text(k[1][1])}"
                                                                   for k in a.keys],
                                                            "windows": [_human.duration(s.window.size.micros)
@@ -559,6 +567,37 @@ class _Builder:
         at = "valid_from" if a.stream == "ISTREAM" else "valid_to"
         out = out.withColumn(AT, F.col(at))
         return self._joined(out, keymap)
+
+    def _outer_join(self):
+        """``A [RANGE a] LEFT | RIGHT | FULL JOIN B [RANGE b] ON …`` (docs/cql.md, *Joins*): ``interval_join`` with
+        the window join's band (validities ``[t, t + w)`` intersect: ``t_B - t_A`` in ``(-b, a)``) and ``how``; both
+        key columns kept (the null-padded side's are null). ``cq_at``: ISTREAM the later of the row times present
+        (a pair's entry into the join, an unmatched row's own time), DSTREAM the first expiry among them.
+        """
+        from pyspark.sql import functions as F
+
+        from ..operators.join import interval_join
+
+        a = self.a
+        left, right = a.sources
+        (ldf, lt), (rdf, rt) = self._prefixed(left, {}), self._prefixed(right, {})
+        lon = [f"{r}__{self.res.column_name(r, c)}" for (r, c), _ in a.keys]
+        ron = [f"{r}__{self.res.column_name(r, c)}" for _, (r, c) in a.keys]
+        wl, wr = left.window.size.micros, right.window.size.micros
+        drop = 1.0 - left.node.sample / 100.0 if self._shared_sample() else 0.0
+        handle = self.handle(drop_ratio=drop) if drop else None
+        lower, upper = timedelta(microseconds=-wr + 1), timedelta(microseconds=wl - 1)
+        out = interval_join(ldf, rdf, left_on=lon, right_on=ron, left_time=lt, right_time=rt, lower=lower,
+                            upper=upper, how=a.how[0], control=handle, name=a.operator, drop_ratio=drop,
+                            output_mode=a.output_mode)
+        self.operators.append((a.operator, "interval_join", {
+            "how": a.how[0], "left_on": lon, "right_on": ron,
+            "band": f"{rt} - {lt} in ({_human.duration(-wr)}, {_human.duration(wl)})", "drop_ratio": drop}))
+        if a.stream == "ISTREAM":   # greatest / least skip the null time of a padded side
+            at = F.greatest(F.col(f"`{lt}`"), F.col(f"`{rt}`"))
+        else:
+            at = F.least(F.col(f"`{lt}`") + _micros(wl), F.col(f"`{rt}`") + _micros(wr))
+        return self._joined(out.withColumn(AT, at), {})
 
     def _spark_window_join(self):
         """Spark's stream-stream join of the two windowed inputs (the pairs whose validities intersect, as
@@ -676,8 +715,11 @@ class _Builder:
         # a UNIQUE constraint names the stream's key column as FROM does: here it is on[i]
         constraints = [dataclasses.replace(c, cols=(on[c.side],)) if c.kind == "unique" else c
                        for c in a.constraints]
-        out = multi_join(inputs, on, times, bounds, name=a.operator, constraints=constraints or None)
+        how = list(a.how) if a.outer else None   # per input after the first, as cq.multi_join(how=) takes it
+        out = multi_join(inputs, on, times, bounds, how=how, name=a.operator, output_mode=a.output_mode,
+                         constraints=constraints or None)
         self.operators.append((a.operator, "multi_join", {"on": on, "windows": [_human.duration(w) for w in ws],
+                                                          **({"how": how} if how else {}),
                                                           **({"constraints": [repr(c) for c in constraints]}
                                                              if constraints else {})}))
         if a.stream == "ISTREAM":

@@ -4,8 +4,9 @@ Grammar (keywords are case-insensitive; ``{x}`` is zero or more, ``[x]`` optiona
 
     statement   := ( R2S "(" select ")" | select ) [ "WITH" "(" qos { "," qos } ")" ] [ ";" ]
     R2S         := ISTREAM | DSTREAM | RSTREAM
-    select      := SELECT [DISTINCT] item { "," item } FROM source { "," source }
+    select      := SELECT [DISTINCT] item { "," item } FROM source { ( "," | join ) source [ ON expr ] }
                    [ WHERE expr ] [ GROUP BY expr { "," expr } ] [ HAVING expr ]
+    join        := [ INNER | ( LEFT | RIGHT | FULL ) [ OUTER ] ] JOIN      -- each JOIN takes its ON expr
     item        := "*" | ident "." "*" | expr [ [AS] ident ]
     source      := ( ident | "(" select ")" ) [ [AS] ident ] [ window ] [ sample ]
     window      := "[" ( RANGE duration [ SLIDE duration ] | RANGE UNBOUNDED | NOW
@@ -16,6 +17,7 @@ Grammar (keywords are case-insensitive; ``{x}`` is zero or more, ``[x]`` optiona
                  | GRANULARITY [ident] BETWEEN duration AND duration     -- coarsest AND finest
                  | SAMPLE BETWEEN number AND number | PERIOD duration | DEADLINE duration | WEIGHT number
                  | CONSTRAINT constraint                                  -- STREAM §5.2, docs/constraints.md
+                 | OUTPUT_MODE ( APPEND | UPDATE )                        -- the sink's output mode
     constraint  := UNIQUE ident "(" ident { "," ident } ")" | MANY_TO_ONE ident REFERENCES ident [ DELAY duration ]
                  | ( CLUSTERED | ORDERED ) ident [ TOLERANCE int ]
     expr        := or-expression with SQL precedence: OR < AND < NOT < comparison / LIKE / BETWEEN / IN / IS
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 from .._duration import ABBREVIATIONS
 from . import ast as A
 
-__all__ = ["CQLSyntaxError", "parse", "parse_expression", "KEYWORDS"]
+__all__ = ["CQLSyntaxError", "parse", "parse_expression", "KEYWORDS", "JOIN_WORDS"]
 
 #: Reserved words: they cannot be identifiers unless double-quoted.
 KEYWORDS = frozenset("""
@@ -44,7 +46,9 @@ KEYWORDS = frozenset("""
 # the unit words: each of ast.TIME_UNITS, singular or plural, and the abbreviations the Python API takes too
 _UNIT_ALIASES = {**{u: u for u in A.TIME_UNITS}, **{u + "S": u for u in A.TIME_UNITS},
                  **{a.upper(): unit.upper() for a, unit in ABBREVIATIONS.items()}}
-_QOS_NAMES = ("WINDOW", "GRANULARITY", "SAMPLE", "PERIOD", "DEADLINE", "WEIGHT", "CONSTRAINT")
+_QOS_NAMES = ("WINDOW", "GRANULARITY", "SAMPLE", "PERIOD", "DEADLINE", "WEIGHT", "CONSTRAINT", "OUTPUT_MODE")
+#: The words of a join in FROM: contextual (not reserved), but never taken as an implicit alias.
+JOIN_WORDS = frozenset({"JOIN", "INNER", "LEFT", "RIGHT", "FULL", "OUTER", "CROSS", "NATURAL", "ON", "USING"})
 
 
 class CQLSyntaxError(ValueError):
@@ -237,9 +241,18 @@ class _Parser:
             raise self.error(("',' or FROM",) if self.tok.kind != "EOF" else ("FROM",))
         self.advance()
         sources = [self.source_item()]
-        while self.at_op(","):
-            self.advance()
-            sources.append(self.source_item())
+        joins: list = []
+        while True:
+            if self.at_op(","):
+                self.advance()
+                sources.append(self.source_item())
+                joins.append(None)
+            elif self.at_word(*JOIN_WORDS - {"OUTER", "ON", "USING"}):
+                joins.append(self.join_clause(sources))
+            else:
+                break
+        if all(j is None for j in joins):
+            joins = []
         where = having = None
         group: list = []
         if self.at_kw("WHERE"):
@@ -257,7 +270,31 @@ class _Parser:
         if self.at_kw("HAVING"):
             self.advance()
             having = self.expr()
-        return A.Select(tuple(items), tuple(sources), where, tuple(group), having, distinct, **self.pos(start))
+        return A.Select(tuple(items), tuple(sources), where, tuple(group), having, distinct, tuple(joins),
+                        **self.pos(start))
+
+    def join_clause(self, sources: list) -> A.JoinOn:
+        """``[INNER | LEFT | RIGHT | FULL [OUTER]] JOIN source ON expr``: appends the source, returns its join."""
+        start = self.tok
+        word = self.advance().text.upper()
+        if word in ("CROSS", "NATURAL"):
+            raise self.error("JOIN … ON", f"{word} JOIN is not part of this CQL dialect: write JOIN … ON a.k = b.k "
+                                          "(or a comma and WHERE)", start)
+        how = {"JOIN": "inner", "INNER": "inner", "LEFT": "left", "RIGHT": "right", "FULL": "full"}[word]
+        outer = ""
+        if word in ("LEFT", "RIGHT", "FULL") and self.at_word("OUTER"):
+            outer = " " + self.advance().text.upper()
+        if word != "JOIN":
+            if not self.at_word("JOIN"):
+                raise self.error("JOIN", f"expected JOIN after {word}{outer}, found {self.tok.show()}")
+            self.advance()
+        sources.append(self.source_item())
+        if not self.at_word("ON"):
+            raise self.error("ON", f"expected ON and the join condition after the joined stream, found "
+                                   f"{self.tok.show()}" + (" (USING is not supported: write ON a.k = b.k)"
+                                                           if self.at_word("USING") else ""))
+        self.advance()
+        return A.JoinOn(how, self.expr(), **self.pos(start))
 
     def select_item(self) -> A.SelectItem:
         start = self.tok
@@ -296,7 +333,7 @@ class _Parser:
         if self.at_kw("AS"):
             self.advance()
             alias = self.ident("an alias after AS")
-        elif self.tok.kind == "IDENT":
+        elif self.tok.kind == "IDENT" and not self.at_word(*JOIN_WORDS):
             alias = self.advance().value
         window, sample = self.window_and_sample()
         return A.StreamRef(name, alias, window, sample, **self.pos(start))
@@ -436,6 +473,11 @@ class _Parser:
         name = self.advance().text.upper()
         if name == "CONSTRAINT":
             return self.constraint_item(start)
+        if name == "OUTPUT_MODE":
+            if not self.at_word(*A.OUTPUT_MODES):
+                raise self.error(A.OUTPUT_MODES, f"expected APPEND or UPDATE after OUTPUT_MODE, found "
+                                                 f"{self.tok.show()} (complete mode is not supported)")
+            return A.ModeItem(self.advance().text.upper(), **self.pos(start))
         if name in ("WINDOW", "GRANULARITY", "SAMPLE"):
             target = None
             if name != "SAMPLE" and self.tok.kind == "IDENT":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from . import ast as A
-from .parser import KEYWORDS
+from .parser import JOIN_WORDS, KEYWORDS
 
 __all__ = ["to_text", "expression", "identifier", "duration"]
 
@@ -18,7 +18,7 @@ _PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 def identifier(name: str) -> str:
     """``name`` as a CQL identifier, double-quoted when needed."""
-    if _PLAIN.match(name) and name.upper() not in KEYWORDS:
+    if _PLAIN.match(name) and name.upper() not in KEYWORDS | JOIN_WORDS:
         return name
     return '"' + name.replace('"', '""') + '"'
 
@@ -110,7 +110,14 @@ def _select(q: A.Select) -> str:
         text = expression(it.expr)
         items.append(text + (" AS " + identifier(it.alias) if it.alias else ""))
     text = "SELECT " + ("DISTINCT " if q.distinct else "") + ", ".join(items)
-    text += " FROM " + ", ".join(_source(s) for s in q.sources)
+    text += " FROM " + _source(q.sources[0])
+    for i, s in enumerate(q.sources[1:]):
+        j = q.joins[i] if q.joins else None
+        if j is None:
+            text += ", " + _source(s)
+        else:
+            kind = {"inner": "JOIN", "left": "LEFT JOIN", "right": "RIGHT JOIN", "full": "FULL JOIN"}[j.how]
+            text += f" {kind} {_source(s)} ON {expression(j.on)}"
     if q.where is not None:
         text += " WHERE " + expression(q.where)
     if q.group_by:
@@ -120,7 +127,9 @@ def _select(q: A.Select) -> str:
     return text
 
 
-def _qos(q: A.QoSItem | A.ConstraintItem) -> str:
+def _qos(q: A.QoSItem | A.ConstraintItem | A.ModeItem) -> str:
+    if isinstance(q, A.ModeItem):
+        return f"OUTPUT_MODE {q.mode}"
     target = " " + identifier(q.target) if q.target else ""
     if isinstance(q, A.ConstraintItem):
         if q.kind == "UNIQUE":

@@ -530,6 +530,10 @@ class CQRuntime:
             elif sink in ("memory", "console"):
                 writer = writer.format(sink)
             else:
+                if ctx.compiled.output_mode != "append":   # Spark's file sink writes append mode only
+                    raise ValueError(f"sink must be 'memory', 'console' or a callable for a query WITH (OUTPUT_MODE "
+                                     f"{ctx.compiled.output_mode.upper()}): the parquet file sink at {sink!r} "
+                                     "writes append mode only")
                 writer = writer.format("parquet").option("path", sink)
             return writer.trigger(**trigger) if trigger else writer
 

@@ -30,7 +30,7 @@ from pyspark_cq import plan as P
 PERIOD, DEADLINE = 3.0, 2.5
 SECONDS_PER_ROW = 1e-3
 SMALL, LARGE = 100, 3000
-SIZES = [SMALL] * 2 + [LARGE] * 6
+SIZES = [SMALL] * 2 + [LARGE] * 4   # the two large instances after the step and its follower must meet D
 
 
 def _costly(per_row):

@@ -73,7 +73,7 @@ def frame(spark):
 
 @pytest.mark.spark
 @pytest.mark.parametrize("window,slide", [("1 second", "1 second"), ("3 seconds", "1 second"),
-                                          ("60 seconds", "1 second"), ("10 seconds", "4 seconds"),
+                                          pytest.param("60 seconds", "1 second", marks=pytest.mark.slow), ("10 seconds", "4 seconds"),
                                           ("45 seconds", None)])
 def test_batch_equals_spark_window(frame, window, slide):
     ours = sliding_aggregate(frame, "ts", window, slide, by=["k", "name"], aggs=AGGS)

@@ -529,6 +529,7 @@ def test_stream_follows_granularity_and_window_changes(spark, tmp_dir):
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_change_reaches_a_running_query(spark, tmp_dir):
     """Batch by batch (one file, then processAllAvailable): a granularity and a window change set
     while the query runs, at event times ahead of the data seen, apply to the next file's rows."""

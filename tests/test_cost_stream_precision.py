@@ -168,8 +168,10 @@ def _grid_best(q, d, bound, w_rng, k_rng, n=21):
     return best
 
 
-@pytest.mark.parametrize("d_left, d_right, share, w_min", [(1.0, 4.0, 0.4, 5000), (2.0, 2.0, 0.3, 2000),
-                                                          (1.0, 10.0, 0.6, 8000), (3.0, 1.0, 0.15, 1000)])
+# the quick subset keeps the cheapest case; the grid searches of the others take 4-5 s each
+@pytest.mark.parametrize("d_left, d_right, share, w_min", [
+    pytest.param(1.0, 4.0, 0.4, 5000, marks=pytest.mark.slow), pytest.param(2.0, 2.0, 0.3, 2000, marks=pytest.mark.slow),
+    pytest.param(1.0, 10.0, 0.6, 8000, marks=pytest.mark.slow), (3.0, 1.0, 0.15, 1000)])
 def test_allocation_is_at_least_the_grid_optimum(d_left, d_right, share, w_min):
     q = _join(10_000, sel=0.5)
     d = {"L": d_left, "R": d_right}

@@ -290,6 +290,7 @@ def test_bound_and_window_changes_at_an_event_time(spark, tmp_dir):
     assert any(pyspark_cq.read_metrics(p, "ij1") for p in queries[0].recentProgress)  # under the operator id
 
 
+@pytest.mark.slow
 def test_change_reaches_a_running_query_within_two_batches(spark, tmp_dir):
     """Issue 6 acceptance: after batch k the entry changes; from batch k + 2 on the new bound holds."""
     root, keys, k = str(tmp_dir / "in"), list(range(5)), 1

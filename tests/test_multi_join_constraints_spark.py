@@ -81,7 +81,7 @@ def _join(sources, name, constraints=None):
 
 
 def test_adhering_streams_equal_spark_chain_with_less_state(spark, tmp_path):
-    batches = orders_stream(n_batches=8, per_batch=40, seed=11)
+    batches = orders_stream(n_batches=6, per_batch=40, seed=11)
     root = str(tmp_path / "data")
     _write(root, batches)
     q_ours, q_plain, _ = _run(
@@ -100,7 +100,7 @@ def test_adhering_streams_equal_spark_chain_with_less_state(spark, tmp_path):
 
 
 def test_duplicate_payments_are_counted(spark, tmp_path):
-    batches = orders_stream(n_batches=8, per_batch=40, seed=12, duplicates=5)
+    batches = orders_stream(n_batches=6, per_batch=40, seed=12, duplicates=5)
     root = str(tmp_path / "data")
     _write(root, batches)
     (q,) = _run((_join(_sources(spark, root), "mjc_dup", ORDERS), "mjc_dup", str(tmp_path / "ck")))

@@ -27,10 +27,19 @@ rows: in one invocation (``--operator all`` or a list), the first one's referenc
   parent changes between kills, at event times ahead of the data read so far; the reference run uses
   the final table (the same decisions).
 
+``--together`` (``kill`` mode): the listed operators' queries run at once in one child (one Spark session), each on
+its own inputs, checkpoint and sink under ``<workdir>/together-kill/<operator>``. Each kill aims at a phase of one
+query still reading (chosen at random) and hits every query in whatever phase it is in (each operator's
+``kill_log`` records its own; ``all_read``: all its files' batches committed); one restarted child finishes them
+all, one uninterrupted child makes the references; one result per operator, as without it. That is 2 + kills JVM
+starts for all operators instead of per operator: the quick test (tests/test_fault_injection.py) runs so.
+
 Usage::
 
     python -m benchmarks.experiments.fault_injection --operator all --kills 20 --seed 1 --out fi.json
     python -m benchmarks.experiments.fault_injection --operator interval_join --kills 2 --out quick.json
+    python -m benchmarks.experiments.fault_injection --operator interval_join,query_group --together --kills 1 \
+        --files 6 --seed 5 --out together.json
 
 Every child starts Spark: run it under ``/work/bin/sparkslot`` on a shared machine (one child at a time).
 """

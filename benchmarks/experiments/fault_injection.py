@@ -27,10 +27,19 @@ rows: in one invocation (``--operator all`` or a list), the first one's referenc
   parent changes between kills, at event times ahead of the data read so far; the reference run uses
   the final table (the same decisions).
 
+``--together`` (``kill`` mode): the listed operators' queries run at once in one child (one Spark session), each on
+its own inputs, checkpoint and sink under ``<workdir>/together-kill/<operator>``. Each kill aims at a phase of one
+query still reading (chosen at random) and hits every query in whatever phase it is in (each operator's
+``kill_log`` records its own; ``all_read``: all its files' batches committed); one restarted child finishes them
+all, one uninterrupted child makes the references; one result per operator, as without it. That is 2 + kills JVM
+starts for all operators instead of per operator: the quick test (tests/test_fault_injection.py) runs so.
+
 Usage::
 
     python -m benchmarks.experiments.fault_injection --operator all --kills 20 --seed 1 --out fi.json
     python -m benchmarks.experiments.fault_injection --operator interval_join --kills 2 --out quick.json
+    python -m benchmarks.experiments.fault_injection --operator interval_join,query_group --together --kills 1 \
+        --files 6 --seed 5 --out together.json
 
 Every child starts Spark: run it under ``/work/bin/sparkslot`` on a shared machine (one child at a time).
 """
@@ -206,44 +215,58 @@ def child(args) -> int:
                            "spark.sql.streaming.stateStore.maintenanceInterval": "10s",
                            "spark.ui.enabled": "false"})
     spark.sparkContext.setLogLevel("ERROR")
-    if args.operator == "query_group":
-        return _group_child(spark, args, root)
-    out = build(spark, args.operator, root, args.control, args.checkpoint)
-    q = (out.writeStream.format("parquet").option("path", args.sink).outputMode("append")
-         .option("checkpointLocation", args.checkpoint).trigger(availableNow=True).start())
-    (root / f"alive.{os.getpid()}").touch()     # the parent arms its kill only once the query runs
-    q.awaitTermination()
-    rows = [[_plain(v) for v in r] for r in spark.read.parquet(args.sink).collect()]
-    tmp = Path(args.dump + ".tmp")
-    tmp.write_text(json.dumps({"columns": spark.read.parquet(args.sink).columns, "rows": rows}))
-    tmp.rename(args.dump)
+    if args.together:   # every operator its own query, under <root>/<operator>; --sink etc. are names there
+        runs = {op: (root / op, str(root / op / args.sink), str(root / op / args.checkpoint),
+                     str(root / op / args.dump)) for op in args.operator.split(",")}
+    else:
+        runs = {args.operator: (root, args.sink, args.checkpoint, args.dump)}
+    queries = [_start_query(spark, op, d, args.control, ck, sink) for op, (d, sink, ck, _) in runs.items()]
+    (root / f"alive.{os.getpid()}").touch()     # the parent arms its kill only once the queries run
+    for q in queries:
+        q.awaitTermination()
+    for op, (_, sink, _, dump) in runs.items():
+        _dump(spark, op, sink, dump)
     spark.stop()
     return 0
 
 
-def _group_child(spark, args, root: Path) -> int:
-    """The ``query_group`` child: the group writes each query into ``<sink>/<name>`` (the group's Spark checkpoint
-    is ``<checkpoint>/spark``); the dump holds every query's rows, each led by the query's name."""
+def _start_query(spark, operator: str, root: Path, control: str | None, checkpoint: str, sink: str):
+    """Start ``operator``'s query on the inputs under ``root`` (``trigger(availableNow=True)``)."""
+    if operator == "query_group":
+        return _start_group(spark, root, checkpoint, sink)
+    out = build(spark, operator, root, control, checkpoint)
+    return (out.writeStream.format("parquet").option("path", sink).outputMode("append")
+            .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+
+
+def _start_group(spark, root: Path, checkpoint: str, sink: str):
+    """The ``query_group`` query: the group writes each query into ``<sink>/<name>`` (the group's Spark checkpoint
+    is ``<checkpoint>/spark``)."""
     import pyspark_cq as cq
 
     src = (spark.readStream.option("maxFilesPerTrigger", 1).schema(_schema("query_group", "in"))
            .parquet(str(root / "input" / "in")).withWatermark("ts", DELAY))
-    g = cq.QueryGroup(spark, sources={"s": src}, checkpoint=args.checkpoint, shards=4)
+    g = cq.QueryGroup(spark, sources={"s": src}, checkpoint=checkpoint, shards=4)
     for name, text in GROUP_QUERIES.items():
-        g.add(name, text, sink=os.path.join(args.sink, name))
-    q = g.start(trigger={"availableNow": True})
-    (root / f"alive.{os.getpid()}").touch()
-    q.awaitTermination()
-    rows, columns = [], {}
-    for name in GROUP_QUERIES:
-        df = spark.read.parquet(os.path.join(args.sink, name))
-        columns[name] = df.columns
-        rows += [[name, *[_plain(v) for v in r]] for r in df.collect()]
-    tmp = Path(args.dump + ".tmp")
+        g.add(name, text, sink=os.path.join(sink, name))
+    return g.start(trigger={"availableNow": True})
+
+
+def _dump(spark, operator: str, sink: str, dump: str) -> None:
+    """Write the rows of ``operator``'s sink (read back as a batch DataFrame) to ``dump`` as JSON; for
+    ``query_group`` every query's rows, each led by the query's name."""
+    if operator == "query_group":
+        rows, columns = [], {}
+        for name in GROUP_QUERIES:
+            df = spark.read.parquet(os.path.join(sink, name))
+            columns[name] = df.columns
+            rows += [[name, *[_plain(v) for v in r]] for r in df.collect()]
+    else:
+        df = spark.read.parquet(sink)
+        rows, columns = [[_plain(v) for v in r] for r in df.collect()], df.columns
+    tmp = Path(dump + ".tmp")
     tmp.write_text(json.dumps({"columns": columns, "rows": rows}))
-    tmp.rename(args.dump)
-    spark.stop()
-    return 0
+    tmp.rename(dump)
 
 
 def _plain(v):
@@ -301,9 +324,13 @@ def _group(proc):
     proc.wait()
 
 
-def _start(args, root, sink, ck, dump, control=None):
-    cmd = [*harness.rerun(__spec__.name), "--child", "--operator", args.operator, "--root", str(root),
-           "--sink", str(sink), "--checkpoint", str(ck), "--dump", str(dump)]
+def _start(args, root, sink, ck, dump, control=None, together=None):
+    """A child; with ``together`` (operator names), one running all their queries, ``sink``, ``ck`` and ``dump``
+    being names under ``root/<operator>``."""
+    cmd = [*harness.rerun(__spec__.name), "--child", "--operator", ",".join(together) if together else args.operator,
+           "--root", str(root), "--sink", str(sink), "--checkpoint", str(ck), "--dump", str(dump)]
+    if together:
+        cmd.append("--together")
     if control:
         cmd += ["--control", control]
     log = open(root / "child.log", "ab")
@@ -328,22 +355,46 @@ def run_once(args, root: Path, tag: str, control: str | None = None) -> list:
     return json.loads(dump.read_text())["rows"]
 
 
-def run_killed(args, root: Path, rng, control_changes=None) -> tuple[list, list]:
-    """Kill and restart until a child completes; returns (rows, kills as [phase, batch])."""
-    sink, ck, dump = root / "sink_killed", root / "ck_killed", root / "rows_killed.json"
-    phases = ["batch", "state", "sink", "between"] if args.operator in STATEFUL else ["batch", "sink", "between"]
-    if args.operator == "query_group":   # its sinks keep no log: no "sink" phase to aim at
+def _phases(operator: str) -> list[str]:
+    """The phases a kill of ``operator``'s query may aim at."""
+    phases = ["batch", "state", "sink", "between"] if operator in STATEFUL else ["batch", "sink", "between"]
+    if operator == "query_group":   # its sinks keep no log: no "sink" phase to aim at
         phases.remove("sink")
+    return phases
+
+
+def run_killed(args, root: Path, rng, control_changes=None) -> tuple[list, list]:
+    """Kill and restart until a child completes; returns (rows, kills as [phase, batch, seconds])."""
+    sink, ck, dump = root / "sink_killed", root / "ck_killed", root / "rows_killed.json"
     kills = []
+
+    def record(seconds):
+        kills.append([*_phase(ck, sink), seconds])
+
+    _kill_and_restart(
+        args, root, rng,
+        lambda: _start(args, root, sink, ck, dump, args.control_path if control_changes is not None else None),
+        lambda: (ck, sink, _phases(args.operator)), dump.exists, record,
+        (lambda: control_changes(ck)) if control_changes is not None else None)
+    return json.loads(dump.read_text())["rows"], kills
+
+
+def _kill_and_restart(args, root: Path, rng, start, aim, done, record, after_kill=None) -> None:
+    """Start children (``start()``) and SIGKILL each at a random moment, ``args.kills`` times, then let one run to
+    its end. ``aim()`` gives (checkpoint, sink, phases) of the query whose phase a kill aims at (one of the
+    phases, chosen at random); ``done()`` says whether the child left its rows; ``record(seconds)`` notes a kill
+    just before it, ``after_kill()`` runs after it."""
+    kills = 0
     while True:
-        proc = _start(args, root, sink, ck, dump, args.control_path if control_changes is not None else None)
+        proc = start()
         started = time.monotonic()
-        if len(kills) >= args.kills or not _wait_alive(proc, root):
-            if proc.wait() == 0 and dump.exists():
-                return json.loads(dump.read_text())["rows"], kills
-            if len(kills) >= args.kills:
-                raise RuntimeError(f"run after {len(kills)} kills failed; see {root / 'child.log'}")
+        if kills >= args.kills or not _wait_alive(proc, root):
+            if proc.wait() == 0 and done():
+                return
+            if kills >= args.kills:
+                raise RuntimeError(f"run after {kills} kills failed; see {root / 'child.log'}")
             continue      # died before the query started (should not happen): start again
+        ck, sink, phases = aim()
         want = rng.choice(phases)
         skip = int(rng.integers(0, 2))       # sometimes let a batch commit first
         start_commits = len(_ids(_spark_checkpoint(ck) / "commits"))
@@ -362,14 +413,67 @@ def run_killed(args, root: Path, rng, control_changes=None) -> tuple[list, list]
                 break
             time.sleep(0.01)
         if proc.poll() is not None:    # finished (or failed) before the kill
-            if proc.returncode == 0 and dump.exists():
-                return json.loads(dump.read_text())["rows"], kills
+            if proc.returncode == 0 and done():
+                return
             raise RuntimeError(f"child failed with {proc.returncode}; see {root / 'child.log'}")
-        phase, n = _phase(ck, sink)
+        record(round(time.monotonic() - started, 1))
         _group(proc)
-        kills.append([phase, n, round(time.monotonic() - started, 1)])
-        if control_changes is not None:
-            control_changes(ck)
+        kills += 1
+        if after_kill is not None:
+            after_kill()
+
+
+def run_together(args, base: Path, ops: list[str]) -> list[dict]:
+    """``--together``: the queries of ``ops`` in one child (one Spark session), each on its own inputs, checkpoint
+    and sink under ``<root>/<operator>``; each kill hits the child while a query chosen at random is in a phase
+    chosen at random (the others are in whatever phase they are in: each one's is recorded); one child runs
+    the reference queries (one per ``SAME_ROWS`` class). Returns one result per operator, as ``run_operator``."""
+    rng = np.random.default_rng(args.seed)
+    root = base / f"together-{args.mode}{'-tight' if args.tight else ''}"
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    refs = list(dict.fromkeys(SAME_ROWS.get(op, op) for op in ops))
+    for op in dict.fromkeys([*ops, *refs]):
+        write_inputs(root / op, op, args.seed, args.tight, args.files, args.rows_scale)
+    t0 = time.monotonic()
+    kills, aimed = {op: [] for op in ops}, []
+
+    def aim():   # a query still reading (after a restart, the ended ones end again at once)
+        running = [op for op in ops if len(_ids(_spark_checkpoint(root / op / "ck_killed") / "commits")) < args.files]
+        op = (running or ops)[int(rng.integers(0, len(running or ops)))]
+        aimed.append(op)
+        return root / op / "ck_killed", root / op / "sink_killed", _phases(op)
+
+    def record(seconds):
+        for op in ops:
+            phase, n = _phase(root / op / "ck_killed", root / op / "sink_killed")
+            if phase == "between" and len(_ids(_spark_checkpoint(root / op / "ck_killed") / "commits")) >= args.files:
+                phase = "all_read"  # every file's batch committed: at most the closing no-data batch was left
+            kills[op].append([phase, n, seconds])
+
+    _kill_and_restart(args, root, rng, lambda: _start(args, root, "sink_killed", "ck_killed", "rows_killed.json",
+                                                      together=ops),
+                      aim, lambda: all((root / op / "rows_killed.json").exists() for op in ops), record)
+    proc = _start(args, root, "sink_reference", "ck_reference", "rows_reference.json", together=refs)
+    if proc.wait() != 0 or not all((root / op / "rows_reference.json").exists() for op in refs):
+        raise RuntimeError(f"reference run failed; see {root / 'child.log'}")
+    seconds = round(time.monotonic() - t0, 1)
+    results = []
+    for op in ops:
+        same = SAME_ROWS.get(op, op)
+        expected = json.loads((root / same / "rows_reference.json").read_text())["rows"]
+        got = json.loads((root / op / "rows_killed.json").read_text())["rows"]
+        results.append({"operator": op, "mode": args.mode, "tight": args.tight, "seed": args.seed, "reference": same,
+                        "together": ops, "kills": len(kills[op]),
+                        "kill_phases": dict(Counter(k[0] for k in kills[op])), "kill_log": kills[op],
+                        "kills_aimed_at": aimed, "rows_scale": args.rows_scale,
+                        "median_s_to_kill": float(np.median([k[2] for k in kills[op]])) if kills[op] else None,
+                        **compare(expected, got), "seconds": seconds,
+                        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                        "load": os.getloadavg()})
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+    return results
 
 
 FAILED_TASK = "Exception in task"   # the executor's ERROR line for a failed task attempt
@@ -537,6 +641,9 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="write the results as JSON here")
     p.add_argument("--workdir", help="keep inputs, checkpoints and sinks here (default: a temporary directory)")
     p.add_argument("--keep", action="store_true", help="keep each operator's directory")
+    p.add_argument("--together", action="store_true",
+                   help="run the operators' queries at once in one child (one Spark session): one killed child "
+                        "per kill, one restart, one reference run for all (--mode kill only)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     for hidden in ("--root", "--sink", "--checkpoint", "--dump", "--control"):
         p.add_argument(hidden, help=argparse.SUPPRESS)
@@ -555,9 +662,22 @@ def main(argv=None) -> int:
             p.error(f"--operator must be one of {OPERATORS}, several separated by commas, or 'all', got {op!r}")
     if args.mode == "control" and ops != ["sliding_aggregate_windows"]:
         p.error("--mode control runs --operator sliding_aggregate_windows")
+    if args.together and args.mode != "kill":
+        p.error(f"--together runs --mode kill, got --mode {args.mode}")
     before = harness.start()
     base = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="cq-fault-"))
     results, references = [], {}
+    if args.together:
+        try:
+            results = run_together(args, base, ops)
+        except Exception as exc:   # every operator's record says so
+            results = [{"operator": op, "mode": args.mode, "together": ops, "error": repr(exc), "lost": None,
+                        "duplicated": None, "unexpected": None} for op in ops]
+        for r in results:
+            print(json.dumps(r), flush=True)
+        if args.out:
+            Path(args.out).write_text(json.dumps(results, indent=1))
+        ops = []
     for op in ops:
         args.operator = op
         try:

@@ -29,6 +29,14 @@ def test_explain_rows_aggregate(tmp_path, capsys):
     assert "rows_aggregate" in out and "cost" in out
 
 
+def _explain(tmp_path, capsys, text) -> list[str]:
+    """``pyspark-cq explain`` of ``text`` written to a file: its output lines (it must succeed)."""
+    q = tmp_path / "q.cql"
+    q.write_text(text)
+    assert main(["explain", str(q)]) == 0
+    return capsys.readouterr().out.splitlines()
+
+
 @pytest.mark.parametrize("text,lines", [
     # issue 42's shapes: a multi-way join, an aggregate over a join, a window join as a FROM subquery, a join
     ("ISTREAM(SELECT A.k, B.w FROM A [RANGE 30 SECONDS], B [RANGE 30 SECONDS], C [RANGE 30 SECONDS] "
@@ -49,10 +57,7 @@ def test_explain_rows_aggregate(tmp_path, capsys):
     ("RSTREAM(SELECT k, COUNT(*) AS n FROM A [RANGE 1 MINUTE SLIDE 10 SECONDS] GROUP BY k)", []),
 ])
 def test_explain_prints_join_types_and_output_mode(tmp_path, capsys, text, lines):
-    q = tmp_path / "q.cql"
-    q.write_text(text)
-    assert main(["explain", str(q)]) == 0
-    out = capsys.readouterr().out.splitlines()
+    out = _explain(tmp_path, capsys, text)
     for line in lines:
         assert line in out
     assert ("join       " in "\n".join(out)) == bool(lines)
@@ -78,10 +83,7 @@ def test_explain_prints_join_types_and_output_mode(tmp_path, capsys, text, lines
      ["join       q_mjoin: how=[inner, inner] (A first, then B, C); output_mode=update"]),
 ])
 def test_explain_prints_outer_joins_and_update_mode(tmp_path, capsys, text, lines):
-    q = tmp_path / "q.cql"
-    q.write_text(text)
-    assert main(["explain", str(q)]) == 0
-    out = capsys.readouterr().out.splitlines()
+    out = _explain(tmp_path, capsys, text)
     for line in lines:
         assert line in out
 

@@ -13,6 +13,7 @@ import os
 import pyarrow as pa
 import pytest
 from helpers import join_data as jd
+from test_join_constraints_spark import _reports, _run
 from test_multi_join_constraints import BOUNDS, orders_stream, reference
 
 import pyspark_cq as cq
@@ -58,20 +59,8 @@ def _spark_chain(dfs):
     return out
 
 
-def _run(*runs):
-    queries = [df.writeStream.format("memory").queryName(table).outputMode("append").trigger(availableNow=True)
-               .option("checkpointLocation", ck).start() for df, table, ck in runs]
-    for q in queries:
-        q.awaitTermination()
-    return queries
-
-
 def _ids(spark, table):
     return sorted(tuple(r) for r in spark.table(table).select("v0", "v1", "v2").collect())
-
-
-def _reports(query, name):
-    return [r for r in (cq.read_metrics(p, name) for p in query.recentProgress) if r]
 
 
 def _join(sources, name, constraints=None):

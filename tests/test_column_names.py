@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from helpers.streaming import assert_same_multiset
 from pyspark.sql import functions as F
 
 import pyspark_cq as cq
@@ -30,8 +31,7 @@ def q(alias: str, name: str):
 
 def same_rows(ours, theirs):
     assert ours.columns == theirs.columns
-    extra, missing = ours.exceptAll(theirs), theirs.exceptAll(ours)
-    assert (extra.count(), missing.count()) == (0, 0), (extra.limit(3).collect(), missing.limit(3).collect())
+    assert_same_multiset(ours, theirs)
 
 
 def side_rows(side: str, n: int = 40):

@@ -76,8 +76,9 @@ def test_cql_constraints_on_streams_equal_spark_join(spark, tmp_path):
     MANY_TO_ONE F REFERENCES O, CONSTRAINT CLUSTERED F TOLERANCE k)`` gives the rows of the same query without it
     and of Spark's join, with less state and no violations."""
     from helpers import join_data as jd
+    from helpers.streaming import run_memory
     from pyspark.sql import functions as F
-    from test_join_constraints_spark import _reports, _run, write_arrival
+    from test_join_constraints_spark import _reports, write_arrival
 
     import pyspark_cq as cq
 
@@ -96,9 +97,9 @@ def test_cql_constraints_on_streams_equal_spark_join(spark, tmp_path):
     theirs = lo.join(ro, (F.col("o.k") == F.col("f.k")) & (F.col("o.s") == F.col("f.s"))
                      & (F.col("f.ts") > F.col("o.ts") - F.expr("INTERVAL 10 SECONDS"))
                      & (F.col("f.ts") < F.col("o.ts") + F.expr("INTERVAL 10 SECONDS"))).select("o.k", "o.s", "lv", "rv")
-    q_ours, q_plain, _ = _run((ours, "cql_c_ours", str(tmp_path / "ck_ours")),
-                              (plain, "cql_c_plain", str(tmp_path / "ck_plain")),
-                              (theirs, "cql_c_spark", str(tmp_path / "ck_spark")))
+    q_ours, q_plain, _ = run_memory((ours, "cql_c_ours", str(tmp_path / "ck_ours")),
+                                    (plain, "cql_c_plain", str(tmp_path / "ck_plain")),
+                                    (theirs, "cql_c_spark", str(tmp_path / "ck_spark")))
     cols = ["k", "s", "lv", "rv"]
 
     def rows(table):
@@ -143,8 +144,9 @@ def test_cql_constraints_on_three_streams_equal_the_plain_query(spark, tmp_path)
     """tests/test_multi_join_constraints' orders / fulfilments / payments through ``cq.cql``: with the clause the
     rows of the query without it and of the plain-Python enumeration (pairwise bands of the 30 s windows), with
     less state and no violations."""
+    from helpers.streaming import run_memory
     from test_multi_join_constraints import orders_stream, reference
-    from test_multi_join_constraints_spark import _reports, _run, _sources, _write
+    from test_multi_join_constraints_spark import _reports, _sources, _write
 
     import pyspark_cq as cq
 
@@ -159,8 +161,8 @@ def test_cql_constraints_on_three_streams_equal_the_plain_query(spark, tmp_path)
     def query(text):
         return cq.cql(spark, text, dict(zip("OFP", _sources(spark, root))))
 
-    q_ours, q_plain = _run((query(JOIN3 + WITH3), "cql3_ours", str(tmp_path / "ck_ours")),
-                           (query(JOIN3), "cql3_plain", str(tmp_path / "ck_plain")))
+    q_ours, q_plain = run_memory((query(JOIN3 + WITH3), "cql3_ours", str(tmp_path / "ck_ours")),
+                                 (query(JOIN3), "cql3_plain", str(tmp_path / "ck_plain")))
 
     def rows(table):
         return sorted(tuple(r) for r in spark.table(table).select("v0", "v1", "v2").collect())

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from helpers import join_data as jd
+from helpers.streaming import run_memory
 
 import pyspark_cq
 from pyspark_cq.constraints import clustered, many_to_one, ordered, unique
@@ -73,12 +74,6 @@ def write_unique_right(root: str, seed: int) -> None:
         jd.write(os.path.join(root, "r"), f"b{b:03d}.parquet", _table("r", right))
 
 
-def _run(*runs):
-    queries = [df.writeStream.format("memory").queryName(table).outputMode("append").trigger(availableNow=True)
-               .option("checkpointLocation", ck).start() for df, table, ck in runs]
-    for q in queries:
-        q.awaitTermination()
-    return queries
 
 
 def _reports(query, name):
@@ -104,9 +99,9 @@ def test_adhering_streams_equal_spark_join(spark, tmp_path, data, constraint, ho
     without = pyspark_cq.interval_join(source("l"), source("r"), ["k", "s"], "ts", "ts", *band, how=how,
                                        suffixes=("_l", "_r"), name=plain)
     theirs = jd.spark_reference(source("l"), source("r"), how)
-    q_ours, q_plain, _ = _run((ours, f"ours_{how}", str(tmp_path / "ck_ours")),
-                              (without, f"plain_{how}", str(tmp_path / "ck_plain")),
-                              (theirs, f"spark_{how}", str(tmp_path / "ck_spark")))
+    q_ours, q_plain, _ = run_memory((ours, f"ours_{how}", str(tmp_path / "ck_ours")),
+                                    (without, f"plain_{how}", str(tmp_path / "ck_plain")),
+                                    (theirs, f"spark_{how}", str(tmp_path / "ck_spark")))
     assert spark.table(f"spark_{how}").count() > 50
     jd.assert_same_rows(spark.table(f"ours_{how}"), spark.table(f"spark_{how}"))
     reports = _reports(q_ours, name)
@@ -123,7 +118,7 @@ def test_violations_are_counted(spark, tmp_path):
                                     ["k", "s"], "ts", "ts", f"{jd.LOWER_S} seconds", f"{jd.UPPER_S} seconds",
                                     suffixes=("_l", "_r"), name=name,
                                     constraints=[many_to_one(child="right", parent="left")])
-    (q,) = _run((ours, "violated", str(tmp_path / "ck")))
+    (q,) = run_memory((ours, "violated", str(tmp_path / "ck")))
     assert dup == 3 * (BATCHES - 1)
     assert sum(r["constraint_violations"] for r in _reports(q, name)) == dup
 
@@ -147,9 +142,9 @@ def test_control_entry_turns_the_constraint_off_and_on(spark, tmp_path):
         return df, name, str(tmp_path / f"ck_{name}")
 
     declared = [many_to_one(child="right", parent="left")]
-    q_off, q_on, q_plain = _run(query("c_off", control=table.handle("c_off"), constraints=declared),
-                                query("c_on", control=table.handle("c_on"), constraints=declared),
-                                query("c_plain"))
+    q_off, q_on, q_plain = run_memory(query("c_off", control=table.handle("c_off"), constraints=declared),
+                                      query("c_on", control=table.handle("c_on"), constraints=declared),
+                                      query("c_plain"))
     states = {n: [r["state_rows"] for r in _reports(q, n)] for q, n in ((q_off, "c_off"), (q_on, "c_on"),
                                                                         (q_plain, "c_plain"))}
     assert states["c_off"] == states["c_plain"]
@@ -196,9 +191,9 @@ def test_arrival_constraints_equal_spark_join(spark, tmp_path, kind, jitter, con
     without = pyspark_cq.interval_join(source("l"), source("r"), ["k", "s"], "ts", "ts", *band, how=how,
                                        suffixes=("_l", "_r"), name=plain)
     theirs = jd.spark_reference(source("l"), source("r"), how)
-    q_ours, q_plain, _ = _run((ours, f"a_ours_{how}", str(tmp_path / "ck_ours")),
-                              (without, f"a_plain_{how}", str(tmp_path / "ck_plain")),
-                              (theirs, f"a_spark_{how}", str(tmp_path / "ck_spark")))
+    q_ours, q_plain, _ = run_memory((ours, f"a_ours_{how}", str(tmp_path / "ck_ours")),
+                                    (without, f"a_plain_{how}", str(tmp_path / "ck_plain")),
+                                    (theirs, f"a_spark_{how}", str(tmp_path / "ck_spark")))
     assert spark.table(f"a_spark_{how}").count() > 50
     jd.assert_same_rows(spark.table(f"a_ours_{how}"), spark.table(f"a_spark_{how}"))
     reports = _reports(q_ours, name)
@@ -213,7 +208,7 @@ def test_arrival_violations_are_counted(spark, tmp_path):
     ours = pyspark_cq.interval_join(jd.stream_source(spark, root, "l", DELAY), jd.stream_source(spark, root, "r", DELAY),
                                     ["k", "s"], "ts", "ts", f"{jd.LOWER_S} seconds", f"{jd.UPPER_S} seconds",
                                     suffixes=("_l", "_r"), name=name, constraints=[clustered("right", 0)])
-    (q,) = _run((ours, "arrival_violated", str(tmp_path / "ck")))
+    (q,) = run_memory((ours, "arrival_violated", str(tmp_path / "ck")))
     # each repeated key is a violation on its shard (a shard sees fewer rows in between, so no more than that)
     assert 1 <= sum(r["constraint_violations"] for r in _reports(q, name)) <= 3 + 3
 

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from helpers import join_data as jd
+from helpers.streaming import assert_same_multiset
 from pyspark.sql import functions as F
 
 import pyspark_cq
@@ -53,11 +54,7 @@ def _spark_left_only(left, right, how):
 
 def _same(ours, theirs):
     assert ours.columns == theirs.columns
-    extra, missing = ours.exceptAll(theirs), theirs.exceptAll(ours)
-    n_extra, n_missing = extra.count(), missing.count()
-    assert (n_extra, n_missing) == (0, 0), (
-        f"{n_extra} rows only in ours, e.g. {extra.limit(3).collect()}; "
-        f"{n_missing} rows only in Spark's, e.g. {missing.limit(3).collect()}")
+    assert_same_multiset(ours, theirs, "ours against Spark's")
 
 
 # --- batch --------------------------------------------------------------------------------------------

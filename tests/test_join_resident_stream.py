@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from helpers import join_data as jd
+from helpers.streaming import run_memory
 
 import pyspark_cq
 from pyspark_cq.vocabulary import metrics as M
@@ -38,11 +39,10 @@ def _ours(spark, root, how, name, layout="changelog", **kw):
                                     snapshot_every=2, **kw)
 
 
-def _memory(df, table, checkpoint):
-    q = (df.writeStream.format("memory").queryName(table).outputMode("append").trigger(availableNow=True)
-         .option("checkpointLocation", checkpoint).start())
-    q.awaitTermination()
-    return q
+def _start_memory(df, table, checkpoint):
+    """Start ``df`` into the memory table ``table`` (an oracle run side by side with the test's own runs)."""
+    return (df.writeStream.format("memory").queryName(table).outputMode("append").trigger(availableNow=True)
+            .option("checkpointLocation", checkpoint).start())
 
 
 def _cache_counts(query, name):
@@ -51,18 +51,20 @@ def _cache_counts(query, name):
     return sum(r[M.STATE_CACHE_HITS] for r in reports), sum(r[M.STATE_CACHE_MISSES] for r in reports)
 
 
-@pytest.mark.parametrize("layout", ["changelog", "files"])
 @pytest.mark.parametrize("how", ["inner", "left", "full"])
-def test_changelog_stream_equals_spark_join(spark, tmp_path, how, layout):
+def test_changelog_stream_equals_spark_join(spark, tmp_path, how):
+    """Both resident layouts and Spark's join, side by side on the same files."""
     root = str(tmp_path / "in")
     jd.write_streams(root, 6, null_keys=how != "full", seed=21)
-    name = f"cq_resident_{how}"
-    q = _memory(_ours(spark, root, how, name, layout), f"res_ours_{how}_{layout}", str(tmp_path / "ck_ours"))
-    _memory(jd.spark_reference(_source(spark, root, "l"), _source(spark, root, "r"), how), f"res_spark_{how}",
-            str(tmp_path / "ck_spark"))
-    jd.assert_same_rows(spark.table(f"res_ours_{how}_{layout}"), spark.table(f"res_spark_{how}"))
-    hits, misses = _cache_counts(q, name)
-    assert hits + misses > 0   # every call on an existing state is one or the other
+    names = {layout: f"cq_resident_{how}_{layout}" for layout in ("changelog", "files")}
+    queries = run_memory(*[(_ours(spark, root, how, name, layout), f"res_ours_{how}_{layout}",
+                            str(tmp_path / f"ck_ours_{layout}")) for layout, name in names.items()],
+                         (jd.spark_reference(_source(spark, root, "l"), _source(spark, root, "r"), how),
+                          f"res_spark_{how}", str(tmp_path / "ck_spark")))
+    for q, (layout, name) in zip(queries, names.items()):
+        jd.assert_same_rows(spark.table(f"res_ours_{how}_{layout}"), spark.table(f"res_spark_{how}"))
+        hits, misses = _cache_counts(q, name)
+        assert hits + misses > 0, layout   # every call on an existing state is one or the other
 
 
 def _write_batch(rng, root, i):
@@ -107,9 +109,10 @@ def test_changelog_restart_from_checkpoint_equals_spark(spark, tmp_path, layout)
     assert hits + misses > 0
     for i in range(6, 8):
         _write_batch(rng, root, i)
-    run(_ours(spark, root, "left", name, layouts[2], state_dir=state_dir))
     theirs = jd.spark_reference(_source(spark, root, "l"), _source(spark, root, "r"), "left")
-    _memory(theirs, "res_spark_restart", str(tmp_path / "ck_spark"))
+    reference = _start_memory(theirs, "res_spark_restart", str(tmp_path / "ck_spark"))
+    run(_ours(spark, root, "left", name, layouts[2], state_dir=state_dir))   # side by side with the reference
+    reference.awaitTermination()
     jd.assert_same_rows(spark.read.parquet(sink), spark.table("res_spark_restart"))
 
 
@@ -138,6 +141,8 @@ def test_changelog_batch_retried_after_a_sink_failure(spark, tmp_path, layout):
         q.awaitTermination()
         return q
 
+    theirs = jd.spark_reference(_source(spark, root, "l"), _source(spark, root, "r"), "inner")
+    reference = _start_memory(theirs, "res_spark_retry", str(tmp_path / "ck_spark"))   # side by side
     with pytest.raises(Exception, match="injected sink failure"):
         run()
     assert flag.exists()
@@ -147,6 +152,5 @@ def test_changelog_batch_retried_after_a_sink_failure(spark, tmp_path, layout):
     # rebuild (a miss); one that ran batch 2 and not batch 3 may still hold batch 2's copy (a hit, and right).
     # Which worker runs which shard is Spark's choice, so only the rows below can tell a stale copy was used.
     assert hits + misses > 0
-    theirs = jd.spark_reference(_source(spark, root, "l"), _source(spark, root, "r"), "inner")
-    _memory(theirs, "res_spark_retry", str(tmp_path / "ck_spark"))
+    reference.awaitTermination()
     jd.assert_same_rows(spark.read.parquet(sink).drop("batch"), spark.table("res_spark_retry"))

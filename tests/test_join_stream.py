@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from helpers import join_data as jd
+from helpers.streaming import run_memory
 
 import pyspark_cq
 
@@ -36,16 +37,9 @@ def _source(spark, root, side):
     return jd.stream_source(spark, root, side, DELAY)
 
 
-def _start(df, table_name, checkpoint):
-    return (df.writeStream.format("memory").queryName(table_name).outputMode("append")
-            .trigger(availableNow=True).option("checkpointLocation", checkpoint).start())
-
-
 def _run(*runs):
-    """Run (df, table name, checkpoint) queries concurrently to the end; return the queries."""
-    queries = [_start(*run) for run in runs]
-    for q in queries:
-        q.awaitTermination()
+    """Run (df, table name, checkpoint) queries side by side to the end; the query, or the queries."""
+    queries = run_memory(*runs)
     return queries[0] if len(queries) == 1 else queries
 
 

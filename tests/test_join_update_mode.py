@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pytest
 from helpers import join_data as jd
+from helpers.streaming import run_memory
 from pyspark.sql import functions as F
 from test_multi_join import _cols, _rows, _schema, _table
 
@@ -34,9 +35,7 @@ def _sources(spark, root):
 
 
 def _run(df, name, checkpoint, mode):
-    q = (df.writeStream.format("memory").queryName(name).outputMode(mode).trigger(availableNow=True)
-         .option("checkpointLocation", checkpoint).start())
-    q.awaitTermination()
+    (q,) = run_memory((df, name, checkpoint), mode=mode)
     return q
 
 
@@ -68,18 +67,19 @@ def test_update_mode_join_equals_spark_join_in_update_mode(spark, tmp_dir, how):
     a, b = _sources(spark, root)
     spark_join = a.join(b, F.expr(COND), how)
     cols = spark_join.columns
-    _run(spark_join, f"spark_upd_{how}", str(tmp_dir / "ck_s"), "update")
+    a2, b2 = _sources(spark, root)
+    runs = [(spark_join, f"spark_upd_{how}", str(tmp_dir / "ck_s")),
+            (_interval(a2, b2, how, output_mode="update").select(*cols), f"ours_upd_{how}", str(tmp_dir / "ck_o"))]
+    if how == "inner":   # multi_join too
+        a3, b3 = _sources(spark, root)
+        mj = cq.multi_join([a3, b3], ["k0", "k1"], ["t0", "t1"], [(0, 1, "-5 seconds", "10 seconds")],
+                           output_mode="update")
+        runs.append((mj.select(*_cols(2)), "ours_upd_mj", str(tmp_dir / "ck_m")))
+    run_memory(*runs, mode="update")
     want = _rows(spark.table(f"spark_upd_{how}"))
     assert len(want) > 10
-    a, b = _sources(spark, root)
-    _run(_interval(a, b, how, output_mode="update").select(*cols), f"ours_upd_{how}", str(tmp_dir / "ck_o"),
-         "update")
     assert _rows(spark.table(f"ours_upd_{how}")) == want
-    if how == "inner":   # multi_join too
-        a, b = _sources(spark, root)
-        mj = cq.multi_join([a, b], ["k0", "k1"], ["t0", "t1"], [(0, 1, "-5 seconds", "10 seconds")],
-                           output_mode="update")
-        _run(mj.select(*_cols(2)), "ours_upd_mj", str(tmp_dir / "ck_m"), "update")
+    if how == "inner":
         assert _rows(spark.table("ours_upd_mj")) == _rows(spark.table(f"spark_upd_{how}").select(*_cols(2)))
 
 

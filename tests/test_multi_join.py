@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from helpers import join_data as jd
+from helpers.streaming import run_memory
 
 import pyspark_cq as cq
 from pyspark_cq.control import ControlTable, join_plan_id, parse_join_plan
@@ -344,9 +345,7 @@ def _sources(spark, root, n):
 
 
 def _run(df, name, checkpoint):
-    q = (df.writeStream.format("memory").queryName(name).outputMode("append").trigger(availableNow=True)
-         .option("checkpointLocation", checkpoint).start())
-    q.awaitTermination()
+    (q,) = run_memory((df, name, checkpoint))
     return q
 
 
@@ -359,8 +358,9 @@ def test_stream_equals_spark_chain(spark, tmp_dir, n):
     name = f"mj{n}"
     ours = cq.multi_join(_sources(spark, root, n), [f"k{i}" for i in range(n)], [f"t{i}" for i in range(n)],
                          _bounds(n), name=name)
-    q = _run(ours, f"ours_mj{n}", str(tmp_dir / "ck_ours"))
-    _run(_spark_chain(_sources(spark, root, n), n).select(*_cols(n)), f"spark_mj{n}", str(tmp_dir / "ck_spark"))
+    q, _ = run_memory((ours, f"ours_mj{n}", str(tmp_dir / "ck_ours")),
+                      (_spark_chain(_sources(spark, root, n), n).select(*_cols(n)), f"spark_mj{n}",
+                       str(tmp_dir / "ck_spark")))
     got = _rows(spark.table(f"ours_mj{n}"))
     assert got == _rows(spark.table(f"spark_mj{n}"))
     assert got == _python_oracle(tables, n)

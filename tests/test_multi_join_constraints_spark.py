@@ -13,7 +13,8 @@ import os
 import pyarrow as pa
 import pytest
 from helpers import join_data as jd
-from test_join_constraints_spark import _reports, _run
+from helpers.streaming import run_memory
+from test_join_constraints_spark import _reports
 from test_multi_join_constraints import BOUNDS, orders_stream, reference
 
 import pyspark_cq as cq
@@ -73,7 +74,7 @@ def test_adhering_streams_equal_spark_chain_with_less_state(spark, tmp_path):
     batches = orders_stream(n_batches=6, per_batch=40, seed=11)
     root = str(tmp_path / "data")
     _write(root, batches)
-    q_ours, q_plain, _ = _run(
+    q_ours, q_plain, _ = run_memory(
         (_join(_sources(spark, root), "mjc_on", ORDERS), "mjc_ours", str(tmp_path / "ck_ours")),
         (_join(_sources(spark, root), "mjc_off"), "mjc_plain", str(tmp_path / "ck_plain")),
         (_spark_chain(_sources(spark, root)).select("v0", "v1", "v2"), "mjc_spark", str(tmp_path / "ck_spark")))
@@ -92,5 +93,5 @@ def test_duplicate_payments_are_counted(spark, tmp_path):
     batches = orders_stream(n_batches=6, per_batch=40, seed=12, duplicates=5)
     root = str(tmp_path / "data")
     _write(root, batches)
-    (q,) = _run((_join(_sources(spark, root), "mjc_dup", ORDERS), "mjc_dup", str(tmp_path / "ck")))
+    (q,) = run_memory((_join(_sources(spark, root), "mjc_dup", ORDERS), "mjc_dup", str(tmp_path / "ck")))
     assert sum(r["constraint_violations"] for r in _reports(q, "mjc_dup")) == 5

@@ -11,6 +11,7 @@ import shutil
 import numpy as np
 import pytest
 from helpers import join_data as jd
+from helpers.streaming import run_memory
 from pyspark.sql import functions as F
 from test_multi_join import _batch_dfs, _cols, _rows, _table
 from test_multi_join_outer import _ours, _reference, _run, _sources, _spark_chain, _write_stream
@@ -90,8 +91,9 @@ def test_stream_left_left_equals_spark_chain_with_late_rows(spark, tmp_dir):
     hows, bounds, n = ("left", "left"), TO_FIRST[3], 3
     root = str(tmp_dir / "in")
     tables = _write_stream(root, n, seed=81)
-    q = _run(_ours(_sources(spark, root, n), hows, bounds, name="mjn"), "ours_mjn", str(tmp_dir / "ck_o"))
-    _run(_spark_chain(_sources(spark, root, n), hows, bounds).select(*_cols(n)), "spark_mjn", str(tmp_dir / "ck_s"))
+    q, _ = run_memory((_ours(_sources(spark, root, n), hows, bounds, name="mjn"), "ours_mjn", str(tmp_dir / "ck_o")),
+                      (_spark_chain(_sources(spark, root, n), hows, bounds).select(*_cols(n)), "spark_mjn",
+                       str(tmp_dir / "ck_s")))
     got = _rows(spark.table("ours_mjn"))
     assert got == _reference(tables, hows, bounds, streaming=True)
     assert got == _rows(spark.table("spark_mjn"))

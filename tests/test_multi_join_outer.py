@@ -15,6 +15,7 @@ import pyarrow as pa
 import pytest
 from helpers import join_data as jd
 from helpers.outer_join_reference import chain_join
+from helpers.streaming import run_memory
 from pyspark.sql import functions as F
 from test_multi_join import _batch_dfs, _cols, _rows, _schema, _table
 
@@ -202,9 +203,7 @@ def _sources(spark, root, n):
 
 
 def _run(df, name, checkpoint, mode="append"):
-    q = (df.writeStream.format("memory").queryName(name).outputMode(mode).trigger(availableNow=True)
-         .option("checkpointLocation", checkpoint).start())
-    q.awaitTermination()
+    (q,) = run_memory((df, name, checkpoint), mode=mode)
     return q
 
 
@@ -215,9 +214,10 @@ def test_stream_equals_spark_chain_with_late_rows(spark, tmp_dir, n):
     root = str(tmp_dir / "in")
     tables = _write_stream(root, n, seed=50 + n)
     name = f"mjo{n}"
-    q = _run(_ours(_sources(spark, root, n), _last_left(n), BOUNDS[n], name=name), f"ours_{name}", str(tmp_dir / "ck_o"))
-    _run(_spark_chain(_sources(spark, root, n), _last_left(n), BOUNDS[n]).select(*_cols(n)), f"spark_{name}",
-         str(tmp_dir / "ck_s"))
+    q, _ = run_memory((_ours(_sources(spark, root, n), _last_left(n), BOUNDS[n], name=name), f"ours_{name}",
+                       str(tmp_dir / "ck_o")),
+                      (_spark_chain(_sources(spark, root, n), _last_left(n), BOUNDS[n]).select(*_cols(n)),
+                       f"spark_{name}", str(tmp_dir / "ck_s")))
     got = _rows(spark.table(f"ours_{name}"))
     assert got == _rows(spark.table(f"spark_{name}"))
     assert got == _reference(tables, _last_left(n), BOUNDS[n], streaming=True)
@@ -237,9 +237,10 @@ def test_stream_two_inputs_equal_spark_left_outer_join_batch_by_batch(spark, tmp
     n = 2
     root = str(tmp_dir / "in")
     _write_stream(root, n, seed=61, flush=False)
-    _run(_ours(_sources(spark, root, n), _last_left(n), BOUNDS[n], name="mjo2b"), "ours_mjo2b", str(tmp_dir / "ck_o"))
-    _run(_spark_chain(_sources(spark, root, n), _last_left(n), BOUNDS[n]).select(*_cols(n)), "spark_mjo2b",
-         str(tmp_dir / "ck_s"))
+    run_memory((_ours(_sources(spark, root, n), _last_left(n), BOUNDS[n], name="mjo2b"), "ours_mjo2b",
+                str(tmp_dir / "ck_o")),
+               (_spark_chain(_sources(spark, root, n), _last_left(n), BOUNDS[n]).select(*_cols(n)), "spark_mjo2b",
+                str(tmp_dir / "ck_s")))
     got = _rows(spark.table("ours_mjo2b"))
     assert got == _rows(spark.table("spark_mjo2b"))
     assert any(r[-2] is None for r in got)

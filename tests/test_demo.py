@@ -71,6 +71,18 @@ def test_clock_file_round_trip(tmp_path):
     assert read_clock(path) == (T + 1, T + 2)
 
 
+def test_clock_file_can_end_the_stream(tmp_path):
+    """``demo --group`` ends the stream when its clock ends: the source offers no offset past ``end``."""
+    from pyspark_cq.demo.source import _Reader, read_end
+
+    path = tmp_path / "clock.json"
+    reader = _Reader(BurstProfile(quiet=10, burst=20).options(path))
+    assert read_end(path) == math.inf and reader.latestOffset()["ms"] > _ms(T)
+    write_clock(path, T + 1, T + 2, end=T + 3)
+    assert read_end(path) == T + 3 and read_clock(path) == (T + 1, T + 2)
+    assert reader.latestOffset() == {"ms": _ms(T + 3)}
+
+
 def test_profile_validation():
     with pytest.raises(ValueError, match="quiet"):
         BurstProfile(quiet=0, burst=1)

@@ -465,3 +465,21 @@ def test_console_charts_name_their_units_and_tick_times_of_day():
         assert layout["xaxis"]["tickformat"] == "%H:%M:%S", kind
     assert layouts["state"]["yaxis"]["title"]["text"] == "rows"
     assert layouts["state"]["yaxis2"]["title"]["text"] == "bytes"
+
+
+def test_console_group_rows_show_each_members_sharing():
+    """The group panel's rows (console.js ``groupRows``): a member whose slice table is another's says whose, its
+    state is not shown twice; a query running alone says why."""
+    g = {"members": {
+        "eu_1m": {"status": "active", "mode": "shared", "slices": "eu_1m", "rows": 1200, "input_rows": 5000,
+                  "late_rows": 3, "malformed_rows": 1, "state_rows": 40, "state_bytes": 2048, "start": None},
+        "eu_2m": {"status": "pending", "mode": "shared", "slices": "eu_1m", "rows": 7, "input_rows": 5000,
+                  "late_rows": 0, "malformed_rows": 1, "state_rows": 0, "state_bytes": 0, "start": None},
+        "big": {"status": "paused", "mode": "alone", "why": "it keeps no state", "slices": None, "rows": 2,
+                "input_rows": 0, "late_rows": 0, "malformed_rows": 0, "state_rows": None, "state_bytes": None,
+                "start": None}}}
+    rows = _node(f"console.log(JSON.stringify(page.groupRows({json.dumps(g)})))")
+    assert [r[:4] for r in rows] == [["eu_1m", "active", "shared", "its own"], ["eu_2m", "pending", "shared", "eu_1m"],
+                                     ["big", "paused", "alone (it keeps no state)", "–"]]
+    assert rows[0][8:10] == ["40", "2.05 kB"] and rows[1][8:10] == ["in eu_1m's", ""] and rows[2][8] == "–"
+    assert rows[0][4].replace(",", "").replace(".", "") == "1200" and rows[0][10] == "group start"   # any locale

@@ -71,6 +71,18 @@ def test_clock_file_round_trip(tmp_path):
     assert read_clock(path) == (T + 1, T + 2)
 
 
+def test_clock_file_can_end_the_stream(tmp_path):
+    """``demo --group`` ends the stream when its clock ends: the source offers no offset past ``end``."""
+    from pyspark_cq.demo.source import _Reader, read_end
+
+    path = tmp_path / "clock.json"
+    reader = _Reader(BurstProfile(quiet=10, burst=20).options(path))
+    assert read_end(path) == math.inf and reader.latestOffset()["ms"] > _ms(T)
+    write_clock(path, T + 1, T + 2, end=T + 3)
+    assert read_end(path) == T + 3 and read_clock(path) == (T + 1, T + 2)
+    assert reader.latestOffset() == {"ms": _ms(T + 3)}
+
+
 def test_profile_validation():
     with pytest.raises(ValueError, match="quiet"):
         BurstProfile(quiet=0, burst=1)
@@ -137,6 +149,11 @@ def test_report_has_plots_decisions_and_series(tmp_path):
     (["--burst", "half"], "--burst must be two fractions"),
     (["--budget", "lots"], "--budget must be a memory size"),
     (["--every", "0"], "--every must be a positive"),
+    # --group: options of the resource manager cannot apply to a group's members (issue 40)
+    (["--group", "--cap"], "--cap does not apply to --group"),
+    (["--group", "--shed"], "--shed does not apply to --group"),
+    (["--group", "--budget", "1 MB"], "--budget does not apply to --group"),
+    (["--group", "--seconds", "2"], "--seconds must be at least 4"),
 ])
 def test_demo_rejects_bad_arguments(argv, message):
     with pytest.raises(SystemExit, match=message):
@@ -250,3 +267,41 @@ def test_demo_cap_warm_up_waits_for_both_operators_real_state():
     assert _warm_state(Rec) is None
     Rec.batches["pairs"].append({"rows": 10, "state_bytes": 5000})
     assert _warm_state(Rec) == 5100.0
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 40: the demo runs a query group
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_demo_runs_a_query_group(spark, capsys, tmp_path):
+    """``pyspark-cq demo --group`` (in-process: it keeps the test's session, as ``pyspark-cq console`` does) runs
+    its queries as one group registered with the runtime, prints each query's rows per micro-batch and a summary
+    of the group, and its own checks hold: each query's sink holds the rows it delivered and reported, and the
+    rows it took in are the generated rows its WHERE keeps (the oracle: the generator, recomputed for the offsets
+    the group read). Short: 4 s on the clock.
+    """
+    from pyspark_cq.demo.group import QUERIES
+
+    out_dir = tmp_path / "demo"
+    assert main(["demo", "--group", "--seconds", "4", "--rate", "200", "--out", str(out_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "FAILED" not in out and "[FAIL]" not in out, out
+    assert any(line.lstrip().startswith("batch") and all(n in line for n in QUERIES) for line in out.splitlines())
+    assert "slice classes        hosts_30s + hosts_60s" in out and "each shared slice table counted once" in out
+    data = json.loads((out_dir / "report" / "timeseries.json").read_text())
+    s = data["summary"]
+    names = [c["name"] for c in s["checks"]]
+    assert all(c["ok"] for c in s["checks"]), s["checks"]
+    assert sum("generated rows its WHERE keeps" in n for n in names) == len(QUERIES)    # the offsets were known
+    members = s["group"]["members"]
+    assert {n: m["mode"] for n, m in members.items()} == {**{n: "shared" for n in QUERIES}, "big": "alone"}
+    assert members["hosts_60s"]["slices"] == "hosts_30s" and members["hosts_60s"]["state_rows"] == 0
+    assert members["requests_20s"]["slices"] == "requests_20s" and members["big"]["slices"] is None
+    assert s["group"]["state_rows"] == sum(m["state_rows"] or 0 for m in members.values()) > 0
+    assert s["batches"] == len(data["batches"]) > 0 and sum(m["rows"] for m in members.values()) > 0
+    page = (out_dir / "report" / "report.html").read_text()
+    assert all(f"<td>{n}</td>" in page for n in QUERIES)
+    assert not any(q.isActive for q in spark.streams.active)      # stopped; the session is still the test's
+    assert spark.range(3).count() == 3

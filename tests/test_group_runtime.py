@@ -18,9 +18,11 @@ Q = {"eu_1m": "RSTREAM(SELECT page, COUNT(*) AS n FROM clicks [RANGE 1 MINUTE SL
               "WHERE region = 'us' GROUP BY page)"}
 
 
-@pytest.mark.spark
-@pytest.mark.slow
-def test_policies_see_each_member_and_the_shared_table_once(spark, tmp_dir):
+@pytest.fixture(scope="module")
+def ran_group(spark, tmp_path_factory):
+    """A group of the three queries registered with a runtime and run to the end of its input (availableNow);
+    (group, runtime, its snapshot). One run serves the policies' test and the console's."""
+    tmp_dir = str(tmp_path_factory.mktemp("group_runtime"))
     data = os.path.join(tmp_dir, "in")
     write_clicks(data, files=2, rows=200)
     g = cq.QueryGroup(spark, sources={"clicks": clicks_stream(spark, data)}, checkpoint=os.path.join(tmp_dir, "ck"),
@@ -40,6 +42,13 @@ def test_policies_see_each_member_and_the_shared_table_once(spark, tmp_dir):
         snap = rt.statistics()
     finally:
         rt.stop()
+    return g, rt, snap
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_policies_see_each_member_and_the_shared_table_once(ran_group):
+    g, rt, snap = ran_group
     assert set(snap.queries) == set(Q)                     # the members, not the group
     # the oracle: each query's own counters as cq.read_metrics gives them for the group
     for name in Q:
@@ -54,3 +63,44 @@ def test_policies_see_each_member_and_the_shared_table_once(spark, tmp_dir):
     # a decision naming a member is refused: the group's windows are not the control table's
     with pytest.raises(KeyError):
         rt.set_control("eu_2m_agg", who="test", window="30 seconds")
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_console_shows_a_registered_groups_members(ran_group):
+    """The console's REST API (the real server) lists the group: each member with its status, mode, the query
+    whose slices it shares, the rows it delivered (the oracle: the rows in its sink directory, read by Spark)
+    and its counters as ``cq.read_metrics`` gives them, and the group's state with the shared table counted once.
+    """
+    pytest.importorskip("starlette")
+    pytest.importorskip("uvicorn")
+    import json
+    import urllib.request
+
+    g, rt, _ = ran_group
+    console = rt.serve(0)
+    try:
+        with urllib.request.urlopen(console.url + "api/groups", timeout=30) as r:
+            groups = json.loads(r.read())["groups"]
+        with urllib.request.urlopen(console.url + "api/state", timeout=30) as r:
+            state = json.loads(r.read())
+    finally:
+        console.stop()
+    assert set(groups) == {g.name} and state["groups"][g.name]["members"].keys() == set(Q)
+    info = groups[g.name]
+    assert info["shards"] == 2 and not info["running"] and info["query_id"] == str(rt.query(g.name).id)
+    members = info["members"]
+    for name in Q:
+        m = members[name]
+        want = cq.read_metrics(g, name, "total")
+        assert (m["status"], m["mode"], m["stream"]) == ("active", "shared", "clicks"), name
+        assert m["rows"] == g.spark.read.parquet(g.queries[name]["sink"]).count() == want[M.OUTPUT_ROWS], name
+        assert (m[M.INPUT_ROWS], m[M.LATE_ROWS]) == (want[M.INPUT_ROWS], want[M.LATE_ROWS]), name
+        assert m[M.STATE_ROWS] == cq.read_metrics(g, name, "last")[M.STATE_ROWS], name
+        assert m["text"] == Q[name] and state["queries"][name]["group"] == g.name
+    # eu_1m and eu_2m share eu_1m's slices (one table, counted once on eu_1m); us_1m slices alone
+    assert [members[n]["slices"] for n in Q] == ["eu_1m", "eu_1m", "us_1m"]
+    assert sorted(map(sorted, info["slice_classes"])) == [["eu_1m", "eu_2m"], ["us_1m"]]
+    assert all(members[n]["slices"] == c[0] for c in info["slice_classes"] for n in c)   # its first query first
+    assert members["eu_2m"][M.STATE_ROWS] == 0 < members["eu_1m"][M.STATE_ROWS]
+    assert info[M.STATE_ROWS] == sum(cq.read_metrics(g, n, "last")[M.STATE_ROWS] for n in Q)

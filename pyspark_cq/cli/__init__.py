@@ -32,7 +32,8 @@ COMMANDS = {
     "demo": ("run the main streaming job on local Spark",
              "Run the demo job on local Spark: a generated packet stream (quiet, burst, quiet) through an interval "
              "join and a sliding aggregation that the PIPES resource manager adapts to a memory budget; prints "
-             "progress, a summary and writes a report (report.html)."),
+             "progress, a summary and writes a report (report.html). With --group: several window queries over "
+             "the stream as one query group (docs/groups.md), each query's rows per micro-batch."),
     "run": ("run CQL query files over file sources",
             "Compile a CQL query file (docs/cql.md) to pyspark-cq's operators and run it over directories of "
             "parquet / json / csv files, printing progress per micro-batch. Several queries (files, or a file of "

@@ -1,7 +1,8 @@
 """The live web console of the adaptive runtime (docs/console.md).
 
 ``CQRuntime.serve(port)`` or ``pyspark-cq console`` serve a page on 127.0.0.1 that shows the registered
-queries and their plans (SVG), per-operator live charts (rates, state rows and bytes, batch duration
+queries and their plans (SVG), the registered query groups (members, sharing, rows, state counted once),
+per-operator live charts (rates, state rows and bytes, batch duration
 against the deadline and period, late / shed / malformed rows), the policies' decisions log and the
 control table's change log, and edits control-table entries within their QoS ranges through
 :meth:`CQRuntime.set_control` (the runtime's own checks; a token is required).

@@ -9,6 +9,9 @@ What it serves
 ``GET /static/plotly.min.js``  plotly.js from the installed ``plotly`` package
 ``GET /api/state``             everything at once (JSON): queries, plans as SVG, QoS ranges, the
                                control table, the change log, the decisions log, all samples
+``GET /api/groups``            the registered query groups (JSON, read now): members with status,
+                               mode, the query whose slices each shares, rows delivered, counters,
+                               and the group's state with each shared table counted once
 ``GET /api/events``            server-sent events: every ``interval`` the samples taken since
                                ``?after=<seq>`` and, when they changed, the control table, the
                                change log and the decisions log
@@ -71,7 +74,8 @@ def _plotly_js() -> bytes:
 
 
 #: What the console reads and calls on its runtime (a :class:`~pyspark_cq.runtime.CQRuntime`).
-_RUNTIME_API = ("statistics", "control_table", "decisions_log", "policies", "memory_budget", "set_control")
+_RUNTIME_API = ("statistics", "control_table", "decisions_log", "policies", "memory_budget", "set_control",
+                "groups")
 
 
 class Console:
@@ -116,7 +120,7 @@ class Console:
         self._samples: dict[str, deque] = {}
         self._seq = 0
         self._batches: dict[str, int] = {}
-        self._logs: dict = {"control": [], "changes": [], "decisions": [], "plans": {}, "queries": {}}
+        self._logs: dict = {"control": [], "changes": [], "decisions": [], "plans": {}, "queries": {}, "groups": {}}
         self._logs_version = 0
         self._stop = threading.Event()
         self._server = None
@@ -152,9 +156,12 @@ class Console:
                 self._samples.setdefault(name, deque(maxlen=self.history)).append(_clean(point))
             for name in [n for n in self._samples if n not in snap.queries]:
                 del self._samples[name]
+        groups = rt.groups()
+        member_of = {m: g for g, info in groups.items() for m in info["members"]}
         queries = {}
         for name, q in snap.queries.items():
             queries[name] = {
+                "group": member_of.get(name),
                 "name": name, "operators": sorted(q.operators), "period": q.period, "deadline": q.deadline,
                 "qos": {k: v.to_dict() for k, v in q.qos.items()},
                 "plan": None if q.plan is None else str(q.plan),
@@ -163,7 +170,7 @@ class Console:
         rows = [{"operator": op, "query": e.query, "version": e.version, "params": dict(e.params)}
                 for op, e in entries.items()]
         logs = _clean({"control": rows, "changes": [c.to_dict() for c in table.changes()[-LOG_TAIL:]],
-                       "decisions": rt.decisions_log()[-LOG_TAIL:], "queries": queries,
+                       "decisions": rt.decisions_log()[-LOG_TAIL:], "queries": queries, "groups": groups,
                        "memory_budget": rt.memory_budget, "policies": [p.name for p in rt.policies]})
         with self._lock:
             if logs != self._logs:
@@ -242,6 +249,10 @@ class Console:
         async def api_state(request):
             return JSONResponse(self.state(_after(request)))
 
+        async def api_groups(request):
+            groups = await asyncio.to_thread(self.runtime.groups)
+            return JSONResponse(_clean({"groups": groups}))
+
         async def api_events(request):
             after, logs_seen = _after(request), -1
 
@@ -295,6 +306,7 @@ class Console:
             Route("/static/console.js", asset("console.js", "text/javascript")),
             Route("/static/console.css", asset("console.css", "text/css")),
             Route("/api/state", api_state),
+            Route("/api/groups", api_groups),
             Route("/api/events", api_events),
             Route("/api/control/{operator:str}", api_control, methods=["POST"]),
         ], middleware=[Middleware(TrustedHostMiddleware, allowed_hosts=hosts)])

@@ -25,6 +25,7 @@ module     what
 `model`    the queries' plans, QoS ranges and cost-model estimates (pure)
 `source`   the generated packet stream (a Spark Python data source)
 `report`   the HTML report with its plots
+`group`    ``--group``: five CQL queries over the stream as one query group
 =========  ===================================================================================
 """
 from __future__ import annotations

@@ -28,6 +28,9 @@ __all__ = ["run", "add_arguments", "DEFAULT_OUT"]
 #: The demo's output directory when ``--out`` is not given, relative to the working directory.
 DEFAULT_OUT = "cq-demo"
 
+#: The resource manager's memory budget when ``--budget`` is not given.
+DEFAULT_BUDGET = "600 KB"
+
 #: The bound on the measured state the demo checks with ``--cap`` (docs/runtime.md, "A hard memory cap").
 CAP_CHECK = 1.1
 
@@ -42,8 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--burst", default="0.3,0.6",
                         help="start,end of the burst as fractions of --seconds (default 0.3,0.6)")
     parser.add_argument("--hosts", type=int, default=50, help="number of hosts (aggregation groups, default 50)")
-    parser.add_argument("--budget", default="600 KB",
-                        help="memory budget of the resource manager (default '600 KB')")
+    parser.add_argument("--budget", default=None,
+                        help=f"memory budget of the resource manager (default '{DEFAULT_BUDGET}')")
     parser.add_argument("--out", "--output", dest="output", default=DEFAULT_OUT,
                         help=f"directory for the queries' output, checkpoints and the report (default ./{DEFAULT_OUT}, "
                              f"in the working directory; its earlier contents of a demo are replaced)")
@@ -57,14 +60,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hold the budget as a hard cap on the measured state: the resource manager sheds the "
                              "join's input while the windows adapt (PipesResourceManager(cap=True); the shed rows "
                              "are counted; default: the budget is a target of the estimates)")
+    parser.add_argument("--group", action="store_true",
+                        help="run several window queries over the stream as one query group (cq.QueryGroup, "
+                             "docs/groups.md) registered with the runtime instead of the adaptive pipeline; prints "
+                             "each query's rows per micro-batch (not with --budget, --shed, --cap)")
 
 
 def _check(args) -> tuple[float, float]:
     """Validate the arguments (errors name them); returns the burst's start and end fractions."""
     from pyspark_cq.policies import parse_size
 
-    if not (math.isfinite(args.seconds) and args.seconds >= 10):
-        raise SystemExit(f"--seconds must be at least 10 (the runtime needs a few micro-batches), got {args.seconds}")
+    group = getattr(args, "group", False)
+    if group:
+        from .group import check_group_args
+
+        check_group_args(args)
+    least = 4 if group else 10     # a group has no resource manager that needs a few rounds
+    if not (math.isfinite(args.seconds) and args.seconds >= least):
+        raise SystemExit(f"--seconds must be at least {least} (the "
+                         f"{'group' if group else 'runtime'} needs a few micro-batches), got {args.seconds}")
     if not (math.isfinite(args.rate) and args.rate > 0):
         raise SystemExit(f"--rate must be a positive number of requests per second, got {args.rate}")
     if not (math.isfinite(args.burst_rate) and args.burst_rate > 0):
@@ -82,11 +96,15 @@ def _check(args) -> tuple[float, float]:
         raise SystemExit(f"--burst must be two fractions 'start,end', got {args.burst!r}") from None
     if not 0 <= start <= end <= 1:
         raise SystemExit(f"--burst must satisfy 0 <= start <= end <= 1, got {args.burst!r}")
+    if group:
+        return start, end
     try:
         import matplotlib  # noqa: F401 - the report's plots
     except ImportError:
         raise SystemExit('the demo writes a report with plots and needs matplotlib: pip install "pyspark-cq[report]"'
                          ) from None
+    if args.budget is None:
+        args.budget = DEFAULT_BUDGET
     try:
         args.budget_bytes = parse_size(args.budget, "--budget")
     except (TypeError, ValueError) as exc:
@@ -360,6 +378,10 @@ def _warm_up(rt, rec, timeout: float, restart, cap: float | None = None) -> None
 def run(args) -> int:
     """Run the demo; returns the exit code (0: ran and every check passed)."""
     burst_start, burst_end = _check(args)
+    if getattr(args, "group", False):
+        from .group import run_group
+
+        return run_group(args, burst_start, burst_end)
     import pyspark_cq as cq
     from pyspark_cq.plan import render
     from pyspark_cq.runtime import CQRuntime

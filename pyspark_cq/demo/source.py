@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["BurstProfile", "generate", "injected", "delays", "write_clock", "read_clock", "PacketSource", "SOURCE_NAME",
-           "MALFORMED_EVERY", "SKEWED_EVERY", "SKEW_SECONDS"]
+__all__ = ["BurstProfile", "generate", "injected", "delays", "write_clock", "read_clock", "read_end", "PacketSource",
+           "SOURCE_NAME", "MALFORMED_EVERY", "SKEWED_EVERY", "SKEW_SECONDS"]
 
 SOURCE_NAME = "cq_demo_packets"
 MALFORMED_EVERY, MALFORMED_AT = 1009, 7
@@ -113,12 +113,23 @@ class BurstProfile:
         return cls(hosts=int(options["hosts"]), **kw)
 
 
-def write_clock(path, burst_start: float, burst_end: float) -> None:
-    """Atomically write the burst's start and end (epoch seconds) for the data source to read."""
+def write_clock(path, burst_start: float, burst_end: float, end: float | None = None) -> None:
+    """Atomically write the burst's start and end (epoch seconds) for the data source to read; with ``end``
+    (epoch seconds) the stream ends there: no packet arrives after it (:func:`read_end`).
+    """
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        json.dump({"burst_start": burst_start, "burst_end": burst_end}, f)
+        json.dump({"burst_start": burst_start, "burst_end": burst_end, **({} if end is None else {"end": end})}, f)
     os.replace(tmp, path)
+
+
+def read_end(path) -> float:
+    """The stream's end written by :func:`write_clock` (epoch seconds), or ``inf`` if none."""
+    try:
+        with open(path) as f:
+            return float(json.load(f).get("end", math.inf))
+    except (OSError, ValueError, AttributeError):
+        return math.inf
 
 
 def read_clock(path) -> tuple[float, float]:
@@ -221,7 +232,8 @@ class _Reader(DataSourceStreamReader):
         return {"ms": int(time.time() * 1000)}
 
     def latestOffset(self):
-        return {"ms": int(time.time() * 1000)}
+        # the stream may have ended (write_clock's end): then no offset beyond it, and Spark goes idle
+        return {"ms": int(min(time.time(), read_end(self.clock)) * 1000)}
 
     def partitions(self, start, end):
         s, e = int(start["ms"]), int(end["ms"])

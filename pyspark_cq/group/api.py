@@ -261,6 +261,41 @@ class QueryGroup:
         busy = [c for _, c in history if c.get(M.INPUT_ROWS) or c.get(M.OUTPUT_ROWS)]
         return busy[-1] if busy else history[-1][1]
 
+    def overview(self) -> dict:
+        """The group at a glance (JSON-able): its plan, sharing and per-query rows, as the console and the demo
+        show it (docs/groups.md, "At a glance").
+
+        Returns
+        -------
+        dict
+            ``name``, ``running``, ``query_id`` (the Spark query's, None before :meth:`start`), ``shards``,
+            ``members`` (by name: :attr:`queries`' fields, ``start`` as ISO text, and the query's counters:
+            ``input_rows``, ``late_rows``, ``malformed_rows`` summed over the kept micro-batches, ``state_rows``
+            and ``state_bytes`` of the last one, ``batches``), ``slice_classes`` (lists of names, the class's
+            first query first) and ``state_rows`` / ``state_bytes``: the group's state, each shared slice
+            table counted once (it is reported on its class's first query, the others report 0).
+        """
+        from ..operators._common.metrics import total as _total
+        from ..vocabulary import metrics as M
+
+        queries = self.queries
+        stats = D.read_stats(self._dir) if self._query is not None else {}   # read once (the console: every second)
+        members, classes = {}, {}
+        for name, q in queries.items():
+            history = stats.get(name, {}).get("history", [])
+            total = _total(c for _, c in history) if history else {}      # as query_metrics(name, "total")
+            members[name] = {**q, "start": None if q["start"] is None else q["start"].isoformat(),
+                             "batches": stats.get(name, {}).get("batches", 0),
+                             **{k: int(total.get(k, 0)) for k in (M.INPUT_ROWS, M.LATE_ROWS, M.MALFORMED_ROWS)},
+                             **{k: int(total[k]) if k in total else None for k in (M.STATE_ROWS, M.STATE_BYTES)}}
+            if q["slices"] is not None:
+                classes.setdefault(q["slices"], []).append(name)
+        query = self._query
+        return {"name": self.name, "running": bool(query is not None and query.isActive),
+                "query_id": None if query is None else str(query.id), "shards": self.shards, "members": members,
+                "slice_classes": [[first] + [n for n in names if n != first] for first, names in classes.items()],
+                **{k: sum(m[k] or 0 for m in members.values()) for k in (M.STATE_ROWS, M.STATE_BYTES)}}
+
     # ---- running -------------------------------------------------------------------------------------
     def start(self, trigger=None):
         """Start the group as one Spark streaming query and return it (``StreamingQuery``).

@@ -347,6 +347,15 @@ class CQRuntime:
             infos[reg.name] = self._store.query_info(reg.name, plan=reg.plan, qos=reg.qos, control=control)
         return Snapshot(time.time(), infos, self.memory_budget, self.cpu_budget)
 
+    def groups(self) -> dict[str, dict]:
+        """The registered query groups (:meth:`register_group`) by name, each as ``QueryGroup.overview()``
+        gives it: members with status, mode, the query whose slices each shares, rows delivered and counters,
+        and the group's state with each shared slice table counted once.
+        """
+        with self._lock:
+            groups = [r.group for r in self._queries.values() if r.group is not None]
+        return {g.name: g.overview() for g in groups}
+
     def decisions_log(self) -> list[dict]:
         """One record per policy and round (and per admission): time, policy, decisions, applied, error."""
         return self._loop.log()

@@ -102,7 +102,7 @@ function buildQueries(st) {
   S.charts = {};
   for (const q of Object.values(st.queries).sort((a, b) => a.name.localeCompare(b.name))) {
     const card = el("div", { class: "query", id: `query-${q.name}` });
-    card.append(el("h2", {}, `query ${q.name}`));
+    card.append(el("h2", {}, `query ${q.name}` + (q.group ? ` (member of group ${q.group})` : "")));
     card.append(el("div", { class: "facts", id: `facts-${q.name}` }));
     const plan = el("div", { class: "plan-box", id: `plan-${q.name}` });
     card.append(plan);
@@ -145,6 +145,51 @@ function addSamples(samples) {
   }
 }
 
+// ---- query groups ------------------------------------------------------------------------------
+
+// One panel per registered group: its Spark query, its state (each shared slice table counted once), its slice
+// classes, and a row per member: status, mode, the query whose slices it shares, rows delivered, counters.
+function groupRows(g) {
+  const n = (v) => (v == null ? "–" : Number(v).toLocaleString());
+  return Object.entries(g.members || {}).map(([name, m]) => [
+    name, m.status, m.mode === "alone" && m.why ? `alone (${m.why})` : m.mode,
+    m.slices == null ? "–" : (m.slices === name ? "its own" : m.slices),
+    n(m.rows), n(m.input_rows), n(m.late_rows), n(m.malformed_rows),
+    m.state_rows === 0 && m.slices && m.slices !== name ? `in ${m.slices}'s` : n(m.state_rows),
+    m.state_rows === 0 && m.slices && m.slices !== name ? "" : fmtBytes(m.state_bytes),
+    m.start ? fmtTime(m.start) : "group start"]);
+}
+
+function renderGroups(groups) {
+  const box = document.getElementById("groups");
+  box.replaceChildren();
+  for (const g of Object.values(groups || {}).sort((a, b) => a.name.localeCompare(b.name))) {
+    const card = el("div", { class: "panel group", id: `group-${g.name}` });
+    card.append(el("h2", {}, `query group ${g.name}`));
+    const classes = (g.slice_classes || []).filter((c) => c.length > 1).map((c) => c.join(" + ")).join("; ");
+    card.append(el("div", { class: "facts" }, [
+      g.running ? "running" : "not running", `Spark query ${g.query_id || "–"}`, `${g.shards} shards`,
+      `state ${Number(g.state_rows || 0).toLocaleString()} rows, ${fmtBytes(g.state_bytes || 0)} (each shared ` +
+        "slice table counted once)",
+      `sharing slices: ${classes || "none"}`].join(" · ")));
+    const table = el("table", { id: `group-table-${g.name}` });
+    const head = el("tr");
+    for (const h of ["query", "status", "mode", "slices of", "rows delivered", "input rows", "late", "malformed",
+      "state rows", "state bytes", "start"]) head.append(el("th", {}, h));
+    const thead = el("thead");
+    thead.append(head);
+    const body = el("tbody");
+    for (const cells of groupRows(g)) {
+      const tr = el("tr");
+      for (const c of cells) tr.append(el("td", {}, String(c)));
+      body.append(tr);
+    }
+    table.append(thead, body);
+    card.append(table);
+    box.append(card);
+  }
+}
+
 // ---- tables -----------------------------------------------------------------------------------
 
 function fillTable(id, rows) {
@@ -183,6 +228,7 @@ function decisionRows(decisions) {
 function renderLogs(st) {
   S.memoryBudget = st.memory_budget;
   S.control = st.control || [];
+  renderGroups(st.groups);
   fillTable("control-table", S.control.map((r) => [r.operator, r.query, r.version, fmtParams(r.params)]));
   fillTable("change-log", (st.changes || []).slice().reverse().map((c) => {
     const what = Object.keys(c.new || {}).concat(Object.keys(c.old || {}).filter((k) => !(k in (c.new || {}))))
@@ -329,7 +375,7 @@ async function init() {
 }
 
 if (typeof module !== "undefined" && module.exports) {
-  module.exports = { decisionRows, chartLayout, series };   // for tests under node (tests/test_console.py)
+  module.exports = { decisionRows, chartLayout, series, groupRows };   // for tests under node (tests/test_console.py)
 } else {
   init();
 }

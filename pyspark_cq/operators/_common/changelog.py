@@ -33,6 +33,8 @@ version for the resident cache.
 from __future__ import annotations
 
 import dataclasses
+import numbers
+import os
 import struct
 from dataclasses import dataclass, field
 
@@ -41,12 +43,19 @@ from . import state_files as _state_files
 
 __all__ = ["MAGIC", "FILES_MAGIC", "RESIDENT", "LogInfo", "Manifest", "is_log", "is_manifest", "token_of", "parse",
            "snapshot_field", "append_delta", "pack_snapshot", "unpack_snapshot", "state_files", "load", "save",
-           "forget"]
+           "forget", "PERSISTENCE", "STATE_DIR_DEFAULT", "RETAIN_CONF", "RETAIN_DEFAULT", "settings"]
 
 MAGIC = b"CQL1"
 FILES_MAGIC = b"CQF1"
+#: Values of ``state_persistence``: the whole state image every batch, or a snapshot plus per-batch deltas with
+#: the state resident in the Python worker (in the value, or in files under ``state_dir``).
+PERSISTENCE = ("full", "changelog", "files")
 #: The layouts that keep the state resident in the worker and persist deltas.
 RESIDENT = ("changelog", "files")
+#: ``state_persistence="files"`` without ``state_dir``: this directory under the session's
+#: ``spark.sql.streaming.checkpointLocation``, then the operator's name.
+STATE_DIR_DEFAULT = "pyspark_cq_state"
+RETAIN_CONF, RETAIN_DEFAULT = "spark.sql.streaming.minBatchesToRetain", 100
 _MANIFEST = struct.Struct("<4s16sQ16sQQQI")  # magic, token, base, snapshot token, snapshot bytes, start, floor, deltas
 _MDELTA = struct.Struct("<16sQ")            # delta token, bytes
 _SNAP1 = struct.Struct("<4sQQQ")            # magic, kernel / left / right lengths (the join's first format)
@@ -271,3 +280,39 @@ def save(state, key, layout: str, log, snapshot, delta, *, state_id: str, snapsh
     if cache.limit and resident is not None:
         cache.put((state_id, key), token, resident(log), nbytes)
     return log, held
+
+
+def settings(state_persistence, snapshot_every, state_dir, *, streaming: bool, session, name: str):
+    """``(persistence, snapshot_every, state_dir, retain)`` of a stateful operator's arguments, checked
+    (ValueError / TypeError naming the argument). ``"files"`` without ``state_dir`` takes
+    ``<spark.sql.streaming.checkpointLocation>/pyspark_cq_state/<name>`` when the ``session`` sets it, else it is
+    refused; a relative ``state_dir`` is made absolute (the workers do not run in the driver's directory);
+    ``retain`` is the session's ``spark.sql.streaming.minBatchesToRetain``. Batch operators (``streaming``
+    False) keep no state: the checked arguments come back with ``state_dir`` as given.
+    """
+    persistence = "full" if state_persistence is None else state_persistence
+    if not isinstance(persistence, str) or persistence not in PERSISTENCE:
+        raise ValueError(f"state_persistence must be one of {', '.join(map(repr, PERSISTENCE))} or None "
+                         f"(the default, 'full'), got {state_persistence!r}")
+    if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, numbers.Integral):
+        raise TypeError(f"snapshot_every must be an int >= 1 (micro-batches per snapshot), got {snapshot_every!r}")
+    if snapshot_every < 1:
+        raise ValueError(f"snapshot_every must be an int >= 1 (micro-batches per snapshot), got {snapshot_every!r}")
+    if state_dir is not None and (not isinstance(state_dir, str) or not state_dir.strip()):
+        raise TypeError(f"state_dir must be a directory path or URI (str), got {state_dir!r}")
+    if not streaming:
+        return persistence, int(snapshot_every), state_dir, RETAIN_DEFAULT
+    conf = (lambda key: session.conf.get(key, None)) if session is not None else (lambda key: None)
+    if state_dir is None and persistence == "files":
+        checkpoint = conf("spark.sql.streaming.checkpointLocation")
+        if not checkpoint:
+            raise ValueError("state_persistence='files' needs state_dir=: a directory that every executor "
+                             "reads and writes (a shared file system; a local path in local mode), one per "
+                             "operator of one query, kept as long as the query's checkpoint -- or set the "
+                             "session's spark.sql.streaming.checkpointLocation, under which the default is "
+                             f"<location>/{STATE_DIR_DEFAULT}/<name>")
+        state_dir = f"{checkpoint.rstrip('/')}/{STATE_DIR_DEFAULT}/{name}"
+    if state_dir is not None and "://" not in state_dir:
+        state_dir = os.path.abspath(state_dir)
+    retain = conf(RETAIN_CONF)
+    return persistence, int(snapshot_every), state_dir, int(retain) if retain else RETAIN_DEFAULT

@@ -219,7 +219,7 @@ class JoinSpec:
             return
         session = getattr(getattr(self, "left", None), "sparkSession", None)
         self.persistence, self.snapshot_every, self.state_dir, self.retain = _changelog.settings(
-            persistence, snapshot_every, state_dir, streaming=True, session=session, name=self.name)
+            persistence, snapshot_every, state_dir, streaming=True, session=session, name=getattr(self, "name", ""))
 
     def set_constraints(self, constraints, function: str = "interval_join") -> None:
         """Check ``constraints=`` (after :meth:`set_persistence`; :func:`pyspark_cq.constraints.check_constraints`).

@@ -76,14 +76,14 @@ class Delta:
             if kind == EVICT:
                 delta.ops.append((kind, i, threshold))
                 continue
-            table = _state_bytes.table_from_bytes(view[pos:pos + size])
+            table = _state_bytes.table_from_bytes(_part(view, pos, size))
             pos += size
             delta.ops.append((kind, i, table if kind == APPEND else
                               {name: table.column(name).to_numpy() for name in table.schema.names}))
         if has_pending:
             (size,) = _LEN.unpack_from(view, pos)
             pos += _LEN.size
-            delta.pending = _state_bytes.table_from_bytes(view[pos:pos + size])
+            delta.pending = _state_bytes.table_from_bytes(_part(view, pos, size))
             pos += size
         if pos != len(view):
             raise ValueError("multi_join state: a delta is truncated or corrupt; restore from an earlier checkpoint")
@@ -104,6 +104,13 @@ class Delta:
             else:
                 kernel.evict(i, payload)
         return self.pending
+
+
+def _part(view: memoryview, pos: int, size: int) -> memoryview:
+    """``size`` bytes of a delta from ``pos``; a ValueError when the delta ends first."""
+    if pos + size > len(view):
+        raise ValueError("multi_join state: a delta is truncated or corrupt; restore from an earlier checkpoint")
+    return view[pos:pos + size]
 
 
 class _Kernel:

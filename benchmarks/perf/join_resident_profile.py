@@ -57,7 +57,7 @@ def _timed(acc: dict):
     from pyspark_cq.operators.join import worker as J
 
     originals = {}
-    for name in ("_restore_log", "_save", "_save_log", "_save_files", "_process"):
+    for name in ("_restore_log", "_save", "_save_log", "_process"):
         fn = J.JoinWorker.__dict__[name]
         originals[name] = fn
 
@@ -108,7 +108,7 @@ def run(data, persistence: str, every: int):
             t2 = time.perf_counter()
             hit = int(row["__cq_" + M.STATE_CACHE_HITS].iloc[0])
             out.append((rows_before, t1 - t0, acc.get("_restore_log", 0.0),
-                        acc.get("_save", 0.0) + acc.get("_save_log", 0.0) + acc.get("_save_files", 0.0),
+                        acc.get("_save", 0.0) + acc.get("_save_log", 0.0),
                         acc.get("_process", 0.0),
                         sum(len(v) for v in value), t2 - t1, hit))
             rows_before = int(row["__cq_" + M.STATE_ROWS].iloc[0])

@@ -92,7 +92,7 @@ def _phases(progress) -> dict:
     return out
 
 
-def ours(spark, root, delay, ck, plan=None):
+def ours(spark, root, delay, ck, plan=None, persistence="full"):
     import pyspark_cq as cq
     from pyspark_cq.control import ControlTable
 
@@ -102,14 +102,18 @@ def ours(spark, root, delay, ck, plan=None):
         table.register("funnel", plan_id=plan)
         control = table.handle("funnel")
     df = cq.multi_join(_sources(spark, root, delay), ["imp_user", "clk_user", "buy_user"],
-                       ["imp_ts", "clk_ts", "buy_ts"], BOUNDS, control=control, name="funnel")
+                       ["imp_ts", "clk_ts", "buy_ts"], BOUNDS, control=control, name="funnel",
+                       state_persistence=persistence,
+                       state_dir=os.path.join(ck, "ours_state") if persistence == "files" else None)
     wall, progress = run(df, os.path.join(ck, "ours"))
     reports = [cq.read_metrics(p, "funnel") or {} for p in progress]
     return {"wall_s": wall, "batch_ms": [p["durationMs"].get("triggerExecution", 0) for p in progress],
             "phases": _phases(progress), "state_rows": [r.get("state_rows", 0) for r in reports],
             "state_bytes": [r.get("state_bytes", 0) for r in reports],
             "output_rows": sum(r.get("output_rows", 0) for r in reports),
-            "probe_steps": sum(v for r in reports for k, v in r.items() if k.startswith("probed_"))}
+            "probe_steps": sum(v for r in reports for k, v in r.items() if k.startswith("probed_")),
+            "cache_hits": sum(r.get("state_cache_hits", 0) for r in reports),
+            "cache_misses": sum(r.get("state_cache_misses", 0) for r in reports)}
 
 
 def floor(spark, root, delay, ck, sizes=None):
@@ -153,6 +157,9 @@ def main(argv=None):
     ap.add_argument("--rocksdb", action="store_true",
                     help="RocksDB state store with changelog checkpointing (both queries) instead of the default")
     ap.add_argument("--skip-plans", action="store_true", help="leave out the every-plan runs")
+    ap.add_argument("--persistence", nargs="+", default=["full"], choices=["full", "changelog", "files"],
+                    help="multi_join's state_persistence on the funnel, one run each (issue 39; the every-plan runs "
+                         "use the first)")
     ap.add_argument("--floor", action="store_true",
                     help="also run the funnel's shape with no work (with and without our run's state bytes)")
     args = ap.parse_args(argv)
@@ -170,11 +177,14 @@ def main(argv=None):
     root = tempfile.mkdtemp(prefix="cqmjoin_")
     try:
         write_streams(os.path.join(root, "warm"), 2, 2_000, 2_000)  # warm both engines (JVM JIT, workers)
-        ours(spark, os.path.join(root, "warm"), args.delay, os.path.join(root, "ckw"))
+        for layout in args.persistence:
+            ours(spark, os.path.join(root, "warm"), args.delay, os.path.join(root, "ckw", layout), persistence=layout)
         theirs(spark, os.path.join(root, "warm"), args.delay, os.path.join(root, "ckw"))
 
         write_streams(os.path.join(root, "u"), args.files, args.impressions, args.users)
-        o = ours(spark, os.path.join(root, "u"), args.delay, os.path.join(root, "ck1"))
+        layouts = {layout: ours(spark, os.path.join(root, "u"), args.delay, os.path.join(root, "ck1", layout),
+                                persistence=layout) for layout in args.persistence}
+        o = layouts[args.persistence[0]]
         s = theirs(spark, os.path.join(root, "u"), args.delay, os.path.join(root, "ck1"))
         n_in = args.files * (args.impressions + args.impressions // 5 + args.impressions // 25)
         print(f"funnel, {args.files} files x ({args.impressions:,} impressions + 1/5 clicks + 1/25 purchases), "
@@ -194,6 +204,13 @@ def main(argv=None):
         print(f"  medians of Spark's phases (ms)      Spark: {s['phases']}")
         print(f"  per batch ms multi_join: {o['batch_ms']}")
         print(f"  per batch ms      Spark: {s['batch_ms']}")
+        for layout, r in layouts.items():   # each state_persistence of ours against Spark's chain
+            sr = sum(r["batch_ms"][1:])
+            print(f"  state_persistence={layout!r}: wall {r['wall_s']:.1f} s ({s['wall_s'] / r['wall_s']:.2f}x Spark), "
+                  f"batches 1.. {sr / 1e3:.1f} s ({ss / sr:.2f}x), median batch "
+                  f"{statistics.median(r['batch_ms'][1:]):.0f} ms, output rows {r['output_rows']:,}, cache hits / "
+                  f"misses {r['cache_hits']} / {r['cache_misses']}, state value max {max(r['state_bytes']) / 2**20:.1f} "
+                  f"MiB")
         if args.floor:
             for label, sizes in (("no state", None), ("our state's bytes", o["state_bytes"])):
                 f = floor(spark, os.path.join(root, "u"), args.delay, os.path.join(root, "ck1"), sizes)
@@ -202,7 +219,7 @@ def main(argv=None):
                       f"{ss / sf:.2f}x Spark's (ours {ss / so:.2f}x); median batch "
                       f"{statistics.median(f['batch_ms'][1:]):.0f} ms; phases {f['phases']}")
 
-        result = {"funnel": {"multi_join": o, "spark": s}}
+        result = {"funnel": {"multi_join": o, "spark": s, "layouts": layouts}}
         if args.skip_plans:
             harness.write_result("multi_join_vs_spark", result, args, before)
             return
@@ -217,7 +234,8 @@ def main(argv=None):
         others = [[j for j in range(3) if j != i] for i in range(3)]
         for orders in itertools.product(*[list(itertools.permutations(o)) for o in others]):
             plan = join_plan_id(orders)
-            runs[plan] = ours(spark, os.path.join(root, "hot"), args.delay, os.path.join(root, f"ck_{plan}"), plan)
+            runs[plan] = ours(spark, os.path.join(root, "hot"), args.delay, os.path.join(root, f"ck_{plan}"), plan,
+                              persistence=args.persistence[0])
         print(f"skewed ({args.hot:.0%} of impressions and clicks on one user), {args.files // 2} files, every plan:")
         for plan, r in sorted(runs.items(), key=lambda kv: kv[1]["wall_s"]):
             mark = " (default)" if plan == DEFAULT else ""

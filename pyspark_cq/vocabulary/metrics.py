@@ -252,16 +252,18 @@ def band_names(n: int) -> tuple[str, ...]:
     return tuple(banded(i, j) for i in range(n) for j in range(i + 1, n))
 
 
-def multi_join_names(n: int, outer: bool = False, constraints: bool = False) -> tuple[str, ...]:
+def multi_join_names(n: int, outer: bool = False, constraints: bool = False,
+                     resident: bool = False) -> tuple[str, ...]:
     """Every counter of an ``n``-input ``multi_join``, in its column order: :data:`STATEFUL` and ``shed_rows``,
     :data:`PER_INPUT` per input, :data:`STEP_KINDS` per ordered pair, :data:`CHUNKS`, :func:`band_names`, with
-    a left input (``outer``) :data:`MULTI_JOIN_OUTER`, and with declared ``constraints``
-    :data:`CONSTRAINT_VIOLATIONS` (absent otherwise: a query's columns stay as they were).
+    a left input (``outer``) :data:`MULTI_JOIN_OUTER`, with declared ``constraints``
+    :data:`CONSTRAINT_VIOLATIONS`, and with a ``resident`` state (``state_persistence="changelog"`` /
+    ``"files"``) :data:`STATE_CACHE` (each absent otherwise: a query's columns stay as they were).
     """
     per = tuple(per_input(m, i) for i in range(n) for m in PER_INPUT)
     steps = tuple(step(k, i, j) for i in range(n) for j in range(n) if i != j for k in STEP_KINDS)
     return (STATEFUL + (SHED_ROWS,) + per + steps + CHUNKS + band_names(n) + (MULTI_JOIN_OUTER if outer else ())
-            + ((CONSTRAINT_VIOLATIONS,) if constraints else ()))
+            + ((CONSTRAINT_VIOLATIONS,) if constraints else ()) + (STATE_CACHE if resident else ()))
 
 
 # -- per predicate (select_chain)

@@ -7,7 +7,6 @@ receive the picklable subset of it (:class:`pyspark_cq.operators.join.worker.Joi
 from __future__ import annotations
 
 import numbers
-import os
 import warnings
 from dataclasses import dataclass, field
 
@@ -17,6 +16,7 @@ from pyspark.sql import types as T
 from ... import _validate
 from ...control import ControlHandle, operator_handle
 from ...control.schema import drop_ratio_value
+from .._common import changelog as _changelog
 from .._common.shards import JOIN, resolve_shards
 
 __all__ = ["HOW", "LEFT_ONLY", "DEFAULT_SUFFIXES", "GROUPINGS", "shards_argument", "JoinSpec", "output_names"]
@@ -35,13 +35,10 @@ HOW = {"inner": "inner", "left": "left", "left_outer": "left", "leftouter": "lef
 LEFT_ONLY = ("left_semi", "left_anti")
 #: Suffixes of columns present on both sides when ``suffixes`` is not given.
 DEFAULT_SUFFIXES = ("_left", "_right")
-#: Values of ``state_persistence``: the whole state image every batch, or a snapshot plus per-batch deltas with
-#: the state resident in the Python worker (:mod:`.changelog`, :mod:`.._common.resident`).
-PERSISTENCE = ("full", "changelog", "files")
-#: ``state_persistence="files"`` without ``state_dir``: this directory under the session's
-#: ``spark.sql.streaming.checkpointLocation``, then the operator's name.
-STATE_DIR_DEFAULT = "pyspark_cq_state"
-RETAIN_CONF, RETAIN_DEFAULT = "spark.sql.streaming.minBatchesToRetain", 100
+#: ``state_persistence``'s values, the default directory of the files layout and Spark's retention setting: shared
+#: with ``multi_join`` (:mod:`.._common.changelog`).
+PERSISTENCE, STATE_DIR_DEFAULT = _changelog.PERSISTENCE, _changelog.STATE_DIR_DEFAULT
+RETAIN_CONF, RETAIN_DEFAULT = _changelog.RETAIN_CONF, _changelog.RETAIN_DEFAULT
 #: Values of the deprecated ``grouping`` argument (now ``shards=None | int`` and ``shards="key"``).
 GROUPINGS = ("shard", "key")
 
@@ -210,39 +207,19 @@ class JoinSpec:
         not with ``shards="key"`` (a directory per key); batch inputs keep no state and ignore all three.
         """
         persistence = "full" if state_persistence is None else state_persistence
-        if not isinstance(persistence, str) or persistence not in PERSISTENCE:
-            raise ValueError(f"state_persistence must be one of {', '.join(map(repr, PERSISTENCE))} or None "
-                             f"(the default, 'full'), got {state_persistence!r}")
-        if isinstance(snapshot_every, (bool, np.bool_)) or not isinstance(snapshot_every, (int, np.integer)):
-            raise TypeError(f"snapshot_every must be an int >= 1 (micro-batches per snapshot), got {snapshot_every!r}")
-        if snapshot_every < 1:
-            raise ValueError(f"snapshot_every must be an int >= 1 (micro-batches per snapshot), got {snapshot_every!r}")
+        _changelog.settings(state_persistence, snapshot_every, state_dir, streaming=False, session=None,
+                            name="")   # the argument checks first
         if persistence != "full" and self.bucket_width is not None:
             raise ValueError(f"state_persistence={persistence!r} does not combine with bucket= (the bucket layout "
                              "moves only the buckets near a batch's rows already); drop one of them")
-        if state_dir is not None and (not isinstance(state_dir, str) or not state_dir.strip()):
-            raise TypeError(f"state_dir must be a directory path or URI (str), got {state_dir!r}")
         if persistence == "files" and getattr(self, "layout", "shard") != "shard":
             raise ValueError("state_persistence='files' keeps a directory per shard; it does not combine with "
                              "shards='key'")
         if not self.streaming:
             return
         session = getattr(getattr(self, "left", None), "sparkSession", None)
-        conf = (lambda key: session.conf.get(key, None)) if session is not None else (lambda key: None)
-        if state_dir is None and persistence == "files":
-            checkpoint = conf("spark.sql.streaming.checkpointLocation")
-            if not checkpoint:
-                raise ValueError("state_persistence='files' needs state_dir=: a directory that every executor "
-                                 "reads and writes (a shared file system; a local path in local mode), one per "
-                                 "operator of one query, kept as long as the query's checkpoint -- or set the "
-                                 "session's spark.sql.streaming.checkpointLocation, under which the default is "
-                                 f"<location>/{STATE_DIR_DEFAULT}/<name>")
-            state_dir = f"{checkpoint.rstrip('/')}/{STATE_DIR_DEFAULT}/{self.name}"
-        if state_dir is not None and "://" not in state_dir:
-            state_dir = os.path.abspath(state_dir)   # the workers do not run in the driver's directory
-        retain = conf(RETAIN_CONF)
-        self.persistence, self.snapshot_every, self.state_dir = persistence, int(snapshot_every), state_dir
-        self.retain = int(retain) if retain else RETAIN_DEFAULT
+        self.persistence, self.snapshot_every, self.state_dir, self.retain = _changelog.settings(
+            persistence, snapshot_every, state_dir, streaming=True, session=session, name=getattr(self, "name", ""))
 
     def set_constraints(self, constraints, function: str = "interval_join") -> None:
         """Check ``constraints=`` (after :meth:`set_persistence`; :func:`pyspark_cq.constraints.check_constraints`).

@@ -11,7 +11,6 @@ Column names of the transport layout (the tagged union of both inputs) all start
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import uuid
 import warnings
@@ -27,6 +26,7 @@ from ... import constraints as _constraints
 from ..._native import load
 from ...control import ControlHandle
 from ...control.schema import side_drop_ratios
+from .._common import changelog as _changelog
 from .._common import metrics as _metrics
 from .._common import resident as _resident
 from .._common import state_bytes as _state_bytes
@@ -60,8 +60,8 @@ BATCH_METRICS = M.JOIN       # a batch join keeps no state
 #: ~sqrt(2.5 W) batches, i.e. deltas of ~0.5 of the snapshot for W ~ 8-10.
 SNAPSHOT_RATIO = 0.5
 #: The layouts that keep the state resident in the worker and persist deltas.
-RESIDENT = ("changelog", "files")
-_STORES: dict = {}   # state_dir -> StateFiles of this worker process (a file system handle per directory)
+RESIDENT = _changelog.RESIDENT
+_STORES = _changelog._STORES   # state_dir -> StateFiles of this worker process (shared with multi_join)
 _I64_MAX = np.iinfo(np.int64).max
 
 
@@ -668,14 +668,7 @@ class JoinWorker:
 
     def _files(self) -> _state_files.StateFiles:
         """The worker process's handle on the state directory (files layout, or a value it wrote)."""
-        root = self.config.state_dir
-        if root is None:
-            raise ValueError("join state: this checkpoint's state was written with state_persistence='files'; its "
-                             "snapshots are files in the state directory: pass the same state_dir= (docs/join.md, "
-                             "*State persistence*)")
-        if root not in _STORES:
-            _STORES[root] = _state_files.StateFiles(root)
-        return _STORES[root]
+        return _changelog.state_files(self.config.state_dir, "docs/join.md")
 
     def _restore_log(self, state, key=None):
         """``(kernel, payload tables, LogInfo, Manifest or None)`` of this group from its GroupState (full
@@ -685,18 +678,7 @@ class JoinWorker:
         if not state.exists:
             return (*self._new(), None)
         config = self.config
-        blob, lblob, rblob = state.get
-        log = None
-        deltas = ()
-        if _log.is_manifest(blob):
-            log = _log.Manifest.decode(blob)
-            files = self._files()
-            blob, lblob, rblob = _log.unpack_snapshot(
-                files.read(key, _state_files.snapshot_name(log.base, log.snapshot_token)))
-            deltas = [files.read(key, _state_files.delta_name(log.base + i + 1, log.base, token))
-                      for i, (token, _) in enumerate(log.deltas)]
-        elif _log.is_log(blob):
-            _, blob, deltas, log = _log.parse(blob)
+        (blob, lblob, rblob), deltas, log = _changelog.load(state.get, self._files, key)
         kernel = self._kernel(blob)
         sides = [PayloadSide.from_bytes(config.payload_schema(LEFT), lblob),
                  PayloadSide.from_bytes(config.payload_schema(RIGHT), rblob)]
@@ -743,76 +725,23 @@ class JoinWorker:
             state.setTimeoutTimestamp(timeout)
 
     def _save_log(self, state, key, kernel, sides, wm_ms: int, log, delta) -> int:
-        """Changelog persistence: append this batch's ``delta`` to the group's value, or write a new snapshot
-        (every ``snapshot_every`` batches, when the deltas would exceed ``SNAPSHOT_RATIO`` of it, or when the value is
-        not a changelog yet); keep the objects in the resident cache under the new token. Returns the bytes
-        kept.
+        """Changelog or files persistence (:func:`.._common.changelog.save`): this batch's ``delta`` appended to
+        the group's value or written as a file, or a new snapshot (every ``snapshot_every`` batches, when the
+        deltas would exceed ``SNAPSHOT_RATIO`` of it, or when the value is of another layout); the objects stay in
+        the resident cache under the new token. Returns the bytes the state's value (and files) hold.
         """
-        cache = _resident.cache()
+        config = self.config
         if kernel.rows(LEFT) + kernel.rows(RIGHT) == 0:
-            state.remove()
-            cache.discard((self.config.state_id, key))
+            _changelog.forget(state, config.state_id, key)
             return 0
-        token = _resident.new_token()
-        blob = None
-        if isinstance(log, _log.LogInfo) and log.deltas + 1 < self.config.snapshot_every:
-            blob = delta.encode()
-            if log.delta_bytes + len(blob) > SNAPSHOT_RATIO * log.snapshot_bytes:
-                blob = None
-        if blob is None:
-            kfield, lblob, rblob = self._snapshot(kernel, sides)
-            value = (_log.snapshot_field(token, kfield), lblob, rblob)
-            log = _log.LogInfo(0, len(kfield), 0)
-        else:
-            old = state.get
-            value = (_log.append_delta(old[0], token, blob), old[1], old[2])
-            log = _log.LogInfo(log.deltas + 1, log.snapshot_bytes, log.delta_bytes + 8 + len(blob))
-        state.update(value)
+        files = self._files() if config.persistence == "files" else None
+        _, held = _changelog.save(
+            state, key, config.persistence, log, lambda: self._snapshot(kernel, sides), delta.encode,
+            state_id=config.state_id, snapshot_every=config.snapshot_every, ratio=SNAPSHOT_RATIO, files=files,
+            retain=config.retain, resident=lambda new: (kernel, sides, new),
+            nbytes=kernel.nbytes() + sides[LEFT].table.nbytes + sides[RIGHT].table.nbytes)
         self._set_timeout(state, kernel, wm_ms)
-        if cache.limit:
-            nbytes = kernel.nbytes() + sides[LEFT].table.nbytes + sides[RIGHT].table.nbytes
-            cache.put((self.config.state_id, key), token, (kernel, sides, log), nbytes)
-        return sum(len(b) for b in value)
-
-    def _save_files(self, state, key, kernel, sides, wm_ms: int, log, delta) -> int:
-        """Files persistence: write this batch's ``delta`` (or a new snapshot, by the changelog's rules) as an
-        immutable file in the state directory, *then* update the GroupState with the manifest naming it; on a
-        snapshot, delete the group's files no retained version can name. Returns the bytes the state's files
-        and value hold.
-        """
-        cache, files = _resident.cache(), self._files()
-        if kernel.rows(LEFT) + kernel.rows(RIGHT) == 0:
-            state.remove()
-            cache.discard((self.config.state_id, key))
-            return 0
-        token = _resident.new_token()
-        manifest = log if isinstance(log, _log.Manifest) else None
-        blob = None
-        if manifest is not None and len(manifest.deltas) + 1 < self.config.snapshot_every:
-            blob = delta.encode()
-            if manifest.delta_bytes + len(blob) > SNAPSHOT_RATIO * manifest.snapshot_bytes:
-                blob = None
-        if blob is None:
-            # A new chain; from another layout (or none) it starts above every file in the group's directory.
-            if manifest is not None:
-                index, start, floor = manifest.index + 1, manifest.start, manifest.floor
-            else:
-                start, floor = files.next_index(key)
-                index = start
-            size = files.write(key, _state_files.snapshot_name(index, token),
-                               _log.pack_snapshot(*self._snapshot(kernel, sides)))
-            manifest = _log.Manifest(token, index, token, size, start, floor)
-            files.collect(key, index, self.config.retain, start, floor)
-        else:
-            files.write(key, _state_files.delta_name(manifest.index + 1, manifest.base, token), blob)
-            manifest = dataclasses.replace(manifest, token=token, deltas=manifest.deltas + [(token, len(blob))])
-        value = (manifest.encode(), b"", b"")
-        state.update(value)
-        self._set_timeout(state, kernel, wm_ms)
-        if cache.limit:
-            nbytes = kernel.nbytes() + sides[LEFT].table.nbytes + sides[RIGHT].table.nbytes
-            cache.put((self.config.state_id, key), token, (kernel, sides, manifest), nbytes)
-        return len(value[0]) + manifest.snapshot_bytes + manifest.delta_bytes
+        return held
 
     # -- streaming: one call per shard (or key) and micro-batch
 
@@ -842,9 +771,7 @@ class JoinWorker:
         parts, n_evicted, malformed, shed, violations = self._process(kernel, sides, inputs, wm_ms, entry, copies,
                                                                       delta)
         rows_after = kernel.rows(LEFT) + kernel.rows(RIGHT)
-        if self.config.persistence == "files":
-            state_bytes = self._save_files(state, key, kernel, sides, wm_ms, log, delta)
-        elif resident:
+        if resident:
             state_bytes = self._save_log(state, key, kernel, sides, wm_ms, log, delta)
         elif copies is not None and state.exists and not n_evicted and rows_after == rows_before:
             # Bucket layout, only probed (no row stored or evicted): the JVM keeps its copy of the state; the

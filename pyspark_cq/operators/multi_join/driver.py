@@ -21,6 +21,7 @@ The kernel is :mod:`pyspark_cq._mjoin` (``native/mjoin_core.hpp``), the per-shar
 """
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 
 from pyspark.sql import functions as F
@@ -31,6 +32,7 @@ from ..._duration import parse_duration
 from ..._native import load
 from ...constraints import control_enabled
 from ...control import ControlHandle, operator_handle, parse_join_plan
+from .._common import changelog as _changelog
 from .._common import metrics as _metrics
 from .._common.chunks import schedule_from_params
 from .._common.codec import checked_micros, codecs_for, normalized_key
@@ -66,7 +68,7 @@ DIRECT = (T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.BooleanType, T.D
 
 
 def multi_join(inputs, on, times, bounds, *, how=None, control=None, name=None, output_mode="append",
-               constraints=None):
+               constraints=None, state_persistence=None, snapshot_every=10, state_dir=None):
     """Join 2 to 6 DataFrames on one equal key and time bounds, with one state per input (MJoin).
 
     A tuple of rows, one per input, joins when all its keys are equal (SQL equality: a null key never
@@ -138,6 +140,19 @@ def multi_join(inputs, on, times, bounds, *, how=None, control=None, name=None, 
         ``params["constraint_<name>"]`` (a bool, e.g. ``constraint_unique_2``) turns one off or on. Inner joins
         only (no ``"left"`` in ``how``); ``clustered`` / ``ordered`` are refused (not exploited yet). Batch
         inputs ignore them.
+    state_persistence : {None, "full", "changelog", "files"}, optional
+        How a streaming join keeps each shard's state between micro-batches (docs/multi_join.md, *State
+        persistence*; as :func:`~pyspark_cq.interval_join`'s). ``"full"`` (None, the default): the whole state
+        image goes through Spark's state store every batch. ``"changelog"``: the state stays in the Python worker
+        (checked by a version token) and the value holds a snapshot plus the batches' deltas. ``"files"``: the
+        same, with the snapshot and deltas as immutable files under ``state_dir`` and only a small manifest in
+        Spark's state. Both report ``state_cache_hits`` / ``state_cache_misses``. A checkpoint may switch layouts.
+    snapshot_every : int
+        ``"changelog"`` / ``"files"``: a new snapshot at the latest every this many micro-batches (default 10).
+    state_dir : str, optional
+        ``"files"``: the directory of the state files, on a file system every executor shares, one per operator,
+        kept as long as the checkpoint. Default ``<spark.sql.streaming.checkpointLocation>/pyspark_cq_state/<name>``
+        when the session sets that; otherwise required.
 
     Returns
     -------
@@ -163,6 +178,7 @@ def multi_join(inputs, on, times, bounds, *, how=None, control=None, name=None, 
     [(1, 9.5)]
     """
     spec = MultiJoinSpec.build(inputs, on, times, bounds, control, name, how, output_mode, constraints)
+    spec.set_persistence(state_persistence, snapshot_every, state_dir)
     warn_shuffle_partitions(spec.inputs[0])
     return _execute(spec)
 
@@ -185,6 +201,20 @@ class MultiJoinSpec:
     how: tuple[str, ...] = ()             # per input after the first: "inner" or "left"
     output_mode: str = "append"           # the applyInPandasWithState's mode: the query's output mode
     constraints: tuple = ()               # stream constraints (STREAM §5.2), checked: pyspark_cq.constraints
+    persistence: str = "full"             # state_persistence: "full", "changelog" or "files"
+    snapshot_every: int = 10              # changelog / files: batches per snapshot (at most)
+    state_dir: str | None = None          # files: the directory of the state files (absolute path or URI)
+    retain: int = _changelog.RETAIN_DEFAULT   # files: the session's spark.sql.streaming.minBatchesToRetain
+
+    def set_persistence(self, state_persistence, snapshot_every, state_dir=None) -> None:
+        """Decide ``state_persistence`` / ``snapshot_every`` / ``state_dir`` (:func:`.._common.changelog.settings`:
+        ValueError / TypeError naming the argument); batch inputs keep no state and ignore them.
+        """
+        persistence, every, state_dir, retain = _changelog.settings(
+            state_persistence, snapshot_every, state_dir, streaming=self.streaming,
+            session=self.inputs[0].sparkSession if self.streaming else None, name=self.name)
+        if self.streaming:
+            self.persistence, self.snapshot_every, self.state_dir, self.retain = persistence, every, state_dir, retain
 
     @property
     def outer(self) -> int | None:
@@ -260,7 +290,9 @@ class MultiJoinSpec:
                                control=self.control, shards=self.shards, kept=self.kept_column is not None,
                                outer=z, outer_bounds=outer_bounds, hows=hows,
                                retain=retention(self.n, self.bounds, hows) if self.nested else (),
-                               constraints=self.constraints)
+                               constraints=self.constraints, persistence=self.persistence,
+                               snapshot_every=self.snapshot_every, state_dir=self.state_dir, versions=self.retain,
+                               state_id=uuid.uuid4().hex if self.persistence in _changelog.RESIDENT else "")
 
 
 # --- argument checks -----------------------------------------------------------------------------------
@@ -482,7 +514,8 @@ def _execute(spec: MultiJoinSpec):
     load("_mjoin")  # fail on the driver, readably, if the build is broken
     config = spec.config()
     worker = MultiJoinWorker(config)
-    metrics = metric_names(spec.n, spec.outer is not None or spec.nested, bool(spec.constraints))
+    metrics = metric_names(spec.n, spec.outer is not None or spec.nested, bool(spec.constraints),
+                           config.resident)
     union = _tagged(spec, config, 0)
     for i in range(1, spec.n):
         union = union.union(_tagged(spec, config, i))

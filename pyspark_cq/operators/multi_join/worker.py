@@ -25,13 +25,16 @@ from ... import constraints as _constraints
 from ..._native import load
 from ..._validate import micro_batch_id
 from ...control import ControlHandle, parse_join_plan
+from .._common import changelog as _changelog
 from .._common import metrics as _metrics
+from .._common import resident as _resident
 from .._common import state_bytes as _state_bytes
 from .._common.chunks import WHOLE_BATCHES, ChunkScheduler, Schedule, schedule_from_params
 from .._common.codec import ColumnCodec
 from .._common.payload import KEPT, PayloadSide, split_sides, timeout_ms
 from .._common.shards import MULTI_JOIN, check_shard_count, default_rule
 from .._common.shed import SHED, shed_mask
+from .changelog import Delta, Recorder
 from .nested import NestedLeft, entry_schema, nested_orders
 
 __all__ = ["SHARD", "TIME", "MICROS", "KEY", "KEY_NULL", "PEAKS", "band_names", "metric_names",
@@ -46,6 +49,13 @@ KEY_NULL = "__cq_keynull"
 _I64_MAX = np.iinfo(np.int64).max
 DEADLINE = "__cq_deadline"   # an unmatched prefix tuple: the watermark (ms) from which it is output null-padded
 _LEFT, _RIGHT = 0, 1         # the sides of a bound (i, j, ...): i is the interval join's left input, j its right
+#: A changelog / files shard writes a new snapshot when its deltas' bytes would exceed this fraction of the
+#: snapshot's (the interval join's rule and reasoning: :data:`pyspark_cq.operators.join.worker.SNAPSHOT_RATIO`).
+SNAPSHOT_RATIO = 0.5
+#: The kernel's memory per stored row (bytes) for the resident cache's bound: its slot columns (key, time, id,
+#: end, stage, prev, next: 7 x 8 B, alive 1 B), a heap entry (16 B) and the key index's share. An estimate: the
+#: kernel has no ``nbytes()`` call (the binary join's has).
+KERNEL_ROW_BYTES = 80
 
 
 def _pid(i: int) -> str:
@@ -158,6 +168,17 @@ class MultiJoinConfig:
     retain: tuple[int, ...] = ()
     #: stream constraints (STREAM §5.2) with inputs by index, checked (:func:`.driver.check_multi_constraints`)
     constraints: tuple = ()
+    #: state_persistence: "full", "changelog" or "files" (resident copy + deltas, :mod:`.._common.changelog`)
+    persistence: str = "full"
+    snapshot_every: int = 10        # changelog / files: a new snapshot at the latest every this many batches
+    state_id: str = ""              # changelog / files: this operator's name space in the worker's resident cache
+    state_dir: str | None = None    # files: the directory of the snapshot and delta files
+    versions: int = 100             # files: spark.sql.streaming.minBatchesToRetain (garbage collection)
+
+    @property
+    def resident(self) -> bool:
+        """The state stays in the worker between batches and deltas are persisted."""
+        return self.persistence in _changelog.RESIDENT
 
     @property
     def nested(self) -> bool:
@@ -213,7 +234,8 @@ class MultiJoinWorker:
 
     def __init__(self, config: MultiJoinConfig):
         self.config = config
-        self.metrics = metric_names(config.n, config.outer is not None or config.nested, bool(config.constraints))
+        self.metrics = metric_names(config.n, config.outer is not None or config.nested, bool(config.constraints),
+                                    config.resident)
         self._bands = {M.banded(b[0], b[1]): 1 for b in config.bounds}
         # the inputs the declared constraints make unique on the key, whatever the control table switches: their
         # violations are counted while a constraint is off too (a policy watches adherence before turning it on)
@@ -294,11 +316,14 @@ class MultiJoinWorker:
             pending = NestedLeft(config)
         return kernel, [PayloadSide(config.payload_schema(i)) for i in range(config.n)], pending
 
-    def _restore(self, state):
+    def _restore(self, state, key=None):
+        """The kernel, payload tables and waiting tuples of this shard from its GroupState, or new; also the
+        value's changelog / files log (None for the full layout): the snapshot with its deltas replayed.
+        """
         if not state.exists:
-            return self._new()
+            return (*self._new(), None)
         config = self.config
-        blobs = state.get
+        blobs, deltas, log = _changelog.load(state.get, self._files, key)
         kernel = load("_mjoin").MultiJoinState.deserialize(_state_bytes.unpack(blobs[0]))
         sides = [PayloadSide.from_bytes(config.payload_schema(i), blobs[1 + i]) for i in range(config.n)]
         check_shard_count(sides[0].table, config.shards, MULTI_JOIN, default_rule(MULTI_JOIN))
@@ -308,18 +333,28 @@ class MultiJoinWorker:
             pending = PayloadSide.from_bytes(config.pending_schema(), blobs[1 + config.n])
         if config.nested:
             pending = NestedLeft(config, PayloadSide.from_bytes(entry_schema(config), blobs[1 + config.n]).table)
-        return kernel, sides, pending
+        for blob in deltas:
+            waiting = Delta.decode(blob).replay(kernel, sides)
+            if waiting is not None:
+                pending.table = waiting
+        return kernel, sides, pending, log
 
-    def _save(self, state, kernel, sides, pending, wm_ms: int) -> int:
-        """Compact the payload tables to the live rows (renumbering the unmatched prefix tuples' ids), keep
-        the state (or remove it when empty) and set the timeout at which its first row expires or its first
-        unmatched tuple is due; returns the bytes kept.
+    def _files(self):
+        """The worker process's handle on the state directory (files layout, or a value it wrote)."""
+        return _changelog.state_files(self.config.state_dir, "docs/multi_join.md")
+
+    def _waiting(self, pending) -> int:
+        return 0 if pending is None else pending.table.num_rows
+
+    def _empty(self, kernel, pending) -> bool:
+        return sum(kernel.rows(i) for i in range(self.config.n)) == 0 and not self._waiting(pending)
+
+    def _snapshot(self, kernel, sides, pending) -> tuple[bytes, ...]:
+        """The full image of the state: compact the payload tables to the live rows (renumbering the kernel's
+        and the waiting tuples' ids), then the packed kernel, the payload per input and the waiting tuples.
         """
         n = self.config.n
-        waiting = 0 if pending is None else pending.table.num_rows
-        if sum(kernel.rows(i) for i in range(n)) == 0 and not waiting:
-            state.remove()
-            return 0
+        waiting = self._waiting(pending)
         nested = isinstance(pending, NestedLeft)
         for i in range(n):
             old = kernel.canonical_ids(i)
@@ -334,16 +369,52 @@ class MultiJoinWorker:
             blobs += (PayloadSide(pending.schema, pending.table).to_bytes(),)
         elif pending is not None:
             blobs += (pending.to_bytes(),)
-        state.update(blobs)
-        if nested:
+        return blobs
+
+    def _set_timeout(self, state, kernel, pending, wm_ms: int) -> None:
+        """The timeout at which the shard's first row expires or its first waiting tuple is due."""
+        if isinstance(pending, NestedLeft):
             first = pending.min_deadline_us()
             due = [] if first is None else [first]
         else:
-            due = [] if not waiting else [int(pc.min(pending.table.column(DEADLINE)).as_py()) * 1000]
-        timeout = timeout_at(wm_ms, [kernel.min_end(i) for i in range(n)] + due)
+            due = [] if not self._waiting(pending) else [int(pc.min(pending.table.column(DEADLINE)).as_py()) * 1000]
+        timeout = timeout_at(wm_ms, [kernel.min_end(i) for i in range(self.config.n)] + due)
         if timeout is not None:
             state.setTimeoutTimestamp(timeout)
+
+    def _save(self, state, kernel, sides, pending, wm_ms: int) -> int:
+        """Compact the payload tables to the live rows (renumbering the unmatched prefix tuples' ids), keep
+        the state (or remove it when empty) and set the timeout at which its first row expires or its first
+        unmatched tuple is due; returns the bytes kept.
+        """
+        if self._empty(kernel, pending):
+            state.remove()
+            return 0
+        blobs = self._snapshot(kernel, sides, pending)
+        state.update(blobs)
+        self._set_timeout(state, kernel, pending, wm_ms)
         return sum(len(b) for b in blobs)
+
+    def _save_log(self, state, key, kernel, sides, pending, wm_ms: int, log, delta: Delta) -> int:
+        """Changelog or files persistence (:func:`.._common.changelog.save`): the batch's ``delta`` (with the
+        waiting tuples as the batch left them), or a new snapshot by the shared rules; the objects stay in the
+        resident cache under the new token. Returns the bytes the state's value (and files) hold.
+        """
+        config = self.config
+        if self._empty(kernel, pending):
+            _changelog.forget(state, config.state_id, key)
+            return 0
+        if pending is not None:
+            delta.pending = pending.table
+        nbytes = sum(s.table.nbytes for s in sides) + KERNEL_ROW_BYTES * sum(kernel.rows(i) for i in range(config.n))
+        nbytes += 0 if pending is None else pending.table.nbytes
+        _, held = _changelog.save(
+            state, key, config.persistence, log, lambda: self._snapshot(kernel, sides, pending), delta.encode,
+            state_id=config.state_id, snapshot_every=config.snapshot_every, ratio=SNAPSHOT_RATIO,
+            files=self._files() if config.persistence == "files" else None, retain=config.versions,
+            resident=lambda new: (kernel, sides, pending, new), nbytes=nbytes)
+        self._set_timeout(state, kernel, pending, wm_ms)
+        return held
 
     # -- one batch
 
@@ -741,13 +812,23 @@ class MultiJoinWorker:
         entry = self._entry()
         orders = self.orders(entry)
         schedule = self.schedule(entry, f"multi_join {self.config.name!r} (micro-batch {micro_batch_id()})")
-        kernel, sides, pending = self._restore(state)
-        inputs = [None] * self.config.n if state.hasTimedOut else split_sides(list(pdf_iter), self.config.n)
-        wm_ms = state.getCurrentWatermarkMs()
+        config = self.config
+        cached = None
         counters = self._counters()
-        parts = self._process(kernel, sides, inputs, wm_ms, orders, counters, self._ratio(entry), schedule, pending,
-                              self.eviction(entry))
-        counters[M.STATE_BYTES] = self._save(state, kernel, sides, pending, wm_ms)
+        if config.resident and state.exists:
+            cached = _resident.cache().take((config.state_id, key), _changelog.token_of(state.get[0]))
+            counters[M.STATE_CACHE_HITS if cached is not None else M.STATE_CACHE_MISSES] = 1
+        kernel, sides, pending, log = cached if cached is not None else self._restore(state, key)
+        inputs = [None] * config.n if state.hasTimedOut else split_sides(list(pdf_iter), config.n)
+        wm_ms = state.getCurrentWatermarkMs()
+        recorder = Recorder(kernel, sides) if config.resident else None
+        parts = self._process(kernel if recorder is None else recorder.kernel,
+                              sides if recorder is None else recorder.sides, inputs, wm_ms, orders, counters,
+                              self._ratio(entry), schedule, pending, self.eviction(entry))
+        if recorder is None:
+            counters[M.STATE_BYTES] = self._save(state, kernel, sides, pending, wm_ms)
+        else:
+            counters[M.STATE_BYTES] = self._save_log(state, key, kernel, sides, pending, wm_ms, log, recorder.delta)
         yield self._report(parts, counters, kernel, pending)
 
     # -- batch: one call per shard with every input; nothing is kept

@@ -372,11 +372,15 @@ class QueryGroup:
         # the stateful steps' Spark partitions: one per shard rather than the session's default (200 on a
         # plain session: 200 tasks and state-store commits per micro-batch); Spark keeps the number in the
         # checkpoint, so this matters at the first start only. The session's own setting is restored.
-        # Several streams: Spark's query watermark is the group clock (.clock), under the "max" policy. Spark
-        # keeps both settings in the checkpoint at the first start; the session's own are restored.
+        # Several streams: Spark's query watermark is the group clock (.clock), under the "max" policy, on a
+        # watermark defined after the sources' own; Spark allows that ("redefining" a watermark) only with one
+        # watermark for all stateful operators (allowMultiple false; the group has one stateful operator). Spark
+        # keeps the partitions and the policy in the checkpoint at the first start; the stream, which clones the
+        # session when it is created, keeps them all. The session's own settings are restored.
         settings = {"spark.sql.shuffle.partitions": str(self.shards)}
         if streams is not None:
             settings[_POLICY] = "max"
+            settings["spark.sql.streaming.statefulOperator.allowMultiple"] = "false"
         conf = self.spark.conf
         before = {k: conf.get(k, None) for k in settings}
         for k, v in settings.items():

@@ -52,7 +52,7 @@ STATE_SCHEMA = "members binary"
 #: The member key of the rows that carry the event times seen (for queries joining a running group); with
 #: several streams one key per stream (:func:`clock_key`).
 CLOCK = ""
-_STREAM_CLOCK = "\x00clock:"
+_STREAM_CLOCK = "\x01clock:"   # not NUL: pandas groups strings that start with NUL as one
 #: The key, in a shard's saved state, of the slice tables several members share: ``[(member keys, state)]``.
 SHARED = "\x00shared"
 

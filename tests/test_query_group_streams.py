@@ -185,3 +185,37 @@ def test_a_plan_pickled_before_clocks_reads_none():
     vars(plan).pop("clocks")          # as pickled before the field existed
     back = pickle.loads(pickle.dumps(plan))
     assert back.clocks == () and back.max_time == 7
+
+
+class _State:
+    """What GroupShard reads and writes of applyInPandasWithState's GroupState."""
+
+    exists = False
+
+    def update(self, value):
+        self.value = value
+
+    def getCurrentWatermarkMs(self):
+        return C.CLOCK_BASE_MS
+
+    def setTimeoutTimestamp(self, ms):
+        self.timeout = ms
+
+
+def test_the_stateful_stage_reports_each_streams_largest_event_time(tmp_path):
+    import pandas as pd
+
+    from pyspark_cq.group.worker import MAX_TIME, MEMBER, GroupShard, clock_key, stream_clocks
+
+    d = str(tmp_path / "g")
+    D.write_plan(d, D.Plan(version=1))
+    rows = pd.DataFrame({"__cq_shard": [0] * 5, MEMBER: [clock_key("clicks"), clock_key("views"), clock_key("clicks"),
+                                                         clock_key("views"), clock_key("views")],
+                         MAX_TIME: [5_000_999, 7_000_000, 6_000_000, None, 2_000_000]})
+    state = _State()
+    out = next(GroupShard(d, ("clicks", "views"), True, {"clicks": 60_000, "views": 30_000})(0, [rows], state))
+    counters = {}
+    for k, c in zip(out["cq_member"], out["cq_counters"]):
+        counters.setdefault(k, []).append(c)
+    assert stream_clocks(counters) == (7_000_000, {"clicks": 6_000, "views": 7_000})
+    assert state.timeout == C.CLOCK_BASE_MS     # fires at the group clock's next advance

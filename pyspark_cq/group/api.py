@@ -6,9 +6,9 @@ thousands of concurrent queries (Cammert et al., §5.4). On Spark each streaming
 planning, Python stages and state at every micro-batch; a group runs its queries as one streaming query:
 
 - every windowed aggregation (``RSTREAM`` of a ``RANGE … SLIDE`` GROUP BY whose select list names grouped
-  columns and aggregates) over a stream joins that stream's **shared stage**: one projection computes each
-  distinct WHERE, grouping key and aggregate input once, one slicer stage and one stateful stage run every
-  such query (:mod:`.worker`), each with its own slice table;
+  columns and aggregates) joins the **shared stage**: per stream one projection computes each distinct WHERE,
+  grouping key and aggregate input once and one slicer stage slices them, and one stateful stage for all streams
+  runs every such query (:mod:`.worker`), each stream's at that stream's own watermark (:mod:`.clock`);
 - any other query runs **alone** inside the same Spark query (its own operators, as :func:`pyspark_cq.cql`
   builds them);
 - one ``foreachBatch`` delivers each query's rows to its own sink, idempotently by batch id (:mod:`.sinks`).

@@ -11,13 +11,15 @@ directory. Cases, each in a fresh process (its own JVM), all started together, t
 - ``cq`` — ``pyspark_cq.cql``, one streaming query per query (as before groups; slow).
 
 Each case runs for 1 query and for all (``--counts``); the output rows per query are compared between cases
-(a sanity check: tests check exactness). ``--session plain`` (default: a plain ``SparkSession`` as a user
+(a sanity check: tests check exactness). ``--streams N`` reads the clicks as N streams (N sources over the same
+files, ``clicks0`` … ``clicks<N-1>``) and puts query i on stream i mod N: the group's shared stage then serves N
+streams (one slicer each, one stateful stage). ``--session plain`` (default: a plain ``SparkSession`` as a user
 makes it, Spark's 200 shuffle partitions) or ``cq`` (``pyspark_cq.spark()``'s tuned one).
 
 Usage::
 
     python -m benchmarks.perf.query_group [--rows 400000] [--files 8] [--counts 1,16] [--session plain]
-        [--cases spark,group]
+        [--cases spark,group] [--streams 1]
 """
 from __future__ import annotations
 
@@ -54,9 +56,14 @@ def queries(count: int) -> list[tuple[str, str, str | None]]:
     return mix[:count]
 
 
-def cql_text(window: str, slide: str, where: str | None) -> str:
+def stream_names(streams: int) -> list[str]:
+    """The sources' names: ``clicks`` for one stream, ``clicks0`` … for several."""
+    return ["clicks"] if streams == 1 else [f"clicks{j}" for j in range(streams)]
+
+
+def cql_text(window: str, slide: str, where: str | None, stream: str = "clicks") -> str:
     where = f" WHERE {where}" if where else ""
-    return (f"RSTREAM(SELECT page, SUM(x) AS sx, COUNT(*) AS n FROM clicks [RANGE {window.upper()} SLIDE "
+    return (f"RSTREAM(SELECT page, SUM(x) AS sx, COUNT(*) AS n FROM {stream} [RANGE {window.upper()} SLIDE "
             f"{slide.upper()}]{where} GROUP BY page)")
 
 
@@ -89,32 +96,35 @@ def _session(kind: str):
     return harness.cq_session("query-group")
 
 
-def run_case(case: str, count: int, data: str, out: str, session: str) -> dict:
+def run_case(case: str, count: int, data: str, out: str, session: str, streams: int = 1) -> dict:
     """One case in this process: the wall time and the output rows per query."""
     from pyspark.sql import functions as F
 
     import pyspark_cq as cq
 
     spark = _session(session)
-    clicks = (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(data)
-              .withWatermark("ts", "1 minute"))
+    sources = {s: (spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(data)
+                   .withWatermark("ts", "1 minute")) for s in stream_names(streams)}
+    on = stream_names(streams)
     mix = queries(count)
     names = [f"q{i}" for i in range(len(mix))]
     start = time.perf_counter()
     if case == "group":
-        g = cq.QueryGroup(spark, sources={"clicks": clicks}, checkpoint=os.path.join(out, "ck"))
-        for n, q in zip(names, mix):
-            g.add(n, cql_text(*q), sink=os.path.join(out, n))
+        g = cq.QueryGroup(spark, sources=sources, checkpoint=os.path.join(out, "ck"))
+        for i, (n, q) in enumerate(zip(names, mix)):
+            g.add(n, cql_text(*q, on[i % len(on)]), sink=os.path.join(out, n))
         g.start(trigger={"availableNow": True}).awaitTermination()
     else:
         running = []
-        for n, (w, s, where) in zip(names, mix):
+        for i, (n, (w, s, where)) in enumerate(zip(names, mix)):
+            stream = on[i % len(on)]
+            clicks = sources[stream]
             if case == "spark":
                 src = clicks.filter(F.expr(where)) if where else clicks
                 df = src.groupBy(F.window("ts", w, s), "page").agg(F.sum("x").alias("sx"),
                                                                    F.count(F.lit(1)).alias("n"))
             else:
-                df = cq.cql(spark, cql_text(w, s, where), {"clicks": clicks})
+                df = cq.cql(spark, cql_text(w, s, where, stream), {stream: clicks})
             running.append(df.writeStream.format("parquet").option("path", os.path.join(out, n))
                            .option("checkpointLocation", os.path.join(out, "ck", n))
                            .trigger(availableNow=True).start())
@@ -123,7 +133,8 @@ def run_case(case: str, count: int, data: str, out: str, session: str) -> dict:
     wall = time.perf_counter() - start
     rows = {n: spark.read.parquet(os.path.join(out, n)).count() for n in names}
     spark.stop()
-    return {"case": case, "queries": count, "session": session, "wall_s": round(wall, 2), "rows": rows}
+    return {"case": case, "queries": count, "streams": streams, "session": session, "wall_s": round(wall, 2),
+            "rows": rows}
 
 
 def main(argv=None):
@@ -134,14 +145,17 @@ def main(argv=None):
     p.add_argument("--counts", default="1,16", help="query counts to run, comma-separated (at most 100)")
     p.add_argument("--session", choices=("plain", "cq"), default="plain")
     p.add_argument("--cases", default="spark,group", help="cases to run, comma-separated: spark, group, cq")
+    p.add_argument("--streams", type=int, default=1, help="the clicks as this many streams; query i on stream i mod N")
     p.add_argument("--case", help=argparse.SUPPRESS)   # internal: a child runs one case
     p.add_argument("--count", type=int, help=argparse.SUPPRESS)
     p.add_argument("--data", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.case:   # a child: one case, its result as the last line
-        print(json.dumps(run_case(args.case, args.count, args.data, args.out, args.session)), flush=True)
+        print(json.dumps(run_case(args.case, args.count, args.data, args.out, args.session, args.streams)), flush=True)
         return
+    if args.streams < 1:
+        raise SystemExit(f"--streams: expected a positive int, got {args.streams}")
     before = harness.start(args)
     root = tempfile.mkdtemp(prefix="cq-group-bench-")
     data = os.path.join(root, "data")
@@ -155,7 +169,7 @@ def main(argv=None):
         for case in cases:
             out = os.path.join(root, f"{case}-{count}")
             cmd = harness.rerun(__spec__.name) + ["--case", case, "--count", str(count), "--data", data, "--out", out,
-                                                   "--session", args.session]
+                                                   "--session", args.session, "--streams", str(args.streams)]
             proc = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
             if proc.returncode:
                 sys.stderr.write(proc.stderr[-4000:])

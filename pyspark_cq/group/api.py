@@ -6,9 +6,9 @@ thousands of concurrent queries (Cammert et al., §5.4). On Spark each streaming
 planning, Python stages and state at every micro-batch; a group runs its queries as one streaming query:
 
 - every windowed aggregation (``RSTREAM`` of a ``RANGE … SLIDE`` GROUP BY whose select list names grouped
-  columns and aggregates) over a stream joins that stream's **shared stage**: one projection computes each
-  distinct WHERE, grouping key and aggregate input once, one slicer stage and one stateful stage run every
-  such query (:mod:`.worker`), each with its own slice table;
+  columns and aggregates) joins the **shared stage**: per stream one projection computes each distinct WHERE,
+  grouping key and aggregate input once and one slicer stage slices them, and one stateful stage for all streams
+  runs every such query (:mod:`.worker`), each stream's at that stream's own watermark (:mod:`.clock`);
 - any other query runs **alone** inside the same Spark query (its own operators, as :func:`pyspark_cq.cql`
   builds them);
 - one ``foreachBatch`` delivers each query's rows to its own sink, idempotently by batch id (:mod:`.sinks`).
@@ -34,6 +34,7 @@ from .sinks import check_sink, encode_sink, same_sink
 __all__ = ["QueryGroup"]
 
 _TRIGGERS = ("processingTime", "once", "continuous", "availableNow")
+_POLICY = "spark.sql.streaming.multipleWatermarkPolicy"
 #: Spark types of the plain columns a shared stage carries for queries that join it while it runs.
 _RAW_TYPES = ("byte", "short", "integer", "long", "float", "double", "string", "boolean")
 
@@ -153,11 +154,6 @@ class QueryGroup:
                     raise ValueError(f"query {name!r}: its sink is already query {other!r}'s; give each query "
                                      f"its own sink")
             member = self._plan_member(name, query, sink)
-            families = {m.spec.family for m in self._members.values() if m.spec.kind == "shared"}
-            if member.spec.kind == "shared" and families and member.spec.family not in families:
-                raise ValueError(f"query {name!r}: its stream {member.spec.family!r} is not the stream of the "
-                                 f"group's windowed aggregations ({families.pop()!r}): Spark allows one stateful "
-                                 f"Python stage per streaming query; use one group per stream")
             if self._query is None:
                 self._members[name] = member
                 return
@@ -326,18 +322,13 @@ class QueryGroup:
         from .worker import OUTPUT_SCHEMA, STATE_SCHEMA, GroupShard, GroupSlicer, PackRows, sliced_schema
 
         previous = D.read_plan(self._dir)
-        families: dict[str, list[_Member]] = {}
-        for m in self._members.values():
-            if m.spec.kind == "shared":
-                families.setdefault(m.spec.family, []).append(m)
-        alone = sorted((m for m in self._members.values() if m.spec.kind == "alone"), key=lambda m: m.spec.key)
-        layout = tuple(sorted(families)) + tuple(m.spec.key for m in alone)
-        if previous is not None and previous.catalogue.get("__layout__", layout) != layout:
-            raise ValueError(f"query group {self.name!r}: the checkpoint {self.checkpoint} was written by a group "
-                             f"with other branches ({list(previous.catalogue['__layout__'])}, now {list(layout)}); "
-                             f"queries running alone and the streams with shared queries must stay the same "
-                             f"for the life of a checkpoint — start with another checkpoint")
-        branches, catalogue = [], {"__layout__": layout}
+        families, alone = branches_of([m.spec for m in self._members.values()])
+        layout = check_layout(self.name, self.checkpoint, previous, families, [s.key for s in alone])
+        families = {fam: [self._members[s.name] for s in specs] for fam, specs in families.items()}
+        alone = [self._members[s.name] for s in alone]
+        # several streams with shared queries: one slicer per stream, united into the one stateful stage
+        streams = tuple(sorted(families)) if len(families) > 1 else None
+        branches, slicers, delays, catalogue = [], [], {}, {"__layout__": layout}
         specs = {}
         for fam in sorted(families):
             ms = families[fam]
@@ -369,11 +360,24 @@ class QueryGroup:
             projected = stage.select(time_col.alias(TIME), *[e.alias(n) for n, e in cols.items()])
             time_type = projected.schema[TIME].dataType
             delay = _delay(base, ms[0])
-            sliced = projected.mapInArrow(GroupSlicer(self._dir, fam, time_type, delay),
-                                          sliced_schema(time_type, delay))
-            branches.append(sliced.groupBy(SHARD).applyInPandasWithState(
-                GroupShard(self._dir, fam, delay is not None), OUTPUT_SCHEMA, STATE_SCHEMA, "append",
-                "EventTimeTimeout" if delay is not None else "NoTimeout"))
+            sliced = projected.mapInArrow(GroupSlicer(self._dir, fam, time_type, delay, streams),
+                                          sliced_schema(time_type, delay, streams is not None))
+            if streams is None:
+                branches.append(sliced.groupBy(SHARD).applyInPandasWithState(
+                    GroupShard(self._dir, (fam,), delay is not None), OUTPUT_SCHEMA, STATE_SCHEMA, "append",
+                    "EventTimeTimeout" if delay is not None else "NoTimeout"))
+                continue
+            if delay is None:
+                raise ValueError(f"query group {self.name!r}: sources[{fam!r}] needs a watermark on its time column "
+                                 f"({ms[0].time!r}): with windowed aggregations over several streams each stream's "
+                                 f"windows close at its own watermark; call .withWatermark({ms[0].time!r}, "
+                                 f"'<delay>') on it")
+            slicers.append(sliced)
+            delays[fam] = delay
+        if streams is not None:
+            branches.append(_stateful_stage(reduce(lambda a, b: a.union(b), slicers)).groupBy(SHARD)
+                            .applyInPandasWithState(GroupShard(self._dir, streams, True, delays), OUTPUT_SCHEMA,
+                                                    STATE_SCHEMA, "append", "EventTimeTimeout"))
         for m in alone:
             branches.append(m.dataframe.mapInArrow(PackRows(m.spec.key, m.spec.arrow_schema), OUTPUT_SCHEMA))
         max_time = previous.max_time if previous is not None else None
@@ -391,7 +395,8 @@ class QueryGroup:
             m.spec = spec
             specs[spec.key] = spec
         version = previous.version + 1 if previous is not None else 1
-        D.write_plan(self._dir, D.Plan(version=version, members=specs, catalogue=catalogue, max_time=max_time))
+        D.write_plan(self._dir, D.Plan(version=version, members=specs, catalogue=catalogue, max_time=max_time,
+                                       clocks=previous.clocks if previous is not None else ()))
         for path, _ in D.pending_changes(self._dir):   # asked of a run that has ended: void
             os.remove(path)
         union = reduce(lambda a, b: a.union(b), branches)
@@ -402,13 +407,27 @@ class QueryGroup:
         # the stateful steps' Spark partitions: one per shard rather than the session's default (200 on a
         # plain session: 200 tasks and state-store commits per micro-batch); Spark keeps the number in the
         # checkpoint, so this matters at the first start only. The session's own setting is restored.
+        # Several streams: Spark's query watermark is the group clock (.clock), under the "max" policy, on a
+        # watermark defined after the sources' own; Spark allows that ("redefining" a watermark) only with one
+        # watermark for all stateful operators (allowMultiple false; the group has one stateful operator). Spark
+        # keeps the partitions and the policy in the checkpoint at the first start; the stream, which clones the
+        # session when it is created, keeps them all. The session's own settings are restored.
+        settings = {"spark.sql.shuffle.partitions": str(self.shards)}
+        if streams is not None:
+            settings[_POLICY] = "max"
+            settings["spark.sql.streaming.statefulOperator.allowMultiple"] = "false"
         conf = self.spark.conf
-        before = conf.get("spark.sql.shuffle.partitions")
-        conf.set("spark.sql.shuffle.partitions", str(self.shards))
+        before = {k: conf.get(k, None) for k in settings}
+        for k, v in settings.items():
+            conf.set(k, v)
         try:
             self._query = writer.start()
         finally:
-            conf.set("spark.sql.shuffle.partitions", before)
+            for k, v in before.items():
+                if v is None:
+                    conf.unset(k)
+                else:
+                    conf.set(k, v)
         return self._query
 
     # ---- helpers -------------------------------------------------------------------------------------
@@ -504,7 +523,9 @@ class QueryGroup:
             fields = list(config.output_schema().fields) + [df.schema[AT]]
             stage = arrow_schema(StructType(fields))
         mask = reduce(lambda x, y: x & y, preds) if preds else None
-        spec = replace(spec, kind="shared", family=s.name, config=config, select=tuple(select), at=at,
+        # the group's name of the stream (a query may spell it in another case): one stream, one slicer
+        family = s.name if s.name in self.sources else next(k for k in self.sources if k.lower() == s.name.lower())
+        spec = replace(spec, kind="shared", family=family, config=config, select=tuple(select), at=at,
                        finish=finish, stage_schema=stage)
         exprs = projection_exprs(time, config.keys, config.spec)
         conjuncts = ([w.where] if w.where is not None else []) + list(s.filters)
@@ -547,6 +568,52 @@ class QueryGroup:
                                  f"its WHERE, and {exc} cannot be evaluated exactly outside Spark; add it before "
                                  f"start()") from None
         member.spec = replace(member.spec, columns=tuple(mapping), mask=mask, arrow_filter=arrow_filter)
+
+
+def branches_of(specs) -> tuple[dict, list]:
+    """The branches of a group's Spark query from its members' specs: the shared members by stream (the streams
+    of the shared stage, each stream's members in the order given) and the members running alone (by key).
+    """
+    families: dict[str, list] = {}
+    for s in specs:
+        if s.kind == "shared":
+            families.setdefault(s.family, []).append(s)
+    return families, sorted((s for s in specs if s.kind == "alone"), key=lambda s: s.key)
+
+
+def check_layout(group: str, checkpoint: str, previous: D.Plan | None, streams, alone) -> tuple:
+    """The layout the checkpoint keeps for a group whose shared stage serves ``streams`` and whose ``alone``
+    (keys) run alone: the streams, then the keys. ValueError, listing both, unless the checkpoint's plan
+    ``previous`` was written with the same: they are the Spark plan's branches (and its state's layout), fixed
+    for the life of a checkpoint.
+    """
+    layout = tuple(sorted(streams)) + tuple(sorted(alone))
+    old = previous.catalogue.get("__layout__", layout) if previous is not None else layout
+    if old != layout:
+        old_streams = [x for x in old if x in previous.catalogue]   # a stream has its projection's catalogue
+        old_alone = [x for x in old if x not in previous.catalogue]
+        raise ValueError(f"query group {group!r}: the checkpoint {checkpoint} was written by a group with other "
+                         f"branches: streams with shared queries {old_streams} (now {sorted(streams)}), queries "
+                         f"running alone {old_alone} (now {sorted(alone)}); the streams of the shared stage and the "
+                         f"queries running alone must stay the same for the life of a checkpoint — start with "
+                         f"another checkpoint")
+    return layout
+
+
+def _stateful_stage(union):
+    """The united slicers' rows as the stateful stage reads them: the group clock becomes Spark's watermark
+    (the ``max`` policy, :mod:`.clock`), and an all-null tag column carries the watermark to
+    ``applyInPandasWithState`` (its event-time timeouts) without dropping a row as late (as one stream's tag).
+    """
+    from pyspark.sql import functions as F
+
+    from .. import _validate
+    from ..operators.aggregate.config import TAG
+    from .worker import GROUP_CLOCK
+
+    timed = union.withWatermark(GROUP_CLOCK, "0 seconds")
+    return timed.select(*[c for c in timed.columns if c != GROUP_CLOCK],
+                        F.lit(None).cast("timestamp").alias(TAG, metadata={_validate.WATERMARK_KEY: 0}))
 
 
 def next_window(spec: D.MemberSpec, max_time: int | None) -> int | None:

@@ -12,9 +12,10 @@ from dataclasses import replace
 import pyarrow as pa
 
 from ..vocabulary import metrics as M
+from . import clock as C
 from . import doc as D
 from .sinks import deliver
-from .worker import CLOCK, clock_of
+from .worker import stream_clocks
 
 __all__ = ["GroupBatch", "apply_changes", "finish", "combine_shards", "HISTORY"]
 
@@ -69,11 +70,13 @@ class GroupBatch:
             report = combine_shards([json.loads(c) for c in counters.get(key, [])])
             report[M.OUTPUT_ROWS] = rows.num_rows   # what reached the sink (after a finish's HAVING)
             entry["history"] = [h for h in entry["history"] if h[0] != batch_id][-(HISTORY - 1):] + [[batch_id, report]]
-        seen = clock_of(counters.get(CLOCK, []))
+        seen, per_stream = stream_clocks(counters)
         max_time = plan.max_time if seen is None else max(seen, plan.max_time or seen)
+        # several streams: each stream's largest event time, for its watermark in the next micro-batches
+        clocks = C.record(plan.clocks, batch_id, per_stream) if per_stream else plan.clocks
         changes = D.take_pending(self.directory)
-        if changes or max_time != plan.max_time:
-            D.write_plan(self.directory, apply_changes(plan, changes, max_time))
+        if changes or max_time != plan.max_time or clocks != plan.clocks:
+            D.write_plan(self.directory, replace(apply_changes(plan, changes, max_time), clocks=clocks))
         D.write_stats(self.directory, stats)
 
 

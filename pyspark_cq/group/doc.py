@@ -97,14 +97,18 @@ class MemberSpec:
 
 @dataclass(frozen=True)
 class Plan:
-    """A version of the group's plan: its members by key, the projection columns of each shared stage and
-    the largest event time (µs) the group has seen (None before the first micro-batch).
+    """A version of the group's plan: its members by key, the projection columns of each shared stage, the
+    largest event time (µs) the group has seen (None before the first micro-batch) and, with several streams in
+    the shared stage, each stream's largest event times by micro-batch.
     """
 
     version: int = 0
     members: dict = field(default_factory=dict)
     catalogue: dict = field(default_factory=dict)  # family -> {expression text: projection column}
     max_time: int | None = None
+    #: several streams in the shared stage: ``((batch id, {stream: largest event time ms}), ...)`` (:mod:`.clock`);
+    #: a class attribute, so plans pickled before it read ``()``
+    clocks: tuple = ()
 
     def with_members(self, members: dict, **changes) -> Plan:
         """The next version with ``members``."""

@@ -1,5 +1,5 @@
-"""The Spark-worker side of a :class:`~pyspark_cq.QueryGroup`: one slicer and one stateful stage per stream for
-all the group's windowed aggregations over it, and the packing of every query's rows into one output schema.
+"""The Spark-worker side of a :class:`~pyspark_cq.QueryGroup`: one slicer per stream and one stateful stage for
+all the group's windowed aggregations, and the packing of every query's rows into one output schema.
 
 Split-based aggregation (Cammert et al., PIPES, §2.4.1, Algorithm 1) makes each query's state a table of
 slices; STREAM shares operators and synopses between queries (Motwani et al., §3.2). Here one ``mapInArrow``
@@ -11,6 +11,11 @@ per hash shard, the slice tables in one state row: one per class, from which eac
 way each member's rows are exactly its own query's. The
 members are read from the group's plan (:mod:`.doc`) at every micro-batch, so queries join and leave without
 a new Spark query.
+
+Spark allows one ``applyInPandasWithState`` per streaming query, so with windowed aggregations over several
+streams each stream has its own projection and slicer, and the slicers' rows (one schema, the member key in each
+row) are united into the one stateful stage, which runs each stream's members at that stream's own watermark
+(:mod:`.clock`).
 """
 from __future__ import annotations
 
@@ -30,34 +35,65 @@ from ..operators.aggregate.slicer import Slicer
 from ..operators.aggregate.spec import arrow_type, to_int64
 from ..operators.aggregate.transport import unpack_slices
 from ..vocabulary import metrics as M
+from . import clock as C
 from . import doc as D
 from .predicates import evaluate
 
-__all__ = ["MEMBER", "MAX_TIME", "OUTPUT_SCHEMA", "STATE_SCHEMA", "SHARED", "sliced_schema", "slice_classes",
-           "GroupSlicer", "GroupShard", "PackRows", "ipc_bytes"]
+__all__ = ["MEMBER", "MAX_TIME", "GROUP_CLOCK", "OUTPUT_SCHEMA", "STATE_SCHEMA", "SHARED", "sliced_schema",
+           "slice_classes", "clock_key", "GroupSlicer", "GroupShard", "PackRows", "ipc_bytes"]
 
 MEMBER, MAX_TIME = "__cq_member", "__cq_max_time"
+#: Several streams: the group clock's column (:func:`~.clock.clock_ms`), the event time of Spark's watermark.
+GROUP_CLOCK = "__cq_group_clock"
 #: What every branch of the group's Spark query gives: per query (its state key) its rows as one Arrow IPC
 #: stream, and its counters as JSON.
 OUTPUT_SCHEMA = "cq_member string, cq_payload binary, cq_counters string"
 STATE_SCHEMA = "members binary"
-#: The member key of the rows that carry the event times seen (for queries joining a running group).
+#: The member key of the rows that carry the event times seen (for queries joining a running group); with
+#: several streams one key per stream (:func:`clock_key`).
 CLOCK = ""
+_STREAM_CLOCK = "\x01clock:"   # not NUL: pandas groups strings that start with NUL as one
 #: The key, in a shard's saved state, of the slice tables several members share: ``[(member keys, state)]``.
 SHARED = "\x00shared"
 
 
-def sliced_schema(time_type: T.DataType, delay_ms: int | None) -> T.StructType:
+def sliced_schema(time_type: T.DataType, delay_ms: int | None, group_clock: bool = False) -> T.StructType:
     """The shared slicer's output: per shard and member one packed message of slices (as
     :meth:`~pyspark_cq.operators.aggregate.config.AggConfig.packed_schema`), and the largest event time of
     the task's input; with a watermark the all-null tag column that carries it to the stateful stage.
+    ``group_clock`` (several streams): no tag column but the group clock (:data:`GROUP_CLOCK`), the same schema
+    for every stream.
     """
     fields = [T.StructField(SHARD, T.LongType(), False), T.StructField(MEMBER, T.StringType(), False),
               T.StructField(SLICES, T.BinaryType(), False), T.StructField(BAD, T.LongType(), False),
               T.StructField(SHED_COL, T.LongType(), False), T.StructField(MAX_TIME, T.LongType(), True)]
-    if delay_ms is not None:
+    if group_clock:
+        fields.append(T.StructField(GROUP_CLOCK, T.TimestampType(), False))
+    elif delay_ms is not None:
         fields.append(T.StructField(TAG, time_type, True, {_validate.WATERMARK_KEY: delay_ms}))
     return T.StructType(fields)
+
+
+def clock_key(stream: str | None) -> str:
+    """The member key of the clock rows: :data:`CLOCK` with one stream (None), one key per stream with several."""
+    return CLOCK if stream is None else _STREAM_CLOCK + stream
+
+
+def _is_clock(key: str) -> bool:
+    return key == CLOCK or key.startswith(_STREAM_CLOCK)
+
+
+def _stream_of_clock(key: str) -> str | None:
+    return key[len(_STREAM_CLOCK):] if key.startswith(_STREAM_CLOCK) else None
+
+
+def _batch_id() -> int | None:
+    """The running micro-batch's id, or None outside a streaming task (then every recorded clock counts)."""
+    value = _validate.micro_batch_id()
+    return int(value) if value.lstrip("-").isdigit() else None
+
+
+_CLOCK_TYPE = arrow_type(T.TimestampType())
 
 
 def ipc_bytes(table: pa.Table) -> bytes:
@@ -68,12 +104,17 @@ def ipc_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _members(directory: str, family: str) -> list:
+def _plan(directory: str) -> D.Plan:
     plan = D.read_plan(directory)
     if plan is None:
         raise RuntimeError(f"query group: its plan {directory}/plan.pkl is missing (micro-batch "
                            f"{_validate.micro_batch_id()}); was the checkpoint directory removed?")
-    return [m for m in plan.members.values() if m.kind == "shared" and m.family == family and m.active]
+    return plan
+
+
+def _members(plan: D.Plan, families) -> list:
+    """The active shared members over ``families`` (a tuple of stream names), in plan order."""
+    return [m for m in plan.members.values() if m.kind == "shared" and m.family in families and m.active]
 
 
 def slice_classes(members: list) -> dict[str, str]:
@@ -81,7 +122,8 @@ def slice_classes(members: list) -> dict[str, str]:
     with the same configuration, so that its slices are the same (PIPES's shared slices, Cammert et al., §2.4.1;
     STREAM's shared subplans, Motwani et al., §3.2).
 
-    Members that differ only in window, slide, output (RSTREAM / ISTREAM / DSTREAM) or name slice alike: the
+    Members over the same stream that differ only in window, slide, output (RSTREAM / ISTREAM / DSTREAM) or
+    name slice alike: the
     slicer cuts the rows at the granularity and pre-aggregates per key, and the window is applied only by each
     member's sweep (:func:`~pyspark_cq.operators.aggregate.shard.run_shard`). The slicer stage slices once per
     class and the stateful stage unpacks once per class. Plan order and ``==`` (no hashing, no pickling) make
@@ -101,41 +143,53 @@ def _slice_signature(m) -> tuple:
     """What a member's slices depend on: its rows (WHERE, start, input columns) and its configuration without
     what only the sweep reads.
     """
-    return (m.mask, m.arrow_filter, m.start_us, m.columns,
+    return (m.family, m.mask, m.arrow_filter, m.start_us, m.columns,
             replace(m.config, window=0, slide=0, emit="windows", name="", out_names=()))
 
 
 class GroupSlicer:
     """``mapInArrow`` function of one stream's shared stage: each member's slices of the rows its WHERE keeps
     (and, for a member that joined a running group, whose time is at or after its start).
+
+    ``streams``: the streams of the group's shared stage when there are several (their slicers' rows are
+    united): the clock row is this stream's (:func:`clock_key`) and every row carries the group clock
+    (:func:`~.clock.clock_ms`) instead of the tag column.
     """
 
-    def __init__(self, directory: str, family: str, time_type: T.DataType, delay_ms: int | None):
+    def __init__(self, directory: str, family: str, time_type: T.DataType, delay_ms: int | None,
+                 streams: tuple | None = None):
         self.directory, self.family, self.delay_ms = directory, family, delay_ms
-        self.time_type = time_type
-        self.names = sliced_schema(time_type, delay_ms).names
+        self.time_type, self.streams = time_type, streams
+        self.names = sliced_schema(time_type, delay_ms, streams is not None).names
 
     def __call__(self, batches):
         """The packed slices of every member for the task's Arrow ``batches``, then the clock row."""
         batches = [b for b in batches if b.num_rows]
-        members = _members(self.directory, self.family)
+        plan = _plan(self.directory)
+        members = _members(plan, (self.family,))
         latest = None
         for b in batches:
             t = to_int64(b.column(TIME))
             if t.null_count < len(t):
                 m = int(pc.max(t).as_py())
                 latest = m if latest is None else max(latest, m)
+        group_clock = None
+        if self.streams is not None:   # the same for every row of the task
+            group_clock = C.clock_ms(plan.clocks, _batch_id(), self.streams, self.family, latest) * 1000
         classes = slice_classes(members)
         for m in members:
             if classes[m.key] != m.key:
                 continue    # sliced with its class's first member
             slicer = Slicer(m.config, self.delay_ms is not None, markers=True, packed=True)
             for out in slicer(self._view(b, m) for b in batches):
-                yield self._tagged(out, m.key)
+                yield self._tagged(out, m.key, group_clock)
         n = 1
-        cols = [pa.array([0], pa.int64()), pa.array([CLOCK]), pa.array([b""], pa.binary()),
+        key = clock_key(None if self.streams is None else self.family)
+        cols = [pa.array([0], pa.int64()), pa.array([key]), pa.array([b""], pa.binary()),
                 pa.array([0], pa.int64()), pa.array([0], pa.int64()), pa.array([latest], pa.int64())]
-        if self.delay_ms is not None:
+        if group_clock is not None:
+            cols.append(pa.array([group_clock], _CLOCK_TYPE))
+        elif self.delay_ms is not None:
             cols.append(pa.nulls(n, type=arrow_type(self.time_type)))
         yield pa.RecordBatch.from_arrays(cols, names=self.names)
 
@@ -157,12 +211,16 @@ class GroupSlicer:
         return pa.RecordBatch.from_arrays([batch.column(TIME)] + [batch.column(c) for _, c in m.columns],
                                           names=names)
 
-    def _tagged(self, out: pa.RecordBatch, key: str) -> pa.RecordBatch:
-        """A member slicer's packed rows with the member column and an empty event-time column."""
+    def _tagged(self, out: pa.RecordBatch, key: str, group_clock: int | None) -> pa.RecordBatch:
+        """A member slicer's packed rows with the member column and an empty event-time column (several
+        streams: the group clock instead of the tag column).
+        """
         n = out.num_rows
         cols = [out.column(0), pa.array([key] * n, pa.string())] + [out.column(i) for i in (1, 2, 3)]
         cols.append(pa.nulls(n, type=pa.int64()))
-        if self.delay_ms is not None:
+        if group_clock is not None:
+            cols.append(pa.array([group_clock] * n, _CLOCK_TYPE))
+        elif self.delay_ms is not None:
             cols.append(out.column(4))
         return pa.RecordBatch.from_arrays(cols, names=self.names)
 
@@ -176,20 +234,31 @@ class GroupShard:
     A member runs on a table of its own when it emits change intervals, when this shard already holds a
     table of its own for it (a checkpoint written before tables were shared, or a member that was alone in
     its class), or when it is alone in its class and no shared table holds it.
+
+    ``families``: the streams of the stage. With one, the members run at Spark's watermark; with several
+    (``delays``: each stream's watermark delay, ms), each stream's members run at the stream's own watermark,
+    the one Spark gives the stream alone (:func:`~.clock.watermarks`).
     """
 
-    def __init__(self, directory: str, family: str, watermark: bool):
-        self.directory, self.family, self.watermark = directory, family, watermark
+    def __init__(self, directory: str, families: tuple, watermark: bool, delays: dict | None = None):
+        if isinstance(families, str):
+            families = (families,)
+        self.directory, self.families, self.watermark, self.delays = directory, tuple(families), watermark, delays
 
     def __call__(self, key, pdfs, state):
-        """Each member's output rows and counters, one row per member (and the clock row)."""
+        """Each member's output rows and counters, one row per member (and the clock rows)."""
         frames = [p for p in pdfs if len(p)]
         data = pd.concat(frames, ignore_index=True) if frames else None
         saved = pickle.loads(state.get[0]) if state.exists else {}
         tables = saved.pop(SHARED, [])
-        wm_us = int(state.getCurrentWatermarkMs()) * 1000 if self.watermark else None
+        plan = _plan(self.directory)
+        if self.delays is not None:    # several streams: each its own watermark, as alone
+            wms = C.watermarks(plan.clocks, _batch_id(), self.delays)
+        else:
+            wm = int(state.getCurrentWatermarkMs()) * 1000 if self.watermark else None
+            wms = {f: wm for f in self.families}
         kept, out = {}, []
-        members = _members(self.directory, self.family)
+        members = _members(plan, self.families)
         classes = slice_classes(members)
         parts = dict(tuple(data.groupby(MEMBER, sort=False))) if data is not None else {}
         by_class: dict = {}
@@ -199,6 +268,7 @@ class GroupShard:
         for cls, ms in by_class.items():
             rows = [parts[cls]] if cls in parts else []
             table, counts = unpack_slices(ms[0].config.slices_arrow_schema(), rows)    # once per class
+            wm_us = wms[ms[0].family]
             alone = [m for m in ms if m.key in saved or m.config.emit != "windows"]
             sharing = [m for m in ms if m not in alone]
             keys = {m.key for m in sharing}
@@ -224,9 +294,9 @@ class GroupShard:
         if shared_out:
             kept[SHARED] = shared_out
         if data is not None:
-            clock = data.loc[data[MEMBER] == CLOCK, MAX_TIME].dropna()
-            if len(clock):
-                out.append((CLOCK, None, json.dumps({"max_time": int(clock.max())})))
+            clocks = data.loc[data[MEMBER].map(_is_clock), [MEMBER, MAX_TIME]].dropna()
+            for k, times in clocks.groupby(MEMBER, sort=True)[MAX_TIME]:
+                out.append((k, None, json.dumps({"max_time": int(times.max())})))
         state.update((pickle.dumps(kept, protocol=pickle.HIGHEST_PROTOCOL),))
         if self.watermark:
             # fire at the next watermark advance even without data, so windows close (as StatefulShard)
@@ -275,3 +345,17 @@ def clock_of(counters: list[str]) -> int | None:
     times = [json.loads(c).get("max_time") for c in counters]
     times = [t for t in times if t is not None]
     return max(times) if times else None
+
+
+def stream_clocks(counters: dict[str, list[str]]) -> tuple[int | None, dict]:
+    """From a micro-batch's counters by member key: the largest event time (µs) of all clock rows, and per
+    stream (several streams in the shared stage) its largest event time in ms (:func:`~.clock.to_ms`).
+    """
+    overall = clock_of([c for k, cs in counters.items() if _is_clock(k) for c in cs])
+    per = {}
+    for k, cs in counters.items():
+        stream = _stream_of_clock(k)
+        t = clock_of(cs) if stream is not None else None
+        if t is not None:
+            per[stream] = C.to_ms(t)
+    return overall, per

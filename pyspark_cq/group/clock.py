@@ -1,0 +1,78 @@
+"""Each stream's watermark in a group whose shared stage serves several streams (pure: no Spark).
+
+Spark keeps **one** watermark per streaming query: with several sources it is the minimum (or, by
+``spark.sql.streaming.multipleWatermarkPolicy``, the maximum) of the sources' watermarks, each the largest event
+time seen before the micro-batch, in ms, minus the source's delay (Spark's ``WatermarkTracker``). A query alone sees
+its own stream's watermark; in a group over several streams the stateful stage therefore computes each stream's
+watermark itself, exactly as Spark computes it for the stream alone, from the largest event times the group has
+recorded per stream and micro-batch (:func:`record`, :func:`watermarks`).
+
+Spark runs a micro-batch without data only when *its* watermark advanced; so that each stream's windows close
+in the micro-batch after its watermark advanced (as alone, also at the end of an ``availableNow`` run), the
+group's Spark query runs with the ``max`` policy on one more watermark, the **group clock**
+(:func:`clock_ms`): ``CLOCK_BASE_MS`` plus the sum of the streams' largest event times (ms), which exceeds every
+stream's watermark and advances exactly when one of the streams' largest event times does.
+"""
+from __future__ import annotations
+
+__all__ = ["CLOCK_BASE_MS", "KEEP", "to_ms", "latest", "record", "watermarks", "clock_ms"]
+
+#: The group clock's base (3000-01-01 UTC, ms): above the event times of any stream, so the clock is Spark's
+#: query watermark under the ``max`` policy.
+CLOCK_BASE_MS = 32_503_680_000_000
+#: Clock entries kept: a micro-batch Spark runs again needs only the entry before it (the entries are written
+#: only when a stream's largest event time grows, and at most the re-run batch's own entry is newer).
+KEEP = 4
+
+
+def to_ms(us: int) -> int:
+    """An event time in µs as Spark's event-time statistics count it: ms, truncated towards zero."""
+    return us // 1000 if us >= 0 else -((-us) // 1000)
+
+
+def latest(clocks, batch_id: int | None) -> dict:
+    """The largest event time (ms) of each stream seen before micro-batch ``batch_id`` (None: all recorded)."""
+    seen: dict = {}
+    for b, maxima in clocks:
+        if batch_id is None or b < batch_id:
+            seen = maxima
+    return dict(seen)
+
+
+def record(clocks, batch_id: int, maxima: dict) -> tuple:
+    """``clocks`` (``((batch id, {stream: largest event time ms}), ...)``, cumulative, oldest first) after
+    micro-batch ``batch_id`` saw the largest event times ``maxima`` (ms, streams without rows absent).
+
+    A micro-batch Spark runs again replaces its own entry; nothing is added when no stream's time grew.
+    """
+    clocks = tuple((b, m) for b, m in clocks if b < batch_id)
+    prior = latest(clocks, None)
+    now = dict(prior)
+    for stream, t in maxima.items():
+        if t is not None and (stream not in now or t > now[stream]):
+            now[stream] = int(t)
+    if now == prior:
+        return clocks
+    return (clocks + ((batch_id, now),))[-KEEP:]
+
+
+def watermarks(clocks, batch_id: int | None, delays: dict) -> dict:
+    """Each stream's watermark (µs) in micro-batch ``batch_id``: Spark's for the stream alone, its largest event
+    time (ms) before the micro-batch minus its delay ``delays[stream]`` (ms), and 0 before any (Spark's watermark
+    starts at 0 and never goes below it).
+    """
+    seen = latest(clocks, batch_id)
+    return {s: max(0, seen[s] - d) * 1000 if s in seen else 0 for s, d in delays.items()}
+
+
+def clock_ms(clocks, batch_id: int | None, streams, stream: str, task_max_us: int | None) -> int:
+    """The group clock (ms) a task of ``stream``'s slicer reports in micro-batch ``batch_id``: ``CLOCK_BASE_MS``
+    plus, over ``streams``, the largest event time before the micro-batch (for ``stream`` with the task's own
+    ``task_max_us``), each at least 0. It grows from one micro-batch to the next exactly when one stream's largest
+    event time (ms) does, so Spark's query watermark under the ``max`` policy advances whenever a stream's does.
+    """
+    seen = latest(clocks, batch_id)
+    if task_max_us is not None:
+        own = to_ms(task_max_us)
+        seen[stream] = max(seen.get(stream, own), own)
+    return CLOCK_BASE_MS + sum(max(0, seen.get(s, 0)) for s in streams)

@@ -1,0 +1,221 @@
+"""QueryGroup with windowed aggregations over several streams (issue 40): one slicer per stream, united into the
+one stateful stage, each stream's members at that stream's own watermark. The oracle: each query alone
+(``cq.cql``), as in tests/test_query_group.py; the planning (streams, slice classes, the checkpoint's layout, the
+per-stream clocks) is tested without Spark.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from test_query_group import Q, assert_same_rows, clicks_stream, write_clicks
+
+import pyspark_cq as cq
+from pyspark_cq.group import clock as C
+from pyspark_cq.group import doc as D
+from pyspark_cq.group.api import branches_of, check_layout
+from pyspark_cq.group.worker import slice_classes
+
+T0 = 1_704_067_200_000_000  # 2024-01-01 UTC, µs
+VIEWS = "ts timestamp, page string, x long"
+
+#: c_1m and v_1m differ only in their stream: the same projection columns and configuration, yet each slices its
+#: own stream (c_1m, alone in its class, on a table of its own); v_2m shares v_1m's table; big runs alone.
+QS = {
+    "c_1m": ("clicks", "RSTREAM(SELECT page, COUNT(*) AS n, SUM(x) AS s FROM clicks [RANGE 1 MINUTE SLIDE 20 SECONDS] "
+                       "GROUP BY page)"),
+    "big": ("clicks", Q["big"]),
+    "v_1m": ("views", "RSTREAM(SELECT page, COUNT(*) AS n, SUM(x) AS s FROM views [RANGE 1 MINUTE SLIDE 20 SECONDS] "
+                      "GROUP BY page)"),
+    "v_2m": ("views", "RSTREAM(SELECT page, COUNT(*) AS n, SUM(x) AS s FROM views [RANGE 2 MINUTES SLIDE 20 SECONDS] "
+                      "GROUP BY page)"),
+}
+
+
+def write_views(directory, files=1, rows=400, seed=5):
+    """``files`` parquet files an hour before the clicks (3 minutes of event time each, some rows late by up to
+    2 minutes): the views' watermark stays below the clicks' and their stream ends first."""
+    os.makedirs(directory, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for f in range(files):
+        ts = T0 - 3_600_000_000 + f * 180_000_000 + rng.integers(0, 180_000_000, rows)
+        ts = np.where(rng.random(rows) < 0.08, ts - 120_000_000, ts)
+        page = rng.choice(np.array(["a", "b", None], dtype=object), rows, p=[0.5, 0.45, 0.05])
+        table = pa.table({"ts": pa.array(ts, pa.timestamp("us", tz="UTC")), "page": pa.array(page, pa.string()),
+                          "x": pa.array(rng.integers(0, 50, rows))})
+        path = os.path.join(directory, f"part-{f:02d}.parquet")
+        pq.write_table(table, path)
+        os.utime(path, (1_000_000 + f * 10, 1_000_000 + f * 10))
+
+
+def views_stream(spark, directory):
+    return (spark.readStream.schema(VIEWS).option("maxFilesPerTrigger", 1).parquet(directory)
+            .withWatermark("ts", "30 seconds"))
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_two_streams_each_member_equals_its_query_alone(spark, tmp_dir):
+    """Clicks (2 micro-batches, watermark 1 minute) and views (1, an hour earlier, watermark 30 seconds): Spark's
+    own watermark for the two would be the views' (the minimum), under which the clicks' windows never close, and
+    the last micro-batch has clicks only; each member's rows are its query's alone, also the windows that close
+    only in the micro-batch after the last (Spark runs it because the group clock advanced)."""
+    write_clicks(os.path.join(tmp_dir, "clicks"), files=2, rows=400)
+    write_views(os.path.join(tmp_dir, "views"))
+    sources = {"clicks": clicks_stream(spark, os.path.join(tmp_dir, "clicks")),
+               "views": views_stream(spark, os.path.join(tmp_dir, "views"))}
+    g = cq.QueryGroup(spark, sources=sources, checkpoint=os.path.join(tmp_dir, "ck"), shards=2)
+    for name, (_, text) in QS.items():
+        g.add(name, text, sink=os.path.join(tmp_dir, "out", name))
+    assert {n: (v["mode"], v["stream"]) for n, v in g.queries.items()} == {
+        "c_1m": ("shared", "clicks"), "big": ("alone", None), "v_1m": ("shared", "views"),
+        "v_2m": ("shared", "views")}
+    query = g.start(trigger={"availableNow": True})
+    oracles = {}
+    for name, (stream, text) in QS.items():      # side by side with the group
+        out = os.path.join(tmp_dir, "alone", name)
+        oracles[name] = (cq.cql(spark, text, {stream: sources[stream]}).writeStream.format("parquet")
+                         .option("path", out).option("checkpointLocation", os.path.join(tmp_dir, "alone_ck", name))
+                         .trigger(availableNow=True).start(), out)
+    query.awaitTermination()
+    assert query.exception() is None
+    assert {n: v["slices"] for n, v in g.queries.items()} == {
+        "c_1m": "c_1m", "big": None, "v_1m": "v_1m", "v_2m": "v_1m"}
+    for name in QS:
+        q, out = oracles[name]
+        q.awaitTermination()
+        n = assert_same_rows(spark.read.parquet(os.path.join(tmp_dir, "out", name)), spark.read.parquet(out), name)
+        assert n > 0, name
+        assert g.queries[name]["rows"] == n
+    for name in ("c_1m", "v_2m"):   # each stream's late rows: those of its query alone
+        q = oracles[name][0]
+        op = next(k for p in q.recentProgress for k in p.observedMetrics if k.endswith("_agg"))
+        late = cq.read_metrics(q, op, "total")["late_rows"]
+        assert cq.read_metrics(g, name, "total")["late_rows"] == late, name
+    # the group's Spark watermark is the group clock (above every stream's event times), not a stream's
+    assert query.lastProgress["eventTime"]["watermark"] >= "3000"
+
+
+# ---- pure parts ---------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class _Cfg:
+    """What slice_classes reads of an AggConfig."""
+
+    window: int = 60_000_000
+    slide: int = 10_000_000
+    emit: str = "windows"
+    name: str = ""
+    out_names: tuple = ()
+
+
+def _spec(name, family="clicks", kind="shared"):
+    return D.MemberSpec(key=f"{name}-0123456789", name=name, text="", kind=kind, sink="/x", arrow_schema=None,
+                        family=family if kind == "shared" else None, config=_Cfg() if kind == "shared" else None,
+                        columns=(("__cq_v0", "__cq_c2"),))
+
+
+def test_streams_of_the_shared_stage_and_their_slice_classes():
+    specs = [_spec("c1"), _spec("v1", "views"), _spec("z", kind="alone"), _spec("c2"), _spec("v2", "views")]
+    families, alone = branches_of(specs)
+    assert {f: [s.name for s in ms] for f, ms in families.items()} == {"clicks": ["c1", "c2"], "views": ["v1", "v2"]}
+    assert [s.name for s in alone] == ["z"]
+    # the same columns and configuration over two streams: two slice classes, one per stream
+    shared = [s for s in specs if s.kind == "shared"]
+    classes = slice_classes(shared)
+    assert classes == {"c1-0123456789": "c1-0123456789", "v1-0123456789": "v1-0123456789",
+                       "c2-0123456789": "c1-0123456789", "v2-0123456789": "v1-0123456789"}
+
+
+def test_the_set_of_streams_is_kept_for_the_life_of_a_checkpoint():
+    # one stream: the layout a one-stream group has always written (its checkpoints restore unchanged)
+    assert check_layout("g", "ck", None, {"clicks": []}, ["z-0123456789"]) == ("clicks", "z-0123456789")
+    two = D.Plan(catalogue={"__layout__": ("clicks", "views", "z-0123456789"), "clicks": {}, "views": {},
+                            "clicks/raw": ({}, {}), "views/raw": ({}, {})})
+    assert check_layout("g", "ck", two, {"views": [], "clicks": []}, ["z-0123456789"]) == two.catalogue["__layout__"]
+    with pytest.raises(ValueError, match=r"query group 'g': the checkpoint ck was written by a group with other "
+                                         r"branches: streams with shared queries \['clicks', 'views'\] \(now "
+                                         r"\['clicks'\]\), queries running alone \['z-0123456789'\] \(now "
+                                         r"\['z-0123456789'\]\)"):
+        check_layout("g", "ck", two, {"clicks": []}, ["z-0123456789"])
+    one = D.Plan(catalogue={"__layout__": ("clicks",), "clicks": {}, "clicks/raw": ({}, {})})
+    with pytest.raises(ValueError, match=r"\['clicks'\] \(now \['clicks', 'views'\]\)"):
+        check_layout("g", "ck", one, {"clicks": [], "views": []}, [])
+
+
+def test_each_stream_has_the_watermark_spark_gives_it_alone():
+    delays = {"a": 60_000, "b": 30_000}
+    assert C.watermarks((), 0, delays) == {"a": 0, "b": 0}            # Spark's watermark starts at 0
+    clocks = C.record((), 0, {"a": 100_000})                            # batch 0: a up to 100 s, b nothing
+    assert clocks == ((0, {"a": 100_000}),)
+    assert C.watermarks(clocks, 0, delays) == {"a": 0, "b": 0}           # batch 0 does not see its own times
+    assert C.watermarks(clocks, 1, delays) == {"a": 40_000_000, "b": 0}
+    clocks = C.record(clocks, 1, {"a": 90_000, "b": 20_000})              # a's largest stays; b below its delay
+    assert clocks[-1] == (1, {"a": 100_000, "b": 20_000})
+    assert C.watermarks(clocks, 2, delays) == {"a": 40_000_000, "b": 0}
+    assert C.record(clocks, 2, {"a": 50_000}) == clocks                  # nothing grew: no entry
+    again = C.record(C.record(clocks, 2, {"b": 95_000}), 2, {"b": 80_000})   # batch 2 run again: its entry replaced
+    assert again[-1] == (2, {"a": 100_000, "b": 80_000})
+    assert C.watermarks(again, 2, delays) == C.watermarks(clocks, 2, delays)   # a re-run batch: the same as first
+    assert C.watermarks(again, None, delays) == {"a": 40_000_000, "b": 50_000_000}
+    for b in range(3, 10):
+        again = C.record(again, b, {"a": 100_000 + b})
+    assert len(again) == C.KEEP and again[-1] == (9, {"a": 100_009, "b": 80_000})
+    assert C.to_ms(1_999) == 1 and C.to_ms(-1_999) == -1                   # as Spark's event-time statistics
+
+
+def test_the_group_clock_advances_when_one_stream_does():
+    clocks = C.record((), 4, {"a": 100_000, "b": 5_000})
+    streams = ("a", "b")
+    before = C.clock_ms(clocks, 5, streams, "b", None)
+    assert before == C.CLOCK_BASE_MS + 105_000 > 100_000
+    assert C.clock_ms(clocks, 5, streams, "b", 4_000_000) == before      # b's time did not grow
+    assert C.clock_ms(clocks, 5, streams, "b", 5_001_000) == before + 1   # one ms more of b
+    assert C.clock_ms(clocks, 5, streams, "a", 100_000_999) == before    # under a ms: Spark's watermark stays
+    assert C.clock_ms((), 0, streams, "a", -5_000_000) == C.CLOCK_BASE_MS   # times before 1970 count as 0
+
+
+def test_a_plan_pickled_before_clocks_reads_none():
+    plan = D.Plan(version=2, members={}, max_time=7)
+    vars(plan).pop("clocks")          # as pickled before the field existed
+    back = pickle.loads(pickle.dumps(plan))
+    assert back.clocks == () and back.max_time == 7
+
+
+class _State:
+    """What GroupShard reads and writes of applyInPandasWithState's GroupState."""
+
+    exists = False
+
+    def update(self, value):
+        self.value = value
+
+    def getCurrentWatermarkMs(self):
+        return C.CLOCK_BASE_MS
+
+    def setTimeoutTimestamp(self, ms):
+        self.timeout = ms
+
+
+def test_the_stateful_stage_reports_each_streams_largest_event_time(tmp_path):
+    import pandas as pd
+
+    from pyspark_cq.group.worker import MAX_TIME, MEMBER, GroupShard, clock_key, stream_clocks
+
+    d = str(tmp_path / "g")
+    D.write_plan(d, D.Plan(version=1))
+    rows = pd.DataFrame({"__cq_shard": [0] * 5, MEMBER: [clock_key("clicks"), clock_key("views"), clock_key("clicks"),
+                                                         clock_key("views"), clock_key("views")],
+                         MAX_TIME: [5_000_999, 7_000_000, 6_000_000, None, 2_000_000]})
+    state = _State()
+    out = next(GroupShard(d, ("clicks", "views"), True, {"clicks": 60_000, "views": 30_000})(0, [rows], state))
+    counters = {}
+    for k, c in zip(out["cq_member"], out["cq_counters"]):
+        counters.setdefault(k, []).append(c)
+    assert stream_clocks(counters) == (7_000_000, {"clicks": 6_000, "views": 7_000})
+    assert state.timeout == C.CLOCK_BASE_MS     # fires at the group clock's next advance

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from ..vocabulary import metrics as M
+from .job import demo_session
 from .model import TRIGGER, WATERMARK
 
 __all__ = ["QUERIES", "run_group"]
@@ -84,10 +85,7 @@ def run_group(args, burst_start: float, burst_end: float) -> int:
     print("starting Spark ...", flush=True)
     started = time.time()
     active = SparkSession.getActiveSession()   # in-process (tests, notebooks): keep their session as it is
-    spark = active or cq.spark(args.master, "pyspark-cq-demo", shuffle_partitions=2,
-                               conf={"spark.python.authenticate.socketTimeout": "120s", "spark.log.level": "ERROR"})
-    if active is None:
-        spark.sparkContext.setLogLevel("ERROR")
+    spark = active or demo_session(args.master)
     spark.dataSource.register(PacketSource)
     profile = BurstProfile(quiet=args.rate, burst=args.burst_rate, hosts=args.hosts)
     packets = (spark.readStream.format(SOURCE_NAME).options(**profile.options(clock)).load()

@@ -375,6 +375,19 @@ def _warm_up(rt, rec, timeout: float, restart, cap: float | None = None) -> None
 # the job
 
 
+def demo_session(master):
+    """The demo's Spark session (``cq.spark`` with 2 shuffle partitions), quiet below ERROR."""
+    import pyspark_cq as cq
+
+    # a loaded machine starts Python workers slowly: give them more than Spark's 15 s to connect back
+    # spark.log.level: ERROR from the context's start on, so Spark's warnings do not interleave with the
+    # progress lines (setLogLevel below only acts once the session exists)
+    spark = cq.spark(master, "pyspark-cq-demo", shuffle_partitions=2,
+                     conf={"spark.python.authenticate.socketTimeout": "120s", "spark.log.level": "ERROR"})
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def run(args) -> int:
     """Run the demo; returns the exit code (0: ran and every check passed)."""
     burst_start, burst_end = _check(args)
@@ -382,7 +395,6 @@ def run(args) -> int:
         from .group import run_group
 
         return run_group(args, burst_start, burst_end)
-    import pyspark_cq as cq
     from pyspark_cq.plan import render
     from pyspark_cq.runtime import CQRuntime
 
@@ -406,12 +418,7 @@ def run(args) -> int:
           f"report to {report_dir / 'report.html'}")
     print("starting Spark ...", flush=True)
     started = time.time()
-    # a loaded machine starts Python workers slowly: give them more than Spark's 15 s to connect back
-    # spark.log.level: ERROR from the context's start on, so Spark's warnings do not interleave with the
-    # progress lines (setLogLevel below only acts once the session exists)
-    spark = cq.spark(args.master, "pyspark-cq-demo", shuffle_partitions=2,
-                     conf={"spark.python.authenticate.socketTimeout": "120s", "spark.log.level": "ERROR"})
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = demo_session(args.master)
     spark.dataSource.register(PacketSource)
 
     rt = CQRuntime(spark, policies=["pipes"], memory_budget=budget, every_batches=2, every_seconds=4.0, alpha=0.5,

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers.files import write_in_order
 from helpers.streaming import assert_same_multiset, multiset
 
 import pyspark_cq as cq
@@ -56,9 +57,7 @@ def write_clicks(directory, files=4, rows=600, seed=11):
         region = rng.choice(np.array(["eu", "us", "ap", None], dtype=object), rows)
         table = pa.table({"ts": pa.array(ts, pa.timestamp("us", tz="UTC")), "page": pa.array(page, pa.string()),
                           "region": pa.array(region, pa.string()), "x": pa.array(rng.integers(0, 100, rows))})
-        path = os.path.join(directory, f"part-{f:02d}.parquet")
-        pq.write_table(table, path)
-        os.utime(path, (1_000_000 + f * 10, 1_000_000 + f * 10))
+        write_in_order(table, os.path.join(directory, f"part-{f:02d}.parquet"), f)
 
 
 def clicks_stream(spark, directory):

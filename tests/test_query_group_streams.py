@@ -11,8 +11,8 @@ import pickle
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from helpers.files import write_in_order
 from test_query_group import Q, assert_same_rows, clicks_stream, write_clicks
 
 import pyspark_cq as cq
@@ -48,9 +48,7 @@ def write_views(directory, files=1, rows=400, seed=5):
         page = rng.choice(np.array(["a", "b", None], dtype=object), rows, p=[0.5, 0.45, 0.05])
         table = pa.table({"ts": pa.array(ts, pa.timestamp("us", tz="UTC")), "page": pa.array(page, pa.string()),
                           "x": pa.array(rng.integers(0, 50, rows))})
-        path = os.path.join(directory, f"part-{f:02d}.parquet")
-        pq.write_table(table, path)
-        os.utime(path, (1_000_000 + f * 10, 1_000_000 + f * 10))
+        write_in_order(table, os.path.join(directory, f"part-{f:02d}.parquet"), f)
 
 
 def views_stream(spark, directory):

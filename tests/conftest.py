@@ -20,7 +20,7 @@ CONNECT_ENV = "PYSPARK_CQ_TEST_REMOTE"
 
 
 @pytest.fixture(scope="session")
-def spark():
+def spark(tmp_path_factory):
     """A local[2] SparkSession with few shuffle partitions and no UI, shared by all Spark tests.
 
     In the pytest run tests/test_connect.py starts, a Spark Connect session of the shared server instead
@@ -45,6 +45,8 @@ def spark():
             # Small state-store maintenance interval keeps streaming tests quick.
             "spark.sql.streaming.stateStore.maintenanceInterval": "10s",
             "spark.sql.adaptive.enabled": "false",
+            # Spark's tables and the joins' default state files (state_persistence="auto") out of the work tree.
+            "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse")),
         },
     )
     session.sparkContext.setLogLevel("ERROR")
@@ -63,7 +65,8 @@ def connect_server(tmp_path_factory):
                                   conf={"spark.driver.memory": "1536m",
                                         "spark.sql.streaming.stateStore.maintenanceInterval": "10s",
                                         "spark.sql.streaming.metricsEnabled": "false",
-                                        "spark.sql.adaptive.enabled": "false"})
+                                        "spark.sql.adaptive.enabled": "false",
+                                        "spark.sql.warehouse.dir": str(tmp_path_factory.mktemp("warehouse"))})
     yield server
     server.stop()
 

@@ -535,3 +535,83 @@ def test_files_state_dir_defaults_under_the_sessions_checkpoint_location():
         JoinSpec.set_persistence(spec, "files", 10)
     JoinSpec.set_persistence(spec, "files", 10, "hdfs://nn/state/q1")
     assert spec.state_dir == "hdfs://nn/state/q1"     # URIs are passed through
+
+
+class _Session:
+    """A session's ``conf.get``, all ``changelog.settings`` reads of it."""
+
+    def __init__(self, values):
+        self.conf = type("C", (), {"get": lambda _self, key, default=None: values.get(key, default)})()
+
+
+def _auto(values, name="cq_pairs", **kw):
+    spec = _Spec(**kw)
+    spec.name, spec.left = name, type("L", (), {"sparkSession": _Session(values)})()
+    JoinSpec.set_persistence(spec, None, 10)
+    return spec
+
+
+def test_auto_keeps_files_where_every_executor_reaches_them():
+    """``state_persistence=None`` ("auto"): files under the session's checkpoint location, else under Spark's
+    warehouse when every executor reaches it, with the query's id filled in by the worker; else the full layout."""
+    local = {"spark.master": "local[2]", "spark.sql.warehouse.dir": "file:/work/wh"}
+    spec = _auto(local)
+    assert (spec.persistence, spec.state_dir) == ("files", "/work/wh/pyspark_cq_state/{query}/cq_pairs")
+    assert spec.persistence_auto
+    assert _auto({**local, "spark.sql.streaming.checkpointLocation": "/ck/"}).state_dir == \
+        "/ck/pyspark_cq_state/{query}/cq_pairs"
+    assert _auto({"spark.master": "local[*]", "spark.sql.warehouse.dir": "file:///w/h"}).state_dir == \
+        "/w/h/pyspark_cq_state/{query}/cq_pairs"
+    cluster = {"spark.master": "spark://host:7077", "spark.sql.warehouse.dir": "file:/work/wh"}
+    assert (_auto(cluster).persistence, _auto(cluster).state_dir) == ("full", None)   # a local disk per machine
+    shared = _auto({**cluster, "spark.sql.warehouse.dir": "hdfs://nn/wh"}, name="a/b")
+    assert (shared.persistence, shared.state_dir) == ("files", "hdfs://nn/wh/pyspark_cq_state/{query}/a_b")
+    assert _auto(local, bucket_width=10).persistence == "full"      # the bucket layout takes no other layout
+    batch = _auto(local, streaming=False)
+    assert batch.persistence == "full"
+    spec = _Spec()
+    spec.name, spec.left = "x", type("L", (), {"sparkSession": _Session(local)})()
+    JoinSpec.set_persistence(spec, "auto", 10, "given/dir")
+    assert (spec.persistence, spec.state_dir) == ("files", os.path.abspath("given/dir"))
+    with pytest.raises(ValueError, match="'auto'"):
+        JoinSpec.set_persistence(_Spec(), "rocksdb", 10)
+
+
+def test_auto_state_dir_needs_a_streaming_query():
+    from pyspark_cq.operators._common import changelog as C
+
+    with pytest.raises(ValueError, match="state_dir="):
+        C.state_files("/tmp/x/{query}/j", "docs/join.md")
+
+
+def test_two_operators_writing_one_directory_are_refused_before_any_collection(tmp_path):
+    """Two operators sharing a directory (one name twice in a query) would collect each other's files: the
+    first snapshot after most of a line's calls found foreign files stops the query; an orphan of a re-run
+    batch does not."""
+    from pyspark_cq.operators._common import changelog as C
+
+    store, group = S.StateFiles(str(tmp_path / "d")), (0,)
+    ours, theirs = R.new_token(), R.new_token()
+    store.write(group, S.snapshot_name(0, ours), b"s")
+    log = L.Manifest(ours, 0, ours, 1)
+    for i in range(1, 4):
+        t = R.new_token()
+        store.write(group, S.delta_name(i, 0, t), b"d")
+        log = dataclasses.replace(log, token=t, deltas=log.deltas + [(t, 1)])
+    store.write(group, S.delta_name(2, 0, theirs), b"d")        # a re-run batch's orphan
+    C._check_sole_writer(store, group, log)
+    for i in (0, 1, 3):
+        store.write(group, (S.snapshot_name(0, theirs) if i == 0 else S.delta_name(i, 0, theirs)), b"x")
+    with pytest.raises(ValueError, match="give each its own name="):
+        C._check_sole_writer(store, group, log)
+    assert len(store.names(group)) == 8                          # nothing collected
+
+
+def test_auto_falls_back_to_full_for_constraints_the_files_layout_does_not_take():
+    from pyspark_cq.constraints import clustered
+
+    spec = _auto({"spark.master": "local[2]", "spark.sql.warehouse.dir": "/wh"})
+    spec.left_keys = spec.right_keys = ["k"]
+    spec.key_types, spec.control, spec.constraints = [T.LongType()], None, ()
+    JoinSpec.set_constraints(spec, [clustered("left", 0)])
+    assert (spec.persistence, spec.state_dir) == ("full", None)

@@ -78,12 +78,13 @@ def _write_batch(rng, root, i):
         jd.write(os.path.join(root, side), f"b{i:03d}.parquet", table)
 
 
-@pytest.mark.parametrize("layout", ["changelog", "files", "full-files-changelog"])
+@pytest.mark.parametrize("layout", ["auto", "files", "full-files-changelog"])
 def test_changelog_restart_from_checkpoint_equals_spark(spark, tmp_path, layout):
     """Stop after part of the input, restart the same query definition on the checkpoint, then once more
     with a new definition (another operator id: all misses, as after a worker died); the output equals
     Spark's. ``full-files-changelog``: each run in another layout (a checkpoint of today's full layout
-    restored by the files layout, and its files read back by the changelog)."""
+    restored by the files layout, and its files read back by the changelog). ``auto``: the default, files
+    under the session's warehouse and the query's id (the same across the restarts of one checkpoint)."""
     layouts = layout.split("-") if "-" in layout else [layout] * 3
     rng = np.random.default_rng(9)
     root, sink, ck = str(tmp_path / "in"), str(tmp_path / "sink"), str(tmp_path / "ck")
@@ -97,9 +98,9 @@ def test_changelog_restart_from_checkpoint_equals_spark(spark, tmp_path, layout)
 
     for i in range(3):
         _write_batch(rng, root, i)
-    state_dir = str(tmp_path / "state")
+    state_dir = str(tmp_path / "state") if layout != "auto" else None
     df = _ours(spark, root, "left", name, layouts[0], state_dir=state_dir)
-    run(df)
+    first = run(df)
     for i in range(3, 6):
         _write_batch(rng, root, i)
     if layouts[1] != layouts[0]:
@@ -111,9 +112,13 @@ def test_changelog_restart_from_checkpoint_equals_spark(spark, tmp_path, layout)
         _write_batch(rng, root, i)
     theirs = jd.spark_reference(_source(spark, root, "l"), _source(spark, root, "r"), "left")
     reference = _start_memory(theirs, "res_spark_restart", str(tmp_path / "ck_spark"))
-    run(_ours(spark, root, "left", name, layouts[2], state_dir=state_dir))   # side by side with the reference
+    last = run(_ours(spark, root, "left", name, layouts[2], state_dir=state_dir))   # beside the reference
     reference.awaitTermination()
     jd.assert_same_rows(spark.read.parquet(sink), spark.table("res_spark_restart"))
+    if layout == "auto":
+        assert first.id == q.id == last.id
+        warehouse = spark.conf.get("spark.sql.warehouse.dir").removeprefix("file:")
+        assert os.listdir(os.path.join(warehouse, "pyspark_cq_state", str(first.id), name))   # g<shard> dirs
 
 
 @pytest.mark.parametrize("layout", ["changelog", "files"])

@@ -8,11 +8,14 @@ with ``state_persistence=``; ``files`` keeps its state directory beside the quer
 ``rocksdb`` (Spark's join on RocksDB with changelog checkpointing). Prints per size and engine the median
 batch time of the measured batches, the state store's ``memoryUsedBytes`` after the last batch, ours' state
 bytes and the resident cache's hits / misses. One session (``local[2]``); each query its own checkpoint.
+``--session cq`` (default) is ``cq.spark()``'s tuned session with 2 shuffle partitions; ``--session plain`` a
+plain ``SparkSession`` as a user makes it (Spark's default 200 shuffle partitions unless ``--partitions``).
 
 Usage::
 
     python -m benchmarks.perf.join_state_sweep [--sizes 0.5 1 2 5 10] [--batch-rows 50000] [--measure 4]
                                                [--engines full changelog files spark rocksdb]
+                                               [--session cq|plain] [--partitions N]
 """
 from __future__ import annotations
 
@@ -120,14 +123,23 @@ def main(argv=None):
     ap.add_argument("--engines", nargs="+", default=["full", "changelog", "files", "spark", "rocksdb"],
                     choices=[*OURS, "spark", "rocksdb"])
     ap.add_argument("--driver-memory", default="6g")
+    ap.add_argument("--session", choices=("cq", "plain"), default="cq",
+                    help="cq.spark()'s session, or a plain SparkSession as a user makes it")
+    ap.add_argument("--partitions", type=int, default=None,
+                    help="shuffle partitions (default: 2 for cq, Spark's 200 for plain)")
     args = ap.parse_args(argv)
     before = harness.start()
-    spark = harness.cq_session("join-state-sweep", conf={
-        "spark.sql.adaptive.enabled": "false", "spark.sql.execution.arrow.maxRecordsPerBatch": "200000",
-        "spark.driver.memory": args.driver_memory, "spark.sql.streaming.metricsEnabled": "false"})
+    if args.session == "plain":
+        spark = harness.plain_session("join-state-sweep", partitions=args.partitions or 200,
+                                      conf={"spark.driver.memory": args.driver_memory})
+    else:
+        spark = harness.cq_session("join-state-sweep", partitions=args.partitions or 2, conf={
+            "spark.sql.adaptive.enabled": "false", "spark.sql.execution.arrow.maxRecordsPerBatch": "200000",
+            "spark.driver.memory": args.driver_memory, "spark.sql.streaming.metricsEnabled": "false"})
     root = tempfile.mkdtemp(prefix="cq_sweep_")
     result = []
-    print(f"# load {os.getloadavg()[0]:.2f}; {args.batch_rows:,} rows per measured batch, median of {args.measure}")
+    print(f"# load {os.getloadavg()[0]:.2f}; {args.batch_rows:,} rows per measured batch, median of {args.measure}; "
+          f"{args.session} session, {spark.conf.get('spark.sql.shuffle.partitions')} shuffle partitions")
     print("| state rows | engine | batch ms (median) | store memory MiB | ours state MiB | cache hits / misses |")
     print("|---|---|---|---|---|---|")
     try:

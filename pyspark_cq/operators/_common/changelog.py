@@ -43,18 +43,26 @@ from . import state_files as _state_files
 
 __all__ = ["MAGIC", "FILES_MAGIC", "RESIDENT", "LogInfo", "Manifest", "is_log", "is_manifest", "token_of", "parse",
            "snapshot_field", "append_delta", "pack_snapshot", "unpack_snapshot", "state_files", "load", "save",
-           "forget", "PERSISTENCE", "STATE_DIR_DEFAULT", "RETAIN_CONF", "RETAIN_DEFAULT", "settings"]
+           "forget", "PERSISTENCE", "CHOICES", "STATE_DIR_DEFAULT", "QUERY_FIELD", "RETAIN_CONF", "RETAIN_DEFAULT",
+           "auto_state_dir", "settings"]
 
 MAGIC = b"CQL1"
 FILES_MAGIC = b"CQF1"
 #: Values of ``state_persistence``: the whole state image every batch, or a snapshot plus per-batch deltas with
 #: the state resident in the Python worker (in the value, or in files under ``state_dir``).
 PERSISTENCE = ("full", "changelog", "files")
+#: What ``state_persistence`` accepts: a layout, or ``"auto"`` (and None, the default): ``"files"`` under a
+#: directory found without a user setting (:func:`auto_state_dir`), else ``"full"``.
+CHOICES = PERSISTENCE + ("auto",)
 #: The layouts that keep the state resident in the worker and persist deltas.
 RESIDENT = ("changelog", "files")
 #: ``state_persistence="files"`` without ``state_dir``: this directory under the session's
 #: ``spark.sql.streaming.checkpointLocation``, then the operator's name.
 STATE_DIR_DEFAULT = "pyspark_cq_state"
+#: In a ``state_dir`` chosen by ``"auto"``: replaced in the worker by the streaming query's id, which Spark keeps in
+#: the checkpoint (the same across restarts of one checkpoint, different for every other query).
+QUERY_FIELD = "{query}"
+_QUERY_ID = "sql.streaming.queryId"   # the local property Spark gives every task of a streaming query
 RETAIN_CONF, RETAIN_DEFAULT = "spark.sql.streaming.minBatchesToRetain", 100
 _MANIFEST = struct.Struct("<4s16sQ16sQQQI")  # magic, token, base, snapshot token, snapshot bytes, start, floor, deltas
 _MDELTA = struct.Struct("<16sQ")            # delta token, bytes
@@ -195,9 +203,40 @@ def state_files(root: str | None, doc: str) -> _state_files.StateFiles:
         raise ValueError(f"state: this checkpoint's state was written with state_persistence='files'; its "
                          f"snapshots are files in the state directory: pass the same state_dir= ({doc}, "
                          f"*State persistence*)")
+    if QUERY_FIELD in root:
+        root = root.replace(QUERY_FIELD, _query_id())
     if root not in _STORES:
         _STORES[root] = _state_files.StateFiles(root)
     return _STORES[root]
+
+
+def _check_sole_writer(files, key, log: Manifest) -> None:
+    """ValueError when another operator writes into this group's directory: most of the calls of the current line
+    (``log``) have a file that is not the line's own. Two operators of one query that share a directory (the same
+    ``name`` under a default ``state_dir``) would collect each other's files; a batch Spark ran again leaves an
+    orphan at only one or two calls. Checked before a snapshot's collection deletes anything.
+    """
+    own = {_state_files.snapshot_name(log.base, log.snapshot_token)}
+    own.update(_state_files.delta_name(log.base + i + 1, log.base, t) for i, (t, _) in enumerate(log.deltas))
+    foreign = {p[0] for n, p in ((n, _state_files.parse_name(n)) for n in files.names(key))
+               if p is not None and not n.startswith(".") and n not in own and log.base <= p[0] <= log.index}
+    calls = log.index - log.base + 1
+    if len(foreign) > 2 and 2 * len(foreign) >= calls:
+        raise ValueError(f"state: another operator writes state files into {files.group_dir(key)!r} ({len(foreign)} "
+                         f"of this line's {calls} calls have a file that is not this operator's): two stateful "
+                         "operators of one query share a state directory; give each its own name= (or state_dir=)")
+
+
+def _query_id() -> str:
+    """The streaming query's id in a task (Spark's local property); ValueError outside a streaming query."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    query = context.getLocalProperty(_QUERY_ID) if context is not None else None
+    if not query:
+        raise ValueError("state: state_persistence='auto' keeps its files under the streaming query's id, and this "
+                         "task belongs to no streaming query; pass state_dir= or state_persistence='full'")
+    return query
 
 
 def load(value, files, key) -> tuple[tuple, list, LogInfo | Manifest | None]:
@@ -250,6 +289,7 @@ def save(state, key, layout: str, log, snapshot, delta, *, state_id: str, snapsh
         if blob is None:
             # A new chain; from another layout (or none) it starts above every file in the group's directory.
             if isinstance(log, Manifest):
+                _check_sole_writer(files, key, log)
                 index, start, floor = log.index + 1, log.start, log.floor
             else:
                 start, floor = files.next_index(key)
@@ -282,18 +322,48 @@ def save(state, key, layout: str, log, snapshot, delta, *, state_id: str, snapsh
     return log, held
 
 
+def auto_state_dir(session, name: str) -> str | None:
+    """The files layout's directory when nobody named one (``state_persistence="auto"``), or None when there is no
+    safe place. ``<root>/pyspark_cq_state/{query}/<name>`` (:data:`QUERY_FIELD`: the query's id, filled in by the
+    worker), ``root`` the session's ``spark.sql.streaming.checkpointLocation`` when set, else Spark's
+    ``spark.sql.warehouse.dir`` -- kept like the warehouse's tables -- when every executor reaches it: a local
+    master (one machine), or a warehouse on a shared file system (a scheme other than ``file:``).
+    """
+    def conf(key):
+        try:
+            return session.conf.get(key, None)
+        except Exception:   # a conf a Connect server does not return: no safe place is known
+            return None
+
+    root = conf("spark.sql.streaming.checkpointLocation")
+    if not root:
+        warehouse, master = conf("spark.sql.warehouse.dir"), conf("spark.master") or ""
+        if not warehouse:
+            return None
+        shared = not warehouse.startswith("file:") and "://" in warehouse
+        if not (master.startswith("local") or shared):
+            return None
+        root = warehouse[len("file:"):] if warehouse.startswith("file:") else warehouse
+        if root.startswith("//"):   # file:///path
+            root = root[2:]
+    name = str(name).replace("/", "_").replace("\\", "_") or "operator"
+    return f"{root.rstrip('/')}/{STATE_DIR_DEFAULT}/{QUERY_FIELD}/{name}"
+
+
 def settings(state_persistence, snapshot_every, state_dir, *, streaming: bool, session, name: str):
     """``(persistence, snapshot_every, state_dir, retain)`` of a stateful operator's arguments, checked
-    (ValueError / TypeError naming the argument). ``"files"`` without ``state_dir`` takes
-    ``<spark.sql.streaming.checkpointLocation>/pyspark_cq_state/<name>`` when the ``session`` sets it, else it is
-    refused; a relative ``state_dir`` is made absolute (the workers do not run in the driver's directory);
-    ``retain`` is the session's ``spark.sql.streaming.minBatchesToRetain``. Batch operators (``streaming``
-    False) keep no state: the checked arguments come back with ``state_dir`` as given.
+    (ValueError / TypeError naming the argument). ``"auto"`` (None: the default) is ``"files"`` with the given
+    ``state_dir``, else under :func:`auto_state_dir` when there is one, else ``"full"``. ``"files"`` without
+    ``state_dir`` takes ``<spark.sql.streaming.checkpointLocation>/pyspark_cq_state/<name>`` when the ``session``
+    sets it, else it is refused; a relative ``state_dir`` is made absolute (the workers do not run in the
+    driver's directory); ``retain`` is the session's ``spark.sql.streaming.minBatchesToRetain``. Batch operators
+    (``streaming`` False) keep no state: the checked arguments come back (``"auto"`` as ``"full"``) with
+    ``state_dir`` as given.
     """
-    persistence = "full" if state_persistence is None else state_persistence
-    if not isinstance(persistence, str) or persistence not in PERSISTENCE:
-        raise ValueError(f"state_persistence must be one of {', '.join(map(repr, PERSISTENCE))} or None "
-                         f"(the default, 'full'), got {state_persistence!r}")
+    persistence = "auto" if state_persistence is None else state_persistence
+    if not isinstance(persistence, str) or persistence not in CHOICES:
+        raise ValueError(f"state_persistence must be one of {', '.join(map(repr, CHOICES))} or None "
+                         f"(the default, 'auto'), got {state_persistence!r}")
     if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, numbers.Integral):
         raise TypeError(f"snapshot_every must be an int >= 1 (micro-batches per snapshot), got {snapshot_every!r}")
     if snapshot_every < 1:
@@ -301,8 +371,12 @@ def settings(state_persistence, snapshot_every, state_dir, *, streaming: bool, s
     if state_dir is not None and (not isinstance(state_dir, str) or not state_dir.strip()):
         raise TypeError(f"state_dir must be a directory path or URI (str), got {state_dir!r}")
     if not streaming:
-        return persistence, int(snapshot_every), state_dir, RETAIN_DEFAULT
+        return ("full" if persistence == "auto" else persistence), int(snapshot_every), state_dir, RETAIN_DEFAULT
     conf = (lambda key: session.conf.get(key, None)) if session is not None else (lambda key: None)
+    if persistence == "auto":
+        if state_dir is None:
+            state_dir = auto_state_dir(session, name) if session is not None else None
+        persistence = "full" if state_dir is None else "files"
     if state_dir is None and persistence == "files":
         checkpoint = conf("spark.sql.streaming.checkpointLocation")
         if not checkpoint:

@@ -141,9 +141,12 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
         lower), 1 second)``. None (default): the shard layout. Results are the same. Refused (ValueError) with
         another ``how``, ``control`` or ``shards="key"``; ignored on batch inputs. A checkpoint keeps
         its layout and width: restoring it with another is refused.
-    state_persistence : {None, "full", "changelog", "files"}, optional
-        How a streaming join keeps each shard's state in Spark's state store between micro-batches
-        (docs/join.md, *State persistence*). ``"full"`` (None, the default): the whole state image is
+    state_persistence : {None, "auto", "full", "changelog", "files"}, optional
+        How a streaming join keeps each shard's state between micro-batches (docs/join.md, *State
+        persistence*). ``"auto"`` (None, the default): ``"files"`` under ``state_dir`` or, without one,
+        under ``<spark.sql.streaming.checkpointLocation or spark.sql.warehouse.dir>/pyspark_cq_state/<query
+        id>/<name>`` where every executor reaches that directory (a local master, or a warehouse on a shared
+        file system); ``"full"`` otherwise and where ``"files"`` is refused. ``"full"``: the whole state image is
         rebuilt from Spark's state and written back every batch. ``"changelog"``: the state stays resident
         in the Python worker between batches (used only when its version token equals the one in Spark's
         state, so a copy from a retried batch or another query is never used) and a batch appends only
@@ -159,10 +162,10 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
         (>= 1; default 10), earlier when the deltas exceed half of it.
     state_dir : str, optional
         ``"files"``: the directory of the state files, one per operator of one query (like a checkpoint
-        location; a path every executor shares, or a URI pyarrow understands). Default
+        location; a path every executor shares, or a URI pyarrow understands). Default for ``"files"``:
         ``<spark.sql.streaming.checkpointLocation>/pyspark_cq_state/<name>`` when the session sets that
-        option; otherwise required (ValueError). Another layout restoring a checkpoint written by
-        ``"files"`` needs it too.
+        option, otherwise required (ValueError); for ``"auto"`` see above (two joins of one query need distinct
+        names). Another layout restoring a checkpoint written by ``"files"`` needs it too.
     constraints : list of pyspark_cq.constraints.Constraint, optional
         What the inputs are known to satisfy (STREAM §5.2): ``unique(side, cols)`` on join-key columns,
         ``many_to_one(child, parent, delay)``, ``clustered(side, k)`` and ``ordered(side, k)``. A streaming join

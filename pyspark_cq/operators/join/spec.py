@@ -104,6 +104,7 @@ class JoinSpec:
     kept_column: str | None = None
     bucket_width: int | None = None   # streaming inner interval join with bucket=: the bucket width (µs)
     persistence: str = "full"         # state_persistence=: "full", "changelog" or "files"
+    persistence_auto: bool = False    # chosen by "auto" (None): fall back to "full" where "files" is refused
     snapshot_every: int = 10          # changelog / files: batches per snapshot (at most)
     state_dir: str | None = None      # files: the directory of the state files (absolute path or URI)
     retain: int = RETAIN_DEFAULT      # files: the session's spark.sql.streaming.minBatchesToRetain
@@ -204,11 +205,15 @@ class JoinSpec:
         """Decide ``state_persistence`` / ``snapshot_every`` / ``state_dir`` (after :meth:`set_bucket`):
         ValueError / TypeError naming the argument. ``"changelog"`` and ``"files"`` do not combine with the
         bucket layout (its probe copies are appended to the payload and would have to be logged too), ``"files"``
-        not with ``shards="key"`` (a directory per key); batch inputs keep no state and ignore all three.
+        not with ``shards="key"`` (a directory per key): ``"auto"`` (None, the default) is ``"full"`` there;
+        batch inputs keep no state and ignore all three.
         """
-        persistence = "full" if state_persistence is None else state_persistence
         _changelog.settings(state_persistence, snapshot_every, state_dir, streaming=False, session=None,
                             name="")   # the argument checks first
+        persistence = "auto" if state_persistence is None else state_persistence
+        self.persistence_auto = persistence == "auto"
+        if persistence == "auto" and (self.bucket_width is not None or getattr(self, "layout", "shard") != "shard"):
+            persistence = "full"
         if persistence != "full" and self.bucket_width is not None:
             raise ValueError(f"state_persistence={persistence!r} does not combine with bucket= (the bucket layout "
                              "moves only the buckets near a batch's rows already); drop one of them")
@@ -232,10 +237,12 @@ class JoinSpec:
 
         checked = check_constraints(constraints, {"left": self.left_keys, "right": self.right_keys},
                                     function, arrival=True)
+        arrival = [c for c in checked if c.kind in ARRIVAL_KINDS]
+        if getattr(self, "persistence_auto", False) and checked and (self.control is not None or arrival):
+            self.persistence, self.state_dir = "full", None    # "auto": the layout that takes these constraints
         if checked and self.persistence != "full" and self.control is not None:
             raise ValueError(f"constraints: state_persistence={self.persistence!r} with a control table does not take "
                              "constraints yet (a replayed delta would not know which were on); drop one of them")
-        arrival = [c for c in checked if c.kind in ARRIVAL_KINDS]
         if arrival and self.persistence != "full":
             raise ValueError(f"constraints: {arrival[0].kind}() keeps arrival positions with the state, which "
                              f"state_persistence={self.persistence!r} does not record yet; use the default 'full'")

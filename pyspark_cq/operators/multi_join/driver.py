@@ -140,19 +140,23 @@ def multi_join(inputs, on, times, bounds, *, how=None, control=None, name=None, 
         ``params["constraint_<name>"]`` (a bool, e.g. ``constraint_unique_2``) turns one off or on. Inner joins
         only (no ``"left"`` in ``how``); ``clustered`` / ``ordered`` are refused (not exploited yet). Batch
         inputs ignore them.
-    state_persistence : {None, "full", "changelog", "files"}, optional
+    state_persistence : {None, "auto", "full", "changelog", "files"}, optional
         How a streaming join keeps each shard's state between micro-batches (docs/multi_join.md, *State
-        persistence*; as :func:`~pyspark_cq.interval_join`'s). ``"full"`` (None, the default): the whole state
-        image goes through Spark's state store every batch. ``"changelog"``: the state stays in the Python worker
-        (checked by a version token) and the value holds a snapshot plus the batches' deltas. ``"files"``: the
-        same, with the snapshot and deltas as immutable files under ``state_dir`` and only a small manifest in
-        Spark's state. Both report ``state_cache_hits`` / ``state_cache_misses``. A checkpoint may switch layouts.
+        persistence*; as :func:`~pyspark_cq.interval_join`'s). ``"auto"`` (None, the default): ``"files"`` under
+        ``state_dir`` or a directory found without a setting (the session's checkpoint location or Spark's
+        warehouse, then ``pyspark_cq_state/<query id>/<name>``, where every executor reaches it), else ``"full"``.
+        ``"full"``: the whole state image goes through Spark's state store every batch. ``"changelog"``: the state
+        stays in the Python worker (checked by a version token) and the value holds a snapshot plus the batches'
+        deltas. ``"files"``: the same, with the snapshot and deltas as immutable files under ``state_dir`` and only
+        a small manifest in Spark's state. Both report ``state_cache_hits`` / ``state_cache_misses``. A checkpoint
+        may switch layouts.
     snapshot_every : int
         ``"changelog"`` / ``"files"``: a new snapshot at the latest every this many micro-batches (default 10).
     state_dir : str, optional
         ``"files"``: the directory of the state files, on a file system every executor shares, one per operator,
-        kept as long as the checkpoint. Default ``<spark.sql.streaming.checkpointLocation>/pyspark_cq_state/<name>``
-        when the session sets that; otherwise required.
+        kept as long as the checkpoint. Default for ``"files"``:
+        ``<spark.sql.streaming.checkpointLocation>/pyspark_cq_state/<name>`` when the session sets that, otherwise
+        required; for ``"auto"`` see above (two joins of one query need distinct names).
 
     Returns
     -------

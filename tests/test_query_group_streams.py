@@ -6,6 +6,7 @@ per-stream clocks) is tested without Spark.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import os
 import pickle
 
@@ -217,3 +218,60 @@ def test_the_stateful_stage_reports_each_streams_largest_event_time(tmp_path):
         counters.setdefault(k, []).append(c)
     assert stream_clocks(counters) == (7_000_000, {"clicks": 6_000, "views": 7_000})
     assert state.timeout == C.CLOCK_BASE_MS     # fires at the group clock's next advance
+
+
+def _alone_progress(batch, batch_max_ms, watermark_ms, name="alone"):
+    """The progress Spark gives a query over one stream alone: the micro-batch's own largest event time (absent
+    without rows) and the watermark it ran at."""
+    def iso(ms):
+        t = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(milliseconds=ms)
+        return t.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+    times = {"watermark": iso(watermark_ms)}
+    if batch_max_ms is not None:
+        times["max"] = iso(batch_max_ms)
+    return {"name": name, "batchId": batch, "numInputRows": 0, "eventTime": times,
+            "timestamp": iso(1_000_000 + batch * 1000)}
+
+
+def test_each_streams_times_are_the_runtimes_statistics_of_the_stream_alone():
+    """The oracle: the runtime's statistics store fed with the progress Spark gives each stream's query alone (its
+    watermark per micro-batch computed as Spark's WatermarkTracker: the largest event time before the batch minus
+    the delay, never below 0 nor going back). The group's recorded clocks give each stream the same event time,
+    watermark delay δ and event time per batch B (whose smoothing the runtime applies), not the group clock's."""
+    from pyspark_cq.runtime.stats import StatisticsStore
+
+    delays = {"a": 60_000, "b": 30_000}
+    # per micro-batch, each stream's largest event time (ms) in it, None: no rows of the stream
+    batches = [{"a": 10_000, "b": 100_000}, {"a": 200_000, "b": None}, {"a": 150_000, "b": 160_000},
+               {"a": None, "b": None}, {"a": 290_000, "b": 155_000}]
+    clocks = ()
+    store = StatisticsStore()
+    for s in delays:
+        store.register(s)
+    seen = {}
+    for b, maxima in enumerate(batches):
+        for s, d in delays.items():
+            wm = max(0, seen[s] - d) if s in seen else 0
+            store.update(_alone_progress(b, maxima[s], wm, s))
+        clocks = C.record(clocks, b, {s: t for s, t in maxima.items() if t is not None})
+        for s, t in maxima.items():
+            if t is not None:
+                seen[s] = max(seen.get(s, t), t)
+    assert len(clocks) <= C.KEEP      # B is smoothed over the kept entries: here all of them
+    times = C.stream_times(clocks, delays)
+    for s, d in delays.items():
+        info = store.query_info(s)
+        got = times[s]
+        assert got["event_time"] == info.event_time == seen[s] * 1000, s
+        assert got["watermark"] == (seen[s] - d) * 1000, s
+        assert got["watermark_delay"] == info.watermark_delay == d / 1000, s
+        assert store.smoothed(got["advances"]) == pytest.approx(info.batch_span), s
+    # before a stream's watermark rises above 0, δ is not measured; a stream without rows has no event time
+    early = C.stream_times(C.record((), 0, {"a": 50_000}), {"a": 60_000, "b": 30_000})
+    assert early == {"a": {"event_time": 50_000_000, "watermark": 0, "watermark_delay": None, "advances": ()},
+                     "b": {"event_time": None, "watermark": 0, "watermark_delay": None, "advances": ()}}
+    # one stream: no clocks, the plan's largest event time (µs); no watermark delay: no watermark
+    assert C.stream_times((), {"a": 60_000}, 200_000_999)["a"]["watermark"] == 140_000_000
+    assert C.stream_times((), {"a": None}, 5)["a"] == {"event_time": 0, "watermark": None, "watermark_delay": None,
+                                                        "advances": ()}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import os
 import pickle
 
@@ -98,6 +99,26 @@ def test_two_streams_each_member_equals_its_query_alone(spark, tmp_dir):
         assert cq.read_metrics(g, name, "total")["late_rows"] == late, name
     # the group's Spark watermark is the group clock (above every stream's event times), not a stream's
     assert query.lastProgress["eventTime"]["watermark"] >= "3000"
+    # ... so the runtime's snapshot and the console give each member its own stream's event time, watermark delay,
+    # event time per batch and watermark: those the runtime's statistics and Spark's progress give its query alone
+    from pyspark_cq.runtime import CQRuntime
+    from pyspark_cq.runtime.stats import StatisticsStore, parse_event_time
+
+    rt = CQRuntime(spark)
+    rt.register_group(g)
+    snap, members = rt.statistics(), rt.groups()[g.name]["members"]
+    for name, alone in (("c_1m", "c_1m"), ("v_2m", "v_2m"), ("big", "c_1m")):   # big reads the clicks
+        q = oracles[alone][0]
+        store = StatisticsStore()
+        store.register(alone)
+        for p in q.recentProgress:
+            store.update(json.loads(p.json), alone)
+        want, got = store.query_info(alone), snap.queries[name]
+        assert (got.event_time, got.watermark_delay) == (want.event_time, want.watermark_delay), name
+        assert got.watermark_delay in (60.0, 30.0) and got.batch_span == pytest.approx(want.batch_span), name
+        at = datetime.datetime.fromisoformat(members[name]["watermark"])
+        assert parse_event_time(q.lastProgress["eventTime"]["watermark"]) == round(at.timestamp() * 1e6), name
+        assert members[name]["watermark_delay"] == got.watermark_delay, name
 
 
 # ---- pure parts ---------------------------------------------------------------------------------------------

@@ -104,7 +104,7 @@ def test_two_streams_each_member_equals_its_query_alone(spark, tmp_dir):
     from pyspark_cq.runtime import CQRuntime
     from pyspark_cq.runtime.stats import StatisticsStore, parse_event_time
 
-    rt = CQRuntime(spark)
+    rt = CQRuntime(spark, control_path=os.path.join(tmp_dir, "control.json"))
     rt.register_group(g)
     snap, members = rt.statistics(), rt.groups()[g.name]["members"]
     for name, alone in (("c_1m", "c_1m"), ("v_2m", "v_2m"), ("big", "c_1m")):   # big reads the clicks
@@ -119,6 +119,70 @@ def test_two_streams_each_member_equals_its_query_alone(spark, tmp_dir):
         at = datetime.datetime.fromisoformat(members[name]["watermark"])
         assert parse_event_time(q.lastProgress["eventTime"]["watermark"]) == round(at.timestamp() * 1e6), name
         assert members[name]["watermark_delay"] == got.watermark_delay, name
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_two_streams_stopped_failed_and_restarted_lose_and_duplicate_nothing(spark, tmp_dir):
+    """A two-stream group runs to the end of its input and stops; it restarts on the same checkpoint with more
+    input of both streams, and a sink raises once in the middle of a micro-batch's deliveries (after c_1m's rows
+    are written, before v_1m's), failing the Spark query; it restarts again with more clicks. Each member's sink
+    then holds exactly the rows of its query alone over all the input, run once without a stop: 0 lost, 0
+    duplicated (the re-run micro-batch rewrites its files and calls the sink again with the same batch id, each
+    stream's watermark comes from the clocks recorded before it)."""
+    from pyspark.errors import StreamingQueryException
+
+    write_clicks(os.path.join(tmp_dir, "all", "clicks"), files=3, rows=150)
+    write_views(os.path.join(tmp_dir, "all", "views"), files=2, rows=150)
+    names = {s: sorted(os.listdir(os.path.join(tmp_dir, "all", s))) for s in ("clicks", "views")}
+    queries = {n: QS[n] for n in ("c_1m", "v_2m", "v_1m")}   # delivered in this order; v_1m and v_2m share a table
+    oracles = {}
+    for name, text in queries.items():    # alone, over all the input, side by side with the group's first run
+        stream, out = QS[name][0], os.path.join(tmp_dir, "alone", name)
+        src = (clicks_stream if stream == "clicks" else views_stream)(spark, os.path.join(tmp_dir, "all", stream))
+        oracles[name] = (cq.cql(spark, text, {stream: src}).writeStream.format("parquet").option("path", out)
+                         .option("checkpointLocation", os.path.join(tmp_dir, "alone_ck", name))
+                         .trigger(availableNow=True).start(), out)
+    delivered, failed = {}, []
+
+    def v_2m(df, batch_id):                # idempotent by batch id, as foreachBatch asks; raises once when armed
+        rows = [tuple(r) for r in df.collect()]
+        if failed == ["armed"]:
+            failed.append(batch_id)
+            raise RuntimeError("injected failure of a sink")
+        delivered[batch_id] = rows
+
+    def run(clicks, views):
+        for stream, files in (("clicks", clicks), ("views", views)):
+            os.makedirs(os.path.join(tmp_dir, "in", stream), exist_ok=True)
+            for n in files:
+                os.link(os.path.join(tmp_dir, "all", stream, n), os.path.join(tmp_dir, "in", stream, n))
+        g = cq.QueryGroup(spark, sources={"clicks": clicks_stream(spark, os.path.join(tmp_dir, "in", "clicks")),
+                                          "views": views_stream(spark, os.path.join(tmp_dir, "in", "views"))},
+                          checkpoint=os.path.join(tmp_dir, "ck"), shards=2)
+        for name, text in queries.items():
+            g.add(name, text, sink=v_2m if name == "v_2m" else os.path.join(tmp_dir, "out", name))
+        query = g.start(trigger={"availableNow": True})
+        return g, query
+
+    g, query = run(names["clicks"][:1], names["views"][:1])
+    query.awaitTermination()
+    assert query.exception() is None and delivered
+    failed.append("armed")
+    g, query = run(names["clicks"][1:2], names["views"][1:])
+    with pytest.raises(StreamingQueryException, match="injected failure of a sink"):
+        query.awaitTermination()
+    assert len(failed) == 2 and failed[1] not in delivered
+    g, query = run(names["clicks"][2:], [])
+    query.awaitTermination()
+    assert query.exception() is None and failed[1] in delivered    # the failed micro-batch ran again
+    for name, (q, out) in oracles.items():
+        q.awaitTermination()
+        want = spark.read.parquet(out)
+        got = (spark.createDataFrame([r for b in sorted(delivered) for r in delivered[b]], want.schema)
+               if name == "v_2m" else spark.read.parquet(os.path.join(tmp_dir, "out", name)))
+        n = assert_same_rows(got, want, name)
+        assert n > 0 and g.queries[name]["rows"] == n, name     # the group's count: each row once
 
 
 # ---- pure parts ---------------------------------------------------------------------------------------------

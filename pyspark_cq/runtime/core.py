@@ -604,7 +604,9 @@ class CQRuntime:
 
         Every query of the group is a query of the snapshot (:meth:`statistics`) with the group's query-level
         statistics (one Spark query: rate, batch duration, event time) and its own counters
-        (``group.query_metrics``) as operator ``"<name>_agg"``. Shared state is counted once: a slice class's
+        (``group.query_metrics``) as operator ``"<name>_agg"``; with several streams (whose Spark watermark is the
+        group clock's) its own stream's event time, watermark delay and event time per batch
+        (``group.stream_times()``). Shared state is counted once: a slice class's
         table is reported on one of its queries (its ``state_rows`` / ``state_bytes``), the others report 0.
         The group's windows are not decision variables: a member has no control-table entry, so a decision
         naming one is refused (recorded in the decisions log) and no member's table shrinks under another.

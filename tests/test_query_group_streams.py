@@ -114,8 +114,11 @@ def test_two_streams_each_member_equals_its_query_alone(spark, tmp_dir):
         for p in q.recentProgress:
             store.update(json.loads(p.json), alone)
         want, got = store.query_info(alone), snap.queries[name]
-        assert (got.event_time, got.watermark_delay) == (want.event_time, want.watermark_delay), name
-        assert got.watermark_delay in (60.0, 30.0) and got.batch_span == pytest.approx(want.batch_span), name
+        assert got.event_time == want.event_time and got.batch_span == pytest.approx(want.batch_span), name
+        # δ: the stream's delay once its watermark is above 0; alone, the runtime measures it at the next micro-batch
+        # with rows (the views' one file has none after it: not measured)
+        assert got.watermark_delay == {"clicks": 60.0, "views": 30.0}[QS[alone][0]], name
+        assert want.watermark_delay == (60.0 if alone == "c_1m" else None), name
         at = datetime.datetime.fromisoformat(members[name]["watermark"])
         assert parse_event_time(q.lastProgress["eventTime"]["watermark"]) == round(at.timestamp() * 1e6), name
         assert members[name]["watermark_delay"] == got.watermark_delay, name

@@ -97,10 +97,10 @@ def stream_times(clocks, delays: dict, max_time_us: int | None = None) -> dict:
         By stream: ``event_time``, its largest event time (µs, ms-truncated as Spark's progress; None before
         any); ``watermark``, its watermark in the next micro-batch (µs, :func:`watermarks`; None without a
         delay); ``watermark_delay``, δ in seconds, the largest event time of the previous micro-batches minus
-        the micro-batch's watermark: the delay once the watermark is above 0 (Spark's runtime statistics measure
-        δ only then), else None; ``advances``, the growth (s) of its largest event time at each recorded
-        micro-batch in which it grew, oldest first (the last :data:`KEEP` entries), from which the runtime
-        smooths the event time one micro-batch advances (B).
+        the micro-batch's watermark: the delay once the watermark is above 0, else None (the runtime measures it
+        for a query alone at its first micro-batch with rows after that); ``advances``, the growth (s) of its
+        largest event time at each recorded micro-batch in which it grew, oldest first (the last :data:`KEEP`
+        entries), from which the runtime smooths the event time one micro-batch advances (B).
     """
     if not clocks and max_time_us is not None and len(delays) == 1:
         clocks = ((0, {next(iter(delays)): to_ms(max_time_us)}),)

@@ -130,22 +130,17 @@ def test_two_streams_stopped_failed_and_restarted_lose_and_duplicate_nothing(spa
     """A two-stream group runs to the end of its input and stops; it restarts on the same checkpoint with more
     input of both streams, and a sink raises once in the middle of a micro-batch's deliveries (after c_1m's rows
     are written, before v_1m's), failing the Spark query; it restarts again with more clicks. Each member's sink
-    then holds exactly the rows of its query alone over all the input, run once without a stop: 0 lost, 0
-    duplicated (the re-run micro-batch rewrites its files and calls the sink again with the same batch id, each
-    stream's watermark comes from the clocks recorded before it)."""
+    then holds exactly the rows of its query alone over all the input, stopped where the group stopped (a stop
+    changes the rows: the end of an ``availableNow`` run closes windows a later micro-batch would have filled, for
+    Spark's own operators too) but never failed: 0 lost, 0 duplicated (the re-run micro-batch rewrites its files
+    and calls the sink again with the same batch id, each stream's watermark comes from the clocks recorded
+    before it)."""
     from pyspark.errors import StreamingQueryException
 
     write_clicks(os.path.join(tmp_dir, "all", "clicks"), files=3, rows=150)
     write_views(os.path.join(tmp_dir, "all", "views"), files=2, rows=150)
     names = {s: sorted(os.listdir(os.path.join(tmp_dir, "all", s))) for s in ("clicks", "views")}
-    queries = {n: QS[n] for n in ("c_1m", "v_2m", "v_1m")}   # delivered in this order; v_1m and v_2m share a table
-    oracles = {}
-    for name, text in queries.items():    # alone, over all the input, side by side with the group's first run
-        stream, out = QS[name][0], os.path.join(tmp_dir, "alone", name)
-        src = (clicks_stream if stream == "clicks" else views_stream)(spark, os.path.join(tmp_dir, "all", stream))
-        oracles[name] = (cq.cql(spark, text, {stream: src}).writeStream.format("parquet").option("path", out)
-                         .option("checkpointLocation", os.path.join(tmp_dir, "alone_ck", name))
-                         .trigger(availableNow=True).start(), out)
+    queries = {n: QS[n][1] for n in ("c_1m", "v_2m", "v_1m")}   # delivered in this order; v_1m and v_2m share a table
     delivered, failed = {}, []
 
     def v_2m(df, batch_id):                # idempotent by batch id, as foreachBatch asks; raises once when armed
@@ -155,33 +150,52 @@ def test_two_streams_stopped_failed_and_restarted_lose_and_duplicate_nothing(spa
             raise RuntimeError("injected failure of a sink")
         delivered[batch_id] = rows
 
-    def run(clicks, views):
+    def link(where, clicks, views):
         for stream, files in (("clicks", clicks), ("views", views)):
-            os.makedirs(os.path.join(tmp_dir, "in", stream), exist_ok=True)
+            os.makedirs(os.path.join(tmp_dir, where, stream), exist_ok=True)
             for n in files:
-                os.link(os.path.join(tmp_dir, "all", stream, n), os.path.join(tmp_dir, "in", stream, n))
-        g = cq.QueryGroup(spark, sources={"clicks": clicks_stream(spark, os.path.join(tmp_dir, "in", "clicks")),
-                                          "views": views_stream(spark, os.path.join(tmp_dir, "in", "views"))},
-                          checkpoint=os.path.join(tmp_dir, "ck"), shards=2)
+                os.link(os.path.join(tmp_dir, "all", stream, n), os.path.join(tmp_dir, where, stream, n))
+
+    def sources(where):
+        return {"clicks": clicks_stream(spark, os.path.join(tmp_dir, where, "clicks")),
+                "views": views_stream(spark, os.path.join(tmp_dir, where, "views"))}
+
+    def run():
+        g = cq.QueryGroup(spark, sources=sources("in"), checkpoint=os.path.join(tmp_dir, "ck"), shards=2)
         for name, text in queries.items():
             g.add(name, text, sink=v_2m if name == "v_2m" else os.path.join(tmp_dir, "out", name))
-        query = g.start(trigger={"availableNow": True})
-        return g, query
+        return g, g.start(trigger={"availableNow": True})
 
-    g, query = run(names["clicks"][:1], names["views"][:1])
+    def alone():    # each query alone, side by side with the group, on the same checkpoint at every run
+        src = sources("in_alone")
+        return {name: (cq.cql(spark, text, {QS[name][0]: src[QS[name][0]]}).writeStream.format("parquet")
+                       .option("path", os.path.join(tmp_dir, "alone", name))
+                       .option("checkpointLocation", os.path.join(tmp_dir, "alone_ck", name))
+                       .trigger(availableNow=True).start()) for name, text in queries.items()}
+
+    for where in ("in", "in_alone"):
+        link(where, names["clicks"][:1], names["views"][:1])
+    g, query = run()
+    oracles = alone()
     query.awaitTermination()
     assert query.exception() is None and delivered
     failed.append("armed")
-    g, query = run(names["clicks"][1:2], names["views"][1:])
+    link("in", names["clicks"][1:2], names["views"][1:])
+    g, query = run()
     with pytest.raises(StreamingQueryException, match="injected failure of a sink"):
         query.awaitTermination()
     assert len(failed) == 2 and failed[1] not in delivered
-    g, query = run(names["clicks"][2:], [])
+    link("in", names["clicks"][2:], [])
+    for q in oracles.values():
+        q.awaitTermination()
+    link("in_alone", names["clicks"][1:], names["views"][1:])
+    g, query = run()
+    oracles = alone()
     query.awaitTermination()
     assert query.exception() is None and failed[1] in delivered    # the failed micro-batch ran again
-    for name, (q, out) in oracles.items():
+    for name, q in oracles.items():
         q.awaitTermination()
-        want = spark.read.parquet(out)
+        want = spark.read.parquet(os.path.join(tmp_dir, "alone", name))
         got = (spark.createDataFrame([r for b in sorted(delivered) for r in delivered[b]], want.schema)
                if name == "v_2m" else spark.read.parquet(os.path.join(tmp_dir, "out", name)))
         n = assert_same_rows(got, want, name)

@@ -483,3 +483,8 @@ def test_console_group_rows_show_each_members_sharing():
                                      ["big", "paused", "alone (it keeps no state)", "–"]]
     assert rows[0][8:10] == ["40", "2.05 kB"] and rows[1][8:10] == ["in eu_1m's", ""] and rows[2][8] == "–"
     assert rows[0][4].replace(",", "").replace(".", "") == "1200" and rows[0][10] == "group start"   # any locale
+    # each member's own stream's watermark and delay (docs/groups.md, "The runtime"); none known: a dash
+    assert rows[0][11:] == ["–", "–"]
+    g["members"]["eu_1m"].update(watermark="2024-01-01T00:07:00+00:00", watermark_delay=60.0)
+    rows = _node(f"console.log(JSON.stringify(page.groupRows({json.dumps(g)})))")
+    assert rows[0][11:] == ["2024-01-01 00:07:00 UTC", "1 min"]

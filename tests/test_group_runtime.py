@@ -104,3 +104,12 @@ def test_console_shows_a_registered_groups_members(ran_group):
     assert all(members[n]["slices"] == c[0] for c in info["slice_classes"] for n in c)   # its first query first
     assert members["eu_2m"][M.STATE_ROWS] == 0 < members["eu_1m"][M.STATE_ROWS]
     assert info[M.STATE_ROWS] == sum(cq.read_metrics(g, n, "last")[M.STATE_ROWS] for n in Q)
+    # each member's stream watermark and delay: one stream, so Spark's own watermark of the group's query
+    from datetime import datetime
+
+    from pyspark_cq.runtime.stats import parse_event_time
+
+    spark_wm = parse_event_time(rt.query(g.name).lastProgress["eventTime"]["watermark"])
+    for name in Q:
+        assert round(datetime.fromisoformat(members[name]["watermark"]).timestamp() * 1e6) == spark_wm, name
+        assert members[name]["watermark_delay"] == 60.0, name

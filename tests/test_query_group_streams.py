@@ -6,6 +6,8 @@ per-stream clocks) is tested without Spark.
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import json
 import os
 import pickle
 
@@ -97,6 +99,107 @@ def test_two_streams_each_member_equals_its_query_alone(spark, tmp_dir):
         assert cq.read_metrics(g, name, "total")["late_rows"] == late, name
     # the group's Spark watermark is the group clock (above every stream's event times), not a stream's
     assert query.lastProgress["eventTime"]["watermark"] >= "3000"
+    # ... so the runtime's snapshot and the console give each member its own stream's event time, watermark delay,
+    # event time per batch and watermark: those the runtime's statistics and Spark's progress give its query alone
+    from pyspark_cq.runtime import CQRuntime
+    from pyspark_cq.runtime.stats import StatisticsStore, parse_event_time
+
+    rt = CQRuntime(spark, control_path=os.path.join(tmp_dir, "control.json"))
+    rt.register_group(g)
+    snap, members = rt.statistics(), rt.groups()[g.name]["members"]
+    for name, alone in (("c_1m", "c_1m"), ("v_2m", "v_2m"), ("big", "c_1m")):   # big reads the clicks
+        q = oracles[alone][0]
+        store = StatisticsStore()
+        store.register(alone)
+        for p in q.recentProgress:
+            store.update(json.loads(p.json), alone)
+        want, got = store.query_info(alone), snap.queries[name]
+        assert got.event_time == want.event_time and got.batch_span == pytest.approx(want.batch_span), name
+        # δ: the stream's delay once its watermark is above 0; alone, the runtime measures it at the next micro-batch
+        # with rows (the views' one file has none after it: not measured)
+        assert got.watermark_delay == {"clicks": 60.0, "views": 30.0}[QS[alone][0]], name
+        assert want.watermark_delay == (60.0 if alone == "c_1m" else None), name
+        at = datetime.datetime.fromisoformat(members[name]["watermark"])
+        assert parse_event_time(q.lastProgress["eventTime"]["watermark"]) == round(at.timestamp() * 1e6), name
+        assert members[name]["watermark_delay"] == got.watermark_delay, name
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_two_streams_stopped_failed_and_restarted_lose_and_duplicate_nothing(spark, tmp_dir):
+    """A two-stream group runs to the end of its input and stops; it restarts on the same checkpoint with more
+    input of both streams, and a sink raises once in the middle of a micro-batch's deliveries (after c_1m's rows
+    are written, before v_1m's), failing the Spark query; it restarts again with more clicks. Each member's sink
+    then holds exactly the rows of its query alone over all the input, stopped where the group stopped (a stop
+    changes the rows: the end of an ``availableNow`` run closes windows a later micro-batch would have filled, for
+    Spark's own operators too) but never failed: 0 lost, 0 duplicated (the re-run micro-batch rewrites its files
+    and calls the sink again with the same batch id, each stream's watermark comes from the clocks recorded
+    before it)."""
+    from pyspark.errors import StreamingQueryException
+
+    write_clicks(os.path.join(tmp_dir, "all", "clicks"), files=3, rows=150)
+    write_views(os.path.join(tmp_dir, "all", "views"), files=2, rows=150)
+    names = {s: sorted(os.listdir(os.path.join(tmp_dir, "all", s))) for s in ("clicks", "views")}
+    queries = {n: QS[n][1] for n in ("c_1m", "v_2m", "v_1m")}   # delivered in this order; v_1m and v_2m share a table
+    delivered, failed = {}, []
+
+    def v_2m(df, batch_id):                # idempotent by batch id, as foreachBatch asks; raises once when armed
+        rows = [tuple(r) for r in df.collect()]
+        if failed == ["armed"]:
+            failed.append(batch_id)
+            raise RuntimeError("injected failure of a sink")
+        delivered[batch_id] = rows
+
+    def link(where, clicks, views):
+        for stream, files in (("clicks", clicks), ("views", views)):
+            os.makedirs(os.path.join(tmp_dir, where, stream), exist_ok=True)
+            for n in files:
+                os.link(os.path.join(tmp_dir, "all", stream, n), os.path.join(tmp_dir, where, stream, n))
+
+    def sources(where):
+        return {"clicks": clicks_stream(spark, os.path.join(tmp_dir, where, "clicks")),
+                "views": views_stream(spark, os.path.join(tmp_dir, where, "views"))}
+
+    def run():
+        g = cq.QueryGroup(spark, sources=sources("in"), checkpoint=os.path.join(tmp_dir, "ck"), shards=2)
+        for name, text in queries.items():
+            g.add(name, text, sink=v_2m if name == "v_2m" else os.path.join(tmp_dir, "out", name))
+        return g, g.start(trigger={"availableNow": True})
+
+    def alone():    # each query alone, side by side with the group, on the same checkpoint at every run
+        src = sources("in_alone")
+        return {name: (cq.cql(spark, text, {QS[name][0]: src[QS[name][0]]}).writeStream.format("parquet")
+                       .option("path", os.path.join(tmp_dir, "alone", name))
+                       .option("checkpointLocation", os.path.join(tmp_dir, "alone_ck", name))
+                       .trigger(availableNow=True).start()) for name, text in queries.items()}
+
+    for where in ("in", "in_alone"):
+        link(where, names["clicks"][:1], names["views"][:1])
+    g, query = run()
+    oracles = alone()
+    query.awaitTermination()
+    assert query.exception() is None and delivered
+    failed.append("armed")
+    link("in", names["clicks"][1:2], names["views"][1:])
+    g, query = run()
+    with pytest.raises(StreamingQueryException, match="injected failure of a sink"):
+        query.awaitTermination()
+    assert len(failed) == 2 and failed[1] not in delivered
+    link("in", names["clicks"][2:], [])
+    for q in oracles.values():
+        q.awaitTermination()
+    link("in_alone", names["clicks"][1:], names["views"][1:])
+    g, query = run()
+    oracles = alone()
+    query.awaitTermination()
+    assert query.exception() is None and failed[1] in delivered    # the failed micro-batch ran again
+    for name, q in oracles.items():
+        q.awaitTermination()
+        want = spark.read.parquet(os.path.join(tmp_dir, "alone", name))
+        got = (spark.createDataFrame([r for b in sorted(delivered) for r in delivered[b]], want.schema)
+               if name == "v_2m" else spark.read.parquet(os.path.join(tmp_dir, "out", name)))
+        n = assert_same_rows(got, want, name)
+        assert n > 0 and g.queries[name]["rows"] == n, name     # the group's count: each row once
 
 
 # ---- pure parts ---------------------------------------------------------------------------------------------
@@ -217,3 +320,60 @@ def test_the_stateful_stage_reports_each_streams_largest_event_time(tmp_path):
         counters.setdefault(k, []).append(c)
     assert stream_clocks(counters) == (7_000_000, {"clicks": 6_000, "views": 7_000})
     assert state.timeout == C.CLOCK_BASE_MS     # fires at the group clock's next advance
+
+
+def _alone_progress(batch, batch_max_ms, watermark_ms, name="alone"):
+    """The progress Spark gives a query over one stream alone: the micro-batch's own largest event time (absent
+    without rows) and the watermark it ran at."""
+    def iso(ms):
+        t = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc) + datetime.timedelta(milliseconds=ms)
+        return t.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+    times = {"watermark": iso(watermark_ms)}
+    if batch_max_ms is not None:
+        times["max"] = iso(batch_max_ms)
+    return {"name": name, "batchId": batch, "numInputRows": 0, "eventTime": times,
+            "timestamp": iso(1_000_000 + batch * 1000)}
+
+
+def test_each_streams_times_are_the_runtimes_statistics_of_the_stream_alone():
+    """The oracle: the runtime's statistics store fed with the progress Spark gives each stream's query alone (its
+    watermark per micro-batch computed as Spark's WatermarkTracker: the largest event time before the batch minus
+    the delay, never below 0 nor going back). The group's recorded clocks give each stream the same event time,
+    watermark delay δ and event time per batch B (whose smoothing the runtime applies), not the group clock's."""
+    from pyspark_cq.runtime.stats import StatisticsStore
+
+    delays = {"a": 60_000, "b": 30_000}
+    # per micro-batch, each stream's largest event time (ms) in it, None: no rows of the stream
+    batches = [{"a": 10_000, "b": 100_000}, {"a": 200_000, "b": None}, {"a": 150_000, "b": 160_000},
+               {"a": None, "b": None}, {"a": 290_000, "b": 155_000}]
+    clocks = ()
+    store = StatisticsStore()
+    for s in delays:
+        store.register(s)
+    seen = {}
+    for b, maxima in enumerate(batches):
+        for s, d in delays.items():
+            wm = max(0, seen[s] - d) if s in seen else 0
+            store.update(_alone_progress(b, maxima[s], wm, s))
+        clocks = C.record(clocks, b, {s: t for s, t in maxima.items() if t is not None})
+        for s, t in maxima.items():
+            if t is not None:
+                seen[s] = max(seen.get(s, t), t)
+    assert len(clocks) <= C.KEEP      # B is smoothed over the kept entries: here all of them
+    times = C.stream_times(clocks, delays)
+    for s, d in delays.items():
+        info = store.query_info(s)
+        got = times[s]
+        assert got["event_time"] == info.event_time == seen[s] * 1000, s
+        assert got["watermark"] == (seen[s] - d) * 1000, s
+        assert got["watermark_delay"] == info.watermark_delay == d / 1000, s
+        assert store.smoothed(got["advances"]) == pytest.approx(info.batch_span), s
+    # before a stream's watermark rises above 0, δ is not measured; a stream without rows has no event time
+    early = C.stream_times(C.record((), 0, {"a": 50_000}), {"a": 60_000, "b": 30_000})
+    assert early == {"a": {"event_time": 50_000_000, "watermark": 0, "watermark_delay": None, "advances": ()},
+                     "b": {"event_time": None, "watermark": 0, "watermark_delay": None, "advances": ()}}
+    # one stream: no clocks, the plan's largest event time (µs); no watermark delay: no watermark
+    assert C.stream_times((), {"a": 60_000}, 200_000_999)["a"]["watermark"] == 140_000_000
+    assert C.stream_times((), {"a": None}, 5)["a"] == {"event_time": 0, "watermark": None, "watermark_delay": None,
+                                                        "advances": ()}

@@ -85,6 +85,7 @@ DATA = {
     "select_chain": (("in",), 1500, 30),
     "spark_window": (("in",), 1500, 30),
     "query_group": (("in",), 1500, 30),   # a pyspark_cq.QueryGroup of GROUP_QUERIES, one sink each (issue 40)
+    "query_group_streams": (("s", "t"), 800, 30),   # a QueryGroup over two streams (GROUP_STREAMS_QUERIES)
 }
 OPERATORS = list(DATA)
 #: Operators whose uninterrupted run gives exactly another's rows on the same inputs (only where the state is kept
@@ -95,7 +96,7 @@ assert all(DATA[op] == DATA[ref] for op, ref in SAME_ROWS.items())   # the same 
 JOINS = ("interval_join", "interval_join_changelog", "interval_join_files", "multi_join",
          "multi_join_files")   # per-input time columns ts_<input>
 STATEFUL = {"interval_join", "interval_join_changelog", "interval_join_files", "sliding_aggregate_windows", "sliding_aggregate_changes",
-            "multi_join", "multi_join_files", "spark_window", "query_group"}
+            "multi_join", "multi_join_files", "spark_window", "query_group", "query_group_streams"}
 #: The query group's queries over the stream ``s`` (the input ``in``): shared aggregations (one with HAVING, one
 #: ISTREAM) and one stateless query running alone.
 GROUP_QUERIES = {
@@ -105,6 +106,17 @@ GROUP_QUERIES = {
     "changes": "ISTREAM(SELECT k, MIN(v) AS lo FROM s [RANGE 10 SECONDS SLIDE 5 SECONDS] WHERE k < 10 GROUP BY k)",
     "big": "ISTREAM(SELECT k, v FROM s [RANGE 5 SECONDS] WHERE v > 900)",
 }
+#: The two-stream group's queries: shared aggregations over ``s`` (watermark delay DELAY) and over ``t`` (delay
+#: T_DELAY: each stream's windows close at its own watermark, recorded in the group's plan per micro-batch), two of
+#: them sharing one slice table, and a query running alone.
+GROUP_STREAMS_QUERIES = {
+    "s20": "RSTREAM(SELECT k, SUM(v) AS s, COUNT(*) AS n FROM s [RANGE 20 SECONDS SLIDE 5 SECONDS] GROUP BY k)",
+    "t10": "RSTREAM(SELECT k, MAX(v) AS m, COUNT(*) AS n FROM t [RANGE 10 SECONDS SLIDE 5 SECONDS] GROUP BY k)",
+    "t20": "RSTREAM(SELECT k, MAX(v) AS m, COUNT(*) AS n FROM t [RANGE 20 SECONDS SLIDE 5 SECONDS] GROUP BY k)",
+    "big": "ISTREAM(SELECT k, v FROM t [RANGE 5 SECONDS] WHERE v > 900)",
+}
+GROUPS = {"query_group": GROUP_QUERIES, "query_group_streams": GROUP_STREAMS_QUERIES}
+T_DELAY = "4 seconds"
 AGGS = {"v": ["sum", "max", "min", "avg"], "*": ["count"]}
 
 
@@ -238,32 +250,36 @@ def child(args) -> int:
 
 def _start_query(spark, operator: str, root: Path, control: str | None, checkpoint: str, sink: str):
     """Start ``operator``'s query on the inputs under ``root`` (``trigger(availableNow=True)``)."""
-    if operator == "query_group":
-        return _start_group(spark, root, checkpoint, sink)
+    if operator in GROUPS:
+        return _start_group(spark, operator, root, checkpoint, sink)
     out = build(spark, operator, root, control, checkpoint)
     return (out.writeStream.format("parquet").option("path", sink).outputMode("append")
             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
 
 
-def _start_group(spark, root: Path, checkpoint: str, sink: str):
-    """The ``query_group`` query: the group writes each query into ``<sink>/<name>`` (the group's Spark checkpoint
-    is ``<checkpoint>/spark``)."""
+def _start_group(spark, operator: str, root: Path, checkpoint: str, sink: str):
+    """The ``query_group`` (``query_group_streams``) query: the group writes each query into ``<sink>/<name>`` (the
+    group's Spark checkpoint is ``<checkpoint>/spark``)."""
     import pyspark_cq as cq
 
-    src = (spark.readStream.option("maxFilesPerTrigger", 1).schema(_schema("query_group", "in"))
-           .parquet(str(root / "input" / "in")).withWatermark("ts", DELAY))
-    g = cq.QueryGroup(spark, sources={"s": src}, checkpoint=checkpoint, shards=4)
-    for name, text in GROUP_QUERIES.items():
+    def src(name, delay):
+        return (spark.readStream.option("maxFilesPerTrigger", 1).schema(_schema(operator, name))
+                .parquet(str(root / "input" / name)).withWatermark("ts", delay))
+
+    sources = ({"s": src("in", DELAY)} if operator == "query_group" else
+               {"s": src("s", DELAY), "t": src("t", T_DELAY)})
+    g = cq.QueryGroup(spark, sources=sources, checkpoint=checkpoint, shards=4)
+    for name, text in GROUPS[operator].items():
         g.add(name, text, sink=os.path.join(sink, name))
     return g.start(trigger={"availableNow": True})
 
 
 def _dump(spark, operator: str, sink: str, dump: str) -> None:
     """Write the rows of ``operator``'s sink (read back as a batch DataFrame) to ``dump`` as JSON; for
-    ``query_group`` every query's rows, each led by the query's name."""
-    if operator == "query_group":
+    a query group every query's rows, each led by the query's name."""
+    if operator in GROUPS:
         rows, columns = [], {}
-        for name in GROUP_QUERIES:
+        for name in GROUPS[operator]:
             df = spark.read.parquet(os.path.join(sink, name))
             columns[name] = df.columns
             rows += [[name, *[_plain(v) for v in r]] for r in df.collect()]
@@ -364,7 +380,7 @@ def run_once(args, root: Path, tag: str, control: str | None = None) -> list:
 def _phases(operator: str) -> list[str]:
     """The phases a kill of ``operator``'s query may aim at."""
     phases = ["batch", "state", "sink", "between"] if operator in STATEFUL else ["batch", "sink", "between"]
-    if operator == "query_group":   # its sinks keep no log: no "sink" phase to aim at
+    if operator in GROUPS:   # its sinks keep no log: no "sink" phase to aim at
         phases.remove("sink")
     return phases
 

@@ -53,6 +53,7 @@ class _Member:
     conjuncts: list = field(default_factory=list)   # "shared": its WHERE as CQL conjuncts (for an Arrow filter)
     name_of: object = None             # "shared": a column node's name in its stream
     why_alone: str | None = None
+    source: str | None = None          # the group's name of the one stream it reads (None: several)
 
 
 class QueryGroup:
@@ -257,6 +258,27 @@ class QueryGroup:
         busy = [c for _, c in history if c.get(M.INPUT_ROWS) or c.get(M.OUTPUT_ROWS)]
         return busy[-1] if busy else history[-1][1]
 
+    def stream_times(self) -> dict:
+        """Each stream of the running group's shared stage with its times as Spark gives them to a query over the
+        stream alone (:func:`~.clock.stream_times`): ``event_time`` (µs), ``watermark`` (µs, the next
+        micro-batch's), ``watermark_delay`` (s, None until the watermark is above 0) and ``advances`` (s).
+
+        With several streams the group's Spark watermark is the group clock, not a stream's (docs/groups.md,
+        "Several streams"); these are what the runtime's snapshot and the console show for each query. Empty
+        before :meth:`start`.
+        """
+        from . import clock as C
+
+        plan = D.read_plan(self._dir) if self._query is not None else None
+        if plan is None:
+            return {}
+        return C.stream_times(plan.clocks, plan.catalogue.get("__delays__", {}), plan.max_time)
+
+    def member_stream(self, name: str) -> str | None:
+        """The stream query ``name`` reads (the group's name of it; None: several)."""
+        self._known(name)
+        return self._members[name].source
+
     def overview(self) -> dict:
         """The group at a glance (JSON-able): its plan, sharing and per-query rows, as the console and the demo
         show it (docs/groups.md, "At a glance").
@@ -276,6 +298,7 @@ class QueryGroup:
 
         queries = self.queries
         stats = D.read_stats(self._dir) if self._query is not None else {}   # read once (the console: every second)
+        times = self.stream_times()
         members, classes = {}, {}
         for name, q in queries.items():
             history = stats.get(name, {}).get("history", [])
@@ -283,7 +306,8 @@ class QueryGroup:
             members[name] = {**q, "start": None if q["start"] is None else q["start"].isoformat(),
                              "batches": stats.get(name, {}).get("batches", 0),
                              **{k: int(total.get(k, 0)) for k in (M.INPUT_ROWS, M.LATE_ROWS, M.MALFORMED_ROWS)},
-                             **{k: int(total[k]) if k in total else None for k in (M.STATE_ROWS, M.STATE_BYTES)}}
+                             **{k: int(total[k]) if k in total else None for k in (M.STATE_ROWS, M.STATE_BYTES)},
+                             **_times(times.get(self._members[name].source))}
             if q["slices"] is not None:
                 classes.setdefault(q["slices"], []).append(name)
         query = self._query
@@ -328,6 +352,7 @@ class QueryGroup:
         alone = [self._members[s.name] for s in alone]
         # several streams with shared queries: one slicer per stream, united into the one stateful stage
         streams = tuple(sorted(families)) if len(families) > 1 else None
+        # each stream's watermark delay (ms, None: none) in the plan: the runtime's per-stream times (.clock)
         branches, slicers, delays, catalogue = [], [], {}, {"__layout__": layout}
         specs = {}
         for fam in sorted(families):
@@ -360,6 +385,7 @@ class QueryGroup:
             projected = stage.select(time_col.alias(TIME), *[e.alias(n) for n, e in cols.items()])
             time_type = projected.schema[TIME].dataType
             delay = _delay(base, ms[0])
+            delays[fam] = delay
             sliced = projected.mapInArrow(GroupSlicer(self._dir, fam, time_type, delay, streams),
                                           sliced_schema(time_type, delay, streams is not None))
             if streams is None:
@@ -373,11 +399,11 @@ class QueryGroup:
                                  f"windows close at its own watermark; call .withWatermark({ms[0].time!r}, "
                                  f"'<delay>') on it")
             slicers.append(sliced)
-            delays[fam] = delay
         if streams is not None:
             branches.append(_stateful_stage(reduce(lambda a, b: a.union(b), slicers)).groupBy(SHARD)
                             .applyInPandasWithState(GroupShard(self._dir, streams, True, delays), OUTPUT_SCHEMA,
                                                     STATE_SCHEMA, "append", "EventTimeTimeout"))
+        catalogue["__delays__"] = dict(delays)
         for m in alone:
             branches.append(m.dataframe.mapInArrow(PackRows(m.spec.key, m.spec.arrow_schema), OUTPUT_SCHEMA))
         max_time = previous.max_time if previous is not None else None
@@ -476,7 +502,8 @@ class QueryGroup:
         spec = D.MemberSpec(key=key, name=name, text=text, kind="alone", sink=encode_sink(sink), arrow_schema=schema)
         why = _classify(name, compiled.analysis)
         if why is not None:
-            return _Member(spec, sink, dataframe=df, why_alone=why)
+            read = {k for k in self.sources for t in compiled.analysis.sources if k.lower() == t.name.lower()}
+            return _Member(spec, sink, dataframe=df, why_alone=why, source=next(iter(read)) if len(read) == 1 else None)
         self._counter += 1
         return _named(name, self._shared_member, spec, sink, compiled, lookup, df)
 
@@ -530,7 +557,7 @@ class QueryGroup:
         exprs = projection_exprs(time, config.keys, config.spec)
         conjuncts = ([w.where] if w.where is not None else []) + list(s.filters)
         return _Member(spec, sink, computed=computed, exprs=exprs, mask=mask, time=time, conjuncts=conjuncts,
-                       name_of=b.name)
+                       name_of=b.name, source=family)
 
     def _join_running(self, member: _Member) -> None:
         """ValueError unless ``member`` can join the running plan (its columns are computed already)."""
@@ -614,6 +641,17 @@ def _stateful_stage(union):
     timed = union.withWatermark(GROUP_CLOCK, "0 seconds")
     return timed.select(*[c for c in timed.columns if c != GROUP_CLOCK],
                         F.lit(None).cast("timestamp").alias(TAG, metadata={_validate.WATERMARK_KEY: 0}))
+
+
+def _times(t: dict | None) -> dict:
+    """A stream's times (:func:`~.clock.stream_times`) as ``overview()`` shows them: ISO text and seconds."""
+    def iso(us):
+        return None if us is None else (datetime(1970, 1, 1, tzinfo=timezone.utc)
+                                        + timedelta(microseconds=us)).isoformat()
+
+    t = t or {}
+    return {"event_time": iso(t.get("event_time")), "watermark": iso(t.get("watermark")),
+            "watermark_delay": t.get("watermark_delay")}
 
 
 def next_window(spec: D.MemberSpec, max_time: int | None) -> int | None:

@@ -15,7 +15,7 @@ stream's watermark and advances exactly when one of the streams' largest event t
 """
 from __future__ import annotations
 
-__all__ = ["CLOCK_BASE_MS", "KEEP", "to_ms", "latest", "record", "watermarks", "clock_ms"]
+__all__ = ["CLOCK_BASE_MS", "KEEP", "to_ms", "latest", "record", "watermarks", "clock_ms", "stream_times"]
 
 #: The group clock's base (3000-01-01 UTC, ms): above the event times of any stream, so the clock is Spark's
 #: query watermark under the ``max`` policy.
@@ -76,3 +76,45 @@ def clock_ms(clocks, batch_id: int | None, streams, stream: str, task_max_us: in
         own = to_ms(task_max_us)
         seen[stream] = max(seen.get(stream, own), own)
     return CLOCK_BASE_MS + sum(max(0, seen.get(s, 0)) for s in streams)
+
+
+def stream_times(clocks, delays: dict, max_time_us: int | None = None) -> dict:
+    """Each stream's times as the runtime's snapshot counts a query's (:class:`~pyspark_cq.policies.QueryInfo`),
+    from the clocks the group recorded: what Spark's progress gives a query over the stream alone.
+
+    Parameters
+    ----------
+    clocks : tuple
+        The plan's clocks (:func:`record`); empty for a group whose shared stage serves one stream.
+    delays : dict
+        Each stream's watermark delay (ms; None: the stream has no watermark).
+    max_time_us : int, optional
+        With one stream (no clocks): the largest event time (µs) the group has seen, the plan's ``max_time``.
+
+    Returns
+    -------
+    dict
+        By stream: ``event_time``, its largest event time (µs, ms-truncated as Spark's progress; None before
+        any); ``watermark``, its watermark in the next micro-batch (µs, :func:`watermarks`; None without a
+        delay); ``watermark_delay``, δ in seconds, the largest event time of the previous micro-batches minus
+        the micro-batch's watermark: the delay once the watermark is above 0, else None (the runtime measures it
+        for a query alone at its first micro-batch with rows after that); ``advances``, the growth (s) of its
+        largest event time at each recorded micro-batch in which it grew, oldest first (the last :data:`KEEP`
+        entries), from which the runtime smooths the event time one micro-batch advances (B).
+    """
+    if not clocks and max_time_us is not None and len(delays) == 1:
+        clocks = ((0, {next(iter(delays)): to_ms(max_time_us)}),)
+    seen = latest(clocks, None)
+    marks = watermarks(clocks, None, {s: d for s, d in delays.items() if d is not None})
+    out = {}
+    for s, d in delays.items():
+        steps, prev = [], None
+        for _, maxima in clocks:
+            t = maxima.get(s)
+            if t is not None and prev is not None and t > prev:
+                steps.append((t - prev) / 1e3)
+            prev = t if t is not None else prev
+        wm = marks.get(s)
+        out[s] = {"event_time": seen[s] * 1000 if s in seen else None, "watermark": wm,
+                  "watermark_delay": d / 1e3 if wm else None, "advances": tuple(steps)}
+    return out

@@ -604,7 +604,9 @@ class CQRuntime:
 
         Every query of the group is a query of the snapshot (:meth:`statistics`) with the group's query-level
         statistics (one Spark query: rate, batch duration, event time) and its own counters
-        (``group.query_metrics``) as operator ``"<name>_agg"``. Shared state is counted once: a slice class's
+        (``group.query_metrics``) as operator ``"<name>_agg"``; with several streams (whose Spark watermark is the
+        group clock's) its own stream's event time, watermark delay and event time per batch
+        (``group.stream_times()``). Shared state is counted once: a slice class's
         table is reported on one of its queries (its ``state_rows`` / ``state_bytes``), the others report 0.
         The group's windows are not decision variables: a member has no control-table entry, so a decision
         naming one is refused (recorded in the decisions log) and no member's table shrinks under another.
@@ -645,6 +647,10 @@ class CQRuntime:
         base = self._store.query_info(reg.name)
         out = {}
         started = reg.query is not None   # before its start a group has no metrics to read
+        # several streams: the group's Spark watermark and event time are the group clock's, so each member gets
+        # its own stream's, as the group recorded them (docs/groups.md, "The runtime")
+        times = reg.group.stream_times() if started else {}
+        several = len(times) > 1
         for name in reg.group.queries:
             last = (reg.group.query_metrics(name, "last") if started else None) or {}
             total = (reg.group.query_metrics(name, "total") if started else None) or {}
@@ -656,8 +662,16 @@ class CQRuntime:
                                   evicted_rows=int(last.get(M.EVICTED_ROWS, 0)),
                                   late_rows=int(last.get(M.LATE_ROWS, 0)),
                                   late_rows_total=int(totals.get(M.LATE_ROWS, 0)), report=dict(last), totals=totals)
+            own = {}
+            if several:
+                try:
+                    t = times.get(reg.group.member_stream(name)) or {}
+                except KeyError:     # removed meanwhile
+                    t = {}
+                own = {"event_time": t.get("event_time"), "watermark_delay": t.get("watermark_delay"),
+                       "batch_span": self._store.smoothed(t.get("advances", ()))}
             out[name] = _replace(base, name=name, operators={op: stats}, control={},
-                                 state_rows=stats.state_rows, state_bytes=stats.state_bytes)
+                                 state_rows=stats.state_rows, state_bytes=stats.state_bytes, **own)
         return out
 
     def _start_query(self, reg: _Registration) -> None:

@@ -367,6 +367,13 @@ class StatisticsStore:
             state = self._state(query)
             return state.event_time, state.advance.value
 
+    def smoothed(self, values) -> float | None:
+        """``values`` (oldest first) smoothed as the store smooths a query's statistics; None without any."""
+        est = _Smoothed(self.alpha)
+        for v in values:
+            est.add(v)
+        return _finite(est.value)
+
     def query_info(self, query: str, *, plan=None, qos=None, control=None) -> QueryInfo:
         """The :class:`~pyspark_cq.policies.QueryInfo` of ``query`` with the given plan, QoS and control values."""
         with self._lock:

@@ -148,7 +148,8 @@ function addSamples(samples) {
 // ---- query groups ------------------------------------------------------------------------------
 
 // One panel per registered group: its Spark query, its state (each shared slice table counted once), its slice
-// classes, and a row per member: status, mode, the query whose slices it shares, rows delivered, counters.
+// classes, and a row per member: status, mode, the query whose slices it shares, rows delivered, counters, and its
+// own stream's watermark and delay (with several streams the group's Spark watermark is the group clock's).
 function groupRows(g) {
   const n = (v) => (v == null ? "–" : Number(v).toLocaleString());
   return Object.entries(g.members || {}).map(([name, m]) => [
@@ -157,7 +158,9 @@ function groupRows(g) {
     n(m.rows), n(m.input_rows), n(m.late_rows), n(m.malformed_rows),
     m.state_rows === 0 && m.slices && m.slices !== name ? `in ${m.slices}'s` : n(m.state_rows),
     m.state_rows === 0 && m.slices && m.slices !== name ? "" : fmtBytes(m.state_bytes),
-    m.start ? fmtTime(m.start) : "group start"]);
+    m.start ? fmtTime(m.start) : "group start",
+    m.watermark ? `${m.watermark.slice(0, 19).replace("T", " ")} UTC` : "–",
+    m.watermark_delay == null ? "–" : fmtDuration(m.watermark_delay * 1e6)]);
 }
 
 function renderGroups(groups) {
@@ -175,7 +178,7 @@ function renderGroups(groups) {
     const table = el("table", { id: `group-table-${g.name}` });
     const head = el("tr");
     for (const h of ["query", "status", "mode", "slices of", "rows delivered", "input rows", "late", "malformed",
-      "state rows", "state bytes", "start"]) head.append(el("th", {}, h));
+      "state rows", "state bytes", "start", "stream watermark", "delay"]) head.append(el("th", {}, h));
     const thead = el("thead");
     thead.append(head);
     const body = el("tbody");

@@ -637,7 +637,8 @@ def join_types(a: Analysis) -> str | None:
 
 def join_aggregate_join(a: Analysis) -> str:
     """What joins the inputs of an aggregate over a join: Spark's interval join (two streams) or its left-deep chain
-    of interval joins (three to six; ``explain`` names the number of joins)."""
+    of interval joins (three to six; ``explain`` names the number of joins).
+    """
     if len(a.sources) == 2:
         return JOIN_AGGREGATE_JOIN
     return f"{JOIN_AGGREGATE_CHAIN}, {len(a.sources) - 1} joins"

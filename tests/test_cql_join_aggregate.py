@@ -45,6 +45,8 @@ def test_three_way_plan_and_explain_show_the_chain_and_the_aggregate():
     assert "operator   q_join: chain of stream-stream interval joins (Spark), 2 joins" in text
     assert "operator   q_agg: sliding_aggregate (tumbling, one window per slide instant)" in text
     assert "join       q_join: how=[inner, inner] (A first, then B, C); output_mode=append; then the aggregate" in text
+    for stream in ("ISTREAM", "DSTREAM"):   # the change stream of the same aggregate (the same compilation)
+        assert analyze(THREE.replace("RSTREAM", stream), "q", COLS).shape == "join_aggregate"
 
 
 def test_multi_reference_of_two_streams_is_the_two_way_reference():

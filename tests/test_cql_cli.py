@@ -19,6 +19,15 @@ def test_explain_examples(name, capsys):
     assert "plan" in out and "operator" in out and "cost" in out
 
 
+def test_explain_aggregate_over_a_three_way_join(capsys):
+    # issue 42: Spark's chain of two joins, then the aggregate, in one query
+    assert main(["explain", os.path.join(EXAMPLES, "join3_aggregate.cql")]) == 0
+    out = capsys.readouterr().out
+    assert "shape      join_aggregate" in out and "((ω[30 s](A) ⋈ ω[20 s](B)) ⋈ ω[30 s](C))" in out
+    assert "operator   q_join: chain of stream-stream interval joins (Spark), 2 joins" in out
+    assert "how=[inner, inner] (A first, then B, C)" in out and "then the aggregate, in the same query" in out
+
+
 def test_explain_rows_aggregate(tmp_path, capsys):
     # issue 41: explain crashed with KeyError: 'rows_aggregate' (the kind was missing from the registry)
     q = tmp_path / "rows.cql"

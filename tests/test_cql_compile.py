@@ -383,6 +383,46 @@ def test_multi_way_left_join_is_multi_join_with_how(spark):
 
 
 @pytest.mark.spark
+@pytest.mark.slow
+def test_streaming_multi_way_left_join_equals_spark_chain_and_the_reference(spark, tmp_path):
+    """issue 42: the three-way ``LEFT JOIN`` (``multi_join(how=["left", "left"])`` with the windows' pairwise bounds)
+    in a stream: five micro-batches of test_multi_join_outer.py's generator (skewed and null keys, duplicates, three
+    rows of A far behind the watermark in the fourth, a flush an hour later), against Spark's chain of left outer
+    stream-stream joins with the same bounds (``cq_at`` included) and the plain-Python chain."""
+    from fractions import Fraction
+
+    from helpers.streaming import assert_same_multiset, run_memory
+    from pyspark.sql import functions as F
+    from test_multi_join_outer import _reference, _sources, _write_stream
+
+    root = str(tmp_path / "in")
+    tables = _write_stream(root, 3, seed=57)
+    w = [10, 10, 5]   # seconds: A [RANGE 10 SECONDS], B [RANGE 10 SECONDS], C [RANGE 5 SECONDS]
+    cols = [c for i in range(3) for c in (f"k{i}", f"t{i}", f"v{i}")]
+    text = ("ISTREAM(SELECT " + ", ".join(f"{'ABC'[int(c[1])]}.{c}" for c in cols) + " FROM A [RANGE 10 SECONDS] "
+            "LEFT JOIN B [RANGE 10 SECONDS] ON A.k0 = B.k1 LEFT OUTER JOIN C [RANGE 5 SECONDS] ON C.k2 = A.k0)")
+    ours = cq.cql(spark, text, dict(zip("ABC", _sources(spark, root, 3))))
+    # the windows' validities [t_i, t_i + w_i) intersect: t_j - t_i BETWEEN -(w_j - 1 µs) AND w_i - 1 µs
+    bounds = [(i, j, Fraction(-w[j] * 10**6 + 1, 10**6), Fraction(w[i] * 10**6 - 1, 10**6))
+              for i in range(3) for j in range(i + 1, 3)]
+    a, b, c = _sources(spark, root, 3)
+
+    def band(i, j):
+        lo, up = (int(x * 10**6) for x in bounds[[(p, q) for p, q, _, _ in bounds].index((i, j))][2:])
+        return (f"t{j} BETWEEN t{i} + INTERVAL {lo} MICROSECONDS AND t{i} + INTERVAL {up} MICROSECONDS")
+
+    ab = a.join(b, F.expr(f"k0 = k1 AND {band(0, 1)}"), "left_outer")
+    ab = ab.select(*[F.col(x).alias(x, metadata={}) if x == "t1" else F.col(x) for x in ab.columns])  # t0 evicts
+    chain = ab.join(c, F.expr(f"k0 = k2 AND {band(0, 2)} AND {band(1, 2)}"), "left_outer")
+    chain = chain.select(*cols, F.greatest("t0", "t1", "t2").alias("cq_at"))
+    run_memory((ours, "cql_left3", str(tmp_path / "ck_o")), (chain, "spark_left3", str(tmp_path / "ck_s")))
+    n = assert_same_multiset(spark.table("cql_left3"), spark.table("spark_left3"), "CQL LEFT JOIN vs Spark's chain")
+    got = sorted((tuple(r) for r in spark.table("cql_left3").select(*cols).collect()), key=repr)
+    assert got == _reference(tables, ("left", "left"), bounds, streaming=True)
+    assert n > 50 and any(r[4] is None for r in got) and any(r[4] is not None and r[7] is None for r in got)
+
+
+@pytest.mark.spark
 def test_rtstream_example_and_sample_and_stateless(spark):
     """RTStream §2.2's query (AVG truck speed over the last minute per period, joined with the relation Lanes),
     SAMPLE, and ISTREAM / DSTREAM of a RANGE window without state."""

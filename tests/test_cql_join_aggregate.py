@@ -31,6 +31,36 @@ def test_plan_and_explain_show_the_join_and_the_aggregate():
     assert "operator   q_agg: sliding_aggregate" in text
 
 
+THREE = ("RSTREAM(SELECT A.k, COUNT(*) AS n, AVG(C.x) AS x FROM A [RANGE 30 SECONDS SLIDE 10 SECONDS], "
+         "B [RANGE 20 SECONDS SLIDE 10 SECONDS], C [RANGE 30 SECONDS SLIDE 10 SECONDS] "
+         "WHERE A.k = B.k AND B.k = C.k AND A.v < C.x + 5 GROUP BY A.k)")
+
+
+def test_three_way_plan_and_explain_show_the_chain_and_the_aggregate():
+    """issue 42: an aggregate over a join of three streams is Spark's chain of joins, then the aggregate."""
+    a = analyze(THREE, "q", COLS)
+    assert a.shape == "join_aggregate" and a.operator == "q_agg" and len(a.keys) == 2
+    text = explain(THREE, COLS)
+    assert "plan       π(γ[100](Γ[10 s](σ[0.5](((ω[30 s](A) ⋈ ω[20 s](B)) ⋈ ω[30 s](C))))))" in text
+    assert "operator   q_join: chain of stream-stream interval joins (Spark), 2 joins" in text
+    assert "operator   q_agg: sliding_aggregate (tumbling, one window per slide instant)" in text
+    assert "join       q_join: how=[inner, inner] (A first, then B, C); output_mode=append; then the aggregate" in text
+    for stream in ("ISTREAM", "DSTREAM"):   # the change stream of the same aggregate (the same compilation)
+        assert analyze(THREE.replace("RSTREAM", stream), "q", COLS).shape == "join_aggregate"
+
+
+def test_multi_reference_of_two_streams_is_the_two_way_reference():
+    """The n-way enumeration (helpers/join_aggregate_reference.py) agrees with the two-way one it generalises."""
+    from helpers.join_aggregate_reference import multi_join_aggregate_reference
+
+    rnd = random.Random(2)
+    left = [{"t": rnd.randrange(0, 60 * 10**6), "k": rnd.randrange(3), "v": rnd.randrange(10)} for _ in range(25)]
+    right = [{"t": rnd.randrange(0, 60 * 10**6), "k": rnd.randrange(3), "w": rnd.randrange(10)} for _ in range(25)]
+    want = join_aggregate_reference(left, right, "k", 30 * 10**6, 20 * 10**6, 10 * 10**6)
+    got = multi_join_aggregate_reference([left, right], "k", [30 * 10**6, 20 * 10**6], 10 * 10**6, (1, "w"))
+    assert got == want and len(got) > 5
+
+
 ERRORS = [
     ("RSTREAM(SELECT A.k, COUNT(*) AS n, AVG(B.w) AS w FROM A [RANGE 30 SECONDS], B [RANGE 30 SECONDS] "
      "WHERE A.k = B.k GROUP BY A.k)", "line 1:57:", "without SLIDE on A", "A [RANGE 30 SECONDS SLIDE 1 SECOND]"),
@@ -45,7 +75,10 @@ ERRORS = [
      "SECONDS])", "line 1:9:", "without an equality predicate", "A.k = B.k"),
     (f"RSTREAM(SELECT A.k, COUNT(*) AS n FROM {J} AND B.k = C.k GROUP BY A.k)".replace(
         "B [RANGE 30 SECONDS SLIDE 10 SECONDS]", "B [RANGE 30 SECONDS SLIDE 10 SECONDS], C [RANGE 30 SECONDS SLIDE "
-        "10 SECONDS]"), "line 1:9:", "three or more streams", "subquery"),
+        "5 SECONDS]"), "line 1:120:", "different SLIDEs", "every input the same SLIDE"),
+    (f"RSTREAM(SELECT A.k, COUNT(*) AS n FROM {J} AND B.w = C.x GROUP BY A.k)".replace(
+        "B [RANGE 30 SECONDS SLIDE 10 SECONDS]", "B [RANGE 30 SECONDS SLIDE 10 SECONDS], C [RANGE 20 SECONDS SLIDE "
+        "10 SECONDS]"), "line 1:9:", "three or more streams", "one key equal in every input"),
     (f"RSTREAM(SELECT A.k, COUNT(*) AS n FROM {J} GROUP BY A.k) WITH (WINDOW BETWEEN 1 SECOND AND 30 SECONDS)",
      "line 1:", "WINDOW QoS range", "not adjustable"),
 ]
@@ -242,3 +275,50 @@ def test_streaming_join_subquery_windowed_equals_reference(spark, tmp_path):
     assert got == want and len(got) > 10
     assert len(rows) == len({(r["k"], r["cq_at"]) for r in rows})
     assert sum(op.numRowsDroppedByWatermark for p in q.recentProgress for op in p.stateOperators) >= 1
+
+
+# --- issue 42: an aggregate over a join of three streams, streaming ------------------------------------------
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_streaming_three_way_join_aggregate_with_late_rows_equals_reference(spark, tmp_path):
+    """``THREE`` (Spark's chain of two stream-stream joins, the slide instants, ``sliding_aggregate``, one query) over
+    three data micro-batches of 40 s of event time and two flush batches of key 99, against the n-way enumeration.
+    The third batch brings late rows (the watermark for late rows is 30 s then): A's and B's at 0–20 s, dropped by
+    the first join; C's far behind (−60 to −40 s), dropped by the second join; and C's at 5–20 s, behind the input
+    watermark but not behind the one Spark propagates to the second join (30 s less the first join's band), which
+    are joined and counted at their instants (docs/cql.md, "Aggregates over joins of three or more streams")."""
+    from helpers.join_aggregate_reference import multi_join_aggregate_reference
+    from helpers.streaming import run_memory
+
+    rnd = random.Random(17)
+    extra = {"A": "v", "B": "w", "C": "x"}
+    batches = {side: [_side(rnd, col, 40 * i, 40 * i + 40, 12) for i in range(3)] for side, col in extra.items()}
+    late = {side: _side(rnd, col, 0, 20, 3) for side, col in extra.items()}
+    joined_late = _side(rnd, "x", 5, 20, 3)   # C: late for the input watermark only
+    late["C"] = _side(rnd, "x", -60, -40, 3)
+    for side, col in extra.items():
+        batches[side][2] += late[side] + (joined_late if side == "C" else [])
+        batches[side] += [_side(rnd, col, 400, 401, 2, keys=[99]), _side(rnd, col, 800, 801, 2, keys=[99])]
+    root = tmp_path / "in"
+    for side in extra:
+        os.makedirs(root / side)
+        for i, rows in enumerate(batches[side]):
+            write_in_order(pa.Table.from_pylist(rows), root / side / f"b{i}.parquet", i)
+
+    def read(side):
+        return (spark.readStream.schema(f"ts timestamp, k long, {extra[side]} long").option("maxFilesPerTrigger", 1)
+                .parquet(str(root / side)).withWatermark("ts", "10 seconds"))
+
+    (q,) = run_memory((cq.cql(spark, THREE, {s: read(s) for s in extra}), "cql_three", str(tmp_path / "ck")))
+    rows = spark.table("cql_three").collect()
+    got = {(r["k"], _us(r["cq_at"])): (r["n"], round(r["x"], 9)) for r in rows if r["k"] != 99}
+    accepted = [[dict(r, t=_us(r["ts"])) for b in batches[side][:3] for r in b if r not in late[side]]
+                for side in extra]
+    ref = multi_join_aggregate_reference(accepted, "k", [30 * 10**6, 20 * 10**6, 30 * 10**6], 10 * 10**6, (2, "x"),
+                                         where=lambda a, b, c: a["v"] < c["x"] + 5)
+    assert got == {k: (n, round(x, 9)) for k, (n, x) in ref.items()} and len(got) > 10
+    assert len(rows) == len({(r["k"], r["cq_at"]) for r in rows})   # each (group, instant) once
+    # the late rows are counted by the joins that drop them, not lost silently
+    assert sum(op.numRowsDroppedByWatermark for p in q.recentProgress for op in p.stateOperators) == 9

@@ -11,8 +11,10 @@ import shutil
 import numpy as np
 import pytest
 from helpers import join_data as jd
+from helpers.outer_join_reference import chain_join
 from helpers.streaming import run_memory
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from test_multi_join import _batch_dfs, _cols, _rows, _table
 from test_multi_join_outer import _ours, _reference, _run, _sources, _spark_chain, _write_stream
 
@@ -45,6 +47,96 @@ def test_retention_covers_the_reach_of_tuples_with_nulls():
     # c bound to a as well, loosely: (a, null, c) meets only that bound, whose reach (a: 60 s) is the larger
     r = retention(3, [(0, 1, 0, 10 * s), (1, 2, 0, 5 * s), (0, 2, -60 * s, 60 * s)], ("first", "left", "left"))
     assert r[0] == 60 * s + 60 * s + 2000
+
+
+# --- load shedding and the kept fraction with nested left inputs (pure: the worker against the Python chain) ----
+
+S_US = 1_000_000
+
+
+def _shedding_worker(hows, bounds):
+    """The 3-input worker of test_multi_join_constraints.py (``k``, ``v`` = the row's id) with ``how`` and the kept
+    column (``params["kept_column"]``) configured as the driver would."""
+    import dataclasses
+
+    from test_multi_join_constraints import _config
+
+    from pyspark_cq.operators._common import metrics as _metrics
+    from pyspark_cq.operators.multi_join.worker import MultiJoinWorker
+
+    config = _config((), bounds=bounds)
+    hows = ("first",) + tuple(hows)
+    schema = _metrics.arrow_schema(T.StructType([T.StructField(f"{c}{i}", T.LongType()) for i in range(3)
+                                                 for c in "kv"] + [T.StructField("kept", T.DoubleType())]))
+    config = dataclasses.replace(config, hows=hows, retain=retention(3, bounds, hows), kept=True, out_arrow=schema,
+                                 orders=nested_orders(config.orders, hows))
+    return MultiJoinWorker(config)
+
+
+def _shed_rows(worker, batches, ratios):
+    """Per input the ids of the rows load shedding drops: the documented rule (a hash of input, time and the row's
+    values, docs/multi_join.md) applied to each batch's rows with that batch's ratio."""
+    from test_multi_join_constraints import _frame
+
+    from pyspark_cq.operators._common.shed import shed_mask
+
+    shed = set()
+    for (rows, _), ratio in zip(batches, ratios):
+        for i in range(3):
+            if rows[i]:
+                table, _, micros, _ = worker._input(_frame(worker.config, i, rows[i]), i, True)
+                shed |= {(i, v) for v, d in zip(table.column(1).to_pylist(), shed_mask(table, micros, i, 0, ratio))
+                         if d}
+    return shed
+
+
+@pytest.mark.parametrize("hows,bounds", [
+    (("left", "left"), ((0, 1, 0, 20 * S_US), (0, 2, 0, 30 * S_US))),
+    (("left", "left"), ((0, 1, 0, 20 * S_US), (1, 2, -5 * S_US, 15 * S_US))),
+    (("left", "inner"), ((0, 1, 0, 20 * S_US), (0, 2, 0, 30 * S_US)))], ids=["to-first", "chained", "left-inner"])
+def test_shedding_with_nested_left_inputs_is_the_chain_of_the_kept_rows(hows, bounds):
+    """``drop_ratio`` (changed every micro-batch) with nested left inputs: a shed row is as if it never arrived —
+    the output is the chain of the rows kept (a tuple whose partner was shed is null-padded instead), each row once —
+    and ``kept_column`` is the product of ε = 1 − drop_ratio of the batches that brought the rows present (a null
+    contributes no factor). Against the plain-Python chain (helpers/outer_join_reference.py)."""
+    from test_join_resident import _unpacked
+    from test_multi_join_constraints import _frame, _State, orders_stream
+
+    from pyspark_cq.operators._common import metrics as _metrics
+
+    batches = orders_stream(seed=5)
+    batches.append(([[], [], []], 10**12))   # a last watermark past every band: the waiting tuples come out
+    ratios = [0.0, 0.5, 0.25, 0.5, 0.0, 0.3, 0.5, 0.0, 0.0]
+    worker = _shedding_worker(hows, bounds)
+    value, got, shed_counted = None, [], 0
+    for b, (rows, wm) in enumerate(batches):
+        worker._entry = lambda b=b: {"drop_ratio": ratios[b], "params": {"kept_column": "kept"}}
+        frames = [_frame(worker.config, i, rows[i]) for i in range(3) if rows[i]]
+        state = _State(value, wm)
+        (packed,) = worker.streaming((0,), iter(frames), state)
+        value = state.get if state.exists else None
+        got += [tuple(None if v is None else v.item() if hasattr(v, "item") else v
+                      for v in (r.values() if isinstance(r, dict) else r)) for r in _unpacked(packed)]
+        shed_counted += int(packed[_metrics.PREFIX + "shed_rows"].iloc[0])
+    shed = _shed_rows(worker, batches, ratios)
+    assert shed_counted == len(shed) > 20
+    batch_of = {(i, rid): b for b, (rows, _) in enumerate(batches) for i in range(3) for _, _, rid in rows[i]}
+    inputs = [[{"k": k, "t": t, "row": (rid,)} for rows, _ in batches for k, t, rid in rows[i] if (i, rid) not in shed]
+              for i in range(3)]
+    want = chain_join(inputs, list(hows), list(bounds), widths=[1, 1, 1])
+    ids = sorted(((r[1], r[3], r[5]) for r in got), key=repr)
+    assert ids == want
+    assert any(r[1] is None for r in want) and any(r[1] is not None and r[2] is None for r in want) or \
+        hows[1] == "inner"
+    for r in got:
+        present = [(i, r[2 * i + 1]) for i in range(3) if r[2 * i + 1] is not None]
+        assert r[-1] == pytest.approx(np.prod([1 - ratios[batch_of[p]] for p in present]))
+    assert {r[-1] for r in got} > {1.0}
+    # the same rows unshed: shedding only removes rows, so every result without a shed row is a result of both
+    full = chain_join([[{"k": k, "t": t, "row": (rid,)} for rows, _ in batches for k, t, rid in rows[i]]
+                       for i in range(3)], list(hows), list(bounds), widths=[1, 1, 1])
+    assert {t for t in full if None not in t} >= {t for t in want if None not in t} and len(want) < len(full)
+    assert {t for t in want if None in t} - set(full)   # padded because the partner that matched was shed
 
 
 @pytest.mark.spark

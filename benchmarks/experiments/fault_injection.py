@@ -182,6 +182,7 @@ def build(spark, operator: str, root: Path, control: str | None, checkpoint: str
         return df.withWatermark(time_col, DELAY)
 
     if operator.startswith("interval_join"):
+        # interval_join: the default ("auto": files under the warehouse and the query's id)
         persistence = {"interval_join_changelog": "changelog", "interval_join_files": "files"}.get(operator)
         # files: one state directory per run, kept with (beside) the run's checkpoint
         state_dir = str(checkpoint) + "_state" if persistence == "files" else None
@@ -231,7 +232,9 @@ def child(args) -> int:
     spark = cq.spark(MASTER, "fault-injection", shuffle_partitions=2,
                      conf={"spark.sql.streaming.metricsEnabled": "false", "spark.sql.adaptive.enabled": "false",
                            "spark.sql.streaming.stateStore.maintenanceInterval": "10s",
-                           "spark.ui.enabled": "false"})
+                           "spark.ui.enabled": "false",
+                           # the joins' default state files (state_persistence="auto") kept with the run
+                           "spark.sql.warehouse.dir": str(root / "warehouse")})
     spark.sparkContext.setLogLevel("ERROR")
     if args.together:   # every operator its own query, under <root>/<operator>; --sink etc. are names there
         runs = {op: (root / op, str(root / op / args.sink), str(root / op / args.checkpoint),

@@ -32,6 +32,9 @@ DEFAULT_GROUPS = 100
 #: What joins the inputs of an aggregate over a join: Spark's stream-stream join with the time band of the two
 #: windows (pyspark-cq's window_join is a second applyInPandasWithState, which Spark refuses in one query).
 JOIN_AGGREGATE_JOIN = "stream-stream interval join (Spark)"
+#: The same for three to six streams: Spark's left-deep chain of inner stream-stream joins, each with the band of
+#: the joined window to every earlier one (multi_join is an applyInPandasWithState too).
+JOIN_AGGREGATE_CHAIN = "chain of stream-stream interval joins (Spark)"
 _AGG_NAMES = {"COUNT": "count", "SUM": "sum", "AVG": "avg", "MIN": "min", "MAX": "max"}
 
 
@@ -66,7 +69,7 @@ class Analysis:
 
     ``shape`` is ``"stream"`` (one stream, no state: NOW, RANGE or UNBOUNDED windows), ``"rows"``
     (a tuple-based window), ``"aggregate"`` (a windowed GROUP BY), ``"join"`` (two windowed streams),
-    ``"multi_join"`` (three to six) or ``"join_aggregate"`` (a GROUP BY over a join of two slid windows).
+    ``"multi_join"`` (three to six) or ``"join_aggregate"`` (a GROUP BY over a join of two to six slid windows).
     """
 
     statement: A.Statement
@@ -502,7 +505,7 @@ def _check_keys(a: Analysis) -> None:
     if not a.keys:
         raise CQLCompileError("a join without an equality predicate", "a Cartesian product of streams is not "
                               "supported; join on equal columns (WHERE A.k = B.k)", a.select)
-    if a.shape in ("join", "join_aggregate"):
+    if a.shape == "join" or a.shape == "join_aggregate" and len(refs) == 2:
         return
     # multi_join: one key shared by all inputs (connected through the equalities); others are residual.
     parent = {}
@@ -519,7 +522,8 @@ def _check_keys(a: Analysis) -> None:
         classes.setdefault(find((r, c.name)), set()).add((r, c.name))
     full = [m for m in classes.values() if {r for r, _ in m} == set(refs) and len(m) == len(refs)]
     if not full:
-        raise CQLCompileError("a join of three or more streams", "multi_join needs one key equal in every input "
+        what = "an aggregate over a join" if a.shape == "join_aggregate" else "multi_join"
+        raise CQLCompileError("a join of three or more streams", f"{what} needs one key equal in every input "
                               "(e.g. A.k = B.k AND B.k = C.k)", a.select)
     keep = full[0]
     extra = [k for k in a.keys if (k[0][0], k[0][1].name) not in keep or (k[1][0], k[1][1].name) not in keep]
@@ -631,20 +635,28 @@ def join_types(a: Analysis) -> str | None:
             f"{then}")
 
 
+def join_aggregate_join(a: Analysis) -> str:
+    """What joins the inputs of an aggregate over a join: Spark's interval join (two streams) or its left-deep chain
+    of interval joins (three to six; ``explain`` names the number of joins).
+    """
+    if len(a.sources) == 2:
+        return JOIN_AGGREGATE_JOIN
+    return f"{JOIN_AGGREGATE_CHAIN}, {len(a.sources) - 1} joins"
+
+
 def join_operator(a: Analysis) -> str | None:
     """The id of the join feeding the aggregate of a ``join_aggregate`` query (its metrics), else None."""
     return f"{a.name}_join" if a.shape == "join_aggregate" else None
 
 
 def _check_join_aggregate(statement: A.Statement, sources: list) -> None:
-    """Check an aggregate over a join (docs/cql.md, "Aggregates over joins"): two streams, each with a window
-    ``[RANGE w SLIDE s]`` of one slide ``s``, evaluated on one grid (``w mod s`` equal), and RSTREAM.
+    """Check an aggregate over a join (docs/cql.md, "Aggregates over joins"): two to six streams, each with a window
+    ``[RANGE w SLIDE s]`` of one slide ``s``, evaluated on one grid (``w mod s`` equal), and R/I/DSTREAM.
     """
     q = statement.query
-    if len(sources) != 2:
-        raise CQLCompileError("an aggregate over a join of three or more streams", "not supported yet: an "
-                              "aggregate is compiled over a two-way join; join the others in a subquery stream or "
-                              "run the join as its own query", q)
+    if len(sources) > 6:
+        raise CQLCompileError("an aggregate over a join of more than six streams", "an aggregate is compiled over "
+                              "a join of 2 to 6 windowed streams; join the others in a subquery stream", q)
     for s in sources:
         w = s.window
         if w is None or w.kind != "range":
@@ -659,14 +671,15 @@ def _check_join_aggregate(statement: A.Statement, sources: list) -> None:
         if w.where is not None:
             raise CQLCompileError("WHERE inside a RANGE window", "put the predicate in the query's WHERE (a "
                                   "time-based window commutes with it)", w.where)
-    a, b = (s.window for s in sources)
-    if a.slide.micros != b.slide.micros:
-        raise CQLCompileError("an aggregate over a join of different SLIDEs", "the joined relation is evaluated "
-                              "at the instants both windows slide to: give both inputs the same SLIDE", b)
-    if a.size.micros % a.slide.micros != b.size.micros % b.slide.micros:
-        raise CQLCompileError("an aggregate over a join whose windows end on different grids", "windows "
-                              "[k·s, k·s + w) of both inputs must end at the same instants: choose RANGEs that "
-                              "differ by a multiple of the SLIDE (e.g. both multiples of it)", b)
+    a = sources[0].window
+    for b in (s.window for s in sources[1:]):   # each against the first: the error points at the window differing
+        if a.slide.micros != b.slide.micros:
+            raise CQLCompileError("an aggregate over a join of different SLIDEs", "the joined relation is evaluated "
+                                  "at the instants all windows slide to: give every input the same SLIDE", b)
+        if a.size.micros % a.slide.micros != b.size.micros % b.slide.micros:
+            raise CQLCompileError("an aggregate over a join whose windows end on different grids", "windows "
+                                  "[k·s, k·s + w) of every input must end at the same instants: choose RANGEs that "
+                                  "differ by a multiple of the SLIDE (e.g. all multiples of it)", b)
     if statement.stream is None:
         raise CQLCompileError("an aggregate over a join without RSTREAM, ISTREAM or DSTREAM", "its relation changes "
                               "at every slide instant (not monotone); wrap it in RSTREAM(…) (the value at every "
@@ -704,7 +717,10 @@ def _plan(a: Analysis) -> P.Node:
             node = P.Join(node, leaf, selectivity=DEFAULT_JOIN_SELECTIVITY,
                           label=op if i == len(leaves) - 1 else None)
     elif a.shape == "join_aggregate":   # ⋈ → σ(residual) → Γ(slide) → γ: the aggregate at every slide instant
-        node = P.Join(leaves[0], leaves[1], selectivity=DEFAULT_JOIN_SELECTIVITY, label=join_operator(a))
+        node = leaves[0]
+        for i, leaf in enumerate(leaves[1:], 1):   # a left-deep chain (Spark's joins); the label on the last
+            node = P.Join(node, leaf, selectivity=DEFAULT_JOIN_SELECTIVITY,
+                          label=join_operator(a) if i == len(leaves) - 1 else None)
         if a.residual:
             node = P.Select(node, DEFAULT_SELECTIVITY ** len(a.residual),
                             predicate=" AND ".join(to_text(p) for p in a.residual))
@@ -908,7 +924,7 @@ def _explain(a: Analysis, operators, distance: float = 1000.0) -> str:
         for op, fn, args in operators:
             lines.append(f"operator   {op or '-'}: {fn} {args}")
     elif a.shape == "join_aggregate":
-        lines.append(f"operator   {join_operator(a)}: {JOIN_AGGREGATE_JOIN}")
+        lines.append(f"operator   {join_operator(a)}: {join_aggregate_join(a)}")
         lines.append(f"operator   {a.operator}: {for_shape(a.shape).kind} (tumbling, one window per slide "
                      "instant)")
     elif a.shape == "join" and a.outer:   # an outer two-way join: the interval join with the windows' band

@@ -29,6 +29,7 @@ from .analysis import (
     _rewrite,
     _unqualified,
     analyze,
+    join_aggregate_join,
     join_operator,
 )
 from .errors import CQLCompileError
@@ -143,8 +144,13 @@ def _watermark_delay(ldf, lt: str, rdf, rt: str, node):
     streaming, else the larger of the inputs' delays (Spark computes the watermark itself; the tag marks the
     column as event time).
     """
+    return _watermark_delays([(ldf, lt), (rdf, rt)], node)
+
+
+def _watermark_delays(inputs, node):
+    """:func:`_watermark_delay` of any number of ``(df, time column)`` inputs."""
     delays = []
-    for df, t in ((ldf, lt), (rdf, rt)):
+    for df, t in inputs:
         if df.isStreaming:
             md = df.schema[t].metadata or {}
             if "spark.watermarkDelayMs" not in md:
@@ -623,27 +629,67 @@ class _Builder:
             "windows": [_human.duration(wl), _human.duration(wr)]}))
         return joined, keymap, (lt, rt), delay
 
+    def _spark_chain_join(self):
+        """Spark's left-deep chain of inner stream-stream joins of three to six windowed inputs, in FROM order: join
+        j on the shared key and, for every earlier input i, the band of the two windows (validities ``[t_i, t_i +
+        w_i)`` and ``[t_j, t_j + w_j)`` intersect; pairwise is all together, for intervals). The joined DataFrame
+        (columns ``<ref>__<col>``), the time columns and the watermark delay (ms). Spark's chain takes one
+        event-time column per stream (it evicts each join's left state through it), so the later inputs' time
+        columns lose their watermark tag once joined: every join's band includes one to the first input, whose
+        time keeps it.
+        """
+        from pyspark.sql import functions as F
+
+        a = self.a
+        key_cols = {}
+        for (r1, c1), (r2, c2) in a.keys:
+            key_cols[r1] = self.res.column_name(r1, c1)
+            key_cols[r2] = self.res.column_name(r2, c2)
+        inputs = [self._prefixed(s, {}) for s in a.sources]
+        times = [t for _, t in inputs]
+        on = [f"{s.ref}__{key_cols[s.ref]}" for s in a.sources]
+        delay = _watermark_delays(inputs, a.statement)
+        ws = [s.window.size.micros for s in a.sources]
+        joined = inputs[0][0]
+        for j in range(1, len(inputs)):
+            tj = F.col(f"`{times[j]}`")
+            cond = F.col(f"`{on[0]}`") == F.col(f"`{on[j]}`")
+            for i in range(j):
+                ti = F.col(f"`{times[i]}`")
+                cond = cond & (tj > ti - _micros(ws[j])) & (tj < ti + _micros(ws[i]))
+            joined = joined.join(inputs[j][0], cond, "inner")
+            if joined.isStreaming:   # one event-time column per stream: the first input's keeps its watermark
+                joined = joined.select(*[F.col(f"`{c}`").alias(c, metadata={}) if c in times[1:] else F.col(f"`{c}`")
+                                         for c in joined.columns])
+        self.operators.append((join_operator(a), join_aggregate_join(a), {
+            "on": on, "windows": [_human.duration(w) for w in ws]}))
+        return joined, times, delay
+
     def _join_aggregate(self):
-        """RSTREAM, ISTREAM or DSTREAM of an aggregate over a two-way join (docs/cql.md, "Aggregates over joins"):
-        Spark's stream-stream join with the windows' time band, each pair copied to the slide instants ``e`` at
-        which it is in the joined relation (``max(ta, tb) < e <= min(ta + wa, tb + wb)``), then a tumbling
-        ``sliding_aggregate`` of width ``s`` whose window ``[e - s, e)`` holds exactly the pairs of instant ``e``.
+        """RSTREAM, ISTREAM or DSTREAM of an aggregate over a join of two to six streams (docs/cql.md, "Aggregates
+        over joins"): Spark's stream-stream join (its chain of joins for three or more) with the windows' time bands,
+        each joined tuple copied to the slide instants ``e`` at which it is in the joined relation (``max(t_i) < e
+        <= min(t_i + w_i)``), then a tumbling ``sliding_aggregate`` of width ``s`` whose window ``[e - s, e)`` holds
+        exactly the tuples of instant ``e``.
         """
         from pyspark.sql import functions as F
 
         from ..operators.aggregate import sliding_aggregate
 
         a, q = self.a, self.a.select
-        left, right = a.sources
-        joined, keymap, (lt, rt), delay = self._spark_window_join()
-        wl, wr, s = (left.window.size.micros, right.window.size.micros, left.window.slide.micros)
+        if len(a.sources) == 2:
+            joined, keymap, times, delay = self._spark_window_join()
+        else:
+            (joined, times, delay), keymap = self._spark_chain_join(), {}
+        ws = [src.window.size.micros for src in a.sources]
+        s = a.sources[0].window.slide.micros
         us = _micros
         joined = self._filter(joined, a.residual, self._join_names(keymap))
         # the slide instants e (on the grid o + s·Z, o = w mod s: the ends of windows [k·s, k·s + w)) at which the
-        # pair is in both windows: the first after its later timestamp to the last at or before its first expiry
-        o = wl % s
-        start = F.unix_micros(F.greatest(F.col(f"`{lt}`"), F.col(f"`{rt}`")))
-        stop = F.unix_micros(F.least(F.col(f"`{lt}`") + us(wl), F.col(f"`{rt}`") + us(wr)))
+        # tuple is in every window: the first after its latest timestamp to the last at or before its first expiry
+        o = ws[0] % s
+        start = F.unix_micros(F.greatest(*[F.col(f"`{t}`") for t in times]))
+        stop = F.unix_micros(F.least(*[F.col(f"`{t}`") + us(w) for t, w in zip(times, ws)]))
         first = start - F.pmod(start - F.lit(o), F.lit(s)) + F.lit(s)
         last = stop - F.pmod(stop - F.lit(o), F.lit(s))
         joined = joined.filter(first <= last).withColumn(

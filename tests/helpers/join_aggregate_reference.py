@@ -8,6 +8,7 @@ force and aggregates: no interval arithmetic shared with the compiler.
 """
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 
 
@@ -55,3 +56,29 @@ def windowed_join_count_reference(left, right, key, left_window, right_window, w
                 out[(k, e)] += 1
         e += slide
     return dict(out)
+
+
+def multi_join_aggregate_reference(inputs, key, windows, slide, value, where=None):
+    """{(key, instant e): (COUNT(*), AVG(value))} over the tuples of a join of any number of streams in all windows
+    at ``e`` (CQL §2, as :func:`join_aggregate_reference` for two).
+
+    ``inputs``: per stream a list of dicts with integer microsecond ``"t"``; ``windows``: per stream its RANGE (µs);
+    ``value``: ``(stream index, column)`` averaged; ``where(*rows)`` filters tuples. Instant by instant: every
+    window's rows, their product (nested loops) with equal keys, the aggregates.
+    """
+    if not all(inputs):
+        return {}
+    times = [r["t"] for rows in inputs for r in rows]
+    offset = windows[0] % slide
+    e = min(times) - (min(times) - offset) % slide
+    out = {}
+    while e <= max(times) + max(windows) + slide:
+        current = [[r for r in rows if e - w <= r["t"] < e] for rows, w in zip(inputs, windows)]
+        groups = defaultdict(list)
+        for combo in itertools.product(*current):
+            if len({r[key] for r in combo}) == 1 and (where is None or where(*combo)):
+                groups[combo[0][key]].append(combo[value[0]][value[1]])
+        for k, vs in groups.items():
+            out[(k, e)] = (len(vs), sum(vs) / len(vs))
+        e += slide
+    return out

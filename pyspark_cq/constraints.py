@@ -310,7 +310,8 @@ def multi_eviction(constraints: Sequence[Constraint], n: int,
     every other input with its key; when each of them is unique on the key and has brought its one row of that
     key, no future row of another input can complete a new result with it (with n = 2 this is
     :func:`join_eviction`'s "a matched row goes"). A many-one child whose parent, bound to arrive within the delay,
-    did not is useless as well.
+    did not is useless as well. Clustered or ordered arrival on an input closes the keys it will not bring again
+    (:func:`multi_drop` says when that makes another input's row useless).
     """
     uniq, delay, arrival = [False] * n, [[] for _ in range(n)], [()] * n
     for c in constraints:

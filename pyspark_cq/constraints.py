@@ -336,7 +336,7 @@ def _holds(keys, held) -> np.ndarray:
 
 
 def multi_drop(eviction: MultiEviction, y: int, keys: Sequence, micros: np.ndarray, wm_ms: int,
-               closed: Mapping[int, np.ndarray] | None = None) -> np.ndarray:
+               closed: Mapping[int, np.ndarray] | None = None, outer: int | None = None) -> np.ndarray:
     """Which live rows of input ``y`` the rules of :func:`multi_eviction` drop at watermark ``wm_ms``: ``keys[i]``
     the keys of input i's live rows (int64 values, or Arrow arrays of the key values), ``micros`` the times of
     y's, ``closed[j]`` (for the inputs j with enabled arrival constraints) per row of y whether j's arrivals say
@@ -347,31 +347,45 @@ def multi_drop(eviction: MultiEviction, y: int, keys: Sequence, micros: np.ndarr
     ``closed[j]`` says so. A row goes when every other input has closed its key (a new result containing it
     needs a future row of another input: rules 1 and 3), or when one of them has closed it and holds no row of
     it (no result can contain it any more: rule 3).
+
+    ``outer``: the join's left last input z (``how=[..., "left"]``; docs/constraints.md, *Left inputs*). A row of
+    another input still yields a null-padded result for every prefix tuple that forms later, whatever z does: z
+    then closes no key for the second disjunct and, as the parent of rule 2, only with every other prefix input
+    closed.
     """
     n = len(keys)
     drop = np.zeros(len(micros), dtype=bool)
-    if not len(micros):
+    if not len(micros) or not (eviction.closes(y) or eviction.delay[y]):
         return drop
     closed = closed or {}
-    if eviction.closes(y):
-        every, some = np.ones(len(micros), dtype=bool), np.zeros(len(micros), dtype=bool)
-        for j in range(n):
-            if j == y:
-                continue
-            if not eviction.unique[j] and j not in closed:   # j may bring any key again
+    prefix = outer is not None and y != outer
+    every = np.ones(len(micros), dtype=bool)   # every other input (with a left z: every other prefix one) closed it
+    some = np.zeros(len(micros), dtype=bool)   # one of them closed it and holds none of it
+    shut_z = np.zeros(len(micros), dtype=bool)
+    for j in range(n):
+        if j == y:
+            continue
+        if not eviction.unique[j] and j not in closed:   # j may bring any key again
+            if not (prefix and j == outer):
                 every[:] = False
-                continue
-            held = _holds(keys[y], keys[j])
-            shut = held if eviction.unique[j] else np.zeros(len(micros), dtype=bool)
-            if j in closed:
-                shut = shut | closed[j]
-                some |= closed[j] & ~held
-            every &= shut
-        drop = every | some
+            continue
+        held = _holds(keys[y], keys[j])
+        shut = held if eviction.unique[j] else np.zeros(len(micros), dtype=bool)
+        if j in closed:
+            shut = shut | closed[j]
+        if prefix and j == outer:   # z closing the key ends the row's matches, not its null-padded rows
+            shut_z = shut
+            continue
+        if j in closed:
+            some |= closed[j] & ~held
+        every &= shut
+    if eviction.closes(y):
+        drop = some | (every & shut_z if prefix else every)
     for parent, delay_us in eviction.delay[y]:   # rule 2: past the delay bound, and the parent never came
         due = delay_due_ms(micros, delay_us) <= wm_ms
         if due.any():
-            drop |= due & ~_holds(keys[y], keys[parent])
+            gone = due & ~_holds(keys[y], keys[parent])
+            drop |= gone & every if prefix and parent == outer else gone
     return drop
 
 

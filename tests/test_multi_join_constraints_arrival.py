@@ -357,3 +357,64 @@ def test_resident_layouts_replay_the_trackers_and_the_drops(tmp_path, layout, ki
         assert [g[3] for g in got] == [f[3] for f in full]
         assert sum(c[M.STATE_CACHE_HITS if not clear else M.STATE_CACHE_MISSES] for _, c, _, _ in got) == \
             _restored(full) > 3
+
+
+# -- a left last input (how=[..., "left"]): the prefix rows' rule (docs/constraints.md, *Left inputs*) -----------
+
+def _outer(config):
+    """``config`` with its last input left (as the driver configures ``how=["inner", "left"]``)."""
+    z, bounds = config.n - 1, config.bounds
+    return dataclasses.replace(config, outer=z, orders=W.outer_last(config.orders, z), outer_bounds=tuple(
+        (i if j == z else j, W._LEFT if j == z else W._RIGHT, lo, up) for i, j, lo, up in bounds if z in (i, j)))
+
+
+def _everything(run):
+    """All output rows of a run (null-padded rows come when their deadline passes: compared over the run)."""
+    return sorted((t for o, _ in run for t in o), key=repr)
+
+
+@pytest.mark.parametrize("kind", ["orders", "funnel"])
+def test_left_last_input_equals_the_chain_with_less_state(kind):
+    """Orders ⋈ fulfilments LEFT JOIN payments (clustered fulfilments, unique orders and payments) and clicks ⋈
+    carts LEFT JOIN purchases (purchases ordered): over the run, flushed by a last batch whose watermark passes
+    everything, the rows of the plain-Python chain (tests/helpers/outer_join_reference.py); the orders with fewer
+    rows kept."""
+    from helpers.outer_join_reference import chain_join
+
+    if kind == "orders":
+        batches, k, _ = arrival_streams("orders", 4)
+        constraints, bounds = [C.unique(0, "k"), C.many_to_one(1, 0), C.unique(2, "k"), C.clustered(1, k)], \
+            ORDER_BOUNDS
+    else:
+        batches, k, _ = arrival_streams("funnel", 5)
+        constraints, bounds = [C.ordered(2, k), C.unique(2, "k")], FUNNEL_BOUNDS
+    batches.append(([[], [], []], batches[-1][1] + 10**9))
+    rows = [[{"k": key, "t": t, "row": (rid,)} for rows, _ in batches for key, t, rid in rows[i]] for i in range(3)]
+    expected = sorted(chain_join(rows, ["inner", "left"], list(bounds), widths=[1, 1, 1]), key=repr)
+    assert sum(t[2] is None for t in expected) > 10 and sum(t[2] is not None for t in expected) > 50
+    plain = _drive(_outer(_config((), bounds=bounds)), batches)
+    got = _drive(_outer(_config(constraints, bounds=bounds)), batches)
+    assert _everything(plain) == expected
+    assert _everything(got) == expected
+    assert all(c[M.CONSTRAINT_VIOLATIONS] == 0 for _, c in got)
+    if kind == "orders":
+        assert sum(c[M.STATE_ROWS] for _, c in got) < 0.8 * sum(c[M.STATE_ROWS] for _, c in plain)
+    else:   # the left input's closure alone drops no click or cart: their null-padded rows are still owed
+        assert [c[M.STATE_ROWS] for _, c in got] == [c[M.STATE_ROWS] for _, c in plain]
+
+
+def test_left_last_input_rule_on_a_snapshot():
+    """A prefix row is kept for its null-padded rows: z closing the key (or z, the parent, never coming) drops it
+    only when every other prefix input has closed the key too."""
+    ev = C.multi_eviction([C.clustered(2, 0)], 3)
+    keys = [np.array([1, 2]), np.array([1, 2]), np.array([3])]
+    closed = {2: np.array([True, True])}   # z brings keys 1 and 2 no more and holds neither
+    assert C.multi_drop(ev, 0, keys, np.zeros(2, np.int64), 0, closed).tolist() == [True, True]   # inner
+    assert C.multi_drop(ev, 0, keys, np.zeros(2, np.int64), 0, closed, outer=2).tolist() == [False, False]
+    ev = C.multi_eviction([C.clustered(2, 0), C.unique(1, "k")], 3)
+    assert C.multi_drop(ev, 0, keys, np.zeros(2, np.int64), 0, closed, outer=2).tolist() == [True, True]
+    # rule 2 with z the parent: only with every other prefix input closed (two inputs: none to wait for)
+    ev = C.multi_eviction([C.many_to_one(0, 2)], 3)
+    assert not C.multi_drop(ev, 0, keys, np.zeros(2, np.int64), 10, None, outer=2).any()
+    two = C.multi_eviction([C.many_to_one(0, 1)], 2)
+    assert C.multi_drop(two, 0, [np.array([1]), np.array([2])], np.zeros(1, np.int64), 10, None, outer=1).all()

@@ -139,7 +139,9 @@ def multi_join(inputs, on, times, bounds, *, how=None, control=None, name=None, 
         delay while its parent input holds no row of its key. While the inputs adhere the output is the same; a
         row that breaks a constraint is counted (``constraint_violations``) and may miss matches. A control
         entry's ``params["constraint_<name>"]`` (a bool, e.g. ``constraint_unique_2``) turns one off or on. Inner
-        joins only (no ``"left"`` in ``how``). Batch inputs ignore them.
+        joins, or a left last input (whose closing a key then drops another input's row only with every other
+        input closed: its null-padded rows stay exact); not with a left input before the last. Batch inputs
+        ignore them.
     state_persistence : {None, "full", "changelog", "files"}, optional
         How a streaming join keeps each shard's state between micro-batches (docs/multi_join.md, *State
         persistence*; as :func:`~pyspark_cq.interval_join`'s). ``"full"`` (None, the default): the whole state
@@ -407,10 +409,11 @@ def check_multi_constraints(constraints, keys: list[str], how: tuple[str, ...] =
     if isinstance(key_type, (T.FloatType, T.DoubleType)) and any(c.kind == "ordered" for c in checked):
         raise ValueError(f"constraints: ordered() compares join keys, and {list(keys)!r} are floating point (NaN has "
                          "no order); use integer, decimal, string, date or timestamp keys")
-    if checked and "left" in how:
-        raise ValueError(f"constraints: multi_join takes constraints on inner joins only, but how={list(how)} has "
-                         f"a left input (its waiting prefix tuples need rows the constraints would drop); drop the "
-                         f"left input from how or the constraints")
+    if checked and "left" in how[:-1]:
+        raise ValueError(f"constraints: multi_join takes constraints on inner joins and with the last input left "
+                         f"only, but how={list(how)} has a left input before the last (its entries with nulls wait "
+                         f"for rows of later inputs, for which no drop rule is derived: docs/constraints.md); drop "
+                         f"that left input from how or the constraints")
     return checked
 
 

@@ -312,7 +312,7 @@ class MultiJoinWorker:
                     if j != y and eviction.arrival and eviction.arrival[j]:
                         tracked = self._tracked(sides, y, keys[y], live[y][2]) if tracked is None else tracked
                         closed[j] = arrivals.closed(j, eviction.arrival[j], tracked)
-            drop = _constraints.multi_drop(eviction, y, keys, live[y][1], wm_ms, closed)
+            drop = _constraints.multi_drop(eviction, y, keys, live[y][1], wm_ms, closed, self.config.outer)
             if drop.any():
                 gone += int(kernel.remove_ids(y, live[y][2][drop]))
         return gone
@@ -719,17 +719,21 @@ class MultiJoinWorker:
             if admitted is None:
                 continue
             keys, micros, ids = admitted
+            watch = wm_ms is not None and self._declared_unique and self._declared_unique[i]
+            if watch:   # a unique input stores one row per key: each stored row adding no key repeats one
+                repeated = kernel.rows(i) - kernel.keys(i)
+            if wm_ms is not None and arrivals:   # the stored rows' arrival positions (STREAM §5.2 tolerance k)
+                counters[M.CONSTRAINT_VIOLATIONS] += arrivals.arrive(i, self._tracked(sides, i, keys, ids), micros)
             if config.outer is not None and i != config.outer:
                 prefix_ids, prefix_t, matches = self._probe_prefix(kernel, sides, i, orders[i], keys, micros, ids,
                                                                    counters)
+                if watch:
+                    counters[M.CONSTRAINT_VIOLATIONS] += kernel.rows(i) - kernel.keys(i) - repeated
                 matches = self._verified(sides, matches)
                 self._wait(sides, pending, prefix_ids, prefix_t, matches)
                 if len(matches):
                     parts.append(self._rows(sides, matches))
                 continue
-            watch = wm_ms is not None and self._declared_unique and self._declared_unique[i]
-            if watch:   # a unique input stores one row per key: each stored row adding no key repeats one
-                repeated = kernel.rows(i) - kernel.keys(i)
             if schedule is WHOLE_BATCHES or config.outer is not None:
                 matches, probed, matched = kernel.insert_probe(i, keys, micros, ids, None, list(orders[i]))
                 for step, j in enumerate(orders[i]):
@@ -742,8 +746,6 @@ class MultiJoinWorker:
                     found = list(found)
             if watch:
                 counters[M.CONSTRAINT_VIOLATIONS] += kernel.rows(i) - kernel.keys(i) - repeated
-            if wm_ms is not None and arrivals:   # the stored rows' arrival positions (STREAM §5.2 tolerance k)
-                counters[M.CONSTRAINT_VIOLATIONS] += arrivals.arrive(i, self._tracked(sides, i, keys, ids), micros)
             for matches in found:
                 matches = self._verified(sides, matches)
                 if len(matches):

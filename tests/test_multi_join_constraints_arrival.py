@@ -269,7 +269,8 @@ def test_an_old_format_state_restores_and_a_newer_one_is_refused():
     assert meta[FORMAT_META] == b"2" and any(k.startswith(C.Arrivals.META) for k in meta)
     # and the other way: a format-2 state restores in a query without the constraint (the trackers are ignored)
     plain = MultiJoinWorker(_config((), bounds=ORDER_BOUNDS))
-    assert _call(plain, [[], [], []], batches[-1][1], value)[0] == []
+    _, _, written = _call(plain, [[], [], []], batches[-1][1] - 1, value)
+    assert FORMAT_META not in W.PayloadSide.from_bytes(_config(()).payload_schema(0), written[1]).table.schema.metadata
     # a newer format than this version reads is refused, naming both
     side = W.PayloadSide.from_bytes(_config(()).payload_schema(0), value[1])
     side.table = side.table.replace_schema_metadata({**meta, FORMAT_META: b"3"})

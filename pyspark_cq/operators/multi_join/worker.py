@@ -34,7 +34,7 @@ from .._common.codec import ColumnCodec
 from .._common.payload import KEPT, PayloadSide, split_sides, timeout_ms
 from .._common.shards import MULTI_JOIN, check_shard_count, default_rule
 from .._common.shed import SHED, shed_mask
-from .arrivals import InputArrivals, strip_metadata
+from .arrivals import FORMAT_META, InputArrivals, strip_metadata
 from .changelog import Delta, Recorder
 from .nested import NestedLeft, entry_schema, nested_orders
 
@@ -406,10 +406,12 @@ class MultiJoinWorker:
             elif waiting and i != self.config.outer:
                 _renumber(pending, i, old, sides[i].table.num_rows)
             sides[i].keep(old)
+        table = sides[0].table
         if arrivals is not None:   # written afresh: a tracker that emptied leaves no stale entry behind
-            table = sides[0].table
             sides[0].table = table.replace_schema_metadata({**strip_metadata(table.schema.metadata),
                                                             **arrivals.metadata()})
+        elif FORMAT_META in (table.schema.metadata or {}):   # the query dropped its arrival constraints: format 1
+            sides[0].table = table.replace_schema_metadata(strip_metadata(table.schema.metadata))
         blobs = (_state_bytes.pack(kernel.serialize()),) + tuple(
             s.to_bytes(*((self.config.shards, self.config.columns()) if i == 0 else ())) for i, s in enumerate(sides))
         if nested:

@@ -419,3 +419,17 @@ def test_left_last_input_rule_on_a_snapshot():
     assert not C.multi_drop(ev, 0, keys, np.zeros(2, np.int64), 10, None, outer=2).any()
     two = C.multi_eviction([C.many_to_one(0, 1)], 2)
     assert C.multi_drop(two, 0, [np.array([1]), np.array([2])], np.zeros(1, np.int64), 10, None, outer=1).all()
+
+
+def test_arguments_of_arrival_constraints_are_checked():
+    from pyspark.sql import types as T
+
+    from pyspark_cq.operators.multi_join.driver import check_multi_constraints
+
+    checked = check_multi_constraints([C.clustered(1, 3), C.ordered(2)], ["k0", "k1", "k2"], ("inner", "left"))
+    assert [c.name for c in checked] == ["clustered_1", "ordered_2"]
+    with pytest.raises(ValueError, match=r"ordered\(\) compares join keys.*floating point"):
+        check_multi_constraints([C.ordered(2)], ["k0", "k1", "k2"], (), T.DoubleType())
+    assert check_multi_constraints([C.clustered(2)], ["k0", "k1", "k2"], (), T.DoubleType())   # clusters: fine
+    with pytest.raises(ValueError, match="a left input before the last"):
+        check_multi_constraints([C.ordered(2)], ["k0", "k1", "k2"], ("left", "left"))

@@ -275,22 +275,30 @@ def join_eviction(constraints: Sequence[Constraint], enabled: Mapping[str, bool]
 @dataclass(frozen=True)
 class MultiEviction:
     """What an ``n``-input equi-join (:func:`pyspark_cq.multi_join`, inner) may drop under its enabled
-    constraints, per input (docs/constraints.md).
+    constraints, per input (docs/constraints.md, *Joins of three or more streams*).
 
     ``unique[i]``: input i's key is unique (declared ``unique``, or a many-to-one parent): the set U.
     ``drop_held[y]``: every other input is in U, so a row of y goes once every other input holds a row of its key
     (rule 1). ``delay[y]``: per many-to-one constraint with child y, ``(parent, delay µs)``: a row of y goes once
-    the watermark passes its time + delay and the parent holds no row of its key (rule 2).
+    the watermark passes its time + delay and the parent holds no row of its key (rule 2). ``arrival[j]``: the
+    enabled arrival constraints on input j (``"clustered"``, ``"ordered"``): keys j will not bring again (rule 3).
     """
 
     unique: tuple[bool, ...]
     drop_held: tuple[bool, ...]
     delay: tuple[tuple[tuple[int, int], ...], ...]
+    arrival: tuple[tuple[str, ...], ...] = ()
+
+    def closes(self, y: int) -> bool:
+        """Whether rule 1 or 3 can drop rows of input ``y``: all other inputs unique, or one with an enabled
+        arrival constraint.
+        """
+        return self.drop_held[y] or any(a for j, a in enumerate(self.arrival) if j != y)
 
     @property
     def active(self) -> bool:
         """Whether the constraints let the join drop anything."""
-        return any(self.drop_held) or any(self.delay)
+        return any(self.drop_held) or any(self.delay) or any(self.arrival)
 
 
 def multi_eviction(constraints: Sequence[Constraint], n: int,
@@ -302,9 +310,10 @@ def multi_eviction(constraints: Sequence[Constraint], n: int,
     every other input with its key; when each of them is unique on the key and has brought its one row of that
     key, no future row of another input can complete a new result with it (with n = 2 this is
     :func:`join_eviction`'s "a matched row goes"). A many-one child whose parent, bound to arrive within the delay,
-    did not is useless as well.
+    did not is useless as well. Clustered or ordered arrival on an input closes the keys it will not bring again
+    (:func:`multi_drop` says when that makes another input's row useless).
     """
-    uniq, delay = [False] * n, [[] for _ in range(n)]
+    uniq, delay, arrival = [False] * n, [[] for _ in range(n)], [()] * n
     for c in constraints:
         if enabled is not None and not enabled.get(c.name, True):
             continue
@@ -313,8 +322,10 @@ def multi_eviction(constraints: Sequence[Constraint], n: int,
         elif c.kind == "many_to_one":
             uniq[c.other] = True   # each child joins exactly one parent row: the parent's key is unique
             delay[c.side].append((c.other, c.delay))
+        else:   # clustered / ordered arrival on c.side: the keys it will not bring again are closed
+            arrival[c.side] += (c.kind,)
     held = tuple(n > 1 and all(uniq[j] for j in range(n) if j != y) for y in range(n))
-    return MultiEviction(tuple(uniq), held, tuple(tuple(d) for d in delay))
+    return MultiEviction(tuple(uniq), held, tuple(tuple(d) for d in delay), tuple(arrival))
 
 
 def _holds(keys, held) -> np.ndarray:
@@ -324,24 +335,57 @@ def _holds(keys, held) -> np.ndarray:
     return pc.is_in(keys, value_set=held).fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
 
 
-def multi_drop(eviction: MultiEviction, y: int, keys: Sequence, micros: np.ndarray, wm_ms: int) -> np.ndarray:
+def multi_drop(eviction: MultiEviction, y: int, keys: Sequence, micros: np.ndarray, wm_ms: int,
+               closed: Mapping[int, np.ndarray] | None = None, outer: int | None = None) -> np.ndarray:
     """Which live rows of input ``y`` the rules of :func:`multi_eviction` drop at watermark ``wm_ms``: ``keys[i]``
     the keys of input i's live rows (int64 values, or Arrow arrays of the key values), ``micros`` the times of
-    y's. Decide every input from the same snapshot of the state (a row another input drops still has arrived).
+    y's, ``closed[j]`` (for the inputs j with enabled arrival constraints) per row of y whether j's arrivals say
+    it brings no row of that row's key again. Decide every input from the same snapshot of the state (a row
+    another input drops still has arrived).
+
+    Input j has *closed* a key when it brings no row of it again: j is unique and holds a row of the key, or
+    ``closed[j]`` says so. A row goes when every other input has closed its key (a new result containing it
+    needs a future row of another input: rules 1 and 3), or when one of them has closed it and holds no row of
+    it (no result can contain it any more: rule 3).
+
+    ``outer``: the join's left last input z (``how=[..., "left"]``; docs/constraints.md, *Left inputs*). A row of
+    another input still yields a null-padded result for every prefix tuple that forms later, whatever z does: z
+    then closes no key for the second disjunct and, as the parent of rule 2, only with every other prefix input
+    closed.
     """
     n = len(keys)
     drop = np.zeros(len(micros), dtype=bool)
-    if not len(micros):
+    if not len(micros) or not (eviction.closes(y) or eviction.delay[y]):
         return drop
-    if eviction.drop_held[y]:   # rule 1: every other input is unique and has brought its row of the key
-        drop = np.ones(len(micros), dtype=bool)
-        for j in range(n):
-            if j != y:
-                drop &= _holds(keys[y], keys[j])
+    closed = closed or {}
+    prefix = outer is not None and y != outer
+    every = np.ones(len(micros), dtype=bool)   # every other input (with a left z: every other prefix one) closed it
+    some = np.zeros(len(micros), dtype=bool)   # one of them closed it and holds none of it
+    shut_z = np.zeros(len(micros), dtype=bool)
+    for j in range(n):
+        if j == y:
+            continue
+        if not eviction.unique[j] and j not in closed:   # j may bring any key again
+            if not (prefix and j == outer):
+                every[:] = False
+            continue
+        held = _holds(keys[y], keys[j])
+        shut = held if eviction.unique[j] else np.zeros(len(micros), dtype=bool)
+        if j in closed:
+            shut = shut | closed[j]
+        if prefix and j == outer:   # z closing the key ends the row's matches, not its null-padded rows
+            shut_z = shut
+            continue
+        if j in closed:
+            some |= closed[j] & ~held
+        every &= shut
+    if eviction.closes(y):
+        drop = some | (every & shut_z if prefix else every)
     for parent, delay_us in eviction.delay[y]:   # rule 2: past the delay bound, and the parent never came
         due = delay_due_ms(micros, delay_us) <= wm_ms
         if due.any():
-            drop |= due & ~_holds(keys[y], keys[parent])
+            gone = due & ~_holds(keys[y], keys[parent])
+            drop |= gone & every if prefix and parent == outer else gone
     return drop
 
 

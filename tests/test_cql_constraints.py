@@ -126,10 +126,12 @@ def test_clause_on_three_streams_compiles_to_input_indices():
     assert a.shape == "multi_join"
     assert a.constraints == [C.unique(0, ["k0"]), C.many_to_one(1, 0), C.unique(2, ["k2"])]
     assert "constraint unique(0, ('k0',))" in explain(JOIN3 + WITH3, None).splitlines()
+    arrival = analyze(JOIN3 + " WITH (CONSTRAINT CLUSTERED F TOLERANCE 2, CONSTRAINT ORDERED P)", "q", COLS3)
+    assert arrival.constraints == [C.clustered(1, 2), C.ordered(2, 0)]
 
 
 @pytest.mark.parametrize("clause, words", [
-    (" WITH (CONSTRAINT CLUSTERED F)", "does not take CLUSTERED constraints yet"),
+    (" WITH (CONSTRAINT CLUSTERED X)", "'X' is not a stream of FROM"),
     (" WITH (CONSTRAINT UNIQUE O (v0))", "'v0' is not a join-key column of O"),
     (" WITH (CONSTRAINT MANY_TO_ONE F REFERENCES X)", "'X' is not a stream of FROM"),
 ])

@@ -5,6 +5,7 @@ Orders (input 0, one row per order id), fulfilments (input 1, 0-3 per order, 0-2
 one parquet file per input and micro-batch: while the streams adhere to ``unique(0)``, ``many_to_one(1 -> 0)``
 and ``unique(2)`` the streaming multi_join with the constraints gives exactly Spark's chain (which knows nothing of
 them) and the plain-Python enumeration, while keeping fewer rows than without them; duplicate payments are counted.
+The same with the fulfilments clustered by order id and ``clustered(1, k)`` added (state format 2, changelog).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from test_join_constraints_spark import _reports
 from test_multi_join_constraints import BOUNDS, orders_stream, reference
 
 import pyspark_cq as cq
-from pyspark_cq.constraints import many_to_one, unique
+from pyspark_cq.constraints import clustered, many_to_one, unique
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 DELAY = "15 seconds"   # the watermark delay: no generated row is late (batches are 10 s of event time)
@@ -64,10 +65,10 @@ def _ids(spark, table):
     return sorted(tuple(r) for r in spark.table(table).select("v0", "v1", "v2").collect())
 
 
-def _join(sources, name, constraints=None):
+def _join(sources, name, constraints=None, **kw):
     return cq.multi_join(sources, [f"k{i}" for i in range(N)], [f"t{i}" for i in range(N)],
                          [(i, j, f"{lo // 1_000_000} seconds", f"{up // 1_000_000} seconds")
-                          for i, j, lo, up in BOUNDS], name=name, constraints=constraints)
+                          for i, j, lo, up in BOUNDS], name=name, constraints=constraints, **kw)
 
 
 def test_adhering_streams_equal_spark_chain_with_less_state(spark, tmp_path):
@@ -95,3 +96,26 @@ def test_duplicate_payments_are_counted(spark, tmp_path):
     _write(root, batches)
     (q,) = run_memory((_join(_sources(spark, root), "mjc_dup", ORDERS), "mjc_dup", str(tmp_path / "ck")))
     assert sum(r["constraint_violations"] for r in _reports(q, "mjc_dup")) == 5
+
+
+def test_clustered_fulfilments_equal_spark_chain_with_less_state(spark, tmp_path):
+    """Fulfilments clustered by order id with the measured k (tests/test_multi_join_constraints_arrival.py's
+    streams), every constraint declared, changelog persistence (the trackers travel in the snapshot and the
+    deltas): Spark's chain and the enumeration, with fewer rows than without constraints."""
+    from test_multi_join_constraints_arrival import arrival_streams, enumerate_join
+
+    batches, k, _ = arrival_streams("orders", 4, n_batches=6)
+    root = str(tmp_path / "data")
+    _write(root, batches)
+    constraints = ORDERS + [clustered(1, k)]
+    q_ours, q_plain, _ = run_memory(
+        (_join(_sources(spark, root), "mja_on", constraints, state_persistence="changelog"), "mja_ours",
+         str(tmp_path / "ck_ours")),
+        (_join(_sources(spark, root), "mja_off"), "mja_plain", str(tmp_path / "ck_plain")),
+        (_spark_chain(_sources(spark, root)).select("v0", "v1", "v2"), "mja_spark", str(tmp_path / "ck_spark")))
+    expected = sorted(t for o in enumerate_join(batches) for t in o)
+    assert len(expected) > 50 and k > 0
+    assert _ids(spark, "mja_spark") == _ids(spark, "mja_ours") == expected
+    ours, plain = _reports(q_ours, "mja_on"), _reports(q_plain, "mja_off")
+    assert sum(r["constraint_violations"] for r in ours) == 0
+    assert sum(r["state_rows"] for r in ours) < 0.7 * sum(r["state_rows"] for r in plain)

@@ -854,10 +854,6 @@ def _constraint(a: Analysis, item: A.ConstraintItem):
         if parent == target:
             raise CQLCompileError(what, "the child and the parent (REFERENCES) must be the two streams", item)
         return C.many_to_one(target, parent, timedelta(microseconds=0 if item.delay is None else item.delay.micros))
-    if multi:
-        raise CQLCompileError(what, f"a join of three or more streams (multi_join) does not take {item.kind} "
-                              "constraints yet (they need arrival positions kept with its state); use UNIQUE or "
-                              "MANY_TO_ONE", item)
     return (C.clustered if item.kind == "CLUSTERED" else C.ordered)(target, item.tolerance)
 
 

@@ -10,6 +10,9 @@ no code path of the operator (plain, chunked, left inputs, constraints) needs it
   expiry keys);
 * ``remove``: ``remove_ids`` (rows the stream constraints dropped; the decision is recorded, not re-made);
 * ``evict``: ``evict(i, threshold)`` (the staged eviction is deterministic given the same rows);
+* ``arrive``: a batch's stored rows of input ``i`` counted by its ``clustered`` / ``ordered`` trackers (their
+  keys as tracked and times: :meth:`.arrivals.InputArrivals.arrive`, deterministic);
+* ``forget``: the trackers' records forgotten at a watermark (:meth:`.arrivals.InputArrivals.forget`);
 
 and, with a left input, the waiting tuples' table as the batch left it (whole: it changes in ways a row log
 would not capture cheaply, and it holds only the tuples still waiting). Probing does not change the kernel's
@@ -18,7 +21,9 @@ expiry stages and payload ids (appends after the same snapshot). The native kern
 rows inserted and the eviction thresholds are what the batch passed to it anyway.
 
 Bytes: ``"CQM1" | u32 ops | u8 pending`` then per op ``u8 kind | u8 input | i64 threshold | u64 m | m B``
-(an Arrow IPC table, zstd, for the other kinds), then ``u64 m | pending table``.
+(an Arrow IPC table, zstd, for the other kinds), then ``u64 m | pending table``. A delta with ``arrive`` /
+``forget`` ops starts ``"CQM2"`` (the same layout; a reader that knows only CQM1 refuses it instead of
+misreading the new kinds); CQM1 deltas, written before, decode as they did.
 """
 from __future__ import annotations
 
@@ -36,7 +41,9 @@ _HEAD = struct.Struct("<4sIB")     # magic, ops, has pending
 _OP = struct.Struct("<BBqQ")       # kind, input, threshold, blob length
 _LEN = struct.Struct("<Q")
 _MAGIC = b"CQM1"
-APPEND, STORE, REMOVE, EVICT = range(4)
+_MAGIC_ARRIVALS = b"CQM2"   # the same layout, with ARRIVE / FORGET ops (clustered / ordered constraints)
+APPEND, STORE, REMOVE, EVICT, ARRIVE, FORGET = range(6)
+_THRESHOLD_OPS = (EVICT, FORGET)   # an op that is one int64 (no table)
 
 
 @dataclass
@@ -48,12 +55,13 @@ class Delta:
 
     def encode(self) -> bytes:
         """The delta's bytes."""
-        out = [_HEAD.pack(_MAGIC, len(self.ops), self.pending is not None)]
+        magic = _MAGIC_ARRIVALS if any(kind in (ARRIVE, FORGET) for kind, _, _ in self.ops) else _MAGIC
+        out = [_HEAD.pack(magic, len(self.ops), self.pending is not None)]
         for kind, i, payload in self.ops:
-            if kind == EVICT:
+            if kind in _THRESHOLD_OPS:
                 out.append(_OP.pack(kind, i, int(payload), 0))
                 continue
-            table = payload if kind == APPEND else pa.table(
+            table = payload if kind in (APPEND, ARRIVE) else pa.table(
                 {k: pa.array(np.ascontiguousarray(v)) for k, v in payload.items() if v is not None})
             blob = _state_bytes.table_to_bytes(table)
             out += [_OP.pack(kind, i, 0, len(blob)), blob]
@@ -67,18 +75,21 @@ class Delta:
         """The delta of :meth:`encode`."""
         view = memoryview(blob)
         magic, n_ops, has_pending = _HEAD.unpack_from(view)
-        if magic != _MAGIC:
+        if magic not in (_MAGIC, _MAGIC_ARRIVALS):
             raise ValueError("multi_join state: a delta is corrupt (bad magic); restore from an earlier checkpoint")
         pos, delta = _HEAD.size, cls()
         for _ in range(n_ops):
             kind, i, threshold, size = _OP.unpack_from(view, pos)
             pos += _OP.size
-            if kind == EVICT:
+            if kind > FORGET or (kind in (ARRIVE, FORGET) and magic != _MAGIC_ARRIVALS):
+                raise ValueError(f"multi_join state: a delta holds an unknown operation {kind}; restore from an "
+                                 f"earlier checkpoint")
+            if kind in _THRESHOLD_OPS:
                 delta.ops.append((kind, i, threshold))
                 continue
             table = _state_bytes.table_from_bytes(_part(view, pos, size))
             pos += size
-            delta.ops.append((kind, i, table if kind == APPEND else
+            delta.ops.append((kind, i, table if kind in (APPEND, ARRIVE) else
                               {name: table.column(name).to_numpy() for name in table.schema.names}))
         if has_pending:
             (size,) = _LEN.unpack_from(view, pos)
@@ -89,11 +100,20 @@ class Delta:
             raise ValueError("multi_join state: a delta is truncated or corrupt; restore from an earlier checkpoint")
         return delta
 
-    def replay(self, kernel, sides) -> pa.Table | None:
-        """Repeat the recorded calls on ``kernel`` and the payload ``sides`` (the state the delta was recorded on);
-        returns the waiting tuples' table (None without a left input).
+    def replay(self, kernel, sides, arrivals=None) -> pa.Table | None:
+        """Repeat the recorded calls on ``kernel``, the payload ``sides`` and the ``clustered`` / ``ordered``
+        trackers ``arrivals`` (:class:`.arrivals.InputArrivals`; None: the query declares none now, their ops
+        are skipped) -- the state the delta was recorded on; returns the waiting tuples' table (None without a
+        left input).
         """
         for kind, i, payload in self.ops:
+            if kind in (ARRIVE, FORGET):
+                if arrivals:
+                    if kind == ARRIVE:
+                        arrivals.arrive(i, payload.column("key").combine_chunks(), payload.column("t").to_numpy())
+                    else:
+                        arrivals.forget(payload)
+                continue
             if kind == APPEND:
                 sides[i].append(payload)
             elif kind == STORE:
@@ -164,10 +184,35 @@ class _Side:
         return side.append(table)
 
 
-class Recorder:
-    """The kernel and payload tables of one batch, recording what changes them into :attr:`delta`."""
+class _Arrivals:
+    """The ``clustered`` / ``ordered`` trackers, with their state-changing calls recorded in a :class:`Delta`."""
 
-    def __init__(self, kernel, sides):
+    def __init__(self, arrivals, delta: Delta):
+        self._arrivals, self._delta = arrivals, delta
+
+    def __getattr__(self, name):
+        return getattr(self._arrivals, name)
+
+    def __bool__(self) -> bool:
+        return bool(self._arrivals)
+
+    def arrive(self, i, keys, micros) -> int:
+        table = pa.table({"key": keys, "t": pa.array(np.asarray(micros, dtype=np.int64))})
+        self._delta.ops.append((ARRIVE, int(i), table))
+        return self._arrivals.arrive(i, keys, micros)
+
+    def forget(self, wm_ms) -> None:
+        self._delta.ops.append((FORGET, 0, int(wm_ms)))
+        self._arrivals.forget(wm_ms)
+
+
+class Recorder:
+    """The kernel, payload tables and arrival trackers of one batch, recording what changes them into
+    :attr:`delta`.
+    """
+
+    def __init__(self, kernel, sides, arrivals=None):
         self.delta = Delta()
         self.kernel = _Kernel(kernel, self.delta)
         self.sides = [_Side(s, self.delta, i) for i, s in enumerate(sides)]
+        self.arrivals = _Arrivals(arrivals, self.delta) if arrivals else arrivals

@@ -132,14 +132,16 @@ def multi_join(inputs, on, times, bounds, *, how=None, control=None, name=None, 
         inner joins only. The rows are the same in both modes (the result is append-only).
     constraints : list of pyspark_cq.constraints.Constraint, optional
         Stream constraints (STREAM §5.2, docs/constraints.md) with inputs named by index: ``unique(i, key)``,
-        ``many_to_one(child=i, parent=j, delay=...)``. A streaming join then drops the rows they make useless: a
-        row of input y once every other input is unique on the key and holds a row of its key, and a
-        many-to-one child once the watermark passes its time + delay while its parent input holds no row of its
-        key. While the inputs adhere the output is the same; a row stored on a unique input whose key it
-        already holds is counted (``constraint_violations``) and may miss matches. A control entry's
-        ``params["constraint_<name>"]`` (a bool, e.g. ``constraint_unique_2``) turns one off or on. Inner joins
-        only (no ``"left"`` in ``how``); ``clustered`` / ``ordered`` are refused (not exploited yet). Batch
-        inputs ignore them.
+        ``many_to_one(child=i, parent=j, delay=...)``, ``clustered(i, k)``, ``ordered(i, k)``. A streaming join
+        then drops the rows they make useless: a row of input y once every other input has *closed* its key (is
+        unique and holds a row of it, or will not bring it again by its clustered / ordered arrival), or once one
+        of them has closed it and holds no row of it; and a many-to-one child once the watermark passes its time +
+        delay while its parent input holds no row of its key. While the inputs adhere the output is the same; a
+        row that breaks a constraint is counted (``constraint_violations``) and may miss matches. A control
+        entry's ``params["constraint_<name>"]`` (a bool, e.g. ``constraint_unique_2``) turns one off or on. Inner
+        joins, or a left last input (whose closing a key then drops another input's row only with every other
+        input closed: its null-padded rows stay exact); not with a left input before the last. Batch inputs
+        ignore them.
     state_persistence : {None, "auto", "full", "changelog", "files"}, optional
         How a streaming join keeps each shard's state between micro-batches (docs/multi_join.md, *State
         persistence*; as :func:`~pyspark_cq.interval_join`'s). ``"auto"`` (None, the default): ``"files"`` under
@@ -249,7 +251,7 @@ class MultiJoinSpec:
         checked = _check_bounds(bounds, n)
         how = _check_how(how, n, checked)
         output_mode = _check_output_mode(output_mode, how)
-        constraints = check_multi_constraints(constraints, keys, how)
+        constraints = check_multi_constraints(constraints, keys, how, _key_type(inputs, keys))
         control = operator_handle(control, "multi_join")
         if name is None:
             name = control.operator if control is not None else "cq_multi_join"
@@ -400,23 +402,22 @@ def _check_how(how, n: int, bounds=()) -> tuple[str, ...]:
     return tuple(out)
 
 
-def check_multi_constraints(constraints, keys: list[str], how: tuple[str, ...] = ()) -> tuple:
+def check_multi_constraints(constraints, keys: list[str], how: tuple[str, ...] = (), key_type=None) -> tuple:
     """``constraints=`` of :func:`multi_join` checked (:func:`pyspark_cq.constraints.check_constraints`, inputs by
-    index, ``keys`` the key column of each input) and refused where the operator cannot honour them yet.
+    index, ``keys`` the key column of each input, ``key_type`` their Spark type) and refused where the operator
+    cannot honour them yet.
     """
-    from ...constraints import ARRIVAL_KINDS, check_constraints
+    from ...constraints import check_constraints
 
-    if constraints is not None and isinstance(constraints, (list, tuple)):
-        for i, c in enumerate(constraints):
-            if getattr(c, "kind", None) in ARRIVAL_KINDS:
-                raise ValueError(f"constraints[{i}]: multi_join does not take {c.kind}() constraints yet: they need "
-                                 f"per-shard arrival positions kept with the state, which the multi_join state "
-                                 f"format does not hold; use unique() or many_to_one(), or interval_join")
-    checked = check_constraints(constraints, {i: [k] for i, k in enumerate(keys)}, "multi_join")
-    if checked and "left" in how:
-        raise ValueError(f"constraints: multi_join takes constraints on inner joins only, but how={list(how)} has "
-                         f"a left input (its waiting prefix tuples need rows the constraints would drop); drop the "
-                         f"left input from how or the constraints")
+    checked = check_constraints(constraints, {i: [k] for i, k in enumerate(keys)}, "multi_join", arrival=True)
+    if isinstance(key_type, (T.FloatType, T.DoubleType)) and any(c.kind == "ordered" for c in checked):
+        raise ValueError(f"constraints: ordered() compares join keys, and {list(keys)!r} are floating point (NaN has "
+                         "no order); use integer, decimal, string, date or timestamp keys")
+    if checked and "left" in how[:-1]:
+        raise ValueError(f"constraints: multi_join takes constraints on inner joins and with the last input left "
+                         f"only, but how={list(how)} has a left input before the last (its entries with nulls wait "
+                         f"for rows of later inputs, for which no drop rule is derived: docs/constraints.md); drop "
+                         f"that left input from how or the constraints")
     return checked
 
 

@@ -34,6 +34,7 @@ from .._common.codec import ColumnCodec
 from .._common.payload import KEPT, PayloadSide, split_sides, timeout_ms
 from .._common.shards import MULTI_JOIN, check_shard_count, default_rule
 from .._common.shed import SHED, shed_mask
+from .arrivals import FORMAT_META, InputArrivals, strip_metadata
 from .changelog import Delta, Recorder
 from .nested import NestedLeft, entry_schema, nested_orders
 
@@ -240,6 +241,18 @@ class MultiJoinWorker:
         # the inputs the declared constraints make unique on the key, whatever the control table switches: their
         # violations are counted while a constraint is off too (a policy watches adherence before turning it on)
         self._declared_unique = _constraints.multi_eviction(config.constraints, config.n).unique
+        self._arrival = any(c.kind in _constraints.ARRIVAL_KINDS for c in config.constraints)
+        self._reach_us = None
+
+    def _new_arrivals(self) -> InputArrivals | None:
+        """Empty ``clustered`` / ``ordered`` trackers of a shard; None without such constraints."""
+        if not self._arrival:
+            return None
+        if self._reach_us is None:   # per input: the largest t_j - t_i the bounds allow (a row's last chance)
+            d = closure(self.config.n, self.config.bounds)
+            n = self.config.n
+            self._reach_us = [int(min(max(d[i][j] for j in range(n) if j != i), _I64_MAX // 2)) for i in range(n)]
+        return InputArrivals(self.config.constraints, self._reach_us)
 
     # -- constraints (STREAM §5.2, docs/constraints.md)
 
@@ -262,24 +275,44 @@ class MultiJoinWorker:
         """
         keys, times, ids = kernel.live_rows(i)
         if self.config.hashed:
-            values = sides[i].take(ids).column(self.config.key_pos[i]).combine_chunks()
-            if pa.types.is_floating(values.type):   # -0.0 == 0.0 (NaN == NaN already holds for is_in)
-                values = pc.add(values, pa.scalar(0.0, values.type))
-            keys = values
+            keys = self._key_values(sides, i, ids)
         return keys, times, ids
 
-    def _constrain(self, kernel, sides, eviction, wm_ms: int) -> int:
+    def _key_values(self, sides, i: int, ids) -> pa.Array:
+        """The key values of input ``i``'s payload rows ``ids``, normalised as SQL equality compares them."""
+        values = sides[i].take(ids).column(self.config.key_pos[i]).combine_chunks()
+        if pa.types.is_floating(values.type):   # -0.0 == 0.0 (NaN == NaN already holds for is_in)
+            values = pc.add(values, pa.scalar(0.0, values.type))
+        return values
+
+    def _tracked(self, sides, i: int, keys, ids) -> pa.Array:
+        """Keys as the arrival trackers see them: the kernel's int64 keys (direct types: the values), else the
+        key values (a hash collision never closes another key).
+        """
+        if self.config.hashed:
+            return keys if isinstance(keys, pa.Array) else self._key_values(sides, i, ids)
+        return pa.array(np.asarray(keys, dtype=np.int64), pa.int64())
+
+    def _constrain(self, kernel, sides, eviction, wm_ms: int, arrivals=None) -> int:
         """Remove the rows the constraints make useless (:func:`pyspark_cq.constraints.multi_drop`, every input
-        decided on the same snapshot of the state); returns how many went.
+        decided on the same snapshot of the state; ``arrivals``: the shard's ``clustered`` / ``ordered``
+        trackers after the batch's rows); returns how many went.
         """
         n = self.config.n
         live = [self._held_keys(kernel, sides, i) for i in range(n)]
         keys = [k for k, _, _ in live]
         gone = 0
         for y in range(n):
-            if not (eviction.drop_held[y] or eviction.delay[y]):
+            if not (eviction.closes(y) or eviction.delay[y]):
                 continue
-            drop = _constraints.multi_drop(eviction, y, keys, live[y][1], wm_ms)
+            closed = {}
+            if arrivals and len(live[y][2]):
+                tracked = None
+                for j in range(n):
+                    if j != y and eviction.arrival and eviction.arrival[j]:
+                        tracked = self._tracked(sides, y, keys[y], live[y][2]) if tracked is None else tracked
+                        closed[j] = arrivals.closed(j, eviction.arrival[j], tracked)
+            drop = _constraints.multi_drop(eviction, y, keys, live[y][1], wm_ms, closed, self.config.outer)
             if drop.any():
                 gone += int(kernel.remove_ids(y, live[y][2][drop]))
         return gone
@@ -320,8 +353,15 @@ class MultiJoinWorker:
         """The kernel, payload tables and waiting tuples of this shard from its GroupState, or new; also the
         value's changelog / files log (None for the full layout): the snapshot with its deltas replayed.
         """
+        return self._restore_state(state, key)[:4]
+
+    def _restore_state(self, state, key=None):
+        """:meth:`_restore`, and the shard's ``clustered`` / ``ordered`` trackers (None without such
+        constraints; from input 0's payload metadata, format 2, and the deltas' arrive / forget calls).
+        """
+        arrivals = self._new_arrivals()
         if not state.exists:
-            return (*self._new(), None)
+            return (*self._new(), None, arrivals)
         config = self.config
         blobs, deltas, log = _changelog.load(state.get, self._files, key)
         kernel = load("_mjoin").MultiJoinState.deserialize(_state_bytes.unpack(blobs[0]))
@@ -333,11 +373,13 @@ class MultiJoinWorker:
             pending = PayloadSide.from_bytes(config.pending_schema(), blobs[1 + config.n])
         if config.nested:
             pending = NestedLeft(config, PayloadSide.from_bytes(entry_schema(config), blobs[1 + config.n]).table)
+        if arrivals is not None:
+            arrivals.restore(sides[0].table.schema.metadata)
         for blob in deltas:
-            waiting = Delta.decode(blob).replay(kernel, sides)
+            waiting = Delta.decode(blob).replay(kernel, sides, arrivals)
             if waiting is not None:
                 pending.table = waiting
-        return kernel, sides, pending, log
+        return kernel, sides, pending, log, arrivals
 
     def _files(self):
         """The worker process's handle on the state directory (files layout, or a value it wrote)."""
@@ -349,9 +391,10 @@ class MultiJoinWorker:
     def _empty(self, kernel, pending) -> bool:
         return sum(kernel.rows(i) for i in range(self.config.n)) == 0 and not self._waiting(pending)
 
-    def _snapshot(self, kernel, sides, pending) -> tuple[bytes, ...]:
+    def _snapshot(self, kernel, sides, pending, arrivals=None) -> tuple[bytes, ...]:
         """The full image of the state: compact the payload tables to the live rows (renumbering the kernel's
-        and the waiting tuples' ids), then the packed kernel, the payload per input and the waiting tuples.
+        and the waiting tuples' ids), then the packed kernel, the payload per input (input 0's metadata holding
+        the ``clustered`` / ``ordered`` trackers, state format 2) and the waiting tuples.
         """
         n = self.config.n
         waiting = self._waiting(pending)
@@ -363,6 +406,12 @@ class MultiJoinWorker:
             elif waiting and i != self.config.outer:
                 _renumber(pending, i, old, sides[i].table.num_rows)
             sides[i].keep(old)
+        table = sides[0].table
+        if arrivals is not None:   # written afresh: a tracker that emptied leaves no stale entry behind
+            sides[0].table = table.replace_schema_metadata({**strip_metadata(table.schema.metadata),
+                                                            **arrivals.metadata()})
+        elif FORMAT_META in (table.schema.metadata or {}):   # the query dropped its arrival constraints: format 1
+            sides[0].table = table.replace_schema_metadata(strip_metadata(table.schema.metadata))
         blobs = (_state_bytes.pack(kernel.serialize()),) + tuple(
             s.to_bytes(*((self.config.shards, self.config.columns()) if i == 0 else ())) for i, s in enumerate(sides))
         if nested:
@@ -382,7 +431,7 @@ class MultiJoinWorker:
         if timeout is not None:
             state.setTimeoutTimestamp(timeout)
 
-    def _save(self, state, kernel, sides, pending, wm_ms: int) -> int:
+    def _save(self, state, kernel, sides, pending, wm_ms: int, arrivals=None) -> int:
         """Compact the payload tables to the live rows (renumbering the unmatched prefix tuples' ids), keep
         the state (or remove it when empty) and set the timeout at which its first row expires or its first
         unmatched tuple is due; returns the bytes kept.
@@ -390,12 +439,12 @@ class MultiJoinWorker:
         if self._empty(kernel, pending):
             state.remove()
             return 0
-        blobs = self._snapshot(kernel, sides, pending)
+        blobs = self._snapshot(kernel, sides, pending, arrivals)
         state.update(blobs)
         self._set_timeout(state, kernel, pending, wm_ms)
         return sum(len(b) for b in blobs)
 
-    def _save_log(self, state, key, kernel, sides, pending, wm_ms: int, log, delta: Delta) -> int:
+    def _save_log(self, state, key, kernel, sides, pending, wm_ms: int, log, delta: Delta, arrivals=None) -> int:
         """Changelog or files persistence (:func:`.._common.changelog.save`): the batch's ``delta`` (with the
         waiting tuples as the batch left them), or a new snapshot by the shared rules; the objects stay in the
         resident cache under the new token. Returns the bytes the state's value (and files) hold.
@@ -409,10 +458,10 @@ class MultiJoinWorker:
         nbytes = sum(s.table.nbytes for s in sides) + KERNEL_ROW_BYTES * sum(kernel.rows(i) for i in range(config.n))
         nbytes += 0 if pending is None else pending.table.nbytes
         _, held = _changelog.save(
-            state, key, config.persistence, log, lambda: self._snapshot(kernel, sides, pending), delta.encode,
+            state, key, config.persistence, log, lambda: self._snapshot(kernel, sides, pending, arrivals), delta.encode,
             state_id=config.state_id, snapshot_every=config.snapshot_every, ratio=SNAPSHOT_RATIO,
             files=self._files() if config.persistence == "files" else None, retain=config.versions,
-            resident=lambda new: (kernel, sides, pending, new), nbytes=nbytes)
+            resident=lambda new: (kernel, sides, pending, new, arrivals), nbytes=nbytes)
         self._set_timeout(state, kernel, pending, wm_ms)
         return held
 
@@ -639,7 +688,7 @@ class MultiJoinWorker:
         return keys, micros, sides[i].append(table)
 
     def _process(self, kernel, sides, inputs, wm_ms: int | None, orders, counters: dict, ratio: float = 0.0,
-                 schedule: Schedule = WHOLE_BATCHES, pending=None, eviction=None) -> list:
+                 schedule: Schedule = WHOLE_BATCHES, pending=None, eviction=None, arrivals=None) -> list:
         """Feed the inputs (in input order) through the kernel, shedding the share ``ratio`` of every input
         first (the entry's ``drop_ratio``, RTStream §4.4; a hash of input, time and payload decides, as in
         the two-way join); returns the output tables. Under a chunk ``schedule`` (the entry's ``params``)
@@ -647,7 +696,9 @@ class MultiJoinWorker:
         inputs' rows probe it last, step by step, and the prefix tuples it does not match wait in ``pending``
         until their deadline, when they are output null-padded (:meth:`_padded`); the steps then run whole.
         A streaming join with constraints counts the rows stored on a unique input whose key it already held
-        (``constraint_violations``) and, after every input, drops what ``eviction`` (:meth:`eviction`) allows.
+        (``constraint_violations``) and, after every input, drops what ``eviction`` (:meth:`eviction`) allows;
+        ``arrivals`` (``clustered`` / ``ordered``) counts each input's stored rows and their violations first,
+        and forgets the records the watermark passed last.
         """
         config = self.config
         if config.nested:
@@ -670,17 +721,21 @@ class MultiJoinWorker:
             if admitted is None:
                 continue
             keys, micros, ids = admitted
+            watch = wm_ms is not None and self._declared_unique and self._declared_unique[i]
+            if watch:   # a unique input stores one row per key: each stored row adding no key repeats one
+                repeated = kernel.rows(i) - kernel.keys(i)
+            if wm_ms is not None and arrivals:   # the stored rows' arrival positions (STREAM §5.2 tolerance k)
+                counters[M.CONSTRAINT_VIOLATIONS] += arrivals.arrive(i, self._tracked(sides, i, keys, ids), micros)
             if config.outer is not None and i != config.outer:
                 prefix_ids, prefix_t, matches = self._probe_prefix(kernel, sides, i, orders[i], keys, micros, ids,
                                                                    counters)
+                if watch:
+                    counters[M.CONSTRAINT_VIOLATIONS] += kernel.rows(i) - kernel.keys(i) - repeated
                 matches = self._verified(sides, matches)
                 self._wait(sides, pending, prefix_ids, prefix_t, matches)
                 if len(matches):
                     parts.append(self._rows(sides, matches))
                 continue
-            watch = wm_ms is not None and self._declared_unique and self._declared_unique[i]
-            if watch:   # a unique input stores one row per key: each stored row adding no key repeats one
-                repeated = kernel.rows(i) - kernel.keys(i)
             if schedule is WHOLE_BATCHES or config.outer is not None:
                 matches, probed, matched = kernel.insert_probe(i, keys, micros, ids, None, list(orders[i]))
                 for step, j in enumerate(orders[i]):
@@ -704,9 +759,11 @@ class MultiJoinWorker:
             if padded is not None:
                 parts.append(padded)
         if wm_ms is not None and eviction is not None:   # after every input: a match in the batch comes first
-            counters[M.EVICTED_ROWS] += self._constrain(kernel, sides, eviction, wm_ms)
+            counters[M.EVICTED_ROWS] += self._constrain(kernel, sides, eviction, wm_ms, arrivals)
         if wm_ms is not None:  # every row still to come is later than the watermark (later ones are late)
             counters[M.EVICTED_ROWS] += sum(len(kernel.evict(i, wm_ms * 1000)) for i in range(config.n))
+            if arrivals:
+                arrivals.forget(wm_ms)
         return parts
 
     def _process_nested(self, kernel, sides, inputs, wm_ms: int | None, orders, counters: dict, ratio: float,
@@ -818,17 +875,19 @@ class MultiJoinWorker:
         if config.resident and state.exists:
             cached = _resident.cache().take((config.state_id, key), _changelog.token_of(state.get[0]))
             counters[M.STATE_CACHE_HITS if cached is not None else M.STATE_CACHE_MISSES] = 1
-        kernel, sides, pending, log = cached if cached is not None else self._restore(state, key)
+        kernel, sides, pending, log, arrivals = cached if cached is not None else self._restore_state(state, key)
         inputs = [None] * config.n if state.hasTimedOut else split_sides(list(pdf_iter), config.n)
         wm_ms = state.getCurrentWatermarkMs()
-        recorder = Recorder(kernel, sides) if config.resident else None
+        recorder = Recorder(kernel, sides, arrivals) if config.resident else None
         parts = self._process(kernel if recorder is None else recorder.kernel,
                               sides if recorder is None else recorder.sides, inputs, wm_ms, orders, counters,
-                              self._ratio(entry), schedule, pending, self.eviction(entry))
+                              self._ratio(entry), schedule, pending, self.eviction(entry),
+                              arrivals if recorder is None else recorder.arrivals)
         if recorder is None:
-            counters[M.STATE_BYTES] = self._save(state, kernel, sides, pending, wm_ms)
+            counters[M.STATE_BYTES] = self._save(state, kernel, sides, pending, wm_ms, arrivals)
         else:
-            counters[M.STATE_BYTES] = self._save_log(state, key, kernel, sides, pending, wm_ms, log, recorder.delta)
+            counters[M.STATE_BYTES] = self._save_log(state, key, kernel, sides, pending, wm_ms, log, recorder.delta,
+                                                     arrivals)
         yield self._report(parts, counters, kernel, pending)
 
     # -- batch: one call per shard with every input; nothing is kept

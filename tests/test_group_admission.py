@@ -26,6 +26,11 @@ def test_estimate_counts_each_slice_class_once_at_its_widest_window():
     # by hand: keys × (widest window + δ) / granularity
     assert rows == {"a": 10 * 300 // 10, "c": 10 * 3600 // 60, "d": 4 * (120 + 60) // 10}
     assert G.class_state_rows([m("a", "a", 60)], G.StreamLoad(0.0)) == 0.0          # no rows, no state
+    # key counts per grouping key; a key not listed counts as the largest listed (an upper bound)
+    per_key = G.StreamLoad(100.0, keys={"page": 10, "region": 4})
+    by_region = G.MemberLoad("r", "r", "s", 60 * S, 10 * S, 10 * S, key="region")
+    assert G.class_state_rows([by_region], per_key) == 4 * 6
+    assert G.class_state_rows([G.MemberLoad("u", "u", "s", 60 * S, 10 * S, 10 * S, key="user")], per_key) == 10 * 6
 
 
 def test_a_query_joining_a_class_adds_only_what_the_class_does_not_hold():

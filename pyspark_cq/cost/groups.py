@@ -46,6 +46,8 @@ class MemberLoad:
         Its window, slide and slice length (µs; the window and slide are multiples of the granularity).
     window_min, window_max : int or None
         The QoS range of its window (µs, PIPES §4.3); None: the window is fixed.
+    key : str
+        Its grouping key as text (e.g. ``"page"``; a :class:`StreamLoad`'s ``keys`` may give its key count).
     """
 
     name: str
@@ -56,8 +58,11 @@ class MemberLoad:
     granularity: int
     window_min: int | None = None
     window_max: int | None = None
+    key: str = ""
 
     def __post_init__(self):
+        if not isinstance(self.key, str):
+            raise TypeError(f"MemberLoad key must be a str (the grouping key as text), got {self.key!r}")
         for k in ("name", "slice_class", "stream"):
             if not isinstance(getattr(self, k), str) or not getattr(self, k):
                 raise TypeError(f"MemberLoad {k} must be a non-empty str, got {getattr(self, k)!r}")
@@ -86,8 +91,9 @@ class StreamLoad:
     ----------
     rate : float
         Rows per second (>= 0).
-    keys : int
-        Distinct grouping keys of a slice class over it (an upper bound; >= 1).
+    keys : int or mapping str -> int
+        Distinct grouping keys of a slice class over it (an upper bound; >= 1), or per grouping key as text
+        (``MemberLoad.key``; a key not listed counts as the largest listed).
     selectivity : float
         Share of the rows passing a class's WHERE, in (0, 1] (1: an upper bound).
     watermark_delay, batch_span : float
@@ -96,7 +102,7 @@ class StreamLoad:
     """
 
     rate: float
-    keys: int = 1
+    keys: int | Mapping[str, int] = 1
     selectivity: float = 1.0
     watermark_delay: float = 0.0
     batch_span: float = 0.0
@@ -104,8 +110,12 @@ class StreamLoad:
     def __post_init__(self):
         if isinstance(self.rate, bool) or not isinstance(self.rate, (int, float)) or not 0 <= self.rate < math.inf:
             raise ValueError(f"StreamLoad rate must be a finite number of rows/s >= 0, got {self.rate!r}")
-        if isinstance(self.keys, bool) or not isinstance(self.keys, int) or self.keys < 1:
-            raise ValueError(f"StreamLoad keys must be an int >= 1, got {self.keys!r}")
+        counts = list(self.keys.values()) if isinstance(self.keys, Mapping) else [self.keys]
+        if not counts or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts):
+            raise ValueError(f"StreamLoad keys must be an int >= 1 or a non-empty mapping of grouping key -> "
+                             f"int >= 1, got {self.keys!r}")
+        if isinstance(self.keys, Mapping):
+            object.__setattr__(self, "keys", dict(self.keys))
         if isinstance(self.selectivity, bool) or not isinstance(self.selectivity, (int, float)) \
                 or not 0 < self.selectivity <= 1:
             raise ValueError(f"StreamLoad selectivity must be in (0, 1], got {self.selectivity!r}")
@@ -113,6 +123,12 @@ class StreamLoad:
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
                 raise ValueError(f"StreamLoad {k} must be a finite number of seconds >= 0, got {v!r}")
+
+    def keys_of(self, key: str) -> int:
+        """The key count of a class grouped by ``key`` (text)."""
+        if isinstance(self.keys, int):
+            return self.keys
+        return self.keys.get(key, max(self.keys.values()))
 
 
 def window_at(m: MemberLoad, f: float) -> int:
@@ -154,7 +170,8 @@ def class_state_rows(members: Sequence[MemberLoad], load: StreamLoad,
     g = members[0].granularity
     d_ms = 1000.0 / (load.rate * load.selectivity)     # ms between rows passing the class's WHERE
     return pipes.aggregation_state_rows(pipes.SC(d_ms, 1.0), window=widest / _MS, granularity=g / _MS,
-                                        groups=load.keys, watermark_delay=load.watermark_delay * 1000.0,
+                                        groups=load.keys_of(members[0].key),
+                                        watermark_delay=load.watermark_delay * 1000.0,
                                         batch_span=load.batch_span * 1000.0)
 
 

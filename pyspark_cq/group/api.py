@@ -54,6 +54,8 @@ class _Member:
     name_of: object = None             # "shared": a column node's name in its stream
     why_alone: str | None = None
     window_qos: tuple | None = None    # "shared": the QoS range (min, max) µs of its window (WITH (WINDOW …))
+    key_text: str = ""                 # "shared": its GROUP BY as text (the state estimate's key count)
+    signature: tuple | None = None     # "shared": what its slices depend on but its start (_loads; computed once)
 
 
 class QueryGroup:
@@ -230,7 +232,7 @@ class QueryGroup:
         ms = [m for m in self._members.values() if m.spec.kind == "shared" and m.spec.active]
         if candidate is not None:
             ms.append(candidate)
-        reps, out = [], []
+        reps, unhashed, out = {}, [], []
         for m in ms:
             spec = plan.by_name(m.spec.name) if plan is not None else None
             if spec is not None and spec.key == m.spec.key:
@@ -238,15 +240,21 @@ class QueryGroup:
             else:   # not in the running plan yet: it starts at its next window (batch.apply_changes)
                 start = next_window(m.spec, plan.max_time) if plan is not None else m.spec.start_us
             c = m.spec.config
-            sig = (m.spec.family, None if m.mask is None else str(m.mask), m.spec.arrow_filter, start,
-                   tuple(str(e) for _, e in m.exprs[1:]),
-                   replace(c, window=0, slide=0, emit="windows", name="", out_names=()))
-            cls = next((k for s, k in reps if s == sig), None)
-            if cls is None:
-                cls = m.spec.name
-                reps.append((sig, cls))
+            if m.signature is None:     # Column texts cost a JVM call each: once per query
+                m.signature = (m.spec.family, None if m.mask is None else str(m.mask),
+                               tuple(str(e) for _, e in m.exprs[1:]),
+                               replace(c, window=0, slide=0, emit="windows", name="", out_names=()))
+            sig = m.signature + (m.spec.arrow_filter, start)
+            try:
+                cls = reps.setdefault(sig, m.spec.name)
+            except TypeError:           # an unhashable part: compare with ==, as slice_classes does
+                cls = next((k for s, k in unhashed if s == sig), None)
+                if cls is None:
+                    cls = m.spec.name
+                    unhashed.append((sig, cls))
             lo, hi = m.window_qos if m.window_qos is not None else (None, None)
-            out.append(MemberLoad(m.spec.name, cls, m.spec.family, c.window, c.slide, c.granularity, lo, hi))
+            out.append(MemberLoad(m.spec.name, cls, m.spec.family, c.window, c.slide, c.granularity, lo, hi,
+                                  m.key_text))
         return out
 
     @property
@@ -593,8 +601,11 @@ class QueryGroup:
         exprs = projection_exprs(time, config.keys, config.spec)
         conjuncts = ([w.where] if w.where is not None else []) + list(s.filters)
         qos = next((r for k, r in a.qos.items() if k.endswith(".window")), None)
+        from ..lang.printer import expression
+
         return _Member(spec, sink, computed=computed, exprs=exprs, mask=mask, time=time, conjuncts=conjuncts,
-                       name_of=b.name, window_qos=None if qos is None else (int(qos.min), int(qos.max)))
+                       name_of=b.name, window_qos=None if qos is None else (int(qos.min), int(qos.max)),
+                       key_text=", ".join(expression(e) for e in a.select.group_by))
 
     def _join_running(self, member: _Member) -> None:
         """ValueError unless ``member`` can join the running plan (its columns are computed already)."""

@@ -116,3 +116,56 @@ def test_a_window_change_applies_at_the_next_micro_batch_boundary():
     plan = D.Plan(version=1, members={"a-k": a}, max_time=5 * S)
     nxt = apply_changes(plan, [("window", "a", 30 * S), ("window", "nobody", 1)], 7 * S)
     assert nxt.members["a-k"] == replace(a, config=Cfg(30 * S))      # only the window: same key, start, class
+
+
+# ---- on Spark: a refused add disturbs nothing ----------------------------------------------------------------
+
+@pytest.mark.spark
+def test_a_refused_add_leaves_the_running_groups_sinks_exact(spark, tmp_dir):
+    """A group under a memory budget that holds its two queries (one slice class): a query of a new class with a
+    one-day window is refused before start and while the group runs; the group's plan, pending changes and the
+    two sinks are those without it (the oracle: each query alone)."""
+    import os
+
+    from test_query_group import Q, assert_same_rows, clicks_stream, start_alone, write_clicks
+
+    import pyspark_cq as cq
+    from pyspark_cq.runtime import CQRuntime, QueryRejected
+
+    data = os.path.join(tmp_dir, "in")
+    write_clicks(data, files=2, rows=200)
+    clicks = clicks_stream(spark, data)
+    g = cq.QueryGroup(spark, sources={"clicks": clicks}, checkpoint=os.path.join(tmp_dir, "ck"), shards=2)
+    load = G.StreamLoad(200 / 240, keys=4, watermark_delay=60.0)          # 200 rows per 4 minutes, ≤ 4 pages
+    # the budget: the two queries' class (widest window 2 min + 1 min delay at 10 s slices, 4 keys) at 10 B a row
+    budget = 4 * (120 + 60) // 10 * 10
+    rt = CQRuntime(spark, memory_budget=budget)
+    with pytest.raises(ValueError, match=r"loads\['views'\]: not a stream of group"):
+        rt.register_group(g, loads={"views": 1.0})
+    rt.register_group(g, loads={"clicks": load}, row_bytes=10)
+    for name in ("eu_1m", "eu_2m"):
+        g.add(name, Q[name], sink=os.path.join(tmp_dir, "out", name))
+    day = ("RSTREAM(SELECT page, COUNT(*) AS n FROM clicks [RANGE 1 DAY SLIDE 1 MINUTE] WHERE region = 'us' "
+           "GROUP BY page)")
+    with pytest.raises(QueryRejected, match=rf"'day'.*memory budget {budget:,} B"):
+        g.add("day", day, sink=os.path.join(tmp_dir, "out", "day"))
+    assert list(g.queries) == ["eu_1m", "eu_2m"]
+    query = g.start(trigger={"availableNow": True})
+    oracles = {n: start_alone(spark, Q[n], clicks, tmp_dir, n) for n in ("eu_1m", "eu_2m")}
+    with pytest.raises(QueryRejected, match="'day2'"):
+        g.add("day2", day, sink=os.path.join(tmp_dir, "out", "day2"))
+    assert list(g.queries) == ["eu_1m", "eu_2m"]
+    assert all(change[0] != "add" for _, change in D.pending_changes(g._dir))
+    query.awaitTermination()
+    assert query.exception() is None
+    assert [m.name for m in D.read_plan(g._dir).members.values()] == ["eu_1m", "eu_2m"]
+    for name, (q, out) in oracles.items():
+        q.awaitTermination()
+        assert assert_same_rows(spark.read.parquet(os.path.join(tmp_dir, "out", name)), spark.read.parquet(out),
+                                name) > 0
+    refusals = [r for r in rt.decisions_log() if r.get("rejected")]
+    assert [r["query"] for r in refusals] == ["day", "day2"]
+    state = rt.group_state(g.name)
+    assert list(state["classes"]) == ["eu_1m"] and state["classes"]["eu_1m"]["members"] == ["eu_1m", "eu_2m"]
+    # the estimate: at least the class's rows without the micro-batch's span (the runtime adds the measured span)
+    assert state["estimated_rows"] >= 4 * (120 + 60) // 10 and state["measured_rows"] > 0

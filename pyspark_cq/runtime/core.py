@@ -588,6 +588,8 @@ class CQRuntime:
             except Exception as exc:
                 _log.warning("policy %s: remove(%r) raised %r", policy.name, name, exc)
         self._store.unregister(name)
+        if reg is not None and reg.group is not None:
+            reg.group._admission = None      # its adds are no longer this runtime's to admit
         if reg is not None:
             for op in reg.operators:
                 if op in self._control:

@@ -687,12 +687,13 @@ class CQRuntime:
 
     def _group_loads(self, reg: _Registration) -> dict:
         """The group's stream loads for the estimate, each with the group's measured event time per micro-batch
-        as its batch span B where it gives none.
+        as its batch span B where it gives none (one stream only: with several, the group's Spark event time is
+        the group clock, the sum of the streams', not a stream's).
         """
         from dataclasses import replace as _replace
 
         span = self._store.query_info(reg.name).batch_span
-        if span is None or not math.isfinite(span) or span <= 0:
+        if len(reg.group.sources) > 1 or span is None or not math.isfinite(span) or span <= 0:
             return dict(reg.loads)
         return {k: v if v.batch_span else _replace(v, batch_span=float(span)) for k, v in reg.loads.items()}
 

@@ -2,10 +2,10 @@
 window re-plans under a memory budget (Cammert et al., §4.1.1, §4.3, §5.4; docs/groups.md, "Admission control
 and re-plans").
 
-``--streams`` generated streams (rate-like parquet files, ``--files`` files of 10 minutes of event time each,
+``--streams`` generated streams (rate-like parquet files, ``--files`` files of 5 minutes of event time each,
 stream j with ``rows·(0.5 + j/streams)`` rows per file over ``20 + 10j`` pages and 4 regions) and ``--queries``
 generated window queries (query i on stream i mod streams; windows 1 min … 30 min with slides 10 s / 1 min, filters
-none / region / x, GROUP BY page or region, COUNT or SUM and COUNT; 70 % with a QoS range of their window,
+none / region / x, GROUP BY page or region, COUNT or SUM and COUNT; 90 % with a QoS range of their window,
 ``WITH (WINDOW BETWEEN … AND …)``) are added to one :class:`pyspark_cq.QueryGroup` registered with a
 :class:`pyspark_cq.runtime.CQRuntime` whose memory budget is ``--budget-share`` of the estimated state of all of
 them, so that admission control admits only part. The group then runs to the end of its input (``availableNow``,
@@ -19,8 +19,8 @@ per slice class and in total at the end, and the wall time of each micro-batch.
 
 Usage::
 
-    python -m benchmarks.perf.pipes_groups [--streams 10] [--queries 1000] [--files 6] [--rows 3000]
-        [--budget-share 0.4] [--drop-after 3] [--drop 0.6] [--shards 2]
+    python -m benchmarks.perf.pipes_groups [--streams 10] [--queries 1000] [--files 8] [--rows 3000]
+        [--budget-share 0.4] [--drop-after 4] [--drop 0.8] [--shards 2]
 """
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ WINDOWS = (("1 minute", "10 seconds", 60), ("2 minutes", "10 seconds", 120), ("5
 FILTERS = (None, "region = 'eu'", "region = 'us'", "x < 500")
 KEYS = ("page", "region")
 AGGS = ("COUNT(*) AS n", "SUM(x) AS sx, COUNT(*) AS n")
-SPAN_S = 600            # event time per file
+SPAN_S = 300            # event time per file
 
 
 def stream_rows(j: int, streams: int, rows: int) -> int:
@@ -51,7 +51,7 @@ def stream_rows(j: int, streams: int, rows: int) -> int:
 
 
 def write_streams(root: str, streams: int, files: int, rows: int, seed: int = 11) -> dict:
-    """Each stream's files (10 minutes of event time each, in order); {stream: (directory, rows/s, pages)}."""
+    """Each stream's files (5 minutes of event time each, in order); {stream: (directory, rows/s, pages)}."""
     rng = np.random.default_rng(seed)
     out = {}
     for j in range(streams):
@@ -80,7 +80,7 @@ def generate(count: int, streams: int, seed: int = 5) -> list[dict]:
         w, s, w_s = WINDOWS[rng.integers(len(WINDOWS))]
         where, key, aggs = FILTERS[rng.integers(len(FILTERS))], KEYS[rng.integers(len(KEYS))], AGGS[rng.integers(2)]
         slide_s = 10 if s == "10 seconds" else 60
-        qos = rng.random() < 0.7 and w_s > slide_s
+        qos = rng.random() < 0.9 and w_s > slide_s
         low = max(slide_s, (w_s // 4) // slide_s * slide_s)
         text = (f"RSTREAM(SELECT {key}, {aggs} FROM {stream} [RANGE {w.upper()} SLIDE {s.upper()}]"
                 + (f" WHERE {where}" if where else "") + f" GROUP BY {key})"
@@ -113,11 +113,11 @@ def main(argv=None):
     p = harness.parser(__doc__)
     p.add_argument("--streams", type=int, default=10)
     p.add_argument("--queries", type=int, default=1000)
-    p.add_argument("--files", type=int, default=6)
+    p.add_argument("--files", type=int, default=8)
     p.add_argument("--rows", type=int, default=3000, help="rows per file of the middle stream")
     p.add_argument("--budget-share", type=float, default=0.4)
-    p.add_argument("--drop-after", type=int, default=3)
-    p.add_argument("--drop", type=float, default=0.6)
+    p.add_argument("--drop-after", type=int, default=4)
+    p.add_argument("--drop", type=float, default=0.8)
     p.add_argument("--shards", type=int, default=2)
     p.add_argument("--row-bytes", type=float, default=64.0)
     args = p.parse_args(argv)
@@ -194,7 +194,7 @@ def main(argv=None):
             print(f"after {args.drop_after} micro-batches: measured {state['measured_bytes']:,} B; budget -> "
                   f"{rt.memory_budget:,.0f} B", flush=True)
         query.awaitTermination()
-        rt.await_batches(g.name, args.files, timeout=120)
+        rt.await_batches(g.name, args.files, timeout=30)
         rt.run_policies()
         wall = time.perf_counter() - t0
         final = rt.group_state(g.name)

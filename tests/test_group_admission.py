@@ -121,6 +121,7 @@ def test_a_window_change_applies_at_the_next_micro_batch_boundary():
 # ---- on Spark: a refused add disturbs nothing ----------------------------------------------------------------
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_a_refused_add_leaves_the_running_groups_sinks_exact(spark, tmp_dir):
     """A group under a memory budget that holds its two queries (one slice class): a query of a new class with a
     one-day window is refused before start and while the group runs; the group's plan, pending changes and the
@@ -167,5 +168,4 @@ def test_a_refused_add_leaves_the_running_groups_sinks_exact(spark, tmp_dir):
     assert [r["query"] for r in refusals] == ["day", "day2"]
     state = rt.group_state(g.name)
     assert list(state["classes"]) == ["eu_1m"] and state["classes"]["eu_1m"]["members"] == ["eu_1m", "eu_2m"]
-    # the estimate: at least the class's rows without the micro-batch's span (the runtime adds the measured span)
-    assert state["estimated_rows"] >= 4 * (120 + 60) // 10 and state["measured_rows"] > 0
+    assert 0 < state["estimated_rows"] <= budget / 10 and state["measured_rows"] > 0

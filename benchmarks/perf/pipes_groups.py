@@ -139,6 +139,15 @@ def main(argv=None):
           f"estimated state of all {all_rows:,.0f} rows = {all_rows * args.row_bytes:,.0f} B; memory budget "
           f"{budget:,.0f} B ({args.budget_share:.0%})", flush=True)
 
+    # the cross-check of the group's slice classes: admission over the generator's classes, in the same order
+    from pyspark_cq.cost.groups import admit
+
+    expected, kept = 0, []
+    for m in oracle_loads(mix):
+        if admit(kept, m, loads, budget, args.row_bytes).accepted:
+            kept.append(m)
+            expected += 1
+
     import pyspark_cq as cq
     from pyspark_cq.runtime import CQRuntime, QueryRejected
 
@@ -176,7 +185,7 @@ def main(argv=None):
     print(f"admitted {len(admitted)}, refused {len(refused)} in {t_adds:.1f} s (add: median "
           f"{statistics.median(add_s) * 1000:.1f} ms, max {max(add_s) * 1000:.1f} ms; admission alone: median "
           f"{statistics.median(admission_s) * 1000:.2f} ms, max {max(admission_s) * 1000:.2f} ms); "
-          f"{len(classes)} slice classes admitted", flush=True)
+          f"{len(classes)} slice classes admitted; by the generator's classes: {expected} admitted", flush=True)
     for r in reasons[:1]:
         print(f"  e.g. {r}", flush=True)
 
@@ -219,7 +228,7 @@ def main(argv=None):
           f"max {max(batch_s):.2f} s", flush=True)
     result = {"streams": args.streams, "queries": args.queries, "classes_generated": len({q["cls"] for q in mix}),
               "estimated_rows_all": all_rows, "budget_bytes": budget, "admitted": len(admitted),
-              "refused": len(refused), "refusal_examples": reasons, "classes_admitted": len(classes),
+              "refused": len(refused), "admitted_by_generator_classes": expected, "refusal_examples": reasons, "classes_admitted": len(classes),
               "adds_s": round(t_adds, 2), "add_ms": {"median": _q(add_s, 50) * 1000, "max": _q(add_s, 100) * 1000},
               "admission_ms": {"median": _q(admission_s, 50) * 1000, "max": _q(admission_s, 100) * 1000},
               "budget_drop": dropped, "replans": [{k: r.get(k) for k in ("seconds", "reason", "f", "feasible")}

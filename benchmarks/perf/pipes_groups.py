@@ -204,7 +204,6 @@ def main(argv=None):
                   f"{rt.memory_budget:,.0f} B", flush=True)
         query.awaitTermination()
         rt.await_batches(g.name, args.files, timeout=30)
-        rt.run_policies()
         wall = time.perf_counter() - t0
         final = rt.group_state(g.name)
         progress = [{"batch": pr["batchId"], "ms": pr["durationMs"].get("triggerExecution"),

@@ -226,6 +226,7 @@ class _Registration:
     trigger: Mapping | None = None
     loads: dict = field(default_factory=dict)   # a group's streams -> StreamLoad (admission, re-plans)
     row_bytes: float = 64.0     # a group's bytes per state row until measured
+    replanned_at: int | None = None   # a group's micro-batches seen at its last re-plan (replan_groups)
 
 
 def _policies(specs, options: Mapping) -> tuple[list[Policy], list[str]]:
@@ -768,8 +769,10 @@ class CQRuntime:
         Per such group: the estimate (:func:`pyspark_cq.cost.groups.replan`, PIPES §4.3's bisection of a common
         fraction of the QoS ranges) is calibrated to the measurement (the target is the budget in rows times
         estimated / measured rows) and the windows it reduces are set (``QueryGroup.set_window``), only of slice
-        classes whose members all have a QoS range of their window. One record per re-plan in the decisions log
-        (kind ``"replan"``, with ``seconds``, the time it took); returns them. Nothing without a memory budget.
+        classes whose members all have a QoS range of their window. A group re-planned is not re-planned again
+        until two micro-batches have run (its changes apply at the end of the next one, the table shrinks in the
+        one after: PIPES §4.2's adaptation delay). One record per re-plan in the decisions log (kind
+        ``"replan"``, with ``seconds``, the time it took); returns them. Nothing without a memory budget.
         """
         from ..cost.groups import group_state_rows, replan
         from ..vocabulary import metrics as M
@@ -781,6 +784,12 @@ class CQRuntime:
         out = []
         for reg in regs:
             t0 = time.perf_counter()
+            # PIPES §4.2: a change shows only later. The group applies it when the micro-batch after the round
+            # ends and the table shrinks at the next one's eviction; until then the measured state is the old
+            # windows', and a re-plan on it would reduce again what is already reduced.
+            batches = self._store.query_info(reg.name).batches
+            if reg.replanned_at is not None and batches < reg.replanned_at + 2:
+                continue
             overview = reg.group.overview()
             rows, size = overview[M.STATE_ROWS] or 0, overview[M.STATE_BYTES] or 0
             if size <= self.memory_budget or rows <= 0:
@@ -799,6 +808,7 @@ class CQRuntime:
                     applied.append({"query": n, "window": w})
                 except (KeyError, ValueError) as exc:    # removed or changed since: the next round re-plans
                     _log.warning("re-plan of group %s: %s", reg.name, exc)
+            reg.replanned_at = batches if applied else reg.replanned_at
             reason = (f"measured state {size:,.0f} B > memory budget {self.memory_budget:,.0f} B: "
                       f"{len(applied)} windows reduced (f = {plan.f:.3f}), estimate {plan.rows_before:,.0f} -> "
                       f"{plan.rows_after:,.0f} rows (target {plan.target_rows:,.0f})"

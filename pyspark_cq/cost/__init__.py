@@ -16,12 +16,15 @@ module              paper and what it estimates
 `chain`             Motwani et al. (STREAM) §5.3: Chain scheduling's progress chart and priorities
 `stream_precision`  Motwani et al. (STREAM) §5.1: precision (FP, FN) propagated bottom-up through a
                     plan, memory per setting (PIPES eq. 9), allocation of a memory bound for F1
+`groups`            PIPES §4.1.1, §4.3, §5.4 for query groups: state per slice class (eq. 15 at the
+                    class's widest window), admission under a memory bound, window re-plans
 ==================  ==========================================================================
 
 Plans come from :mod:`pyspark_cq.plan`; statistics from :mod:`pyspark_cq.estimators`.
 See ``docs/cost-model.md`` for the formulas and the reconstructions of garbled ones.
 """
-from . import chain, om, pipes, rate, rtstream, stream_precision
+from . import chain, groups, om, pipes, rate, rtstream, stream_precision
 from .pipes import CostProfile, StreamCharacteristics
 
-__all__ = ["chain", "om", "pipes", "rate", "rtstream", "stream_precision", "StreamCharacteristics", "CostProfile"]
+__all__ = ["chain", "groups", "om", "pipes", "rate", "rtstream", "stream_precision", "StreamCharacteristics",
+           "CostProfile"]

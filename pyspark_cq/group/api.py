@@ -54,6 +54,9 @@ class _Member:
     name_of: object = None             # "shared": a column node's name in its stream
     why_alone: str | None = None
     source: str | None = None          # the group's name of the one stream it reads (None: several)
+    window_qos: tuple | None = None    # "shared": the QoS range (min, max) µs of its window (WITH (WINDOW …))
+    key_text: str = ""                 # "shared": its GROUP BY as text (the state estimate's key count)
+    signature: tuple | None = None     # "shared": what its slices depend on but its start (_loads; computed once)
 
 
 class QueryGroup:
@@ -114,6 +117,10 @@ class QueryGroup:
         self._query = None
         self._lock = threading.Lock()
         self._counter = 0
+        #: set by ``CQRuntime.register_group``: ``admission(group, new, members)`` with the
+        #: :class:`~pyspark_cq.cost.groups.MemberLoad` of a query being added and of the group's shared queries;
+        #: raises to refuse the query (PIPES §4.1.1), before anything of the group changes
+        self._admission = None
 
     # ---- the queries ---------------------------------------------------------------------------------
     def add(self, name, query, sink):
@@ -155,11 +162,14 @@ class QueryGroup:
                     raise ValueError(f"query {name!r}: its sink is already query {other!r}'s; give each query "
                                      f"its own sink")
             member = self._plan_member(name, query, sink)
-            if self._query is None:
-                self._members[name] = member
-                return
-            self._join_running(member)
+            if self._query is not None:
+                self._join_running(member)
+            if self._admission is not None and member.spec.kind == "shared" and member.spec.active:
+                loads = self._loads(member)
+                self._admission(self, loads[-1], loads[:-1])
             self._members[name] = member
+            if self._query is None:
+                return
             D.ask(self._dir, ("add", member.spec))
 
     def remove(self, name):
@@ -186,6 +196,67 @@ class QueryGroup:
         its rows again.
         """
         self._set_active(name, True)
+
+    def set_window(self, name, window):
+        """Set the window of the shared ``RSTREAM`` query ``name`` (µs, or a ``timedelta``): from the next
+        micro-batch its sweep emits windows of the new size, and its slice class's table keeps slices for the
+        class's widest window at that micro-batch's eviction (a reduction frees state there). The window must be
+        a multiple of the query's slice length (so it stays in its slice class) and at least its slide. Used by
+        the runtime's re-plans under a memory budget (docs/groups.md, "The runtime").
+        """
+        if isinstance(window, timedelta):
+            window = round(window / timedelta(microseconds=1))
+        if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+            raise TypeError(f"window must be a positive int of µs or a timedelta, got {window!r}")
+        with self._lock:
+            self._known(name)
+            m = self._members[name]
+            if m.spec.kind != "shared" or m.spec.at[1]:
+                raise ValueError(f"query {name!r}: only a shared RSTREAM aggregate's window can be set (it is "
+                                 f"{'an ISTREAM / DSTREAM aggregate' if m.spec.kind == 'shared' else 'alone'})")
+            c = m.spec.config
+            if window % c.granularity or window < c.slide:
+                raise ValueError(f"window must be a multiple of query {name!r}'s slice length {c.granularity} µs "
+                                 f"and at least its slide {c.slide} µs, got {window}")
+            m.spec = replace(m.spec, config=replace(c, window=window))
+            if self._query is not None:
+                D.ask(self._dir, ("window", name, window))
+
+    def _loads(self, candidate=None) -> list:
+        """The :class:`~pyspark_cq.cost.groups.MemberLoad` of each active shared query (in the order added), then
+        of ``candidate`` (a ``_Member`` being added); slice classes as :func:`~.worker.slice_classes` forms them,
+        from the driver's specs (a query joining a running group: at its next window after the event times seen).
+        """
+        from ..cost.groups import MemberLoad
+
+        plan = D.read_plan(self._dir) if self._query is not None else None
+        ms = [m for m in self._members.values() if m.spec.kind == "shared" and m.spec.active]
+        if candidate is not None:
+            ms.append(candidate)
+        reps, unhashed, out = {}, [], []
+        for m in ms:
+            spec = plan.by_name(m.spec.name) if plan is not None else None
+            if spec is not None and spec.key == m.spec.key:
+                start = spec.start_us
+            else:   # not in the running plan yet: it starts at its next window (batch.apply_changes)
+                start = next_window(m.spec, plan.max_time) if plan is not None else m.spec.start_us
+            c = m.spec.config
+            if m.signature is None:     # Column texts cost a JVM call each: once per query
+                m.signature = (m.spec.family, None if m.mask is None else str(m.mask),
+                               tuple(str(e) for _, e in m.exprs[1:]),
+                               replace(c, window=0, slide=0, emit="windows", name="", out_names=()))
+            sig = m.signature + (m.spec.arrow_filter, start)
+            try:
+                cls = reps.setdefault(sig, m.spec.name)
+            except TypeError:           # an unhashable part: compare with ==, as slice_classes does
+                cls = next((k for s, k in unhashed if s == sig), None)
+                if cls is None:
+                    cls = m.spec.name
+                    unhashed.append((sig, cls))
+            lo, hi = m.window_qos if m.window_qos is not None else (None, None)
+            out.append(MemberLoad(m.spec.name, cls, m.spec.family, c.window, c.slide, c.granularity, lo, hi,
+                                  m.key_text))
+        return out
 
     @property
     def queries(self) -> dict:
@@ -556,8 +627,13 @@ class QueryGroup:
                        finish=finish, stage_schema=stage)
         exprs = projection_exprs(time, config.keys, config.spec)
         conjuncts = ([w.where] if w.where is not None else []) + list(s.filters)
+        qos = next((r for k, r in a.qos.items() if k.endswith(".window")), None)
+        from ..lang.printer import expression
+
         return _Member(spec, sink, computed=computed, exprs=exprs, mask=mask, time=time, conjuncts=conjuncts,
-                       name_of=b.name, source=family)
+                       name_of=b.name, source=family,
+                       window_qos=None if qos is None else (int(qos.min), int(qos.max)),
+                       key_text=", ".join(expression(e) for e in a.select.group_by))
 
     def _join_running(self, member: _Member) -> None:
         """ValueError unless ``member`` can join the running plan (its columns are computed already)."""

@@ -105,7 +105,8 @@ def apply_changes(plan: D.Plan, changes: list, max_time: int | None) -> D.Plan:
     from .api import next_window
 
     members = dict(plan.members)
-    for op, arg in changes:
+    for change in changes:
+        op, arg = change[0], change[1]
         if op == "add":
             spec = arg
             if spec.kind == "shared":
@@ -121,6 +122,8 @@ def apply_changes(plan: D.Plan, changes: list, max_time: int | None) -> D.Plan:
             del members[key]
         elif op == "pause":
             members[key] = replace(members[key], active=False)
+        elif op == "window":       # a re-plan under a memory budget (QueryGroup.set_window)
+            members[key] = replace(members[key], config=replace(members[key].config, window=change[2]))
         elif op == "resume" and not members[key].active:
             spec = replace(members[key], active=True)
             if spec.kind == "shared":

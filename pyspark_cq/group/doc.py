@@ -156,7 +156,7 @@ def write_plan(directory: str, plan: Plan) -> None:
 
 def ask(directory: str, change: tuple) -> None:
     """Queue ``change`` (``("add", MemberSpec)``, ``("remove", name)``, ``("pause", name)``,
-    ``("resume", name)``) for the next micro-batch boundary.
+    ``("resume", name)``, ``("window", name, µs)``) for the next micro-batch boundary.
     """
     pending = os.path.join(directory, _PENDING)
     os.makedirs(pending, exist_ok=True)

@@ -137,6 +137,10 @@ def _warn_unshared_control_path(spark, path: str) -> None:
                       stacklevel=3)
 
 
+#: The decisions log's policy name of the runtime's own admission control and re-plans of query groups.
+GROUP_BUDGET = "group_budget"
+
+
 class QueryRejected(RuntimeError):
     """A policy's admission control rejected a query (PIPES §4.1.1); ``reason`` says why."""
 
@@ -220,6 +224,9 @@ class _Registration:
     pool: str | None = None
     group: object = None        # a QueryGroup (register_group): its members are the policies' queries
     trigger: Mapping | None = None
+    loads: dict = field(default_factory=dict)   # a group's streams -> StreamLoad (admission, re-plans)
+    row_bytes: float = 64.0     # a group's bytes per state row until measured
+    replanned_at: int | None = None   # a group's micro-batches seen at its last re-plan (replan_groups)
 
 
 def _policies(specs, options: Mapping) -> tuple[list[Policy], list[str]]:
@@ -582,6 +589,8 @@ class CQRuntime:
             except Exception as exc:
                 _log.warning("policy %s: remove(%r) raised %r", policy.name, name, exc)
         self._store.unregister(name)
+        if reg is not None and reg.group is not None:
+            reg.group._admission = None      # its adds are no longer this runtime's to admit
         if reg is not None:
             for op in reg.operators:
                 if op in self._control:
@@ -598,7 +607,8 @@ class CQRuntime:
 
     # -- running ---------------------------------------------------------------------------------
 
-    def register_group(self, group, *, trigger: Mapping | None = None) -> None:
+    def register_group(self, group, *, trigger: Mapping | None = None, loads: Mapping | None = None,
+                       row_bytes: float = 64.0) -> None:
         """Register a :class:`~pyspark_cq.QueryGroup`: the policies see each of its queries (docs/groups.md,
         "The runtime").
 
@@ -608,8 +618,10 @@ class CQRuntime:
         group clock's) its own stream's event time, watermark delay and event time per batch
         (``group.stream_times()``). Shared state is counted once: a slice class's
         table is reported on one of its queries (its ``state_rows`` / ``state_bytes``), the others report 0.
-        The group's windows are not decision variables: a member has no control-table entry, so a decision
-        naming one is refused (recorded in the decisions log) and no member's table shrinks under another.
+        The group's windows are not the policies' decision variables: a member has no control-table entry, so a
+        decision naming one is refused (recorded in the decisions log) and no member's table shrinks under
+        another. With a ``memory_budget`` and ``loads``, the runtime itself admits each query added to the group
+        and re-plans windows within QoS ranges when the measured state passes the budget (:meth:`replan_groups`).
 
         Parameters
         ----------
@@ -617,25 +629,199 @@ class CQRuntime:
             The group, started or not (the runtime starts it with ``trigger`` when it starts).
         trigger : mapping, optional
             ``QueryGroup.start``'s trigger when the runtime starts the group.
+        loads : mapping str -> StreamLoad or float, optional
+            What the state estimate assumes of each stream of the group (:class:`pyspark_cq.cost.groups.StreamLoad`,
+            or its rate in rows/s): with the runtime's ``memory_budget``, every query added to the group is
+            admitted only if the group's estimated state stays within the budget (PIPES §4.1.1; docs/groups.md,
+            "Admission control and re-plans"). A query over a stream without a load is admitted unestimated.
+        row_bytes : float
+            Bytes per state row of the estimate until the group has measured its own (state bytes / rows).
+
+        Raises
+        ------
+        QueryRejected
+            With a memory budget, when the group's queries are estimated over it already.
         """
+        from ..cost.groups import StreamLoad, group_state_rows
         from ..group import QueryGroup
 
         if not isinstance(group, QueryGroup):
             raise TypeError(f"group must be a pyspark_cq.QueryGroup, got {type(group).__name__}")
         if trigger is not None and not isinstance(trigger, Mapping):
             raise TypeError(f"trigger must be None or a mapping of DataStreamWriter.trigger arguments, got {trigger!r}")
+        if loads is not None and not isinstance(loads, Mapping):
+            raise TypeError(f"loads must be a mapping stream -> StreamLoad or rows/s, got {type(loads).__name__}")
+        streams = {}
+        for k, v in (loads or {}).items():
+            if k not in group.sources:
+                raise ValueError(f"loads[{k!r}]: not a stream of group {group.name!r} (streams: "
+                                 f"{sorted(group.sources)})")
+            if not isinstance(v, StreamLoad):
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise TypeError(f"loads[{k!r}] must be a StreamLoad or a rate in rows/s, got {v!r}")
+                v = StreamLoad(float(v))
+            streams[k] = v
+        if isinstance(row_bytes, bool) or not isinstance(row_bytes, (int, float)) or not 0 < row_bytes < math.inf:
+            raise ValueError(f"row_bytes must be a positive number of bytes per state row, got {row_bytes!r}")
+        if self.memory_budget is not None and streams:
+            members = [m for m in group._loads() if m.stream in streams]
+            rows = sum(group_state_rows(members, streams).values())
+            if rows * row_bytes > self.memory_budget:
+                reason = (f"its {len(members)} queries are estimated at {rows * row_bytes:,.0f} B of state, over the "
+                          f"memory budget {self.memory_budget:,.0f} B; register it with fewer queries")
+                self._loop.record(policy=GROUP_BUDGET, kind="admit", query=group.name, decisions=[], applied=False,
+                                  changes=[], error=None, rejected=reason)
+                raise QueryRejected(group.name, GROUP_BUDGET, reason)
         with self._lock:
             taken = set(self._queries) | {n for r in self._queries.values() if r.group is not None
                                           for n in r.group.queries}
             clash = sorted(({group.name} | set(group.queries)) & taken)
             if clash:
                 raise ValueError(f"group {group.name!r}: names already registered: {clash}")
-            reg = _Registration(group.name, None, None, {}, {}, group=group, trigger=trigger)
+            reg = _Registration(group.name, None, None, {}, {}, group=group, trigger=trigger, loads=streams,
+                                row_bytes=float(row_bytes))
             reg.built = reg.query = group._query
             self._queries[group.name] = reg
         self._store.register(group.name)
+        if self.memory_budget is not None:
+            group._admission = lambda g, new, members: self._admit_member(reg, new, members)
         if self.running and reg.query is None:
             self._start_query(reg)
+
+    def _group_loads(self, reg: _Registration) -> dict:
+        """The group's stream loads for the estimate, each with the group's measured event time per micro-batch
+        as its batch span B where it gives none (one stream only: with several, the group's Spark event time is
+        the group clock, the sum of the streams', not a stream's).
+        """
+        from dataclasses import replace as _replace
+
+        span = self._store.query_info(reg.name).batch_span
+        if len(reg.group.sources) > 1 or span is None or not math.isfinite(span) or span <= 0:
+            return dict(reg.loads)
+        return {k: v if v.batch_span else _replace(v, batch_span=float(span)) for k, v in reg.loads.items()}
+
+    def _row_bytes(self, reg: _Registration) -> float:
+        """Bytes per state row: the group's measured (state bytes / state rows), else ``register_group``'s."""
+        from ..vocabulary import metrics as M
+
+        o = reg.group.overview() if reg.query is not None else {}
+        rows, size = o.get(M.STATE_ROWS) or 0, o.get(M.STATE_BYTES) or 0
+        return size / rows if rows > 0 and size > 0 else reg.row_bytes
+
+    def _admit_member(self, reg: _Registration, new, members) -> None:
+        """Admission control of a query added to the group ``reg`` under the memory budget (PIPES §4.1.1): the
+        group's estimated state with it, each slice class once (:func:`pyspark_cq.cost.groups.admit`); raises
+        :class:`QueryRejected` (recorded in the decisions log) when it would pass the budget.
+        """
+        from ..cost.groups import admit
+
+        loads = self._group_loads(reg)
+        if new.stream not in loads:
+            return                 # no load given for its stream: admitted unestimated (register_group's loads)
+        members = [m for m in members if m.stream in loads]
+        answer = admit(members, new, loads, self.memory_budget, self._row_bytes(reg))
+        if not answer.accepted:
+            self._loop.record(policy=GROUP_BUDGET, kind="admit", query=new.name, group=reg.name, decisions=[],
+                              applied=False, changes=[], error=None, rejected=answer.reason)
+            raise QueryRejected(new.name, GROUP_BUDGET, answer.reason)
+
+    def group_state(self, name: str) -> dict:
+        """The state of the registered group ``name`` per slice class, measured against the estimate.
+
+        Returns
+        -------
+        dict
+            ``classes``: per class (named by its first query) its ``members``, ``estimated_rows`` (PIPES eq. 15
+            through the class's widest window, :func:`pyspark_cq.cost.groups.group_state_rows`; None for a stream
+            without a load), ``measured_rows`` and ``measured_bytes`` (the table's, from the last micro-batch);
+            ``estimated_rows`` / ``measured_rows`` / ``measured_bytes`` of the group; ``row_bytes``.
+        """
+        from ..cost.groups import group_state_rows
+        from ..vocabulary import metrics as M
+
+        reg = self._group_reg(name)
+        loads = self._group_loads(reg)
+        members = reg.group._loads()
+        est = group_state_rows([m for m in members if m.stream in loads], loads)
+        overview = reg.group.overview()
+        measured = overview["members"]
+        classes: dict = {}
+        for m in members:
+            c = classes.setdefault(m.slice_class, {"members": [], "stream": m.stream,
+                                                   "estimated_rows": est.get(m.slice_class),
+                                                   "measured_rows": 0, "measured_bytes": 0})
+            c["members"].append(m.name)
+            got = measured.get(m.name, {})
+            c["measured_rows"] += got.get(M.STATE_ROWS) or 0
+            c["measured_bytes"] += got.get(M.STATE_BYTES) or 0
+        return {"classes": classes, "estimated_rows": sum(est.values()),
+                "measured_rows": overview[M.STATE_ROWS], "measured_bytes": overview[M.STATE_BYTES],
+                "row_bytes": self._row_bytes(reg)}
+
+    def _group_reg(self, name: str) -> _Registration:
+        with self._lock:
+            reg = self._queries.get(name)
+        if reg is None or reg.group is None:
+            raise KeyError(f"name must be a registered query group, got {name!r}")
+        return reg
+
+    def replan_groups(self) -> list[dict]:
+        """Re-plan the windows of the registered groups whose measured state exceeds the memory budget.
+
+        Per such group: the estimate (:func:`pyspark_cq.cost.groups.replan`, PIPES §4.3's bisection of a common
+        fraction of the QoS ranges) is calibrated to the measurement (the target is the budget in rows times
+        estimated / measured rows) and the windows it reduces are set (``QueryGroup.set_window``), only of slice
+        classes whose members all have a QoS range of their window. A group re-planned is not re-planned again
+        until two micro-batches have run (its changes apply at the end of the next one, the table shrinks in the
+        one after: PIPES §4.2's adaptation delay). One record per re-plan in the decisions log (kind
+        ``"replan"``, with ``seconds``, the time it took); returns them. Nothing without a memory budget.
+        """
+        from ..cost.groups import group_state_rows, replan
+        from ..vocabulary import metrics as M
+
+        if self.memory_budget is None:
+            return []
+        with self._lock:
+            regs = [r for r in self._queries.values() if r.group is not None and r.query is not None and r.loads]
+        out = []
+        for reg in regs:
+            t0 = time.perf_counter()
+            # PIPES §4.2: a change shows only later. The group applies it when the micro-batch after the round
+            # ends and the table shrinks at the next one's eviction; until then the measured state is the old
+            # windows', and a re-plan on it would reduce again what is already reduced.
+            batches = self._store.query_info(reg.name).batches
+            if reg.replanned_at is not None and batches < reg.replanned_at + 2:
+                continue
+            overview = reg.group.overview()
+            rows, size = overview[M.STATE_ROWS] or 0, overview[M.STATE_BYTES] or 0
+            if size <= self.memory_budget or rows <= 0:
+                continue
+            loads = self._group_loads(reg)
+            members = [m for m in reg.group._loads() if m.stream in loads]
+            estimated = sum(group_state_rows(members, loads).values())
+            if estimated <= 0:
+                continue
+            target = self.memory_budget / (size / rows) * (estimated / rows)
+            plan = replan(members, loads, target)
+            applied = []
+            for n, w in sorted(plan.windows.items()):
+                try:
+                    reg.group.set_window(n, w)
+                    applied.append({"query": n, "window": w})
+                except (KeyError, ValueError) as exc:    # removed or changed since: the next round re-plans
+                    _log.warning("re-plan of group %s: %s", reg.name, exc)
+            reg.replanned_at = batches if applied else reg.replanned_at
+            reason = (f"measured state {size:,.0f} B > memory budget {self.memory_budget:,.0f} B: "
+                      f"{len(applied)} windows reduced (f = {plan.f:.3f}), estimate {plan.rows_before:,.0f} -> "
+                      f"{plan.rows_after:,.0f} rows (target {plan.target_rows:,.0f})"
+                      + ("" if plan.feasible else "; infeasible: every adjustable window at its QoS minimum")
+                      + (f"; {len(plan.fixed)} classes not reducible (a member without a QoS range)"
+                         if plan.fixed else ""))
+            out.append(self._loop.record(policy=GROUP_BUDGET, kind="replan", query=reg.name, decisions=applied,
+                                         applied=bool(applied), changes=applied, error=None, reason=reason,
+                                         feasible=plan.feasible, f=plan.f, fixed=dict(plan.fixed),
+                                         seconds=time.perf_counter() - t0))
+        return out
 
     def _member_infos(self, reg: _Registration) -> dict:
         """The snapshot's :class:`QueryInfo` of each query of the group ``reg`` (see :meth:`register_group`)."""
@@ -902,7 +1088,7 @@ class CQRuntime:
         with self._round_lock:
             self._batches_since = 0
             self._last_round = time.monotonic()
-            return self._loop.run(self.statistics())
+            return self._loop.run(self.statistics()) + self.replan_groups()
 
     def await_batches(self, name: str, count: int, timeout: float = 60.0) -> int:
         """Wait until the statistics of ``name`` have seen ``count`` micro-batches; returns the number seen.

@@ -1,0 +1,290 @@
+"""The state of a query group's slice classes: estimate, admission control and window re-plans under a bound.
+
+PIPES's resource manager keeps the estimated memory of thousands of queries within a bound by admission control
+and by adjusting windows within the users' QoS ranges (Cammert et al., §4.1.1, §4.3, §5.4). In a query group
+(docs/groups.md) the queries of one *slice class* share one slice table, which keeps a slice as long as the
+class's widest window needs it, so the state is a property of the class, not of a query:
+
+- a class's state rows are PIPES's eq. (15) for the class's stream through its widest window (Cost Formula 7)
+  and its granularity (Cost Formula 8), per grouping key — :func:`pyspark_cq.cost.pipes.aggregation_state_rows`,
+  the one place of that formula, with the watermark retention ``window + δ + B`` a Spark operator keeps;
+- a query that joins an existing class adds only what the class does not hold yet (nothing unless its window is
+  the class's widest), a query of a new class adds the class (:func:`admit`);
+- a re-plan reduces windows only where the table really shrinks: of a class whose members all have a QoS range
+  of their window (a member alone in its class is such a class); a class with a member whose window is fixed is
+  left as it is (:func:`replan`).
+
+Pure: no Spark. Times in µs (windows), seconds (rates, delays).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from . import pipes
+
+__all__ = ["MemberLoad", "StreamLoad", "class_state_rows", "group_state_rows", "GroupAdmission", "admit",
+           "Replan", "replan", "window_at"]
+
+_MS = 1000          # the cost model's time unit here: 1 ms (µs windows / 1000)
+
+
+@dataclass(frozen=True)
+class MemberLoad:
+    """One query of a group as the state estimate sees it.
+
+    Attributes
+    ----------
+    name : str
+        The query's name.
+    slice_class : str
+        Its slice class (any id its class's members share; :func:`pyspark_cq.group.worker.slice_classes`).
+    stream : str
+        The stream it reads.
+    window, slide, granularity : int
+        Its window, slide and slice length (µs; the window and slide are multiples of the granularity).
+    window_min, window_max : int or None
+        The QoS range of its window (µs, PIPES §4.3); None: the window is fixed.
+    key : str
+        Its grouping key as text (e.g. ``"page"``; a :class:`StreamLoad`'s ``keys`` may give its key count).
+    """
+
+    name: str
+    slice_class: str
+    stream: str
+    window: int
+    slide: int
+    granularity: int
+    window_min: int | None = None
+    window_max: int | None = None
+    key: str = ""
+
+    def __post_init__(self):
+        if not isinstance(self.key, str):
+            raise TypeError(f"MemberLoad key must be a str (the grouping key as text), got {self.key!r}")
+        for k in ("name", "slice_class", "stream"):
+            if not isinstance(getattr(self, k), str) or not getattr(self, k):
+                raise TypeError(f"MemberLoad {k} must be a non-empty str, got {getattr(self, k)!r}")
+        for k in ("window", "slide", "granularity"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ValueError(f"MemberLoad {k} must be a positive int of µs, got {v!r}")
+        if (self.window_min is None) != (self.window_max is None):
+            raise ValueError(f"MemberLoad window_min and window_max must be given together, got "
+                             f"{self.window_min!r}, {self.window_max!r}")
+        if self.window_min is not None and not 0 < self.window_min <= self.window_max:
+            raise ValueError(f"MemberLoad window_min must be in (0, window_max], got {self.window_min!r} > "
+                             f"{self.window_max!r}")
+
+    @property
+    def adjustable(self) -> bool:
+        """Whether its window has a QoS range below its current window."""
+        return self.window_min is not None and window_at(self, 0.0) < self.window
+
+
+@dataclass(frozen=True)
+class StreamLoad:
+    """What the estimate assumes of a stream.
+
+    Attributes
+    ----------
+    rate : float
+        Rows per second (>= 0).
+    keys : int or mapping str -> int
+        Distinct grouping keys of a slice class over it (an upper bound; >= 1), or per grouping key as text
+        (``MemberLoad.key``; a key not listed counts as the largest listed).
+    selectivity : float
+        Share of the rows passing a class's WHERE, in (0, 1] (1: an upper bound).
+    watermark_delay, batch_span : float
+        The watermark delay δ and the event time B of one micro-batch (seconds, >= 0): a Spark operator keeps
+        ``window + δ + B`` of event time (:func:`pyspark_cq.cost.pipes.watermark_retention`).
+    """
+
+    rate: float
+    keys: int | Mapping[str, int] = 1
+    selectivity: float = 1.0
+    watermark_delay: float = 0.0
+    batch_span: float = 0.0
+
+    def __post_init__(self):
+        if isinstance(self.rate, bool) or not isinstance(self.rate, (int, float)) or not 0 <= self.rate < math.inf:
+            raise ValueError(f"StreamLoad rate must be a finite number of rows/s >= 0, got {self.rate!r}")
+        counts = list(self.keys.values()) if isinstance(self.keys, Mapping) else [self.keys]
+        if not counts or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in counts):
+            raise ValueError(f"StreamLoad keys must be an int >= 1 or a non-empty mapping of grouping key -> "
+                             f"int >= 1, got {self.keys!r}")
+        if isinstance(self.keys, Mapping):
+            object.__setattr__(self, "keys", dict(self.keys))
+        if isinstance(self.selectivity, bool) or not isinstance(self.selectivity, (int, float)) \
+                or not 0 < self.selectivity <= 1:
+            raise ValueError(f"StreamLoad selectivity must be in (0, 1], got {self.selectivity!r}")
+        for k in ("watermark_delay", "batch_span"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
+                raise ValueError(f"StreamLoad {k} must be a finite number of seconds >= 0, got {v!r}")
+
+    def keys_of(self, key: str) -> int:
+        """The key count of a class grouped by ``key`` (text)."""
+        if isinstance(self.keys, int):
+            return self.keys
+        return self.keys.get(key, max(self.keys.values()))
+
+
+def window_at(m: MemberLoad, f: float) -> int:
+    """The window of ``m`` at fraction ``f`` of its QoS range (PIPES §4.3: ``min + f·(max − min)``), rounded down
+    to a multiple of its granularity and at least its slide (windows are runs of whole slices, ``W >= S``);
+    its current window when it has no range.
+    """
+    if m.window_min is None:
+        return m.window
+    g = m.granularity
+    w = m.window_min + f * (m.window_max - m.window_min)
+    lowest = max(m.slide, -(-m.window_min // g) * g)
+    return int(max(lowest, (int(w) // g) * g))
+
+
+def _classes(members: Sequence[MemberLoad]) -> dict[str, list[MemberLoad]]:
+    out: dict[str, list[MemberLoad]] = {}
+    for m in members:
+        if not isinstance(m, MemberLoad):
+            raise TypeError(f"members must hold MemberLoad, got {type(m).__name__}")
+        out.setdefault(m.slice_class, []).append(m)
+    return out
+
+
+def class_state_rows(members: Sequence[MemberLoad], load: StreamLoad,
+                     windows: Mapping[str, int] | None = None) -> float:
+    """Estimated rows of one slice class's table: eq. (15) (Cammert et al., §3.6.4) per key for the stream through
+    the class's widest window (Formula 7, with the watermark retention) and its granularity (Formula 8), via
+    :func:`pyspark_cq.cost.pipes.aggregation_state_rows`. ``windows`` (name -> µs) overrides members' windows.
+    """
+    if not members:
+        raise ValueError("members must hold the class's queries, at least one")
+    if not isinstance(load, StreamLoad):
+        raise TypeError(f"load must be a StreamLoad, got {type(load).__name__}")
+    if load.rate == 0:
+        return 0.0
+    windows = windows or {}
+    widest = max(windows.get(m.name, m.window) for m in members)
+    g = members[0].granularity
+    d_ms = 1000.0 / (load.rate * load.selectivity)     # ms between rows passing the class's WHERE
+    return pipes.aggregation_state_rows(pipes.SC(d_ms, 1.0), window=widest / _MS, granularity=g / _MS,
+                                        groups=load.keys_of(members[0].key),
+                                        watermark_delay=load.watermark_delay * 1000.0,
+                                        batch_span=load.batch_span * 1000.0)
+
+
+def group_state_rows(members: Sequence[MemberLoad], loads: Mapping[str, StreamLoad],
+                     windows: Mapping[str, int] | None = None) -> dict[str, float]:
+    """Estimated table rows per slice class of ``members`` (each class counted once); ``loads`` by stream."""
+    out = {}
+    for cls, ms in _classes(members).items():
+        if ms[0].stream not in loads:
+            raise KeyError(f"loads has no StreamLoad for stream {ms[0].stream!r} (class {cls!r})")
+        out[cls] = class_state_rows(ms, loads[ms[0].stream], windows)
+    return out
+
+
+@dataclass(frozen=True)
+class GroupAdmission:
+    """The answer of :func:`admit`: accepted or not, the rows the query adds (what its class does not hold yet),
+    the group's estimated rows and bytes with it, and the reason (it names the query, its class and the bound).
+    """
+
+    accepted: bool
+    added_rows: float
+    rows: float
+    bytes: float
+    reason: str
+
+
+def admit(members: Sequence[MemberLoad], new: MemberLoad, loads: Mapping[str, StreamLoad], budget: float,
+          row_bytes: float) -> GroupAdmission:
+    """Admission control of ``new`` into a group of ``members`` under the memory bound ``budget`` (bytes):
+    accepted when the group's estimated state with it (each class once, :func:`group_state_rows`) times
+    ``row_bytes`` stays within ``budget`` (PIPES §4.1.1, at the group's current windows).
+    """
+    if not isinstance(new, MemberLoad):
+        raise TypeError(f"new must be a MemberLoad, got {type(new).__name__}")
+    for k, v in (("budget", budget), ("row_bytes", row_bytes)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+            raise ValueError(f"{k} must be a positive finite number of bytes, got {v!r}")
+    before = sum(group_state_rows(members, loads).values())
+    after = sum(group_state_rows(list(members) + [new], loads).values())
+    added = after - before
+    peers = [m.name for m in members if m.slice_class == new.slice_class]
+    where = (f"shares the slices of {peers[0]!r} ({len(peers)} queries)" if peers else "a new slice class")
+    total = after * row_bytes
+    if total <= budget:
+        return GroupAdmission(True, added, after, total, f"accepted {new.name!r} ({where}): adds "
+                              f"{added:,.0f} estimated state rows, the group's estimate {total:,.0f} B <= the "
+                              f"memory budget {budget:,.0f} B")
+    return GroupAdmission(False, added, after, total, f"rejected {new.name!r} ({where}): it adds {added:,.0f} "
+                          f"estimated state rows ({added * row_bytes:,.0f} B); the group's estimate with it "
+                          f"{total:,.0f} B > the memory budget {budget:,.0f} B")
+
+
+@dataclass(frozen=True)
+class Replan:
+    """The outcome of :func:`replan`: the new windows (µs, only those that change), the fraction ``f`` of the
+    adjustable windows' QoS ranges, the estimated rows before and after, the target, whether it fits, and per
+    class that could not be reduced the reason.
+    """
+
+    windows: dict
+    f: float
+    rows_before: float
+    rows_after: float
+    target_rows: float
+    feasible: bool
+    fixed: dict = field(default_factory=dict)
+
+
+def replan(members: Sequence[MemberLoad], loads: Mapping[str, StreamLoad], target_rows: float, *,
+           tolerance: float = 1e-3) -> Replan:
+    """Window reductions that bring the group's estimated state rows within ``target_rows``.
+
+    PIPES §4.3 step 2 (bisection of a common fraction ``f`` of the windows' QoS ranges), over the slice classes
+    whose members all have a QoS range: a member's new window is ``min(current, window_at(m, f))`` (only
+    reductions: a re-plan here answers a state over its bound). A class with a member whose window is fixed
+    is not reduced (its table must keep what that member needs; reducing the others would shrink nothing the
+    fixed one keeps, or shrink what it needs) and is listed in ``fixed``. Infeasible: every adjustable window at
+    its QoS minimum (f = 0).
+    """
+    if isinstance(target_rows, bool) or not isinstance(target_rows, (int, float)) or not target_rows >= 0:
+        raise ValueError(f"target_rows must be a number >= 0, got {target_rows!r}")
+    if not 0 < tolerance < 1:
+        raise ValueError(f"tolerance must be in (0, 1), got {tolerance!r}")
+    classes = _classes(members)
+    fixed = {cls: f"member {next(m.name for m in ms if m.window_min is None)!r} has no QoS range of its window"
+             for cls, ms in classes.items() if any(m.window_min is None for m in ms)}
+    free = [m for cls, ms in classes.items() if cls not in fixed for m in ms]
+    base = group_state_rows(members, loads)
+    rows_before = sum(base.values())
+    fixed_rows = sum(r for cls, r in base.items() if cls in fixed)
+
+    def at(f: float) -> tuple[dict, float]:
+        windows = {m.name: min(m.window, window_at(m, f)) for m in free}
+        rows = sum(group_state_rows(free, loads, windows).values()) if free else 0.0
+        return windows, fixed_rows + rows
+
+    if rows_before <= target_rows:
+        return Replan({}, 1.0, rows_before, rows_before, target_rows, True, fixed)
+    lo_windows, lo_rows = at(0.0)
+    if lo_rows > target_rows:
+        f, windows, rows, feasible = 0.0, lo_windows, lo_rows, False
+    else:
+        lo, hi = 0.0, 1.0
+        windows, rows = lo_windows, lo_rows
+        while hi - lo > tolerance:
+            mid = (lo + hi) / 2
+            w, r = at(mid)
+            if r <= target_rows:
+                lo, windows, rows = mid, w, r
+            else:
+                hi = mid
+        f, feasible = lo, True
+    current = {m.name: m.window for m in free}
+    changed = {n: w for n, w in windows.items() if w != current[n]}
+    return Replan(changed, f, rows_before, rows, target_rows, feasible, fixed)

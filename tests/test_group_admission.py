@@ -1,0 +1,171 @@
+"""Admission control and window re-plans of a query group under a memory budget (PIPES §4.1.1, §4.3, §5.4;
+docs/groups.md, "Admission control and re-plans"). The oracle of the estimate: a slice class's table holds, per
+key, one slice per granularity of the class's widest window plus the watermark delay, when every slice gets rows
+(dense streams), counted by hand; shared classes are counted once.
+"""
+from __future__ import annotations
+
+import pytest
+
+from pyspark_cq.cost import groups as G
+from pyspark_cq.group import doc as D
+from pyspark_cq.group.batch import apply_changes
+
+S = 1_000_000          # µs per second
+DENSE = {"s": G.StreamLoad(100.0, keys=10), "t": G.StreamLoad(50.0, keys=4, watermark_delay=60.0)}
+
+
+def m(name, cls, window, slide=10, gran=10, qos=None, stream="s"):
+    lo, hi = (None, None) if qos is None else (qos[0] * S, qos[1] * S)
+    return G.MemberLoad(name, cls, stream, window * S, slide * S, gran * S, lo, hi)
+
+
+def test_estimate_counts_each_slice_class_once_at_its_widest_window():
+    members = [m("a", "a", 60), m("b", "a", 300), m("c", "c", 3600, 60, 60), m("d", "d", 120, stream="t")]
+    rows = G.group_state_rows(members, DENSE)
+    # by hand: keys × (widest window + δ) / granularity
+    assert rows == {"a": 10 * 300 // 10, "c": 10 * 3600 // 60, "d": 4 * (120 + 60) // 10}
+    assert G.class_state_rows([m("a", "a", 60)], G.StreamLoad(0.0)) == 0.0          # no rows, no state
+    # key counts per grouping key; a key not listed counts as the largest listed (an upper bound)
+    per_key = G.StreamLoad(100.0, keys={"page": 10, "region": 4})
+    by_region = G.MemberLoad("r", "r", "s", 60 * S, 10 * S, 10 * S, key="region")
+    assert G.class_state_rows([by_region], per_key) == 4 * 6
+    assert G.class_state_rows([G.MemberLoad("u", "u", "s", 60 * S, 10 * S, 10 * S, key="user")], per_key) == 10 * 6
+
+
+def test_a_query_joining_a_class_adds_only_what_the_class_does_not_hold():
+    members = [m("a", "a", 60), m("b", "a", 300)]
+    inside = G.admit(members, m("x", "a", 120), DENSE, budget=10_000, row_bytes=10)
+    assert inside.accepted and inside.added_rows == 0 and inside.rows == 300
+    assert "shares the slices of 'a' (2 queries)" in inside.reason
+    wider = G.admit(members, m("y", "a", 600), DENSE, budget=10_000, row_bytes=10)
+    assert wider.accepted and wider.added_rows == 300 and wider.bytes == 6_000   # 600 rows of 10 B
+    new = G.admit(members, m("z", "z", 60, qos=(30, 60)), DENSE, budget=10_000, row_bytes=10)
+    assert new.added_rows == 60 and "a new slice class" in new.reason
+
+
+def test_a_refusal_names_the_query_and_the_budget():
+    members = [m("a", "a", 300)]
+    no = G.admit(members, m("big", "big", 3600, 60, 60), DENSE, budget=5_000, row_bytes=10)
+    assert not no.accepted
+    assert no.added_rows == 600 and no.bytes == 9_000
+    assert "rejected 'big'" in no.reason and "5,000 B" in no.reason and "9,000 B" in no.reason
+    # at the budget exactly: admitted
+    assert G.admit(members, m("big", "big", 3600, 60, 60), DENSE, budget=9_000, row_bytes=10).accepted
+
+
+def test_replan_reduces_whole_classes_within_their_qos_ranges_and_leaves_fixed_ones():
+    members = [m("a", "a", 300, qos=(60, 300)), m("b", "a", 120, qos=(60, 120)),      # a class that allows it
+               m("c", "c", 600, qos=(60, 600)),                                        # alone in its class
+               m("d", "d", 600), m("e", "d", 300, qos=(60, 300))]                      # d's window is fixed
+    before = sum(G.group_state_rows(members, DENSE).values())
+    assert before == 10 * (30 + 60 + 60)
+    plan = G.replan(members, DENSE, target_rows=1_000)
+    assert plan.feasible and plan.rows_before == before and plan.rows_after <= 1_000
+    assert set(plan.fixed) == {"d"} and "'d'" in plan.fixed["d"]
+    assert "d" not in plan.windows and "e" not in plan.windows       # class d's table keeps what d needs
+    for name, w in plan.windows.items():
+        old = next(x for x in members if x.name == name)
+        assert w < old.window and w % old.granularity == 0 and w >= old.slide and w >= old.window_min
+    # the oracle of the chosen windows: rows by hand at the new widest windows
+    widest_a = max(plan.windows.get(n, next(x.window for x in members if x.name == n)) for n in ("a", "b"))
+    assert plan.rows_after == 10 * (widest_a // (10 * S) + plan.windows.get("c", 600 * S) // (10 * S) + 60)
+    # already within the target: nothing changes; below every QoS minimum: infeasible, all at their minimum
+    assert G.replan(members, DENSE, target_rows=before).windows == {}
+    low = G.replan(members, DENSE, target_rows=10)
+    assert not low.feasible and low.f == 0.0
+    assert low.windows == {"a": 60 * S, "b": 60 * S, "c": 60 * S}
+
+
+def test_window_at_rounds_down_to_whole_slices_and_keeps_the_slide():
+    x = m("x", "x", 600, slide=20, gran=20, qos=(30, 600))
+    assert G.window_at(x, 0.0) == 40 * S               # 30 s rounded up to whole slices of 20 s
+    assert G.window_at(x, 1.0) == 600 * S
+    assert G.window_at(x, 0.5) == 300 * S
+    assert G.window_at(m("y", "y", 60), 0.3) == 60 * S  # no range: its window
+
+
+def test_arguments_are_validated_with_their_names():
+    with pytest.raises(ValueError, match="MemberLoad window must be"):
+        G.MemberLoad("a", "a", "s", 0, 1, 1)
+    with pytest.raises(ValueError, match="window_min and window_max must be given together"):
+        G.MemberLoad("a", "a", "s", 10, 1, 1, 5)
+    with pytest.raises(ValueError, match="StreamLoad rate"):
+        G.StreamLoad(-1.0)
+    with pytest.raises(ValueError, match="StreamLoad selectivity"):
+        G.StreamLoad(1.0, selectivity=0)
+    with pytest.raises(ValueError, match="budget must be"):
+        G.admit([], m("a", "a", 60), DENSE, budget=0, row_bytes=1)
+    with pytest.raises(KeyError, match="no StreamLoad for stream 'q'"):
+        G.group_state_rows([m("a", "a", 60, stream="q")], DENSE)
+    with pytest.raises(ValueError, match="target_rows must be"):
+        G.replan([], DENSE, target_rows=-1)
+
+
+
+
+def test_a_window_change_applies_at_the_next_micro_batch_boundary():
+    from dataclasses import dataclass, replace
+
+    @dataclass(frozen=True)
+    class Cfg:
+        window: int
+        slide: int = 10 * S
+
+    a = D.MemberSpec(key="a-k", name="a", text="", kind="shared", sink="/x", arrow_schema=None, config=Cfg(60 * S))
+    plan = D.Plan(version=1, members={"a-k": a}, max_time=5 * S)
+    nxt = apply_changes(plan, [("window", "a", 30 * S), ("window", "nobody", 1)], 7 * S)
+    assert nxt.members["a-k"] == replace(a, config=Cfg(30 * S))      # only the window: same key, start, class
+
+
+# ---- on Spark: a refused add disturbs nothing ----------------------------------------------------------------
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_refused_add_leaves_the_running_groups_sinks_exact(spark, tmp_dir):
+    """A group under a memory budget that holds its two queries (one slice class): a query of a new class with a
+    one-day window is refused before start and while the group runs; the group's plan, pending changes and the
+    two sinks are those without it (the oracle: each query alone)."""
+    import os
+
+    from test_query_group import Q, assert_same_rows, clicks_stream, start_alone, write_clicks
+
+    import pyspark_cq as cq
+    from pyspark_cq.runtime import CQRuntime, QueryRejected
+
+    data = os.path.join(tmp_dir, "in")
+    write_clicks(data, files=2, rows=200)
+    clicks = clicks_stream(spark, data)
+    g = cq.QueryGroup(spark, sources={"clicks": clicks}, checkpoint=os.path.join(tmp_dir, "ck"), shards=2)
+    load = G.StreamLoad(200 / 240, keys=4, watermark_delay=60.0)          # 200 rows per 4 minutes, ≤ 4 pages
+    # the budget: the two queries' class (widest window 2 min + 1 min delay at 10 s slices, 4 keys) at 10 B a row
+    budget = 4 * (120 + 60) // 10 * 10
+    rt = CQRuntime(spark, memory_budget=budget)
+    with pytest.raises(ValueError, match=r"loads\['views'\]: not a stream of group"):
+        rt.register_group(g, loads={"views": 1.0})
+    rt.register_group(g, loads={"clicks": load}, row_bytes=10)
+    for name in ("eu_1m", "eu_2m"):
+        g.add(name, Q[name], sink=os.path.join(tmp_dir, "out", name))
+    day = ("RSTREAM(SELECT page, COUNT(*) AS n FROM clicks [RANGE 1 DAY SLIDE 1 MINUTE] WHERE region = 'us' "
+           "GROUP BY page)")
+    with pytest.raises(QueryRejected, match=rf"'day'.*memory budget {budget:,} B"):
+        g.add("day", day, sink=os.path.join(tmp_dir, "out", "day"))
+    assert list(g.queries) == ["eu_1m", "eu_2m"]
+    query = g.start(trigger={"availableNow": True})
+    oracles = {n: start_alone(spark, Q[n], clicks, tmp_dir, n) for n in ("eu_1m", "eu_2m")}
+    with pytest.raises(QueryRejected, match="'day2'"):
+        g.add("day2", day, sink=os.path.join(tmp_dir, "out", "day2"))
+    assert list(g.queries) == ["eu_1m", "eu_2m"]
+    assert all(change[0] != "add" for _, change in D.pending_changes(g._dir))
+    query.awaitTermination()
+    assert query.exception() is None
+    assert [m.name for m in D.read_plan(g._dir).members.values()] == ["eu_1m", "eu_2m"]
+    for name, (q, out) in oracles.items():
+        q.awaitTermination()
+        assert assert_same_rows(spark.read.parquet(os.path.join(tmp_dir, "out", name)), spark.read.parquet(out),
+                                name) > 0
+    refusals = [r for r in rt.decisions_log() if r.get("rejected")]
+    assert [r["query"] for r in refusals] == ["day", "day2"]
+    state = rt.group_state(g.name)
+    assert list(state["classes"]) == ["eu_1m"] and state["classes"]["eu_1m"]["members"] == ["eu_1m", "eu_2m"]
+    assert 0 < state["estimated_rows"] <= budget / 10 and state["measured_rows"] > 0

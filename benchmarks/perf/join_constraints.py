@@ -158,12 +158,20 @@ def run(spark, root: str, band, wm_delay: int, constraint, ck: str) -> dict:
     declared = None if constraint is None else (list(constraint) if isinstance(constraint, list) else [constraint])
     df = pyspark_cq.interval_join(source("l"), source("r"), "k", "ts", "ts", f"{lower} seconds", f"{upper} seconds",
                                   suffixes=("_l", "_r"), name="constraints", constraints=declared)
+    return run_to_end(df, ck, "constraints")
+
+
+def run_to_end(df, ck: str, name: str) -> dict:
+    """Run ``df`` (a join named ``name``) to the end into a noop sink: its state (medians over the second half of
+    the batches), batch time, output rows and violations (also used by ``multi_join_constraints``)."""
+    import pyspark_cq
+
     q = df.writeStream.format("noop").option("checkpointLocation", ck).trigger(availableNow=True).start()
     start = time.perf_counter()
     q.awaitTermination()
     wall = time.perf_counter() - start
     progress = [json.loads(p.json) for p in q.recentProgress]
-    pairs = [(p, pyspark_cq.read_metrics(p, "constraints") or {}) for p in progress]
+    pairs = [(p, pyspark_cq.read_metrics(p, name) or {}) for p in progress]
     pairs = [(p, r) for p, r in pairs if r]
     steady = pairs[len(pairs) // 2:]
     return {"wall_s": wall, "batches": len(pairs),

@@ -24,19 +24,16 @@ Usage::
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import statistics
 import tempfile
-import time
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .. import harness
-from .join_constraints import BASE_US, BATCH_S, _by_batch
+from .join_constraints import BASE_US, BATCH_S, _by_batch, _row, run_to_end
 
 N = 3
 
@@ -99,25 +96,7 @@ def run(spark, root: str, bounds, wm_delay: int, constraints, ck: str) -> dict:
     df = pyspark_cq.multi_join(sources, [f"k{i}" for i in range(N)], [f"t{i}" for i in range(N)],
                                [(i, j, f"{lo} seconds", f"{up} seconds") for i, j, lo, up in bounds],
                                name="mjc", constraints=constraints)
-    q = df.writeStream.format("noop").option("checkpointLocation", ck).trigger(availableNow=True).start()
-    start = time.perf_counter()
-    q.awaitTermination()
-    wall = time.perf_counter() - start
-    progress = [json.loads(p.json) for p in q.recentProgress]
-    pairs = [(p, pyspark_cq.read_metrics(p, "mjc") or {}) for p in progress]
-    pairs = [(p, r) for p, r in pairs if r]
-    steady = pairs[len(pairs) // 2:]
-    return {"wall_s": wall, "batches": len(pairs),
-            "state_rows": statistics.median(r["state_rows"] for _, r in steady),
-            "state_bytes": statistics.median(r["state_bytes"] for _, r in steady),
-            "batch_ms": statistics.median(p["durationMs"].get("triggerExecution", 0) for p, _ in steady),
-            "output_rows": sum(r["output_rows"] for _, r in pairs),
-            "violations": sum(r.get("constraint_violations", 0) for _, r in pairs)}
-
-
-def _row(r: dict) -> str:
-    return (f"| {r['stream']} | {r['constraints']} | {r['state_rows']:,.0f} | {r['state_bytes'] / 2**20:.2f} | "
-            f"{r['batch_ms']:.0f} | {r['output_rows']:,} | {r['violations']} |")
+    return run_to_end(df, ck, "mjc")
 
 
 def main(argv=None):

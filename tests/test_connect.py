@@ -31,9 +31,9 @@ THROUGH_CONNECT = {
     "joins in update mode": ["test_join_update_mode.py::test_update_mode_join_equals_spark_join_in_update_mode[inner]"],
     "select_chain": ["test_select_chain.py::test_stream_switches_plans_between_batches_and_reports_each_step"],
     "cql": ["test_cql_compile.py::test_streaming_aggregate_and_join_equal_spark_streaming"],
-    "query_group": ["test_query_group.py::test_each_member_equals_its_query_alone",
-                    # two streams: the group clock's watermark policy and settings go through the Connect session
-                    "test_query_group_streams.py::test_two_streams_each_member_equals_its_query_alone"],
+    # two streams (the group clock's watermark policy and settings go through the Connect session) cover the
+    # one-stream path's API, shared stage and sinks as well (one group test: the suite's time)
+    "query_group": ["test_query_group_streams.py::test_two_streams_each_member_equals_its_query_alone"],
     "runtime": ["test_runtime.py::test_runtime_policy_loop_drives_query_and_survives_broken_policy"],
 }
 

@@ -64,7 +64,7 @@ def write_input(root: str, state_rows: int, batch_rows: int, measure: int, fill_
     return fills
 
 
-def run(spark, root: str, engine: str, measure: int, ck: str) -> dict:
+def run(spark, root: str, engine: str, measure: int, ck: str, shards: int | None = None) -> dict:
     """One query to the end: medians of the last ``measure`` batches and the state at the end."""
     from pyspark.sql import functions as F
 
@@ -78,7 +78,7 @@ def run(spark, root: str, engine: str, measure: int, ck: str) -> dict:
     if engine in OURS:
         df = pyspark_cq.interval_join(source("l"), source("r"), "k", "ts", "ts", "-30 seconds", "30 seconds",
                                       suffixes=("_l", "_r"), name="sweep", state_persistence=engine,
-                                      state_dir=ck + "_state")
+                                      state_dir=ck + "_state", shards=shards)
     else:
         if engine == "rocksdb":
             spark.conf.set(PROVIDER, ROCKSDB)
@@ -125,6 +125,7 @@ def main(argv=None):
     ap.add_argument("--driver-memory", default="6g")
     ap.add_argument("--session", choices=("cq", "plain"), default="cq",
                     help="cq.spark()'s session, or a plain SparkSession as a user makes it")
+    ap.add_argument("--shards", type=int, default=None, help="our joins' shards (default: the operator's rule)")
     ap.add_argument("--partitions", type=int, default=None,
                     help="shuffle partitions (default: 2 for cq, Spark's 200 for plain)")
     args = ap.parse_args(argv)
@@ -148,7 +149,7 @@ def main(argv=None):
             data = os.path.join(root, f"in_{rows}")
             write_input(data, rows, args.batch_rows, args.measure, args.fill_rows, args.keys)
             for engine in args.engines:
-                r = run(spark, data, engine, args.measure, os.path.join(root, f"ck_{rows}_{engine}"))
+                r = run(spark, data, engine, args.measure, os.path.join(root, f"ck_{rows}_{engine}"), args.shards)
                 r.update(size_m=size, engine=engine)
                 result.append(r)
                 ours = f"{r['state_bytes'] / 2**20:.1f}" if "state_bytes" in r else ""

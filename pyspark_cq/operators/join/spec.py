@@ -245,7 +245,8 @@ class JoinSpec:
                              "constraints yet (a replayed delta would not know which were on); drop one of them")
         if arrival and self.persistence != "full":
             raise ValueError(f"constraints: {arrival[0].kind}() keeps arrival positions with the state, which "
-                             f"state_persistence={self.persistence!r} does not record yet; use the default 'full'")
+                             f"state_persistence={self.persistence!r} does not record yet; use 'full' (or leave "
+                             "state_persistence to its default 'auto', which takes 'full' here)")
         if arrival and self.bucket_width is not None:
             raise ValueError(f"constraints: {arrival[0].kind}() counts arrivals per shard; the bucket layout "
                              "(bucket=) splits a shard by time: drop one of them")

@@ -4,11 +4,11 @@ The pure part: which pool each periodic query gets, the allocation file, the arg
 ``tests/helpers/edf_run.py`` in its own process (a SparkContext's scheduler mode is fixed when it starts):
 two periodic queries of one period, a tight and a loose deadline, whose instances together need more cores
 than there are when released together. With the deadline order the tight query goes first; with both in one
-fair pool (the baseline, same session, same files) it shares the cores and misses. The work is sized so that
-the tight deadline lies far from both outcomes (6 core-seconds per query and instance on 2 cores: ~4 s when it
-goes first, ~6.5 s when it shares, D = 5.3 s; see docs/rtstream.md). The test asserts the pools and the
-instances' records; the misses of both modes are compared by running the helper (``--modes edf shared``), as
-docs/rtstream.md records, since they depend on the machine's load.
+fair pool (the baseline, same session, same files) it shares the cores and misses. The helper's default work is
+sized so that the tight deadline lies far from both outcomes (6 core-seconds per query and instance on 2 cores:
+~4 s when it goes first, ~6.5 s when it shares, D = 5.3 s; see docs/rtstream.md). The test asserts the pools and
+the instances' records, on light instances (the suite's time); the misses of both modes are compared by running
+the helper (``--modes edf shared``), as docs/rtstream.md records, since they depend on the machine's load.
 """
 from __future__ import annotations
 
@@ -95,7 +95,11 @@ def test_periodic_queries_run_in_their_deadline_pools(tmp_path):
     running the helper with both modes (docs/rtstream.md, "Measured"), not asserted here.
     """
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    out = subprocess.run([sys.executable, HELPER, "--root", str(tmp_path), "--modes", "edf", "--instances", "3"],
+    # light instances, a short period: the pools and records are asserted here, not the misses (docs/rtstream.md
+    # measures those with the helper's defaults)
+    args = ["--modes", "edf", "--instances", "3", "--files", "4", "--rows", "100", "--ms-per-row", "1",
+            "--period", "3", "--tight", "2", "--loose", "2.9"]
+    out = subprocess.run([sys.executable, HELPER, "--root", str(tmp_path), *args],
                          capture_output=True, text=True, timeout=600, env=env)
     assert out.returncode == 0, out.stderr[-4000:]
     runs = json.loads(out.stdout.strip().splitlines()[-1])
@@ -106,4 +110,4 @@ def test_periodic_queries_run_in_their_deadline_pools(tmp_path):
         assert len(inst) >= 3, runs["edf"][q]
         # lateness = finish - (release + D): missed exactly when positive (the JSON rounds it to 1 ms)
         assert all(i["missed"] == (i["lateness"] > 0) for i in inst if abs(i["lateness"]) > 0.001), inst
-        assert runs["edf"][q]["deadline"] == {"tight": 5.3, "loose": 8.4}[q]
+        assert runs["edf"][q]["deadline"] == {"tight": 2.0, "loose": 2.9}[q]

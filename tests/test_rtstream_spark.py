@@ -212,12 +212,9 @@ def _run_join(spark, tmp_path, tag, policies):
 @pytest.mark.slow
 def test_join_query_sheds_each_input_by_its_quality_table(spark, tmp_path):
     policy = RTStreamQoS(target=0.8, quality={"join_periodic_rts": JOIN_TABLE})
-    best, best_rows, _, _ = _run_join(spark, tmp_path, "best", ["rtstream_best_effort"])
     got, rows, totals, changes = _run_join(spark, tmp_path, "rts", [policy])
     n = sum(JOIN_SIZES)
 
-    assert [i.input_rows for i in best] == [2 * s for s in JOIN_SIZES] + [2]
-    assert sorted(r for r in best_rows if r[0] >= 0) == [(k, k, k) for k in range(n)]
     assert [i.input_rows for i in got] == [2 * s for s in JOIN_SIZES] + [2]
     # the policy's per-input drop ratios are always one level of the table (their ratio conforms, §4.4)
     written = [(c.new["params"]["drop_left"], c.new["params"]["drop_right"]) for c in changes
@@ -236,7 +233,9 @@ def test_join_query_sheds_each_input_by_its_quality_table(spark, tmp_path):
     pairs = sorted((k, lv, rv) for k, lv, rv in rows if lv is not None and rv is not None and k >= 0)
     assert pairs == [(k, k, k) for k in sorted(kept[0] & kept[1])]
     assert len(kept[0]) < len(kept[1]) < n      # the left input dropped more, as the table says
-    # deadlines: best effort misses every large instance (≥ 3.75 s of pairs > D); shedding misses fewer
-    assert sum(i.missed for i in best[2:len(JOIN_SIZES)]) == len(JOIN_SIZES) - 2
-    assert sum(i.missed for i in got[2:len(JOIN_SIZES)]) < len(JOIN_SIZES) - 2, \
+    # deadlines: a large instance run whole misses (≥ 3.75 s of pairs > D: what best effort does to every one,
+    # here the step instance, which the policy could not foresee from the small ones); shedding misses fewer
+    large = got[2:len(JOIN_SIZES)]
+    assert large[0].kept == 1.0 and all(i.missed for i in large if i.kept == 1.0), \
         [(i.batch, round(i.lateness, 2), i.kept) for i in got]
+    assert sum(i.missed for i in large) < len(large), [(i.batch, round(i.lateness, 2), i.kept) for i in got]

@@ -227,6 +227,7 @@ class _Registration:
     loads: dict = field(default_factory=dict)   # a group's streams -> StreamLoad (admission, re-plans)
     row_bytes: float = 64.0     # a group's bytes per state row until measured
     replanned_at: int | None = None   # a group's micro-batches seen at its last re-plan (replan_groups)
+    grow_hold: dict = field(default_factory=dict)   # a group's stream -> event time (µs) its last growth fills at
 
 
 def _policies(specs, options: Mapping) -> tuple[list[Policy], list[str]]:
@@ -766,17 +767,28 @@ class CQRuntime:
         return reg
 
     def replan_groups(self) -> list[dict]:
-        """Re-plan the windows of the registered groups whose measured state exceeds the memory budget.
+        """Re-plan the windows of the registered groups whose measured state is over the memory budget, or well
+        below it after reductions.
 
-        Per such group: the estimate (:func:`pyspark_cq.cost.groups.replan`, PIPES §4.3's bisection of a common
-        fraction of the QoS ranges) is calibrated to the measurement (the target is the budget in rows times
-        estimated / measured rows) and the windows it reduces are set (``QueryGroup.set_window``), only of slice
-        classes whose members all have a QoS range of their window. A group re-planned is not re-planned again
-        until two micro-batches have run (its changes apply at the end of the next one, the table shrinks in the
-        one after: PIPES §4.2's adaptation delay). One record per re-plan in the decisions log (kind
-        ``"replan"``, with ``seconds``, the time it took); returns them. Nothing without a memory budget.
+        Per group, :func:`pyspark_cq.cost.groups.replan_target` decides from the measured state (its slice
+        tables' bytes, each counted once): over the budget, **reduce** to it; below ``GROW_BELOW`` (0.5) of it
+        with windows reduced earlier, **grow** them back to ``GROW_TO`` (0.8) of it — toward the windows the
+        queries were registered with, never above them, within their QoS ranges (the hysteresis and the reserve
+        are justified in docs/groups.md, "Re-plans"). The estimate is calibrated to the measurement (the target
+        is the budget in rows times estimated / measured rows) and :func:`pyspark_cq.cost.groups.replan` bisects
+        one common fraction of the QoS ranges (PIPES §4.3), only over slice classes whose members all have a QoS
+        range (:func:`pyspark_cq.cost.groups.fixed_classes`). The windows go through ``QueryGroup.set_window``
+        with the re-plan's record, so they survive a restart from the checkpoint.
+
+        A group re-planned is not re-planned again until two micro-batches have run (its changes apply at the
+        end of the next one, the table changes in the one after: PIPES §4.2's adaptation delay); after a growth
+        it is not grown again until each stream whose windows grew has advanced by the growth (its table holds
+        the wider windows only then, §4.2), so a second growth does not calibrate on a table still filling.
+        One record per re-plan in the decisions log (kind ``"replan"``, ``direction`` ``"reduce"`` or
+        ``"grow"``, with ``seconds``, the time it took; a growth with nothing to grow is not recorded); returns
+        them. Nothing without a memory budget.
         """
-        from ..cost.groups import group_state_rows, replan
+        from ..cost.groups import GROW_BELOW, group_state_rows, replan, replan_target
         from ..vocabulary import metrics as M
 
         if self.memory_budget is None:
@@ -794,33 +806,58 @@ class CQRuntime:
                 continue
             overview = reg.group.overview()
             rows, size = overview[M.STATE_ROWS] or 0, overview[M.STATE_BYTES] or 0
-            if size <= self.memory_budget or rows <= 0:
-                continue
             loads = self._group_loads(reg)
             members = [m for m in reg.group._loads() if m.stream in loads]
             estimated = sum(group_state_rows(members, loads).values())
-            if estimated <= 0:
+            direction, target = replan_target(rows, size, estimated, self.memory_budget)
+            if direction is None:
                 continue
-            target = self.memory_budget / (size / rows) * (estimated / rows)
-            plan = replan(members, loads, target)
-            applied = []
+            times = reg.group.stream_times() if direction == "grow" else {}
+            if direction == "grow" and (
+                    not any(m.registered is not None and m.window < m.registered for m in members)
+                    or any((times.get(s) or {}).get("event_time") is None
+                           or times[s]["event_time"] < until for s, until in reg.grow_hold.items())):
+                continue       # nothing reduced to give back, or the last growth's tables still filling
+            plan = replan(members, loads, target, direction=direction)
+            if direction == "grow" and not plan.windows:
+                continue
+            record = {"direction": direction, "f": round(plan.f, 6), "time": time.time(),
+                      "budget": self.memory_budget}
+            applied, before = [], {m.name: m for m in members}
             for n, w in sorted(plan.windows.items()):
                 try:
-                    reg.group.set_window(n, w)
+                    reg.group.set_window(n, w, replan=record)
                     applied.append({"query": n, "window": w})
                 except (KeyError, ValueError) as exc:    # removed or changed since: the next round re-plans
                     _log.warning("re-plan of group %s: %s", reg.name, exc)
             reg.replanned_at = batches if applied else reg.replanned_at
-            reason = (f"measured state {size:,.0f} B > memory budget {self.memory_budget:,.0f} B: "
-                      f"{len(applied)} windows reduced (f = {plan.f:.3f}), estimate {plan.rows_before:,.0f} -> "
-                      f"{plan.rows_after:,.0f} rows (target {plan.target_rows:,.0f})"
-                      + ("" if plan.feasible else "; infeasible: every adjustable window at its QoS minimum")
-                      + (f"; {len(plan.fixed)} classes not reducible (a member without a QoS range)"
-                         if plan.fixed else ""))
+            if direction == "grow" and applied:
+                # the slice table, evicting by its class's widest window, holds a window grown from w to w' at
+                # event time t fully at t + (w' − w) (PIPES §4.2: a grown window's state is fully visible only
+                # after the new window); until then the measured state is not the new windows'
+                hold: dict = {}
+                for a in applied:
+                    m = before[a["query"]]
+                    t = (times.get(m.stream) or {}).get("event_time")
+                    if t is not None:
+                        hold[m.stream] = max(hold.get(m.stream, 0), t + a["window"] - m.window)
+                reg.grow_hold = hold
+            if direction == "reduce":
+                reason = (f"measured state {size:,.0f} B > memory budget {self.memory_budget:,.0f} B: "
+                          f"{len(applied)} windows reduced (f = {plan.f:.3f}), estimate {plan.rows_before:,.0f} -> "
+                          f"{plan.rows_after:,.0f} rows (target {plan.target_rows:,.0f})"
+                          + ("" if plan.feasible else "; infeasible: every adjustable window at its QoS minimum"))
+            else:
+                reason = (f"measured state {size:,.0f} B < {GROW_BELOW:.0%} of the memory budget "
+                          f"{self.memory_budget:,.0f} B: {len(applied)} windows grown back (f = {plan.f:.3f}) "
+                          f"toward their registered windows, estimate {plan.rows_before:,.0f} -> "
+                          f"{plan.rows_after:,.0f} rows (target {plan.target_rows:,.0f})")
+            reason += (f"; {len(plan.fixed)} classes not adjustable (a member without a QoS range)"
+                       if plan.fixed else "")
             out.append(self._loop.record(policy=GROUP_BUDGET, kind="replan", query=reg.name, decisions=applied,
                                          applied=bool(applied), changes=applied, error=None, reason=reason,
-                                         feasible=plan.feasible, f=plan.f, fixed=dict(plan.fixed),
-                                         seconds=time.perf_counter() - t0))
+                                         direction=direction, feasible=plan.feasible, f=plan.f,
+                                         fixed=dict(plan.fixed), seconds=time.perf_counter() - t0))
         return out
 
     def _member_infos(self, reg: _Registration) -> dict:

@@ -255,3 +255,71 @@ def test_a_refused_add_leaves_the_running_groups_sinks_exact(spark, tmp_dir):
     state = rt.group_state(g.name)
     assert list(state["classes"]) == ["eu_1m"] and state["classes"]["eu_1m"]["members"] == ["eu_1m", "eu_2m"]
     assert 0 < state["estimated_rows"] <= budget / 10 and state["measured_rows"] > 0
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_replanned_window_survives_a_restart(spark, tmp_dir):
+    """The runtime reduces a query's window (2 → 1 minute, its QoS minimum) after a first run; a new group object on
+    the checkpoint, with the same query, goes on with 1 minute and the re-plan's record. The oracle, each query
+    alone stopped and restarted the same way: the sink's windows up to the first run's last one are those of the
+    2-minute text alone, the later ones those of the 1-minute text alone (the table kept the 2-minute slices,
+    so nothing of the 1-minute windows is missing): 0 lost, 0 duplicated. Then a runtime with room grows the
+    window back to the registered 2 minutes."""
+    import os
+
+    from pyspark.sql import functions as F
+    from test_query_group import assert_same_rows, clicks_stream, start_alone, write_clicks
+
+    import pyspark_cq as cq
+    from pyspark_cq.runtime import CQRuntime
+
+    text = ("RSTREAM(SELECT page, COUNT(*) AS n FROM clicks [RANGE {} SLIDE 20 SECONDS] WHERE region = 'eu' "
+            "GROUP BY page) WITH (WINDOW BETWEEN 1 MINUTE AND 2 MINUTES)")
+    two, one = text.format("2 MINUTES"), text.format("1 MINUTE")
+    write_clicks(os.path.join(tmp_dir, "all"), files=2, rows=150)
+    files = sorted(os.listdir(os.path.join(tmp_dir, "all")))
+    load = {"clicks": G.StreamLoad(150 / 240, keys=4, watermark_delay=60.0)}
+
+    def run(file, oracles):
+        for where in ("in", "in_alone"):
+            os.makedirs(os.path.join(tmp_dir, where), exist_ok=True)
+            os.link(os.path.join(tmp_dir, "all", file), os.path.join(tmp_dir, where, file))
+        g = cq.QueryGroup(spark, sources={"clicks": clicks_stream(spark, os.path.join(tmp_dir, "in"))},
+                          checkpoint=os.path.join(tmp_dir, "ck"), shards=2)
+        g.add("q", two, sink=os.path.join(tmp_dir, "out", "q"))
+        query = g.start(trigger={"availableNow": True})
+        clicks = clicks_stream(spark, os.path.join(tmp_dir, "in_alone"))
+        started = {n: start_alone(spark, t, clicks, tmp_dir, n) for n, t in oracles.items()}   # side by side
+        query.awaitTermination()
+        assert query.exception() is None
+        for q, _ in started.values():
+            q.awaitTermination()
+        return g, {n: spark.read.parquet(out) for n, (_, out) in started.items()}
+
+    g1, first = run(files[0], {"two": two, "one": one})
+    sink = os.path.join(tmp_dir, "out", "q")
+    assert_same_rows(spark.read.parquet(sink), first["two"], "first run")
+    t1 = spark.read.parquet(sink).agg(F.max("cq_at")).first()[0]
+    assert t1 is not None
+    state = g1.overview()["state_bytes"]
+    rt = CQRuntime(spark, memory_budget=state // 2)            # the measured state is twice the budget
+    rt.register_group(g1, loads=load, row_bytes=1)
+    [record] = rt.replan_groups()
+    assert record["direction"] == "reduce" and record["changes"] == [{"query": "q", "window": 60 * S}]
+    assert g1.windows()["q"]["window"] == 60 * S               # the group had stopped: into its plan at once
+
+    g2, alone = run(files[1], {"one": one})
+    w = g2.windows()["q"]
+    assert (w["window"], w["registered"], w["replan"]["direction"]) == (60 * S, 120 * S, "reduce")
+    assert D.read_plan(g2._dir).by_name("q").config.window == 60 * S
+    got = spark.read.parquet(sink)
+    assert_same_rows(got.filter(F.col("cq_at") <= t1), first["two"], "before the re-plan")   # nothing more
+    assert assert_same_rows(got.filter(F.col("cq_at") > t1), alone["one"].filter(F.col("cq_at") > t1),
+                            "after the restart") > 0
+    # room again (the state far below half the budget): back to the registered window, recorded as a growth
+    rt2 = CQRuntime(spark, memory_budget=1 << 30)
+    rt2.register_group(g2, loads=load, row_bytes=1)
+    [grown] = rt2.replan_groups()
+    assert grown["direction"] == "grow" and grown["changes"] == [{"query": "q", "window": 120 * S}]
+    assert g2.windows()["q"]["window"] == 120 * S and g2.windows()["q"]["replan"]["direction"] == "grow"

@@ -58,6 +58,8 @@ class _Member:
     key_text: str = ""                 # "shared": its GROUP BY as text (the state estimate's key count)
     signature: tuple | None = None     # "shared": what its slices depend on but its start (_loads; computed once)
     registered: int | None = None      # "shared": the window of its text (µs); a re-plan grows back toward it
+    plan: object = None                # its logical plan (pyspark_cq.plan), as the policies see it
+    qos: dict = field(default_factory=dict)         # its QoS ranges by plan label (WITH (…))
 
 
 class QueryGroup:
@@ -263,6 +265,31 @@ class QueryGroup:
             spec = plan.by_name(name) if plan is not None else None
             spec = spec if spec is not None and spec.key == m.spec.key else m.spec
             out[name] = {"window": spec.config.window, "registered": m.registered, "replan": spec.replan}
+        return out
+
+    def member_plans(self) -> dict:
+        """Each query's logical plan and QoS ranges as the runtime's policies see them (docs/groups.md, "The
+        runtime"): by name, ``plan`` (:mod:`pyspark_cq.plan`; a shared query's ``Window`` at the window in effect,
+        :meth:`windows`), ``qos`` (label ``"<name>_agg.window"`` -> ``QoSRange`` of a shared ``RSTREAM``
+        query whose text gives one; the only parameter of a member a policy may change, through
+        :meth:`set_window`) and ``slice_class`` (the first query of its slice class, whose table it shares; None
+        for a query running alone or paused).
+        """
+        from .. import plan as P
+
+        windows = self.windows()
+        classes = {m.name: m.slice_class for m in self._loads()}
+        out = {}
+        for name, m in self._members.items():
+            plan, qos = m.plan, {}
+            if name in windows and plan is not None:
+                label = next((k for k in m.qos if k.endswith(".window")), None)
+                size = windows[name]["window"]
+                plan = P.rewrite(plan, lambda n, w=size: {"size": w} if isinstance(n, P.Window) and n.kind == "time"
+                                 else {})
+                if label is not None:
+                    qos = {label: m.qos[label]}
+            out[name] = {"plan": plan, "qos": qos, "slice_class": classes.get(name)}
         return out
 
     def _loads(self, candidate=None) -> list:
@@ -622,9 +649,12 @@ class QueryGroup:
         why = _classify(name, compiled.analysis)
         if why is not None:
             read = {k for k in self.sources for t in compiled.analysis.sources if k.lower() == t.name.lower()}
-            return _Member(spec, sink, dataframe=df, why_alone=why, source=next(iter(read)) if len(read) == 1 else None)
+            return _Member(spec, sink, dataframe=df, why_alone=why, source=next(iter(read)) if len(read) == 1 else None,
+                           plan=compiled.plan)
         self._counter += 1
-        return _named(name, self._shared_member, spec, sink, compiled, lookup, df)
+        member = _named(name, self._shared_member, spec, sink, compiled, lookup, df)
+        member.plan, member.qos = compiled.plan, dict(compiled.qos)
+        return member
 
     def _shared_member(self, spec, sink, compiled, lookup, df) -> _Member:
         from pyspark.sql.types import StructType

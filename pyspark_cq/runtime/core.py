@@ -320,6 +320,7 @@ class CQRuntime:
         self._store = StatisticsStore(alpha)
         policies, self.problems = _policies(policies, policy_options or {})
         self._loop = PolicyLoop(policies, self._control)
+        self._loop.routes = self._member_routes     # a group member's window decisions go through its group
         self._queries: dict[str, _Registration] = {}
         self._lock = threading.RLock()
         self._events: _queue.Queue = _queue.Queue()
@@ -860,6 +861,45 @@ class CQRuntime:
                                          fixed=dict(plan.fixed), seconds=time.perf_counter() - t0))
         return out
 
+    def _member_routes(self) -> dict:
+        """The operators of the registered groups' members a policy may change, each with the function that
+        prepares a decision for it (:attr:`PolicyLoop.routes`): only ``window`` of a shared ``RSTREAM`` query
+        with a QoS range, in a slice class whose members all have one (:func:`pyspark_cq.cost.groups.fixed_classes`,
+        the rule the runtime's own re-plans follow); the window is rounded down to whole slices (at least the
+        slide, :func:`pyspark_cq.cost.groups.window_at`) and set through ``QueryGroup.set_window``.
+        """
+        from ..cost.groups import fixed_classes, window_at
+
+        with self._lock:
+            groups = [r.group for r in self._queries.values() if r.group is not None]
+        routes = {}
+        for g in groups:
+            members = g._loads()
+            fixed = fixed_classes(members)
+            for m in members:
+                if m.window_min is None:
+                    continue
+
+                def prepare(decision, g=g, m=m, fixed=fixed):
+                    if set(decision.changes) != {"window"}:
+                        raise ValueError(f"query {m.name!r} of group {g.name!r} takes only window decisions (through "
+                                         f"its group), got {sorted(decision.changes)}")
+                    if m.slice_class in fixed:
+                        raise ValueError(f"query {m.name!r} of group {g.name!r}: its slice class's windows are not "
+                                         f"adjustable ({fixed[m.slice_class]}): reducing its window would not "
+                                         f"shrink the table the class keeps")
+                    want = int(decision.changes["window"])
+                    span = m.window_max - m.window_min
+                    w = window_at(m, (want - m.window_min) / span if span else 0.0)
+                    if w == m.window:
+                        return lambda who: None
+                    direction = "reduce" if w < m.window else "grow"
+                    return lambda who: g.set_window(m.name, w, replan={"direction": direction, "policy": who,
+                                                                       "time": time.time()})
+
+                routes[f"{m.name}_agg"] = prepare
+        return routes
+
     def _member_infos(self, reg: _Registration) -> dict:
         """The snapshot's :class:`QueryInfo` of each query of the group ``reg`` (see :meth:`register_group`)."""
         from dataclasses import replace as _replace
@@ -874,6 +914,11 @@ class CQRuntime:
         # its own stream's, as the group recorded them (docs/groups.md, "The runtime")
         times = reg.group.stream_times() if started else {}
         several = len(times) > 1
+        # each member's plan and QoS ranges, its window in effect and its slice class (shared state once): the
+        # PIPES resource manager costs a class once and changes its windows only when all its members may
+        # change (cost.groups.fixed_classes); its window decisions go through the group (_member_routes)
+        plans = reg.group.member_plans()
+        windows = reg.group.windows()
         for name in reg.group.queries:
             last = (reg.group.query_metrics(name, "last") if started else None) or {}
             total = (reg.group.query_metrics(name, "total") if started else None) or {}
@@ -893,8 +938,12 @@ class CQRuntime:
                     t = {}
                 own = {"event_time": t.get("event_time"), "watermark_delay": t.get("watermark_delay"),
                        "batch_span": self._store.smoothed(t.get("advances", ()))}
-            out[name] = _replace(base, name=name, operators={op: stats}, control={},
-                                 state_rows=stats.state_rows, state_bytes=stats.state_bytes, **own)
+            view = plans.get(name) or {}
+            control = {op: {"window": windows[name]["window"]}} if name in windows else {}
+            out[name] = _replace(base, name=name, operators={op: stats}, control=control,
+                                 state_rows=stats.state_rows, state_bytes=stats.state_bytes,
+                                 plan=view.get("plan"), qos=view.get("qos") or {},
+                                 slice_class=view.get("slice_class"), **own)
         return out
 
     def _start_query(self, reg: _Registration) -> None:

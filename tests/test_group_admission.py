@@ -323,3 +323,18 @@ def test_a_replanned_window_survives_a_restart(spark, tmp_dir):
     [grown] = rt2.replan_groups()
     assert grown["direction"] == "grow" and grown["changes"] == [{"query": "q", "window": 120 * S}]
     assert g2.windows()["q"]["window"] == 120 * S and g2.windows()["q"]["replan"]["direction"] == "grow"
+    # a policy's window decision for the member goes through the group, rounded down to whole 20 s slices
+    from pyspark_cq.policies import Decision, Decisions, Policy
+
+    class Narrow(Policy):
+        name = "narrow"
+
+        def decide(self, snapshot):
+            assert snapshot.queries["q"].qos and snapshot.queries["q"].slice_class == "q"
+            return Decisions([Decision("q_agg", {"window": 90 * S}, "test", query="q")], self.name)
+
+    rt3 = CQRuntime(spark, policies=[Narrow()])
+    rt3.register_group(g2)
+    [decided] = rt3.run_policies()
+    assert decided["applied"] and decided["routed"] == ["q_agg"]
+    assert g2.windows()["q"]["window"] == 80 * S and g2.windows()["q"]["replan"]["policy"] == "narrow"

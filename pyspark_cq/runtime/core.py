@@ -620,10 +620,15 @@ class CQRuntime:
         group clock's) its own stream's event time, watermark delay and event time per batch
         (``group.stream_times()``). Shared state is counted once: a slice class's
         table is reported on one of its queries (its ``state_rows`` / ``state_bytes``), the others report 0.
-        The group's windows are not the policies' decision variables: a member has no control-table entry, so a
-        decision naming one is refused (recorded in the decisions log) and no member's table shrinks under
-        another. With a ``memory_budget`` and ``loads``, the runtime itself admits each query added to the group
-        and re-plans windows within QoS ranges when the measured state passes the budget (:meth:`replan_groups`).
+        Each member also carries its plan at the window in effect, its window's QoS range, that window as its
+        ``control`` and its ``slice_class`` (``group.member_plans()``). A member has no control-table entry: a
+        policy's window decision for it goes through the group (``QueryGroup.set_window``), only within its QoS
+        range and for a slice class whose members all have one
+        (:func:`pyspark_cq.cost.groups.fixed_classes`), so no member's table shrinks under another; any other
+        decision naming a member is refused (recorded in the decisions log). With a ``memory_budget`` and
+        ``loads``, the runtime itself admits each query added to the group and re-plans windows within QoS
+        ranges: reduces them when the measured state passes the budget, grows them back when it falls well
+        below (:meth:`replan_groups`). ``loads`` also gives the policies each stream's distance d = 1/rate.
 
         Parameters
         ----------
@@ -684,7 +689,9 @@ class CQRuntime:
                                 row_bytes=float(row_bytes))
             reg.built = reg.query = group._query
             self._queries[group.name] = reg
-        self._store.register(group.name)
+        # each stream's distance d = 1 / rate as `loads` gives it (PIPES §3.2.2, "known in advance"): the
+        # members' plans read their streams by these names, so the PIPES resource manager can cost them
+        self._store.register(group.name, sources={k: 1.0 / v.rate for k, v in streams.items() if v.rate > 0})
         if self.memory_budget is not None:
             group._admission = lambda g, new, members: self._admit_member(reg, new, members)
         if self.running and reg.query is None:

@@ -110,12 +110,17 @@ class PolicyLoop:
             bounds = policy.bounds(snapshot)
         except Exception as exc:
             return self._fail(policy, f"bounds() raised {type(exc).__name__}: {exc}", decisions, kind)
-        routes = self.routes() if self.routes is not None else {}
+        try:
+            routes = self.routes() if self.routes is not None else {}
+        except Exception as exc:    # e.g. a group's plan unreadable: its members' decisions are refused as unknown
+            _log.warning("policy loop: the routes of group members raised %r", exc)
+            routes = {}
         routed = [d for d in decisions if d.operator in routes]
         rest = Decisions([d for d in decisions if d.operator not in routes], decisions.policy)
         problem = self.refusal(rest, bounds) if rest else None
-        problem = problem or ("decisions outside declared QoS bounds: " + "; ".join(bound_violations(routed, bounds))
-                              if bound_violations(routed, bounds) else None)
+        outside = bound_violations(routed, bounds)
+        if outside and not problem:
+            problem = "decisions outside declared QoS bounds: " + "; ".join(outside)
         applies = []
         for d in routed if not problem else ():
             try:

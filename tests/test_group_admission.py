@@ -151,6 +151,22 @@ def test_replan_target_reduces_over_the_budget_and_grows_below_half_of_it():
         G.replan_target(-1, 1, 1, budget=1)
 
 
+def test_a_growth_is_held_until_the_grown_tables_filled():
+    """PIPES §4.2: a window grown from w to w' at event time t is held fully at t + (w' − w) (the table evicts by
+    the widest window); by hand: a grows 120 → 170 s and c 60 → 310 s on stream s at t = 1,000 s, e 60 → 90 s on
+    stream t at 2,000 s: s is held until 1,000 + 250 s, t until 2,000 + 30 s."""
+    members = [g_("a", "a", 120, 300, qos=(60, 300)), g_("c", "c", 60, 600, qos=(60, 600)),
+               G.MemberLoad("e", "e", "t", 60 * S, 10 * S, 10 * S, 60 * S, 300 * S, registered=300 * S)]
+    hold = G.growth_filled_at({"a": 170 * S, "c": 310 * S, "e": 90 * S}, members, {"s": 1_000 * S, "t": 2_000 * S})
+    assert hold == {"s": 1_250 * S, "t": 2_030 * S}
+    assert not G.growth_filled(hold, {"s": 1_249 * S, "t": 3_000 * S})
+    assert not G.growth_filled(hold, {"s": 1_250 * S})                     # t's time unknown: still held
+    assert G.growth_filled(hold, {"s": 1_250 * S, "t": 2_030 * S}) and G.growth_filled({}, {})
+    assert G.growth_filled_at({"a": 170 * S}, members, {"s": None}) == {}   # no event time yet: not held
+    with pytest.raises(KeyError, match="'z'"):
+        G.growth_filled_at({"z": 1}, members, {})
+
+
 def test_fixed_classes_is_the_rule_of_both_directions():
     members = [g_("a", "a", 60, 120, qos=(60, 120)), G.MemberLoad("b", "a", "s", 60 * S, 10 * S, 10 * S),
                g_("c", "c", 60, 120, qos=(60, 120))]

@@ -30,7 +30,7 @@ from . import pipes
 
 __all__ = ["MemberLoad", "StreamLoad", "class_state_rows", "group_state_rows", "GroupAdmission", "admit",
            "Replan", "replan", "window_at", "window_toward", "fixed_classes", "replan_target", "GROW_BELOW",
-           "GROW_TO", "DIRECTIONS"]
+           "GROW_TO", "DIRECTIONS", "growth_filled_at", "growth_filled"]
 
 _MS = 1000          # the cost model's time unit here: 1 ms (µs windows / 1000)
 
@@ -387,3 +387,32 @@ def replan_target(measured_rows: float, measured_bytes: float, estimated_rows: f
     if measured_bytes < GROW_BELOW * budget:
         return "grow", GROW_TO * rows_in_budget
     return None, 0.0
+
+
+def growth_filled_at(grown: Mapping[str, int], members: Sequence[MemberLoad],
+                     event_times: Mapping[str, int | None]) -> dict[str, int]:
+    """Per stream, the event time (µs) by which the tables of the windows grown now hold them fully.
+
+    A slice table evicts by its class's widest window, so a window grown from ``w`` to ``w'`` at event time ``t``
+    is held fully at ``t + (w' − w)`` (the class's widest grows by at most that much; PIPES §4.2: a grown
+    window's state is fully visible only after the new window). ``grown``: name -> new window (µs); ``members``:
+    the members before the growth; ``event_times``: each stream's largest event time now (µs; None: unknown,
+    that stream is not held).
+    """
+    before = {m.name: m for m in members}
+    out: dict[str, int] = {}
+    for name, w in grown.items():
+        if name not in before:
+            raise KeyError(f"grown names {name!r}, not one of members")
+        m = before[name]
+        t = event_times.get(m.stream)
+        if t is not None:
+            out[m.stream] = max(out.get(m.stream, t), t + w - m.window)
+    return out
+
+
+def growth_filled(hold: Mapping[str, int], event_times: Mapping[str, int | None]) -> bool:
+    """Whether every stream held by :func:`growth_filled_at` has reached its time (a stream whose event time is
+    unknown has not).
+    """
+    return all(event_times.get(s) is not None and event_times[s] >= until for s, until in hold.items())

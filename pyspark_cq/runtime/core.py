@@ -796,7 +796,7 @@ class CQRuntime:
         ``"grow"``, with ``seconds``, the time it took; a growth with nothing to grow is not recorded); returns
         them. Nothing without a memory budget.
         """
-        from ..cost.groups import GROW_BELOW, group_state_rows, replan, replan_target
+        from ..cost.groups import GROW_BELOW, group_state_rows, growth_filled, growth_filled_at, replan, replan_target
         from ..vocabulary import metrics as M
 
         if self.memory_budget is None:
@@ -820,18 +820,18 @@ class CQRuntime:
             direction, target = replan_target(rows, size, estimated, self.memory_budget)
             if direction is None:
                 continue
-            times = reg.group.stream_times() if direction == "grow" else {}
+            times = ({s: t.get("event_time") for s, t in reg.group.stream_times().items()}
+                     if direction == "grow" else {})
             if direction == "grow" and (
                     not any(m.registered is not None and m.window < m.registered for m in members)
-                    or any((times.get(s) or {}).get("event_time") is None
-                           or times[s]["event_time"] < until for s, until in reg.grow_hold.items())):
+                    or not growth_filled(reg.grow_hold, times)):
                 continue       # nothing reduced to give back, or the last growth's tables still filling
             plan = replan(members, loads, target, direction=direction)
             if direction == "grow" and not plan.windows:
                 continue
             record = {"direction": direction, "f": round(plan.f, 6), "time": time.time(),
                       "budget": self.memory_budget}
-            applied, before = [], {m.name: m for m in members}
+            applied = []
             for n, w in sorted(plan.windows.items()):
                 try:
                     reg.group.set_window(n, w, replan=record)
@@ -840,16 +840,8 @@ class CQRuntime:
                     _log.warning("re-plan of group %s: %s", reg.name, exc)
             reg.replanned_at = batches if applied else reg.replanned_at
             if direction == "grow" and applied:
-                # the slice table, evicting by its class's widest window, holds a window grown from w to w' at
-                # event time t fully at t + (w' − w) (PIPES §4.2: a grown window's state is fully visible only
-                # after the new window); until then the measured state is not the new windows'
-                hold: dict = {}
-                for a in applied:
-                    m = before[a["query"]]
-                    t = (times.get(m.stream) or {}).get("event_time")
-                    if t is not None:
-                        hold[m.stream] = max(hold.get(m.stream, 0), t + a["window"] - m.window)
-                reg.grow_hold = hold
+                # until the grown tables filled, the measured state is not the new windows' (PIPES §4.2)
+                reg.grow_hold = growth_filled_at({a["query"]: a["window"] for a in applied}, members, times)
             if direction == "reduce":
                 reason = (f"measured state {size:,.0f} B > memory budget {self.memory_budget:,.0f} B: "
                           f"{len(applied)} windows reduced (f = {plan.f:.3f}), estimate {plan.rows_before:,.0f} -> "

@@ -179,6 +179,20 @@ def window_toward(m: MemberLoad, f: float, direction: str) -> int:
     ``"reduce"``: ``min(current, window_at(m, f))`` (a reduction never widens a window); ``"grow"``:
     ``max(current, min(registered, window_at(m, f)))`` — back toward the window it was registered with, never
     above it nor above its QoS maximum (``window_at`` <= max for f <= 1), never below the current one.
+
+    Parameters
+    ----------
+    m : MemberLoad
+        The query (its current window, QoS range, registered window).
+    f : float
+        The fraction of its QoS range, in [0, 1].
+    direction : {"reduce", "grow"}
+        The re-plan's direction.
+
+    Returns
+    -------
+    int
+        The window (µs), a multiple of its granularity, at least its slide.
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
@@ -372,6 +386,20 @@ def replan_target(measured_rows: float, measured_bytes: float, estimated_rows: f
     ``"reduce"`` to the budget when the measured state passes it; ``"grow"`` to :data:`GROW_TO` of it when the
     state is below :data:`GROW_BELOW` of it (the hysteresis; see their notes); else ``(None, 0.0)``, as
     without a measurement (no rows, no bytes) or without an estimate.
+
+    Parameters
+    ----------
+    measured_rows, measured_bytes : float
+        The group's measured state (its slice tables', each counted once), >= 0.
+    estimated_rows : float
+        The estimate at the current windows (:func:`group_state_rows` summed), >= 0.
+    budget : float
+        The memory budget in bytes, > 0.
+
+    Returns
+    -------
+    tuple of (str or None, float)
+        The direction (``"reduce"``, ``"grow"`` or None) and the target of the estimate in rows.
     """
     for k, v in (("measured_rows", measured_rows), ("measured_bytes", measured_bytes),
                  ("estimated_rows", estimated_rows)):

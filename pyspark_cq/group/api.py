@@ -254,8 +254,14 @@ class QueryGroup:
 
     def windows(self) -> dict:
         """The window of each shared ``RSTREAM`` query: ``window`` in effect (µs; the running plan's once it
-        applied a change), ``registered`` (its text's, µs) and ``replan``, what set a window that differs (the
-        re-plan's record, or None). A window set by a re-plan survives a restart from the checkpoint.
+        applied a change), ``registered`` (its text's, µs) and ``replan``, the record of the last re-plan that set
+        it (``direction``, ``f``, ``time``, ``budget`` or ``policy``; None: never set). A window set by a re-plan
+        survives a restart from the checkpoint.
+
+        Returns
+        -------
+        dict
+            By query name: ``{"window": int, "registered": int, "replan": dict or None}``.
         """
         plan = D.read_plan(self._dir) if self._query is not None else None
         out = {}

@@ -875,8 +875,9 @@ class CQRuntime:
         for g in groups:
             members = g._loads()
             fixed = fixed_classes(members)
+            settable = g.windows()          # the shared RSTREAM queries (an ISTREAM / DSTREAM's window is its own)
             for m in members:
-                if m.window_min is None:
+                if m.window_min is None or m.name not in settable:
                     continue
 
                 def prepare(decision, g=g, m=m, fixed=fixed):

@@ -217,7 +217,10 @@ def main(argv=None):
               if c["estimated_rows"]]
     print(f"re-plans: {len(replans)}" + (f", median {statistics.median(replan_s) * 1000:.1f} ms, max "
                                          f"{max(replan_s) * 1000:.1f} ms; windows reduced: "
-                                         f"{sum(len(r['changes']) for r in replans)}" if replans else ""), flush=True)
+                                         f"{sum(len(r['changes']) for r in replans if r.get('direction') != 'grow')}"
+                                         f", grown back: "
+                                         f"{sum(len(r['changes']) for r in replans if r.get('direction') == 'grow')}"
+                                         if replans else ""), flush=True)
     for r in replans:
         print(f"  {r['reason']}", flush=True)
     print(f"state at the end: measured {final['measured_rows']:,} rows / {final['measured_bytes']:,} B, estimated "

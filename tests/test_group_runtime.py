@@ -113,3 +113,34 @@ def test_console_shows_a_registered_groups_members(ran_group):
     for name in Q:
         assert round(datetime.fromisoformat(members[name]["watermark"]).timestamp() * 1e6) == spark_wm, name
         assert members[name]["watermark_delay"] == 60.0, name
+
+
+@pytest.mark.spark
+def test_the_pipes_manager_sees_members_and_costs_a_slice_class_once(ran_group):
+    """The snapshot holds each member's plan (its window in effect), QoS ranges and slice class; the PIPES
+    resource manager costs eu_1m and eu_2m's one table once: on eu_1m, through the class's widest window (eu_2m's
+    2 minutes), eu_2m adding no memory. The oracle: the PIPES estimate of eu_2m's plan alone."""
+    from pyspark_cq_plugins.pipes_rm import PipesResourceManager, pipes_estimate
+
+    from pyspark_cq import plan as P
+
+    _, _, snap = ran_group
+    info = snap.queries
+    assert (info["eu_1m"].slice_class, info["eu_2m"].slice_class, info["us_1m"].slice_class) == \
+        ("eu_1m", "eu_1m", "us_1m")
+    window = next(n for n in P.postorder(info["eu_2m"].plan) if isinstance(n, P.Window))
+    assert window.size == 120_000_000 and info["eu_2m"].control == {"eu_2m_agg": {"window": 120_000_000}}
+    assert info["eu_2m"].qos == {}                       # no WITH (WINDOW …): its window is fixed
+    rm = PipesResourceManager(distances={"clicks": 0.001})     # dense: every key in every slice
+    assert not rm.decide(snap)                           # no QoS range: nothing to decide
+    est = rm.estimates()
+
+    def alone(q):      # the PIPES estimate of the query's plan alone, in the manager's time unit (1 ms)
+        plan = P.rewrite(q.plan, lambda n: {"size": n.size / 1000} if isinstance(n, P.Window) else
+                         {"granularity": n.granularity / 1000} if isinstance(n, P.Granularity) else {})
+        return pipes_estimate(plan, {"clicks": 1.0})[0]
+
+    assert est["eu_2m"][0] == 0
+    assert est["eu_1m"][0] == pytest.approx(alone(info["eu_2m"]))
+    assert est["us_1m"][0] == pytest.approx(alone(info["us_1m"]))
+    assert 0 < est["us_1m"][0] < est["eu_1m"][0]       # 1 minute against the class's widest, 2 minutes

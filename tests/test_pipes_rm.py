@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -627,3 +628,82 @@ def test_cap_holds_the_bound_on_a_simulated_burst(burst):
     assert shed > 0 and shed + kept == sum(rates)           # every row is kept or counted as shed
     # after the burst the cap lets the full input through again
     assert _simulate(True, [100] * 40 + [burst] * 60 + [100] * 200)[2] > kept
+
+
+# ---------------------------------------------------------------------------------------------
+# query groups: members of one slice class share one state (docs/groups.md, "The runtime")
+
+
+def member(name, cls, window_s, qos_s=None, gran_s=10):
+    """A group member as the runtime's snapshot shows it: γ(Γ(ω(A))) with its window label and QoS range."""
+    label = f"{name}_agg.window"
+    plan = P.Aggregate(P.Granularity(P.Window(P.Source("A"), window_s * S, label=label), gran_s * S,
+                                     label=f"{name}_agg.granularity"), groups=10, label=f"{name}_agg")
+    qos = {} if qos_s is None else {label: QoSRange.window(qos_s[0] * S, qos_s[1] * S)}
+    control = {f"{name}_agg": {"window": window_s * S}}
+    return QueryInfo(name, plan, qos, {"A": SourceStats("A", 1000.0, 1e-3)}, control=control, slice_class=cls)
+
+
+def test_group_members_slice_class_state_is_costed_once_and_fixed_classes_are_kept():
+    """Toy costs (linear, independent of the PIPES formulas): a window of w ms over d = 1 ms holds w elements, a
+    granularity of g ms adds 1000 / g. Class a (a: 60–300 s, b: 60–120 s) may change; class c has c, whose window
+    is fixed at 600 s, so d's window is not decided (reducing it would not shrink c's table). By hand, at f:
+    class a holds its widest window 60 + 240 f s (a's; b adds nothing), class c 600 s, x 1 + 9 f s: the total
+    661,000.2 + 249,000 f ms of elements fits 785,500.2 at f = 1/2: a 180 s, b 90 s, x 5.5 s."""
+    queries = [member("a", "a", 300, (60, 300)), member("b", "a", 120, (60, 120)),
+               member("c", "c", 600), member("d", "c", 300, (60, 300)),
+               window_query("x", w=(1 * S, 10 * S), d_s=1e-3)]
+    rm = PipesResourceManager(memory=785_500.2, estimate=toy_estimate, reserve=0.0, tolerance=1e-6)
+    snap = Snapshot(1.0, {q.name: q for q in queries})
+    decisions = rm.decide(snap)
+    assert rm.allocation.feasible and rm.allocation.f_window == pytest.approx(0.5, abs=1e-5)
+    got = {d.operator: d.changes for d in decisions}
+    assert set(got) == {"a_agg", "b_agg", "x-w"}                  # nothing for class c: c's window is fixed
+    assert got["a_agg"] == {"window": 180 * S} and got["b_agg"] == {"window": 90 * S}
+    assert got["x-w"]["window"] == pytest.approx(5.5 * S, abs=10)
+    est = rm.estimates()
+    assert est["b"][0] == 0 and est["d"][0] == 0                  # riders: their class's state is the first's
+    assert est["c"][0] == pytest.approx(600_000 + 0.1)            # the fixed class at its widest window, c's
+    assert est["a"][0] == pytest.approx(180_000 + 0.1, rel=1e-4)
+    assert sum(m for m, _ in est.values()) == pytest.approx(785_500.2, rel=1e-5)
+    # the same queries without their slice classes: each costed alone, d decided (the classes are what keeps it)
+    alone = PipesResourceManager(memory=785_500.2, estimate=toy_estimate, reserve=0.0)
+    plain = alone.decide(Snapshot(1.0, {q.name: replace(q, slice_class=None) for q in queries}))
+    assert "d_agg" in {d.operator for d in plain}
+
+
+def test_a_member_window_decision_goes_through_its_group(tmp_path):
+    """The policy loop sends a decision naming a group member to the group (``routes``), checked against the
+    member's QoS range; a refusal by the route refuses the policy's decisions of that round."""
+    from pyspark_cq.control import ControlTable
+    from pyspark_cq.policies import Decision, Decisions, Policy
+    from pyspark_cq.runtime.loop import PolicyLoop
+
+    class Shrink(Policy):
+        name = "shrink"
+
+        def __init__(self, window=90 * S):
+            self.window = window
+
+        def decide(self, snapshot):
+            return Decisions([Decision("a_agg", {"window": self.window}, "test", query="a")], self.name)
+
+    done = []
+
+    def prepare(decision):
+        if decision.changes["window"] < 70 * S:
+            raise ValueError("its slice class's windows are not adjustable")
+        return lambda who: done.append((who, decision.changes["window"]))
+
+    loop = PolicyLoop([Shrink()], ControlTable(str(tmp_path / "control.json")))
+    loop.routes = lambda: {"a_agg": prepare}
+    snap = Snapshot(1.0, {"a": member("a", "a", 120, (60, 120))})
+    [record] = loop.run(snap)
+    assert record["applied"] and record["routed"] == ["a_agg"] and done == [("shrink", 90 * S)]
+    loop.policies = [Shrink(65 * S)]
+    with pytest.warns(RuntimeWarning, match="not adjustable"):
+        [refused] = loop.run(snap)
+    assert not refused["applied"] and len(done) == 1
+    loop.policies = [Shrink(30 * S)]                               # outside the member's QoS range
+    with pytest.warns(RuntimeWarning, match="outside declared QoS bounds"):
+        assert not loop.run(snap)[0]["applied"]

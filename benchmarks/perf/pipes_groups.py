@@ -11,7 +11,8 @@ none / region / x, GROUP BY page or region, COUNT or SUM and COUNT; 90 % with a 
 them, so that admission control admits only part. The group then runs to the end of its input (``availableNow``,
 one file per stream per micro-batch), the runtime's rounds after every micro-batch; after ``--drop-after``
 micro-batches the budget drops to ``--drop`` of the measured state (the memory available to the system shrinks),
-so the runtime re-plans windows within the QoS ranges.
+so the runtime re-plans windows within the QoS ranges; with ``--raise-after`` the budget rises again to
+``--raise`` times the measured state after that many micro-batches, so the runtime grows the reduced windows back.
 
 Printed and recorded: admitted / refused queries and the time of one ``add`` (compile + admission) and of one
 admission alone, the slice classes, the re-plans (time, windows reduced), the state measured against the estimate
@@ -20,7 +21,7 @@ per slice class and in total at the end, and the wall time of each micro-batch.
 Usage::
 
     python -m benchmarks.perf.pipes_groups [--streams 10] [--queries 1000] [--files 8] [--rows 3000]
-        [--budget-share 0.4] [--drop-after 4] [--drop 0.8] [--shards 2]
+        [--budget-share 0.4] [--drop-after 4] [--drop 0.8] [--raise-after 0] [--raise 4.0] [--shards 2]
 """
 from __future__ import annotations
 
@@ -118,6 +119,9 @@ def main(argv=None):
     p.add_argument("--budget-share", type=float, default=0.4)
     p.add_argument("--drop-after", type=int, default=4)
     p.add_argument("--drop", type=float, default=0.8)
+    p.add_argument("--raise-after", type=int, default=0,
+                   help="after this many micro-batches the budget rises to --raise of the measured state (0: never)")
+    p.add_argument("--raise", dest="raise_to", type=float, default=4.0)
     p.add_argument("--shards", type=int, default=2)
     p.add_argument("--row-bytes", type=float, default=64.0)
     args = p.parse_args(argv)
@@ -191,7 +195,7 @@ def main(argv=None):
 
     t0 = time.perf_counter()
     rt.start()
-    dropped = None
+    dropped = raised = None
     try:
         query = rt.query(g.name)
         if args.drop_after and args.drop_after < args.files:
@@ -201,6 +205,16 @@ def main(argv=None):
                        "budget_before": budget, "budget_after": args.drop * state["measured_bytes"]}
             rt.memory_budget = dropped["budget_after"]
             print(f"after {args.drop_after} micro-batches: measured {state['measured_bytes']:,} B; budget -> "
+                  f"{rt.memory_budget:,.0f} B", flush=True)
+        if args.raise_after and args.drop_after < args.raise_after < args.files:
+            # memory is given back (PIPES §4.1.1): the state is now far below the budget, so the runtime grows
+            # the reduced windows back toward their registered ones (docs/groups.md, "Re-plans")
+            rt.await_batches(g.name, args.raise_after, timeout=900)
+            state = rt.group_state(g.name)
+            raised = {"after_batches": args.raise_after, "measured_bytes": state["measured_bytes"],
+                      "budget_after": args.raise_to * state["measured_bytes"]}
+            rt.memory_budget = raised["budget_after"]
+            print(f"after {args.raise_after} micro-batches: measured {state['measured_bytes']:,} B; budget -> "
                   f"{rt.memory_budget:,.0f} B", flush=True)
         query.awaitTermination()
         rt.await_batches(g.name, args.files, timeout=30)
@@ -217,7 +231,10 @@ def main(argv=None):
               if c["estimated_rows"]]
     print(f"re-plans: {len(replans)}" + (f", median {statistics.median(replan_s) * 1000:.1f} ms, max "
                                          f"{max(replan_s) * 1000:.1f} ms; windows reduced: "
-                                         f"{sum(len(r['changes']) for r in replans)}" if replans else ""), flush=True)
+                                         f"{sum(len(r['changes']) for r in replans if r.get('direction') != 'grow')}"
+                                         f", grown back: "
+                                         f"{sum(len(r['changes']) for r in replans if r.get('direction') == 'grow')}"
+                                         if replans else ""), flush=True)
     for r in replans:
         print(f"  {r['reason']}", flush=True)
     print(f"state at the end: measured {final['measured_rows']:,} rows / {final['measured_bytes']:,} B, estimated "
@@ -230,8 +247,9 @@ def main(argv=None):
               "refused": len(refused), "admitted_by_generator_classes": expected, "refusal_examples": reasons, "classes_admitted": len(classes),
               "adds_s": round(t_adds, 2), "add_ms": {"median": _q(add_s, 50) * 1000, "max": _q(add_s, 100) * 1000},
               "admission_ms": {"median": _q(admission_s, 50) * 1000, "max": _q(admission_s, 100) * 1000},
-              "budget_drop": dropped, "replans": [{k: r.get(k) for k in ("seconds", "reason", "f", "feasible")}
-                                                  | {"reduced": len(r["changes"])} for r in replans],
+              "budget_drop": dropped, "budget_raise": raised,
+              "replans": [{k: r.get(k) for k in ("seconds", "reason", "f", "feasible", "direction")}
+                          | {"changed": len(r["changes"])} for r in replans],
               "replan_ms": {"median": _q(replan_s, 50) * 1000 if replans else None,
                             "max": _q(replan_s, 100) * 1000 if replans else None},
               "state": {"measured_rows": final["measured_rows"], "measured_bytes": final["measured_bytes"],

@@ -68,6 +68,16 @@ B the event time of one micro-batch. With ``retention`` every time-based ``Windo
 query's measured ``QueryInfo.watermark_delay`` and ``batch_span`` (0 while unknown); a relative move of
 δ + B beyond ``distance_threshold`` invalidates that query's cached estimates, like d.
 
+Query groups (docs/groups.md, "The runtime"). The members of a query group are queries of the snapshot with
+their plans, QoS ranges and ``slice_class``: the members of one slice class share one slice table, kept for the
+class's widest window. The manager costs that state **once**, on the class's first query, through the widest of
+the members' windows at each f; the other members add no memory. It changes a class's windows only when every
+member has a QoS range of its window (:func:`pyspark_cq.cost.groups.fixed_classes`, the rule of the runtime's own
+re-plans): reducing one member's window while another keeps a fixed wider one would not shrink the table, so a
+class with a fixed member is costed at its members' windows as they are and none of its windows is decided.
+An adjustable class's members all move at the common f (each within its own QoS range), and the runtime sets
+them through the group (``QueryGroup.set_window``, rounded to whole slices).
+
 Plans and QoS come from :class:`~pyspark_cq.policies.QueryInfo`: ``Window`` and ``Granularity`` nodes that
 carry a label ``"<operator>.<param>"`` present in ``qos`` are adjusted (plan sizes in µs). A label's param
 ``window`` or ``upper`` gives the window size directly; ``lower`` gives ``-lower`` (a bound-form interval
@@ -77,7 +87,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -130,6 +140,7 @@ class _Query:
     row: int = -1
     delay: float = 0.0                  # δ (time units) of the cached estimates (retention)
     span: float = 0.0                   # B (time units) of the cached estimates (retention)
+    role: tuple = ()                    # a group member: ("first", class's QoS ranges) or ("rider",); see _roles
 
     @property
     def gran_dependent(self) -> bool:
@@ -489,6 +500,16 @@ class PipesResourceManager(Policy):
             out[i] = qos_values(rng.min, rng.max, f, step=rng.step, choices=rng.choices)
         return out
 
+    def _cost_windows(self, q: _Query, knot: int) -> np.ndarray:
+        """The windows ``q`` is costed at, at knot ``knot``: its own, or for the first query of a group's
+        adjustable slice class the widest of its class's windows there (the one table keeps that much).
+        """
+        if q.role[:1] != ("first",) or not q.role[1]:
+            return q.window_knots[:, knot]
+        f = knot / self.knots
+        widest = max(qos_values(r.min, r.max, f, step=r.step, choices=r.choices) for r in q.role[1])
+        return np.maximum(q.window_knots[:, knot], widest)
+
     def _plan_at(self, q: _Query, windows: np.ndarray, level: int) -> P.Node:
         # The event time a window keeps: its size + δ + B with retention (q.delay, q.span stay 0 without it,
         # and then watermark_retention returns the size itself).
@@ -526,7 +547,8 @@ class PipesResourceManager(Policy):
         for row in missing.tolist():
             q = self._rows[row]
             distances = {s: self._d_used[s] for s in q.sources}
-            mem, cpu = estimate(self._plan_at(q, q.window_knots[:, knot], level), distances)
+            mem, cpu = estimate(self._plan_at(q, self._cost_windows(q, knot), level), distances)
+            mem = 0.0 if q.role[:1] == ("rider",) else mem      # its slice class's state is its first query's
             self.evaluations += 1
             if q.fixed:
                 t.mem[:, :, row], t.cpu[:, :, row] = mem, cpu
@@ -746,8 +768,9 @@ class PipesResourceManager(Policy):
             mem, cpu = fixed_mem, fixed_cpu
             for row in shed_rows:
                 q = self._rows[row]
-                m, c = estimate(self._plan_at(q, q.window_knots[:, 0], self.p),
+                m, c = estimate(self._plan_at(q, self._cost_windows(q, 0), self.p),
                                 {src: self._d_used[src] / kept for src in q.sources})
+                m = 0.0 if q.role[:1] == ("rider",) else m
                 self.evaluations += 1
                 mem, cpu = mem + m, cpu + c
             return (mem_bound is None or mem <= mem_bound) and (cpu_bound is None or cpu <= cpu_bound)
@@ -845,15 +868,17 @@ class PipesResourceManager(Policy):
                         self.cpu if self.cpu is not None else snapshot.cpu_budget)
         for name in [n for n in self._queries if n not in snapshot.queries]:
             self._drop(name)
+        roles = _roles(snapshot.queries)
         for name in sorted(snapshot.queries):
-            info = snapshot.queries[name]
+            info, role = roles.get(name, (snapshot.queries[name], ()))
             known = self._queries.get(name)
             if known is not None and (known.info.plan is info.plan or known.info.plan == info.plan) \
-                    and known.info.qos == info.qos:
+                    and known.info.qos == info.qos and known.role == role:
                 known.info = info
                 continue
             try:
                 self.add(info)
+                self._queries[name].role = role
             except ValueError as exc:
                 if name in self._queries:
                     self._drop(name)
@@ -942,6 +967,52 @@ class PipesResourceManager(Policy):
         if self._dirty and self._queries:
             self.replan()
         return self.admit_query(query)
+
+
+def _roles(queries: Mapping[str, QueryInfo]) -> dict:
+    """The members of query groups' slice classes as the manager costs them: name -> (info, role).
+
+    Per class (``QueryInfo.slice_class``), :func:`pyspark_cq.cost.groups.fixed_classes` — the rule of the
+    runtime's own re-plans — says whether its windows may change. The class's first query carries the class's
+    state (role ``("first", QoS ranges of the class's windows)``: costed through the widest window at each f;
+    for a class that may not change, its plan's window is the widest of the members' windows as they are and
+    no QoS range is left to decide); the others add no memory (role ``("rider",)``), and in a class that may
+    not change they keep their windows (no QoS range).
+    """
+    from pyspark_cq.cost.groups import MemberLoad, fixed_classes
+
+    classes: dict[str, list[QueryInfo]] = {}
+    for info in queries.values():
+        if info.slice_class is not None and info.plan is not None:
+            classes.setdefault(info.slice_class, []).append(info)
+    out = {}
+    for cls, infos in classes.items():
+        loads, ranges = [], []
+        for info in infos:
+            window = next((n for n in P.postorder(info.plan) if isinstance(n, P.Window) and n.kind == "time"), None)
+            gran = next((n for n in P.postorder(info.plan) if isinstance(n, P.Granularity)), None)
+            if window is None or gran is None:
+                break
+            rng = next((r for k, r in info.qos.items() if k.endswith(".window")), None)
+            ranges.append(rng)
+            g = max(1, int(gran.granularity))
+            loads.append(MemberLoad(info.name, cls, "stream", max(g, int(window.size)), g, g,
+                                    None if rng is None else int(rng.min), None if rng is None else int(rng.max)))
+        else:
+            fixed = cls in fixed_classes(loads)
+            first = next((i for i in infos if i.name == cls), infos[0])
+            widest = max(m.window for m in loads)
+            for info in infos:
+                view = info if not fixed else replace(info, qos={})
+                if info is not first:
+                    out[info.name] = (view, ("rider",))
+                elif fixed:
+                    plan = P.rewrite(info.plan, lambda n, w=widest: {"size": w}
+                                     if isinstance(n, P.Window) and n.kind == "time" else {})
+                    out[info.name] = (replace(view, plan=plan), ("first", ()))
+                else:
+                    out[info.name] = (view, ("first", tuple(r for r in ranges if r is not None)))
+    return out
 
 
 #: The smallest fraction of the input the hard cap keeps (``drop_for`` writes at most 0.999).

@@ -10,9 +10,13 @@ class's widest window needs it, so the state is a property of the class, not of 
   the one place of that formula, with the watermark retention ``window + δ + B`` a Spark operator keeps;
 - a query that joins an existing class adds only what the class does not hold yet (nothing unless its window is
   the class's widest), a query of a new class adds the class (:func:`admit`);
-- a re-plan reduces windows only where the table really shrinks: of a class whose members all have a QoS range
+- a re-plan changes windows only where the table really changes: of a class whose members all have a QoS range
   of their window (a member alone in its class is such a class); a class with a member whose window is fixed is
-  left as it is (:func:`replan`).
+  left as it is (:func:`fixed_classes`, the one place of that rule; :func:`replan`);
+- a re-plan reduces windows when the measured state passes the budget and grows reduced windows back toward
+  the windows the queries were registered with when it falls below :data:`GROW_BELOW` of it, to
+  :data:`GROW_TO` of it (:func:`replan_target`, the hysteresis; PIPES §4.1.1: released resources go back as
+  larger windows).
 
 Pure: no Spark. Times in µs (windows), seconds (rates, delays).
 """
@@ -25,9 +29,26 @@ from dataclasses import dataclass, field
 from . import pipes
 
 __all__ = ["MemberLoad", "StreamLoad", "class_state_rows", "group_state_rows", "GroupAdmission", "admit",
-           "Replan", "replan", "window_at"]
+           "Replan", "replan", "window_at", "window_toward", "fixed_classes", "replan_target", "GROW_BELOW",
+           "GROW_TO", "DIRECTIONS", "growth_filled_at", "growth_filled"]
 
 _MS = 1000          # the cost model's time unit here: 1 ms (µs windows / 1000)
+
+#: The directions of a re-plan: ``"reduce"`` (the measured state passed the budget) or ``"grow"`` (it fell well
+#: below it and windows reduced earlier grow back toward the windows the queries were registered with).
+DIRECTIONS = ("reduce", "grow")
+
+#: Grow windows back only when the measured state is below this share of the budget. The band between it and
+#: the budget is the hysteresis: a reduction leaves the state near the budget and a growth at :data:`GROW_TO`,
+#: both inside the band, so neither triggers the other unless the stream itself changes by more than the band
+#: (the state falls by half: a factor 0.5 / 0.8 = 0.625 below where a growth leaves it, more than the
+#: estimate's calibration error on a steady stream).
+GROW_BELOW = 0.5
+#: A growth aims at this share of the budget, not the budget: PIPES keeps "a portion of the system resources as
+#: reserve" for adaptation delays and bursts (Cammert et al., §5.4, §4.1.2), and a grown window's state is fully
+#: visible only after the new window size (§4.2), so a growth to the budget itself would pass it on any error of
+#: the calibrated estimate and be reduced again.
+GROW_TO = 0.8
 
 
 @dataclass(frozen=True)
@@ -48,6 +69,9 @@ class MemberLoad:
         The QoS range of its window (µs, PIPES §4.3); None: the window is fixed.
     key : str
         Its grouping key as text (e.g. ``"page"``; a :class:`StreamLoad`'s ``keys`` may give its key count).
+    registered : int or None
+        The window it was registered with (µs, its text's): a re-plan grows a reduced window back toward it,
+        never above it. None: its current window (it does not grow).
     """
 
     name: str
@@ -59,6 +83,7 @@ class MemberLoad:
     window_min: int | None = None
     window_max: int | None = None
     key: str = ""
+    registered: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.key, str):
@@ -70,6 +95,10 @@ class MemberLoad:
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise ValueError(f"MemberLoad {k} must be a positive int of µs, got {v!r}")
+        r = self.registered
+        if r is not None and (isinstance(r, bool) or not isinstance(r, int) or r <= 0):
+            raise ValueError(f"MemberLoad registered must be None or a positive int of µs (the window of its "
+                             f"text), got {r!r}")
         if (self.window_min is None) != (self.window_max is None):
             raise ValueError(f"MemberLoad window_min and window_max must be given together, got "
                              f"{self.window_min!r}, {self.window_max!r}")
@@ -144,6 +173,36 @@ def window_at(m: MemberLoad, f: float) -> int:
     return int(max(lowest, (int(w) // g) * g))
 
 
+def window_toward(m: MemberLoad, f: float, direction: str) -> int:
+    """The window of ``m`` a re-plan in ``direction`` sets at fraction ``f``: the one formula of both directions.
+
+    ``"reduce"``: ``min(current, window_at(m, f))`` (a reduction never widens a window); ``"grow"``:
+    ``max(current, min(registered, window_at(m, f)))`` — back toward the window it was registered with, never
+    above it nor above its QoS maximum (``window_at`` <= max for f <= 1), never below the current one.
+
+    Parameters
+    ----------
+    m : MemberLoad
+        The query (its current window, QoS range, registered window).
+    f : float
+        The fraction of its QoS range, in [0, 1].
+    direction : {"reduce", "grow"}
+        The re-plan's direction.
+
+    Returns
+    -------
+    int
+        The window (µs), a multiple of its granularity, at least its slide.
+    """
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    at = window_at(m, f)
+    if direction == "reduce":
+        return min(m.window, at)
+    cap = m.window if m.registered is None else m.registered
+    return max(m.window, min(cap, at))
+
+
 def _classes(members: Sequence[MemberLoad]) -> dict[str, list[MemberLoad]]:
     out: dict[str, list[MemberLoad]] = {}
     for m in members:
@@ -151,6 +210,22 @@ def _classes(members: Sequence[MemberLoad]) -> dict[str, list[MemberLoad]]:
             raise TypeError(f"members must hold MemberLoad, got {type(m).__name__}")
         out.setdefault(m.slice_class, []).append(m)
     return out
+
+
+def fixed_classes(members: Sequence[MemberLoad]) -> dict[str, str]:
+    """The slice classes of ``members`` whose windows a re-plan must not change, each with the reason.
+
+    A class's table keeps slices for its widest window, so changing one member's window frees (or takes) state
+    only when the class's widest window changes with it. A class is adjustable only when **every** member has a
+    QoS range of its window (a member alone in its class is such a class), and then all its members move at the
+    same fraction; a class with a member whose window is fixed keeps all its windows: reducing the others would
+    free nothing the fixed member's window still holds, or would have to shrink what it needs. The one place of
+    this rule: :func:`replan` and the PIPES resource manager plugin (``pipes``) use it.
+    """
+    if isinstance(members, (str, bytes)) or not isinstance(members, Sequence):
+        raise TypeError(f"members must be a sequence of MemberLoad, got {type(members).__name__}")
+    return {cls: f"member {next(m.name for m in ms if m.window_min is None)!r} has no QoS range of its window"
+            for cls, ms in _classes(members).items() if any(m.window_min is None for m in ms)}
 
 
 def class_state_rows(members: Sequence[MemberLoad], load: StreamLoad,
@@ -228,8 +303,8 @@ def admit(members: Sequence[MemberLoad], new: MemberLoad, loads: Mapping[str, St
 @dataclass(frozen=True)
 class Replan:
     """The outcome of :func:`replan`: the new windows (µs, only those that change), the fraction ``f`` of the
-    adjustable windows' QoS ranges, the estimated rows before and after, the target, whether it fits, and per
-    class that could not be reduced the reason.
+    adjustable windows' QoS ranges, the estimated rows before and after, the target, whether it fits, per
+    class that could not be changed the reason, and the ``direction`` (``"reduce"`` or ``"grow"``).
     """
 
     windows: dict
@@ -239,40 +314,53 @@ class Replan:
     target_rows: float
     feasible: bool
     fixed: dict = field(default_factory=dict)
+    direction: str = "reduce"
 
 
 def replan(members: Sequence[MemberLoad], loads: Mapping[str, StreamLoad], target_rows: float, *,
-           tolerance: float = 1e-3) -> Replan:
-    """Window reductions that bring the group's estimated state rows within ``target_rows``.
+           tolerance: float = 1e-3, direction: str = "reduce") -> Replan:
+    """Window changes that bring the group's estimated state rows within ``target_rows``.
 
     PIPES §4.3 step 2 (bisection of a common fraction ``f`` of the windows' QoS ranges), over the slice classes
-    whose members all have a QoS range: a member's new window is ``min(current, window_at(m, f))`` (only
-    reductions: a re-plan here answers a state over its bound). A class with a member whose window is fixed
-    is not reduced (its table must keep what that member needs; reducing the others would shrink nothing the
-    fixed one keeps, or shrink what it needs) and is listed in ``fixed``. Infeasible: every adjustable window at
-    its QoS minimum (f = 0).
+    whose members all have a QoS range (:func:`fixed_classes`; the others are listed in ``fixed``): the largest
+    ``f`` in [0, 1] at which the estimate fits, a member's new window at ``f`` being
+    :func:`window_toward` ``(m, f, direction)``.
+
+    ``"reduce"`` (the state is over its bound): only reductions; infeasible when every adjustable window at its
+    QoS minimum (f = 0) does not fit. ``"grow"`` (the state is well below its bound, PIPES §4.1.1: released
+    resources go back as larger windows): only growths, toward the windows the members were registered with
+    (``MemberLoad.registered``) and within their QoS ranges; nothing changes when the current windows do not
+    fit ``target_rows`` already (``feasible`` false), all windows back at their registered size when they fit
+    (f = 1).
     """
     if isinstance(target_rows, bool) or not isinstance(target_rows, (int, float)) or not target_rows >= 0:
         raise ValueError(f"target_rows must be a number >= 0, got {target_rows!r}")
     if not 0 < tolerance < 1:
         raise ValueError(f"tolerance must be in (0, 1), got {tolerance!r}")
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
     classes = _classes(members)
-    fixed = {cls: f"member {next(m.name for m in ms if m.window_min is None)!r} has no QoS range of its window"
-             for cls, ms in classes.items() if any(m.window_min is None for m in ms)}
+    fixed = fixed_classes(members)
     free = [m for cls, ms in classes.items() if cls not in fixed for m in ms]
     base = group_state_rows(members, loads)
     rows_before = sum(base.values())
     fixed_rows = sum(r for cls, r in base.items() if cls in fixed)
 
     def at(f: float) -> tuple[dict, float]:
-        windows = {m.name: min(m.window, window_at(m, f)) for m in free}
+        windows = {m.name: window_toward(m, f, direction) for m in free}
         rows = sum(group_state_rows(free, loads, windows).values()) if free else 0.0
         return windows, fixed_rows + rows
 
-    if rows_before <= target_rows:
-        return Replan({}, 1.0, rows_before, rows_before, target_rows, True, fixed)
+    current = {m.name: m.window for m in free}
+    if direction == "reduce" and rows_before <= target_rows:
+        return Replan({}, 1.0, rows_before, rows_before, target_rows, True, fixed, direction)
+    if direction == "grow" and rows_before > target_rows:   # no room: the current windows stay
+        return Replan({}, 0.0, rows_before, rows_before, target_rows, False, fixed, direction)
+    hi_windows, hi_rows = at(1.0)
     lo_windows, lo_rows = at(0.0)
-    if lo_rows > target_rows:
+    if hi_rows <= target_rows:           # every window at f = 1 fits (a growth all the way back)
+        f, windows, rows, feasible = 1.0, hi_windows, hi_rows, True
+    elif lo_rows > target_rows:          # reduce only: even f = 0 does not fit
         f, windows, rows, feasible = 0.0, lo_windows, lo_rows, False
     else:
         lo, hi = 0.0, 1.0
@@ -285,6 +373,74 @@ def replan(members: Sequence[MemberLoad], loads: Mapping[str, StreamLoad], targe
             else:
                 hi = mid
         f, feasible = lo, True
-    current = {m.name: m.window for m in free}
     changed = {n: w for n, w in windows.items() if w != current[n]}
-    return Replan(changed, f, rows_before, rows, target_rows, feasible, fixed)
+    return Replan(changed, f, rows_before, rows, target_rows, feasible, fixed, direction)
+
+
+def replan_target(measured_rows: float, measured_bytes: float, estimated_rows: float, budget: float
+                  ) -> tuple[str | None, float]:
+    """Whether a group re-plans, in which direction, and the target of its estimate (rows).
+
+    The estimate is calibrated to the measurement: the budget in rows at the measured bytes per row, times
+    estimated / measured rows (the estimate is an upper bound: the target is in the estimate's rows).
+    ``"reduce"`` to the budget when the measured state passes it; ``"grow"`` to :data:`GROW_TO` of it when the
+    state is below :data:`GROW_BELOW` of it (the hysteresis; see their notes); else ``(None, 0.0)``, as
+    without a measurement (no rows, no bytes) or without an estimate.
+
+    Parameters
+    ----------
+    measured_rows, measured_bytes : float
+        The group's measured state (its slice tables', each counted once), >= 0.
+    estimated_rows : float
+        The estimate at the current windows (:func:`group_state_rows` summed), >= 0.
+    budget : float
+        The memory budget in bytes, > 0.
+
+    Returns
+    -------
+    tuple of (str or None, float)
+        The direction (``"reduce"``, ``"grow"`` or None) and the target of the estimate in rows.
+    """
+    for k, v in (("measured_rows", measured_rows), ("measured_bytes", measured_bytes),
+                 ("estimated_rows", estimated_rows)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
+            raise ValueError(f"{k} must be a finite number >= 0, got {v!r}")
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not 0 < budget < math.inf:
+        raise ValueError(f"budget must be a positive finite number of bytes, got {budget!r}")
+    if measured_rows <= 0 or measured_bytes <= 0 or estimated_rows <= 0:
+        return None, 0.0
+    rows_in_budget = budget / (measured_bytes / measured_rows) * (estimated_rows / measured_rows)
+    if measured_bytes > budget:
+        return "reduce", rows_in_budget
+    if measured_bytes < GROW_BELOW * budget:
+        return "grow", GROW_TO * rows_in_budget
+    return None, 0.0
+
+
+def growth_filled_at(grown: Mapping[str, int], members: Sequence[MemberLoad],
+                     event_times: Mapping[str, int | None]) -> dict[str, int]:
+    """Per stream, the event time (µs) by which the tables of the windows grown now hold them fully.
+
+    A slice table evicts by its class's widest window, so a window grown from ``w`` to ``w'`` at event time ``t``
+    is held fully at ``t + (w' − w)`` (the class's widest grows by at most that much; PIPES §4.2: a grown
+    window's state is fully visible only after the new window). ``grown``: name -> new window (µs); ``members``:
+    the members before the growth; ``event_times``: each stream's largest event time now (µs; None: unknown,
+    that stream is not held).
+    """
+    before = {m.name: m for m in members}
+    out: dict[str, int] = {}
+    for name, w in grown.items():
+        if name not in before:
+            raise KeyError(f"grown names {name!r}, not one of members")
+        m = before[name]
+        t = event_times.get(m.stream)
+        if t is not None:
+            out[m.stream] = max(out.get(m.stream, t), t + w - m.window)
+    return out
+
+
+def growth_filled(hold: Mapping[str, int], event_times: Mapping[str, int | None]) -> bool:
+    """Whether every stream held by :func:`growth_filled_at` has reached its time (a stream whose event time is
+    unknown has not).
+    """
+    return all(event_times.get(s) is not None and event_times[s] >= until for s, until in hold.items())

@@ -57,6 +57,9 @@ class _Member:
     window_qos: tuple | None = None    # "shared": the QoS range (min, max) µs of its window (WITH (WINDOW …))
     key_text: str = ""                 # "shared": its GROUP BY as text (the state estimate's key count)
     signature: tuple | None = None     # "shared": what its slices depend on but its start (_loads; computed once)
+    registered: int | None = None      # "shared": the window of its text (µs); a re-plan grows back toward it
+    plan: object = None                # its logical plan (pyspark_cq.plan), as the policies see it
+    qos: dict = field(default_factory=dict)         # its QoS ranges by plan label (WITH (…))
 
 
 class QueryGroup:
@@ -197,17 +200,32 @@ class QueryGroup:
         """
         self._set_active(name, True)
 
-    def set_window(self, name, window):
+    def set_window(self, name, window, *, replan=None):
         """Set the window of the shared ``RSTREAM`` query ``name`` (µs, or a ``timedelta``): from the next
         micro-batch its sweep emits windows of the new size, and its slice class's table keeps slices for the
         class's widest window at that micro-batch's eviction (a reduction frees state there). The window must be
         a multiple of the query's slice length (so it stays in its slice class) and at least its slide. Used by
         the runtime's re-plans under a memory budget (docs/groups.md, "The runtime").
+
+        The window is kept in the group's plan, under its checkpoint: a group started again on the checkpoint
+        with the same query (name and text) runs with it (:meth:`windows`). A group that has stopped takes it
+        into its plan at once (no micro-batch is left to apply it at).
+
+        Parameters
+        ----------
+        name : str
+            A shared ``RSTREAM`` query of the group.
+        window : int or timedelta
+            The new window (µs).
+        replan : mapping, optional
+            What set it (JSON-able; the runtime's re-plan: ``direction``, ``f``, ``time``), kept with the window.
         """
         if isinstance(window, timedelta):
             window = round(window / timedelta(microseconds=1))
         if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
             raise TypeError(f"window must be a positive int of µs or a timedelta, got {window!r}")
+        if replan is not None and not isinstance(replan, Mapping):
+            raise TypeError(f"replan must be None or a mapping describing the re-plan, got {type(replan).__name__}")
         with self._lock:
             self._known(name)
             m = self._members[name]
@@ -218,9 +236,67 @@ class QueryGroup:
             if window % c.granularity or window < c.slide:
                 raise ValueError(f"window must be a multiple of query {name!r}'s slice length {c.granularity} µs "
                                  f"and at least its slide {c.slide} µs, got {window}")
-            m.spec = replace(m.spec, config=replace(c, window=window))
-            if self._query is not None:
-                D.ask(self._dir, ("window", name, window))
+            why = None if replan is None else dict(replan)
+            m.spec = replace(m.spec, config=replace(c, window=window), replan=why)
+            if self._query is None:
+                return
+            change = ("window", name, window, why)
+            if self._query.isActive:
+                D.ask(self._dir, change)
+                return
+            # stopped (availableNow ended, stop(), a failure): a change queued now would be voided by the next
+            # start; the plan is the checkpoint's record, so the window goes into it directly
+            from .batch import apply_changes
+
+            plan = D.read_plan(self._dir)
+            if plan is not None:
+                D.write_plan(self._dir, apply_changes(plan, [change], plan.max_time))
+
+    def windows(self) -> dict:
+        """The window of each shared ``RSTREAM`` query: ``window`` in effect (µs; the running plan's once it
+        applied a change), ``registered`` (its text's, µs) and ``replan``, the record of the last re-plan that set
+        it (``direction``, ``f``, ``time``, ``budget`` or ``policy``; None: never set). A window set by a re-plan
+        survives a restart from the checkpoint.
+
+        Returns
+        -------
+        dict
+            By query name: ``{"window": int, "registered": int, "replan": dict or None}``.
+        """
+        plan = D.read_plan(self._dir) if self._query is not None else None
+        out = {}
+        for name, m in self._members.items():
+            if m.spec.kind != "shared" or m.spec.at[1]:
+                continue
+            spec = plan.by_name(name) if plan is not None else None
+            spec = spec if spec is not None and spec.key == m.spec.key else m.spec
+            out[name] = {"window": spec.config.window, "registered": m.registered, "replan": spec.replan}
+        return out
+
+    def member_plans(self) -> dict:
+        """Each query's logical plan and QoS ranges as the runtime's policies see them (docs/groups.md, "The
+        runtime"): by name, ``plan`` (:mod:`pyspark_cq.plan`; a shared query's ``Window`` at the window in effect,
+        :meth:`windows`), ``qos`` (label ``"<name>_agg.window"`` -> ``QoSRange`` of a shared ``RSTREAM``
+        query whose text gives one; the only parameter of a member a policy may change, through
+        :meth:`set_window`) and ``slice_class`` (the first query of its slice class, whose table it shares; None
+        for a query running alone or paused).
+        """
+        from .. import plan as P
+
+        windows = self.windows()
+        classes = {m.name: m.slice_class for m in self._loads()}
+        out = {}
+        for name, m in self._members.items():
+            plan, qos = m.plan, {}
+            if name in windows and plan is not None:
+                label = next((k for k in m.qos if k.endswith(".window")), None)
+                size = windows[name]["window"]
+                plan = P.rewrite(plan, lambda n, w=size: {"size": w} if isinstance(n, P.Window) and n.kind == "time"
+                                 else {})
+                if label is not None:
+                    qos = {label: m.qos[label]}
+            out[name] = {"plan": plan, "qos": qos, "slice_class": classes.get(name)}
+        return out
 
     def _loads(self, candidate=None) -> list:
         """The :class:`~pyspark_cq.cost.groups.MemberLoad` of each active shared query (in the order added), then
@@ -255,7 +331,7 @@ class QueryGroup:
                     unhashed.append((sig, cls))
             lo, hi = m.window_qos if m.window_qos is not None else (None, None)
             out.append(MemberLoad(m.spec.name, cls, m.spec.family, c.window, c.slide, c.granularity, lo, hi,
-                                  m.key_text))
+                                  m.key_text, m.registered))
         return out
 
     @property
@@ -483,6 +559,11 @@ class QueryGroup:
             old = previous.members.get(spec.key) if previous is not None else None
             if old is not None:       # continues from the checkpoint
                 spec = replace(spec, start_us=old.start_us)
+                if spec.kind == "shared" and old.config is not None:
+                    # a window a re-plan set (set_window) lives in the plan: the same query (name and text, so
+                    # the same key) goes on with it; a query re-added with another text is a new key, and runs
+                    # with its text's window
+                    spec = replace(spec, config=replace(spec.config, window=old.config.window), replan=old.replan)
             elif previous is not None and spec.kind == "shared":   # new to a group that ran: next window
                 if spec.at[1]:
                     raise ValueError(f"query {spec.name!r}: an ISTREAM / DSTREAM aggregate new to a group that "
@@ -574,9 +655,12 @@ class QueryGroup:
         why = _classify(name, compiled.analysis)
         if why is not None:
             read = {k for k in self.sources for t in compiled.analysis.sources if k.lower() == t.name.lower()}
-            return _Member(spec, sink, dataframe=df, why_alone=why, source=next(iter(read)) if len(read) == 1 else None)
+            return _Member(spec, sink, dataframe=df, why_alone=why, source=next(iter(read)) if len(read) == 1 else None,
+                           plan=compiled.plan)
         self._counter += 1
-        return _named(name, self._shared_member, spec, sink, compiled, lookup, df)
+        member = _named(name, self._shared_member, spec, sink, compiled, lookup, df)
+        member.plan, member.qos = compiled.plan, dict(compiled.qos)
+        return member
 
     def _shared_member(self, spec, sink, compiled, lookup, df) -> _Member:
         from pyspark.sql.types import StructType
@@ -633,7 +717,7 @@ class QueryGroup:
         return _Member(spec, sink, computed=computed, exprs=exprs, mask=mask, time=time, conjuncts=conjuncts,
                        name_of=b.name, source=family,
                        window_qos=None if qos is None else (int(qos.min), int(qos.max)),
-                       key_text=", ".join(expression(e) for e in a.select.group_by))
+                       key_text=", ".join(expression(e) for e in a.select.group_by), registered=config.window)
 
     def _join_running(self, member: _Member) -> None:
         """ValueError unless ``member`` can join the running plan (its columns are computed already)."""

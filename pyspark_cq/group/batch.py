@@ -122,8 +122,9 @@ def apply_changes(plan: D.Plan, changes: list, max_time: int | None) -> D.Plan:
             del members[key]
         elif op == "pause":
             members[key] = replace(members[key], active=False)
-        elif op == "window":       # a re-plan under a memory budget (QueryGroup.set_window)
-            members[key] = replace(members[key], config=replace(members[key].config, window=change[2]))
+        elif op == "window":       # a re-plan under a memory budget (QueryGroup.set_window), with its record
+            members[key] = replace(members[key], config=replace(members[key].config, window=change[2]),
+                                   replan=change[3] if len(change) > 3 else None)
         elif op == "resume" and not members[key].active:
             spec = replace(members[key], active=True)
             if spec.kind == "shared":

@@ -74,6 +74,9 @@ class MemberSpec:
         when it joined a running group; None: from the group's start.
     active : bool
         False while paused: no rows are processed or delivered.
+    replan : dict or None
+        What set its window when a re-plan changed it (``QueryGroup.set_window``), else None; kept with the plan
+        so that a restart goes on with the window.
     """
 
     key: str
@@ -93,6 +96,8 @@ class MemberSpec:
     stage_schema: object = None
     start_us: int | None = None
     active: bool = True
+    #: a class attribute too, so plans pickled before it read None
+    replan: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -156,7 +161,7 @@ def write_plan(directory: str, plan: Plan) -> None:
 
 def ask(directory: str, change: tuple) -> None:
     """Queue ``change`` (``("add", MemberSpec)``, ``("remove", name)``, ``("pause", name)``,
-    ``("resume", name)``, ``("window", name, µs)``) for the next micro-batch boundary.
+    ``("resume", name)``, ``("window", name, µs[, replan])``) for the next micro-batch boundary.
     """
     pending = os.path.join(directory, _PENDING)
     os.makedirs(pending, exist_ok=True)

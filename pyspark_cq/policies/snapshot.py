@@ -225,6 +225,11 @@ class QueryInfo:
         Smoothed event time B (seconds) one micro-batch advances the largest event time; None until
         measured. A watermark-driven Spark operator keeps ``window + δ + B`` of event time
         (:func:`pyspark_cq.cost.pipes.watermark_retention`, docs/cost-model.md "Validation on Spark").
+    slice_class : str, optional
+        For a query of a query group (docs/groups.md, "The runtime"): the query whose slice table it shares,
+        the first of its slice class (itself when first). Queries with the same ``slice_class`` hold **one**
+        state, through the class's widest window, reported on that first query (the others report 0); a
+        policy costs it once. None: a query of its own.
     """
 
     name: str
@@ -245,9 +250,12 @@ class QueryInfo:
     period: float | None = None
     deadline: float | None = None
     instances: tuple = ()
+    slice_class: str | None = None
 
     def __post_init__(self):
         periodic_spec(self.period, self.deadline)
+        if self.slice_class is not None and (not isinstance(self.slice_class, str) or not self.slice_class):
+            raise TypeError(f"slice_class must be None or a query name (non-empty str), got {self.slice_class!r}")
         if not all(isinstance(i, Instance) for i in self.instances):
             raise TypeError("instances must be a tuple of Instance")
         if not isinstance(self.name, str) or not self.name:

@@ -227,6 +227,7 @@ class _Registration:
     loads: dict = field(default_factory=dict)   # a group's streams -> StreamLoad (admission, re-plans)
     row_bytes: float = 64.0     # a group's bytes per state row until measured
     replanned_at: int | None = None   # a group's micro-batches seen at its last re-plan (replan_groups)
+    grow_hold: dict = field(default_factory=dict)   # a group's stream -> event time (µs) its last growth fills at
 
 
 def _policies(specs, options: Mapping) -> tuple[list[Policy], list[str]]:
@@ -319,6 +320,7 @@ class CQRuntime:
         self._store = StatisticsStore(alpha)
         policies, self.problems = _policies(policies, policy_options or {})
         self._loop = PolicyLoop(policies, self._control)
+        self._loop.routes = self._member_routes     # a group member's window decisions go through its group
         self._queries: dict[str, _Registration] = {}
         self._lock = threading.RLock()
         self._events: _queue.Queue = _queue.Queue()
@@ -618,10 +620,15 @@ class CQRuntime:
         group clock's) its own stream's event time, watermark delay and event time per batch
         (``group.stream_times()``). Shared state is counted once: a slice class's
         table is reported on one of its queries (its ``state_rows`` / ``state_bytes``), the others report 0.
-        The group's windows are not the policies' decision variables: a member has no control-table entry, so a
-        decision naming one is refused (recorded in the decisions log) and no member's table shrinks under
-        another. With a ``memory_budget`` and ``loads``, the runtime itself admits each query added to the group
-        and re-plans windows within QoS ranges when the measured state passes the budget (:meth:`replan_groups`).
+        Each member also carries its plan at the window in effect, its window's QoS range, that window as its
+        ``control`` and its ``slice_class`` (``group.member_plans()``). A member has no control-table entry: a
+        policy's window decision for it goes through the group (``QueryGroup.set_window``), only within its QoS
+        range and for a slice class whose members all have one
+        (:func:`pyspark_cq.cost.groups.fixed_classes`), so no member's table shrinks under another; any other
+        decision naming a member is refused (recorded in the decisions log). With a ``memory_budget`` and
+        ``loads``, the runtime itself admits each query added to the group and re-plans windows within QoS
+        ranges: reduces them when the measured state passes the budget, grows them back when it falls well
+        below (:meth:`replan_groups`). ``loads`` also gives the policies each stream's distance d = 1/rate.
 
         Parameters
         ----------
@@ -682,7 +689,9 @@ class CQRuntime:
                                 row_bytes=float(row_bytes))
             reg.built = reg.query = group._query
             self._queries[group.name] = reg
-        self._store.register(group.name)
+        # each stream's distance d = 1 / rate as `loads` gives it (PIPES §3.2.2, "known in advance"): the
+        # members' plans read their streams by these names, so the PIPES resource manager can cost them
+        self._store.register(group.name, sources={k: 1.0 / v.rate for k, v in streams.items() if v.rate > 0})
         if self.memory_budget is not None:
             group._admission = lambda g, new, members: self._admit_member(reg, new, members)
         if self.running and reg.query is None:
@@ -766,17 +775,28 @@ class CQRuntime:
         return reg
 
     def replan_groups(self) -> list[dict]:
-        """Re-plan the windows of the registered groups whose measured state exceeds the memory budget.
+        """Re-plan the windows of the registered groups whose measured state is over the memory budget, or well
+        below it after reductions.
 
-        Per such group: the estimate (:func:`pyspark_cq.cost.groups.replan`, PIPES §4.3's bisection of a common
-        fraction of the QoS ranges) is calibrated to the measurement (the target is the budget in rows times
-        estimated / measured rows) and the windows it reduces are set (``QueryGroup.set_window``), only of slice
-        classes whose members all have a QoS range of their window. A group re-planned is not re-planned again
-        until two micro-batches have run (its changes apply at the end of the next one, the table shrinks in the
-        one after: PIPES §4.2's adaptation delay). One record per re-plan in the decisions log (kind
-        ``"replan"``, with ``seconds``, the time it took); returns them. Nothing without a memory budget.
+        Per group, :func:`pyspark_cq.cost.groups.replan_target` decides from the measured state (its slice
+        tables' bytes, each counted once): over the budget, **reduce** to it; below ``GROW_BELOW`` (0.5) of it
+        with windows reduced earlier, **grow** them back to ``GROW_TO`` (0.8) of it — toward the windows the
+        queries were registered with, never above them, within their QoS ranges (the hysteresis and the reserve
+        are justified in docs/groups.md, "Re-plans"). The estimate is calibrated to the measurement (the target
+        is the budget in rows times estimated / measured rows) and :func:`pyspark_cq.cost.groups.replan` bisects
+        one common fraction of the QoS ranges (PIPES §4.3), only over slice classes whose members all have a QoS
+        range (:func:`pyspark_cq.cost.groups.fixed_classes`). The windows go through ``QueryGroup.set_window``
+        with the re-plan's record, so they survive a restart from the checkpoint.
+
+        A group re-planned is not re-planned again until two micro-batches have run (its changes apply at the
+        end of the next one, the table changes in the one after: PIPES §4.2's adaptation delay); after a growth
+        it is not grown again until each stream whose windows grew has advanced by the growth (its table holds
+        the wider windows only then, §4.2), so a second growth does not calibrate on a table still filling.
+        One record per re-plan in the decisions log (kind ``"replan"``, ``direction`` ``"reduce"`` or
+        ``"grow"``, with ``seconds``, the time it took; a growth with nothing to grow is not recorded); returns
+        them. Nothing without a memory budget.
         """
-        from ..cost.groups import group_state_rows, replan
+        from ..cost.groups import GROW_BELOW, group_state_rows, growth_filled, growth_filled_at, replan, replan_target
         from ..vocabulary import metrics as M
 
         if self.memory_budget is None:
@@ -794,34 +814,91 @@ class CQRuntime:
                 continue
             overview = reg.group.overview()
             rows, size = overview[M.STATE_ROWS] or 0, overview[M.STATE_BYTES] or 0
-            if size <= self.memory_budget or rows <= 0:
-                continue
             loads = self._group_loads(reg)
             members = [m for m in reg.group._loads() if m.stream in loads]
             estimated = sum(group_state_rows(members, loads).values())
-            if estimated <= 0:
+            direction, target = replan_target(rows, size, estimated, self.memory_budget)
+            if direction is None:
                 continue
-            target = self.memory_budget / (size / rows) * (estimated / rows)
-            plan = replan(members, loads, target)
+            times = ({s: t.get("event_time") for s, t in reg.group.stream_times().items()}
+                     if direction == "grow" else {})
+            if direction == "grow" and (
+                    not any(m.registered is not None and m.window < m.registered for m in members)
+                    or not growth_filled(reg.grow_hold, times)):
+                continue       # nothing reduced to give back, or the last growth's tables still filling
+            plan = replan(members, loads, target, direction=direction)
+            if direction == "grow" and not plan.windows:
+                continue
+            record = {"direction": direction, "f": round(plan.f, 6), "time": time.time(),
+                      "budget": self.memory_budget}
             applied = []
             for n, w in sorted(plan.windows.items()):
                 try:
-                    reg.group.set_window(n, w)
+                    reg.group.set_window(n, w, replan=record)
                     applied.append({"query": n, "window": w})
                 except (KeyError, ValueError) as exc:    # removed or changed since: the next round re-plans
                     _log.warning("re-plan of group %s: %s", reg.name, exc)
             reg.replanned_at = batches if applied else reg.replanned_at
-            reason = (f"measured state {size:,.0f} B > memory budget {self.memory_budget:,.0f} B: "
-                      f"{len(applied)} windows reduced (f = {plan.f:.3f}), estimate {plan.rows_before:,.0f} -> "
-                      f"{plan.rows_after:,.0f} rows (target {plan.target_rows:,.0f})"
-                      + ("" if plan.feasible else "; infeasible: every adjustable window at its QoS minimum")
-                      + (f"; {len(plan.fixed)} classes not reducible (a member without a QoS range)"
-                         if plan.fixed else ""))
+            if direction == "grow" and applied:
+                # until the grown tables filled, the measured state is not the new windows' (PIPES §4.2)
+                reg.grow_hold = growth_filled_at({a["query"]: a["window"] for a in applied}, members, times)
+            if direction == "reduce":
+                reason = (f"measured state {size:,.0f} B > memory budget {self.memory_budget:,.0f} B: "
+                          f"{len(applied)} windows reduced (f = {plan.f:.3f}), estimate {plan.rows_before:,.0f} -> "
+                          f"{plan.rows_after:,.0f} rows (target {plan.target_rows:,.0f})"
+                          + ("" if plan.feasible else "; infeasible: every adjustable window at its QoS minimum"))
+            else:
+                reason = (f"measured state {size:,.0f} B < {GROW_BELOW:.0%} of the memory budget "
+                          f"{self.memory_budget:,.0f} B: {len(applied)} windows grown back (f = {plan.f:.3f}) "
+                          f"toward their registered windows, estimate {plan.rows_before:,.0f} -> "
+                          f"{plan.rows_after:,.0f} rows (target {plan.target_rows:,.0f})")
+            reason += (f"; {len(plan.fixed)} classes not adjustable (a member without a QoS range)"
+                       if plan.fixed else "")
             out.append(self._loop.record(policy=GROUP_BUDGET, kind="replan", query=reg.name, decisions=applied,
                                          applied=bool(applied), changes=applied, error=None, reason=reason,
-                                         feasible=plan.feasible, f=plan.f, fixed=dict(plan.fixed),
-                                         seconds=time.perf_counter() - t0))
+                                         direction=direction, feasible=plan.feasible, f=plan.f,
+                                         fixed=dict(plan.fixed), seconds=time.perf_counter() - t0))
         return out
+
+    def _member_routes(self) -> dict:
+        """The operators of the registered groups' members a policy may change, each with the function that
+        prepares a decision for it (:attr:`PolicyLoop.routes`): only ``window`` of a shared ``RSTREAM`` query
+        with a QoS range, in a slice class whose members all have one (:func:`pyspark_cq.cost.groups.fixed_classes`,
+        the rule the runtime's own re-plans follow); the window is rounded down to whole slices (at least the
+        slide, :func:`pyspark_cq.cost.groups.window_at`) and set through ``QueryGroup.set_window``.
+        """
+        from ..cost.groups import fixed_classes, window_at
+
+        with self._lock:
+            groups = [r.group for r in self._queries.values() if r.group is not None]
+        routes = {}
+        for g in groups:
+            members = g._loads()
+            fixed = fixed_classes(members)
+            settable = g.windows()          # the shared RSTREAM queries (an ISTREAM / DSTREAM's window is its own)
+            for m in members:
+                if m.window_min is None or m.name not in settable:
+                    continue
+
+                def prepare(decision, g=g, m=m, fixed=fixed):
+                    if set(decision.changes) != {"window"}:
+                        raise ValueError(f"query {m.name!r} of group {g.name!r} takes only window decisions (through "
+                                         f"its group), got {sorted(decision.changes)}")
+                    if m.slice_class in fixed:
+                        raise ValueError(f"query {m.name!r} of group {g.name!r}: its slice class's windows are not "
+                                         f"adjustable ({fixed[m.slice_class]}): reducing its window would not "
+                                         f"shrink the table the class keeps")
+                    want = int(decision.changes["window"])
+                    span = m.window_max - m.window_min
+                    w = window_at(m, (want - m.window_min) / span if span else 0.0)
+                    if w == m.window:
+                        return lambda who: None
+                    direction = "reduce" if w < m.window else "grow"
+                    return lambda who: g.set_window(m.name, w, replan={"direction": direction, "policy": who,
+                                                                       "time": time.time()})
+
+                routes[f"{m.name}_agg"] = prepare
+        return routes
 
     def _member_infos(self, reg: _Registration) -> dict:
         """The snapshot's :class:`QueryInfo` of each query of the group ``reg`` (see :meth:`register_group`)."""
@@ -837,6 +914,11 @@ class CQRuntime:
         # its own stream's, as the group recorded them (docs/groups.md, "The runtime")
         times = reg.group.stream_times() if started else {}
         several = len(times) > 1
+        # each member's plan and QoS ranges, its window in effect and its slice class (shared state once): the
+        # PIPES resource manager costs a class once and changes its windows only when all its members may
+        # change (cost.groups.fixed_classes); its window decisions go through the group (_member_routes)
+        plans = reg.group.member_plans()
+        windows = reg.group.windows()
         for name in reg.group.queries:
             last = (reg.group.query_metrics(name, "last") if started else None) or {}
             total = (reg.group.query_metrics(name, "total") if started else None) or {}
@@ -856,8 +938,12 @@ class CQRuntime:
                     t = {}
                 own = {"event_time": t.get("event_time"), "watermark_delay": t.get("watermark_delay"),
                        "batch_span": self._store.smoothed(t.get("advances", ()))}
-            out[name] = _replace(base, name=name, operators={op: stats}, control={},
-                                 state_rows=stats.state_rows, state_bytes=stats.state_bytes, **own)
+            view = plans.get(name) or {}
+            control = {op: {"window": windows[name]["window"]}} if name in windows else {}
+            out[name] = _replace(base, name=name, operators={op: stats}, control=control,
+                                 state_rows=stats.state_rows, state_bytes=stats.state_bytes,
+                                 plan=view.get("plan"), qos=view.get("qos") or {},
+                                 slice_class=view.get("slice_class"), **own)
         return out
 
     def _start_query(self, reg: _Registration) -> None:

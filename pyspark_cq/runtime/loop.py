@@ -50,6 +50,10 @@ class PolicyLoop:
         if isinstance(log_size, bool) or not isinstance(log_size, int) or log_size < 1:
             raise ValueError(f"log_size must be a positive int, got {log_size!r}")
         self.control = control
+        #: ``routes() -> {operator: prepare}``: operators not in the control table whose decisions go elsewhere
+        #: (a query group's members: through their group). ``prepare(decision)`` raises ValueError to refuse it,
+        #: else returns ``apply(who)``; a policy's decisions are applied only when all of them are accepted.
+        self.routes = None
         self.rounds = 0
         self._log: deque[dict] = deque(maxlen=log_size)
         self._lock = threading.Lock()
@@ -106,16 +110,36 @@ class PolicyLoop:
             bounds = policy.bounds(snapshot)
         except Exception as exc:
             return self._fail(policy, f"bounds() raised {type(exc).__name__}: {exc}", decisions, kind)
-        problem = self.refusal(decisions, bounds)
+        try:
+            routes = self.routes() if self.routes is not None else {}
+        except Exception as exc:    # e.g. a group's plan unreadable: its members' decisions are refused as unknown
+            _log.warning("policy loop: the routes of group members raised %r", exc)
+            routes = {}
+        routed = [d for d in decisions if d.operator in routes]
+        rest = Decisions([d for d in decisions if d.operator not in routes], decisions.policy)
+        problem = self.refusal(rest, bounds) if rest else None
+        outside = bound_violations(routed, bounds)
+        if outside and not problem:
+            problem = "decisions outside declared QoS bounds: " + "; ".join(outside)
+        applies = []
+        for d in routed if not problem else ():
+            try:
+                applies.append(routes[d.operator](d))
+            except ValueError as exc:
+                problem = f"decision for {d.operator!r} refused: {exc}"
+                break
         if problem:
             return self._fail(policy, problem, decisions, kind)
         try:
-            changes = self.control.apply(decisions, who=policy.name)
+            changes = self.control.apply(rest, who=policy.name) if rest else []
+            for apply in applies:
+                apply(policy.name)
         except Exception as exc:
             return self._fail(policy, f"the control table refused the decisions: {type(exc).__name__}: {exc}",
                               decisions, kind)
         return self.record(policy=policy.name, kind=kind, decisions=decisions.to_list(), applied=True,
-                           changes=[c.version for c in changes], error=None)
+                           changes=[c.version for c in changes], error=None,
+                           **({"routed": [d.operator for d in routed]} if routed else {}))
 
     def run(self, snapshot: Snapshot) -> list[dict]:
         """One round: every policy decides on ``snapshot``; returns this round's records."""

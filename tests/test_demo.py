@@ -226,7 +226,7 @@ def test_demo_runs_end_to_end_and_its_cap_holds_the_budget(tmp_path):
     the measured state stays within 1.1× the budget, what was shed counted. (Two runs before, one without
     ``--cap``: the checks are the same with it, and the suite's time is not; issue 41.)
     """
-    out = subprocess.run([CLI, "demo", "--seconds", "40", "--rate", "100", "--burst-rate", "600",
+    out = subprocess.run([CLI, "demo", "--seconds", "30", "--rate", "100", "--burst-rate", "600",
                           "--burst", "0.25,0.75", "--budget", "40 KB", "--cap", "--every", "5",
                           "--master", "local[2]", "--out", str(tmp_path / "demo")],
                          capture_output=True, text=True, timeout=900, cwd=tmp_path)

@@ -4,13 +4,16 @@ Queries with trivial functions (no kernels, a few bytes of state) over the same 
 the same session: reading into a ``noop`` sink; our aggregation's shape (``mapInArrow`` emitting 8 rows →
 ``groupBy(shard).applyInPandasWithState``); the same with the shard computed by Spark instead of a Python
 stage; with event-time timeouts; with the output returned as one Arrow IPC blob per group unpacked by a
-``mapInArrow`` versus array cells unpacked by Spark (``explode(arrays_zip)``); and, for reference, our
+``mapInArrow`` versus array cells unpacked by Spark (``explode(arrays_zip)``); a stateless Python stage over
+``repartition(8)`` (a design with its state outside Spark's store, whose task count does not follow
+``spark.sql.shuffle.partitions``); and, for reference, our
 ``sliding_aggregate`` and Spark's ``groupBy(window())`` at W/S = 60. Printed: the median ``triggerExecution``
 over the steady batches and Spark's phases (ms, state-operator times summed over tasks).
 
 Usage::
 
-    python -m benchmarks.perf.floor_shapes [--rows 5000] [--files 16] [--rounds 2] [--no-warmup] [shape-substring ...]
+    python -m benchmarks.perf.floor_shapes [--rows 5000] [--files 16] [--rounds 2] [--no-warmup]
+                                           [--session cq|plain] [--partitions N] [shape-substring ...]
 """
 from __future__ import annotations
 
@@ -71,6 +74,14 @@ def _unpack(batches):
                 yield from pa.ipc.open_stream(blob).read_all().to_batches()
 
 
+def _count(batches):
+    """A stateless partition function: one row with the partition's row count."""
+    n = 0
+    for b in batches:
+        n += b.num_rows
+    yield pa.RecordBatch.from_pydict({"n": pa.array([n], pa.int64())})
+
+
 def _eight_tagged(batches):
     """``aggregate_vs_spark._eight_rows`` plus an all-null event-time column (as our slicer's, which carries
     the watermark to the stateful stage)."""
@@ -109,6 +120,10 @@ def shapes():
                                                      timeout="EventTimeTimeout"),
         "  + IPC blob out, mapInArrow unpack": lambda d: stateful(native_shard(d), _blob, "p binary")
             .mapInArrow(_unpack, "a long, b long"),
+        # a design without Spark's state store: the partitions a query asks for by repartition(n) are n whatever
+        # spark.sql.shuffle.partitions is, so a plain session runs 8 Python tasks, not 200 (state in our own files)
+        "stateless: Spark's shard -> repartition(8) -> mapInArrow": lambda d: native_shard(d)
+            .repartition(8, "s").mapInArrow(_count, "n long"),
         "  + array cells out, explode(arrays_zip)": lambda d: stateful(
             native_shard(d), _arrays, "a array<long>, b array<long>")
             .select(F.explode(F.arrays_zip("a", "b")).alias("z")).select("z.a", "z.b"),
@@ -123,12 +138,22 @@ def main(argv=None):
                                                            "the summary is the median over the passes")
     ap.add_argument("--no-warmup", action="store_true",
                     help="measure from a cold JVM (by default every shape first runs once on 8 files)")
+    ap.add_argument("--session", choices=("cq", "plain"), default="cq",
+                    help="cq.spark()'s session (2 shuffle partitions), or a plain SparkSession as a user makes it "
+                         "(Spark's 200 shuffle partitions unless --partitions)")
+    ap.add_argument("--partitions", type=int, default=None, help="shuffle partitions of the plain session")
     ap.add_argument("only", nargs="*", help="run only shapes whose name contains one of these")
     args = ap.parse_args(argv)
     before = harness.start()
     if args.rounds < 1:
         ap.error(f"--rounds must be >= 1, got {args.rounds}")
-    spark = common.session()
+    if args.session == "plain":
+        spark = harness.plain_session("floor-shapes", partitions=args.partitions or 200,
+                                      conf={"spark.driver.memory": "4g"})
+    else:
+        spark = common.session()
+    spark_partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    print(f"{args.session} session, {spark_partitions} shuffle partitions", flush=True)
     tmp = tempfile.mkdtemp(prefix="cq_floor_")
     chosen = [(name, build) for name, build in shapes().items()
               if not args.only or any(o in name for o in args.only)]
@@ -161,7 +186,9 @@ def main(argv=None):
     for name, ms in runs.items():
         m = statistics.median(ms)
         print(f"{name:46s} {m:6.0f} ms  {m / spark_ms:5.2f}  ({', '.join(f'{x:.0f}' for x in ms)})")
-    harness.write_result("floor_shapes", {"rows_per_batch": args.rows, "median_batch_ms": runs}, args, before)
+    harness.write_result("floor_shapes", {"rows_per_batch": args.rows, "session": args.session,
+                                          "shuffle_partitions": int(spark_partitions), "median_batch_ms": runs},
+                         args, before)
 
 
 if __name__ == "__main__":

@@ -146,3 +146,21 @@ def test_each_query_sweeps_its_windows_over_the_finer_slices(rows, pairs, delay)
     for i, (w, s) in enumerate(pairs):
         want, _ = spark_stream_windows(batches, "t", "k", w, s, agg_list(AGGS), delay)
         assert_same(got[i], want)
+
+
+# ---- checkpoints and end to end -----------------------------------------------------------------------------
+
+def test_a_plan_written_before_keeps_equal_granularity_classes(tmp_path):
+    """A plan pickled before classes spanned granularities has no ``granularity_ratio``: it reads 1, and a group
+    started again on its checkpoint keeps that bound (so its shards' tables stay as they were); a new checkpoint
+    takes :data:`MERGE_RATIO`."""
+    from pyspark_cq.group.api import QueryGroup
+
+    old = D.Plan(version=3)
+    old.__dict__.pop("granularity_ratio")      # as pickled by the version before
+    D.write_plan(str(tmp_path), old)
+    restored = D.read_plan(str(tmp_path))
+    assert restored.granularity_ratio == 1 and "granularity_ratio" not in restored.__dict__
+    assert QueryGroup._granularity_ratio(restored) == 1
+    assert QueryGroup._granularity_ratio(None) == MERGE_RATIO
+    assert QueryGroup._granularity_ratio(D.Plan(granularity_ratio=MERGE_RATIO)) == MERGE_RATIO

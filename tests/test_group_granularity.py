@@ -25,7 +25,7 @@ from pyspark_cq.cost.groups import (
 )
 from pyspark_cq.group import doc as D
 from pyspark_cq.group.worker import _by_table, class_granularities, slice_classes
-from pyspark_cq.operators.aggregate.shard import run_shared
+from pyspark_cq.operators.aggregate.shard import run_shard, run_shared
 
 S, M = 1_000_000, 60_000_000
 
@@ -146,6 +146,30 @@ def test_each_query_sweeps_its_windows_over_the_finer_slices(rows, pairs, delay)
     for i, (w, s) in enumerate(pairs):
         want, _ = spark_stream_windows(batches, "t", "k", w, s, agg_list(AGGS), delay)
         assert_same(got[i], want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows_st, st.sampled_from([(60, 30, 10), (120, 60, 20), (90, 30, 5)]), st.sampled_from(["windows", "changes"]))
+def test_a_query_on_a_table_of_its_own_gives_the_same_rows_over_finer_slices(rows, wsg, emit):
+    """A class's member that keeps a table of its own (ISTREAM / DSTREAM change intervals, or a table from an
+    older checkpoint) steps alone (``run_shard``) over the class's finer slices: the same rows as over slices of its
+    own granularity."""
+    w, s, fine = wsg
+    batches = [[] for _ in range(7)]
+    for r in rows:
+        batches[r["t"] // 180 + r["delay"]].append({"t": r["t"], "k": r["k"], "v": r["v"], "x": 0.0})
+    wms = watermarks(batches, "t", 20)
+    plan = make_plan(w, s, mode="append", watermark=True, aggs=AGGS, emit=emit)
+    got = {}
+    for slicer_plan in (plan, dataclasses.replace(plan, granularity=fine)):
+        out, states = [], {}
+        for b, batch in enumerate(batches + [[]]):
+            for sh, (slices, counts) in packed_shard_inputs(slicer_plan, batch).items():
+                res = run_shard(plan, slices, states.get(sh), wms[b], None, counts)
+                states[sh] = res.state
+                out.append(sorted(rows_of(res.output, plan).items(), key=repr))
+        got[slicer_plan.granularity] = out
+    assert got[fine] == got[plan.granularity]
 
 
 # ---- checkpoints and end to end -----------------------------------------------------------------------------

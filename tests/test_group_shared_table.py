@@ -5,35 +5,15 @@ table saved and restored between micro-batches as ``applyInPandasWithState`` doe
 """
 from __future__ import annotations
 
-import numpy as np
-import pyarrow as pa
-from helpers.aggregate_pipeline import make_plan, rows_of, slice_rows, values
+from helpers.aggregate_pipeline import make_plan, packed_shard_inputs, rows_of, values
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyspark_cq.operators._common.shards import shard_keys
-from pyspark_cq.operators.aggregate.config import SHARD
 from pyspark_cq.operators.aggregate.shard import run_shard, run_shared
-from pyspark_cq.operators.aggregate.slicer import Slicer
-from pyspark_cq.operators.aggregate.transport import unpack_slices
 from pyspark_cq.vocabulary import metrics as M
 
 #: (window, slide) pairs on one granularity (1): a slice class of issue 40's mix in miniature
 PAIRS = [(3, 1), (12, 4), (10, 2), (7, 7), (60, 1), (5, 5)]
-
-
-def _shard_inputs(plan, batch):
-    """Per shard: the packed slices of one micro-batch (a marker-only batch when ``batch`` is empty)."""
-    if batch:
-        table = slice_rows(plan, batch, packed=True)
-    else:
-        table = pa.Table.from_batches([Slicer(plan, tag=False, packed=True).markers(0)])
-    shard_col = np.asarray(table.column(SHARD).to_numpy())
-    out = {}
-    for s in shard_keys(plan.shards):
-        part = table.take(pa.array(np.flatnonzero(shard_col == s)))
-        out[s] = unpack_slices(plan.slices_arrow_schema(), [part.to_pandas()])
-    return out
 
 
 def _drive(plans, batches, wms):
@@ -44,7 +24,7 @@ def _drive(plans, batches, wms):
     shared = [[] for _ in plans]
     table_rows = []
     for b, batch in enumerate(batches + [[]]):
-        inputs = _shard_inputs(plans[0], batch)   # the slices depend on the granularity only
+        inputs = packed_shard_inputs(plans[0], batch)   # the slices depend on the granularity only
         got_a = [({}, 0) for _ in plans]
         got_s = [({}, 0) for _ in plans]
         rows_b = 0

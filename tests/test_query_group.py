@@ -202,7 +202,11 @@ def test_restart_from_checkpoint_loses_and_duplicates_nothing(spark, tmp_dir):
     query alone stopped and restarted the same way (a restart changes Spark's watermark, so also the rows)."""
     write_clicks(os.path.join(tmp_dir, "all"), files=4)
     names = sorted(os.listdir(os.path.join(tmp_dir, "all")))
-    queries = ("eu_1m", "all_5m", "big", "eu_2m")   # eu_1m and eu_2m: one shared slice table, saved and restored
+    queries = ("eu_4m", "eu_1m", "all_5m", "big", "eu_2m")   # eu_1m, eu_2m: one shared slice table, saved and restored
+    # eu_4m's granularity is 1 min, eu_1m's 10 s (ratio 6): one slice class across granularities, its table at 10 s
+    # (eu_4m first: the class's first query is the coarse one, its slicer cuts at the class's gcd, not at its own)
+    texts = {**Q, "eu_4m": "RSTREAM(SELECT page, COUNT(*) AS n FROM clicks [RANGE 4 MINUTES SLIDE 1 MINUTE] "
+                           "WHERE region = 'eu' GROUP BY page)"}
 
     def run(files):
         for where in ("in", "in_alone"):
@@ -212,13 +216,16 @@ def test_restart_from_checkpoint_loses_and_duplicates_nothing(spark, tmp_dir):
         g = cq.QueryGroup(spark, sources={"clicks": clicks_stream(spark, os.path.join(tmp_dir, "in"))},
                           checkpoint=os.path.join(tmp_dir, "ck"))
         for name in queries:
-            g.add(name, Q[name], sink=os.path.join(tmp_dir, "out", name))
+            g.add(name, texts[name], sink=os.path.join(tmp_dir, "out", name))
         query = g.start(trigger={"availableNow": True})
         clicks = clicks_stream(spark, os.path.join(tmp_dir, "in_alone"))
-        started = {name: start_alone(spark, Q[name], clicks, tmp_dir, name) for name in queries}  # side by side
+        started = {name: start_alone(spark, texts[name], clicks, tmp_dir, name) for name in queries}  # side by side
         query.awaitTermination()
         for q, _ in started.values():
             q.awaitTermination()
+        info = g.queries
+        assert {n: (info[n]["slices"], info[n]["slice_length"]) for n in ("eu_1m", "eu_2m", "eu_4m")} == {
+            n: ("eu_4m", 10_000_000) for n in ("eu_1m", "eu_2m", "eu_4m")}
         return {name: spark.read.parquet(out) for name, (_, out) in started.items()}
 
     run(names[:2])

@@ -210,6 +210,7 @@ class _Cfg:
 
     window: int = 60_000_000
     slide: int = 10_000_000
+    granularity: int = 10_000_000
     emit: str = "windows"
     name: str = ""
     out_names: tuple = ()

@@ -30,7 +30,8 @@ from . import pipes
 
 __all__ = ["MemberLoad", "StreamLoad", "class_state_rows", "group_state_rows", "GroupAdmission", "admit",
            "Replan", "replan", "window_at", "window_toward", "fixed_classes", "replan_target", "GROW_BELOW",
-           "GROW_TO", "DIRECTIONS", "growth_filled_at", "growth_filled"]
+           "GROW_TO", "DIRECTIONS", "growth_filled_at", "growth_filled", "MERGE_RATIO", "granularity_classes",
+           "class_granularity"]
 
 _MS = 1000          # the cost model's time unit here: 1 ms (µs windows / 1000)
 
@@ -49,6 +50,18 @@ GROW_BELOW = 0.5
 #: visible only after the new window size (§4.2), so a growth to the budget itself would pass it on any error of
 #: the calibrated estimate and be reduced again.
 GROW_TO = 0.8
+
+#: Slice classes across granularities: queries whose slices differ only in granularity share one table at the
+#: gcd of their granularities while the coarsest granularity is at most this many times that gcd
+#: (:func:`granularity_classes`). The price of merging is bounded by it: a query of granularity ``g`` sweeping a
+#: table of slice length ``g_c`` passes ``g / g_c`` slices where it passed one (the kernel's sliding sweep is
+#: amortised O(1) per slice, so its work per event time grows by that factor, not by ``W / g_c`` per window), and
+#: the table keeps its widest window in slices of ``g_c``: at most this factor times the rows of the coarse
+#: queries' own table (PIPES eq. (15) at granularity ``g_c``, Cammert et al., §3.6.4, Cost Formula 8). What
+#: merging saves: one slicer pass over the class's rows, one unpack and one ingest per micro-batch and one table's
+#: bookkeeping. 6 merges the common pairs of a minute and ten seconds (1 min / 10 s with 1 h / 1 min) and keeps a
+#: 5-minute slice query off a table of 10-second slices (ratio 30).
+MERGE_RATIO = 6
 
 
 @dataclass(frozen=True)
@@ -203,6 +216,59 @@ def window_toward(m: MemberLoad, f: float, direction: str) -> int:
     return max(m.window, min(cap, at))
 
 
+def granularity_classes(granularities: Sequence[int], max_ratio: int = MERGE_RATIO) -> list[int]:
+    """Which queries of equal slices but for the granularity share one slice table: for each granularity (µs, in
+    the group's plan order) the index of the first query of its class.
+
+    A query joins the first class (in order) that stays within ``max_ratio`` with it: the class's coarsest
+    granularity at most ``max_ratio`` times the gcd of its granularities, the slice length of its table
+    (:func:`class_granularity`); else it starts a class. Every window and slide of a class's queries is a
+    multiple of the gcd, so each window is a run of whole slices of the table (PIPES split-based aggregation,
+    Cammert et al., §2.4.1, Algorithm 1) and the sums, counts, minima and maxima of the finer slices combine to the
+    window's exactly. ``max_ratio`` 1 merges equal granularities only (the classes of checkpoints written before
+    classes spanned granularities). See :data:`MERGE_RATIO` for the cost it bounds.
+
+    Parameters
+    ----------
+    granularities : sequence of int
+        Positive slice lengths (µs).
+    max_ratio : int
+        The bound, >= 1.
+
+    Returns
+    -------
+    list of int
+        Per granularity, the index of its class's first query.
+    """
+    if isinstance(max_ratio, bool) or not isinstance(max_ratio, int) or max_ratio < 1:
+        raise ValueError(f"max_ratio must be an int >= 1, got {max_ratio!r}")
+    if isinstance(granularities, (str, bytes)) or not isinstance(granularities, Sequence):
+        raise TypeError(f"granularities must be a sequence of positive ints (µs), got {type(granularities).__name__}")
+    classes: list[list[int]] = []     # [first index, gcd, coarsest]
+    out = []
+    for i, g in enumerate(granularities):
+        if isinstance(g, bool) or not isinstance(g, int) or g <= 0:
+            raise ValueError(f"granularities must hold positive ints (µs), got {g!r} at {i}")
+        for c in classes:
+            fine, coarse = math.gcd(c[1], g), max(c[2], g)
+            if coarse <= max_ratio * fine:
+                c[1], c[2] = fine, coarse
+                out.append(c[0])
+                break
+        else:
+            classes.append([i, g, g])
+            out.append(i)
+    return out
+
+
+def class_granularity(granularities: Sequence[int]) -> int:
+    """The slice length (µs) of a class's table: the gcd of its queries' granularities (positive ints)."""
+    gs = list(granularities)
+    if not gs or any(isinstance(g, bool) or not isinstance(g, int) or g <= 0 for g in gs):
+        raise ValueError(f"granularities must be a non-empty sequence of positive ints (µs), got {gs!r}")
+    return math.gcd(*gs)
+
+
 def _classes(members: Sequence[MemberLoad]) -> dict[str, list[MemberLoad]]:
     out: dict[str, list[MemberLoad]] = {}
     for m in members:
@@ -233,6 +299,8 @@ def class_state_rows(members: Sequence[MemberLoad], load: StreamLoad,
     """Estimated rows of one slice class's table: eq. (15) (Cammert et al., §3.6.4) per key for the stream through
     the class's widest window (Formula 7, with the watermark retention) and its granularity (Formula 8), via
     :func:`pyspark_cq.cost.pipes.aggregation_state_rows`. ``windows`` (name -> µs) overrides members' windows.
+    The class's granularity is its table's slice length, the gcd of its members' (:func:`class_granularity`): a
+    class spanning granularities is counted once, at its finer slices.
     """
     if not members:
         raise ValueError("members must hold the class's queries, at least one")
@@ -242,7 +310,7 @@ def class_state_rows(members: Sequence[MemberLoad], load: StreamLoad,
         return 0.0
     windows = windows or {}
     widest = max(windows.get(m.name, m.window) for m in members)
-    g = members[0].granularity
+    g = class_granularity([m.granularity for m in members])
     d_ms = 1000.0 / (load.rate * load.selectivity)     # ms between rows passing the class's WHERE
     return pipes.aggregation_state_rows(pipes.SC(d_ms, 1.0), window=widest / _MS, granularity=g / _MS,
                                         groups=load.keys_of(members[0].key),

@@ -303,13 +303,14 @@ class QueryGroup:
         of ``candidate`` (a ``_Member`` being added); slice classes as :func:`~.worker.slice_classes` forms them,
         from the driver's specs (a query joining a running group: at its next window after the event times seen).
         """
-        from ..cost.groups import MemberLoad
+        from ..cost.groups import MemberLoad, granularity_classes
 
         plan = D.read_plan(self._dir) if self._query is not None else None
         ms = [m for m in self._members.values() if m.spec.kind == "shared" and m.spec.active]
         if candidate is not None:
             ms.append(candidate)
-        reps, unhashed, out = {}, [], []
+        ratio = self._granularity_ratio(plan if plan is not None else D.read_plan(self._dir))
+        reps, unhashed, rows = {}, [], []
         for m in ms:
             spec = plan.by_name(m.spec.name) if plan is not None else None
             if spec is not None and spec.key == m.spec.key:
@@ -320,19 +321,39 @@ class QueryGroup:
             if m.signature is None:     # Column texts cost a JVM call each: once per query
                 m.signature = (m.spec.family, None if m.mask is None else str(m.mask),
                                tuple(str(e) for _, e in m.exprs[1:]),
-                               replace(c, window=0, slide=0, emit="windows", name="", out_names=()))
+                               replace(c, window=0, slide=0, granularity=0, emit="windows", name="", out_names=()))
             sig = m.signature + (m.spec.arrow_filter, start)
             try:
-                cls = reps.setdefault(sig, m.spec.name)
+                same = reps.setdefault(sig, [])
             except TypeError:           # an unhashable part: compare with ==, as slice_classes does
-                cls = next((k for s, k in unhashed if s == sig), None)
-                if cls is None:
-                    cls = m.spec.name
-                    unhashed.append((sig, cls))
+                same = next((ns for s, ns in unhashed if s == sig), None)
+                if same is None:
+                    same = []
+                    unhashed.append((sig, same))
+            same.append(len(rows))
+            rows.append((m, same))
+        # the same slices but for the granularity: classes across granularities, as slice_classes forms them
+        cls = {}
+        for same in [*reps.values(), *(ns for _, ns in unhashed)]:
+            firsts = granularity_classes([rows[i][0].spec.config.granularity for i in same], ratio)
+            cls.update((i, rows[same[f]][0].spec.name) for i, f in zip(same, firsts))
+        out = []
+        for i, (m, _) in enumerate(rows):
+            c = m.spec.config
             lo, hi = m.window_qos if m.window_qos is not None else (None, None)
-            out.append(MemberLoad(m.spec.name, cls, m.spec.family, c.window, c.slide, c.granularity, lo, hi,
+            out.append(MemberLoad(m.spec.name, cls[i], m.spec.family, c.window, c.slide, c.granularity, lo, hi,
                                   m.key_text, m.registered))
         return out
+
+    @staticmethod
+    def _granularity_ratio(plan) -> int:
+        """The bound of the slice classes across granularities: the checkpoint's plan's (1 for a plan written
+        before classes spanned granularities, so its shards' tables stay as they are), else
+        :data:`~pyspark_cq.cost.groups.MERGE_RATIO`.
+        """
+        from ..cost.groups import MERGE_RATIO
+
+        return plan.granularity_ratio if plan is not None else MERGE_RATIO
 
     @property
     def queries(self) -> dict:
@@ -341,17 +362,20 @@ class QueryGroup:
         ``"alone"`` with ``why``), ``sink``, ``start`` (the event time it counts rows from, None: the group's
         start), the ``rows`` delivered so far, and ``slices``: for an active shared query of a running group
         the name of the query whose slices it shares (itself when no earlier query slices alike, see
-        :func:`~.worker.slice_classes`), else None.
+        :func:`~.worker.slice_classes`), else None; ``slice_length``, its class's slice length (µs, the gcd of the
+        class's granularities: a class may span granularities, docs/groups.md "Sharing"), else None.
         """
-        from .worker import slice_classes
+        from .worker import class_granularities, slice_classes
 
         plan = D.read_plan(self._dir) if self._query is not None else None
         stats = D.read_stats(self._dir) if self._query is not None else {}
-        classes = {}
+        classes, lengths = {}, {}
         if plan is not None:
             shared = [m for m in plan.members.values() if m.kind == "shared" and m.active]
             for fam in {m.family for m in shared}:
-                classes.update(slice_classes([m for m in shared if m.family == fam]))
+                fam_classes = slice_classes([m for m in shared if m.family == fam], plan.granularity_ratio)
+                classes.update(fam_classes)
+                lengths.update(class_granularities([m for m in shared if m.family == fam], fam_classes))
         out = {}
         for name, m in self._members.items():
             spec = plan.by_name(name) if plan is not None else None
@@ -368,6 +392,8 @@ class QueryGroup:
                          + timedelta(microseconds=start),
                          "rows": stats.get(name, {}).get("rows", 0), "text": m.spec.text,
                          "slices": plan.members[classes[spec.key]].name if spec is not None and spec.key in classes
+                         else None,
+                         "slice_length": lengths[classes[spec.key]] if spec is not None and spec.key in classes
                          else None}
         return out
 
@@ -574,7 +600,8 @@ class QueryGroup:
             specs[spec.key] = spec
         version = previous.version + 1 if previous is not None else 1
         D.write_plan(self._dir, D.Plan(version=version, members=specs, catalogue=catalogue, max_time=max_time,
-                                       clocks=previous.clocks if previous is not None else ()))
+                                       clocks=previous.clocks if previous is not None else (),
+                                       granularity_ratio=self._granularity_ratio(previous)))
         for path, _ in D.pending_changes(self._dir):   # asked of a run that has ended: void
             os.remove(path)
         union = reduce(lambda a, b: a.union(b), branches)

@@ -103,8 +103,9 @@ class MemberSpec:
 @dataclass(frozen=True)
 class Plan:
     """A version of the group's plan: its members by key, the projection columns of each shared stage, the
-    largest event time (µs) the group has seen (None before the first micro-batch) and, with several streams in
-    the shared stage, each stream's largest event times by micro-batch.
+    largest event time (µs) the group has seen (None before the first micro-batch), with several streams in
+    the shared stage each stream's largest event times by micro-batch, and the bound of its slice classes across
+    granularities.
     """
 
     version: int = 0
@@ -114,6 +115,11 @@ class Plan:
     #: several streams in the shared stage: ``((batch id, {stream: largest event time ms}), ...)`` (:mod:`.clock`);
     #: a class attribute, so plans pickled before it read ``()``
     clocks: tuple = ()
+    #: slice classes across granularities (:func:`pyspark_cq.cost.groups.granularity_classes`): the bound on the
+    #: coarsest / finest slice length of a class; fixed when the group first starts on its checkpoint. A class
+    #: attribute, so plans pickled before classes spanned granularities read 1 (equal granularities only) and
+    #: keep the slice tables their shards hold
+    granularity_ratio: int = 1
 
     def with_members(self, members: dict, **changes) -> Plan:
         """The next version with ``members``."""

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from pyspark.sql import types as T
 
 from .. import _validate
+from ..cost.groups import class_granularity, granularity_classes
 from ..operators.aggregate.config import BAD, SHARD, SHED_COL, SLICES, TAG, TIME
 from ..operators.aggregate.shard import run_shard, run_shared
 from ..operators.aggregate.slicer import Slicer
@@ -40,7 +41,7 @@ from . import doc as D
 from .predicates import evaluate
 
 __all__ = ["MEMBER", "MAX_TIME", "GROUP_CLOCK", "OUTPUT_SCHEMA", "STATE_SCHEMA", "SHARED", "sliced_schema",
-           "slice_classes", "clock_key", "GroupSlicer", "GroupShard", "PackRows", "ipc_bytes"]
+           "slice_classes", "class_granularities", "clock_key", "GroupSlicer", "GroupShard", "PackRows", "ipc_bytes"]
 
 MEMBER, MAX_TIME = "__cq_member", "__cq_max_time"
 #: Several streams: the group clock's column (:func:`~.clock.clock_ms`), the event time of Spark's watermark.
@@ -117,34 +118,55 @@ def _members(plan: D.Plan, families) -> list:
     return [m for m in plan.members.values() if m.kind == "shared" and m.family in families and m.active]
 
 
-def slice_classes(members: list) -> dict[str, str]:
-    """Each member's *slice class*: the key of the first member (in plan order) whose slicer reads the same rows
-    with the same configuration, so that its slices are the same (PIPES's shared slices, Cammert et al., §2.4.1;
-    STREAM's shared subplans, Motwani et al., §3.2).
+def slice_classes(members: list, max_ratio: int = 1) -> dict[str, str]:
+    """Each member's *slice class*: the key of the first member (in plan order) of the members that share one
+    slice table (PIPES's shared slices, Cammert et al., §2.4.1; STREAM's shared subplans, Motwani et al., §3.2).
 
-    Members over the same stream that differ only in window, slide, output (RSTREAM / ISTREAM / DSTREAM) or
-    name slice alike: the
+    Members over the same stream that read the same rows (WHERE, start, input columns) with the same key and
+    aggregates, and differ only in window, slide, output (RSTREAM / ISTREAM / DSTREAM) or name, slice alike: the
     slicer cuts the rows at the granularity and pre-aggregates per key, and the window is applied only by each
-    member's sweep (:func:`~pyspark_cq.operators.aggregate.shard.run_shard`). The slicer stage slices once per
-    class and the stateful stage unpacks once per class. Plan order and ``==`` (no hashing, no pickling) make
-    the classes the same in every process that reads one plan.
+    member's sweep (:func:`~pyspark_cq.operators.aggregate.shard.run_shared`). Those that differ in granularity
+    too share one class, sliced at the gcd of their granularities (:func:`class_granularities`), while the class's
+    coarsest granularity is at most ``max_ratio`` times that gcd (:func:`pyspark_cq.cost.groups.granularity_classes`,
+    the rule and its cost; the plan's ``granularity_ratio``, 1: equal granularities only). Every window and slide
+    of a class is a multiple of its slice length, so a window is a run of whole slices and stays exact.
+
+    The slicer stage slices once per class and the stateful stage unpacks once per class. Plan order and ``==``
+    (no hashing, no pickling) make the classes the same in every process that reads one plan.
     """
-    reps: list = []
-    out = {}
+    if isinstance(max_ratio, bool) or not isinstance(max_ratio, int) or max_ratio < 1:
+        raise ValueError(f"max_ratio must be an int >= 1 (the plan's granularity_ratio), got {max_ratio!r}")
+    same: list = []     # (signature, members) in plan order
     for m in members:
         sig = _slice_signature(m)
-        out[m.key] = next((k for s, k in reps if s == sig), m.key)
-        if out[m.key] == m.key:
-            reps.append((sig, m.key))
-    return out
+        group = next((ms for s, ms in same if s == sig), None)
+        if group is None:
+            same.append((sig, [m]))
+        else:
+            group.append(m)
+    first = {}
+    for _, ms in same:
+        for m, i in zip(ms, granularity_classes([m.config.granularity for m in ms], max_ratio)):
+            first[m.key] = ms[i].key
+    return {m.key: first[m.key] for m in members}
+
+
+def class_granularities(members: list, classes: dict[str, str]) -> dict[str, int]:
+    """The slice length (µs) of each class of ``classes`` (:func:`slice_classes` of ``members``) by its first
+    member's key: the gcd of its members' granularities (:func:`pyspark_cq.cost.groups.class_granularity`).
+    """
+    grans: dict[str, list[int]] = {}
+    for m in members:
+        grans.setdefault(classes[m.key], []).append(m.config.granularity)
+    return {k: class_granularity(gs) for k, gs in grans.items()}
 
 
 def _slice_signature(m) -> tuple:
-    """What a member's slices depend on: its rows (WHERE, start, input columns) and its configuration without
-    what only the sweep reads.
+    """What a member's slices depend on but the granularity: its rows (WHERE, start, input columns) and its
+    configuration without what only the sweep reads.
     """
     return (m.family, m.mask, m.arrow_filter, m.start_us, m.columns,
-            replace(m.config, window=0, slide=0, emit="windows", name="", out_names=()))
+            replace(m.config, window=0, slide=0, granularity=0, emit="windows", name="", out_names=()))
 
 
 class GroupSlicer:
@@ -176,11 +198,14 @@ class GroupSlicer:
         group_clock = None
         if self.streams is not None:   # the same for every row of the task
             group_clock = C.clock_ms(plan.clocks, _batch_id(), self.streams, self.family, latest) * 1000
-        classes = slice_classes(members)
+        classes = slice_classes(members, plan.granularity_ratio)
+        lengths = class_granularities(members, classes)
         for m in members:
             if classes[m.key] != m.key:
                 continue    # sliced with its class's first member
-            slicer = Slicer(m.config, self.delay_ms is not None, markers=True, packed=True)
+            # at the class's slice length: the finest common boundary of its members' windows and slides
+            config = replace(m.config, granularity=lengths[m.key])
+            slicer = Slicer(config, self.delay_ms is not None, markers=True, packed=True)
             for out in slicer(self._view(b, m) for b in batches):
                 yield self._tagged(out, m.key, group_clock)
         n = 1
@@ -259,7 +284,7 @@ class GroupShard:
             wms = {f: wm for f in self.families}
         kept, out = {}, []
         members = _members(plan, self.families)
-        classes = slice_classes(members)
+        classes = slice_classes(members, plan.granularity_ratio)
         parts = dict(tuple(data.groupby(MEMBER, sort=False))) if data is not None else {}
         by_class: dict = {}
         for m in members:
@@ -271,17 +296,16 @@ class GroupShard:
             wm_us = wms[ms[0].family]
             alone = [m for m in ms if m.key in saved or m.config.emit != "windows"]
             sharing = [m for m in ms if m not in alone]
-            keys = {m.key for m in sharing}
-            held = next((t for t in tables if keys & set(t[0])), None)
-            if len(sharing) > 1 or held is not None:
-                results, table_state = run_shared([m.config for m in sharing], table,
-                                                  held[1] if held is not None else None, wm_us, counts)
+            results = []
+            for held, part in _by_table(sharing, tables):
+                if len(part) == 1 and held is None:
+                    alone += part
+                    continue
+                part_results, table_state = run_shared([m.config for m in part], table,
+                                                       held[1] if held is not None else None, wm_us, counts)
                 if table_state is not None:
-                    shared_out.append((tuple(m.key for m in sharing), table_state))
-                results = list(zip(sharing, results))
-            else:
-                alone += sharing
-                results = []
+                    shared_out.append((tuple(m.key for m in part), table_state))
+                results += zip(part, part_results)
             for m in alone:
                 result = run_shard(m.config, table, saved.get(m.key), wm_us, None, counts)
                 if result.state is not None:
@@ -302,6 +326,32 @@ class GroupShard:
             # fire at the next watermark advance even without data, so windows close (as StatefulShard)
             state.setTimeoutTimestamp(max(int(state.getCurrentWatermarkMs()), 1))
         yield pd.DataFrame(out, columns=["cq_member", "cq_payload", "cq_counters"])
+
+
+def _by_table(sharing: list, tables: list) -> list:
+    """The members of one class that share a table, as ``[(saved table or None, members)]``: one part per saved
+    table that holds any of them (the first that holds a member), the members no table holds with the first part.
+
+    A class's members usually hold one table. After a member leaves, the remaining ones may form other classes
+    (:func:`slice_classes` forms them anew from the plan at every micro-batch): members of two former classes then
+    form one class and each goes on with its own table, fed the class's slices (at the gcd of the class's
+    granularities, so finer than or equal to any of them: each window is still a run of whole slices); tables are
+    never merged, no slice is lost. A former class split in two restores one saved table in each part.
+    """
+    parts: list = []
+    for m in sharing:
+        held = next((t for t in tables if m.key in t[0]), None)
+        part = next((p for t, p in parts if t is held), None)
+        if part is None:
+            parts.append((held, [m]))
+        else:
+            part.append(m)
+    loose = [p for t, p in parts if t is None]
+    held_parts = [(t, p) for t, p in parts if t is not None]
+    if loose and held_parts:    # new to the class (no table of its own yet): with the first table
+        held_parts[0][1].extend(loose[0])
+        return held_parts
+    return parts
 
 
 def _project(output: pa.Table, m) -> pa.Table:

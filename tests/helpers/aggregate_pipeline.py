@@ -79,6 +79,21 @@ def slice_rows(plan, rows, tasks=2, hash_of=None, packed=False):
     return pa.Table.from_batches(out)
 
 
+def packed_shard_inputs(plan, batch):
+    """Per shard: the packed slices of one micro-batch and its counts, as the stateful side unpacks them (a
+    marker-only batch when ``batch`` is empty)."""
+    if batch:
+        table = slice_rows(plan, batch, packed=True)
+    else:
+        table = pa.Table.from_batches([Slicer(plan, tag=False, packed=True).markers(0)])
+    shard_col = np.asarray(table.column(SHARD).to_numpy())
+    out = {}
+    for s in shard_keys(plan.shards):
+        part = table.take(pa.array(np.flatnonzero(shard_col == s)))
+        out[s] = unpack_slices(plan.slices_arrow_schema(), [part.to_pandas()])
+    return out
+
+
 def rows_of(table: pa.Table, plan):
     """{(from, to, key): aggregates} of an output table, times in microseconds."""
     d = table.to_pydict()

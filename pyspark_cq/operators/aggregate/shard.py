@@ -108,9 +108,13 @@ def run_shared(configs: list[AggConfig], table: pa.Table, state: tuple | None, w
     once, from which each query emits its own windows (PIPES's shared partial aggregates, Cammert et al.,
     §2.4.1; STREAM's shared synopses, Motwani et al., §3.2).
 
-    ``configs`` differ at most in window, slide, name and output names; each has ``emit="windows"``, a
-    streaming mode and no control table. ``table`` and ``counts`` are as for :func:`run_shard` (packed
-    transport). Each query's rows and late rows are those :func:`run_shard` gives it alone:
+    ``configs`` differ at most in window, slide, granularity, name and output names; each has
+    ``emit="windows"``, a streaming mode and no control table. ``table`` and ``counts`` are as for
+    :func:`run_shard` (packed transport); its slices may be finer than a query's granularity (a class across
+    granularities slices at their gcd): a window of a query is a run of whole slices either way, its partials
+    combine to the same sums, counts, minima and maxima, and a slice lies in the same windows as the coarser
+    slice around it, so lateness and eviction are decided alike. Each query's rows and late rows are those
+    :func:`run_shard` gives it alone:
 
     - a slice is late for a query when each of *its* windows containing the slice ended by the late-event
       watermark (as Spark drops its (window, key) rows); it enters the table unless it is late for all;

@@ -1,0 +1,99 @@
+"""Joins in a QueryGroup's shared stage (issue 40): join classes, each member's band, validity and ``cq_at`` from
+its class's pairs, and the join's watermark (pure: the oracle is a plain-Python window join per member)."""
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pyspark_cq.group.joins import (
+    JoinMember,
+    canonical_names,
+    class_windows,
+    join_classes,
+    join_watermark_ms,
+    member_rows,
+)
+
+S = 1_000_000
+
+
+def jm(wl, wr, pairs=(("page", "page"),), left="clicks", right="views", refs=("c", "v"), at="valid_to"):
+    return JoinMember(left=left, right=right, pairs=tuple(pairs), windows=(wl * S, wr * S), refs=refs,
+                      times=("ts", "ts"), columns=(("ts", "page", "x"), ("ts", "page", "y")), at=at)
+
+
+def spec(key, j):
+    return SimpleNamespace(key=key, join=j)
+
+
+def test_classes_share_streams_roles_and_keys():
+    ms = [spec("a", jm(10, 20)), spec("b", jm(30, 5, refs=("x", "y"))),
+          spec("c", jm(10, 20, left="views", right="clicks")),        # other roles
+          spec("d", jm(10, 20, pairs=(("x", "y"),))),                 # other key
+          spec("e", jm(10, 20, pairs=(("x", "y"), ("page", "page")))),
+          spec("f", jm(1, 1, pairs=(("page", "page"), ("x", "y"))))]  # the same equalities in another order
+    assert join_classes(ms) == {"a": "a", "b": "a", "c": "c", "d": "d", "e": "e", "f": "e"}
+    assert class_windows([ms[0].join, ms[1].join]) == (30 * S, 20 * S)
+    with pytest.raises(ValueError, match="joins"):
+        class_windows([])
+
+
+def test_canonical_names_follow_the_members_key_order():
+    j = jm(1, 1, pairs=(("x", "y"), ("page", "page")))
+    names = canonical_names(j)
+    assert names["cq_k0"] == "cq_k1" and names["cq_k1"] == "cq_k0"      # sorted: (page, page) first
+    assert names["l__ts"] == "c__ts" and names["r__ts"] == "v__ts" and "l__x" not in names
+
+
+def _class_pairs(rows_l, rows_r, windows):
+    """A plain-Python window join (validities [t, t + w) intersect) on the key, canonical names."""
+    wl, wr = windows
+    out = [(k1, t1, x, t2, y) for (k1, t1, x), (k2, t2, y) in itertools.product(rows_l, rows_r)
+           if k1 == k2 and t1 < t2 + wr and t2 < t1 + wl]
+    ts = pa.timestamp("us", tz="UTC")
+    cols = list(zip(*out)) if out else [[]] * 5
+    return pa.table({"cq_k0": pa.array(cols[0], pa.string()), "l__ts": pa.array(cols[1], pa.int64()).cast(ts),
+                     "l__x": pa.array(cols[2], pa.int64()), "r__ts": pa.array(cols[3], pa.int64()).cast(ts),
+                     "r__y": pa.array(cols[4], pa.int64())})
+
+
+def test_each_member_gets_its_own_join_from_the_class_pairs():
+    rng = np.random.default_rng(3)
+    rows_l = [(str(rng.integers(0, 3)), int(rng.integers(0, 60)) * S, i) for i in range(40)]
+    rows_r = [(str(rng.integers(0, 3)), int(rng.integers(0, 60)) * S, 100 + i) for i in range(40)]
+    members = [jm(10, 20), jm(30, 5, refs=("a", "b"), at="valid_from"), jm(1, 1)]
+    pairs = _class_pairs(rows_l, rows_r, class_windows(members))
+    ts = pa.timestamp("us", tz="UTC")
+    for j in members:
+        r1, r2 = j.refs
+        schema = pa.schema([("cq_k0", pa.string()), (f"{r1}__ts", ts), (f"{r1}__x", pa.int64()),
+                            (f"{r2}__ts", ts), (f"{r2}__y", pa.int64()), ("valid_from", ts), ("valid_to", ts),
+                            ("cq_at", ts)])
+        got = member_rows(pairs, j, schema)
+        assert got.schema == schema
+        wl, wr = j.windows
+        want = sorted((k1, t1, x, t2, y, max(t1, t2), min(t1 + wl, t2 + wr))
+                      for (k1, t1, x), (k2, t2, y) in itertools.product(rows_l, rows_r)
+                      if k1 == k2 and t1 < t2 + wr and t2 < t1 + wl)
+        rows = sorted(zip(*[got.column(i).cast(pa.int64()).to_pylist() if i else got.column(i).to_pylist()
+                            for i in range(7)]))
+        assert rows == want
+        at = got.column("cq_at").cast(pa.int64()).to_pylist()
+        assert at == got.column(j.at).cast(pa.int64()).to_pylist()
+
+
+def test_join_watermark_is_the_minimum_of_the_streams_seen_and_never_goes_back():
+    delays = {"clicks": 10_000, "views": 5_000}
+    streams = ("clicks", "views")
+    assert join_watermark_ms((), 0, streams, delays) == 0
+    clocks = ((0, {"clicks": 100_000}),)                       # only clicks had rows: its watermark alone
+    assert join_watermark_ms(clocks, 1, streams, delays) == 90_000
+    assert join_watermark_ms(clocks, 0, streams, delays) == 0  # before the micro-batch that saw them
+    clocks += ((1, {"clicks": 100_000, "views": 50_000}),)     # views arrive behind: the watermark stays
+    assert join_watermark_ms(clocks, 2, streams, delays) == 90_000
+    clocks += ((2, {"clicks": 200_000, "views": 150_000}),)
+    assert join_watermark_ms(clocks, 3, streams, delays) == 145_000

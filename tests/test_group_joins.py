@@ -3,6 +3,7 @@ its class's pairs, and the join's watermark (pure: the oracle is a plain-Python 
 from __future__ import annotations
 
 import itertools
+import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -19,6 +20,7 @@ from pyspark_cq.group.joins import (
 )
 
 S = 1_000_000
+T0 = 1_704_067_200_000_000  # 2024-01-01 UTC, µs
 
 
 def jm(wl, wr, pairs=(("page", "page"),), left="clicks", right="views", refs=("c", "v"), at="valid_to"):
@@ -97,3 +99,92 @@ def test_join_watermark_is_the_minimum_of_the_streams_seen_and_never_goes_back()
     assert join_watermark_ms(clocks, 2, streams, delays) == 90_000
     clocks += ((2, {"clicks": 200_000, "views": 150_000}),)
     assert join_watermark_ms(clocks, 3, streams, delays) == 145_000
+
+
+# ---- Spark, end to end: each member's sink against its query alone (cq.cql) --------------------------------------
+
+VIEWS = "ts timestamp, page string, x long, y long"
+#: an aggregate over clicks, two joins of clicks and views on x (one class, bands 30 s / 1 min and 1 min / 20 s,
+#: each with its own WHERE) and one join of views with clicks (the other roles: a class of its own)
+JQ = {
+    "agg": "RSTREAM(SELECT page, COUNT(*) AS n FROM clicks [RANGE 1 MINUTE SLIDE 20 SECONDS] GROUP BY page)",
+    "j_eu": "DSTREAM(SELECT c.x, c.page, v.page AS vpage, v.y FROM clicks c [RANGE 30 SECONDS] "
+            "JOIN views v [RANGE 1 MINUTE] ON c.x = v.x WHERE c.region = 'eu')",
+    "j_y": "ISTREAM(SELECT clicks.x, clicks.ts AS cts, views.ts AS vts, y * 2 AS y2 FROM clicks [RANGE 1 MINUTE], "
+           "views [RANGE 20 SECONDS] WHERE clicks.x = views.x AND y > 10)",
+    "j_vc": "DSTREAM(SELECT v.x, v.y, c.region FROM views v [RANGE 10 SECONDS] JOIN clicks c [RANGE 10 SECONDS] "
+            "ON v.x = c.x)",
+}
+
+
+def write_join_views(directory, files, rows, seed=7, first=0):
+    """Views over the clicks' event time (4 minutes a file), some late by up to 2 minutes."""
+    from helpers.files import write_in_order
+
+    os.makedirs(directory, exist_ok=True)
+    rng = np.random.default_rng(seed + first)
+    for f in range(first, first + files):
+        ts = T0 + f * 240_000_000 + rng.integers(0, 240_000_000, rows)
+        ts = np.where(rng.random(rows) < 0.05, ts - 120_000_000, ts)
+        table = pa.table({"ts": pa.array(ts, pa.timestamp("us", tz="UTC")),
+                          "page": pa.array(rng.choice(["a", "b"], rows), pa.string()),
+                          "x": pa.array(rng.integers(0, 100, rows)), "y": pa.array(rng.integers(0, 30, rows))})
+        write_in_order(table, os.path.join(directory, f"part-{f:02d}.parquet"), f)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_join_members_equal_their_queries_alone_across_a_restart(spark, tmp_dir):
+    """Two micro-batches, a stop, a new group on the checkpoint with a third: each member's sink holds exactly
+    its query's rows alone over all three files (0 lost, 0 duplicated), the two clicks-views joins in one class."""
+    from test_query_group import assert_same_rows, clicks_stream, write_clicks
+
+    import pyspark_cq as cq
+
+    cdir, vdir = os.path.join(tmp_dir, "clicks"), os.path.join(tmp_dir, "views")
+    write_clicks(cdir, files=2, rows=300)
+    write_join_views(vdir, files=2, rows=300)
+
+    def views_stream():
+        return (spark.readStream.schema(VIEWS).option("maxFilesPerTrigger", 1).parquet(vdir)
+                .withWatermark("ts", "30 seconds"))
+
+    def run():
+        g = cq.QueryGroup(spark, sources={"clicks": clicks_stream(spark, cdir), "views": views_stream()},
+                          checkpoint=os.path.join(tmp_dir, "ck"), shards=2)
+        for name, text in JQ.items():
+            g.add(name, text, sink=os.path.join(tmp_dir, "out", name))
+        q = g.start(trigger={"availableNow": True})
+        q.awaitTermination()
+        assert q.exception() is None
+        return g
+
+    def alone():        # the oracle: each query alone, stopped and started again at the same files
+        sources = {"clicks": clicks_stream(spark, cdir), "views": views_stream()}
+        for name, text in JQ.items():
+            q = (cq.cql(spark, text, sources).writeStream.format("parquet")
+                 .option("path", os.path.join(tmp_dir, "alone", name))
+                 .option("checkpointLocation", os.path.join(tmp_dir, "alone_ck", name)).trigger(availableNow=True)
+                 .start())
+            q.awaitTermination()
+
+    g = run()
+    alone()
+    assert {n: (v["mode"], v["join_class"]) for n, v in g.queries.items()} == {
+        "agg": ("shared", None), "j_eu": ("join", "j_eu"), "j_y": ("join", "j_eu"), "j_vc": ("join", "j_vc")}
+    with pytest.raises(ValueError, match="'j_new'.*cannot join a running group"):
+        g.add("j_new", JQ["j_eu"].replace("DSTREAM", "ISTREAM"), sink=os.path.join(tmp_dir, "out", "x"))
+    with pytest.raises(ValueError, match="'outer'.*LEFT OUTER JOIN.*cannot run in a query group"):
+        g.add("outer", "ISTREAM(SELECT c.x FROM clicks c [RANGE 10 SECONDS] LEFT JOIN views v [RANGE 10 SECONDS] "
+                       "ON c.x = v.x)", sink=os.path.join(tmp_dir, "out", "y"))
+    write_clicks(cdir + "_more", files=3, rows=300)      # the same generator: its third file
+    os.replace(os.path.join(cdir + "_more", "part-02.parquet"), os.path.join(cdir, "part-02.parquet"))
+    write_join_views(vdir, files=1, rows=300, first=2)
+    g = run()                                             # a new group on the same checkpoint
+    alone()
+    for name in JQ:
+        n = assert_same_rows(spark.read.parquet(os.path.join(tmp_dir, "out", name)),
+                             spark.read.parquet(os.path.join(tmp_dir, "alone", name)), name)
+        assert n > 0, name
+    totals = cq.read_metrics(g, "j_y", "total")
+    assert totals["state_rows"] == 0 and cq.read_metrics(g, "j_eu", "total")["input_rows"] > 0

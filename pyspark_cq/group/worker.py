@@ -292,7 +292,8 @@ def _run_joins(plan: D.Plan, parts: dict, saved: dict, kept: dict, out: list, de
     through the interval join's worker (:class:`~pyspark_cq.operators.join.worker.JoinWorker`) at the
     join's watermark (:func:`~.joins.join_watermark_ms`; the rows at or behind the previous micro-batch's
     dropped as Spark drops them for the join alone), its state from and to ``saved`` / ``kept``, and each
-    active member's rows (:func:`~.joins.member_rows`) and counters into ``out``. The class's state counters are reported on its first active member.
+    active member's rows (:func:`~.joins.member_rows`) and counters into ``out``. The class's state counters
+    are reported on its first active member.
     """
     from ..operators._common.payload import split_sides
     from ..operators.join.worker import LEFT, MICROS, RIGHT, JoinWorker

@@ -188,3 +188,22 @@ def test_join_members_equal_their_queries_alone_across_a_restart(spark, tmp_dir)
         assert n > 0, name
     totals = cq.read_metrics(g, "j_y", "total")
     assert totals["state_rows"] == 0 and cq.read_metrics(g, "j_eu", "total")["input_rows"] > 0
+
+
+def test_a_checkpoint_keeps_its_join_classes():
+    """A restart with a join class of other widest windows is refused, listing both; the same classes pass."""
+    from pyspark_cq.group import doc as D
+    from pyspark_cq.group.api import _join_classes, check_join_layout
+    from pyspark_cq.group.worker import join_class_id
+
+    a, b = jm(10, 20), jm(30, 5)
+    specs = [SimpleNamespace(kind="join", join=a, name="a"), SimpleNamespace(kind="join", join=b, name="b")]
+    classes = _join_classes(specs)
+    cid = join_class_id(a.signature())
+    assert list(classes) == [cid] and [s.name for s in classes[cid]] == ["a", "b"]
+    previous = D.Plan(catalogue={"__joins__": {cid: (SimpleNamespace(window=(30 * S, 20 * S), n_keys=1),
+                                                     ("clicks", "views"))}})
+    check_join_layout("g", "ck", previous, classes)
+    check_join_layout("g", "ck", None, classes)
+    with pytest.raises(ValueError, match="other join classes"):
+        check_join_layout("g", "ck", previous, _join_classes(specs[:1]))   # widest windows (10 s, 20 s) now

@@ -339,8 +339,8 @@ class QueryGroup:
         """The group's queries by name: ``status`` (``"active"``, ``"paused"``, or ``"pending"`` until the
         next micro-batch boundary applies a change), ``mode`` (``"shared"`` with its ``stream``, ``"join"``: a
         member of a shared join class, its ``stream`` ``"left JOIN right"`` and its ``join_class`` the class's
-        first member (:mod:`.joins`), or ``"alone"`` with ``why``), ``sink``, ``start`` (the event time it counts rows from, None: the group's
-        start), the ``rows`` delivered so far, and ``slices``: for an active shared query of a running group
+        first member (:mod:`.joins`), or ``"alone"`` with ``why``), ``sink``, ``start`` (the event time it
+        counts rows from, None: the group's start), the ``rows`` delivered so far, and ``slices``: for an active shared query of a running group
         the name of the query whose slices it shares (itself when no earlier query slices alike, see
         :func:`~.worker.slice_classes`), else None.
         """

@@ -340,9 +340,9 @@ class QueryGroup:
         next micro-batch boundary applies a change), ``mode`` (``"shared"`` with its ``stream``, ``"join"``: a
         member of a shared join class, its ``stream`` ``"left JOIN right"`` and its ``join_class`` the class's
         first member (:mod:`.joins`), or ``"alone"`` with ``why``), ``sink``, ``start`` (the event time it
-        counts rows from, None: the group's start), the ``rows`` delivered so far, and ``slices``: for an active shared query of a running group
-        the name of the query whose slices it shares (itself when no earlier query slices alike, see
-        :func:`~.worker.slice_classes`), else None.
+        counts rows from, None: the group's start), the ``rows`` delivered so far, and ``slices``: for an
+        active shared query of a running group the name of the query whose slices it shares (itself when no
+        earlier query slices alike, see :func:`~.worker.slice_classes`), else None.
         """
         from .worker import slice_classes
 

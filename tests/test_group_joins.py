@@ -161,12 +161,13 @@ def test_join_members_equal_their_queries_alone_across_a_restart(spark, tmp_dir)
 
     def alone():        # the oracle: each query alone, stopped and started again at the same files
         sources = {"clicks": clicks_stream(spark, cdir), "views": views_stream()}
-        for name, text in JQ.items():
-            q = (cq.cql(spark, text, sources).writeStream.format("parquet")
-                 .option("path", os.path.join(tmp_dir, "alone", name))
-                 .option("checkpointLocation", os.path.join(tmp_dir, "alone_ck", name)).trigger(availableNow=True)
-                 .start())
+        started = [cq.cql(spark, text, sources).writeStream.format("parquet")
+                   .option("path", os.path.join(tmp_dir, "alone", name))
+                   .option("checkpointLocation", os.path.join(tmp_dir, "alone_ck", name))
+                   .trigger(availableNow=True).start() for name, text in JQ.items()]
+        for q in started:       # side by side
             q.awaitTermination()
+            assert q.exception() is None
 
     g = run()
     alone()

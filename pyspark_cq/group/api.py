@@ -358,12 +358,14 @@ class QueryGroup:
     @property
     def queries(self) -> dict:
         """The group's queries by name: ``status`` (``"active"``, ``"paused"``, or ``"pending"`` until the
-        next micro-batch boundary applies a change), ``mode`` (``"shared"`` with its ``stream``, or
-        ``"alone"`` with ``why``), ``sink``, ``start`` (the event time it counts rows from, None: the group's
-        start), the ``rows`` delivered so far, and ``slices``: for an active shared query of a running group
-        the name of the query whose slices it shares (itself when no earlier query slices alike, see
-        :func:`~.worker.slice_classes`), else None; ``slice_length``, its class's slice length (µs, the gcd of the
-        class's granularities: a class may span granularities, docs/groups.md "Sharing"), else None.
+        next micro-batch boundary applies a change), ``mode`` (``"shared"`` with its ``stream``, ``"join"``: a
+        member of a shared join class, its ``stream`` ``"left JOIN right"`` and its ``join_class`` the class's
+        first member (:mod:`.joins`), or ``"alone"`` with ``why``), ``sink``, ``start`` (the event time it
+        counts rows from, None: the group's start), the ``rows`` delivered so far, and ``slices``: for an
+        active shared query of a running group the name of the query whose slices it shares (itself when no
+        earlier query slices alike, see :func:`~.worker.slice_classes`), else None; ``slice_length``, its class's
+        slice length (µs, the gcd of the class's granularities: a class may span granularities, docs/groups.md
+        "Sharing"), else None.
         """
         from .worker import class_granularities, slice_classes
 
@@ -376,6 +378,9 @@ class QueryGroup:
                 fam_classes = slice_classes([m for m in shared if m.family == fam], plan.granularity_ratio)
                 classes.update(fam_classes)
                 lengths.update(class_granularities([m for m in shared if m.family == fam], fam_classes))
+        # a join member's class: the first member (in the order added) joining the same streams on the same key
+        classes_now = _join_classes([m.spec for m in self._members.values()])
+        join_of = {s.name: specs[0].name for specs in classes_now.values() for s in specs}
         out = {}
         for name, m in self._members.items():
             spec = plan.by_name(name) if plan is not None else None
@@ -386,7 +391,10 @@ class QueryGroup:
             else:
                 status = "active" if spec.active else "paused"
             start = (spec or m.spec).start_us
-            out[name] = {"status": status, "mode": m.spec.kind, "stream": m.spec.family, "why": m.why_alone,
+            out[name] = {"status": status, "mode": m.spec.kind, "why": m.why_alone,
+                         "stream": m.spec.family if m.spec.join is None else f"{m.spec.join.left} JOIN "
+                                                                             f"{m.spec.join.right}",
+                         "join_class": join_of.get(name),
                          "sink": m.sink if isinstance(m.sink, str) else getattr(m.sink, "__name__", repr(m.sink)),
                          "start": None if start is None else datetime(1970, 1, 1, tzinfo=timezone.utc)
                          + timedelta(microseconds=start),
@@ -514,17 +522,23 @@ class QueryGroup:
         from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import to_arrow_type
 
+        from .. import _validate
         from ..operators.aggregate.config import SHARD, TIME
         from .batch import GroupBatch
         from .worker import OUTPUT_SCHEMA, STATE_SCHEMA, GroupShard, GroupSlicer, PackRows, sliced_schema
 
         previous = D.read_plan(self._dir)
         families, alone = branches_of([m.spec for m in self._members.values()])
-        layout = check_layout(self.name, self.checkpoint, previous, families, [s.key for s in alone])
+        join_classes = _join_classes([m.spec for m in self._members.values()])
+        join_streams = {s for ms in join_classes.values() for s in (ms[0].join.left, ms[0].join.right)}
+        layout = check_layout(self.name, self.checkpoint, previous, set(families) | join_streams,
+                              [s.key for s in alone])
+        check_join_layout(self.name, self.checkpoint, previous, join_classes)
         families = {fam: [self._members[s.name] for s in specs] for fam, specs in families.items()}
         alone = [self._members[s.name] for s in alone]
-        # several streams with shared queries: one slicer per stream, united into the one stateful stage
-        streams = tuple(sorted(families)) if len(families) > 1 else None
+        # several streams with shared queries, or joins: one slicer per stream and one packer per join class,
+        # united into the one stateful stage
+        streams = tuple(sorted(set(families) | join_streams)) if len(families) > 1 or join_classes else None
         # each stream's watermark delay (ms, None: none) in the plan: the runtime's per-stream times (.clock)
         branches, slicers, delays, catalogue = [], [], {}, {"__layout__": layout}
         specs = {}
@@ -572,6 +586,15 @@ class QueryGroup:
                                  f"windows close at its own watermark; call .withWatermark({ms[0].time!r}, "
                                  f"'<delay>') on it")
             slicers.append(sliced)
+        joins = {}
+        for cid, ms in join_classes.items():
+            sliced, config, sides = self._join_branch(ms, streams)
+            slicers.append(sliced)
+            joins[cid] = (config, sides)
+            for fam in sides:
+                if delays.get(fam) is None:
+                    delays[fam] = _validate.watermark_delay_ms(self.sources[fam], ms[0].join.times[sides.index(fam)])
+        catalogue["__joins__"] = joins
         if streams is not None:
             branches.append(_stateful_stage(reduce(lambda a, b: a.union(b), slicers)).groupBy(SHARD)
                             .applyInPandasWithState(GroupShard(self._dir, streams, True, delays), OUTPUT_SCHEMA,
@@ -653,6 +676,10 @@ class QueryGroup:
             if active and not m.spec.active and self._query is not None and m.spec.kind == "shared" and m.spec.at[1]:
                 raise ValueError(f"query {name!r}: a paused ISTREAM / DSTREAM aggregate cannot resume in a running "
                                  f"group (its change intervals have no start to resume at); start the group again")
+            if active and not m.spec.active and self._query is not None and m.spec.kind == "join":
+                raise ValueError(f"query {name!r}: a paused join cannot resume in a running group (its pairs are "
+                                 f"emitted when their later row arrives; those of the pause are gone); start the "
+                                 f"group again")
             m.spec = replace(m.spec, active=active)
             if self._query is not None:
                 D.ask(self._dir, ("resume" if active else "pause", name))
@@ -679,6 +706,8 @@ class QueryGroup:
         schema = arrow_schema(df.schema)
         key = f"{name}-{hashlib.sha1(text.encode()).hexdigest()[:10]}"
         spec = D.MemberSpec(key=key, name=name, text=text, kind="alone", sink=encode_sink(sink), arrow_schema=schema)
+        if compiled.analysis.shape == "join":
+            return _named(name, self._join_member, spec, sink, compiled, lookup)
         why = _classify(name, compiled.analysis)
         if why is not None:
             read = {k for k in self.sources for t in compiled.analysis.sources if k.lower() == t.name.lower()}
@@ -746,11 +775,100 @@ class QueryGroup:
                        window_qos=None if qos is None else (int(qos.min), int(qos.max)),
                        key_text=", ".join(expression(e) for e in a.select.group_by), registered=config.window)
 
+    def _join_branch(self, specs: list, streams: tuple):
+        """A join class's branch of the group's Spark query: both streams with canonical column names
+        (:func:`~.joins.canonical_names`), tagged and routed to the shards by the hash of the key as
+        :func:`~pyspark_cq.window_join` routes them, packed per shard (:class:`~.worker.JoinPacker`). Returns the
+        branch, the class's :class:`~pyspark_cq.operators.join.worker.JoinConfig` (the window join of the widest
+        windows, :func:`~.joins.class_windows`) and its streams ``(left, right)``.
+        """
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        from ..operators.join.driver import _tagged, window_band
+        from ..operators.join.spec import JoinSpec
+        from ..operators.join.worker import LEFT, RIGHT, JoinConfig
+        from .joins import LEFT_PREFIX, RIGHT_PREFIX, class_windows
+        from .worker import JoinPacker, join_class_id, sliced_schema
+
+        j = specs[0].join
+        windows = class_windows([s.join for s in specs])
+        pairs = sorted(j.pairs)
+        inputs = []
+        for side, stream, prefix in ((0, j.left, LEFT_PREFIX), (1, j.right, RIGHT_PREFIX)):
+            keys = {p[side]: f"cq_k{i}" for i, p in enumerate(pairs)}
+            df = self.sources[stream]
+            inputs.append(df.select(*[F.col(f"`{c}`").alias(keys.get(c, prefix + c)) for c in df.columns]))
+        on = [f"cq_k{i}" for i in range(len(pairs))]
+        spec = JoinSpec.build(inputs[0], inputs[1], on, LEFT_PREFIX + j.times[0], RIGHT_PREFIX + j.times[1], "inner",
+                              None, self.shards, None, f"{self.name}.join", window=windows, function="window_join")
+        spec.lower, spec.upper = window_band(*windows)
+        union = _tagged(spec, LEFT, True).union(_tagged(spec, RIGHT, True))
+        sides = (j.left, j.right)
+        packed = union.mapInArrow(JoinPacker(self._dir, join_class_id(j.signature()), sides, T.TimestampType(),
+                                             streams), sliced_schema(T.TimestampType(), None, True))
+        return packed, JoinConfig.of(spec), sides
+
+    def _join_member(self, spec, sink, compiled, lookup) -> _Member:
+        """A two-stream inner join as a member of a join class of the shared stage (:mod:`.joins`): its
+        :class:`~.joins.JoinMember`, its stage schema (the window join's columns and ``cq_at``, as the compiler's
+        join gives them) and its WHERE and select list as the compiler's Spark SQL over them (``finish``).
+        """
+        from pyspark.sql.types import StructType
+
+        from ..lang import ast as A
+        from ..lang.analysis import AT, _output_names
+        from ..lang.builder import _Builder, _sql, _time_column
+        from ..operators._common.metrics import arrow_schema
+        from ..operators.join.spec import JoinSpec
+        from .joins import JoinMember
+
+        a = compiled.analysis
+        why = _join_refusal(a)
+        if why is not None:
+            raise ValueError(f"query {spec.name!r}: {why} cannot run in a query group yet (docs/groups.md, "
+                             f"\"Not yet\"); run it as its own query")
+        b = _Builder(self.spark, a, lookup, None)
+        keymap, on, (ldf, lt), (rdf, rt) = b._join_inputs()
+        left, right = a.sources
+        pairs = []
+        for (r1, c1), (r2, c2) in a.keys:
+            one, two = (b.res.column_name(r1, c1), b.res.column_name(r2, c2))
+            pairs.append((one, two) if r1 == left.ref else (two, one))
+        windows = tuple(int(s.window.size.micros) for s in (left, right))
+        join = JoinMember(left=_group_name(left.name, self.sources), right=_group_name(right.name, self.sources),
+                          pairs=tuple(pairs), windows=windows, refs=(left.ref, right.ref),
+                          times=tuple(s.time or _time_column(lookup[s.name], s.name, s.node) for s in (left, right)),
+                          columns=tuple(tuple(lookup[s.name].columns) for s in (left, right)),
+                          at="valid_from" if a.stream == "ISTREAM" else "valid_to")
+        js = JoinSpec.build(ldf, rdf, on, lt, rt, "inner", None, self.shards, None, spec.name, window=windows,
+                            function="window_join")
+        stage = arrow_schema(StructType(list(js.output_schema().fields) + [compiled.dataframe.schema[AT]]))
+        name = b._join_names(keymap)
+        # the predicates the compiler pushes to one input, then the residual: on the pairs (inner join: the same)
+        preds = [_sql(p, name) for s in a.sources for p in s.filters] + [_sql(p, name) for p in a.residual]
+        items = []
+        for it, oname in zip(a.select.items, _output_names(a.select)):
+            if isinstance(it.expr, A.Star):
+                for s in a.sources:
+                    if it.expr.table is None or it.expr.table in (s.ref, s.name):
+                        items += [(f"`{name(A.Column(s.ref, c))}`", c) for c in lookup[s.name].columns]
+            else:
+                items.append((_sql(it.expr, name), oname))
+        having = " AND ".join(f"({p})" for p in preds) if preds else None
+        spec = replace(spec, kind="join", join=join, stage_schema=stage, finish=(having, tuple(items)))
+        return _Member(spec, sink, source=None, plan=compiled.plan, qos=dict(compiled.qos))
+
     def _join_running(self, member: _Member) -> None:
         """ValueError unless ``member`` can join the running plan (its columns are computed already)."""
         from pyspark.sql import functions as F
 
         name = member.spec.name
+        if member.spec.kind == "join":
+            raise ValueError(f"query {name!r}: a join cannot join a running group: the join classes and their "
+                             f"bands are part of the group's Spark plan, fixed at start(); add it before start(), "
+                             f"or stop the group and start it again with the query (the same checkpoint only "
+                             f"if it joins an existing class with a band inside the class's)")
         if member.spec.kind == "shared" and member.spec.at[1]:
             raise ValueError(f"query {name!r}: an ISTREAM / DSTREAM aggregate cannot join a running group (its "
                              f"change intervals have no start to join at); add it before start()")
@@ -812,6 +930,35 @@ def check_layout(group: str, checkpoint: str, previous: D.Plan | None, streams, 
                          f"queries running alone must stay the same for the life of a checkpoint — start with "
                          f"another checkpoint")
     return layout
+
+
+def _join_classes(specs) -> dict:
+    """The join members' specs by join class id (:func:`~.worker.join_class_id`), in the order given."""
+    from .worker import join_class_id
+
+    out: dict = {}
+    for s in specs:
+        if s.kind == "join":
+            out.setdefault(join_class_id(s.join.signature()), []).append(s)
+    return out
+
+
+def check_join_layout(group: str, checkpoint: str, previous: D.Plan | None, classes: dict) -> None:
+    """ValueError unless the checkpoint's plan ``previous`` has the same join classes with the same windows as
+    ``classes`` (:func:`_join_classes`): a class's state (its band, its shards) is fixed for the life of a
+    checkpoint.
+    """
+    from .joins import class_windows
+
+    if previous is None:
+        return
+    old = {cid: (c.window, c.n_keys) for cid, (c, _) in previous.catalogue.get("__joins__", {}).items()}
+    new = {cid: (class_windows([s.join for s in ms]), len(ms[0].join.pairs)) for cid, ms in classes.items()}
+    if old != new:
+        raise ValueError(f"query group {group!r}: the checkpoint {checkpoint} was written with other join classes "
+                         f"(streams, keys and widest windows) {sorted(old.items())} than the group's now "
+                         f"{sorted(new.items())}; a join class's state is fixed for the life of a checkpoint — keep "
+                         f"its join queries (or ones with the same widest windows), or start with another checkpoint")
 
 
 def _stateful_stage(union):
@@ -905,6 +1052,24 @@ def _classify(name: str, a) -> str | None:
                          f"applyInPandasWithState per streaming query, and the group's is the shared stage of its "
                          f"windowed aggregations (docs/groups.md, \"What a group runs\"); run it as its own query")
     return None
+
+
+def _join_refusal(a) -> str | None:
+    """What keeps a two-stream join out of a group's join classes (None: it joins one)."""
+    if a.outer:
+        return f"a {a.how[0].upper()} OUTER JOIN (its unmatched rows are emitted at eviction, per query)"
+    if a.relations or a.subqueries:
+        return "a join with a relation or a subquery"
+    if any(s.node.sample is not None for s in a.sources):
+        return "a join with SAMPLE"
+    if a.constraints:
+        return "a join with CONSTRAINT"
+    return None
+
+
+def _group_name(stream: str, sources: dict) -> str:
+    """The group's name of ``stream`` (a query may spell it in another case)."""
+    return stream if stream in sources else next(k for k in sources if k.lower() == stream.lower())
 
 
 def _simple(a) -> bool:

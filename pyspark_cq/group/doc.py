@@ -41,9 +41,10 @@ class MemberSpec:
         The query's name in the group.
     text : str
         Its CQL text.
-    kind : {"shared", "alone"}
-        ``"shared"``: a windowed aggregation in its stream's shared stage; ``"alone"``: its own operators
-        inside the group's Spark query.
+    kind : {"shared", "join", "alone"}
+        ``"shared"``: a windowed aggregation in its stream's shared stage; ``"join"``: a two-stream inner join
+        in a join class of the shared stage (``join``); ``"alone"``: its own operators inside the group's
+        Spark query.
     family : str or None
         The stream whose shared stage runs it (``"shared"`` only).
     config : object
@@ -77,6 +78,8 @@ class MemberSpec:
     replan : dict or None
         What set its window when a re-plan changed it (``QueryGroup.set_window``), else None; kept with the plan
         so that a restart goes on with the window.
+    join : JoinMember or None
+        ``kind == "join"``: its streams, keys, windows and names (:class:`~.joins.JoinMember`).
     """
 
     key: str
@@ -98,6 +101,8 @@ class MemberSpec:
     active: bool = True
     #: a class attribute too, so plans pickled before it read None
     replan: dict | None = None
+    #: ``kind == "join"``: its :class:`~.joins.JoinMember` (a member of a join class of the shared stage)
+    join: object = None
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,8 @@ from . import doc as D
 from .predicates import evaluate
 
 __all__ = ["MEMBER", "MAX_TIME", "GROUP_CLOCK", "OUTPUT_SCHEMA", "STATE_SCHEMA", "SHARED", "sliced_schema",
-           "slice_classes", "class_granularities", "clock_key", "GroupSlicer", "GroupShard", "PackRows", "ipc_bytes"]
+           "slice_classes", "class_granularities", "clock_key", "GroupSlicer", "GroupShard", "PackRows", "ipc_bytes",
+           "JOIN", "join_class_id", "JoinPacker"]
 
 MEMBER, MAX_TIME = "__cq_member", "__cq_max_time"
 #: Several streams: the group clock's column (:func:`~.clock.clock_ms`), the event time of Spark's watermark.
@@ -56,6 +57,9 @@ CLOCK = ""
 _STREAM_CLOCK = "\x01clock:"   # not NUL: pandas groups strings that start with NUL as one
 #: The key, in a shard's saved state, of the slice tables several members share: ``[(member keys, state)]``.
 SHARED = "\x00shared"
+#: The member key of a join class's rows (then the class id, :func:`join_class_id`), and its state's key in a
+#: shard's saved state.
+JOIN = "\x02join:"
 
 
 def sliced_schema(time_type: T.DataType, delay_ms: int | None, group_clock: bool = False) -> T.StructType:
@@ -250,6 +254,122 @@ class GroupSlicer:
         return pa.RecordBatch.from_arrays(cols, names=self.names)
 
 
+def join_class_id(signature: tuple) -> str:
+    """The id of a join class (:meth:`~.joins.JoinMember.signature`): the same in every process, kept while members
+    come and go (a class's state does not change hands when its first member leaves).
+    """
+    return repr(signature)
+
+
+class JoinPacker:
+    """``mapInArrow`` function of a join class's input (the interval join's tagged union of both streams,
+    :func:`~pyspark_cq.operators.join.driver._tagged`): per shard one row carrying its rows as one Arrow IPC
+    stream, to the shared stateful stage; then a clock row per stream with rows, and the group clock on every row.
+    """
+
+    def __init__(self, directory: str, class_id: str, sides: tuple, time_type: T.DataType, streams: tuple):
+        self.directory, self.class_id, self.sides, self.streams = directory, class_id, sides, streams
+        self.names = sliced_schema(time_type, None, True).names
+
+    def __call__(self, batches):
+        """The packed rows of the task's Arrow ``batches``."""
+        from ..operators._common.payload import SIDE
+        from ..operators.join.worker import MICROS
+        from ..operators.join.worker import SHARD as JSHARD
+
+        batches = [b for b in batches if b.num_rows]
+        plan = _plan(self.directory)
+        table = pa.Table.from_batches(batches) if batches else None
+        latest = {}
+        if table is not None:
+            for side, stream in enumerate(self.sides):
+                t = pc.max(table.filter(pc.equal(table.column(SIDE), side)).column(MICROS)).as_py()
+                if t is not None:
+                    latest[stream] = max(latest.get(stream, t), t)
+        bid = _batch_id()
+        clock = max([C.clock_ms(plan.clocks, bid, self.streams, s, t) for s, t in latest.items()]
+                    or [C.clock_ms(plan.clocks, bid, self.streams, self.sides[0], None)]) * 1000
+        rows = []
+        if table is not None:
+            shards = table.column(JSHARD)
+            for shard in pc.unique(shards).to_pylist():
+                part = table.filter(pc.equal(shards, shard))
+                rows.append((shard, JOIN + self.class_id, ipc_bytes(part), None))
+        rows += [(0, clock_key(stream), b"", t) for stream, t in latest.items()]
+        if not rows:
+            return
+        cols = [pa.array([r[0] for r in rows], pa.int64()), pa.array([r[1] for r in rows]),
+                pa.array([r[2] for r in rows], pa.binary()), pa.array([0] * len(rows), pa.int64()),
+                pa.array([0] * len(rows), pa.int64()), pa.array([r[3] for r in rows], pa.int64()),
+                pa.array([clock] * len(rows), _CLOCK_TYPE)]
+        yield pa.RecordBatch.from_arrays(cols, names=self.names)
+
+
+class _Held:
+    """A join class's saved state as the interval join's worker reads a GroupState (``exists``, ``get``)."""
+
+    def __init__(self, value):
+        self.exists, self.get = value is not None, value
+
+
+def _run_joins(plan: D.Plan, parts: dict, saved: dict, kept: dict, out: list, delays: dict | None) -> None:
+    """Each join class of the plan (``catalogue["__joins__"]``) for one shard and micro-batch: its rows (``parts``)
+    through the interval join's worker (:class:`~pyspark_cq.operators.join.worker.JoinWorker`) at the
+    join's watermark (:func:`~.joins.join_watermark_ms`; the rows at or behind the previous micro-batch's
+    dropped as Spark drops them for the join alone), its state from and to ``saved`` / ``kept``, and each
+    active member's rows (:func:`~.joins.member_rows`) and counters into ``out``. The class's state counters
+    are reported on its first active member.
+    """
+    from ..operators._common.payload import split_sides
+    from ..operators.join.worker import LEFT, MICROS, RIGHT, JoinWorker
+    from .joins import join_watermark_ms, member_rows
+
+    classes = plan.catalogue.get("__joins__", {})
+    if not classes:
+        return
+    members = [m for m in plan.members.values() if m.kind == "join" and m.active]
+    batch = _batch_id()
+    for cid, (config, sides_of) in classes.items():
+        ms = [m for m in members if join_class_id(m.join.signature()) == cid]
+        worker = JoinWorker(config)
+        held = saved.get(JOIN + cid)
+        kernel, sides = worker._restore(_Held(held))
+        rows = parts.get(JOIN + cid)
+        frames = []
+        if rows is not None:
+            frames = [pa.ipc.open_stream(b).read_all().to_pandas() for b in rows[SLICES]]
+        inputs = split_sides(frames, 2)
+        streams = tuple(dict.fromkeys(sides_of))
+        wm_ms = join_watermark_ms(plan.clocks, batch, streams, delays or {})
+        # Spark drops a stateful operator's late input by the watermark of the micro-batch before (its
+        # "watermark for late events"), and evicts by the micro-batch's own: as for the join alone
+        late_ms = join_watermark_ms(plan.clocks, None if batch is None else batch - 1, streams, delays or {})
+        n_in = late = 0
+        for i in (LEFT, RIGHT):
+            pdf = inputs[i]
+            if pdf is None:
+                continue
+            n_in += len(pdf)
+            ok = ~(pdf[MICROS].to_numpy(dtype="float64", na_value=float("nan")) <= late_ms * 1000)
+            late += int((~ok).sum())
+            inputs[i] = pdf[ok].reset_index(drop=True)
+        parts_out, evicted, malformed, _, _ = worker._process(kernel, sides, inputs, wm_ms)
+        n_state = kernel.rows(LEFT) + kernel.rows(RIGHT)
+        if n_state:
+            blobs = worker._snapshot(kernel, sides)
+            kept[JOIN + cid] = blobs
+            n_bytes = sum(len(b) for b in blobs)
+        else:
+            n_bytes = 0
+        table = worker._packed(parts_out)
+        for i, m in enumerate(ms):
+            got = member_rows(table, m.join, m.stage_schema) if table is not None else m.stage_schema.empty_table()
+            counters = {M.INPUT_ROWS: n_in, M.LATE_ROWS: late, M.MALFORMED_ROWS: malformed,
+                        M.OUTPUT_ROWS: got.num_rows, M.STATE_ROWS: n_state if i == 0 else 0,
+                        M.STATE_BYTES: n_bytes if i == 0 else 0, M.EVICTED_ROWS: evicted if i == 0 else 0}
+            out.append((m.key, ipc_bytes(got) if got.num_rows else None, json.dumps(counters)))
+
+
 class GroupShard:
     """``applyInPandasWithState`` function of one stream's shared stage: one shard, one micro-batch, every
     member. The state row holds the slice tables by member key, and under :data:`SHARED` the tables that
@@ -317,6 +437,7 @@ class GroupShard:
                             json.dumps({**result.metrics, M.OUTPUT_ROWS: rows_out.num_rows})))
         if shared_out:
             kept[SHARED] = shared_out
+        _run_joins(plan, parts, saved, kept, out, self.delays)
         if data is not None:
             clocks = data.loc[data[MEMBER].map(_is_clock), [MEMBER, MAX_TIME]].dropna()
             for k, times in clocks.groupby(MEMBER, sort=True)[MAX_TIME]:

@@ -48,7 +48,7 @@ from .bucket import BUCKET, OWN, own_column, targets_column
 from .spec import JoinSpec
 from .worker import BATCH_METRICS, LEFT, METRICS, MICROS, RIGHT, SHARD, SHED_METRICS, TIME, JoinConfig, JoinWorker
 
-__all__ = ["interval_join", "window_join"]
+__all__ = ["interval_join", "window_join", "window_band"]
 
 _STATE_SCHEMA = T.StructType([T.StructField("kernel", T.BinaryType(), True),
                               T.StructField("left", T.BinaryType(), True),
@@ -276,12 +276,19 @@ def window_join(left, right, on=None, left_time=None, right_time=None, left_wind
     spec = JoinSpec.build(left, right, on, left_time, right_time, "inner", suffixes, shards, grouping, name,
                           window=(wl, wr), control=control, drop_ratio=drop_ratio, seed=seed,
                           function="window_join", left_on=left_on, right_on=right_on, kept_column=kept_column)
-    spec.lower, spec.upper = -wr + 1, wl - 1
+    spec.lower, spec.upper = window_band(wl, wr)
     spec.set_persistence(state_persistence, snapshot_every, state_dir)
     spec.set_constraints(constraints, "window_join")
     spec.set_output_mode(output_mode)
     warn_shuffle_partitions(left)
     return _execute(spec)
+
+
+def window_band(left_window: int, right_window: int) -> tuple[int, int]:
+    """The interval join band ``(lower, upper)`` (µs, inclusive) of a window join: validities ``[t, t + w)``
+    intersect exactly when ``-right_window < t_right - t_left < left_window`` (PIPES, Cammert et al., §2.4.1).
+    """
+    return -right_window + 1, left_window - 1
 
 
 # --- Spark wiring ------------------------------------------------------------------------------------

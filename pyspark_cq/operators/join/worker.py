@@ -37,7 +37,7 @@ from .._common.shed import SHED, shed_mask
 from . import changelog as _log
 
 __all__ = ["LEFT", "RIGHT", "SHARD", "TIME", "MICROS", "WINDOW", "EMITTED", "SHED_SIDES", "SHED_METRICS", "METRICS",
-           "BATCH_METRICS", "SNAPSHOT_RATIO", "JoinConfig", "state_watermarks", "evict_at_ms", "JoinWorker"]
+           "BATCH_METRICS", "SNAPSHOT_RATIO", "JoinConfig", "state_watermarks", "validity", "evict_at_ms", "JoinWorker"]
 from ...vocabulary import metrics as M
 
 if TYPE_CHECKING:
@@ -203,6 +203,16 @@ def evict_at_ms(times, lower, upper, side: int, *, guard: bool = False) -> np.nd
     if guard:
         guess = np.maximum(guess, -(-t // 1000))
     return np.asarray(guess, dtype=np.int64)
+
+
+def validity(tl, tr, wl, wr) -> list:
+    """``valid_from`` / ``valid_to`` (UTC timestamp arrays) of window-join pairs with left / right times ``tl`` /
+    ``tr`` (µs) and windows ``wl`` / ``wr`` (µs, scalars or per row): the intersection of the rows' validities
+    ``[t, t + w)`` (PIPES, Cammert et al., §2.4.1).
+    """
+    utc = pa.timestamp("us", tz="UTC")
+    return [pa.array(np.maximum(tl, tr), type=pa.int64()).cast(utc),
+            pa.array(np.minimum(np.add(tl, wl), np.add(tr, wr)), type=pa.int64()).cast(utc)]
 
 
 def _shed_counters(shed) -> dict:
@@ -610,9 +620,7 @@ class JoinWorker:
             wl, wr = lt.column(WINDOW).to_numpy(), rt.column(WINDOW).to_numpy()
         else:
             wl, wr = config.window
-        utc = pa.timestamp("us", tz="UTC")
-        return [pa.array(np.maximum(tl, tr), type=pa.int64()).cast(utc),
-                pa.array(np.minimum(tl + wl, tr + wr), type=pa.int64()).cast(utc)]
+        return validity(tl, tr, wl, wr)
 
     def _packed(self, parts) -> pa.Table | None:
         """The streaming output rows in the output's Arrow schema (TIMESTAMP columns are exact UTC

@@ -1,0 +1,210 @@
+"""Joins in a QueryGroup's shared stage (issue 40): join classes, each member's band, validity and ``cq_at`` from
+its class's pairs, and the join's watermark (pure: the oracle is a plain-Python window join per member)."""
+from __future__ import annotations
+
+import itertools
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pyspark_cq.group.joins import (
+    JoinMember,
+    canonical_names,
+    class_windows,
+    join_classes,
+    join_watermark_ms,
+    member_rows,
+)
+
+S = 1_000_000
+T0 = 1_704_067_200_000_000  # 2024-01-01 UTC, µs
+
+
+def jm(wl, wr, pairs=(("page", "page"),), left="clicks", right="views", refs=("c", "v"), at="valid_to"):
+    return JoinMember(left=left, right=right, pairs=tuple(pairs), windows=(wl * S, wr * S), refs=refs,
+                      times=("ts", "ts"), columns=(("ts", "page", "x"), ("ts", "page", "y")), at=at)
+
+
+def spec(key, j):
+    return SimpleNamespace(key=key, join=j)
+
+
+def test_classes_share_streams_roles_and_keys():
+    ms = [spec("a", jm(10, 20)), spec("b", jm(30, 5, refs=("x", "y"))),
+          spec("c", jm(10, 20, left="views", right="clicks")),        # other roles
+          spec("d", jm(10, 20, pairs=(("x", "y"),))),                 # other key
+          spec("e", jm(10, 20, pairs=(("x", "y"), ("page", "page")))),
+          spec("f", jm(1, 1, pairs=(("page", "page"), ("x", "y"))))]  # the same equalities in another order
+    assert join_classes(ms) == {"a": "a", "b": "a", "c": "c", "d": "d", "e": "e", "f": "e"}
+    assert class_windows([ms[0].join, ms[1].join]) == (30 * S, 20 * S)
+    with pytest.raises(ValueError, match="joins"):
+        class_windows([])
+
+
+def test_canonical_names_follow_the_members_key_order():
+    j = jm(1, 1, pairs=(("x", "y"), ("page", "page")))
+    names = canonical_names(j)
+    assert names["cq_k0"] == "cq_k1" and names["cq_k1"] == "cq_k0"      # sorted: (page, page) first
+    assert names["l__ts"] == "c__ts" and names["r__ts"] == "v__ts" and "l__x" not in names
+
+
+def _class_pairs(rows_l, rows_r, windows):
+    """A plain-Python window join (validities [t, t + w) intersect) on the key, canonical names."""
+    wl, wr = windows
+    out = [(k1, t1, x, t2, y) for (k1, t1, x), (k2, t2, y) in itertools.product(rows_l, rows_r)
+           if k1 == k2 and t1 < t2 + wr and t2 < t1 + wl]
+    ts = pa.timestamp("us", tz="UTC")
+    cols = list(zip(*out)) if out else [[]] * 5
+    return pa.table({"cq_k0": pa.array(cols[0], pa.string()), "l__ts": pa.array(cols[1], pa.int64()).cast(ts),
+                     "l__x": pa.array(cols[2], pa.int64()), "r__ts": pa.array(cols[3], pa.int64()).cast(ts),
+                     "r__y": pa.array(cols[4], pa.int64())})
+
+
+def test_each_member_gets_its_own_join_from_the_class_pairs():
+    rng = np.random.default_rng(3)
+    rows_l = [(str(rng.integers(0, 3)), int(rng.integers(0, 60)) * S, i) for i in range(40)]
+    rows_r = [(str(rng.integers(0, 3)), int(rng.integers(0, 60)) * S, 100 + i) for i in range(40)]
+    members = [jm(10, 20), jm(30, 5, refs=("a", "b"), at="valid_from"), jm(1, 1)]
+    pairs = _class_pairs(rows_l, rows_r, class_windows(members))
+    ts = pa.timestamp("us", tz="UTC")
+    for j in members:
+        r1, r2 = j.refs
+        schema = pa.schema([("cq_k0", pa.string()), (f"{r1}__ts", ts), (f"{r1}__x", pa.int64()),
+                            (f"{r2}__ts", ts), (f"{r2}__y", pa.int64()), ("valid_from", ts), ("valid_to", ts),
+                            ("cq_at", ts)])
+        got = member_rows(pairs, j, schema)
+        assert got.schema == schema
+        wl, wr = j.windows
+        want = sorted((k1, t1, x, t2, y, max(t1, t2), min(t1 + wl, t2 + wr))
+                      for (k1, t1, x), (k2, t2, y) in itertools.product(rows_l, rows_r)
+                      if k1 == k2 and t1 < t2 + wr and t2 < t1 + wl)
+        rows = sorted(zip(*[got.column(i).cast(pa.int64()).to_pylist() if i else got.column(i).to_pylist()
+                            for i in range(7)]))
+        assert rows == want
+        at = got.column("cq_at").cast(pa.int64()).to_pylist()
+        assert at == got.column(j.at).cast(pa.int64()).to_pylist()
+
+
+def test_join_watermark_is_the_minimum_of_the_streams_seen_and_never_goes_back():
+    delays = {"clicks": 10_000, "views": 5_000}
+    streams = ("clicks", "views")
+    assert join_watermark_ms((), 0, streams, delays) == 0
+    clocks = ((0, {"clicks": 100_000}),)                       # only clicks had rows: its watermark alone
+    assert join_watermark_ms(clocks, 1, streams, delays) == 90_000
+    assert join_watermark_ms(clocks, 0, streams, delays) == 0  # before the micro-batch that saw them
+    clocks += ((1, {"clicks": 100_000, "views": 50_000}),)     # views arrive behind: the watermark stays
+    assert join_watermark_ms(clocks, 2, streams, delays) == 90_000
+    clocks += ((2, {"clicks": 200_000, "views": 150_000}),)
+    assert join_watermark_ms(clocks, 3, streams, delays) == 145_000
+
+
+# ---- Spark, end to end: each member's sink against its query alone (cq.cql) --------------------------------------
+
+VIEWS = "ts timestamp, page string, x long, y long"
+#: an aggregate over clicks, two joins of clicks and views on x (one class, bands 30 s / 1 min and 1 min / 20 s,
+#: each with its own WHERE) and one join of views with clicks (the other roles: a class of its own)
+JQ = {
+    "agg": "RSTREAM(SELECT page, COUNT(*) AS n FROM clicks [RANGE 1 MINUTE SLIDE 20 SECONDS] GROUP BY page)",
+    "j_eu": "DSTREAM(SELECT c.x, c.page, v.page AS vpage, v.y FROM clicks c [RANGE 30 SECONDS] "
+            "JOIN views v [RANGE 1 MINUTE] ON c.x = v.x WHERE c.region = 'eu')",
+    "j_y": "ISTREAM(SELECT clicks.x, clicks.ts AS cts, views.ts AS vts, y * 2 AS y2 FROM clicks [RANGE 1 MINUTE], "
+           "views [RANGE 20 SECONDS] WHERE clicks.x = views.x AND y > 10)",
+    "j_vc": "DSTREAM(SELECT v.x, v.y, c.region FROM views v [RANGE 10 SECONDS] JOIN clicks c [RANGE 10 SECONDS] "
+            "ON v.x = c.x)",
+}
+
+
+def write_join_views(directory, files, rows, seed=7, first=0):
+    """Views over the clicks' event time (4 minutes a file), some late by up to 2 minutes."""
+    from helpers.files import write_in_order
+
+    os.makedirs(directory, exist_ok=True)
+    rng = np.random.default_rng(seed + first)
+    for f in range(first, first + files):
+        ts = T0 + f * 240_000_000 + rng.integers(0, 240_000_000, rows)
+        ts = np.where(rng.random(rows) < 0.05, ts - 120_000_000, ts)
+        table = pa.table({"ts": pa.array(ts, pa.timestamp("us", tz="UTC")),
+                          "page": pa.array(rng.choice(["a", "b"], rows), pa.string()),
+                          "x": pa.array(rng.integers(0, 100, rows)), "y": pa.array(rng.integers(0, 30, rows))})
+        write_in_order(table, os.path.join(directory, f"part-{f:02d}.parquet"), f)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_join_members_equal_their_queries_alone_across_a_restart(spark, tmp_dir):
+    """Two micro-batches, a stop, a new group on the checkpoint with a third: each member's sink holds exactly
+    its query's rows alone over all three files (0 lost, 0 duplicated), the two clicks-views joins in one class."""
+    from test_query_group import assert_same_rows, clicks_stream, write_clicks
+
+    import pyspark_cq as cq
+
+    cdir, vdir = os.path.join(tmp_dir, "clicks"), os.path.join(tmp_dir, "views")
+    write_clicks(cdir, files=2, rows=300)
+    write_join_views(vdir, files=2, rows=300)
+
+    def views_stream():
+        return (spark.readStream.schema(VIEWS).option("maxFilesPerTrigger", 1).parquet(vdir)
+                .withWatermark("ts", "30 seconds"))
+
+    def run():
+        g = cq.QueryGroup(spark, sources={"clicks": clicks_stream(spark, cdir), "views": views_stream()},
+                          checkpoint=os.path.join(tmp_dir, "ck"), shards=2)
+        for name, text in JQ.items():
+            g.add(name, text, sink=os.path.join(tmp_dir, "out", name))
+        q = g.start(trigger={"availableNow": True})
+        q.awaitTermination()
+        assert q.exception() is None
+        return g
+
+    def alone():        # the oracle: each query alone, stopped and started again at the same files
+        sources = {"clicks": clicks_stream(spark, cdir), "views": views_stream()}
+        started = [cq.cql(spark, text, sources).writeStream.format("parquet")
+                   .option("path", os.path.join(tmp_dir, "alone", name))
+                   .option("checkpointLocation", os.path.join(tmp_dir, "alone_ck", name))
+                   .trigger(availableNow=True).start() for name, text in JQ.items()]
+        for q in started:       # side by side
+            q.awaitTermination()
+            assert q.exception() is None
+
+    g = run()
+    alone()
+    assert {n: (v["mode"], v["join_class"]) for n, v in g.queries.items()} == {
+        "agg": ("shared", None), "j_eu": ("join", "j_eu"), "j_y": ("join", "j_eu"), "j_vc": ("join", "j_vc")}
+    with pytest.raises(ValueError, match="'j_new'.*cannot join a running group"):
+        g.add("j_new", JQ["j_eu"].replace("DSTREAM", "ISTREAM"), sink=os.path.join(tmp_dir, "out", "x"))
+    with pytest.raises(ValueError, match="'outer'.*LEFT OUTER JOIN.*cannot run in a query group"):
+        g.add("outer", "ISTREAM(SELECT c.x FROM clicks c [RANGE 10 SECONDS] LEFT JOIN views v [RANGE 10 SECONDS] "
+                       "ON c.x = v.x)", sink=os.path.join(tmp_dir, "out", "y"))
+    write_clicks(cdir + "_more", files=3, rows=300)      # the same generator: its third file
+    os.replace(os.path.join(cdir + "_more", "part-02.parquet"), os.path.join(cdir, "part-02.parquet"))
+    write_join_views(vdir, files=1, rows=300, first=2)
+    g = run()                                             # a new group on the same checkpoint
+    alone()
+    for name in JQ:
+        n = assert_same_rows(spark.read.parquet(os.path.join(tmp_dir, "out", name)),
+                             spark.read.parquet(os.path.join(tmp_dir, "alone", name)), name)
+        assert n > 0, name
+    totals = cq.read_metrics(g, "j_y", "total")
+    assert totals["state_rows"] == 0 and cq.read_metrics(g, "j_eu", "total")["input_rows"] > 0
+
+
+def test_a_checkpoint_keeps_its_join_classes():
+    """A restart with a join class of other widest windows is refused, listing both; the same classes pass."""
+    from pyspark_cq.group import doc as D
+    from pyspark_cq.group.api import _join_classes, check_join_layout
+    from pyspark_cq.group.worker import join_class_id
+
+    a, b = jm(10, 20), jm(30, 5)
+    specs = [SimpleNamespace(kind="join", join=a, name="a"), SimpleNamespace(kind="join", join=b, name="b")]
+    classes = _join_classes(specs)
+    cid = join_class_id(a.signature())
+    assert list(classes) == [cid] and [s.name for s in classes[cid]] == ["a", "b"]
+    previous = D.Plan(catalogue={"__joins__": {cid: (SimpleNamespace(window=(30 * S, 20 * S), n_keys=1),
+                                                     ("clicks", "views"))}})
+    check_join_layout("g", "ck", previous, classes)
+    check_join_layout("g", "ck", None, classes)
+    with pytest.raises(ValueError, match="other join classes"):
+        check_join_layout("g", "ck", previous, _join_classes(specs[:1]))   # widest windows (10 s, 20 s) now

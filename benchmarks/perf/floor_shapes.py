@@ -112,6 +112,8 @@ def shapes():
         "read -> noop": lambda d: d,
         SPARK_WINDOW: lambda d: common.spark_agg(d, "60 seconds"),
         "ours sliding_aggregate, W/S = 60": lambda d: common.ours_agg(d, "60 seconds"),
+        # state="files": the same operator in a stateless stage, its state in files (issue 39)
+        "ours sliding_aggregate, W/S = 60, state='files'": lambda d: common.ours_agg(d, "60 seconds", state="files"),
         "mapInArrow(8 rows) -> applyInPandasWithState": lambda d: stateful(python_shard(d), common._trivial_state),
         "  + event-time timeouts (our aggregation's shape)": lambda d: stateful(
             python_tagged(d), _trivial_timeout, timeout="EventTimeTimeout"),

@@ -43,8 +43,8 @@ from . import state_files as _state_files
 
 __all__ = ["MAGIC", "FILES_MAGIC", "RESIDENT", "LogInfo", "Manifest", "is_log", "is_manifest", "token_of", "parse",
            "snapshot_field", "append_delta", "pack_snapshot", "unpack_snapshot", "state_files", "load", "save",
-           "forget", "PERSISTENCE", "CHOICES", "STATE_DIR_DEFAULT", "QUERY_FIELD", "RETAIN_CONF", "RETAIN_DEFAULT",
-           "auto_state_dir", "settings"]
+           "forget", "query_id", "PERSISTENCE", "CHOICES", "STATE_DIR_DEFAULT", "QUERY_FIELD", "RETAIN_CONF",
+           "RETAIN_DEFAULT", "auto_state_dir", "settings"]
 
 MAGIC = b"CQL1"
 FILES_MAGIC = b"CQF1"
@@ -204,7 +204,7 @@ def state_files(root: str | None, doc: str) -> _state_files.StateFiles:
                          f"snapshots are files in the state directory: pass the same state_dir= ({doc}, "
                          f"*State persistence*)")
     if QUERY_FIELD in root:
-        root = root.replace(QUERY_FIELD, _query_id())
+        root = root.replace(QUERY_FIELD, query_id())
     if root not in _STORES:
         _STORES[root] = _state_files.StateFiles(root)
     return _STORES[root]
@@ -227,7 +227,7 @@ def _check_sole_writer(files, key, log: Manifest) -> None:
                          "operators of one query share a state directory; give each its own name= (or state_dir=)")
 
 
-def _query_id() -> str:
+def query_id() -> str:
     """The streaming query's id in a task (Spark's local property); ValueError outside a streaming query."""
     from pyspark import TaskContext
 

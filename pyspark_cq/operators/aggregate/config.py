@@ -18,7 +18,7 @@ from ...control import ControlHandle, Entry
 from ...vocabulary import metrics as M
 from .spec import OP_MAX_F, OP_MIN_F, OP_SUM_F, AggSpec, KeyColumn, arrow_type, from_int64, nonnull_numpy, to_int64
 
-__all__ = ["TIME", "HASH", "SHARD", "KHASH", "START", "BAD", "TAG", "SHED_COL", "SLICES", "METRICS", "key_name",
+__all__ = ["TIME", "HASH", "SHARD", "KHASH", "START", "BAD", "TAG", "SHED_COL", "SLICES", "MAXT", "METRICS", "key_name",
            "null_name", "value_name", "partial_name", "AggConfig", "BatchParams", "read_entry", "batch_params",
            "round_starts", "last_window_end", "encode_key", "decode_keys"]
 
@@ -30,6 +30,8 @@ TIME, HASH = "__cq_t", "__cq_h"
 SHARD, KHASH, START, BAD, TAG = "__cq_shard", "__cq_hash", "__cq_start", "__cq_bad", "__cq_tag"
 SHED_COL = "__cq_shed"   # rows the slicer shed (drop_ratio), carried by the marker rows like BAD
 SLICES = "__cq_slices"   # packed transport: slices of one shard as an Arrow IPC message (see Slicer._pack)
+#: state="files": the latest event time (microseconds) a slicer task saw, carried by its marker rows (else null)
+MAXT = "__cq_maxt"
 #: Columns of the row transport that a packed row carries itself (the rest travel inside SLICES).
 _ROW_ONLY = (SHARD, BAD, SHED_COL, TAG)
 #: The streaming aggregation's report: the shared counters plus ``shed_rows``.
@@ -129,16 +131,19 @@ class AggConfig:
             fields.append(T.StructField(TAG, self.time_type, True, tag_metadata))
         return T.StructType(fields)
 
-    def packed_schema(self, tag_metadata: dict | None) -> T.StructType:
+    def packed_schema(self, tag_metadata: dict | None, max_time: bool = False) -> T.StructType:
         """Spark schema of the packed slice transport (streaming, shard layout): per row slices of one shard
         in an Arrow IPC message (``SLICES``, :meth:`slices_arrow_schema`), and the malformed and shed row
-        counts (non-zero in marker rows only, whose message is empty).
+        counts (non-zero in marker rows only, whose message is empty). ``max_time`` (``state="files"``): one
+        more column, ``MAXT``, the latest event time the slicer task saw, in its marker rows.
 
         The stateful input then has a few rows per task and batch instead of one per slice: the JVM
         moves each slice as bytes, not as a row through the shuffle, the sort and the pandas conversion.
         """
         row = self.sliced_schema(tag_metadata)
         fields = [row[SHARD], T.StructField(SLICES, T.BinaryType(), False), row[BAD], row[SHED_COL]]
+        if max_time:
+            fields.append(T.StructField(MAXT, T.LongType(), True))
         return T.StructType(fields + ([row[TAG]] if tag_metadata is not None else []))
 
     def slices_arrow_schema(self) -> pa.Schema:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -55,7 +56,7 @@ __all__ = ["sliding_aggregate"]
 
 EMIT_MODES = ("windows", "changes")
 OUTPUT_MODES = ("append", "update", "complete")
-STATE_HOMES = ("groupstate", "tws")
+STATE_HOMES = ("groupstate", "tws", "files")
 _PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 _ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 #: Hidden column of ``output_mode="complete"``: a window's count(*), which grows with every update of it.
@@ -71,7 +72,7 @@ _I64_MAX, _I64_MIN = 2**63 - 1, -(2**63)
 
 def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularity=None, emit="windows", *,
                       output_mode="append", shards=None, name=None, control=None, state="groupstate",
-                      kept_column=None):
+                      kept_column=None, state_dir=None):
     """Sliding-window aggregation over slices, exact against Spark's ``window()`` aggregation.
 
     Spark evaluates ``groupBy(window(time, W, S), *by).agg(...)`` by copying every row into each of its
@@ -179,7 +180,13 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         ``transformWithStateInPandas`` with an event-time timer, which needs
         ``spark.sql.streaming.stateStore.providerClass`` set to Spark's RocksDB provider. Both give the
         same rows; see docs/benchmark-log-2026.md, "transformWithStateInPandas as the state home" for what each
-        costs. Keep it fixed for the life of a checkpoint (the two are different Spark operators).
+        costs. ``"files"``: no Spark state at all; the stage is stateless (``repartition`` by shard and
+        ``mapInPandas``, so ``spark.sql.shuffle.partitions`` does not matter) and each shard's state is a file
+        per micro-batch under ``state_dir``, the watermark computed by the operator as Spark does. Without a
+        stateful operator Spark runs no micro-batch without new rows: windows are emitted by the next batch with
+        data (Spark's rows with ``spark.sql.streaming.noDataMicroBatches.enabled=false``). Streaming
+        ``output_mode="append"`` and the shard layout only; see docs/aggregate.md, "State in files". Keep it
+        fixed for the life of a checkpoint (they are different Spark operators).
     kept_column : str, optional
         A new output column (double, last): per window the fraction of its input rows the shedding stage
         kept, ``kept / (kept + shed)`` over the rows that fell into the window (RTStream, Wei et al., §4.4;
@@ -188,6 +195,11 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         life of a checkpoint. ``emit="windows"`` and ``output_mode`` ``"append"`` or ``"update"`` only. In
         update mode a window is also emitted again when only shed rows of it arrived (its kept fraction
         changed). See docs/aggregate.md, "Control table".
+    state_dir : str, optional
+        ``state="files"``: the directory of the shards' state files, one per operator of one query (a path
+        every executor shares, or a URI pyarrow understands). Default: ``<spark.sql.streaming.checkpointLocation
+        or spark.sql.warehouse.dir>/pyspark_cq_state/<query id>/<name>`` where every executor reaches it (a
+        local master, or a warehouse on a shared file system), otherwise required. Ignored by the other homes.
 
     Returns
     -------
@@ -224,6 +236,10 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         control=control, state=state, kept_column=kept_column)
     streaming, spec, keys, out_names = df.isStreaming, config.spec, config.keys, config.out_names
     by = [k.name for k in keys]
+    if streaming and state == "files":
+        return _files_stage(df, time, config, delay, _files_dir(df, state_dir, config.name))
+    if state_dir is not None:
+        _files_dir(df, state_dir, config.name)   # checked, though only state="files" uses it
     warn_shuffle_partitions(df)
     group_col = SHARD if layout == "shard" else KHASH
     if streaming:
@@ -272,6 +288,35 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         return _metrics.attach(raw, config.name)
 
 
+def _files_dir(df, state_dir, name: str) -> str:
+    """The state directory of ``state="files"`` (see ``state_dir``); ValueError / TypeError naming it."""
+    from .._common.changelog import auto_state_dir
+
+    if state_dir is not None and (not isinstance(state_dir, str) or not state_dir.strip()):
+        raise TypeError(f"state_dir must be a directory path or URI (str), got {state_dir!r}")
+    root = state_dir if state_dir is not None else auto_state_dir(df.sparkSession, name)
+    if root is None:
+        raise ValueError("state='files' needs state_dir=: a directory every executor reads and writes (a shared "
+                         "file system; a local path in local mode), one per operator of one query -- or set the "
+                         "session's spark.sql.streaming.checkpointLocation")
+    return root if "://" in root else os.path.abspath(root)
+
+
+def _files_stage(df, time, config: AggConfig, delay, root: str):
+    """The streaming plan of ``state="files"`` (:mod:`.files`): the packed slicer, ``repartition`` by shard and
+    a stateless ``mapInPandas`` step whose state is in files; its report is the stateful stage's.
+    """
+    from .files import FileShards
+
+    slicer = Slicer(config, False, markers=True, packed=True, max_time=True)
+    sliced = df.select(*_projection(df, time, config.keys, config.spec)).mapInArrow(
+        slicer, config.packed_schema(None, max_time=True))
+    packed_schema = _metrics.packed_schema(config.output_schema(), AGG_METRICS)
+    packed = sliced.repartition(config.shards, F.col(SHARD)).mapInPandas(FileShards(config, root, delay),
+                                                                         packed_schema)
+    return _metrics.attach_packed(packed, config.name, config.output_schema(), AGG_METRICS)
+
+
 def configure(df, time, window, slide=None, by=(), aggs=None, granularity=None, emit="windows", *,
               output_mode="append", shards=None, name=None, control=None, state="groupstate", kept_column=None):
     """The validated :class:`~.config.AggConfig` of :func:`sliding_aggregate`'s arguments (same meaning, same
@@ -300,6 +345,9 @@ def configure(df, time, window, slide=None, by=(), aggs=None, granularity=None, 
     if output_mode not in OUTPUT_MODES:
         raise ValueError(f"output_mode must be one of {OUTPUT_MODES}, got {output_mode!r}")
     layout, shards = resolve_shards(shards, AGGREGATE, keyed=bool(by))
+    if state == "files" and df.isStreaming and (output_mode != "append" or layout != "shard"):
+        raise ValueError(f"state='files' runs output_mode='append' in the shard layout (a stateless stage emits "
+                         f"each window once); got output_mode={output_mode!r}, layout {layout!r}")
     control = operator_handle(control, "sliding_aggregate")
     if name is None:
         name = control.operator if control is not None else DEFAULT_NAME

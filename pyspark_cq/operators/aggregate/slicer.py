@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ... import _validate
 from ..._native import load
@@ -32,15 +33,21 @@ class Slicer:
     emits one marker row per shard, so that every shard is invoked in every micro-batch and always
     knows the previous batch's watermark (see :func:`run_shard`). ``packed``: the slices leave packed by
     shard (:meth:`AggConfig.packed_schema`), else one row per slice (:meth:`AggConfig.sliced_schema`).
+    ``max_time`` (packed, ``state="files"``): the marker rows also carry the latest event time of the task's
+    rows (before shedding, as Spark's watermark sees them), so that every shard learns the batch's maximum.
     """
 
-    def __init__(self, config: AggConfig, tag: bool, markers: bool = True, packed: bool = False):
+    def __init__(self, config: AggConfig, tag: bool, markers: bool = True, packed: bool = False,
+                 max_time: bool = False):
         if packed and not markers:
             raise ValueError("packed: the packed transport needs the shard layout's marker rows")
+        if max_time and not packed:
+            raise ValueError("max_time: only the packed transport carries the latest event time")
         self.config, self.tag, self.emit_markers, self.packed = config, tag, markers, packed
+        self.max_time = max_time
         # what every output batch has, built once per task (not per Arrow batch)
         meta = {} if tag else None
-        self.out_names = (config.packed_schema(meta) if packed else config.sliced_schema(meta)).names
+        self.out_names = (config.packed_schema(meta, max_time) if packed else config.sliced_schema(meta)).names
         self.slices_schema = config.slices_arrow_schema() if packed else None
 
     def __call__(self, batches):
@@ -55,10 +62,15 @@ class Slicer:
                              f"(micro-batch {_validate.micro_batch_id()})")
         counted = self.config.shed_partial is not None
         bad = shed = 0
+        latest = None             # max_time: the latest event time of the task's rows
         held, held_rows = [], 0   # packed: slices not yet sent (fewer, larger messages)
         for batch in batches:
             if batch.num_rows == 0:
                 continue
+            if self.max_time:
+                t = pc.max(to_int64(batch.column(TIME))).as_py()
+                if t is not None and (latest is None or t > latest):
+                    latest = t
             drop = None
             if counted:  # kept_column: shed rows stay, masked, so that each slice counts them
                 drop = batch_shed_mask(batch, ratio)
@@ -86,7 +98,7 @@ class Slicer:
         if held:
             yield self._pack(held)
         if self.emit_markers:
-            yield self.markers(bad, shed)
+            yield self.markers(bad, shed, latest)
 
     def slice(self, kernel, batch: pa.RecordBatch, gsched=None, drop: np.ndarray | None = None):
         """Slices of one Arrow batch; with a granularity schedule each row is rounded down with the
@@ -158,9 +170,12 @@ class Slicer:
         zeros = np.zeros(len(blobs), dtype=np.int64)
         return self._packed_rows(shards[bounds[:-1]], blobs, zeros, zeros)
 
-    def _packed_rows(self, shards: np.ndarray, blobs: list, bad: np.ndarray, shed: np.ndarray) -> pa.RecordBatch:
+    def _packed_rows(self, shards: np.ndarray, blobs: list, bad: np.ndarray, shed: np.ndarray,
+                     latest: int | None = None) -> pa.RecordBatch:
         cols = [pa.array(shards, type=pa.int64()), pa.array(blobs, type=pa.binary()),
                 pa.array(bad, type=pa.int64()), pa.array(shed, type=pa.int64())]
+        if self.max_time:
+            cols.append(pa.array([latest] * len(blobs), type=pa.int64()))
         return self._with_tag(cols)
 
     def _with_tag(self, cols: list) -> pa.RecordBatch:
@@ -169,9 +184,9 @@ class Slicer:
             cols = cols + [pa.nulls(len(cols[0]), type=arrow_type(self.config.time_type))]
         return pa.RecordBatch.from_arrays(cols, names=self.out_names)
 
-    def markers(self, bad: int, shed: int = 0) -> pa.RecordBatch:
+    def markers(self, bad: int, shed: int = 0, latest: int | None = None) -> pa.RecordBatch:
         """One row per shard with count(*) = 0 (never a slice; packed: no slices at all); shard 0's
-        carries the null-time and shed counts.
+        carries the null-time and shed counts, every one the latest event time (``max_time``).
         """
         k = self.config.shards
         hashes = np.arange(k, dtype=np.int64)
@@ -179,6 +194,6 @@ class Slicer:
         badcol, shedcol = zeros.copy(), zeros.copy()
         badcol[0], shedcol[0] = bad, shed
         if self.packed:
-            return self._packed_rows(shard_key_values(hashes, k), [b""] * k, badcol, shedcol)
+            return self._packed_rows(shard_key_values(hashes, k), [b""] * k, badcol, shedcol, latest)
         keys = [pa.nulls(k, type=arrow_type(kc.dtype)) for kc in self.config.keys]
         return self._rows(hashes, keys, zeros, [zeros] * len(self.config.spec.ops), badcol, shedcol)

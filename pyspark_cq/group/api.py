@@ -902,7 +902,10 @@ class QueryGroup:
         name = member.spec.name
         if member.spec.kind == "join":
             raise ValueError(f"query {name!r}: a join cannot join a running group: the join classes and their "
-                             f"bands are part of the group's Spark plan, fixed at start(); add it before start(), "
+                             f"bands are part of the group's Spark plan, fixed at start(), and a member joining "
+                             f"an existing class could not get exactly its query's rows alone after its start (the "
+                             f"class's state does not keep the micro-batch each row arrived in, which decides what "
+                             f"its query alone drops as late; docs/groups.md, \"Joins\"); add it before start(), "
                              f"or stop the group and start it again with the query (the same checkpoint only "
                              f"if it joins an existing class with a band inside the class's)")
         if member.spec.kind == "shared" and member.spec.at[1]:

@@ -200,6 +200,10 @@ def test_join_members_equal_their_queries_alone_across_a_restart(spark, tmp_dir)
                      ("j_vc", "j_vc", "views", "clicks", 10, 10)]
     fixed = fixed_classes(g._loads())           # agg: no QoS range; the join classes: their band is fixed
     assert set(fixed) == {"agg", "j_eu", "j_vc"} and "join class" in fixed["j_vc"]
+    # ... and the policies see each join's class, with no QoS range (the pipes plugin costs the class once)
+    plans = g.member_plans()
+    assert {n: (plans[n]["slice_class"], plans[n]["qos"]) for n in ("j_eu", "j_y", "j_vc")} == {
+        "j_eu": ("j_eu", {}), "j_y": ("j_eu", {}), "j_vc": ("j_vc", {})}
     with pytest.raises(ValueError, match="'j_new'.*cannot join a running group"):
         g.add("j_new", JQ["j_eu"].replace("DSTREAM", "ISTREAM"), sink=os.path.join(tmp_dir, "out", "x"))
     with pytest.raises(ValueError, match="'outer'.*LEFT OUTER JOIN.*cannot run in a query group"):

@@ -280,14 +280,13 @@ class QueryGroup:
         :meth:`windows`), ``qos`` (label ``"<name>_agg.window"`` -> ``QoSRange`` of a shared ``RSTREAM``
         query whose text gives one; the only parameter of a member a policy may change, through
         :meth:`set_window`; a join's is empty: its windows are its join class's band, fixed at start) and
-        ``slice_class`` (the first query of its slice class, whose table it shares; None for a join, a query
-        running alone or paused).
+        ``slice_class`` (the first query of its slice class, whose table it shares; for a join the first query of
+        its join class, whose state it shares; None for a query running alone or a paused shared query).
         """
         from .. import plan as P
 
         windows = self.windows()
-        classes = {m.name: m.slice_class for m in self._shared_loads(
-            D.read_plan(self._dir) if self._query is not None else None)}
+        classes = {m.name: m.state_class for m in self._loads()}
         out = {}
         for name, m in self._members.items():
             plan, qos = m.plan, {}

@@ -32,7 +32,8 @@ THROUGH_CONNECT = {
     "select_chain": ["test_select_chain.py::test_stream_switches_plans_between_batches_and_reports_each_step"],
     "cql": ["test_cql_compile.py::test_streaming_aggregate_and_join_equal_spark_streaming"],
     # two streams (the group clock's watermark policy and settings go through the Connect session) cover the
-    # one-stream path's API, shared stage and sinks as well (one group test: the suite's time)
+    # one-stream path's API, shared stage and sinks as well, and a two-stream inner join member (a join class of
+    # the shared stage) (one group test: the suite's time)
     "query_group": ["test_query_group_streams.py::test_two_streams_each_member_equals_its_query_alone"],
     "runtime": ["test_runtime.py::test_runtime_policy_loop_drives_query_and_survives_broken_policy"],
 }

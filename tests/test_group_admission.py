@@ -5,6 +5,8 @@ key, one slice per granularity of the class's widest window plus the watermark d
 """
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from pyspark_cq.cost import groups as G
@@ -200,6 +202,91 @@ def test_arguments_are_validated_with_their_names():
         G.replan([], DENSE, target_rows=-1)
 
 
+
+
+def j(name, cls, wl, wr, left="s", right="t"):
+    """A two-stream inner join member (windows in seconds) of join class ``cls``."""
+    return G.JoinLoad(name, cls, left, right, wl * S, wr * S)
+
+
+def _eq9_side(rate, keep_s, other_rate):
+    """One status structure of PIPES's eq. (9) (Cammert et al., §3.6.3), by hand: a source of ``rate`` rows/s
+    (d = 1000/rate ms, l = 1 ms) behind a window of ``keep_s`` seconds (Formula 7: l' = keep + 1 ms) holds
+    ⌈l'/d⌉ rows plus d_other/(2·d) until the next reorganisation."""
+    d, d_other = 1000 / rate, 1000 / other_rate
+    return math.ceil((keep_s * 1000 + 1) / d) + d_other / (2 * d)
+
+
+def test_a_join_class_state_is_eq9_through_its_widest_windows_counted_once():
+    """s (100 rows/s, δ 0) joined with t (50 rows/s, δ 60 s): the class's state keeps each side for the class's
+    widest window of that side plus the larger delay (the join runs at the minimum watermark of its streams):
+    left 30 + 60 s, right 60 + 60 s — about 100 × 90 + 50 × 120 = 15,000 rows — however many members share it,
+    whatever their keys and WHERE (every row of both streams enters the state)."""
+    one = G.group_state_rows([j("a", "a", 30, 20), j("b", "a", 10, 60)], DENSE)
+    oracle = _eq9_side(100, 90, 50) + _eq9_side(50, 120, 100)
+    assert one == {"a": oracle} and oracle == 9_001 + 1 + 6_001 + 0.25
+    assert abs(oracle - (100 * 90 + 50 * 120)) < 5                 # rows within band + delay, both sides
+    # a third member inside the band adds nothing; per-member states would have counted the class three times
+    assert G.group_state_rows([j("a", "a", 30, 20), j("b", "a", 10, 60), j("c", "a", 5, 5)], DENSE) == one
+    assert sum(G.join_class_state_rows([x], DENSE) for x in (j("a", "a", 30, 20), j("b", "a", 10, 60))) > oracle
+    # keys and selectivity do not apply to a join's state
+    other = {"s": G.StreamLoad(100.0, keys=999, selectivity=0.1), "t": DENSE["t"]}
+    assert G.join_class_state_rows([j("a", "a", 30, 60)], other) == oracle
+    # the roles matter: t JOIN s keeps t's rows for its left window
+    assert G.join_class_state_rows([j("r", "r", 60, 30, left="t", right="s")], DENSE) == oracle
+    # a stream without rows keeps no state; the other side is counted against itself
+    quiet = {"s": G.StreamLoad(0.0), "t": DENSE["t"]}
+    assert G.join_class_state_rows([j("a", "a", 30, 60)], quiet) == _eq9_side(50, 120, 50)
+    assert G.join_class_state_rows([j("a", "a", 30, 60)], {"s": G.StreamLoad(0.0), "t": G.StreamLoad(0.0)}) == 0
+    # slice classes and join classes side by side, each once
+    mixed = G.group_state_rows([m("x", "x", 300), j("a", "a", 30, 60), m("y", "x", 60)], DENSE)
+    assert mixed == {"x": 300, "a": oracle}
+
+
+def test_admission_admits_and_refuses_joins_on_their_class_state():
+    members = [m("x", "x", 300), j("a", "a", 30, 60)]               # 300 + 15,003.25 rows
+    base = 300 + _eq9_side(100, 90, 50) + _eq9_side(50, 120, 100)
+    inside = G.admit(members, j("b", "a", 10, 20), DENSE, budget=300_000, row_bytes=10)
+    assert inside.accepted and inside.added_rows == 0 and inside.rows == base
+    assert "shares the join state of 'a' (1 queries)" in inside.reason
+    wider = G.admit(members, j("w", "a", 90, 60), DENSE, budget=300_000, row_bytes=10)
+    wide = 300 + _eq9_side(100, 150, 50) + _eq9_side(50, 120, 100)      # left kept for 90 + 60 s now
+    assert wider.accepted and wider.rows == wide and wider.added_rows == pytest.approx(wide - base)
+    new = j("n", "n", 10, 10, left="t", right="s")
+    no = G.admit(members, new, DENSE, budget=base * 10 + 1_000, row_bytes=10)
+    added = _eq9_side(50, 70, 100) + _eq9_side(100, 70, 50)
+    assert not no.accepted and no.added_rows == pytest.approx(added)
+    assert "rejected 'n' (a new join class)" in no.reason
+    assert G.admit(members, new, DENSE, budget=(base + added) * 10, row_bytes=10).accepted
+
+
+def test_a_join_class_is_fixed_in_a_replan_and_its_state_counted_as_it_is():
+    """The manager never shrinks a join class's state (its band is the widest member's, fixed with the Spark
+    plan): the re-plan counts it as fixed rows and reduces the slice classes to make room."""
+    members = [m("x", "x", 600, qos=(60, 600)), j("a", "a", 30, 60), j("b", "a", 10, 10)]
+    join_rows = _eq9_side(100, 90, 50) + _eq9_side(50, 120, 100)
+    assert G.fixed_classes(members) == {"a": G.fixed_classes([j("a", "a", 1, 1)])["a"]}
+    assert "join class" in G.fixed_classes(members)["a"]
+    plan = G.replan(members, DENSE, target_rows=join_rows + 120)
+    assert plan.feasible and plan.windows == {"x": 120 * S} and plan.rows_after == join_rows + 120
+    assert set(plan.fixed) == {"a"}
+    low = G.replan(members, DENSE, target_rows=join_rows)          # not even x at its minimum fits
+    assert not low.feasible and low.windows == {"x": 60 * S} and low.rows_after == join_rows + 60
+
+
+def test_join_loads_are_validated_with_their_names():
+    with pytest.raises(ValueError, match="JoinLoad left_window must be a positive int"):
+        G.JoinLoad("a", "a", "s", "t", 0, 1)
+    with pytest.raises(TypeError, match="JoinLoad right must be a non-empty str"):
+        G.JoinLoad("a", "a", "s", "", 1, 1)
+    with pytest.raises(KeyError, match="no StreamLoad for stream 'q'.*join class 'a'"):
+        G.group_state_rows([j("a", "a", 1, 1, right="q")], DENSE)
+    with pytest.raises(ValueError, match="same two streams in the same roles"):
+        G.join_class_state_rows([j("a", "a", 1, 1), j("b", "a", 1, 1, left="t", right="s")], DENSE)
+    with pytest.raises(ValueError, match="both a slice class's and a join class's"):
+        G.group_state_rows([m("a", "a", 60), j("b", "a", 1, 1)], DENSE)
+    with pytest.raises(TypeError, match="new must be a MemberLoad or a JoinLoad"):
+        G.admit([], "a", DENSE, budget=1, row_bytes=1)
 
 
 def test_a_window_change_applies_at_the_next_micro_batch_boundary():

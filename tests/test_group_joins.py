@@ -169,10 +169,41 @@ def test_join_members_equal_their_queries_alone_across_a_restart(spark, tmp_dir)
             q.awaitTermination()
             assert q.exception() is None
 
+    # admission control on the join classes' state (PIPES eq. 9 through the class's widest windows, once per
+    # class; by hand with test_group_admission's eq. (9) side): clicks 1 row/s, δ 60 s; views 2 rows/s, δ 30 s
+    from test_group_admission import _eq9_side
+
+    from pyspark_cq.cost.groups import StreamLoad
+    from pyspark_cq.runtime import CQRuntime, QueryRejected
+
+    g0 = cq.QueryGroup(spark, sources={"clicks": clicks_stream(spark, cdir), "views": views_stream()},
+                       checkpoint=os.path.join(tmp_dir, "ck0"), shards=2)
+    rt = CQRuntime(spark, memory_budget=4_000)
+    rt.register_group(g0, loads={"clicks": StreamLoad(1.0, watermark_delay=60.0),
+                                 "views": StreamLoad(2.0, watermark_delay=30.0)}, row_bytes=10)
+    for name in ("j_eu", "j_y"):      # one class: widest (60 s, 60 s), each side kept 60 + 60 s
+        g0.add(name, JQ[name], sink=os.path.join(tmp_dir, "out0", name))
+    assert rt.group_state(g0.name)["classes"]["j_eu"]["estimated_rows"] == _eq9_side(1, 120, 2) + _eq9_side(2, 120, 1)
+    with pytest.raises(QueryRejected, match=r"'j_vc' \(a new join class\).*4,000 B"):   # +213.25 rows: 5,765 B
+        g0.add("j_vc", JQ["j_vc"], sink=os.path.join(tmp_dir, "out0", "j_vc"))
+    assert list(g0.queries) == ["j_eu", "j_y"]
     g = run()
     alone()
     assert {n: (v["mode"], v["join_class"]) for n, v in g.queries.items()} == {
         "agg": ("shared", None), "j_eu": ("join", "j_eu"), "j_y": ("join", "j_eu"), "j_vc": ("join", "j_vc")}
+    # the state estimate sees each join class once, at the band it started with (the class's widest windows)
+    from pyspark_cq.cost.groups import JoinLoad, fixed_classes
+
+    joins = [(x.name, x.join_class, x.left, x.right, x.left_window // S, x.right_window // S)
+             for x in g._loads() if isinstance(x, JoinLoad)]
+    assert joins == [("j_eu", "j_eu", "clicks", "views", 60, 60), ("j_y", "j_eu", "clicks", "views", 60, 20),
+                     ("j_vc", "j_vc", "views", "clicks", 10, 10)]
+    fixed = fixed_classes(g._loads())           # agg: no QoS range; the join classes: their band is fixed
+    assert set(fixed) == {"agg", "j_eu", "j_vc"} and "join class" in fixed["j_vc"]
+    # ... and the policies see each join's class, with no QoS range (the pipes plugin costs the class once)
+    plans = g.member_plans()
+    assert {n: (plans[n]["slice_class"], plans[n]["qos"]) for n in ("j_eu", "j_y", "j_vc")} == {
+        "j_eu": ("j_eu", {}), "j_y": ("j_eu", {}), "j_vc": ("j_vc", {})}
     with pytest.raises(ValueError, match="'j_new'.*cannot join a running group"):
         g.add("j_new", JQ["j_eu"].replace("DSTREAM", "ISTREAM"), sink=os.path.join(tmp_dir, "out", "x"))
     with pytest.raises(ValueError, match="'outer'.*LEFT OUTER JOIN.*cannot run in a query group"):

@@ -672,6 +672,35 @@ def test_group_members_slice_class_state_is_costed_once_and_fixed_classes_are_ke
     assert "d_agg" in {d.operator for d in plain}
 
 
+def join_member(name, cls, left_s, right_s, qos_s=None):
+    """A group's join member as the runtime's snapshot shows it: ω(A) ⋈ ω(B), its join class as ``slice_class``."""
+    label = f"{name}_agg.window"
+    plan = P.Join(P.Window(P.Source("A"), left_s * S, label=label), P.Window(P.Source("B"), right_s * S,
+                                                                              label=f"{name}_r.window"))
+    qos = {} if qos_s is None else {label: QoSRange.window(qos_s[0] * S, qos_s[1] * S)}
+    return QueryInfo(name, plan, qos, {"A": SourceStats("A", 1000.0, 1e-3), "B": SourceStats("B", 500.0, 2e-3)},
+                     slice_class=cls)
+
+
+def test_a_join_class_state_is_costed_once_through_its_widest_windows_and_never_decided():
+    """Toy costs: a window of w ms over d ms holds w/d elements. Join class j (j1: 30 s ⋈ 60 s, j2: 60 s ⋈ 20 s)
+    holds one state for A's widest 60 s and B's widest 60 s: 60,000/1 + 60,000/2 = 90,000, on j1; j2 adds none.
+    Neither is decided (a join's band is fixed in a group), even with a QoS range in its snapshot; the window
+    query x makes room: 100,000 − 90,000 leaves x 10 s of its 1–20 s."""
+    queries = [join_member("j1", "j1", 30, 60), join_member("j2", "j1", 60, 20, qos_s=(10, 60)),
+               window_query("x", w=(1 * S, 20 * S), d_s=1e-3)]
+    rm = PipesResourceManager(memory=100_000, estimate=toy_estimate, reserve=0.0, tolerance=1e-6)
+    decisions = rm.decide(Snapshot(1.0, {q.name: q for q in queries}))
+    est = rm.estimates()
+    assert est["j1"][0] == pytest.approx(60_000 + 30_000) and est["j2"][0] == 0
+    assert {d.operator for d in decisions} == {"x-w"}
+    assert est["x"][0] == pytest.approx(10_000, rel=1e-4)
+    # the same joins costed each as a plain query: the shared state twice (j1 90,000 + j2 70,000), j2 decided
+    alone = PipesResourceManager(memory=100_000, estimate=toy_estimate, reserve=0.0)
+    plain = alone.decide(Snapshot(1.0, {q.name: replace(q, slice_class=None) for q in queries}))
+    assert "j2_agg" in {d.operator for d in plain}
+
+
 def test_a_member_window_decision_goes_through_its_group(tmp_path):
     """The policy loop sends a decision naming a group member to the group (``routes``), checked against the
     member's QoS range; a refusal by the route refuses the policy's decisions of that round."""

@@ -39,6 +39,12 @@ QS = {
 }
 
 
+#: a two-stream inner join member (a join class of the shared stage): each view with the eu clicks of the same x
+#: up to two hours later (the views are an hour before the clicks), its WHERE on the clicks applied to the pairs
+JOIN_Q = ("ISTREAM(SELECT v.x, v.page AS vpage, c.page, c.ts AS cts FROM views v [RANGE 2 HOURS] "
+          "JOIN clicks c [RANGE 1 SECOND] ON v.x = c.x WHERE c.region = 'eu')")
+
+
 def write_views(directory, files=1, rows=400, seed=5):
     """``files`` parquet files an hour before the clicks (3 minutes of event time each, some rows late by up to
     2 minutes): the views' watermark stays below the clicks' and their stream ends first."""
@@ -64,29 +70,32 @@ def test_two_streams_each_member_equals_its_query_alone(spark, tmp_dir):
     """Clicks (2 micro-batches, watermark 1 minute) and views (1, an hour earlier, watermark 30 seconds): Spark's
     own watermark for the two would be the views' (the minimum), under which the clicks' windows never close, and
     the last micro-batch has clicks only; each member's rows are its query's alone, also the windows that close
-    only in the micro-batch after the last (Spark runs it because the group clock advanced)."""
+    only in the micro-batch after the last (Spark runs it because the group clock advanced). A join of the two
+    streams (a join class of the shared stage, at the join's own watermark) equals its query alone too."""
     write_clicks(os.path.join(tmp_dir, "clicks"), files=2, rows=400)
     write_views(os.path.join(tmp_dir, "views"))
     sources = {"clicks": clicks_stream(spark, os.path.join(tmp_dir, "clicks")),
                "views": views_stream(spark, os.path.join(tmp_dir, "views"))}
     g = cq.QueryGroup(spark, sources=sources, checkpoint=os.path.join(tmp_dir, "ck"), shards=2)
-    for name, (_, text) in QS.items():
+    texts = {**{n: t for n, (_, t) in QS.items()}, "j": JOIN_Q}
+    for name, text in texts.items():
         g.add(name, text, sink=os.path.join(tmp_dir, "out", name))
     assert {n: (v["mode"], v["stream"]) for n, v in g.queries.items()} == {
         "c_1m": ("shared", "clicks"), "big": ("alone", None), "v_1m": ("shared", "views"),
-        "v_2m": ("shared", "views")}
+        "v_2m": ("shared", "views"), "j": ("join", "views JOIN clicks")}
     query = g.start(trigger={"availableNow": True})
     oracles = {}
-    for name, (stream, text) in QS.items():      # side by side with the group
+    for name, text in texts.items():      # side by side with the group
         out = os.path.join(tmp_dir, "alone", name)
-        oracles[name] = (cq.cql(spark, text, {stream: sources[stream]}).writeStream.format("parquet")
+        reads = sources if name == "j" else {QS[name][0]: sources[QS[name][0]]}
+        oracles[name] = (cq.cql(spark, text, reads).writeStream.format("parquet")
                          .option("path", out).option("checkpointLocation", os.path.join(tmp_dir, "alone_ck", name))
                          .trigger(availableNow=True).start(), out)
     query.awaitTermination()
     assert query.exception() is None
     assert {n: v["slices"] for n, v in g.queries.items()} == {
-        "c_1m": "c_1m", "big": None, "v_1m": "v_1m", "v_2m": "v_1m"}
-    for name in QS:
+        "c_1m": "c_1m", "big": None, "v_1m": "v_1m", "v_2m": "v_1m", "j": None}
+    for name in texts:
         q, out = oracles[name]
         q.awaitTermination()
         n = assert_same_rows(spark.read.parquet(os.path.join(tmp_dir, "out", name)), spark.read.parquet(out), name)

@@ -972,7 +972,9 @@ class PipesResourceManager(Policy):
 def _roles(queries: Mapping[str, QueryInfo]) -> dict:
     """The members of query groups' slice classes as the manager costs them: name -> (info, role).
 
-    Per class (``QueryInfo.slice_class``), :func:`pyspark_cq.cost.groups.fixed_classes` — the rule of the
+    A join class (its members' plans joins, ``slice_class`` their class's first member) is costed once, through its
+    widest windows, and never decided (:func:`_join_class_roles`). Per slice class
+    (``QueryInfo.slice_class``), :func:`pyspark_cq.cost.groups.fixed_classes` — the rule of the
     runtime's own re-plans — says whether its windows may change. The class's first query carries the class's
     state (role ``("first", QoS ranges of the class's windows)``: costed through the widest window at each f;
     for a class that may not change, its plan's window is the widest of the members' windows as they are and
@@ -987,6 +989,8 @@ def _roles(queries: Mapping[str, QueryInfo]) -> dict:
             classes.setdefault(info.slice_class, []).append(info)
     out = {}
     for cls, infos in classes.items():
+        if _join_class_roles(cls, infos, out):
+            continue
         loads, ranges = [], []
         for info in infos:
             window = next((n for n in P.postorder(info.plan) if isinstance(n, P.Window) and n.kind == "time"), None)
@@ -1013,6 +1017,32 @@ def _roles(queries: Mapping[str, QueryInfo]) -> dict:
                 else:
                     out[info.name] = (view, ("first", tuple(r for r in ranges if r is not None)))
     return out
+
+
+def _join_class_roles(cls: str, infos: list, out: dict) -> bool:
+    """The roles of a query group's join class (docs/groups.md, "Joins"), into ``out``; False when ``infos`` are not
+    joins. The class keeps one symmetric hash state for each input's widest window over its members, fixed with the
+    group's Spark plan: its first query is costed through a plan with those windows (role ``("first", ())``: no
+    QoS range to decide), the others add no memory (``("rider",)``), none with a QoS range (a join's windows are
+    not adjustable in a group, :func:`pyspark_cq.cost.groups.fixed_classes`).
+    """
+    sides = []
+    for info in infos:
+        join = next((n for n in P.postorder(info.plan) if isinstance(n, P.Join)), None)
+        if join is None:
+            return False
+        sides.append([[n for n in P.postorder(kid) if isinstance(n, P.Window) and n.kind == "time"]
+                      for kid in (join.left, join.right)])
+    widest = [max((w.size for s in sides for w in s[k]), default=None) for k in (0, 1)]
+    first = next((i for i, info in enumerate(infos) if info.name == cls), 0)
+    size = {id(w): widest[k] for k in (0, 1) for w in sides[first][k]}
+    for i, info in enumerate(infos):
+        if i != first:
+            out[info.name] = (replace(info, qos={}), ("rider",))
+            continue
+        plan = P.rewrite(info.plan, lambda n: {"size": size[id(n)]} if id(n) in size else {})
+        out[info.name] = (replace(info, plan=plan, qos={}), ("first", ()))
+    return True
 
 
 #: The smallest fraction of the input the hard cap keeps (``drop_for`` writes at most 0.999).

@@ -10,6 +10,11 @@ class's widest window needs it, so the state is a property of the class, not of 
   the one place of that formula, with the watermark retention ``window + δ + B`` a Spark operator keeps;
 - a query that joins an existing class adds only what the class does not hold yet (nothing unless its window is
   the class's widest), a query of a new class adds the class (:func:`admit`);
+- a *join class* (two-stream inner joins on the same streams, roles and key, docs/groups.md "Joins") holds one
+  symmetric hash state for its widest windows: PIPES's eq. (9) (Cammert et al., §3.6.3) for the two streams
+  through those windows with the retention ``window + δ + B`` —
+  :func:`pyspark_cq.cost.pipes.join_state_rows`, the one place of that formula — counted once per class
+  (:func:`join_class_state_rows`); a join class's windows are not adjustable (:func:`fixed_classes`);
 - a re-plan changes windows only where the table really changes: of a class whose members all have a QoS range
   of their window (a member alone in its class is such a class); a class with a member whose window is fixed is
   left as it is (:func:`fixed_classes`, the one place of that rule; :func:`replan`);
@@ -28,10 +33,10 @@ from dataclasses import dataclass, field
 
 from . import pipes
 
-__all__ = ["MemberLoad", "StreamLoad", "class_state_rows", "group_state_rows", "GroupAdmission", "admit",
-           "Replan", "replan", "window_at", "window_toward", "fixed_classes", "replan_target", "GROW_BELOW",
-           "GROW_TO", "DIRECTIONS", "growth_filled_at", "growth_filled", "MERGE_RATIO", "granularity_classes",
-           "class_granularity"]
+__all__ = ["MemberLoad", "JoinLoad", "StreamLoad", "join_class_state_rows", "class_state_rows", "group_state_rows",
+           "GroupAdmission", "admit", "Replan", "replan", "window_at", "window_toward", "fixed_classes",
+           "replan_target", "GROW_BELOW", "GROW_TO", "DIRECTIONS", "growth_filled_at", "growth_filled", "MERGE_RATIO",
+           "granularity_classes", "class_granularity"]
 
 _MS = 1000          # the cost model's time unit here: 1 ms (µs windows / 1000)
 
@@ -123,6 +128,62 @@ class MemberLoad:
     def adjustable(self) -> bool:
         """Whether its window has a QoS range below its current window."""
         return self.window_min is not None and window_at(self, 0.0) < self.window
+
+    @property
+    def streams(self) -> tuple[str]:
+        """The streams its state is estimated from: its one stream."""
+        return (self.stream,)
+
+    @property
+    def state_class(self) -> str:
+        """The class whose state it shares: its slice class."""
+        return self.slice_class
+
+
+@dataclass(frozen=True)
+class JoinLoad:
+    """One two-stream inner join of a group as the state estimate sees it: a member of a *join class*
+    (:func:`pyspark_cq.group.joins.join_classes`), whose one symmetric hash state is the window join of the
+    class's widest windows.
+
+    Attributes
+    ----------
+    name : str
+        The query's name.
+    join_class : str
+        Its join class (any id its class's members share; the group uses the class's first member's name).
+    left, right : str
+        The streams it joins, in their roles (left: first in FROM).
+    left_window, right_window : int
+        The ``[RANGE …]`` sizes (µs) of its left and right input the class's state must keep for it. A join's
+        windows have no QoS range in a group: the class's band is part of the group's Spark plan.
+    """
+
+    name: str
+    join_class: str
+    left: str
+    right: str
+    left_window: int
+    right_window: int
+
+    def __post_init__(self):
+        for k in ("name", "join_class", "left", "right"):
+            if not isinstance(getattr(self, k), str) or not getattr(self, k):
+                raise TypeError(f"JoinLoad {k} must be a non-empty str, got {getattr(self, k)!r}")
+        for k in ("left_window", "right_window"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise ValueError(f"JoinLoad {k} must be a positive int of µs, got {v!r}")
+
+    @property
+    def streams(self) -> tuple[str, str]:
+        """The streams its state is estimated from: ``(left, right)``."""
+        return self.left, self.right
+
+    @property
+    def state_class(self) -> str:
+        """The class whose state it shares: its join class."""
+        return self.join_class
 
 
 @dataclass(frozen=True)
@@ -269,13 +330,23 @@ def class_granularity(granularities: Sequence[int]) -> int:
     return math.gcd(*gs)
 
 
-def _classes(members: Sequence[MemberLoad]) -> dict[str, list[MemberLoad]]:
-    out: dict[str, list[MemberLoad]] = {}
+def _classes(members: Sequence[MemberLoad | JoinLoad]) -> dict[str, list]:
+    """The members by the class whose state they share (slice classes and join classes)."""
+    out: dict[str, list] = {}
     for m in members:
-        if not isinstance(m, MemberLoad):
-            raise TypeError(f"members must hold MemberLoad, got {type(m).__name__}")
-        out.setdefault(m.slice_class, []).append(m)
+        if not isinstance(m, (MemberLoad, JoinLoad)):
+            raise TypeError(f"members must hold MemberLoad or JoinLoad, got {type(m).__name__}")
+        same = out.setdefault(m.state_class, [])
+        if same and type(same[0]) is not type(m):
+            raise ValueError(f"members: class {m.state_class!r} holds both a slice class's and a join class's "
+                             f"queries ({same[0].name!r}, {m.name!r}); give the two kinds of class distinct ids")
+        same.append(m)
     return out
+
+
+#: why a join class is never adjusted by a re-plan (:func:`fixed_classes`)
+_JOIN_FIXED = ("a join class: its band (the widest windows of its members) is part of the group's Spark plan, "
+               "fixed at start(); its members' windows have no QoS range in a group")
 
 
 def fixed_classes(members: Sequence[MemberLoad]) -> dict[str, str]:
@@ -287,11 +358,19 @@ def fixed_classes(members: Sequence[MemberLoad]) -> dict[str, str]:
     same fraction; a class with a member whose window is fixed keeps all its windows: reducing the others would
     free nothing the fixed member's window still holds, or would have to shrink what it needs. The one place of
     this rule: :func:`replan` and the PIPES resource manager plugin (``pipes``) use it.
+
+    A join class (:class:`JoinLoad`) is always fixed: its state is the window join of its widest windows, fixed
+    with the group's Spark plan; a re-plan counts it as it is and makes room in the slice classes.
     """
     if isinstance(members, (str, bytes)) or not isinstance(members, Sequence):
-        raise TypeError(f"members must be a sequence of MemberLoad, got {type(members).__name__}")
-    return {cls: f"member {next(m.name for m in ms if m.window_min is None)!r} has no QoS range of its window"
-            for cls, ms in _classes(members).items() if any(m.window_min is None for m in ms)}
+        raise TypeError(f"members must be a sequence of MemberLoad or JoinLoad, got {type(members).__name__}")
+    out = {}
+    for cls, ms in _classes(members).items():
+        if isinstance(ms[0], JoinLoad):
+            out[cls] = _JOIN_FIXED
+        elif any(m.window_min is None for m in ms):
+            out[cls] = f"member {next(m.name for m in ms if m.window_min is None)!r} has no QoS range of its window"
+    return out
 
 
 def class_state_rows(members: Sequence[MemberLoad], load: StreamLoad,
@@ -318,11 +397,69 @@ def class_state_rows(members: Sequence[MemberLoad], load: StreamLoad,
                                         batch_span=load.batch_span * 1000.0)
 
 
-def group_state_rows(members: Sequence[MemberLoad], loads: Mapping[str, StreamLoad],
+def join_class_state_rows(members: Sequence[JoinLoad], loads: Mapping[str, StreamLoad]) -> float:
+    """Estimated rows of one join class's symmetric hash state, both sides: PIPES's eq. (9) (Cammert et al.,
+    §3.6.3; :func:`pyspark_cq.cost.pipes.join_state_rows`) for the two streams through the class's widest windows
+    (Cost Formula 7), each kept for ``window + δ + B``.
+
+    The class's state is the window join of its members' widest windows (each input's largest ``[RANGE …]``,
+    :func:`pyspark_cq.group.joins.class_windows`): a left row is kept while a right row of the class's band may
+    still match it (the widest left window), a right row for the widest right window, each plus the watermark
+    retention (:func:`pyspark_cq.cost.pipes.watermark_retention`). The join runs at the watermark Spark gives the
+    join alone, the minimum over its two streams of their event time minus their delay, so a row is kept for the
+    larger of the two delays and batch spans (an upper bound when the streams' event times differ). Every row of
+    both streams enters the state (a member's WHERE is applied to the class's pairs), so ``selectivity`` and
+    ``keys`` do not apply: the rows within the band are kept whatever their keys. A stream without rows keeps no
+    state and the other side is still evicted by its own watermark (Spark's minimum over the streams that had
+    rows): its side is then counted against itself.
+
+    Parameters
+    ----------
+    members : sequence of JoinLoad
+        The class's queries (at least one; one join class: the same two streams in the same roles).
+    loads : mapping str -> StreamLoad
+        By stream; both of the class's streams.
+
+    Returns
+    -------
+    float
+        Estimated rows of the class's state (left + right).
+    """
+    if isinstance(members, (str, bytes)) or not isinstance(members, Sequence) or not members:
+        raise ValueError("members must be a non-empty sequence of the join class's JoinLoad")
+    if any(not isinstance(j, JoinLoad) for j in members):
+        raise TypeError(f"members must hold JoinLoad, got {[type(j).__name__ for j in members]}")
+    if len({j.streams for j in members}) != 1:
+        raise ValueError(f"members must join the same two streams in the same roles (one join class), got "
+                         f"{sorted({j.streams for j in members})}")
+    ins = []
+    for s in members[0].streams:
+        if s not in loads or not isinstance(loads[s], StreamLoad):
+            raise KeyError(f"loads has no StreamLoad for stream {s!r} (join class {members[0].join_class!r})")
+        ins.append(loads[s])
+    sides = [pipes.SC(1000.0 / ld.rate, 1.0) if ld.rate > 0 else None for ld in ins]
+    if sides == [None, None]:
+        return 0.0
+    left, right = sides[0] or sides[1], sides[1] or sides[0]
+    rows = pipes.join_state_rows(left, right,
+                                 left_window=max(j.left_window for j in members) / _MS,
+                                 right_window=max(j.right_window for j in members) / _MS,
+                                 watermark_delay=max(ld.watermark_delay for ld in ins) * 1000.0,
+                                 batch_span=max(ld.batch_span for ld in ins) * 1000.0)
+    return float(sum(r for r, side in zip(rows, sides) if side is not None))
+
+
+def group_state_rows(members: Sequence[MemberLoad | JoinLoad], loads: Mapping[str, StreamLoad],
                      windows: Mapping[str, int] | None = None) -> dict[str, float]:
-    """Estimated table rows per slice class of ``members`` (each class counted once); ``loads`` by stream."""
+    """Estimated state rows per class of ``members``, each class counted once: a slice class's table
+    (:func:`class_state_rows`), a join class's symmetric hash state (:func:`join_class_state_rows`); ``loads``
+    by stream; ``windows`` (name -> µs) overrides slice-class members' windows (a join's are fixed).
+    """
     out = {}
     for cls, ms in _classes(members).items():
+        if isinstance(ms[0], JoinLoad):
+            out[cls] = join_class_state_rows(ms, loads)
+            continue
         if ms[0].stream not in loads:
             raise KeyError(f"loads has no StreamLoad for stream {ms[0].stream!r} (class {cls!r})")
         out[cls] = class_state_rows(ms, loads[ms[0].stream], windows)
@@ -346,18 +483,20 @@ def admit(members: Sequence[MemberLoad], new: MemberLoad, loads: Mapping[str, St
           row_bytes: float) -> GroupAdmission:
     """Admission control of ``new`` into a group of ``members`` under the memory bound ``budget`` (bytes):
     accepted when the group's estimated state with it (each class once, :func:`group_state_rows`) times
-    ``row_bytes`` stays within ``budget`` (PIPES §4.1.1, at the group's current windows).
+    ``row_bytes`` stays within ``budget`` (PIPES §4.1.1, at the group's current windows). ``new`` may be a join
+    (:class:`JoinLoad`): it adds its join class's state, or what its windows widen of an existing class's.
     """
-    if not isinstance(new, MemberLoad):
-        raise TypeError(f"new must be a MemberLoad, got {type(new).__name__}")
+    if not isinstance(new, (MemberLoad, JoinLoad)):
+        raise TypeError(f"new must be a MemberLoad or a JoinLoad, got {type(new).__name__}")
     for k, v in (("budget", budget), ("row_bytes", row_bytes)):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
             raise ValueError(f"{k} must be a positive finite number of bytes, got {v!r}")
     before = sum(group_state_rows(members, loads).values())
     after = sum(group_state_rows(list(members) + [new], loads).values())
     added = after - before
-    peers = [m.name for m in members if m.slice_class == new.slice_class]
-    where = (f"shares the slices of {peers[0]!r} ({len(peers)} queries)" if peers else "a new slice class")
+    peers = [m.name for m in members if m.state_class == new.state_class]
+    kind = ("the join state", "join class") if isinstance(new, JoinLoad) else ("the slices", "slice class")
+    where = f"shares {kind[0]} of {peers[0]!r} ({len(peers)} queries)" if peers else f"a new {kind[1]}"
     total = after * row_bytes
     if total <= budget:
         return GroupAdmission(True, added, after, total, f"accepted {new.name!r} ({where}): adds "

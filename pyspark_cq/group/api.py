@@ -121,7 +121,8 @@ class QueryGroup:
         self._lock = threading.Lock()
         self._counter = 0
         #: set by ``CQRuntime.register_group``: ``admission(group, new, members)`` with the
-        #: :class:`~pyspark_cq.cost.groups.MemberLoad` of a query being added and of the group's shared queries;
+        #: :class:`~pyspark_cq.cost.groups.MemberLoad` / ``JoinLoad`` of a query being added and of the group's
+        #: shared queries and joins (:meth:`_loads`);
         #: raises to refuse the query (PIPES §4.1.1), before anything of the group changes
         self._admission = None
 
@@ -167,7 +168,7 @@ class QueryGroup:
             member = self._plan_member(name, query, sink)
             if self._query is not None:
                 self._join_running(member)
-            if self._admission is not None and member.spec.kind == "shared" and member.spec.active:
+            if self._admission is not None and member.spec.kind in ("shared", "join") and member.spec.active:
                 loads = self._loads(member)
                 self._admission(self, loads[-1], loads[:-1])
             self._members[name] = member
@@ -278,13 +279,14 @@ class QueryGroup:
         runtime"): by name, ``plan`` (:mod:`pyspark_cq.plan`; a shared query's ``Window`` at the window in effect,
         :meth:`windows`), ``qos`` (label ``"<name>_agg.window"`` -> ``QoSRange`` of a shared ``RSTREAM``
         query whose text gives one; the only parameter of a member a policy may change, through
-        :meth:`set_window`) and ``slice_class`` (the first query of its slice class, whose table it shares; None
-        for a query running alone or paused).
+        :meth:`set_window`; a join's is empty: its windows are its join class's band, fixed at start) and
+        ``slice_class`` (the first query of its slice class, whose table it shares; for a join the first query of
+        its join class, whose state it shares; None for a query running alone or a paused shared query).
         """
         from .. import plan as P
 
         windows = self.windows()
-        classes = {m.name: m.slice_class for m in self._loads()}
+        classes = {m.name: m.state_class for m in self._loads()}
         out = {}
         for name, m in self._members.items():
             plan, qos = m.plan, {}
@@ -299,13 +301,46 @@ class QueryGroup:
         return out
 
     def _loads(self, candidate=None) -> list:
-        """The :class:`~pyspark_cq.cost.groups.MemberLoad` of each active shared query (in the order added), then
-        of ``candidate`` (a ``_Member`` being added); slice classes as :func:`~.worker.slice_classes` forms them,
+        """The :class:`~pyspark_cq.cost.groups.MemberLoad` of each active shared query (in the order added), the
+        :class:`~pyspark_cq.cost.groups.JoinLoad` of each join (:meth:`_join_loads`), then the load of
+        ``candidate`` (a ``_Member`` being added); slice classes as :func:`~.worker.slice_classes` forms them,
         from the driver's specs (a query joining a running group: at its next window after the event times seen).
+        """
+        plan = D.read_plan(self._dir) if self._query is not None else None
+        joins = self._join_loads(plan, candidate)
+        if candidate is not None and candidate.spec.kind == "join":
+            return self._shared_loads(plan) + joins
+        shared = self._shared_loads(plan, candidate)
+        return shared + joins if candidate is None else shared[:-1] + joins + shared[-1:]
+
+    def _join_loads(self, plan, candidate=None) -> list:
+        """The :class:`~pyspark_cq.cost.groups.JoinLoad` of each join of the group (in the order added; a paused
+        join too: its class's state runs on), then of ``candidate`` if it is a join. A join class is named by its
+        first member, as ``queries`` names it; in a running group the class's state keeps the band the group
+        started with (its Spark plan's), so the class's first member carries those windows.
+        """
+        from ..cost.groups import JoinLoad
+
+        specs = [m.spec for m in self._members.values()]
+        if candidate is not None and candidate.spec.kind == "join":
+            specs.append(candidate.spec)
+        started = plan.catalogue.get("__joins__", {}) if plan is not None else {}
+        out = []
+        for cid, ms in _join_classes(specs).items():
+            for i, s in enumerate(ms):
+                wl, wr = s.join.windows
+                if i == 0 and cid in started:
+                    wl, wr = max(wl, started[cid][0].window[0]), max(wr, started[cid][0].window[1])
+                out.append((s.name, JoinLoad(s.name, ms[0].name, s.join.left, s.join.right, wl, wr)))
+        last = [j for n, j in out if candidate is not None and n == candidate.spec.name]
+        return [j for n, j in out if candidate is None or n != candidate.spec.name] + last
+
+    def _shared_loads(self, plan, candidate=None) -> list:
+        """The :class:`~pyspark_cq.cost.groups.MemberLoad` of the active shared queries, then of ``candidate`` (a
+        shared query being added), in the running ``plan`` (None: not running).
         """
         from ..cost.groups import MemberLoad, granularity_classes
 
-        plan = D.read_plan(self._dir) if self._query is not None else None
         ms = [m for m in self._members.values() if m.spec.kind == "shared" and m.spec.active]
         if candidate is not None:
             ms.append(candidate)
@@ -866,7 +901,10 @@ class QueryGroup:
         name = member.spec.name
         if member.spec.kind == "join":
             raise ValueError(f"query {name!r}: a join cannot join a running group: the join classes and their "
-                             f"bands are part of the group's Spark plan, fixed at start(); add it before start(), "
+                             f"bands are part of the group's Spark plan, fixed at start(), and a member joining "
+                             f"an existing class could not get exactly its query's rows alone after its start (the "
+                             f"class's state does not keep the micro-batch each row arrived in, which decides what "
+                             f"its query alone drops as late; docs/groups.md, \"Joins\"); add it before start(), "
                              f"or stop the group and start it again with the query (the same checkpoint only "
                              f"if it joins an existing class with a band inside the class's)")
         if member.spec.kind == "shared" and member.spec.at[1]:

@@ -40,6 +40,13 @@ __all__ = ["CQRuntime", "QueryRejected", "QueryContext"]
 _log = logging.getLogger("pyspark_cq.runtime")
 
 
+def _estimated(members: list, loads) -> list:
+    """The group members (:class:`~pyspark_cq.cost.groups.MemberLoad` / ``JoinLoad``) whose streams all have a
+    load: the others are admitted unestimated.
+    """
+    return [m for m in members if all(s in loads for s in m.streams)]
+
+
 def _failure(name: str, exc) -> str:
     """``query <name> failed: <why>``, with a pyspark-cq worker error's sentence before Spark's report."""
     from .._errors import explain_error
@@ -671,7 +678,7 @@ class CQRuntime:
         if isinstance(row_bytes, bool) or not isinstance(row_bytes, (int, float)) or not 0 < row_bytes < math.inf:
             raise ValueError(f"row_bytes must be a positive number of bytes per state row, got {row_bytes!r}")
         if self.memory_budget is not None and streams:
-            members = [m for m in group._loads() if m.stream in streams]
+            members = _estimated(group._loads(), streams)
             rows = sum(group_state_rows(members, streams).values())
             if rows * row_bytes > self.memory_budget:
                 reason = (f"its {len(members)} queries are estimated at {rows * row_bytes:,.0f} B of state, over the "
@@ -725,9 +732,9 @@ class CQRuntime:
         from ..cost.groups import admit
 
         loads = self._group_loads(reg)
-        if new.stream not in loads:
-            return                 # no load given for its stream: admitted unestimated (register_group's loads)
-        members = [m for m in members if m.stream in loads]
+        if not _estimated([new], loads):
+            return                 # no load given for its stream(s): admitted unestimated (register_group's loads)
+        members = _estimated(members, loads)
         answer = admit(members, new, loads, self.memory_budget, self._row_bytes(reg))
         if not answer.accepted:
             self._loop.record(policy=GROUP_BUDGET, kind="admit", query=new.name, group=reg.name, decisions=[],
@@ -735,14 +742,16 @@ class CQRuntime:
             raise QueryRejected(new.name, GROUP_BUDGET, answer.reason)
 
     def group_state(self, name: str) -> dict:
-        """The state of the registered group ``name`` per slice class, measured against the estimate.
+        """The state of the registered group ``name`` per slice class and join class, measured against the
+        estimate.
 
         Returns
         -------
         dict
-            ``classes``: per class (named by its first query) its ``members``, ``estimated_rows`` (PIPES eq. 15
-            through the class's widest window, :func:`pyspark_cq.cost.groups.group_state_rows`; None for a stream
-            without a load), ``measured_rows`` and ``measured_bytes`` (the table's, from the last micro-batch);
+            ``classes``: per class (named by its first query) its ``members``, ``stream`` (a join class's
+            ``"left JOIN right"``), ``estimated_rows`` (PIPES eq. 15 through a slice class's widest window, eq. 9
+            through a join class's widest windows, :func:`pyspark_cq.cost.groups.group_state_rows`; None for a
+            stream without a load), ``measured_rows`` and ``measured_bytes`` (the table's, from the last micro-batch);
             ``estimated_rows`` / ``measured_rows`` / ``measured_bytes`` of the group; ``row_bytes``.
         """
         from ..cost.groups import group_state_rows
@@ -751,13 +760,13 @@ class CQRuntime:
         reg = self._group_reg(name)
         loads = self._group_loads(reg)
         members = reg.group._loads()
-        est = group_state_rows([m for m in members if m.stream in loads], loads)
+        est = group_state_rows(_estimated(members, loads), loads)
         overview = reg.group.overview()
         measured = overview["members"]
         classes: dict = {}
         for m in members:
-            c = classes.setdefault(m.slice_class, {"members": [], "stream": m.stream,
-                                                   "estimated_rows": est.get(m.slice_class),
+            c = classes.setdefault(m.state_class, {"members": [], "stream": " JOIN ".join(m.streams),
+                                                   "estimated_rows": est.get(m.state_class),
                                                    "measured_rows": 0, "measured_bytes": 0})
             c["members"].append(m.name)
             got = measured.get(m.name, {})
@@ -815,7 +824,7 @@ class CQRuntime:
             overview = reg.group.overview()
             rows, size = overview[M.STATE_ROWS] or 0, overview[M.STATE_BYTES] or 0
             loads = self._group_loads(reg)
-            members = [m for m in reg.group._loads() if m.stream in loads]
+            members = _estimated(reg.group._loads(), loads)
             estimated = sum(group_state_rows(members, loads).values())
             direction, target = replan_target(rows, size, estimated, self.memory_budget)
             if direction is None:
@@ -823,7 +832,8 @@ class CQRuntime:
             times = ({s: t.get("event_time") for s, t in reg.group.stream_times().items()}
                      if direction == "grow" else {})
             if direction == "grow" and (
-                    not any(m.registered is not None and m.window < m.registered for m in members)
+                    not any(getattr(m, "registered", None) is not None and m.window < m.registered
+                            for m in members)
                     or not growth_filled(reg.grow_hold, times)):
                 continue       # nothing reduced to give back, or the last growth's tables still filling
             plan = replan(members, loads, target, direction=direction)
@@ -877,7 +887,7 @@ class CQRuntime:
             fixed = fixed_classes(members)
             settable = g.windows()          # the shared RSTREAM queries (an ISTREAM / DSTREAM's window is its own)
             for m in members:
-                if m.window_min is None or m.name not in settable:
+                if getattr(m, "window_min", None) is None or m.name not in settable:   # a join has none
                     continue
 
                 def prepare(decision, g=g, m=m, fixed=fixed):

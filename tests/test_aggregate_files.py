@@ -13,7 +13,7 @@ from test_aggregate_streaming import AGGS, make_batches, run_to_memory, source, 
 
 import pyspark_cq
 from pyspark_cq import sliding_aggregate
-from pyspark_cq.operators.aggregate.files import _trunc_ms, parse_version, version_name
+from pyspark_cq.operators._common.batch_versions import parse_version, spark_watermark, trunc_ms, version_name
 
 NO_DATA = "spark.sql.streaming.noDataMicroBatches.enabled"
 
@@ -36,7 +36,16 @@ def test_version_names_and_spark_millisecond_division():
     assert name == "v000000000012-" + "01" * 16 and parse_version(name) == 12
     assert parse_version(".v000000000012-ab.tmp") is None and parse_version("g3") is None
     # the JVM's long division truncates toward zero (EventTimeWatermarkExec: micros / 1000)
-    assert _trunc_ms(1_999) == 1 and _trunc_ms(-1_999) == -1 and _trunc_ms(-2_000) == -2
+    assert trunc_ms(1_999) == 1 and trunc_ms(-1_999) == -1 and trunc_ms(-2_000) == -2
+    # Spark's WatermarkTracker: each input's latest time less its delay (0 before its first row), then the
+    # policy's choice over the inputs, never below 0
+    assert spark_watermark([None], [5_000]) == 0 and spark_watermark([3_000], [5_000]) == 0
+    assert spark_watermark([20_000], [5_000]) == 15_000
+    assert spark_watermark([20_000, None], [5_000, 1_000]) == 0
+    assert spark_watermark([20_000, 9_000], [5_000, 1_000]) == 8_000
+    assert spark_watermark([20_000, 9_000], [5_000, 1_000], "max") == 15_000
+    with pytest.raises(ValueError, match="policy must be"):
+        spark_watermark([1], [1], "avg")
 
 
 def _collect_to(out: Path):

@@ -78,6 +78,7 @@ DATA = {
     "interval_join_files": (("l", "r"), 200, 40),       # state_persistence="files": state files beside the checkpoint
     "sliding_aggregate_windows": (("in",), 1500, 30),
     "sliding_aggregate_changes": (("in",), 1500, 30),
+    "sliding_aggregate_files": (("in",), 1500, 30),   # state="files": a stateless stage, state files (issue 39)
     "window": (("in",), 1500, 30),
     "granularity": (("in",), 1500, 30),
     "multi_join": (("a", "b", "c"), 150, 40),
@@ -95,7 +96,8 @@ SAME_ROWS = {"interval_join_changelog": "interval_join", "interval_join_files": 
 assert all(DATA[op] == DATA[ref] for op, ref in SAME_ROWS.items())   # the same inputs, so the same reference
 JOINS = ("interval_join", "interval_join_changelog", "interval_join_files", "multi_join",
          "multi_join_files")   # per-input time columns ts_<input>
-STATEFUL = {"interval_join", "interval_join_changelog", "interval_join_files", "sliding_aggregate_windows", "sliding_aggregate_changes",
+STATEFUL = {"interval_join", "interval_join_changelog", "interval_join_files", "sliding_aggregate_windows",
+            "sliding_aggregate_changes", "sliding_aggregate_files",
             "multi_join", "multi_join_files", "spark_window", "query_group", "query_group_streams"}
 #: The query group's queries over the stream ``s`` (the input ``in``): shared aggregations (one with HAVING, one
 #: ISTREAM) and one stateless query running alone.
@@ -193,6 +195,9 @@ def build(spark, operator: str, root: Path, control: str | None, checkpoint: str
         if control:
             from pyspark_cq.control import ControlTable
             handle = ControlTable(control).handle("agg")
+        if operator == "sliding_aggregate_files":   # its state directory beside the run's checkpoint
+            return cq.sliding_aggregate(src("in"), "ts", "20 seconds", "5 seconds", by="k", aggs=AGGS, shards=4,
+                                        name="fi", control=handle, state="files", state_dir=str(checkpoint) + "_state")
         emit = operator.rsplit("_", 1)[1]
         return cq.sliding_aggregate(src("in"), "ts", "20 seconds", "5 seconds", by="k", aggs=AGGS, emit=emit,
                                     shards=4, name="fi", control=handle)
@@ -312,12 +317,18 @@ def _ids(d: Path) -> set[int]:
 
 
 def _state_versions(ck: Path) -> set[int]:
+    """The state versions written under the checkpoint ``ck`` (batch n writes version n + 1), including those of
+    ``sliding_aggregate(state="files")`` in ``<ck>_state`` (batch n writes ``v<n>-<token>``)."""
+    from pyspark_cq.operators._common.batch_versions import parse_version
+
     found = set()
     for _, _, files in os.walk(ck / "state"):
         for f in files:
             stem, _, ext = f.partition(".")
             if stem.isdigit() and ext in ("delta", "changelog", "zip", "snapshot"):
                 found.add(int(stem))
+    for _, _, files in os.walk(f"{ck}_state"):
+        found.update(v + 1 for v in map(parse_version, files) if v is not None)
     return found
 
 

@@ -4,7 +4,8 @@ For each state size in ``--sizes`` (millions of rows, both sides together) the s
 rows (fill batches of at most ``--fill-rows`` rows, not measured), then runs ``--measure`` batches of
 ``--batch-rows`` rows (half a side); a 1 hour watermark delay keeps every row in the state, ±30 s band on
 ``k`` (``--keys`` keys). Engines (``--engines``): ``full``, ``changelog`` and ``files`` (``interval_join``
-with ``state_persistence=``; ``files`` keeps its state directory beside the query's checkpoint), ``spark`` (Spark's stream-stream join on the default HDFS-backed store) and
+with ``state_persistence=``; ``files`` and ``stateless`` keep their state directory beside the query's
+checkpoint), ``spark`` (Spark's stream-stream join on the default HDFS-backed store) and
 ``rocksdb`` (Spark's join on RocksDB with changelog checkpointing). Prints per size and engine the median
 batch time of the measured batches, the state store's ``memoryUsedBytes`` after the last batch, ours' state
 bytes and the resident cache's hits / misses. One session (``local[2]``); each query its own checkpoint.
@@ -14,7 +15,7 @@ plain ``SparkSession`` as a user makes it (Spark's default 200 shuffle partition
 Usage::
 
     python -m benchmarks.perf.join_state_sweep [--sizes 0.5 1 2 5 10] [--batch-rows 50000] [--measure 4]
-                                               [--engines full changelog files spark rocksdb]
+                                               [--engines full changelog files stateless spark rocksdb]
                                                [--session cq|plain] [--partitions N]
 """
 from __future__ import annotations
@@ -36,7 +37,7 @@ BASE_US = 1_700_000_000_000_000
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 PROVIDER = "spark.sql.streaming.stateStore.providerClass"
 CHANGELOG = "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"
-OURS = ("full", "changelog", "files")
+OURS = ("full", "changelog", "files", "stateless")
 
 
 def write_input(root: str, state_rows: int, batch_rows: int, measure: int, fill_rows: int, keys: int,

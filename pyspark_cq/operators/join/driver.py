@@ -141,7 +141,7 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
         lower), 1 second)``. None (default): the shard layout. Results are the same. Refused (ValueError) with
         another ``how``, ``control`` or ``shards="key"``; ignored on batch inputs. A checkpoint keeps
         its layout and width: restoring it with another is refused.
-    state_persistence : {None, "auto", "full", "changelog", "files"}, optional
+    state_persistence : {None, "auto", "full", "changelog", "files", "stateless"}, optional
         How a streaming join keeps each shard's state between micro-batches (docs/join.md, *State
         persistence*). ``"auto"`` (None, the default): ``"files"`` under ``state_dir`` or, without one,
         under ``<spark.sql.streaming.checkpointLocation or spark.sql.warehouse.dir>/pyspark_cq_state/<query
@@ -156,7 +156,11 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
         immutable files under ``state_dir`` and Spark's state holds only a small manifest naming them, so
         a batch no longer copies the state through the JVM. Results are the same; a checkpoint may switch
         between the three. Refused (ValueError) with ``bucket`` (and ``"files"`` with ``shards="key"``);
-        ignored on batch inputs.
+        ignored on batch inputs. ``"stateless"`` (inner joins): the files layout's state in a stateless stage
+        (``repartition(shards)`` and ``mapInPandas``; ``shards=None`` is 8), no stateful Spark operator, so the
+        session's ``spark.sql.shuffle.partitions`` does not matter; the join computes Spark's watermark and drops
+        late rows itself, and runs a shard only when rows arrive for it (docs/join.md, *A stateless stage*). Keep
+        it for the life of a checkpoint.
     snapshot_every : int
         ``"changelog"`` / ``"files"``: write a new snapshot at the latest every this many micro-batches
         (>= 1; default 10), earlier when the deltas exceed half of it.
@@ -221,7 +225,8 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
     spec.set_persistence(state_persistence, snapshot_every, state_dir)
     spec.set_constraints(constraints)
     spec.set_output_mode(output_mode)
-    warn_shuffle_partitions(left)
+    if not spec.stateless:
+        warn_shuffle_partitions(left)
     return _execute(spec)
 
 
@@ -280,7 +285,8 @@ def window_join(left, right, on=None, left_time=None, right_time=None, left_wind
     spec.set_persistence(state_persistence, snapshot_every, state_dir)
     spec.set_constraints(constraints, "window_join")
     spec.set_output_mode(output_mode)
-    warn_shuffle_partitions(left)
+    if not spec.stateless:
+        warn_shuffle_partitions(left)
     return _execute(spec)
 
 
@@ -344,6 +350,13 @@ def _execute(spec: JoinSpec):
 
         union = _tagged(spec, LEFT, True).union(_tagged(spec, RIGHT, True))
         union = _metrics.observe_input(union, spec.name)   # before the bucket copies: they are no input
+        if spec.stateless:   # no stateful operator: spark.sql.shuffle.partitions does not matter (.stateless)
+            from .stateless import StatelessShards
+
+            shards = StatelessShards(worker, spec.watermark_delays, spec.watermark_policy, f"join {spec.name!r}")
+            packed = union.repartition(spec.shards, F.col(SHARD)).mapInPandas(
+                shards, _metrics.packed_schema(out_schema, METRICS))
+            return _metrics.attach_packed(packed, spec.name, out_schema, METRICS)
         if spec.bucket_width is not None:
             union = _with_buckets(union, spec)
         packed = union.groupBy(*_group_cols(spec)).applyInPandasWithState(

@@ -17,7 +17,7 @@ from ... import _validate
 from ...control import ControlHandle, operator_handle
 from ...control.schema import drop_ratio_value
 from .._common import changelog as _changelog
-from .._common.shards import JOIN, resolve_shards
+from .._common.shards import JOIN, MULTI_JOIN, default_shard_count, resolve_shards
 
 __all__ = ["HOW", "LEFT_ONLY", "DEFAULT_SUFFIXES", "GROUPINGS", "shards_argument", "JoinSpec", "output_names"]
 
@@ -39,6 +39,8 @@ DEFAULT_SUFFIXES = ("_left", "_right")
 #: with ``multi_join`` (:mod:`.._common.changelog`).
 PERSISTENCE, STATE_DIR_DEFAULT = _changelog.PERSISTENCE, _changelog.STATE_DIR_DEFAULT
 RETAIN_CONF, RETAIN_DEFAULT = _changelog.RETAIN_CONF, _changelog.RETAIN_DEFAULT
+#: ``state_persistence="stateless"``: the join in a stateless stage, its state in files only (:mod:`.stateless`).
+STATELESS = "stateless"
 #: Values of the deprecated ``grouping`` argument (now ``shards=None | int`` and ``shards="key"``).
 GROUPINGS = ("shard", "key")
 
@@ -110,6 +112,10 @@ class JoinSpec:
     retain: int = RETAIN_DEFAULT      # files: the session's spark.sql.streaming.minBatchesToRetain
     constraints: tuple = ()           # stream constraints (STREAM §5.2, pyspark_cq.constraints), checked
     output_mode: str = "append"       # output_mode=: the mode the applyInPandasWithState declares (the query's)
+    shards_default: bool = False      # shards=None: the default count (a stateless stage takes the fixed rule)
+    stateless: bool = False           # state_persistence="stateless": a stateless stage, the files layout's state
+    watermark_delays: tuple = ()      # stateless: each input's withWatermark delay (ms)
+    watermark_policy: str = "min"     # stateless: spark.sql.streaming.multipleWatermarkPolicy
 
     @property
     def keys(self) -> list[str]:
@@ -160,7 +166,8 @@ class JoinSpec:
             count = resolve_shards(None, JOIN, df=left)[1]
         return cls(left, right, left_keys, right_keys, key_types, left_time, right_time, how, left_others,
                    right_others, left_out, right_out, left.isStreaming, count, layout, name, window,
-                   control, drop_ratio, seed, out_keys=out_keys, kept_column=kept_column)
+                   control, drop_ratio, seed, out_keys=out_keys, kept_column=kept_column,
+                   shards_default=shards is None)
 
     def set_output_mode(self, output_mode) -> None:
         """Decide ``output_mode`` (ValueError naming it): ``"append"``, or ``"update"`` where Spark 4.3 runs its
@@ -208,6 +215,12 @@ class JoinSpec:
         not with ``shards="key"`` (a directory per key): ``"auto"`` (None, the default) is ``"full"`` there;
         batch inputs keep no state and ignore all three.
         """
+        if state_persistence == STATELESS:
+            self._set_stateless(snapshot_every, state_dir)
+            return
+        if state_persistence is not None and state_persistence not in _changelog.CHOICES:
+            raise ValueError(f"state_persistence must be one of {', '.join(map(repr, _changelog.CHOICES))}, "
+                             f"{STATELESS!r} or None (the default, 'auto'), got {state_persistence!r}")
         _changelog.settings(state_persistence, snapshot_every, state_dir, streaming=False, session=None,
                             name="")   # the argument checks first
         persistence = "auto" if state_persistence is None else state_persistence
@@ -225,6 +238,38 @@ class JoinSpec:
         session = getattr(getattr(self, "left", None), "sparkSession", None)
         self.persistence, self.snapshot_every, self.state_dir, self.retain = _changelog.settings(
             persistence, snapshot_every, state_dir, streaming=True, session=session, name=getattr(self, "name", ""))
+
+    def _set_stateless(self, snapshot_every, state_dir) -> None:
+        """``state_persistence="stateless"`` (:mod:`.stateless`): the files layout's state in a stateless stage.
+        An inner join in the shard layout without ``bucket=``, each input with a watermark; ``shards=None`` is 8
+        there (no stateful operator reads ``spark.sql.shuffle.partitions``). The state directory as for
+        ``"auto"``, else ``state_dir=`` is required.
+        """
+        _changelog.settings("files", snapshot_every, state_dir, streaming=False, session=None, name="")
+        if self.how != "inner" or self.bucket_width is not None or getattr(self, "layout", "shard") != "shard":
+            raise ValueError(f"state_persistence='stateless' runs inner joins in the shard layout without bucket= "
+                             f"(a stateless stage runs a shard only when rows arrive, so outer rows could wait "
+                             f"forever); got how={self.how!r}")
+        if not self.streaming:
+            return
+        if self.shards_default:
+            self.shards = default_shard_count(MULTI_JOIN)
+        session = self.left.sparkSession
+        dirs = _changelog.settings("auto", snapshot_every, state_dir, streaming=True, session=session, name=self.name)
+        if dirs[0] != "files":
+            raise ValueError("state_persistence='stateless' needs state_dir=: a directory every executor reads and "
+                             "writes (a shared file system; a local path in local mode), one per operator of one "
+                             "query -- or set the session's spark.sql.streaming.checkpointLocation")
+        self.persistence, self.snapshot_every, self.state_dir, self.retain = dirs
+        self.stateless = True
+        # each streaming input has a watermark on its time column (checked when the spec was built)
+        self.watermark_delays = tuple(_validate.watermark_delay_ms(df, t)
+                                      for df, t in ((self.left, self.left_time), (self.right, self.right_time)))
+        try:
+            policy = session.conf.get("spark.sql.streaming.multipleWatermarkPolicy", "min") or "min"
+        except Exception:   # a Connect server that does not return it: Spark's default
+            policy = "min"
+        self.watermark_policy = policy.strip().lower()
 
     def set_constraints(self, constraints, function: str = "interval_join") -> None:
         """Check ``constraints=`` (after :meth:`set_persistence`; :func:`pyspark_cq.constraints.check_constraints`).

@@ -76,6 +76,7 @@ DATA = {
     "interval_join": (("l", "r"), 200, 40),
     "interval_join_changelog": (("l", "r"), 200, 40),   # state_persistence="changelog" (issue 39)
     "interval_join_files": (("l", "r"), 200, 40),       # state_persistence="files": state files beside the checkpoint
+    "interval_join_stateless": (("l", "r"), 200, 40),   # "stateless": no stateful Spark operator, state in files
     "sliding_aggregate_windows": (("in",), 1500, 30),
     "sliding_aggregate_changes": (("in",), 1500, 30),
     "sliding_aggregate_files": (("in",), 1500, 30),   # state="files": a stateless stage, state files (issue 39)
@@ -92,11 +93,13 @@ OPERATORS = list(DATA)
 #: Operators whose uninterrupted run gives exactly another's rows on the same inputs (only where the state is kept
 #: differs): in one invocation, the first of them to run makes the reference run for all (one JVM start less each).
 SAME_ROWS = {"interval_join_changelog": "interval_join", "interval_join_files": "interval_join",
+             "interval_join_stateless": "interval_join",
              "multi_join_files": "multi_join"}
 assert all(DATA[op] == DATA[ref] for op, ref in SAME_ROWS.items())   # the same inputs, so the same reference
-JOINS = ("interval_join", "interval_join_changelog", "interval_join_files", "multi_join",
+JOINS = ("interval_join", "interval_join_changelog", "interval_join_files", "interval_join_stateless", "multi_join",
          "multi_join_files")   # per-input time columns ts_<input>
-STATEFUL = {"interval_join", "interval_join_changelog", "interval_join_files", "sliding_aggregate_windows",
+STATEFUL = {"interval_join", "interval_join_changelog", "interval_join_files", "interval_join_stateless",
+            "sliding_aggregate_windows",
             "sliding_aggregate_changes", "sliding_aggregate_files",
             "multi_join", "multi_join_files", "spark_window", "query_group", "query_group_streams"}
 #: The query group's queries over the stream ``s`` (the input ``in``): shared aggregations (one with HAVING, one
@@ -185,9 +188,10 @@ def build(spark, operator: str, root: Path, control: str | None, checkpoint: str
 
     if operator.startswith("interval_join"):
         # interval_join: the default ("auto": files under the warehouse and the query's id)
-        persistence = {"interval_join_changelog": "changelog", "interval_join_files": "files"}.get(operator)
-        # files: one state directory per run, kept with (beside) the run's checkpoint
-        state_dir = str(checkpoint) + "_state" if persistence == "files" else None
+        persistence = {"interval_join_changelog": "changelog", "interval_join_files": "files",
+                       "interval_join_stateless": "stateless"}.get(operator)
+        # files, stateless: one state directory per run, kept with (beside) the run's checkpoint
+        state_dir = str(checkpoint) + "_state" if persistence in ("files", "stateless") else None
         return cq.interval_join(src("l"), src("r"), "k", "ts_l", "ts_r", "-5 seconds", "5 seconds", shards=4,
                                 name="fi", state_persistence=persistence, snapshot_every=3, state_dir=state_dir)
     if operator.startswith("sliding_aggregate"):

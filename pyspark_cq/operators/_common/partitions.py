@@ -47,3 +47,16 @@ def warn_shuffle_partitions(df) -> None:
         f"query, or create the session with pyspark_cq.spark(), which does; a query restarted from a "
         f"checkpoint keeps the count it started with. See docs/installation.md, 'A session of your own'.",
         UserWarning, stacklevel=3)
+
+
+def stage_partitions(df, shards: int) -> int:
+    """The tasks of a stateless stage over ``shards`` shards (``repartition``): one per core of ``df``'s session
+    (``sparkContext.defaultParallelism``), at most ``shards``; ``shards`` where the cores cannot be read (Spark
+    Connect). A task runs the shards hashed to it one after the other, so more tasks than cores only add
+    per-task overhead; the count does not matter to the state, which is kept per shard.
+    """
+    try:
+        cores = int(df.sparkSession.sparkContext.defaultParallelism)
+    except Exception:   # Spark Connect (no sparkContext)
+        return shards
+    return max(1, min(shards, cores))

@@ -12,7 +12,7 @@ from ..._duration import parse_duration
 from ..._native import load
 from ...control import operator_handle
 from .._common import metrics as _metrics
-from .._common.partitions import warn_shuffle_partitions
+from .._common.partitions import stage_partitions, warn_shuffle_partitions
 from .._common.shards import AGGREGATE, resolve_shards, shard_key_column
 from .config import (
     BAD,
@@ -312,8 +312,8 @@ def _files_stage(df, time, config: AggConfig, delay, root: str):
     sliced = df.select(*_projection(df, time, config.keys, config.spec)).mapInArrow(
         slicer, config.packed_schema(None, max_time=True))
     packed_schema = _metrics.packed_schema(config.output_schema(), AGG_METRICS)
-    packed = sliced.repartition(config.shards, F.col(SHARD)).mapInPandas(FileShards(config, root, delay),
-                                                                         packed_schema)
+    packed = sliced.repartition(stage_partitions(df, config.shards), F.col(SHARD)).mapInPandas(
+        FileShards(config, root, delay), packed_schema)
     return _metrics.attach_packed(packed, config.name, config.output_schema(), AGG_METRICS)
 
 

@@ -1,6 +1,7 @@
 """``sliding_aggregate(..., state="files")``: the stateful step in a *stateless* Spark stage (issue 39).
 
-The slices go through ``repartition(shards)`` into a ``mapInPandas`` step, and each shard's state (the same
+The slices go through ``repartition`` by shard (one task per core: :func:`.._common.partitions.stage_partitions`)
+into a ``mapInPandas`` step, and each shard's state (the same
 native blob and keys as in ``GroupState``) is a version per micro-batch in files (:mod:`.._common.batch_versions`:
 why, and the rules that keep it exactly-once). The watermark: every slicer task sends its latest event time to
 every shard in its marker rows, so each shard keeps the maximum in its own state and derives the same watermark

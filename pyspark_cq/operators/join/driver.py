@@ -41,7 +41,7 @@ from ..._native import load
 from ..._validate import ref
 from .._common import metrics as _metrics
 from .._common.codec import ColumnCodec, checked_micros, codecs_for, normalized_key
-from .._common.partitions import warn_shuffle_partitions
+from .._common.partitions import stage_partitions, warn_shuffle_partitions
 from .._common.payload import SIDE
 from .._common.shards import shard_key_column
 from .bucket import BUCKET, OWN, own_column, targets_column
@@ -157,10 +157,10 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
         a batch no longer copies the state through the JVM. Results are the same; a checkpoint may switch
         between the three. Refused (ValueError) with ``bucket`` (and ``"files"`` with ``shards="key"``);
         ignored on batch inputs. ``"stateless"`` (inner joins): the files layout's state in a stateless stage
-        (``repartition(shards)`` and ``mapInPandas``; ``shards=None`` is 8), no stateful Spark operator, so the
-        session's ``spark.sql.shuffle.partitions`` does not matter; the join computes Spark's watermark and drops
-        late rows itself, and runs a shard only when rows arrive for it (docs/join.md, *A stateless stage*). Keep
-        it for the life of a checkpoint.
+        (``repartition`` by shard, one task per core, and ``mapInPandas``; ``shards=None`` is 8), no stateful
+        Spark operator, so the session's ``spark.sql.shuffle.partitions`` does not matter; the join computes
+        Spark's watermark and drops late rows itself, and runs a shard only when rows arrive for it (docs/join.md,
+        *A stateless stage*). Keep it for the life of a checkpoint.
     snapshot_every : int
         ``"changelog"`` / ``"files"``: write a new snapshot at the latest every this many micro-batches
         (>= 1; default 10), earlier when the deltas exceed half of it.
@@ -354,7 +354,7 @@ def _execute(spec: JoinSpec):
             from .stateless import StatelessShards
 
             shards = StatelessShards(worker, spec.watermark_delays, spec.watermark_policy, f"join {spec.name!r}")
-            packed = union.repartition(spec.shards, F.col(SHARD)).mapInPandas(
+            packed = union.repartition(stage_partitions(spec.left, spec.shards), F.col(SHARD)).mapInPandas(
                 shards, _metrics.packed_schema(out_schema, METRICS))
             return _metrics.attach_packed(packed, spec.name, out_schema, METRICS)
         if spec.bucket_width is not None:

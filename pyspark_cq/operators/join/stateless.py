@@ -1,6 +1,6 @@
 """``interval_join(..., state_persistence="stateless")``: the join in a *stateless* Spark stage (issue 39).
 
-The tagged union goes through ``repartition(shards)`` into a ``mapInPandas`` step that runs
+The tagged union goes through ``repartition`` by shard (one task per core) into a ``mapInPandas`` step that runs
 :meth:`.worker.JoinWorker.streaming` per shard with a :class:`~.._common.batch_versions.VersionedGroupState`
 in place of Spark's ``GroupState``: the worker keeps its state as in the files layout (snapshot and delta files,
 the objects resident in the Python worker), and the manifest that ``GroupState`` would hold is a version per

@@ -184,10 +184,15 @@ def run_job(spark, root: Path, out: Path) -> None:
 
 
 def main(argv=None) -> int:
-    """The cluster job's driver: ``python cluster.py --master URL [--conf K=V ...] INPUT OUTPUT``."""
+    """The cluster job's driver: ``python cluster.py [--doctor] --master URL [--conf K=V ...] INPUT OUTPUT``.
+
+    ``--doctor``: ``pyspark-cq doctor`` first, in this driver on its session (it checks every executor of the
+    running session and keeps it), then the job on the same executors: one application, one driver JVM and one
+    set of executors unpacking the environment (issue 41: the suite's time). Prints ``DOCTOR <exit code>``."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--master", required=True)
     parser.add_argument("--conf", action="append", default=[])
+    parser.add_argument("--doctor", action="store_true")
     parser.add_argument("input")
     parser.add_argument("output")
     args = parser.parse_args(argv)
@@ -198,6 +203,13 @@ def main(argv=None) -> int:
     spark = cq.spark(args.master, "pyspark-cq-cluster-test", shuffle_partitions=2, conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
     try:
+        if args.doctor:
+            from pyspark_cq.cli import main as cli
+
+            code = cli(["doctor"])
+            print(f"DOCTOR {code}", flush=True)
+            if code:
+                return code
         run_job(spark, Path(args.input), Path(args.output))
         # where the work ran: every task's executor, from the JVM's status tracker
         ids = spark.sparkContext._jsc.sc().getExecutorIds()

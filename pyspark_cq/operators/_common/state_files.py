@@ -87,6 +87,14 @@ class StateFiles:
         """The directory of a group (a tuple of ints: its shard; stable across runs)."""
         return f"{self.path}/g" + "_".join(str(int(g)) for g in group)
 
+    def groups(self) -> list[tuple[int, ...]]:
+        """The groups that have a directory (the inverse of :meth:`group_dir`)."""
+        from pyarrow import fs as pafs
+
+        infos = self.fs.get_file_info(pafs.FileSelector(self.path, allow_not_found=True))
+        return [tuple(int(g) for g in info.base_name[1:].split("_")) for info in infos
+                if info.type == pafs.FileType.Directory and info.base_name.startswith("g")]
+
     def names(self, group) -> list[str]:
         """The file names in the group's directory (none when it does not exist)."""
         from pyarrow import fs as pafs
@@ -130,10 +138,14 @@ class StateFiles:
     def collect(self, group, index: int, retain: int, start: int = 0, floor: int = 0) -> int:
         """Delete the group's files no retained version can name (:func:`collectable`); returns how many."""
         doomed = collectable(self.names(group), index, retain, start, floor)
+        self.delete(group, doomed)
+        return len(doomed)
+
+    def delete(self, group, names) -> None:
+        """Delete the group's files ``names`` (one another attempt deleted first is no error)."""
         directory = self.group_dir(group)
-        for name in doomed:
+        for name in names:
             try:
                 self.fs.delete_file(f"{directory}/{name}")
-            except FileNotFoundError:   # another attempt collected it first
+            except FileNotFoundError:   # another attempt deleted it first
                 pass
-        return len(doomed)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-import os
 
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -11,6 +10,7 @@ from ... import _validate
 from ..._duration import parse_duration
 from ..._native import load
 from ...control import operator_handle
+from .._common import changelog as _changelog
 from .._common import metrics as _metrics
 from .._common.partitions import stage_partitions, warn_shuffle_partitions
 from .._common.shards import AGGREGATE, resolve_shards, shard_key_column
@@ -237,9 +237,9 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
     streaming, spec, keys, out_names = df.isStreaming, config.spec, config.keys, config.out_names
     by = [k.name for k in keys]
     if streaming and state == "files":
-        return _files_stage(df, time, config, delay, _files_dir(df, state_dir, config.name))
-    if state_dir is not None:
-        _files_dir(df, state_dir, config.name)   # checked, though only state="files" uses it
+        return _files_stage(df, time, config, delay,
+                            _changelog.files_dir(state_dir, df.sparkSession, config.name, "state='files'"))
+    _changelog.check_state_dir(state_dir)   # checked, though only state="files" uses it
     warn_shuffle_partitions(df)
     group_col = SHARD if layout == "shard" else KHASH
     if streaming:
@@ -286,20 +286,6 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         raw = sliced.groupBy(group_col).applyInPandas(batch_function(config, sliced_schema, True),
                                                       _metrics.metrics_schema(config.output_schema()))
         return _metrics.attach(raw, config.name)
-
-
-def _files_dir(df, state_dir, name: str) -> str:
-    """The state directory of ``state="files"`` (see ``state_dir``); ValueError / TypeError naming it."""
-    from .._common.changelog import auto_state_dir
-
-    if state_dir is not None and (not isinstance(state_dir, str) or not state_dir.strip()):
-        raise TypeError(f"state_dir must be a directory path or URI (str), got {state_dir!r}")
-    root = state_dir if state_dir is not None else auto_state_dir(df.sparkSession, name)
-    if root is None:
-        raise ValueError("state='files' needs state_dir=: a directory every executor reads and writes (a shared "
-                         "file system; a local path in local mode), one per operator of one query -- or set the "
-                         "session's spark.sql.streaming.checkpointLocation")
-    return root if "://" in root else os.path.abspath(root)
 
 
 def _files_stage(df, time, config: AggConfig, delay, root: str):

@@ -255,12 +255,9 @@ class JoinSpec:
         if self.shards_default:
             self.shards = default_shard_count(MULTI_JOIN)
         session = self.left.sparkSession
-        dirs = _changelog.settings("auto", snapshot_every, state_dir, streaming=True, session=session, name=self.name)
-        if dirs[0] != "files":
-            raise ValueError("state_persistence='stateless' needs state_dir=: a directory every executor reads and "
-                             "writes (a shared file system; a local path in local mode), one per operator of one "
-                             "query -- or set the session's spark.sql.streaming.checkpointLocation")
-        self.persistence, self.snapshot_every, self.state_dir, self.retain = dirs
+        root = _changelog.files_dir(state_dir, session, self.name, "state_persistence='stateless'")
+        self.persistence, self.snapshot_every, self.state_dir, self.retain = _changelog.settings(
+            "files", snapshot_every, root, streaming=True, session=session, name=self.name)
         self.stateless = True
         # each streaming input has a watermark on its time column (checked when the spec was built)
         self.watermark_delays = tuple(_validate.watermark_delay_ms(df, t)

@@ -81,14 +81,8 @@ class StatelessShards:
         """The watermark of ``batch`` and of the batch before (late rows), from every shard's newest version
         before ``batch``: ``(clock, watermark it ran with)`` of each.
         """
-        from pyarrow import fs as pafs
-
-        infos = versions.fs.get_file_info(pafs.FileSelector(versions.path, allow_not_found=True))
         clocks, previous = [None, None], None
-        for info in infos:
-            if info.type != pafs.FileType.Directory or not info.base_name.startswith("g"):
-                continue
-            shard = tuple(int(g) for g in info.base_name[1:].split("_"))
+        for shard in versions.groups():
             peer = BatchVersions(versions, shard, query, batch, self.what)
             if peer.value is None:
                 continue

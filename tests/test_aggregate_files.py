@@ -63,14 +63,19 @@ def test_files_state_equals_spark_window_without_no_data_batches_across_a_lost_c
     same files with no-data micro-batches off. Our query stops after five batches and loses its last commit, as
     a crash between the state write and the commit leaves it: Spark runs batch 4 again on restart, which reads
     the state version batch 3 wrote (not its own first attempt's) and gives the same rows; the batches after
-    it continue from its state."""
+    it continue from its state. The first run takes a local master's default stage (one task, no shuffle), the
+    restart two tasks over a shuffle by shard: the same state, the same rows."""
     batches = make_batches(seed=3, n_batches=6)
     ck = tmp_dir / "ck"
 
-    def run(out: Path):
+    def run(out: Path, tasks=None):
         out.mkdir()
         df = sliding_aggregate(source(spark, tmp_dir / "in"), "ts", "10 seconds", "4 seconds", by=["k", "name"],
-                               aggs=AGGS, name="files_agg", state="files", state_dir=str(tmp_dir / "state"))
+                               aggs=AGGS, name="files_agg", state="files", state_dir=str(tmp_dir / "state"),
+                               tasks=tasks)
+        stage = df._jdf.queryExecution().analyzed().toString()
+        assert ("RepartitionByExpression" in stage) == (tasks == 2)   # a shuffle by shard
+        assert ("Repartition 1, false" in stage) == (tasks is None)      # coalesce(1): no shuffle
         q = (df.writeStream.foreachBatch(_collect_to(out)).option("checkpointLocation", str(ck))
              .trigger(availableNow=True).start())
         q.awaitTermination()
@@ -81,7 +86,7 @@ def test_files_state_equals_spark_window_without_no_data_batches_across_a_lost_c
     for lost in ("4", ".4.crc"):   # the commit and its checksum, as a crash before the commit leaves them
         (ck / "commits" / lost).unlink(missing_ok=True)
     write_files(tmp_dir / "in", batches[5:], first=5)
-    second, progress2 = run(tmp_dir / "out2")
+    second, progress2 = run(tmp_dir / "out2", tasks=2)
     assert sorted(first) == [0, 1, 2, 3, 4] and sorted(second) == [4, 5]   # batch 4 ran again
     key = ["window_start", "k", "name"]
 
@@ -116,6 +121,12 @@ def test_files_state_refuses_bad_arguments_and_another_querys_directory(spark, t
                           state_dir=str(tmp_dir / "s"))
     with pytest.raises(ValueError, match="state must be one of"):
         sliding_aggregate(df, "ts", "4 seconds", "2 seconds", by="k", state="file")
+    for tasks in (0, 1.5, True, "2"):
+        with pytest.raises(TypeError, match="tasks must be an int >= 1"):
+            sliding_aggregate(df, "ts", "4 seconds", "2 seconds", by="k", state="files", tasks=tasks,
+                              state_dir=str(tmp_dir / "s"))
+    with pytest.raises(ValueError, match="tasks: only state='files'"):
+        sliding_aggregate(df, "ts", "4 seconds", "2 seconds", by="k", tasks=2)
     with pytest.raises(TypeError, match="state_dir must be a directory path"):
         sliding_aggregate(df, "ts", "4 seconds", "2 seconds", by="k", state="files", state_dir=3)
     for ck in ("ck1", "ck2"):   # two checkpoints (two queries) on one state directory

@@ -113,7 +113,11 @@ def shapes():
         SPARK_WINDOW: lambda d: common.spark_agg(d, "60 seconds"),
         "ours sliding_aggregate, W/S = 60": lambda d: common.ours_agg(d, "60 seconds"),
         # state="files": the same operator in a stateless stage, its state in files (issue 39)
-        "ours sliding_aggregate, W/S = 60, state='files'": lambda d: common.ours_agg(d, "60 seconds", state="files"),
+        # tasks=1 (a local master's default): no shuffle, one Python task; tasks=2: repartition by shard
+        "ours sliding_aggregate, W/S = 60, state='files', one task": lambda d: common.ours_agg(
+            d, "60 seconds", state="files", tasks=1),
+        "ours sliding_aggregate, W/S = 60, state='files', a task per core": lambda d: common.ours_agg(
+            d, "60 seconds", state="files", tasks=2),
         "mapInArrow(8 rows) -> applyInPandasWithState": lambda d: stateful(python_shard(d), common._trivial_state),
         "  + event-time timeouts (our aggregation's shape)": lambda d: stateful(
             python_tagged(d), _trivial_timeout, timeout="EventTimeTimeout"),
@@ -126,6 +130,9 @@ def shapes():
         # spark.sql.shuffle.partitions is, so a plain session runs 8 Python tasks, not 200 (state in our own files)
         "stateless: Spark's shard -> repartition(8) -> mapInArrow": lambda d: native_shard(d)
             .repartition(8, "s").mapInArrow(_count, "n long"),
+        # no shuffle at all: the source's partitions merged into one Python task (a narrow coalesce), one stage
+        "stateless, no shuffle: coalesce(1) -> mapInArrow": lambda d: native_shard(d)
+            .coalesce(1).mapInArrow(_count, "n long"),
         "  + array cells out, explode(arrays_zip)": lambda d: stateful(
             native_shard(d), _arrays, "a array<long>, b array<long>")
             .select(F.explode(F.arrays_zip("a", "b")).alias("z")).select("z.a", "z.b"),

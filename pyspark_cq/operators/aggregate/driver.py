@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -72,7 +73,7 @@ _I64_MAX, _I64_MIN = 2**63 - 1, -(2**63)
 
 def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularity=None, emit="windows", *,
                       output_mode="append", shards=None, name=None, control=None, state="groupstate",
-                      kept_column=None, state_dir=None):
+                      kept_column=None, state_dir=None, tasks=None):
     """Sliding-window aggregation over slices, exact against Spark's ``window()`` aggregation.
 
     Spark evaluates ``groupBy(window(time, W, S), *by).agg(...)`` by copying every row into each of its
@@ -180,8 +181,8 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         ``transformWithStateInPandas`` with an event-time timer, which needs
         ``spark.sql.streaming.stateStore.providerClass`` set to Spark's RocksDB provider. Both give the
         same rows; see docs/benchmark-log-2026.md, "transformWithStateInPandas as the state home" for what each
-        costs. ``"files"``: no Spark state at all; the stage is stateless (``repartition`` by shard and
-        ``mapInPandas``, so ``spark.sql.shuffle.partitions`` does not matter) and each shard's state is a file
+        costs. ``"files"``: no Spark state at all; the stage is stateless (one Python task, or ``repartition``
+        by shard into ``tasks``, so ``spark.sql.shuffle.partitions`` does not matter) and each shard's state is a file
         per micro-batch under ``state_dir``, the watermark computed by the operator as Spark does. Without a
         stateful operator Spark runs no micro-batch without new rows: windows are emitted by the next batch with
         data (Spark's rows with ``spark.sql.streaming.noDataMicroBatches.enabled=false``). Streaming
@@ -200,6 +201,12 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         every executor shares, or a URI pyarrow understands). Default: ``<spark.sql.streaming.checkpointLocation
         or spark.sql.warehouse.dir>/pyspark_cq_state/<query id>/<name>`` where every executor reaches it (a
         local master, or a warehouse on a shared file system), otherwise required. Ignored by the other homes.
+    tasks : int, optional
+        ``state="files"``: the Python tasks of the stage. ``1``: no shuffle at all, the micro-batch's rows merged
+        into one task (``coalesce(1)``) that slices them and runs every shard: the least fixed cost per
+        micro-batch, one core's throughput. ``n > 1``: the slices ``repartition``-ed by shard into ``n`` tasks.
+        Default: 1 on a local master, else one per core of the session (at most ``shards``). The state is the
+        same either way (a restart may change it). Refused with the other homes.
 
     Returns
     -------
@@ -238,8 +245,10 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
     by = [k.name for k in keys]
     if streaming and state == "files":
         return _files_stage(df, time, config, delay,
-                            _changelog.files_dir(state_dir, df.sparkSession, config.name, "state='files'"))
+                            _changelog.files_dir(state_dir, df.sparkSession, config.name, "state='files'"),
+                            _files_tasks(df, tasks, config.shards))
     _changelog.check_state_dir(state_dir)   # checked, though only state="files" uses it
+    _files_tasks(None, tasks, config.shards, state if state != "files" else None)   # a batch input ignores it
     warn_shuffle_partitions(df)
     group_col = SHARD if layout == "shard" else KHASH
     if streaming:
@@ -288,18 +297,45 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         return _metrics.attach(raw, config.name)
 
 
-def _files_stage(df, time, config: AggConfig, delay, root: str):
+def _files_tasks(df, tasks, shards: int, state: str | None = "files") -> int | None:
+    """The tasks of ``state="files"``'s stage (``tasks=``, checked: TypeError / ValueError naming it); None for
+    the other homes, which refuse it, and when ``state`` is None (checked only).
+    """
+    if tasks is not None and (isinstance(tasks, bool) or not isinstance(tasks, numbers.Integral) or tasks < 1):
+        raise TypeError(f"tasks must be an int >= 1 (the Python tasks of state='files''s stage) or None, "
+                        f"got {tasks!r}")
+    if state is None:
+        return None
+    if state != "files":
+        if tasks is not None:
+            raise ValueError(f"tasks: only state='files' runs a stage of its own; got tasks={tasks!r} with "
+                             f"state={state!r}")
+        return None
+    if tasks is not None:
+        return int(tasks)
+    try:   # one machine: the shuffle costs more than a second core gives (docs/aggregate.md, "State in files")
+        local = (df.sparkSession.conf.get("spark.master", "") or "").startswith("local")
+    except Exception:   # a Connect server that does not say
+        local = False
+    return 1 if local else stage_partitions(df, shards)
+
+
+def _files_stage(df, time, config: AggConfig, delay, root: str, tasks: int):
     """The streaming plan of ``state="files"`` (:mod:`.files`): the packed slicer, ``repartition`` by shard and
     a stateless ``mapInPandas`` step whose state is in files; its report is the stateful stage's.
     """
-    from .files import FileShards
+    from .files import FileShards, OneTask
 
-    slicer = Slicer(config, False, markers=True, packed=True, max_time=True)
-    sliced = df.select(*_projection(df, time, config.keys, config.spec)).mapInArrow(
-        slicer, config.packed_schema(None, max_time=True))
+    rows = df.select(*_projection(df, time, config.keys, config.spec))
     packed_schema = _metrics.packed_schema(config.output_schema(), AGG_METRICS)
-    packed = sliced.repartition(stage_partitions(df, config.shards), F.col(SHARD)).mapInPandas(
-        FileShards(config, root, delay), packed_schema)
+    if tasks == 1:   # no shuffle: one Python task slices and runs every shard
+        packed = rows.coalesce(1).mapInArrow(
+            OneTask(config, root, delay, _metrics.arrow_schema(packed_schema)), packed_schema)
+    else:
+        slicer = Slicer(config, False, markers=True, packed=True, max_time=True)
+        sliced = rows.mapInArrow(slicer, config.packed_schema(None, max_time=True))
+        packed = sliced.repartition(tasks, F.col(SHARD)).mapInPandas(
+            FileShards(config, root, delay), packed_schema)
     return _metrics.attach_packed(packed, config.name, config.output_schema(), AGG_METRICS)
 
 

@@ -7,19 +7,27 @@ why, and the rules that keep it exactly-once). The watermark: every slicer task 
 every shard in its marker rows, so each shard keeps the maximum in its own state and derives the same watermark
 as its peers, with no shared file; the marker rows also make every shard run in every micro-batch, so the
 windows the watermark closes are emitted in the batch that closes them.
+
+With one task (:class:`OneTask`, ``tasks=1``) there is no shuffle: the source's partitions are merged into one
+Python task (``coalesce(1)``) that slices and runs every shard itself, the same functions on the same packed
+slices, so the rows and the state files are those of the shuffled stage (a restart may switch between them).
+A shuffle and a second Python stage cost about 200 ms per micro-batch on 2 cores (docs/benchmarks.md): far more
+than the work of a small batch.
 """
 from __future__ import annotations
 
 import pandas as pd
+import pyarrow as pa
 
 from .._common import changelog as _changelog
 from .._common import metrics as _metrics
 from .._common.batch_versions import BatchVersions, batch_context, spark_watermark, trunc_ms
 from .config import MAXT, METRICS, SHARD, AggConfig, read_entry
 from .shard import run_shard
+from .slicer import Slicer
 from .transport import unpack_slices
 
-__all__ = ["FileShards"]
+__all__ = ["FileShards", "OneTask"]
 
 
 class FileShards:
@@ -59,3 +67,23 @@ class FileShards:
             max_ms = latest if max_ms is None else max(max_ms, latest)
         versions.save((result.state, max_ms))
         return _metrics.packed_row(result.output, self.out_schema, METRICS, **result.metrics)
+
+
+class OneTask:
+    """``mapInArrow`` function of ``state="files"`` with one task: the whole micro-batch's raw rows (after
+    ``coalesce(1)``) sliced by :class:`~.slicer.Slicer` and handed to :class:`FileShards` in the same task.
+
+    ``packed_schema``: the Arrow form of the stage's output (``_metrics.packed_schema``); the other arguments as
+    for :class:`FileShards`.
+    """
+
+    def __init__(self, config: AggConfig, root: str, delay_ms: int | None, packed_schema: pa.Schema):
+        self.slicer = Slicer(config, False, markers=True, packed=True, max_time=True)
+        self.shards = FileShards(config, root, delay_ms)
+        self.packed_schema = packed_schema
+
+    def __call__(self, batches):
+        """The packed output row of every shard, from the task's raw rows ``batches``."""
+        slices = [b.to_pandas() for b in self.slicer(batches) if b.num_rows]
+        for row in self.shards(slices):
+            yield pa.RecordBatch.from_pandas(row, schema=self.packed_schema, preserve_index=False)

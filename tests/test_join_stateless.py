@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from helpers import join_data as jd
-from helpers.streaming import run_memory
+from helpers.streaming import lose_commit, run_memory, run_per_batch
 
 import pyspark_cq
 
@@ -41,20 +41,10 @@ def test_stateless_join_equals_spark_join_across_a_lost_commit(spark, tmp_path):
                 name = f"b{i:03d}.parquet"
                 if not (ours_in / side / name).exists():
                     shutil.copy2(full / side / name, ours_in / side / name)   # keeps the files' order
-
-        out.mkdir()
-
-        def collect(batch_df, batch_id):   # Spark's own parquet: exact types (pandas would make longs floats)
-            batch_df.write.mode("overwrite").parquet(str(out / f"{batch_id:06d}"))
-
-        q = (_join(spark, str(ours_in), str(tmp_path / "state")).writeStream.foreachBatch(collect)
-             .option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
-        q.awaitTermination()
-        return {int(p.name): spark.read.parquet(str(p)) for p in out.iterdir()}, q.recentProgress
+        return run_per_batch(_join(spark, str(ours_in), str(tmp_path / "state")), ck, out)
 
     first, progress1 = run(4, tmp_path / "out1")
-    for lost in ("3", ".3.crc"):   # the commit and its checksum, as a crash before the commit leaves them
-        (ck / "commits" / lost).unlink(missing_ok=True)
+    lose_commit(ck, 3)
     second, progress2 = run(5, tmp_path / "out2")
     assert sorted(first) == [0, 1, 2, 3] and sorted(second) == [3, 4]   # batch 3 ran again
     assert first[3].count() > 0

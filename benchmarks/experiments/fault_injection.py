@@ -84,6 +84,7 @@ DATA = {
     "granularity": (("in",), 1500, 30),
     "multi_join": (("a", "b", "c"), 150, 40),
     "multi_join_files": (("a", "b", "c"), 150, 40),     # state_persistence="files" (issue 39)
+    "multi_join_stateless": (("a", "b", "c"), 150, 40),   # "stateless": no stateful Spark operator, state in files
     "select_chain": (("in",), 1500, 30),
     "spark_window": (("in",), 1500, 30),
     "query_group": (("in",), 1500, 30),   # a pyspark_cq.QueryGroup of GROUP_QUERIES, one sink each (issue 40)
@@ -94,13 +95,13 @@ OPERATORS = list(DATA)
 #: differs): in one invocation, the first of them to run makes the reference run for all (one JVM start less each).
 SAME_ROWS = {"interval_join_changelog": "interval_join", "interval_join_files": "interval_join",
              "interval_join_stateless": "interval_join",
-             "multi_join_files": "multi_join"}
+             "multi_join_files": "multi_join", "multi_join_stateless": "multi_join"}
 assert all(DATA[op] == DATA[ref] for op, ref in SAME_ROWS.items())   # the same inputs, so the same reference
 JOINS = ("interval_join", "interval_join_changelog", "interval_join_files", "interval_join_stateless", "multi_join",
-         "multi_join_files")   # per-input time columns ts_<input>
+         "multi_join_files", "multi_join_stateless")   # per-input time columns ts_<input>
 STATEFUL = {"interval_join", "interval_join_changelog", "interval_join_files", "interval_join_stateless",
             "sliding_aggregate_windows", "sliding_aggregate_changes", "sliding_aggregate_files",
-            "multi_join", "multi_join_files", "spark_window", "query_group", "query_group_streams"}
+            "multi_join", "multi_join_files", "multi_join_stateless", "spark_window", "query_group", "query_group_streams"}
 #: The query group's queries over the stream ``s`` (the input ``in``): shared aggregations (one with HAVING, one
 #: ISTREAM) and one stateless query running alone.
 GROUP_QUERIES = {
@@ -216,11 +217,12 @@ def build(spark, operator: str, root: Path, control: str | None, checkpoint: str
         return cq.granularity(cq.window(src("in"), "ts", size="7 seconds"), "valid_from", "valid_to", "2 seconds",
                               name="fi")
     if operator.startswith("multi_join"):
-        files = operator == "multi_join_files"   # its state directory beside the run's checkpoint
+        # files, stateless: the state directory beside the run's checkpoint; multi_join: the default ("auto")
+        persistence = {"multi_join_files": "files", "multi_join_stateless": "stateless"}.get(operator)
         return cq.multi_join([src(n) for n in names], "k", [f"ts_{n}" for n in names],
                              [(0, 1, "-3 seconds", "3 seconds"), (1, 2, "0 seconds", "4 seconds")], name="fi",
-                             state_persistence="files" if files else None, snapshot_every=3,
-                             state_dir=str(checkpoint) + "_state" if files else None)
+                             state_persistence=persistence, snapshot_every=3,
+                             state_dir=str(checkpoint) + "_state" if persistence else None)
     if operator == "select_chain":
         return cq.select_chain(src("in"), {"even": F.col("v") % 2 == 0, "big": _big}, name="fi")
     raise ValueError(f"operator must be one of {OPERATORS}, got {operator!r}")

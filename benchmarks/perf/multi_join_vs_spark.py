@@ -9,6 +9,11 @@ the default.
 Usage::
 
     python -m benchmarks.perf.multi_join_vs_spark [--files 16] [--impressions 60000] [--users 200000] [--quick]
+        [--persistence full changelog files stateless] [--session cq|plain] [--partitions N]
+
+``--session plain``: both queries in a plain ``SparkSession`` as a user makes it (Spark's default 200 shuffle
+partitions unless ``--partitions``), where ``state_persistence="stateless"`` runs one task per core and Spark's chain
+one per partition.
 """
 from __future__ import annotations
 
@@ -104,7 +109,7 @@ def ours(spark, root, delay, ck, plan=None, persistence="full"):
     df = cq.multi_join(_sources(spark, root, delay), ["imp_user", "clk_user", "buy_user"],
                        ["imp_ts", "clk_ts", "buy_ts"], BOUNDS, control=control, name="funnel",
                        state_persistence=persistence,
-                       state_dir=os.path.join(ck, "ours_state") if persistence == "files" else None)
+                       state_dir=os.path.join(ck, "ours_state") if persistence in ("files", "stateless") else None)
     wall, progress = run(df, os.path.join(ck, "ours"))
     reports = [cq.read_metrics(p, "funnel") or {} for p in progress]
     return {"wall_s": wall, "batch_ms": [p["durationMs"].get("triggerExecution", 0) for p in progress],
@@ -157,9 +162,13 @@ def main(argv=None):
     ap.add_argument("--rocksdb", action="store_true",
                     help="RocksDB state store with changelog checkpointing (both queries) instead of the default")
     ap.add_argument("--skip-plans", action="store_true", help="leave out the every-plan runs")
-    ap.add_argument("--persistence", nargs="+", default=["full"], choices=["full", "changelog", "files"],
+    ap.add_argument("--persistence", nargs="+", default=["full"], choices=["full", "changelog", "files", "stateless"],
                     help="multi_join's state_persistence on the funnel, one run each (issue 39; the every-plan runs "
                          "use the first)")
+    ap.add_argument("--session", choices=("cq", "plain"), default="cq",
+                    help="cq.spark()'s session, or a plain SparkSession as a user makes it")
+    ap.add_argument("--partitions", type=int, default=None,
+                    help="shuffle partitions (default: 2 for cq, Spark's 200 for plain)")
     ap.add_argument("--floor", action="store_true",
                     help="also run the funnel's shape with no work (with and without our run's state bytes)")
     args = ap.parse_args(argv)
@@ -173,7 +182,13 @@ def main(argv=None):
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
         conf["spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled"] = "true"
     print(f"# state store: {'RocksDB, changelog checkpointing' if args.rocksdb else 'default (HDFS-backed)'}")
-    spark = harness.cq_session("multi-join-bench", conf=conf)
+    if args.session == "plain":   # as a user makes it: only the driver's memory and the state store chosen
+        plain = {k: v for k, v in conf.items() if k.startswith(("spark.driver.", "spark.sql.streaming.stateStore"))}
+        spark = harness.plain_session("multi-join-bench", partitions=args.partitions or 200, conf=plain)
+    else:
+        spark = harness.cq_session("multi-join-bench", partitions=args.partitions or 2, conf=conf)
+    print(f"# load {os.getloadavg()[0]:.2f}; {args.session} session, "
+          f"{spark.conf.get('spark.sql.shuffle.partitions')} shuffle partitions")
     root = tempfile.mkdtemp(prefix="cqmjoin_")
     try:
         write_streams(os.path.join(root, "warm"), 2, 2_000, 2_000)  # warm both engines (JVM JIT, workers)
@@ -182,8 +197,12 @@ def main(argv=None):
         theirs(spark, os.path.join(root, "warm"), args.delay, os.path.join(root, "ckw"))
 
         write_streams(os.path.join(root, "u"), args.files, args.impressions, args.users)
-        layouts = {layout: ours(spark, os.path.join(root, "u"), args.delay, os.path.join(root, "ck1", layout),
-                                persistence=layout) for layout in args.persistence}
+        layouts = {}
+        for layout in args.persistence:   # each printed at once: a run cut short still reports ours
+            r = layouts[layout] = ours(spark, os.path.join(root, "u"), args.delay, os.path.join(root, "ck1", layout),
+                                       persistence=layout)
+            print(f"# ours {layout!r}: wall {r['wall_s']:.1f} s, per batch ms {r['batch_ms']}, output rows "
+                  f"{r['output_rows']:,}", flush=True)
         o = layouts[args.persistence[0]]
         s = theirs(spark, os.path.join(root, "u"), args.delay, os.path.join(root, "ck1"))
         n_in = args.files * (args.impressions + args.impressions // 5 + args.impressions // 25)

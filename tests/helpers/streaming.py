@@ -35,6 +35,33 @@ def run_side_by_side(*writers) -> list:
     return queries
 
 
+def run_per_batch(df, checkpoint, out) -> tuple[dict, list]:
+    """Run the streaming ``df`` to the end (``trigger(availableNow=True)``) on ``checkpoint``, each micro-batch written
+    to ``out/<batch id>`` as Spark's own parquet (exact types; pandas would make longs floats): returns
+    ``({batch id: DataFrame}, recentProgress)``."""
+    from pathlib import Path
+
+    out = Path(out)
+    out.mkdir()
+
+    def collect(batch_df, batch_id):
+        batch_df.write.mode("overwrite").parquet(str(out / f"{batch_id:06d}"))
+
+    q = (df.writeStream.foreachBatch(collect).option("checkpointLocation", str(checkpoint))
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    return {int(p.name): df.sparkSession.read.parquet(str(p)) for p in out.iterdir()}, q.recentProgress
+
+
+def lose_commit(checkpoint, batch: int) -> None:
+    """Delete ``batch``'s commit and its checksum from ``checkpoint``, as a crash between the state write and the
+    commit leaves them: Spark runs the batch again on restart."""
+    from pathlib import Path
+
+    for lost in (str(batch), f".{batch}.crc"):
+        (Path(checkpoint) / "commits" / lost).unlink(missing_ok=True)
+
+
 def _hashable(v):
     """``v`` comparable in a multiset: NaN equal to NaN (as ``exceptAll`` compares), arrays, maps and structs as
     tuples."""

@@ -351,9 +351,10 @@ def _execute(spec: JoinSpec):
         union = _tagged(spec, LEFT, True).union(_tagged(spec, RIGHT, True))
         union = _metrics.observe_input(union, spec.name)   # before the bucket copies: they are no input
         if spec.stateless:   # no stateful operator: spark.sql.shuffle.partitions does not matter (.stateless)
-            from .stateless import StatelessShards
+            from .._common.stateless import StatelessShards
 
-            shards = StatelessShards(worker, spec.watermark_delays, spec.watermark_policy, f"join {spec.name!r}")
+            shards = StatelessShards(worker, spec.watermark_delays, spec.watermark_policy, f"join {spec.name!r}",
+                                     doc="docs/join.md", shard=SHARD, micros=MICROS)
             packed = union.repartition(stage_partitions(spec.left, spec.shards), F.col(SHARD)).mapInPandas(
                 shards, _metrics.packed_schema(out_schema, METRICS))
             return _metrics.attach_packed(packed, spec.name, out_schema, METRICS)

@@ -17,7 +17,9 @@ from ... import _validate
 from ...control import ControlHandle, operator_handle
 from ...control.schema import drop_ratio_value
 from .._common import changelog as _changelog
+from .._common import stateless as _stateless
 from .._common.shards import JOIN, MULTI_JOIN, default_shard_count, resolve_shards
+from .._common.stateless import watermark_settings
 
 __all__ = ["HOW", "LEFT_ONLY", "DEFAULT_SUFFIXES", "GROUPINGS", "shards_argument", "JoinSpec", "output_names"]
 
@@ -39,8 +41,9 @@ DEFAULT_SUFFIXES = ("_left", "_right")
 #: with ``multi_join`` (:mod:`.._common.changelog`).
 PERSISTENCE, STATE_DIR_DEFAULT = _changelog.PERSISTENCE, _changelog.STATE_DIR_DEFAULT
 RETAIN_CONF, RETAIN_DEFAULT = _changelog.RETAIN_CONF, _changelog.RETAIN_DEFAULT
-#: ``state_persistence="stateless"``: the join in a stateless stage, its state in files only (:mod:`.stateless`).
-STATELESS = "stateless"
+#: ``state_persistence="stateless"``: the join in a stateless stage, its state in files only
+#: (:mod:`.._common.stateless`).
+STATELESS = _stateless.STATELESS
 #: Values of the deprecated ``grouping`` argument (now ``shards=None | int`` and ``shards="key"``).
 GROUPINGS = ("shard", "key")
 
@@ -240,8 +243,8 @@ class JoinSpec:
             persistence, snapshot_every, state_dir, streaming=True, session=session, name=getattr(self, "name", ""))
 
     def _set_stateless(self, snapshot_every, state_dir) -> None:
-        """``state_persistence="stateless"`` (:mod:`.stateless`): the files layout's state in a stateless stage.
-        An inner join in the shard layout without ``bucket=``, each input with a watermark; ``shards=None`` is 8
+        """``state_persistence="stateless"`` (:mod:`.._common.stateless`): the files layout's state in a stateless
+        stage. An inner join in the shard layout without ``bucket=``, each input with a watermark; ``shards=None`` is 8
         there (no stateful operator reads ``spark.sql.shuffle.partitions``). The state directory as for
         ``"auto"``, else ``state_dir=`` is required.
         """
@@ -260,13 +263,8 @@ class JoinSpec:
             "files", snapshot_every, root, streaming=True, session=session, name=self.name)
         self.stateless = True
         # each streaming input has a watermark on its time column (checked when the spec was built)
-        self.watermark_delays = tuple(_validate.watermark_delay_ms(df, t)
-                                      for df, t in ((self.left, self.left_time), (self.right, self.right_time)))
-        try:
-            policy = session.conf.get("spark.sql.streaming.multipleWatermarkPolicy", "min") or "min"
-        except Exception:   # a Connect server that does not return it: Spark's default
-            policy = "min"
-        self.watermark_policy = policy.strip().lower()
+        self.watermark_delays, self.watermark_policy = watermark_settings(
+            ((self.left, self.left_time), (self.right, self.right_time)), session)
 
     def set_constraints(self, constraints, function: str = "interval_join") -> None:
         """Check ``constraints=`` (after :meth:`set_persistence`; :func:`pyspark_cq.constraints.check_constraints`).

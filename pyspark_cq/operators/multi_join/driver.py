@@ -36,9 +36,10 @@ from .._common import changelog as _changelog
 from .._common import metrics as _metrics
 from .._common.chunks import schedule_from_params
 from .._common.codec import checked_micros, codecs_for, normalized_key
-from .._common.partitions import warn_shuffle_partitions
+from .._common.partitions import stage_partitions, warn_shuffle_partitions
 from .._common.payload import SIDE
 from .._common.shards import MULTI_JOIN, resolve_shards, shard_key_column
+from .._common.stateless import STATELESS, StatelessShards, watermark_settings
 from .nested import nested_orders, retention
 from .worker import (
     _LEFT,
@@ -142,7 +143,7 @@ def multi_join(inputs, on, times, bounds, *, how=None, control=None, name=None, 
         joins, or a left last input (whose closing a key then drops another input's row only with every other
         input closed: its null-padded rows stay exact); not with a left input before the last. Batch inputs
         ignore them.
-    state_persistence : {None, "auto", "full", "changelog", "files"}, optional
+    state_persistence : {None, "auto", "full", "changelog", "files", "stateless"}, optional
         How a streaming join keeps each shard's state between micro-batches (docs/multi_join.md, *State
         persistence*; as :func:`~pyspark_cq.interval_join`'s). ``"auto"`` (None, the default): ``"files"`` under
         ``state_dir`` or a directory found without a setting (the session's checkpoint location or Spark's
@@ -151,12 +152,18 @@ def multi_join(inputs, on, times, bounds, *, how=None, control=None, name=None, 
         stays in the Python worker (checked by a version token) and the value holds a snapshot plus the batches'
         deltas. ``"files"``: the same, with the snapshot and deltas as immutable files under ``state_dir`` and only
         a small manifest in Spark's state. Both report ``state_cache_hits`` / ``state_cache_misses``. A checkpoint
-        may switch layouts.
+        may switch layouts. ``"stateless"`` (inner joins in append mode, without ``constraints``): the files layout's
+        state in a stateless stage (``repartition`` by shard, one task per core, and ``mapInPandas``), no stateful
+        Spark operator, so the session's ``spark.sql.shuffle.partitions`` does not matter; the join computes Spark's
+        watermark (``spark.sql.streaming.multipleWatermarkPolicy``) and drops late rows itself, and runs a shard
+        only when rows arrive for it (docs/multi_join.md, *A stateless stage*). Keep it for the life of a
+        checkpoint.
     snapshot_every : int
         ``"changelog"`` / ``"files"``: a new snapshot at the latest every this many micro-batches (default 10).
     state_dir : str, optional
-        ``"files"``: the directory of the state files, on a file system every executor shares, one per operator,
-        kept as long as the checkpoint. Default for ``"files"``:
+        ``"files"`` / ``"stateless"``: the directory of the state files, on a file system every executor shares, one
+        per operator, kept as long as the checkpoint. Default for ``"stateless"`` as for ``"auto"``, else required;
+        for ``"files"``:
         ``<spark.sql.streaming.checkpointLocation>/pyspark_cq_state/<name>`` when the session sets that, otherwise
         required; for ``"auto"`` see above (two joins of one query need distinct names).
 
@@ -185,7 +192,8 @@ def multi_join(inputs, on, times, bounds, *, how=None, control=None, name=None, 
     """
     spec = MultiJoinSpec.build(inputs, on, times, bounds, control, name, how, output_mode, constraints)
     spec.set_persistence(state_persistence, snapshot_every, state_dir)
-    warn_shuffle_partitions(spec.inputs[0])
+    if not spec.stateless:   # a stateless stage runs one task per core whatever the session's partitions
+        warn_shuffle_partitions(spec.inputs[0])
     return _execute(spec)
 
 
@@ -207,20 +215,57 @@ class MultiJoinSpec:
     how: tuple[str, ...] = ()             # per input after the first: "inner" or "left"
     output_mode: str = "append"           # the applyInPandasWithState's mode: the query's output mode
     constraints: tuple = ()               # stream constraints (STREAM §5.2), checked: pyspark_cq.constraints
-    persistence: str = "full"             # state_persistence: "full", "changelog" or "files"
+    persistence: str = "full"             # state_persistence: "full", "changelog" or "files" (also for "stateless")
     snapshot_every: int = 10              # changelog / files: batches per snapshot (at most)
     state_dir: str | None = None          # files: the directory of the state files (absolute path or URI)
     retain: int = _changelog.RETAIN_DEFAULT   # files: the session's spark.sql.streaming.minBatchesToRetain
+    stateless: bool = False               # state_persistence="stateless": a stateless stage, the files layout's state
+    watermark_delays: tuple = ()          # stateless: each input's withWatermark delay (ms)
+    watermark_policy: str = "min"         # stateless: spark.sql.streaming.multipleWatermarkPolicy
 
     def set_persistence(self, state_persistence, snapshot_every, state_dir=None) -> None:
         """Decide ``state_persistence`` / ``snapshot_every`` / ``state_dir`` (:func:`.._common.changelog.settings`:
         ValueError / TypeError naming the argument); batch inputs keep no state and ignore them.
         """
+        if isinstance(state_persistence, str) and state_persistence == STATELESS:
+            self._set_stateless(snapshot_every, state_dir)
+            return
+        if state_persistence is not None and state_persistence not in _changelog.CHOICES:
+            raise ValueError(f"state_persistence must be one of {', '.join(map(repr, _changelog.CHOICES))}, "
+                             f"{STATELESS!r} or None (the default, 'auto'), got {state_persistence!r}")
         persistence, every, state_dir, retain = _changelog.settings(
             state_persistence, snapshot_every, state_dir, streaming=self.streaming,
             session=self.inputs[0].sparkSession if self.streaming else None, name=self.name)
         if self.streaming:
             self.persistence, self.snapshot_every, self.state_dir, self.retain = persistence, every, state_dir, retain
+
+    def _set_stateless(self, snapshot_every, state_dir) -> None:
+        """``state_persistence="stateless"`` (:mod:`.._common.stateless`): the files layout's state in a stateless
+        stage. Inner joins only (every ``how`` inner: a stateless stage runs a shard only when rows arrive, so a
+        null-padded tuple could wait forever), in append mode, without ``constraints`` (not tried yet); each input
+        has a watermark (checked when the spec was built). The state directory as for ``"auto"``, else
+        ``state_dir=`` is required. Batch inputs keep no state and ignore it (the arguments are still checked).
+        """
+        _changelog.settings("files", snapshot_every, state_dir, streaming=False, session=None, name="")
+        if any(h != "inner" for h in self.how):
+            raise ValueError(f"state_persistence='stateless' runs inner multi_joins only (every how 'inner'; a "
+                             f"stateless stage runs a shard only when rows arrive, so a tuple waiting to be output "
+                             f"null-padded could wait forever); got how={list(self.how)}: use state_persistence="
+                             f"'files' or None")
+        if self.output_mode != "append":
+            raise ValueError(f"state_persistence='stateless' runs output_mode='append' only (the query's output "
+                             f"mode; the rows are append-only), got output_mode={self.output_mode!r}")
+        if self.constraints:
+            raise ValueError("state_persistence='stateless' does not take constraints= yet (their drops and arrival "
+                             "trackers are untested without timeouts); drop one of them")
+        if not self.streaming:
+            return
+        session = self.inputs[0].sparkSession
+        root = _changelog.files_dir(state_dir, session, self.name, "state_persistence='stateless'")
+        self.persistence, self.snapshot_every, self.state_dir, self.retain = _changelog.settings(
+            "files", snapshot_every, root, streaming=True, session=session, name=self.name)
+        self.stateless = True
+        self.watermark_delays, self.watermark_policy = watermark_settings(zip(self.inputs, self.times), session)
 
     @property
     def outer(self) -> int | None:
@@ -533,6 +578,13 @@ def _execute(spec: MultiJoinSpec):
         # rows reaching the stateful stage, in all and per input: read_metrics reports those Spark dropped
         # as late (late_rows, late_rows_<i>)
         arrived = _metrics.observe_input(union, spec.name, per=(SIDE, spec.n))
+        if spec.stateless:   # no stateful operator: spark.sql.shuffle.partitions does not matter
+            shards = StatelessShards(worker, spec.watermark_delays, spec.watermark_policy,
+                                     f"multi_join {spec.name!r}", doc="docs/multi_join.md", shard=SHARD, micros=MICROS)
+            packed = arrived.repartition(stage_partitions(spec.inputs[0], spec.shards), F.col(SHARD)).mapInPandas(
+                shards, _metrics.packed_schema(spec.output_schema(), metrics))
+            return _metrics.attach_packed(packed, spec.name, spec.output_schema(), metrics,
+                                          peaks=PEAKS + band_names(spec.n))
         packed = arrived.groupBy(SHARD).applyInPandasWithState(
             worker.streaming, _metrics.packed_schema(spec.output_schema(), metrics), state_schema, spec.output_mode,
             GroupStateTimeout.EventTimeTimeout)

@@ -166,3 +166,28 @@ def test_join_state_checks_kept_column():
     assert b"kept" not in older.table.schema.metadata[_COLUMNS_META]
     older.check_columns({**base, "kept": False}, "interval_join")
     assert json.loads(older.table.schema.metadata[_COLUMNS_META]) == base
+
+
+def test_shard_count_error_names_each_defaults_rule():
+    """A restore with another shard count names how ``shards=None`` picks it, for the form the query runs in
+    (the stateless join takes the fixed 8, not twice the session's partitions)."""
+    import pyarrow as pa
+
+    from pyspark_cq.operators._common.shards import (
+        AGGREGATE,
+        JOIN,
+        MULTI_JOIN,
+        check_shard_count,
+        default_rule,
+        default_shard_count,
+        with_shard_count,
+    )
+
+    saved = with_shard_count(pa.table({"x": [1]}), 4)
+    check_shard_count(saved, 4, JOIN, default_rule(JOIN))   # the same count passes
+    with pytest.raises(ValueError, match=r"written with shards=4, the query now has shards=8\. Pass shards=4 "
+                                         r"\(the default is twice spark\.sql\.shuffle\.partitions when the query is "
+                                         r"defined, 8 with state_persistence='stateless'\)"):
+        check_shard_count(saved, 8, JOIN, default_rule(JOIN))
+    assert default_shard_count(MULTI_JOIN) == 8 and "8" in default_rule(MULTI_JOIN)
+    assert "8 when by is given" in default_rule(AGGREGATE)

@@ -199,4 +199,5 @@ def default_rule(operator: str) -> str:
         return f"the default is {AGGREGATE_DEFAULT_SHARDS} when by is given"
     if operator == MULTI_JOIN:
         return f"it always uses {AGGREGATE_DEFAULT_SHARDS}"
-    return "the default is twice spark.sql.shuffle.partitions when the query is defined"
+    return (f"the default is twice spark.sql.shuffle.partitions when the query is defined, "
+            f"{AGGREGATE_DEFAULT_SHARDS} with state_persistence='stateless'")

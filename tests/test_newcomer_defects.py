@@ -368,6 +368,8 @@ def test_many_shuffle_partitions_warn_once(spark, monkeypatch):
         msg = str(caught[0].message)
         assert "spark.sql.shuffle.partitions is 200" in msg and f"{cores} cores" in msg
         assert f"spark.conf.set('spark.sql.shuffle.partitions', {2 * cores})" in msg
+        # the stateless stages, which do not depend on the setting (issue 39)
+        assert "state='files'" in msg and "state_persistence='stateless'" in msg
         assert caught[0].filename == __file__                # points at the user's call
         assert not _user_warnings(define_join)               # once per session
         assert not _user_warnings(define_agg)

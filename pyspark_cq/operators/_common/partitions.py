@@ -45,7 +45,11 @@ def warn_shuffle_partitions(df) -> None:
         f"{partitions} tasks, most of them empty (a streaming aggregation took 232 s instead of 15 s at 200 "
         f"on 2 cores). Set spark.conf.set('spark.sql.shuffle.partitions', {suggested}) before defining the "
         f"query, or create the session with pyspark_cq.spark(), which does; a query restarted from a "
-        f"checkpoint keeps the count it started with. See docs/installation.md, 'A session of your own'.",
+        f"checkpoint keeps the count it started with. See docs/installation.md, 'A session of your own'. "
+        f"Or, for a new query, run the operator in a stateless stage, whose tasks do not follow the setting: "
+        f"sliding_aggregate(..., state='files') (windows then close with the next batch of data), "
+        f"interval_join / multi_join(..., state_persistence='stateless') (inner joins) -- 10-45x Spark there "
+        f"(docs/aggregate.md, 'State in files'; docs/join.md, 'A stateless stage').",
         UserWarning, stacklevel=3)
 
 

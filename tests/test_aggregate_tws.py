@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from helpers import aggregate_reference as R
+from helpers.streaming import run_side_by_side
 from test_aggregate_streaming import AGGS, make_batches, run_both_to_memory, source, spark_windows, write_files
 
 import pyspark_cq
@@ -54,7 +55,7 @@ def test_tws_update_mode_and_restart_equal_spark(rocksdb, tmp_dir):
     write_files(tmp_dir / "in", batches[:3])
     aggs = {"v": ["sum"], "*": ["count"]}
 
-    def start(df, label):
+    def writer(df, label):
         # foreachBatch into files: the memory sink cannot restart from a checkpoint
         out = tmp_dir / label
         out.mkdir(exist_ok=True)
@@ -62,25 +63,18 @@ def test_tws_update_mode_and_restart_equal_spark(rocksdb, tmp_dir):
         def collect(batch_df, batch_id):
             batch_df.toPandas().to_parquet(out / f"{batch_id:06d}.parquet")
         return (df.writeStream.outputMode("update").foreachBatch(collect)
-                .option("checkpointLocation", str(tmp_dir / f"ck_{label}")).trigger(availableNow=True).start())
+                .option("checkpointLocation", str(tmp_dir / f"ck_{label}")))
 
     def ours():
         return sliding_aggregate(source(spark, tmp_dir / "in"), "ts", "6 seconds", "2 seconds", by="k", aggs=aggs,
                                  name="tws_up", output_mode="update", state="tws")
 
-    start(ours(), "ours").awaitTermination()
+    run_side_by_side(writer(ours(), "ours"))
     write_files(tmp_dir / "in", batches[3:], first=3)
     # restarts from the checkpoint (the shards' images come back from RocksDB), beside Spark's run over all the files
     # (their micro-batch latencies overlap: issue 41)
-    started = [start(ours(), "ours"), start(spark_windows(source(spark, tmp_dir / "in"), "6 seconds", "2 seconds",
-                                                          ["k"], aggs), "theirs")]
-    try:
-        for q in started:
-            q.awaitTermination()
-    finally:
-        for q in started:
-            if q.isActive:
-                q.stop()
+    run_side_by_side(writer(ours(), "ours"),
+                     writer(spark_windows(source(spark, tmp_dir / "in"), "6 seconds", "2 seconds", ["k"], aggs), "theirs"))
 
     # update mode re-emits a window whenever rows join it (its count(*) grows, no row is removed): its
     # final value is the row with the largest count, on both sides

@@ -255,6 +255,10 @@ def child(args) -> int:
         sink, ck, dump = REFERENCE
         runs += [(op, root / op, str(root / op / sink), str(root / op / ck), str(root / op / dump), "reference")
                  for op in filter(None, (args.references or "").split(","))]
+        for _, _, sink, ck, _, tag in runs:   # uninterrupted: from nothing, even in a child started again
+            if tag == "reference":
+                for d in (sink, ck, ck + "_state"):
+                    shutil.rmtree(d, ignore_errors=True)
     else:
         runs = [(args.operator, root, args.sink, args.checkpoint, args.dump, None)]
     queries = [_start_query(spark, op, d, args.control, ck, sink, tag) for op, d, sink, ck, _, tag in runs]

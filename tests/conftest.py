@@ -71,6 +71,15 @@ def connect_server(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def own_session_run(tmp_path_factory):
+    """The output (``subprocess.CompletedProcess``) of tests/helpers/own_session.py's process: a classic session of
+    its own, as a user's script starts one; two tests read it (one JVM start for both)."""
+    from helpers import own_session
+
+    return own_session.run(tmp_path_factory.mktemp("own_session"))
+
+
 @pytest.fixture
 def tmp_dir(tmp_path):
     """A per-test directory for streaming input, checkpoints and sinks."""

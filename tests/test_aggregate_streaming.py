@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from helpers import aggregate_reference as R
 from helpers.files import write_in_order
+from helpers.streaming import run_memory
 from pyspark.sql import functions as F
 
 import pyspark_cq
@@ -90,16 +91,24 @@ def run_to_memory(df, checkpoint, mode="append"):
     return q, df.sparkSession.table(name)
 
 
+def run_both_to_memory(ours, theirs, checkpoints, mode="append"):
+    """``ours`` and ``theirs`` (its oracle) into memory tables, side by side (their micro-batch latencies
+    overlap: issue 41, the suite's time; each on its own checkpoint): ((query, table), (query, table))."""
+    names = ["q_" + uuid.uuid4().hex[:12] for _ in range(2)]
+    queries = run_memory(*((df, name, str(ck)) for df, name, ck in zip((ours, theirs), names, checkpoints)),
+                         mode=mode)
+    return tuple((q, ours.sparkSession.table(name)) for q, name in zip(queries, names))
+
+
 # W/S = 1, 3, 60, and a window that is not a multiple of its slide (Spark's windows then overlap unevenly).
 @pytest.mark.parametrize("window, slide", [("1 second", "1 second"), ("3 seconds", "1 second"),
                                            ("60 seconds", "1 second"), ("10 seconds", "4 seconds")])
 def test_stream_equals_spark_window(spark, tmp_dir, window, slide):
     batches = make_batches(seed=len(window))
     write_files(tmp_dir / "in", batches)
-    q1, ours = run_to_memory(sliding_aggregate(source(spark, tmp_dir / "in"), "ts", window, slide,
-                                               by=["k", "name"], aggs=AGGS, name="agg"), tmp_dir / "ck1")
-    q2, theirs = run_to_memory(spark_windows(source(spark, tmp_dir / "in"), window, slide, ["k", "name"], AGGS),
-                               tmp_dir / "ck2")
+    (q1, ours), (q2, theirs) = run_both_to_memory(
+        sliding_aggregate(source(spark, tmp_dir / "in"), "ts", window, slide, by=["k", "name"], aggs=AGGS, name="agg"),
+        spark_windows(source(spark, tmp_dir / "in"), window, slide, ["k", "name"], AGGS), (tmp_dir / "ck1", tmp_dir / "ck2"))
     assert ours.count() > 0
     R.assert_same_rows(ours, theirs, ["window_start", "k", "name"])
     # Same micro-batches and watermarks on both sides.
@@ -214,10 +223,10 @@ def test_daylight_saving_fold_in_a_new_york_session(spark, tmp_dir):
     old = spark.conf.get("spark.sql.session.timeZone")
     spark.conf.set("spark.sql.session.timeZone", "America/New_York")
     try:
-        _, ours = run_to_memory(sliding_aggregate(source(spark, tmp_dir / "in"), "ts", "30 minutes", "10 minutes",
-                                                  by="k", aggs=aggs), tmp_dir / "ck_ours")
-        _, theirs = run_to_memory(spark_windows(source(spark, tmp_dir / "in"), "30 minutes", "10 minutes", ["k"], aggs),
-                                  tmp_dir / "ck_theirs")
+        (_, ours), (_, theirs) = run_both_to_memory(
+            sliding_aggregate(source(spark, tmp_dir / "in"), "ts", "30 minutes", "10 minutes", by="k", aggs=aggs),
+            spark_windows(source(spark, tmp_dir / "in"), "30 minutes", "10 minutes", ["k"], aggs),
+            (tmp_dir / "ck_ours", tmp_dir / "ck_theirs"))
         ours, theirs = ours.cache(), theirs.cache()
         assert ours.count() == theirs.count() > 0
     finally:

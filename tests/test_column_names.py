@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import uuid
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -13,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from helpers.streaming import assert_same_multiset
 from pyspark.sql import functions as F
+from test_aggregate_streaming import run_both_to_memory
 
 import pyspark_cq as cq
 from pyspark_cq._validate import ref
@@ -106,14 +106,6 @@ def _stream(spark, directory, payload, ptype, name):
             .withWatermark(f"`{TIME}`", "10 seconds"))
 
 
-def _run_to_memory(df, checkpoint, mode="append"):
-    name = "q_" + uuid.uuid4().hex[:12]
-    q_ = (df.writeStream.format("memory").queryName(name).outputMode(mode)
-          .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
-    q_.awaitTermination()
-    return df.sparkSession.table(name)
-
-
 @pytest.mark.slow
 def test_interval_join_streaming(spark, tmp_path):
     _write_side(str(tmp_path / "l"), side_rows("l"), "lv", pa.int64())
@@ -123,9 +115,9 @@ def test_interval_join_streaming(spark, tmp_path):
         return (_stream(spark, str(tmp_path / "l"), "lv", "long", LPAY),
                 _stream(spark, str(tmp_path / "r"), "rv", "double", RPAY))
 
-    ours = _run_to_memory(cq.interval_join(*inputs(), [KEY, GROUP], TIME, TIME, "-5 seconds", "10 seconds",
-                                           suffixes=("_l", "_r")), tmp_path / "ck1")
-    theirs = _run_to_memory(spark_join(*inputs(), "inner", -5, 10), tmp_path / "ck2")
+    (_, ours), (_, theirs) = run_both_to_memory(
+        cq.interval_join(*inputs(), [KEY, GROUP], TIME, TIME, "-5 seconds", "10 seconds", suffixes=("_l", "_r")),
+        spark_join(*inputs(), "inner", -5, 10), (tmp_path / "ck1", tmp_path / "ck2"))
     assert ours.columns == [KEY, GROUP, TIME + "_l", LPAY, TIME + "_r", RPAY]
     assert theirs.count() > 0
     same_rows(ours, theirs)
@@ -185,9 +177,9 @@ def test_sliding_aggregate_streaming(spark, tmp_path):
                         F.col("v").alias(VALUE), F.col("x").alias(REAL))
                 .withWatermark(f"`{TIME}`", "5 seconds"))
 
-    ours = _run_to_memory(cq.sliding_aggregate(source(), TIME, "10 seconds", "5 seconds", by=[KEY, GROUP],
-                                               aggs=AGGS), tmp_path / "ck1")
-    theirs = _run_to_memory(spark_windows(source(), "10 seconds", "5 seconds"), tmp_path / "ck2")
+    (_, ours), (_, theirs) = run_both_to_memory(
+        cq.sliding_aggregate(source(), TIME, "10 seconds", "5 seconds", by=[KEY, GROUP], aggs=AGGS),
+        spark_windows(source(), "10 seconds", "5 seconds"), (tmp_path / "ck1", tmp_path / "ck2"))
     assert ours.columns == ["window_start", "window_end", KEY, GROUP] + OUT_AGGS
     assert theirs.count() > 0
     same_rows(ours, theirs)

@@ -224,9 +224,11 @@ def test_demo_runs_end_to_end_and_its_cap_holds_the_budget(tmp_path):
     first round that knows them decides, whenever the burst's batches run); the run's integrity checks (rows
     written = rows reported, malformed and generated rows counted) hold; the report is written; and the peak of
     the measured state stays within 1.1× the budget, what was shed counted. (Two runs before, one without
-    ``--cap``: the checks are the same with it, and the suite's time is not; issue 41.)
+    ``--cap``: the checks are the same with it, and the suite's time is not; issue 41.) 20 s on the clock: the burst
+    (6× the rate) runs from 5 to 15 s, long enough for the measured state to meet it (a run of 30 s had its peak 4 s
+    into the burst, and the manager's first decisions before the clock started), 10 s of the suite less than 30 s.
     """
-    out = subprocess.run([CLI, "demo", "--seconds", "30", "--rate", "100", "--burst-rate", "600",
+    out = subprocess.run([CLI, "demo", "--seconds", "20", "--rate", "100", "--burst-rate", "600",
                           "--burst", "0.25,0.75", "--budget", "40 KB", "--cap", "--every", "5",
                           "--master", "local[2]", "--out", str(tmp_path / "demo")],
                          capture_output=True, text=True, timeout=900, cwd=tmp_path)

@@ -442,31 +442,15 @@ def test_demo_report_summary_is_formatted(tmp_path):
 
 # --- issue 41, item 8: a cq.spark() session prints no warning when nothing is wrong --------------------
 
-_QUIET_SCRIPT = """
-import pyspark_cq as cq
-spark = cq.spark("local[2]", warm_workers=False)
-rate = spark.readStream.format("rate").option("rowsPerSecond", 10).load()
-agg = cq.sliding_aggregate(rate.withWatermark("timestamp", "1 second"), "timestamp", "10 seconds", "5 seconds",
-                           aggs={"value": ["sum"]})
-q = agg.writeStream.format("noop").trigger(availableNow=True).start()   # no checkpoint: a temporary one
-q.awaitTermination()
-spark.stop()
-print("DONE")
-"""
 
 
 @pytest.mark.spark
 @pytest.mark.slow
-def test_session_logs_only_what_matters(tmp_path):
+def test_session_logs_only_what_matters(own_session_run):
     """No banner, no temporary-checkpoint or AQE warnings, no maintenance error at stop; a real warning
-    (the rate source cannot run availableNow) still shows."""
-    import subprocess
-    import sys
-
-    env = dict(os.environ)
-    env.pop("SPARK_REMOTE", None)
-    proc = subprocess.run([sys.executable, "-c", _QUIET_SCRIPT], cwd=tmp_path, env=env, capture_output=True,
-                          text=True, timeout=300)
+    (the rate source cannot run availableNow) still shows. The session is a process of its own with a streaming
+    query (tests/helpers/own_session.py: shared with test_package.py's idle-workers test, one JVM start)."""
+    proc = own_session_run
     assert proc.returncode == 0 and "DONE" in proc.stdout, proc.stderr[-3000:]
     for noise in ("Using Spark's default log4j profile", "Setting default log level",
                   "Temporary checkpoint location created", "spark.sql.adaptive.enabled is not supported",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pyspark_cq_plugins
 import pytest
+from helpers.own_session import PROBE_SOURCE
 
 import pyspark_cq
 from pyspark_cq import _native
@@ -273,35 +274,10 @@ def test_doctor_reports_the_extras_and_what_each_misses(monkeypatch, capsys):
 
 # --- issue 41, item 4: the workers that plan a Python data source run our daemon too --------------------
 
-_PROBE_SOURCE = '''
-import sys
-from pyspark.sql.datasource import DataSource, DataSourceReader
-
-
-class DaemonProbe(DataSource):
-    """A data source whose schema (computed in the worker that plans it) says which daemon runs there."""
-
-    @classmethod
-    def name(cls):
-        return "daemon_probe"
-
-    def schema(self):
-        ours = "pyspark_cq._daemon" in sys.modules
-        zipped = ".zip" in sys.modules["pyspark"].__file__
-        return f"{'cq_daemon' if ours else 'spark_daemon'}_{'zip' if zipped else 'installed'} int"
-
-    def reader(self, schema):
-        return _Reader()
-
-
-class _Reader(DataSourceReader):
-    def read(self, partition):
-        yield (1,)
-'''
 
 
 def _probe(tmp_path):
-    (tmp_path / "daemon_probe_source.py").write_text(_PROBE_SOURCE)
+    (tmp_path / "daemon_probe_source.py").write_text(PROBE_SOURCE)
     sys.path.insert(0, str(tmp_path))
     try:
         import daemon_probe_source
@@ -326,75 +302,17 @@ def test_data_source_planner_workers_run_our_daemon(spark, tmp_path):
     assert df.collect()[0][0] == 1
 
 
-_IDLE_PLANNERS = """
-import os, sys, time
-sys.path.insert(0, sys.argv[1])
-import pyspark_cq as cq
-import daemon_probe_source
-from pyspark import cloudpickle
-cloudpickle.register_pickle_by_value(daemon_probe_source)
-from daemon_probe_source import DaemonProbe
-
-
-def parents():
-    out = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] != "Z":
-            out[int(pid)] = int(fields[1])
-    return out
-
-
-def workers():
-    # the daemons' forked workers: grandchildren of the JVM, itself this process's child
-    tree = parents()
-    jvms = {p for p, pp in tree.items() if pp == os.getpid()}
-    daemons = {p for p, pp in tree.items() if pp in jvms}
-    return {p for p, pp in tree.items() if pp in daemons}
-
-
-spark = cq.spark("local[1]", warm_workers=False)
-spark.dataSource.register(DaemonProbe)
-print("rows", spark.read.format("daemon_probe").load().count(), flush=True)
-# SparkEnv's private map of worker factories, through reflection (py4j cannot list SparkEnv's own methods here:
-# one signature names a protobuf class this classpath lacks)
-field = spark._jvm.java.lang.Class.forName("org.apache.spark.SparkEnv").getDeclaredField("pythonWorkers")
-field.setAccessible(True)
-it = field.get(spark.sparkContext._jsc.sc().env()).valuesIterator()
-factories = []
-while it.hasNext():
-    factories.append(it.next())
-idle, alive = sum(f.idleWorkers().size() for f in factories), workers()
-print("idle workers", idle, "processes", len(alive), flush=True)
-# Spark's monitor thread (every 10 s) stops a factory's idle workers once its last activity lies a minute back
-# (PythonWorkerFactory.IDLE_WORKER_TIMEOUT_NS, fixed): date the activity back instead of waiting the minute out.
-back = spark._jvm.System.nanoTime() - 61 * 10**9
-for f in factories:
-    getattr(f, "org$apache$spark$api$python$PythonWorkerFactory$$lastActivityNs_$eq")(back)
-deadline = time.monotonic() + 120
-while time.monotonic() < deadline and (any(f.idleWorkers().size() for f in factories) or alive & workers()):
-    time.sleep(0.5)
-print("stopped idle workers", sum(f.idleWorkers().size() for f in factories) == 0 and not alive & workers(),
-      flush=True)
-spark.stop()
-"""
 
 
 @pytest.mark.slow
-def test_idle_data_source_planner_workers_end_without_a_traceback(tmp_path):
+def test_idle_data_source_planner_workers_end_without_a_traceback(own_session_run):
     """The reproduction of issue 41 item 4: the demo printed a BrokenPipeError traceback from
     pyspark.zip/pyspark/daemon.py for each worker that had planned its Python data source, a minute after the
     queries started, when Spark let its idle workers go. Spark's own monitor thread stops them here too, after the
     factories' last activity was dated a minute back (the event itself, without waiting the minute out); the
-    script waits until those worker processes have ended."""
-    _probe(tmp_path)
-    out = subprocess.run([sys.executable, "-c", _IDLE_PLANNERS, str(tmp_path)], capture_output=True, text=True,
-                         timeout=600, cwd=tmp_path)
+    script waits until those worker processes have ended (tests/helpers/own_session.py: a process shared with
+    test_newcomer_defects.py's quiet-logs test, whose streaming query runs after these checks)."""
+    out = own_session_run
     assert out.returncode == 0 and "rows 1" in out.stdout, out.stdout + out.stderr[-3000:]
     idle = re.search(r"idle workers (\d+) processes (\d+)", out.stdout)
     assert idle and int(idle[1]) >= 1 and int(idle[2]) >= 1, out.stdout + out.stderr[-3000:]

@@ -243,12 +243,12 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         control=control, state=state, kept_column=kept_column)
     streaming, spec, keys, out_names = df.isStreaming, config.spec, config.keys, config.out_names
     by = [k.name for k in keys]
+    _check_tasks(tasks, state)
     if streaming and state == "files":
         return _files_stage(df, time, config, delay,
                             _changelog.files_dir(state_dir, df.sparkSession, config.name, "state='files'"),
                             _files_tasks(df, tasks, config.shards))
     _changelog.check_state_dir(state_dir)   # checked, though only state="files" uses it
-    _files_tasks(None, tasks, config.shards, state if state != "files" else None)   # a batch input ignores it
     warn_shuffle_partitions(df)
     group_col = SHARD if layout == "shard" else KHASH
     if streaming:
@@ -297,20 +297,24 @@ def sliding_aggregate(df, time, window, slide=None, by=(), aggs=None, granularit
         return _metrics.attach(raw, config.name)
 
 
-def _files_tasks(df, tasks, shards: int, state: str | None = "files") -> int | None:
-    """The tasks of ``state="files"``'s stage (``tasks=``, checked: TypeError / ValueError naming it); None for
-    the other homes, which refuse it, and when ``state`` is None (checked only).
+def _check_tasks(tasks, state: str) -> None:
+    """TypeError / ValueError naming ``tasks`` unless it is None or an int >= 1 given with ``state="files"`` (a
+    batch input ignores it).
     """
-    if tasks is not None and (isinstance(tasks, bool) or not isinstance(tasks, numbers.Integral) or tasks < 1):
+    if tasks is None:
+        return
+    if isinstance(tasks, bool) or not isinstance(tasks, numbers.Integral) or tasks < 1:
         raise TypeError(f"tasks must be an int >= 1 (the Python tasks of state='files''s stage) or None, "
                         f"got {tasks!r}")
-    if state is None:
-        return None
     if state != "files":
-        if tasks is not None:
-            raise ValueError(f"tasks: only state='files' runs a stage of its own; got tasks={tasks!r} with "
-                             f"state={state!r}")
-        return None
+        raise ValueError(f"tasks: only state='files' runs a stage of its own; got tasks={tasks!r} with "
+                         f"state={state!r}")
+
+
+def _files_tasks(df, tasks: int | None, shards: int) -> int:
+    """The tasks of ``state="files"``'s stage (``tasks`` checked by :func:`_check_tasks`): as given, else 1 on a
+    local master and one per core elsewhere (at most ``shards``).
+    """
     if tasks is not None:
         return int(tasks)
     try:   # one machine: the shuffle costs more than a second core gives (docs/aggregate.md, "State in files")
@@ -321,8 +325,10 @@ def _files_tasks(df, tasks, shards: int, state: str | None = "files") -> int | N
 
 
 def _files_stage(df, time, config: AggConfig, delay, root: str, tasks: int):
-    """The streaming plan of ``state="files"`` (:mod:`.files`): the packed slicer, ``repartition`` by shard and
-    a stateless ``mapInPandas`` step whose state is in files; its report is the stateful stage's.
+    """The streaming plan of ``state="files"`` (:mod:`.files`): with one task, ``coalesce(1)`` and one
+    ``mapInArrow`` step that slices and runs every shard; with more, the packed slicer, ``repartition`` by shard
+    into ``tasks`` and a ``mapInPandas`` step; either way a stateless stage whose state is in files, its report
+    the stateful stage's.
     """
     from .files import FileShards, OneTask
 

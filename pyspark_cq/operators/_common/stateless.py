@@ -30,7 +30,7 @@ from . import changelog as _changelog
 from .batch_versions import BatchVersions, VersionedGroupState, batch_context, parse_version, spark_watermark, trunc_ms
 from .payload import SIDE
 
-__all__ = ["STATELESS", "StatelessShards", "VERSIONS_DIR", "watermark_settings"]
+__all__ = ["STATELESS", "StatelessShards", "VERSIONS_DIR", "watermark_settings", "stateless_settings"]
 
 #: The ``state_persistence`` value that runs an operator in a stateless stage.
 STATELESS = "stateless"
@@ -51,6 +51,17 @@ def watermark_settings(inputs, session) -> tuple[tuple[int, ...], str]:
     except Exception:   # a Connect server that does not return it: Spark's default
         policy = "min"
     return delays, policy.strip().lower()
+
+
+def stateless_settings(snapshot_every, state_dir, session, name: str, inputs) -> tuple:
+    """``(persistence, snapshot_every, state_dir, retain, delays_ms, policy)`` of a streaming operator in a stateless
+    stage: the files layout's settings (:func:`.changelog.settings`) under ``state_dir``, else the ``"auto"``
+    directory (:func:`.changelog.files_dir`: ValueError naming ``state_dir`` when there is none), and
+    :func:`watermark_settings` of ``inputs``.
+    """
+    root = _changelog.files_dir(state_dir, session, name, "state_persistence='stateless'")
+    files = _changelog.settings("files", snapshot_every, root, streaming=True, session=session, name=name)
+    return (*files, *watermark_settings(inputs, session))
 
 
 class StatelessShards:

@@ -19,7 +19,7 @@ from ...control.schema import drop_ratio_value
 from .._common import changelog as _changelog
 from .._common import stateless as _stateless
 from .._common.shards import JOIN, MULTI_JOIN, default_shard_count, resolve_shards
-from .._common.stateless import watermark_settings
+from .._common.stateless import stateless_settings
 
 __all__ = ["HOW", "LEFT_ONLY", "DEFAULT_SUFFIXES", "GROUPINGS", "shards_argument", "JoinSpec", "output_names"]
 
@@ -257,14 +257,11 @@ class JoinSpec:
             return
         if self.shards_default:
             self.shards = default_shard_count(MULTI_JOIN)
-        session = self.left.sparkSession
-        root = _changelog.files_dir(state_dir, session, self.name, "state_persistence='stateless'")
-        self.persistence, self.snapshot_every, self.state_dir, self.retain = _changelog.settings(
-            "files", snapshot_every, root, streaming=True, session=session, name=self.name)
-        self.stateless = True
         # each streaming input has a watermark on its time column (checked when the spec was built)
-        self.watermark_delays, self.watermark_policy = watermark_settings(
-            ((self.left, self.left_time), (self.right, self.right_time)), session)
+        (self.persistence, self.snapshot_every, self.state_dir, self.retain, self.watermark_delays,
+         self.watermark_policy) = stateless_settings(snapshot_every, state_dir, self.left.sparkSession, self.name,
+                                                     ((self.left, self.left_time), (self.right, self.right_time)))
+        self.stateless = True
 
     def set_constraints(self, constraints, function: str = "interval_join") -> None:
         """Check ``constraints=`` (after :meth:`set_persistence`; :func:`pyspark_cq.constraints.check_constraints`).

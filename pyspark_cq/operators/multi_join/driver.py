@@ -39,7 +39,7 @@ from .._common.codec import checked_micros, codecs_for, normalized_key
 from .._common.partitions import stage_partitions, warn_shuffle_partitions
 from .._common.payload import SIDE
 from .._common.shards import MULTI_JOIN, resolve_shards, shard_key_column
-from .._common.stateless import STATELESS, StatelessShards, watermark_settings
+from .._common.stateless import STATELESS, StatelessShards, stateless_settings
 from .nested import nested_orders, retention
 from .worker import (
     _LEFT,
@@ -260,12 +260,10 @@ class MultiJoinSpec:
                              "trackers are untested without timeouts); drop one of them")
         if not self.streaming:
             return
-        session = self.inputs[0].sparkSession
-        root = _changelog.files_dir(state_dir, session, self.name, "state_persistence='stateless'")
-        self.persistence, self.snapshot_every, self.state_dir, self.retain = _changelog.settings(
-            "files", snapshot_every, root, streaming=True, session=session, name=self.name)
+        (self.persistence, self.snapshot_every, self.state_dir, self.retain, self.watermark_delays,
+         self.watermark_policy) = stateless_settings(snapshot_every, state_dir, self.inputs[0].sparkSession, self.name,
+                                                     zip(self.inputs, self.times))
         self.stateless = True
-        self.watermark_delays, self.watermark_policy = watermark_settings(zip(self.inputs, self.times), session)
 
     @property
     def outer(self) -> int | None:

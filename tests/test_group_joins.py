@@ -114,6 +114,14 @@ JQ = {
            "views [RANGE 20 SECONDS] WHERE clicks.x = views.x AND y > 10)",
     "j_vc": "DSTREAM(SELECT v.x, v.y, c.region FROM views v [RANGE 10 SECONDS] JOIN clicks c [RANGE 10 SECONDS] "
             "ON v.x = c.x)",
+    # an outer join: a class of its own (one type, band and ON filter each), its padded rows emitted at eviction,
+    # its ON condition on the padded stream run by its class before the state, its WHERE on its preserved stream
+    # applied after the class's join (RIGHT / FULL: tests/test_group_outer_joins.py, pure)
+    "o_left": "ISTREAM(SELECT c.x, c.region, v.y, v.ts AS vts FROM clicks c [RANGE 30 SECONDS] LEFT OUTER JOIN "
+              "views v [RANGE 1 MINUTE] ON c.x = v.x AND v.y > 3 WHERE c.region = 'eu')",
+    # a ROWS window: its partitions' last rows in the shared stage's state (tests/test_group_rows.py, pure), its
+    # window's WHERE before the window, its select list naming columns (no Spark job per micro-batch)
+    "r_pg": "DSTREAM(SELECT page, x AS px, ts FROM clicks [PARTITION BY page ROWS 3 WHERE region = 'eu'])",
 }
 
 
@@ -142,8 +150,10 @@ def test_join_members_equal_their_queries_alone_across_a_restart(spark, tmp_dir)
     import pyspark_cq as cq
 
     cdir, vdir = os.path.join(tmp_dir, "clicks"), os.path.join(tmp_dir, "views")
-    write_clicks(cdir, files=2, rows=300)
-    write_join_views(vdir, files=2, rows=300)
+    # 200 rows a file: the outer member's watermark then differs with and without its pushed predicates (Spark
+    # computes its query's watermark over the rows that pass them: joins.class_sides)
+    write_clicks(cdir, files=2, rows=200)
+    write_join_views(vdir, files=2, rows=200)
 
     def views_stream():
         return (spark.readStream.schema(VIEWS).option("maxFilesPerTrigger", 1).parquet(vdir)
@@ -192,33 +202,39 @@ def test_join_members_equal_their_queries_alone_across_a_restart(spark, tmp_dir)
     assert list(g0.queries) == ["j_eu", "j_y"]
     g = run()
     assert {n: (v["mode"], v["join_class"]) for n, v in g.queries.items()} == {
-        "agg": ("shared", None), "j_eu": ("join", "j_eu"), "j_y": ("join", "j_eu"), "j_vc": ("join", "j_vc")}
+        "agg": ("shared", None), "j_eu": ("join", "j_eu"), "j_y": ("join", "j_eu"), "j_vc": ("join", "j_vc"),
+        "o_left": ("join", "o_left"), "r_pg": ("rows", None)}
+    assert g.queries["o_left"]["stream"] == "clicks LEFT JOIN views"
     # the state estimate sees each join class once, at the band it started with (the class's widest windows)
     from pyspark_cq.cost.groups import JoinLoad, fixed_classes
 
     joins = [(x.name, x.join_class, x.left, x.right, x.left_window // S, x.right_window // S)
              for x in g._loads() if isinstance(x, JoinLoad)]
     assert joins == [("j_eu", "j_eu", "clicks", "views", 60, 60), ("j_y", "j_eu", "clicks", "views", 60, 20),
-                     ("j_vc", "j_vc", "views", "clicks", 10, 10)]
+                     ("j_vc", "j_vc", "views", "clicks", 10, 10),
+                     ("o_left", "o_left", "clicks", "views", 30, 60)]
     fixed = fixed_classes(g._loads())           # agg: no QoS range; the join classes: their band is fixed
-    assert set(fixed) == {"agg", "j_eu", "j_vc"} and "join class" in fixed["j_vc"]
+    assert set(fixed) == {"agg", "j_eu", "j_vc", "o_left"} and "join class" in fixed["j_vc"]
     # ... and the policies see each join's class, with no QoS range (the pipes plugin costs the class once)
     plans = g.member_plans()
     assert {n: (plans[n]["slice_class"], plans[n]["qos"]) for n in ("j_eu", "j_y", "j_vc")} == {
         "j_eu": ("j_eu", {}), "j_y": ("j_eu", {}), "j_vc": ("j_vc", {})}
     with pytest.raises(ValueError, match="'j_new'.*cannot join a running group"):
         g.add("j_new", JQ["j_eu"].replace("DSTREAM", "ISTREAM"), sink=os.path.join(tmp_dir, "out", "x"))
-    with pytest.raises(ValueError, match="'outer'.*LEFT OUTER JOIN.*cannot run in a query group"):
-        g.add("outer", "ISTREAM(SELECT c.x FROM clicks c [RANGE 10 SECONDS] LEFT JOIN views v [RANGE 10 SECONDS] "
-                       "ON c.x = v.x)", sink=os.path.join(tmp_dir, "out", "y"))
-    write_clicks(cdir + "_more", files=3, rows=300)      # the same generator: its third file
+    with pytest.raises(ValueError, match="'r_new'.*a ROWS window cannot join a running group"):
+        g.add("r_new", JQ["r_pg"].replace("ROWS 3", "ROWS 4"), sink=os.path.join(tmp_dir, "out", "r_new"))
+    with pytest.raises(ValueError, match="'o_new'.*cannot join a running group"):
+        g.add("o_new", JQ["o_left"].replace("ISTREAM", "DSTREAM"), sink=os.path.join(tmp_dir, "out", "z"))
+    write_clicks(cdir + "_more", files=3, rows=200)      # the same generator: its third file
     os.replace(os.path.join(cdir + "_more", "part-02.parquet"), os.path.join(cdir, "part-02.parquet"))
-    write_join_views(vdir, files=1, rows=300, first=2)
+    write_join_views(vdir, files=1, rows=200, first=2)
     g = run()                                             # a new group on the same checkpoint
     for name in JQ:
         n = assert_same_rows(spark.read.parquet(os.path.join(tmp_dir, "out", name)),
                              spark.read.parquet(os.path.join(tmp_dir, "alone", name)), name)
         assert n > 0, name
+    assert spark.read.parquet(os.path.join(tmp_dir, "out", "o_left")).filter("vts IS NULL").count() > 0  # padded
+    assert cq.read_metrics(g, "r_pg", "total")["late_rows"] > 0
     totals = cq.read_metrics(g, "j_y", "total")
     assert totals["state_rows"] == 0 and cq.read_metrics(g, "j_eu", "total")["input_rows"] > 0
 

@@ -267,12 +267,17 @@ def test_bad_input_names_the_query_and_disturbs_nothing(spark, tmp_dir):
     with pytest.raises(CQLCompileError, match="query 'e': line"):
         g.add("e", "RSTREAM(SELECT nope, COUNT(*) FROM clicks [RANGE 1 MINUTE] GROUP BY nope)",
               sink=os.path.join(tmp_dir, "e"))
-    # inner two-stream joins run in the shared stage (tests/test_group_joins.py); an outer join does not yet
-    with pytest.raises(ValueError, match="query 'j': .*LEFT OUTER JOIN"):
-        views = clicks.withColumnRenamed("page", "vpage")
-        g2 = cq.QueryGroup(spark, sources={"clicks": clicks, "views": views}, checkpoint=os.path.join(tmp_dir, "c3"))
-        g2.add("j", "ISTREAM(SELECT clicks.page FROM clicks [RANGE 1 MINUTE] LEFT JOIN views [RANGE 1 MINUTE] "
-                    "ON clicks.page = views.vpage)", sink=os.path.join(tmp_dir, "j"))
+    # two-stream inner and outer joins run in the shared stage (tests/test_group_joins.py); three streams do not yet
+    views = clicks.withColumnRenamed("page", "vpage")
+    g2 = cq.QueryGroup(spark, sources={"clicks": clicks, "views": views, "more": views},
+                       checkpoint=os.path.join(tmp_dir, "c3"))
+    g2.add("j", "ISTREAM(SELECT clicks.page FROM clicks [RANGE 1 MINUTE] LEFT JOIN views [RANGE 1 MINUTE] "
+                "ON clicks.page = views.vpage)", sink=os.path.join(tmp_dir, "j"))
+    assert (g2.queries["j"]["mode"], g2.queries["j"]["stream"]) == ("join", "clicks LEFT JOIN views")
+    with pytest.raises(ValueError, match="query 'm': a multi_join query cannot run in a query group yet"):
+        g2.add("m", "ISTREAM(SELECT clicks.page FROM clicks [RANGE 1 MINUTE] JOIN views [RANGE 1 MINUTE] "
+                    "ON clicks.page = views.vpage JOIN more [RANGE 1 MINUTE] ON clicks.page = more.vpage)",
+               sink=os.path.join(tmp_dir, "m"))
     with pytest.raises(TypeError, match="query 'f': sink must be"):
         g.add("f", Q["all_5m"], sink=42)
     with pytest.raises(TypeError, match="query must be CQL text"):

@@ -82,3 +82,22 @@ def test_stream_equals_reference_across_restart(spark, tmp_path):
     assert sum(r["late_rows"] for r in reports) == late == 1
     assert sum(r["malformed_rows"] for r in reports) == malformed == 1
     assert sum(c for (_, s, _), c in got.items() if s == -1) == sum(len(b) for b in batches) - 2 - 4 * 3
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_stream_without_partition_is_one_window(spark, tmp_path):
+    """``[ROWS n]`` without PARTITION BY on a stream (one Spark group: a constant group column, as Spark cannot group
+    applyInPandasWithState by a literal)."""
+    batches = _batches()[:2]
+    src = str(tmp_path / "in")
+    for i, rows in enumerate(batches):
+        _write(src, i, rows)
+    df = spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(src)
+    q = (cq.rows_window(df, "ts", 4).writeStream.format("parquet").option("path", str(tmp_path / "out"))
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination()
+    got = Counter(_key({"ts": r.ts, "user": r.user, "v": r.v}, r.cq_sign, r.cq_at)
+                  for r in spark.read.parquet(str(tmp_path / "out")).collect())
+    events, _, _ = rows_window_reference(batches, 4, [], ties=("user", "v"))
+    assert got == Counter(events) and len(got) > 0

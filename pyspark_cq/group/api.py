@@ -9,7 +9,11 @@ planning, Python stages and state at every micro-batch; a group runs its queries
   columns and aggregates) joins the **shared stage**: per stream one projection computes each distinct WHERE,
   grouping key and aggregate input once and one slicer stage slices them, and one stateful stage for all streams
   runs every such query (:mod:`.worker`), each stream's at that stream's own watermark (:mod:`.clock`);
-- any other query runs **alone** inside the same Spark query (its own operators, as :func:`pyspark_cq.cql`
+- every two-stream inner or outer join is a member of a **join class** in the same stateful stage, one interval
+  join state per class (:mod:`.joins`); members that cannot share a state (other streams or key, an outer join of
+  another type or band) run side by side there, each class with its own; a ROWS window runs there too, its
+  partitions' last rows in the stage's state (:mod:`.rows`);
+- any other stateless query runs **alone** inside the same Spark query (its own operators, as :func:`pyspark_cq.cql`
   builds them);
 - one ``foreachBatch`` delivers each query's rows to its own sink, idempotently by batch id (:mod:`.sinks`).
 
@@ -45,7 +49,7 @@ class _Member:
 
     spec: D.MemberSpec
     sink: object                       # the normalised sink (a path or the callable itself)
-    dataframe: object = None           # "alone": the query's own DataFrame
+    dataframe: object = None           # "alone": the query's own DataFrame; "rows": its input, time in µs added
     computed: list = field(default_factory=list)    # "shared": (column name, Column) it adds to the stream
     exprs: list = field(default_factory=list)       # "shared": (slicer column, Column)
     mask: object = None                # "shared": its WHERE as one Column, or None
@@ -232,7 +236,7 @@ class QueryGroup:
             m = self._members[name]
             if m.spec.kind != "shared" or m.spec.at[1]:
                 raise ValueError(f"query {name!r}: only a shared RSTREAM aggregate's window can be set (it is "
-                                 f"{'an ISTREAM / DSTREAM aggregate' if m.spec.kind == 'shared' else 'alone'})")
+                                 f"{'an ISTREAM / DSTREAM aggregate' if m.spec.kind == 'shared' else m.spec.kind})")
             c = m.spec.config
             if window % c.granularity or window < c.slide:
                 raise ValueError(f"window must be a multiple of query {name!r}'s slice length {c.granularity} µs "
@@ -320,6 +324,7 @@ class QueryGroup:
         started with (its Spark plan's), so the class's first member carries those windows.
         """
         from ..cost.groups import JoinLoad
+        from .joins import config_windows
 
         specs = [m.spec for m in self._members.values()]
         if candidate is not None and candidate.spec.kind == "join":
@@ -330,7 +335,8 @@ class QueryGroup:
             for i, s in enumerate(ms):
                 wl, wr = s.join.windows
                 if i == 0 and cid in started:
-                    wl, wr = max(wl, started[cid][0].window[0]), max(wr, started[cid][0].window[1])
+                    was = config_windows(started[cid][0])
+                    wl, wr = max(wl, was[0]), max(wr, was[1])
                 out.append((s.name, JoinLoad(s.name, ms[0].name, s.join.left, s.join.right, wl, wr)))
         last = [j for n, j in out if candidate is not None and n == candidate.spec.name]
         return [j for n, j in out if candidate is None or n != candidate.spec.name] + last
@@ -394,8 +400,10 @@ class QueryGroup:
     def queries(self) -> dict:
         """The group's queries by name: ``status`` (``"active"``, ``"paused"``, or ``"pending"`` until the
         next micro-batch boundary applies a change), ``mode`` (``"shared"`` with its ``stream``, ``"join"``: a
-        member of a shared join class, its ``stream`` ``"left JOIN right"`` and its ``join_class`` the class's
-        first member (:mod:`.joins`), or ``"alone"`` with ``why``), ``sink``, ``start`` (the event time it
+        member of a shared join class, inner or outer, its ``stream`` ``"left JOIN right"`` (an outer join
+        ``"left LEFT JOIN right"``, ``RIGHT``, ``FULL``) and its ``join_class`` the class's first member
+        (:mod:`.joins`), ``"rows"``: a ROWS window in the shared stage with its ``stream`` (:mod:`.rows`), or
+        ``"alone"`` with ``why``), ``sink``, ``start`` (the event time it
         counts rows from, None: the group's start), the ``rows`` delivered so far, and ``slices``: for an
         active shared query of a running group the name of the query whose slices it shares (itself when no
         earlier query slices alike, see :func:`~.worker.slice_classes`), else None; ``slice_length``, its class's
@@ -427,8 +435,7 @@ class QueryGroup:
                 status = "active" if spec.active else "paused"
             start = (spec or m.spec).start_us
             out[name] = {"status": status, "mode": m.spec.kind, "why": m.why_alone,
-                         "stream": m.spec.family if m.spec.join is None else f"{m.spec.join.left} JOIN "
-                                                                             f"{m.spec.join.right}",
+                         "stream": m.spec.family if m.spec.join is None else _join_stream(m.spec.join),
                          "join_class": join_of.get(name),
                          "sink": m.sink if isinstance(m.sink, str) else getattr(m.sink, "__name__", repr(m.sink)),
                          "start": None if start is None else datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -566,14 +573,22 @@ class QueryGroup:
         families, alone = branches_of([m.spec for m in self._members.values()])
         join_classes = _join_classes([m.spec for m in self._members.values()])
         join_streams = {s for ms in join_classes.values() for s in (ms[0].join.left, ms[0].join.right)}
+        rows = [m for m in self._members.values() if m.spec.kind == "rows"]
+        join_streams |= {m.spec.family for m in rows}   # a ROWS member's stream: its packer's clock rows
         layout = check_layout(self.name, self.checkpoint, previous, set(families) | join_streams,
-                              [s.key for s in alone])
+                              [s.key for s in alone] + [m.spec.key for m in rows])
         check_join_layout(self.name, self.checkpoint, previous, join_classes)
         families = {fam: [self._members[s.name] for s in specs] for fam, specs in families.items()}
         alone = [self._members[s.name] for s in alone]
         # several streams with shared queries, or joins: one slicer per stream and one packer per join class,
         # united into the one stateful stage
-        streams = tuple(sorted(set(families) | join_streams)) if len(families) > 1 or join_classes else None
+        # an outer class's filtered inputs keep clocks of their own (joins.class_sides): in the group clock too, so
+        # that Spark runs a micro-batch when their watermark advances (as it does for the query alone)
+        from .joins import class_sides
+
+        filtered = {n for ms in join_classes.values() for n in class_sides(ms[0].join)} - join_streams
+        streams = (tuple(sorted(set(families) | join_streams | filtered)) if len(families) > 1 or join_classes or rows
+                   else None)
         # each stream's watermark delay (ms, None: none) in the plan: the runtime's per-stream times (.clock)
         branches, slicers, delays, catalogue = [], [], {}, {"__layout__": layout}
         specs = {}
@@ -621,18 +636,24 @@ class QueryGroup:
                                  f"windows close at its own watermark; call .withWatermark({ms[0].time!r}, "
                                  f"'<delay>') on it")
             slicers.append(sliced)
-        joins = {}
+        joins, join_delays = {}, {}
         for cid, ms in join_classes.items():
             sliced, config, sides = self._join_branch(ms, streams)
             slicers.append(sliced)
             joins[cid] = (config, sides)
-            for fam in sides:
+            j = ms[0].join
+            for side, (name, fam) in enumerate(zip(sides, (j.left, j.right))):
                 if delays.get(fam) is None:
-                    delays[fam] = _validate.watermark_delay_ms(self.sources[fam], ms[0].join.times[sides.index(fam)])
+                    delays[fam] = _validate.watermark_delay_ms(self.sources[fam], j.times[side])
+                if name != fam:     # a filtered input's clock: the stream's delay
+                    join_delays[name] = delays[fam]
         catalogue["__joins__"] = joins
+        for m in rows:     # in the shared stage too (Spark allows one applyInPandasWithState per query)
+            slicers.append(self._rows_branch(m, streams))
         if streams is not None:
             branches.append(_stateful_stage(reduce(lambda a, b: a.union(b), slicers)).groupBy(SHARD)
-                            .applyInPandasWithState(GroupShard(self._dir, streams, True, delays), OUTPUT_SCHEMA,
+                            .applyInPandasWithState(GroupShard(self._dir, streams, True, {**delays, **join_delays}),
+                                                    OUTPUT_SCHEMA,
                                                     STATE_SCHEMA, "append", "EventTimeTimeout"))
         catalogue["__delays__"] = dict(delays)
         for m in alone:
@@ -711,10 +732,11 @@ class QueryGroup:
             if active and not m.spec.active and self._query is not None and m.spec.kind == "shared" and m.spec.at[1]:
                 raise ValueError(f"query {name!r}: a paused ISTREAM / DSTREAM aggregate cannot resume in a running "
                                  f"group (its change intervals have no start to resume at); start the group again")
-            if active and not m.spec.active and self._query is not None and m.spec.kind == "join":
-                raise ValueError(f"query {name!r}: a paused join cannot resume in a running group (its pairs are "
-                                 f"emitted when their later row arrives; those of the pause are gone); start the "
-                                 f"group again")
+            if active and not m.spec.active and self._query is not None and m.spec.kind in ("join", "rows"):
+                what = ("a paused join cannot resume in a running group (its pairs are emitted when their later row "
+                        "arrives; those of the pause are gone)" if m.spec.kind == "join" else "a paused ROWS window "
+                        "cannot resume in a running group (its window's rows of the pause are gone)")
+                raise ValueError(f"query {name!r}: {what}; start the group again")
             m.spec = replace(m.spec, active=active)
             if self._query is not None:
                 D.ask(self._dir, ("resume" if active else "pause", name))
@@ -743,6 +765,8 @@ class QueryGroup:
         spec = D.MemberSpec(key=key, name=name, text=text, kind="alone", sink=encode_sink(sink), arrow_schema=schema)
         if compiled.analysis.shape == "join":
             return _named(name, self._join_member, spec, sink, compiled, lookup)
+        if compiled.analysis.shape == "rows":
+            return _named(name, self._rows_member, spec, sink, compiled, lookup)
         why = _classify(name, compiled.analysis)
         if why is not None:
             read = {k for k in self.sources for t in compiled.analysis.sources if k.lower() == t.name.lower()}
@@ -823,7 +847,7 @@ class QueryGroup:
         from ..operators.join.driver import _tagged, window_band
         from ..operators.join.spec import JoinSpec
         from ..operators.join.worker import LEFT, RIGHT, JoinConfig
-        from .joins import LEFT_PREFIX, RIGHT_PREFIX, class_windows
+        from .joins import LEFT_PREFIX, RIGHT_PREFIX, class_sides, class_windows
         from .worker import JoinPacker, join_class_id, sliced_schema
 
         j = specs[0].join
@@ -833,26 +857,38 @@ class QueryGroup:
         for side, stream, prefix in ((0, j.left, LEFT_PREFIX), (1, j.right, RIGHT_PREFIX)):
             keys = {p[side]: f"cq_k{i}" for i, p in enumerate(pairs)}
             df = self.sources[stream]
-            inputs.append(df.select(*[F.col(f"`{c}`").alias(keys.get(c, prefix + c)) for c in df.columns]))
+            if j.how == "inner":
+                inputs.append(df.select(*[F.col(f"`{c}`").alias(keys.get(c, prefix + c)) for c in df.columns]))
+            else:   # an outer join outputs each side's own key columns (null where padded): kept beside the key
+                if j.pushed[side] is not None:   # the compiler's predicate on this input, before the join
+                    df = df.filter(F.expr(j.pushed[side]))
+                inputs.append(df.select(*[F.col(f"`{c}`").alias(k) for c, k in keys.items()],
+                                        *[F.col(f"`{c}`").alias(prefix + c) for c in df.columns]))
         on = [f"cq_k{i}" for i in range(len(pairs))]
-        spec = JoinSpec.build(inputs[0], inputs[1], on, LEFT_PREFIX + j.times[0], RIGHT_PREFIX + j.times[1], "inner",
-                              None, self.shards, None, f"{self.name}.join", window=windows, function="window_join")
+        # an inner class: the window join of its widest windows; an outer class (one type and band): the interval
+        # join with the windows' band, as the compiler's outer join (a window join has no padded rows)
+        spec = JoinSpec.build(inputs[0], inputs[1], on, LEFT_PREFIX + j.times[0], RIGHT_PREFIX + j.times[1], j.how,
+                              None, self.shards, None, f"{self.name}.join",
+                              window=windows if j.how == "inner" else None,
+                              function="window_join" if j.how == "inner" else "interval_join")
         spec.lower, spec.upper = window_band(*windows)
         union = _tagged(spec, LEFT, True).union(_tagged(spec, RIGHT, True))
-        sides = (j.left, j.right)
+        sides = class_sides(j)
         packed = union.mapInArrow(JoinPacker(self._dir, join_class_id(j.signature()), sides, T.TimestampType(),
                                              streams), sliced_schema(T.TimestampType(), None, True))
         return packed, JoinConfig.of(spec), sides
 
     def _join_member(self, spec, sink, compiled, lookup) -> _Member:
-        """A two-stream inner join as a member of a join class of the shared stage (:mod:`.joins`): its
+        """A two-stream join as a member of a join class of the shared stage (:mod:`.joins`): its
         :class:`~.joins.JoinMember`, its stage schema (the window join's columns and ``cq_at``, as the compiler's
-        join gives them) and its WHERE and select list as the compiler's Spark SQL over them (``finish``).
+        join gives them; an outer join: the compiler's ``interval_join`` columns and ``cq_at``) and its WHERE and
+        select list as the compiler's Spark SQL over them (``finish``). ValueError naming the query for a join a
+        group cannot run yet (:func:`_join_refusal`).
         """
         from pyspark.sql.types import StructType
 
         from ..lang import ast as A
-        from ..lang.analysis import AT, _output_names
+        from ..lang.analysis import AT, _output_names, _walk
         from ..lang.builder import _Builder, _sql, _time_column
         from ..operators._common.metrics import arrow_schema
         from ..operators.join.spec import JoinSpec
@@ -864,24 +900,50 @@ class QueryGroup:
             raise ValueError(f"query {spec.name!r}: {why} cannot run in a query group yet (docs/groups.md, "
                              f"\"Not yet\"); run it as its own query")
         b = _Builder(self.spark, a, lookup, None)
-        keymap, on, (ldf, lt), (rdf, rt) = b._join_inputs()
+        how = a.how[0] if a.outer else "inner"
         left, right = a.sources
         pairs = []
         for (r1, c1), (r2, c2) in a.keys:
             one, two = (b.res.column_name(r1, c1), b.res.column_name(r2, c2))
             pairs.append((one, two) if r1 == left.ref else (two, one))
         windows = tuple(int(s.window.size.micros) for s in (left, right))
+        # an outer join's predicates on one input (its WHERE on the preserved stream, its ON on the padded one): the
+        # compiler applies them to the input before the join, and Spark below the input's watermark (they do not
+        # name its time column), so its query alone has that input's watermark over the rows that pass them
+        pushed = [None, None]
+        for i, s in enumerate((left, right)):
+            if how == "inner" or not s.filters:
+                continue
+            time_col = s.time or _time_column(lookup[s.name], s.name, s.node)
+            if any(isinstance(x, A.Column) and b.res.column_name(s.ref, x) == time_col for p in s.filters
+                   for x in _walk(p)):
+                raise ValueError(f"query {spec.name!r}: an outer join with a predicate on the time column of "
+                                 f"{s.ref} cannot run in a query group yet (Spark keeps it above the stream's "
+                                 f"watermark, which the group's outer join classes do not follow); run it as its "
+                                 f"own query")
+            pushed[i] = " AND ".join(f"({_sql(p, lambda c, r=s.ref: b.res.column_name(r, c))})" for p in s.filters)
         join = JoinMember(left=_group_name(left.name, self.sources), right=_group_name(right.name, self.sources),
                           pairs=tuple(pairs), windows=windows, refs=(left.ref, right.ref),
                           times=tuple(s.time or _time_column(lookup[s.name], s.name, s.node) for s in (left, right)),
                           columns=tuple(tuple(lookup[s.name].columns) for s in (left, right)),
-                          at="valid_from" if a.stream == "ISTREAM" else "valid_to")
-        js = JoinSpec.build(ldf, rdf, on, lt, rt, "inner", None, self.shards, None, spec.name, window=windows,
-                            function="window_join")
+                          at="valid_from" if a.stream == "ISTREAM" else "valid_to", how=how, pushed=tuple(pushed))
+        if how == "inner":
+            keymap, on, (ldf, lt), (rdf, rt) = b._join_inputs()
+            js = JoinSpec.build(ldf, rdf, on, lt, rt, "inner", None, self.shards, None, spec.name, window=windows,
+                                function="window_join")
+        else:   # the compiler's outer join (builder._outer_join): interval_join, both sides' key columns kept
+            keymap = {}
+            (ldf, lt), (rdf, rt) = b._prefixed(left, {}), b._prefixed(right, {})
+            lon = [f"{left.ref}__{c}" for c, _ in pairs]
+            ron = [f"{right.ref}__{c}" for _, c in pairs]
+            js = JoinSpec.build(ldf, rdf, None, lt, rt, how, None, self.shards, None, spec.name, window=None,
+                                function="interval_join", left_on=lon, right_on=ron)
         stage = arrow_schema(StructType(list(js.output_schema().fields) + [compiled.dataframe.schema[AT]]))
         name = b._join_names(keymap)
-        # the predicates the compiler pushes to one input, then the residual: on the pairs (inner join: the same)
-        preds = [_sql(p, name) for s in a.sources for p in s.filters] + [_sql(p, name) for p in a.residual]
+        # an inner join: the predicates the compiler pushes to one input, then the residual, on the pairs (the same
+        # rows); an outer join: the residual only (its pushed predicates run in its class, before the state)
+        preds = [] if a.outer else [_sql(p, name) for s in a.sources for p in s.filters]   # outer: in the class
+        preds += [_sql(p, name) for p in a.residual]
         items = []
         for it, oname in zip(a.select.items, _output_names(a.select)):
             if isinstance(it.expr, A.Star):
@@ -893,6 +955,80 @@ class QueryGroup:
         having = " AND ".join(f"({p})" for p in preds) if preds else None
         spec = replace(spec, kind="join", join=join, stage_schema=stage, finish=(having, tuple(items)))
         return _Member(spec, sink, source=None, plan=compiled.plan, qos=dict(compiled.qos))
+
+    def _rows_member(self, spec, sink, compiled, lookup) -> _Member:
+        """A ROWS window query (``ISTREAM`` / ``DSTREAM`` of ``SELECT … FROM s [PARTITION BY … ROWS n] …``) as a member
+        of the shared stage (:mod:`.rows`): its input as the compiler builds it (the window's own WHERE applied), the
+        rows_window operator's step over it, its stage schema (the input's columns and ``cq_at``) and its WHERE and
+        select list as the compiler's Spark SQL over them (``finish``: over a ROWS window they stay after the window).
+        """
+        from pyspark.sql.types import StructType
+
+        from ..lang import ast as A
+        from ..lang.analysis import AT, _output_names
+        from ..lang.builder import _Builder, _sql
+        from ..operators._common.metrics import arrow_schema
+        from ..operators.rows_window.driver import prepared_worker, window_schema
+        from ..operators.rows_window.worker import AT as ROWS_AT
+        from ..operators.rows_window.worker import _RowsWorker
+        from .rows import RowsMember
+
+        a = compiled.analysis
+        s = a.sources[0]
+        if a.subqueries or a.relations or s.node.sample is not None:
+            raise ValueError(f"query {spec.name!r}: a ROWS window over a subquery, a relation or a SAMPLE cannot run "
+                             f"in a query group yet (docs/groups.md, \"Not yet\"); run it as its own query")
+        b = _Builder(self.spark, a, lookup, None)
+        df, time = b.source(s)
+        w = s.window
+        parts = tuple(b.res.column_name(s.ref, c) for c in w.partition_by)
+        out_schema = window_schema(df, df.schema[time].dataType)
+        prepared, worker = prepared_worker(df, time, out_schema, _RowsWorker, w.size)
+        stage = arrow_schema(StructType([f for f in out_schema.fields if f.name not in ("cq_sign", ROWS_AT)]
+                                        + [compiled.dataframe.schema[AT]]))
+        preds = [_sql(p, b.name) for p in a.residual]
+        items, plain = [], []     # plain: (output name, stage column) of an item that names a column
+        for it, oname in zip(a.select.items, _output_names(a.select)):
+            if isinstance(it.expr, A.Star):
+                items += [(f"`{c}`", c) for c in lookup[s.name].columns]
+                plain += [(c, c) for c in lookup[s.name].columns]
+            else:
+                items.append((_sql(it.expr, b.name), oname))
+                if isinstance(it.expr, A.Column):
+                    plain.append((oname, b.name(it.expr)))
+        having = " AND ".join(f"({p})" for p in preds) if preds else None
+        stream = _group_name(s.name, self.sources)
+        rows = RowsMember(stream=stream, partition_by=parts, worker=worker, sign=1 if a.stream == "ISTREAM" else -1)
+        if having is None and len(plain) == len(items):   # its stage's columns renamed: no Spark job per batch
+            spec = replace(spec, kind="rows", family=stream, config=rows, select=tuple(plain))
+        else:
+            spec = replace(spec, kind="rows", family=stream, config=rows, stage_schema=stage,
+                           finish=(having, tuple(items)))
+        return _Member(spec, sink, dataframe=prepared, source=stream, plan=compiled.plan, qos=dict(compiled.qos))
+
+    def _rows_branch(self, m: _Member, streams: tuple):
+        """A ROWS member's branch of the group's Spark query: its input routed to the shards by the hash of its
+        partition key (all to shard 0 without one, as the operator runs one group), packed per shard
+        (:class:`~.worker.RowsPacker`).
+        """
+        from pyspark.sql import functions as F
+        from pyspark.sql import types as T
+
+        from ..operators._common.payload import SIDE
+        from ..operators._common.shards import shard_key_column
+        from ..operators.join.worker import MICROS
+        from ..operators.join.worker import SHARD as JSHARD
+        from ..operators.rows_window.worker import _T
+        from .worker import RowsPacker, sliced_schema
+
+        r = m.spec.config
+        df = m.dataframe
+        shard = (shard_key_column(F.xxhash64(*[F.col(f"`{c}`") for c in r.partition_by]), self.shards)
+                 if r.partition_by else F.lit(0).cast("long"))
+        tagged = df.select(F.lit(0).cast("byte").alias(SIDE), shard.alias(JSHARD), F.col(_T).alias(MICROS),
+                           *[F.col(f"`{c}`") for c in df.columns])
+        return tagged.mapInArrow(RowsPacker(self._dir, m.spec.key, (r.stream,), T.TimestampType(), streams),
+                                 sliced_schema(T.TimestampType(), None, True))
 
     def _join_running(self, member: _Member) -> None:
         """ValueError unless ``member`` can join the running plan (its columns are computed already)."""
@@ -907,6 +1043,10 @@ class QueryGroup:
                              f"its query alone drops as late; docs/groups.md, \"Joins\"); add it before start(), "
                              f"or stop the group and start it again with the query (the same checkpoint only "
                              f"if it joins an existing class with a band inside the class's)")
+        if member.spec.kind == "rows":
+            raise ValueError(f"query {name!r}: a ROWS window cannot join a running group: its branch (its input "
+                             f"routed by its partition key) is part of the group's Spark plan, fixed at start(); add "
+                             f"it before start(), or start the group again with it (new checkpoint)")
         if member.spec.kind == "shared" and member.spec.at[1]:
             raise ValueError(f"query {name!r}: an ISTREAM / DSTREAM aggregate cannot join a running group (its "
                              f"change intervals have no start to join at); add it before start()")
@@ -986,11 +1126,11 @@ def check_join_layout(group: str, checkpoint: str, previous: D.Plan | None, clas
     ``classes`` (:func:`_join_classes`): a class's state (its band, its shards) is fixed for the life of a
     checkpoint.
     """
-    from .joins import class_windows
+    from .joins import class_windows, config_windows
 
     if previous is None:
         return
-    old = {cid: (c.window, c.n_keys) for cid, (c, _) in previous.catalogue.get("__joins__", {}).items()}
+    old = {cid: (config_windows(c), c.n_keys) for cid, (c, _) in previous.catalogue.get("__joins__", {}).items()}
     new = {cid: (class_windows([s.join for s in ms]), len(ms[0].join.pairs)) for cid, ms in classes.items()}
     if old != new:
         raise ValueError(f"query group {group!r}: the checkpoint {checkpoint} was written with other join classes "
@@ -1094,8 +1234,6 @@ def _classify(name: str, a) -> str | None:
 
 def _join_refusal(a) -> str | None:
     """What keeps a two-stream join out of a group's join classes (None: it joins one)."""
-    if a.outer:
-        return f"a {a.how[0].upper()} OUTER JOIN (its unmatched rows are emitted at eviction, per query)"
     if a.relations or a.subqueries:
         return "a join with a relation or a subquery"
     if any(s.node.sample is not None for s in a.sources):
@@ -1103,6 +1241,11 @@ def _join_refusal(a) -> str | None:
     if a.constraints:
         return "a join with CONSTRAINT"
     return None
+
+
+def _join_stream(j) -> str:
+    """A join member's ``stream`` in ``queries``: ``"left JOIN right"``, an outer one ``"left LEFT JOIN right"``."""
+    return f"{j.left} {'' if j.how == 'inner' else j.how.upper() + ' '}JOIN {j.right}"
 
 
 def _group_name(stream: str, sources: dict) -> str:

@@ -41,14 +41,15 @@ class MemberSpec:
         The query's name in the group.
     text : str
         Its CQL text.
-    kind : {"shared", "join", "alone"}
-        ``"shared"``: a windowed aggregation in its stream's shared stage; ``"join"``: a two-stream inner join
-        in a join class of the shared stage (``join``); ``"alone"``: its own operators inside the group's
-        Spark query.
+    kind : {"shared", "join", "rows", "alone"}
+        ``"shared"``: a windowed aggregation in its stream's shared stage; ``"join"``: a two-stream inner or outer join
+        in a join class of the shared stage (``join``); ``"rows"``: a ROWS window in the shared stage
+        (:mod:`.rows`); ``"alone"``: its own operators inside the group's Spark query.
     family : str or None
-        The stream whose shared stage runs it (``"shared"`` only).
+        The stream whose shared stage runs it (``"shared"``; ``"rows"``: the stream it reads).
     config : object
-        Its :class:`~pyspark_cq.operators.aggregate.config.AggConfig` (``"shared"`` only).
+        Its :class:`~pyspark_cq.operators.aggregate.config.AggConfig` (``"shared"``), its
+        :class:`~.rows.RowsMember` (``"rows"``).
     mask : str or None
         The projection column holding its WHERE (None: every row, or ``arrow_filter``).
     arrow_filter : object or None

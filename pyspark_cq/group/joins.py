@@ -25,11 +25,13 @@ import pyarrow.compute as pc
 from ..operators.join.driver import window_band
 from ..operators.join.worker import validity
 
-__all__ = ["JoinMember", "join_classes", "class_windows", "canonical_names", "member_rows", "join_watermark_ms",
-           "LEFT_PREFIX", "RIGHT_PREFIX"]
+__all__ = ["JoinMember", "join_classes", "class_windows", "config_windows", "canonical_names", "member_rows",
+           "join_watermark_ms", "LEFT_PREFIX", "RIGHT_PREFIX", "OUTER_HOWS", "class_sides"]
 
 #: Column prefixes of the class's canonical inputs (its members may alias the streams as they like).
 LEFT_PREFIX, RIGHT_PREFIX = "l__", "r__"
+#: The outer join types a member may have (``LEFT`` / ``RIGHT`` / ``FULL [OUTER] JOIN``, the interval join's ``how``).
+OUTER_HOWS = ("left", "right", "full")
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,15 @@ class JoinMember:
     columns : tuple of (tuple of str, tuple of str)
         The two streams' columns.
     at : str
-        ``"valid_from"`` (ISTREAM) or ``"valid_to"``: its ``cq_at``, as the compiler sets it.
+        ``"valid_from"`` (ISTREAM) or ``"valid_to"``: its ``cq_at``, as the compiler sets it (an outer join: the
+        later of the row times present, or the first expiry among them).
+    how : str
+        ``"inner"``, or an outer join's type (:data:`OUTER_HOWS`): its class then emits the rows that found no
+        match, null-padded, when the join's watermark evicts them (the interval join's own ``how``).
+    pushed : tuple of (str or None, str or None)
+        An outer join's predicates the compiler applies to each input before the join (its WHERE on its preserved
+        stream, its ON conditions on its null-padded stream) as Spark SQL over the stream's columns, None for an
+        input without: its class applies them to its inputs before the state (:func:`class_sides`).
     """
 
     left: str
@@ -62,10 +72,20 @@ class JoinMember:
     times: tuple
     columns: tuple
     at: str
+    how: str = "inner"
+    pushed: tuple = (None, None)
 
     def signature(self) -> tuple:
-        """What its class's state depends on: the two streams in their roles and the key (the equalities as a set)."""
-        return self.left, self.right, tuple(sorted(self.pairs))
+        """What its class's state depends on: the two streams in their roles and the key (the equalities as a set);
+        for an outer join also its type and windows. A row's "no match" is decided by the class's state (its
+        matched flag, set by any pair of the class's band), so an outer member shares a class only with outer
+        members of the same type and band, whose unmatched rows are then its own; never with inner members (their
+        wider bands would match rows the outer member alone emits null-padded); with its predicates on each input
+        too (they decide which rows may match, and the watermark its query alone has: :func:`class_sides`).
+        """
+        if self.how == "inner":
+            return self.left, self.right, tuple(sorted(self.pairs))
+        return self.left, self.right, tuple(sorted(self.pairs)), self.how, tuple(self.windows), tuple(self.pushed)
 
     def band(self) -> tuple[int, int]:
         """Its own band ``(lower, upper)`` (µs, inclusive) of ``t_right - t_left``."""
@@ -96,11 +116,42 @@ def class_windows(joins: list) -> tuple[int, int]:
     return max(j.windows[0] for j in joins), max(j.windows[1] for j in joins)
 
 
+def config_windows(config) -> tuple[int, int]:
+    """The windows (µs) of a class's :class:`~pyspark_cq.operators.join.worker.JoinConfig`: its ``window`` (an inner
+    class, a window join), else those of its band ``(-w_right + 1, w_left - 1)`` (an outer class, an interval join
+    with the windows' band, :func:`~pyspark_cq.operators.join.driver.window_band`).
+    """
+    if config.window:
+        return tuple(config.window)
+    return config.upper + 1, 1 - config.lower
+
+
+def class_sides(j: JoinMember) -> tuple[str, str]:
+    """The names under which a join class's inputs keep their clocks (the largest event time per micro-batch, from
+    which the join's watermark is computed): each stream's name, or for an input its outer class filters before the
+    join (``pushed``) the stream's name with a digest of the predicate. Spark pushes such a predicate below the
+    stream's ``withWatermark`` (it does not name the time column), so the query alone computes its watermark from
+    the rows that pass it; the class's packer records their clock apart, and the class runs at that watermark.
+    """
+    import hashlib
+
+    out = []
+    for stream, pred in zip((j.left, j.right), j.pushed if j.how != "inner" else (None, None)):
+        out.append(stream if pred is None else f"{stream}#{hashlib.sha1(pred.encode()).hexdigest()[:10]}")
+    return out[0], out[1]
+
+
 def canonical_names(j: JoinMember) -> dict:
     """The class's canonical column name -> the member's name for each column of its joined rows: keys
     ``cq_k<i>`` in the order of the sorted equalities -> the member's ``cq_k<j>``; the other columns of each
-    stream ``l__c`` / ``r__c`` -> ``<ref>__c``.
+    stream ``l__c`` / ``r__c`` -> ``<ref>__c``. An outer join keeps both sides' key columns (the compiler's
+    ``interval_join`` with ``left_on`` / ``right_on``: the padded side's are null), so every column of each stream
+    ``l__c`` / ``r__c`` -> ``<ref>__c`` and the class's shared keys are not the member's.
     """
+    if j.how != "inner":
+        return {prefix + c: f"{ref}__{c}" for prefix, ref, cols in ((LEFT_PREFIX, j.refs[0], j.columns[0]),
+                                                                     (RIGHT_PREFIX, j.refs[1], j.columns[1]))
+                for c in cols}
     sorted_pairs = sorted(j.pairs)
     out = {f"cq_k{sorted_pairs.index(p)}": f"cq_k{i}" for i, p in enumerate(j.pairs)}
     lkeys = {p[0] for p in j.pairs}
@@ -121,8 +172,11 @@ def _micros(column) -> np.ndarray:
 def member_rows(pairs: pa.Table, j: JoinMember, schema: pa.Schema) -> pa.Table:
     """A member's rows from its class's joined ``pairs`` (canonical names, :func:`canonical_names`): the pairs in
     its own band, renamed to its names, with its own ``valid_from`` / ``valid_to`` and ``cq_at``, in ``schema``
-    (its stage schema: the window join's columns then ``cq_at``).
+    (its stage schema: the window join's columns then ``cq_at``). An outer member (:func:`outer_rows`): its
+    class's rows are its own (same type and band), pairs and null-padded rows alike.
     """
+    if j.how != "inner":
+        return outer_rows(pairs, j, schema)
     tl = _micros(pairs.column(LEFT_PREFIX + j.times[0]))
     tr = _micros(pairs.column(RIGHT_PREFIX + j.times[1]))
     lower, upper = j.band()
@@ -134,6 +188,29 @@ def member_rows(pairs: pa.Table, j: JoinMember, schema: pa.Schema) -> pa.Table:
     cols = {names[n]: pairs.column(n) for n in pairs.column_names if n in names}
     cols["valid_from"], cols["valid_to"] = validity(tl, tr, *j.windows)
     cols[schema.names[-1]] = cols[j.at]
+    return pa.Table.from_arrays([cols[f.name].cast(f.type) for f in schema], schema=schema)
+
+
+def outer_rows(rows: pa.Table, j: JoinMember, schema: pa.Schema) -> pa.Table:
+    """An outer member's rows from its class's output ``rows`` (canonical names: the interval join's pairs and the
+    rows that found no match, null-padded), in ``schema`` (its stage schema: the compiler's ``interval_join``
+    columns ``<ref>__<column>`` of both streams, then ``cq_at``). ``cq_at`` as the compiler's outer join sets it
+    (``greatest`` / ``least`` skip the padded side's null): ISTREAM the later of the row times present, DSTREAM
+    the first expiry ``t + w`` among them.
+    """
+    if j.how not in OUTER_HOWS:
+        raise ValueError(f"j.how must be one of {OUTER_HOWS} (an outer member), got {j.how!r}")
+    names = canonical_names(j)
+    cols = {names[n]: rows.column(n) for n in rows.column_names if n in names}
+    # µs with nulls where the side is padded (not _micros: numpy has no null)
+    times = [pc.cast(rows.column(p + t), pa.timestamp("us", tz=getattr(rows.column(p + t).type, "tz", None)))
+             .cast(pa.int64()) for p, t in ((LEFT_PREFIX, j.times[0]), (RIGHT_PREFIX, j.times[1]))]
+    if j.at == "valid_from":
+        at = pc.max_element_wise(*times, skip_nulls=True)
+    else:
+        at = pc.min_element_wise(*[pc.add(t, pa.scalar(w, pa.int64())) for t, w in zip(times, j.windows)],
+                                 skip_nulls=True)
+    cols[schema.names[-1]] = at.cast(pa.timestamp("us", tz="UTC"))
     return pa.Table.from_arrays([cols[f.name].cast(f.type) for f in schema], schema=schema)
 
 

@@ -39,10 +39,11 @@ from ..vocabulary import metrics as M
 from . import clock as C
 from . import doc as D
 from .predicates import evaluate
+from .rows import ROWS
 
 __all__ = ["MEMBER", "MAX_TIME", "GROUP_CLOCK", "OUTPUT_SCHEMA", "STATE_SCHEMA", "SHARED", "sliced_schema",
            "slice_classes", "class_granularities", "clock_key", "GroupSlicer", "GroupShard", "PackRows", "ipc_bytes",
-           "JOIN", "join_class_id", "JoinPacker"]
+           "JOIN", "join_class_id", "JoinPacker", "RowsPacker"]
 
 MEMBER, MAX_TIME = "__cq_member", "__cq_max_time"
 #: Several streams: the group clock's column (:func:`~.clock.clock_ms`), the event time of Spark's watermark.
@@ -265,7 +266,11 @@ class JoinPacker:
     """``mapInArrow`` function of a join class's input (the interval join's tagged union of both streams,
     :func:`~pyspark_cq.operators.join.driver._tagged`): per shard one row carrying its rows as one Arrow IPC
     stream, to the shared stateful stage; then a clock row per stream with rows, and the group clock on every row.
+    ``sides`` are the names of the clocks of its two inputs (:func:`~.joins.class_sides`).
     """
+
+    #: The member key prefix of its rows in the shared stage (then the class id).
+    PREFIX = JOIN
 
     def __init__(self, directory: str, class_id: str, sides: tuple, time_type: T.DataType, streams: tuple):
         self.directory, self.class_id, self.sides, self.streams = directory, class_id, sides, streams
@@ -294,7 +299,7 @@ class JoinPacker:
             shards = table.column(JSHARD)
             for shard in pc.unique(shards).to_pylist():
                 part = table.filter(pc.equal(shards, shard))
-                rows.append((shard, JOIN + self.class_id, ipc_bytes(part), None))
+                rows.append((shard, self.PREFIX + self.class_id, ipc_bytes(part), None))
         rows += [(0, clock_key(stream), b"", t) for stream, t in latest.items()]
         if not rows:
             return
@@ -303,6 +308,43 @@ class JoinPacker:
                 pa.array([0] * len(rows), pa.int64()), pa.array([r[3] for r in rows], pa.int64()),
                 pa.array([clock] * len(rows), _CLOCK_TYPE)]
         yield pa.RecordBatch.from_arrays(cols, names=self.names)
+
+
+class RowsPacker(JoinPacker):
+    """``mapInArrow`` function of a ROWS member's input (:mod:`.rows`): the join class's packer over one stream, its
+    rows tagged as side 0 with their time in µs and routed to a shard by the hash of the partition key; ``class_id``
+    is the member's key.
+    """
+
+    PREFIX = ROWS
+
+
+def _run_rows(plan: D.Plan, parts: dict, saved: dict, kept: dict, out: list) -> None:
+    """Each active ROWS member of the plan for one shard and micro-batch (:func:`~.rows.run_rows`): its rows
+    (``parts``) through the rows_window operator's step per partition, its kept rows from and to ``saved`` / ``kept``,
+    its rows and counters into ``out``.
+    """
+    from ..operators._common.payload import SIDE
+    from ..operators.join.worker import MICROS
+    from ..operators.join.worker import SHARD as JSHARD
+    from .rows import run_rows
+
+    for m in plan.members.values():
+        if m.kind != "rows" or not m.active:
+            continue
+        frames = parts.get(ROWS + m.key)
+        table = None
+        if frames is not None:
+            tables = [pa.ipc.open_stream(b).read_all() for b in frames[SLICES]]
+            table = pa.concat_tables(tables).drop_columns([SIDE, JSHARD, MICROS])
+        got, held, counters = run_rows(m.config, table, saved.get(ROWS + m.key))
+        if held:
+            kept[ROWS + m.key] = held
+        schema = m.stage_schema or m.arrow_schema
+        if m.finish is None:    # its select list names columns: they and cq_at are its rows
+            got = got.select([src for _, src in m.select] + [got.column_names[-1]])
+        got = pa.Table.from_arrays([c.cast(f.type) for c, f in zip(got.columns, schema)], schema=schema)
+        out.append((m.key, ipc_bytes(got) if got.num_rows else None, json.dumps(counters)))
 
 
 class _Held:
@@ -438,6 +480,7 @@ class GroupShard:
         if shared_out:
             kept[SHARED] = shared_out
         _run_joins(plan, parts, saved, kept, out, self.delays)
+        _run_rows(plan, parts, saved, kept, out)
         if data is not None:
             clocks = data.loc[data[MEMBER].map(_is_clock), [MEMBER, MAX_TIME]].dropna()
             for k, times in clocks.groupby(MEMBER, sort=True)[MAX_TIME]:

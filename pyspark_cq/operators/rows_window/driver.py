@@ -11,6 +11,7 @@ from .worker import _FLAG, _T, AT, SIGN, _RowsAggregateWorker, _RowsWorker
 __all__ = ["rows_window", "SIGN", "AT"]
 
 DEFAULT_NAME = "cq_rows_window"
+_ALL = "__cq_all"   # the group column of a window without PARTITION BY
 STATE_SCHEMA = "rows binary"
 _SORTABLE = (T.NumericType, T.StringType, T.BooleanType, T.DateType, T.TimestampType, T.TimestampNTZType)
 
@@ -68,9 +69,7 @@ def rows_window(df, time, rows, partition_by=(), *, name=None):
      ('u2', 2, -1, 4), ('u2', 4, 1, 4)]
     """
     ttype, partition_by, name = _checked(df, time, rows, partition_by, name)
-    out_schema = T.StructType(list(df.schema.fields) + [T.StructField(SIGN, T.IntegerType(), False),
-                                                        T.StructField(AT, ttype, True)])
-    return _stateful(df, time, partition_by, name, out_schema, _RowsWorker, rows)
+    return _stateful(df, time, partition_by, name, window_schema(df, ttype), _RowsWorker, rows)
 
 
 def _checked(df, time, rows, partition_by, name):
@@ -87,7 +86,7 @@ def _checked(df, time, rows, partition_by, name):
     for c in partition_by:
         if c not in df.columns:
             raise ValueError(f"partition_by: no column {c!r} in df; columns: {df.columns}")
-    for c in (SIGN, AT, _T):
+    for c in (SIGN, AT, _T, _ALL):
         if c in df.columns:
             raise ValueError(f"df already has a column {c!r}, which rows_window adds; rename it first")
     if name is None:
@@ -97,13 +96,32 @@ def _checked(df, time, rows, partition_by, name):
     return ttype, partition_by, name
 
 
-def _stateful(df, time, partition_by, name, out_schema, worker_cls, rows, *extra):
-    """``df`` through ``worker_cls`` per partition: with Spark's state for a stream, in one call for a batch."""
+def prepared_worker(df, time, out_schema, worker_cls, rows, *extra):
+    """``df`` with the time in µs (the worker's input) and the per-partition step ``worker_cls`` for it: what
+    :func:`rows_window` runs per partition, and a query group's ROWS member per partition in its shared stage
+    (:mod:`pyspark_cq.group.worker`).
+    """
     prepared = df.withColumn(_T, F.unix_micros(_validate.ref(time).cast("timestamp")))
     ties = [c for c in df.columns if c not in (time, _FLAG) and isinstance(df.schema[c].dataType, _SORTABLE)]
-    worker = worker_cls(rows, time, ties, _metrics.arrow_schema(prepared.schema),
-                        _metrics.arrow_schema(out_schema), *extra)
-    keys = [_validate.ref(c) for c in partition_by] or [F.lit(0).alias("__cq_all")]
+    return prepared, worker_cls(rows, time, ties, _metrics.arrow_schema(prepared.schema),
+                                _metrics.arrow_schema(out_schema), *extra)
+
+
+def window_schema(df, ttype) -> T.StructType:
+    """:func:`rows_window`'s output schema: ``df``'s columns, then ``cq_sign`` and ``cq_at`` (``ttype``)."""
+    return T.StructType(list(df.schema.fields) + [T.StructField(SIGN, T.IntegerType(), False),
+                                                  T.StructField(AT, ttype, True)])
+
+
+def _stateful(df, time, partition_by, name, out_schema, worker_cls, rows, *extra):
+    """``df`` through ``worker_cls`` per partition: with Spark's state for a stream, in one call for a batch."""
+    prepared, worker = prepared_worker(df, time, out_schema, worker_cls, rows, *extra)
+    if partition_by:
+        keys = [_validate.ref(c) for c in partition_by]
+    else:   # one window: a constant column (Spark 4.3 cannot group applyInPandasWithState by a literal expression:
+        # RESOLVED_ATTRIBUTE_MISSING_FROM_INPUT); the worker reads its input schema's columns only
+        prepared = prepared.withColumn(_ALL, F.lit(0))
+        keys = [F.col(_ALL)]
     if df.isStreaming:
         packed = prepared.groupBy(*keys).applyInPandasWithState(
             worker, _metrics.packed_schema(out_schema), STATE_SCHEMA, "append", "NoTimeout")

@@ -476,14 +476,15 @@ def test_collectable_names():
     assert S.parse_name("unrelated.txt") is None and S.parse_name(names[4]) == (4, 3)
 
 
+@pytest.mark.parametrize("retain", [2, 4])   # 2: a stateless stage's (.stateless.STATELESS_RETAIN)
 @pytest.mark.parametrize("seed", range(12))
-def test_collection_never_deletes_a_file_a_retained_version_names(tmp_path, seed):
+def test_collection_never_deletes_a_file_a_retained_version_names(tmp_path, seed, retain):
     """A plain-Python model of one group under Spark: each batch either commits (a new version) or fails
     after writing its file (an orphan) and is re-run; sometimes Spark restarts from the version before
     the last one; the state is sometimes removed. After every write, every file named by a retained
     version (the last R + 1 committed ones) still exists, and old files do not pile up."""
     rng = np.random.default_rng(seed)
-    store, retain, every = S.StateFiles(str(tmp_path / "d")), 4, 3
+    store, every = S.StateFiles(str(tmp_path / "d")), 3
     group, versions = (0,), [None]        # committed manifests (None: no state)
     for _ in range(120):
         manifest = versions[-1]
@@ -615,3 +616,37 @@ def test_auto_falls_back_to_full_for_constraints_the_files_layout_does_not_take(
     spec.key_types, spec.control, spec.constraints = [T.LongType()], None, ()
     JoinSpec.set_constraints(spec, [clustered("left", 0)])
     assert (spec.persistence, spec.state_dir) == ("full", None)
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "full", "left_semi", "left_anti"])
+@pytest.mark.parametrize("old", [0, 2])
+def test_a_copy_behind_catches_up_with_the_deltas_it_missed(how, old):
+    """Files layout, two Python workers taking turns: worker B holds the shard as of batch ``old`` (the snapshot,
+    or a delta of the same line), worker A ran the batches since. B's copy is used with the delta files it missed
+    replayed (a catch-up, not a miss), and every batch's output and state equal the full layout's. The control:
+    B's copy relabelled with the current token is taken as a hit without the replay and gives other rows."""
+    full = _config(how, "full")
+    batches = _batches(full)
+    expected, _ = _run(JoinWorker(full), batches)
+    config = _config(how, "files", 10)
+    worker, value, got = JoinWorker(config), None, []
+    behind = None
+    for b, (frames, wm) in enumerate(batches):
+        if b == 5:   # B's turn: its copy of batch `old` replaces A's in this process's cache
+            R.cache().put(("test", (0,)), L.token_of(behind[0][0]), behind[1], 1)
+        rows, counters, value = _call(worker, frames, wm, value)
+        got.append((rows, counters[M.STATE_ROWS]))
+        if b == 5:
+            assert (counters[M.STATE_CACHE_HITS], counters[M.STATE_CACHE_MISSES],
+                    counters[M.STATE_CACHE_CATCH_UPS]) == (0, 0, 1)
+        if b == old:
+            behind = (value, worker._restore_log(_state(value, wm), (0,)))
+    assert got == expected
+    if how == "inner" and old == 0:   # control: the same stale copy under the current token
+        R.cache().put(("test", (0,)), L.token_of(value[0]), worker._restore_log(_state(behind[0], 0), (0,)), 1)
+        frames, wm = _batches(full, 10)[-1]
+        stale, counters, _ = _call(worker, frames, wm, value)
+        assert counters[M.STATE_CACHE_HITS] == 1
+        R.cache().clear()
+        fresh, counters, _ = _call(worker, frames, wm, value)
+        assert counters[M.STATE_CACHE_MISSES] == 1 and stale != fresh

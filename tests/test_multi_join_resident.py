@@ -260,3 +260,24 @@ def test_state_persistence_is_validated(tmp_path):
     assert batch.persistence == "full"
     assert M.STATE_CACHE_HITS not in MultiJoinWorker(_config(())).metrics   # the full layout's columns as they were
     assert M.STATE_CACHE_HITS in MultiJoinWorker(dataclasses.replace(_config(()), persistence="files")).metrics
+
+
+@pytest.mark.parametrize("shape", ["inner", "constraints", "outer", "nested"])
+def test_a_copy_behind_catches_up_with_the_deltas_it_missed(tmp_path, shape):
+    """Files layout, two Python workers taking turns: before batch 6 the cache holds worker B's copy as of batch
+    2 (restored from that batch's value: objects of their own), worker A having run batches 3-5. B's copy is used
+    with the three delta files it missed replayed (a catch-up), and every batch equals the full layout's (output,
+    counters, state image)."""
+    full, _ = _run(_shaped(shape, "full", ""), BATCHES)
+    config = _shaped(shape, "files", str(tmp_path / "s"), every=20)
+    worker, value, out, behind = MultiJoinWorker(config), None, [], None
+    for b, (rows, wm) in enumerate(BATCHES):
+        if b == 6:
+            R.cache().put((config.state_id, (0,)), L.token_of(behind[0][0]), behind[1], 1)
+        got, counters, value = _call(worker, rows, wm, value)
+        out.append((got, counters, _image(config, value)))
+        if b == 6:
+            assert [counters[m] for m in M.STATE_CACHE] == [0, 0, 1]
+        if b == 2:
+            behind = (value, worker._restore_state(_State(value, wm), (0,)))
+    _same(out, full)

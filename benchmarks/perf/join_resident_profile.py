@@ -74,8 +74,10 @@ def _timed(acc: dict):
 def run(data, persistence: str, every: int):
     """One pass (``persistence``: ``full``, ``changelog``, ``files`` (state files in a temporary directory), or
     ``changelog-miss`` / ``files-miss``: the resident copy dropped before every call, so each call restores
-    the snapshot and replays the deltas): per call (state rows before, seconds of the function, of restore, of save, of processing,
-    value bytes, pickle round trip seconds, cache hit).
+    the snapshot and replays the deltas; ``files-alternate``: two Python workers taking turns, each with its own
+    resident cache, so each call finds the copy of two calls before and catches up on the delta it missed, or
+    restores after a snapshot): per call (state rows before, seconds of the function, of restore, of save, of
+    processing, value bytes, pickle round trip seconds, cache hit, catch-up).
     """
     import pandas as pd
     from pyspark.sql.conversion import ArrowBatchTransformer
@@ -85,8 +87,10 @@ def run(data, persistence: str, every: int):
     from pyspark_cq.vocabulary import metrics as M
 
     resident.cache().clear()
-    miss = persistence.endswith("-miss")
-    persistence = persistence.removesuffix("-miss")
+    miss, alternate = persistence.endswith("-miss"), persistence.endswith("-alternate")
+    persistence = persistence.removesuffix("-miss").removesuffix("-alternate")
+    own_cache = resident._CACHE
+    caches = [resident.ResidentCache(resident.limit_bytes()) for _ in range(2)]
     worker, _ = _worker(1)
     state_dir = tempfile.mkdtemp(prefix="cq_profile_state_") if persistence == "files" else None
     worker.config = dataclasses.replace(worker.config, persistence=persistence, snapshot_every=every,
@@ -95,11 +99,13 @@ def run(data, persistence: str, every: int):
     originals = _timed(acc)
     value, rows_before, out = None, 0, []
     try:
-        for batch in data:
+        for i, batch in enumerate(data):
             series = ArrowBatchTransformer.to_pandas(batch, timezone=TZ, struct_in_pandas="dict")
             state = _state(value, 0)
             if miss:
                 resident.cache().clear()
+            if alternate:
+                resident._CACHE = caches[i % 2]
             acc.clear()
             t0 = time.perf_counter()
             (row,) = list(worker.streaming((0,), iter([pd.concat(series, axis=1)]), state))
@@ -107,12 +113,14 @@ def run(data, persistence: str, every: int):
             value = pickle.loads(pickle.dumps(_STATE_SCHEMA.toInternal(state._value)))
             t2 = time.perf_counter()
             hit = int(row["__cq_" + M.STATE_CACHE_HITS].iloc[0])
+            caught_up = int(row["__cq_" + M.STATE_CACHE_CATCH_UPS].iloc[0])
             out.append((rows_before, t1 - t0, acc.get("_restore_log", 0.0),
                         acc.get("_save", 0.0) + acc.get("_save_log", 0.0),
                         acc.get("_process", 0.0),
-                        sum(len(v) for v in value), t2 - t1, hit))
+                        sum(len(v) for v in value), t2 - t1, hit, caught_up))
             rows_before = int(row["__cq_" + M.STATE_ROWS].iloc[0])
     finally:
+        resident._CACHE = own_cache
         from pyspark_cq.operators.join import worker as J
         for name, fn in originals.items():
             setattr(J.JoinWorker, name, fn)
@@ -132,7 +140,7 @@ def summarize(calls, bins):
         rows.append({"state_rows": f"{lo / 1e6:.2f}-{hi / 1e6:.2f} M", "calls": len(sel),
                      "function_ms": med[0] * 1e3, "function_mean_ms": statistics.mean(c[1] for c in sel) * 1e3, "restore_ms": med[1] * 1e3, "save_ms": med[2] * 1e3,
                      "process_ms": med[3] * 1e3, "value_mb": med[4] / 2**20, "pickle_ms": med[5] * 1e3,
-                     "hits": sum(c[7] for c in sel)})
+                     "hits": sum(c[7] for c in sel), "catch_ups": sum(c[8] for c in sel)})
     return rows
 
 
@@ -142,7 +150,7 @@ def main(argv=None):
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--keys", type=int, default=1_000_000)
     ap.add_argument("--every", type=int, default=10, help="changelog: snapshot_every")
-    ap.add_argument("--layouts", nargs="*", default=["full", "changelog"], choices=["full", "changelog", "files", "changelog-miss", "files-miss"])
+    ap.add_argument("--layouts", nargs="*", default=["full", "changelog"], choices=["full", "changelog", "files", "changelog-miss", "files-miss", "files-alternate"])
     args = ap.parse_args(argv)
     before = harness.start()
     os.environ.setdefault("NUMBA_CACHE_DIR", "/tmp/numba_cq")
@@ -157,13 +165,14 @@ def main(argv=None):
         calls = run(data, layout, args.every)
         result[layout] = {"calls": calls, "bins": summarize(calls, bins)}
         print(f"## {layout}" + (f" (snapshot_every={args.every})" if layout != "full" else ""))
-        print("| state rows | calls | function ms | (mean) | restore ms | save ms | process ms | value MB | pickle ms | hits |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("| state rows | calls | function ms | (mean) | restore ms | save ms | process ms | value MB | pickle ms | hits "
+              "| catch-ups |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for r in result[layout]["bins"]:
             print(f"| {r['state_rows']} | {r['calls']} | {r['function_ms']:.0f} | {r['function_mean_ms']:.0f} | "
                   f"{r['restore_ms']:.0f} | "
                   f"{r['save_ms']:.0f} | {r['process_ms']:.0f} | {r['value_mb']:.1f} | {r['pickle_ms']:.1f} | "
-                  f"{r['hits']} |", flush=True)
+                  f"{r['hits']} | {r['catch_ups']} |", flush=True)
     print(f"# load after {os.getloadavg()[0]:.2f}")
     harness.write_result("join_resident_profile", result, args, before)
 

@@ -111,6 +111,7 @@ def run(spark, root: str, engine: str, measure: int, ck: str, shards: int | None
         out["state_bytes"] = reports[-1].get("state_bytes", 0)
         out["cache_hits"] = sum(r.get("state_cache_hits", 0) for r in reports)
         out["cache_misses"] = sum(r.get("state_cache_misses", 0) for r in reports)
+        out["cache_catch_ups"] = sum(r.get("state_cache_catch_ups", 0) for r in reports)
     return out
 
 
@@ -142,7 +143,7 @@ def main(argv=None):
     result = []
     print(f"# load {os.getloadavg()[0]:.2f}; {args.batch_rows:,} rows per measured batch, median of {args.measure}; "
           f"{args.session} session, {spark.conf.get('spark.sql.shuffle.partitions')} shuffle partitions")
-    print("| state rows | engine | batch ms (median) | store memory MiB | ours state MiB | cache hits / misses |")
+    print("| state rows | engine | batch ms (median) | store memory MiB | ours state MiB | cache hits / misses / catch-ups |")
     print("|---|---|---|---|---|---|")
     try:
         for size in args.sizes:
@@ -154,7 +155,7 @@ def main(argv=None):
                 r.update(size_m=size, engine=engine)
                 result.append(r)
                 ours = f"{r['state_bytes'] / 2**20:.1f}" if "state_bytes" in r else ""
-                cache = f"{r['cache_hits']} / {r['cache_misses']}" if "cache_hits" in r else ""
+                cache = f"{r['cache_hits']} / {r['cache_misses']} / {r.get('cache_catch_ups', 0)}" if "cache_hits" in r else ""
                 print(f"| {size:g} M | {engine} | {r['median_ms']:.0f} | {r['store_memory_bytes'] / 2**20:.1f} | "
                       f"{ours} | {cache} |", flush=True)
             shutil.rmtree(data, ignore_errors=True)

@@ -118,7 +118,8 @@ def ours(spark, root, delay, ck, plan=None, persistence="full"):
             "output_rows": sum(r.get("output_rows", 0) for r in reports),
             "probe_steps": sum(v for r in reports for k, v in r.items() if k.startswith("probed_")),
             "cache_hits": sum(r.get("state_cache_hits", 0) for r in reports),
-            "cache_misses": sum(r.get("state_cache_misses", 0) for r in reports)}
+            "cache_misses": sum(r.get("state_cache_misses", 0) for r in reports),
+            "cache_catch_ups": sum(r.get("state_cache_catch_ups", 0) for r in reports)}
 
 
 def floor(spark, root, delay, ck, sizes=None):
@@ -228,8 +229,8 @@ def main(argv=None):
             print(f"  state_persistence={layout!r}: wall {r['wall_s']:.1f} s ({s['wall_s'] / r['wall_s']:.2f}x Spark), "
                   f"batches 1.. {sr / 1e3:.1f} s ({ss / sr:.2f}x), median batch "
                   f"{statistics.median(r['batch_ms'][1:]):.0f} ms, output rows {r['output_rows']:,}, cache hits / "
-                  f"misses {r['cache_hits']} / {r['cache_misses']}, state value max {max(r['state_bytes']) / 2**20:.1f} "
-                  f"MiB")
+                  f"misses / catch-ups {r['cache_hits']} / {r['cache_misses']} / {r.get('cache_catch_ups', 0)}, "
+                  f"state value max {max(r['state_bytes']) / 2**20:.1f} MiB")
         if args.floor:
             for label, sizes in (("no state", None), ("our state's bytes", o["state_bytes"])):
                 f = floor(spark, os.path.join(root, "u"), args.delay, os.path.join(root, "ck1"), sizes)

@@ -39,7 +39,8 @@ from typing import NamedTuple
 
 __all__ = ["INPUT_ROWS", "OUTPUT_ROWS", "STATE_ROWS", "STATE_BYTES", "EVICTED_ROWS", "LATE_ROWS", "MALFORMED_ROWS",
            "SHED_ROWS", "STATEFUL", "SHED_ROWS_LEFT", "SHED_ROWS_RIGHT", "JOIN_SHED", "JOIN", "STATE_CACHE_HITS",
-           "STATE_CACHE_MISSES", "STATE_CACHE", "CONSTRAINT_VIOLATIONS", "JOIN_STREAMING", "AGGREGATE",
+           "STATE_CACHE_MISSES", "STATE_CACHE_CATCH_UPS", "STATE_CACHE", "CONSTRAINT_VIOLATIONS", "JOIN_STREAMING",
+           "AGGREGATE",
            "ROWS_WINDOW", "WINDOW", "DROPPED_EMPTY", "GRANULARITY", "CHUNK_STEPS", "PEAK_BUFFERED_ROWS",
            "PEAK_WORKER_RSS", "PEAKS", "CHUNKS", "PER_INPUT", "PROBED", "MATCHED", "PROBE_NANOS", "BANDED",
            "STEP_KINDS", "MULTI_JOIN", "UNMATCHED_ROWS", "PADDED_ROWS", "MULTI_JOIN_OUTER", "ROWS_IN", "ROWS_PASSED",
@@ -69,11 +70,13 @@ SHED_ROWS_RIGHT = "shed_rows_right"  #: ``shed_rows`` of the right input
 JOIN_SHED = (SHED_ROWS, SHED_ROWS_LEFT, SHED_ROWS_RIGHT)
 JOIN = STATEFUL + JOIN_SHED
 # The resident state cache (``state_persistence="changelog"``, operators/_common/resident.py): per batch, the
-# groups whose state the Python worker still held at the version in Spark's state (hit) or had to rebuild from
-# it (miss); a group without state is neither.
+# groups whose state the Python worker still held at the version in Spark's state (hit), held at an earlier
+# version of the same files-layout line and brought up to date with the delta files it missed (catch-up), or had
+# to rebuild from it (miss); a group without state is none of them.
 STATE_CACHE_HITS = "state_cache_hits"      #: groups whose state was used from the worker's resident copy
 STATE_CACHE_MISSES = "state_cache_misses"  #: groups whose state was rebuilt from Spark's state value
-STATE_CACHE = (STATE_CACHE_HITS, STATE_CACHE_MISSES)
+STATE_CACHE_CATCH_UPS = "state_cache_catch_ups"   #: groups whose resident copy replayed the deltas it missed
+STATE_CACHE = (STATE_CACHE_HITS, STATE_CACHE_MISSES, STATE_CACHE_CATCH_UPS)
 #: Rows that broke a declared stream constraint as far as the state shows it (STREAM §5.2; docs/constraints.md):
 #: a row whose key a ``unique`` input (or a many-to-one parent) already holds. Such rows may miss matches.
 CONSTRAINT_VIOLATIONS = "constraint_violations"

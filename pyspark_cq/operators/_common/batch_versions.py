@@ -133,6 +133,9 @@ class VersionedGroupState:
     Timeouts do nothing: a stateless stage runs a group only when rows arrive for it.
     """
 
+    #: Not Spark's ``GroupState``: a new line of the files layout is expected here (:func:`.changelog.save`).
+    stateless = True
+
     def __init__(self, value, watermark_ms: int):
         self._value, self.watermark_ms = value, int(watermark_ms)
         self.new = value

@@ -228,6 +228,21 @@ def _check_sole_writer(files, key, log: Manifest) -> None:
                          "operators of one query share a state directory; give each its own name= (or state_dir=)")
 
 
+def _check_not_stateless(files) -> None:
+    """ValueError when a stateless stage (:mod:`.stateless`) wrote the state directory: its groups' state is in
+    its version files, which Spark's state store knows nothing of, so this stateful operator would start them
+    empty and lose their rows.
+    """
+    from pyarrow import fs as pafs
+
+    from .stateless import VERSIONS_DIR
+
+    if files.fs.get_file_info(f"{files.path}/{VERSIONS_DIR}").type == pafs.FileType.Directory:
+        raise ValueError(f"state: the state directory {files.root!r} was written by state_persistence='stateless' "
+                         "(the state is in its files, not in Spark's state store): restart this checkpoint with "
+                         "state_persistence='stateless', or start a new checkpoint and state_dir for another layout")
+
+
 def query_id() -> str:
     """The streaming query's id in a task (Spark's local property); ValueError outside a streaming query."""
     from pyspark import TaskContext
@@ -251,13 +266,36 @@ def load(value, files, key) -> tuple[tuple, list, LogInfo | Manifest | None]:
         log = Manifest.decode(head)
         store = files()
         fields = unpack_snapshot(store.read(key, _state_files.snapshot_name(log.base, log.snapshot_token)))
-        deltas = [store.read(key, _state_files.delta_name(log.base + i + 1, log.base, token))
-                  for i, (token, _) in enumerate(log.deltas)]
-        return fields, deltas, log
+        return fields, _delta_files(store, key, log), log
     if is_log(head):
         _, snapshot, deltas, log = parse(head)
         return (snapshot, *value[1:]), deltas, log
     return tuple(value), [], None
+
+
+def take_resident(value, state_id: str, key, files):
+    """``(objects, missed, log)`` of a group from the worker's resident cache, for the state ``value``.
+
+    ``objects``: the cached objects when their token is the value's (``missed`` empty), or -- files layout -- an
+    earlier version of the manifest's line (its snapshot or one of its deltas: another Python worker ran the
+    group's batches since), with ``missed`` the delta files written after it, in order, to replay on them (read
+    through ``files()``, a callable giving the :class:`~.state_files.StateFiles`); ``log`` the value's
+    :class:`Manifest` then (None otherwise). ``(None, [], None)`` when the cache holds nothing usable.
+    """
+    head, cache = value[0], _resident.cache()
+    if not is_manifest(head):
+        return cache.take((state_id, key), token_of(head)), [], None
+    log = Manifest.decode(head)
+    objects, behind = cache.take_behind((state_id, key), [log.snapshot_token] + [t for t, _ in log.deltas])
+    if objects is None or not behind:
+        return objects, [], log
+    return objects, _delta_files(files(), key, log, len(log.deltas) - behind), log
+
+
+def _delta_files(store, key, log: Manifest, first: int = 0) -> list:
+    """The bytes of the delta files ``log`` names from its ``first`` delta on, in order."""
+    return [store.read(key, _state_files.delta_name(log.base + i + 1, log.base, token))
+            for i, (token, _) in enumerate(log.deltas) if i >= first]
 
 
 def forget(state, state_id: str, key) -> None:
@@ -295,6 +333,8 @@ def save(state, key, layout: str, log, snapshot, delta, *, state_id: str, snapsh
             else:
                 start, floor = files.next_index(key)
                 index = start
+                if start and not getattr(state, "stateless", False):
+                    _check_not_stateless(files)
             fields = snapshot()
             size = files.write(key, _state_files.snapshot_name(index, token), pack_snapshot(*fields))
             log = Manifest(token, index, token, size, start, floor)

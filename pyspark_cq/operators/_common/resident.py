@@ -62,11 +62,22 @@ class ResidentCache:
         """Remove ``key``'s entry and return its object if its token is ``token``; else None (a stale or
         foreign copy is dropped: it can never become current again).
         """
+        return self.take_behind(key, [] if token is None else [token])[0]
+
+    def take_behind(self, key, tokens):
+        """``(object, behind)``: remove ``key``'s entry and return its object if its token is one of ``tokens``
+        (the versions of one line, oldest first), with how many versions of the line came after it (0: current);
+        else ``(None, 0)`` (the copy is dropped). A copy whose token a committed line names is that version's
+        state: tokens are never shared, and only the write that made a version carries its token.
+        """
         entry = self._entries.pop(key, None)
         if entry is None:
-            return None
+            return None, 0
         self.used -= entry[2]
-        return entry[1] if token is not None and entry[0] == token else None
+        tokens = list(tokens)
+        if entry[0] not in tokens:
+            return None, 0
+        return entry[1], len(tokens) - 1 - tokens.index(entry[0])
 
     def put(self, key, token: bytes, obj, nbytes: int) -> None:
         """Keep ``obj`` as the version ``token`` of ``key`` (``nbytes``: its memory), evicting the least

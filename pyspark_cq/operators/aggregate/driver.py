@@ -13,6 +13,7 @@ from ..._native import load
 from ...control import operator_handle
 from .._common import changelog as _changelog
 from .._common import metrics as _metrics
+from .._common import offsets as _offsets
 from .._common.partitions import stage_partitions, warn_shuffle_partitions
 from .._common.shards import AGGREGATE, resolve_shards, shard_key_column
 from .config import (
@@ -331,6 +332,8 @@ def _files_stage(df, time, config: AggConfig, delay, root: str, tasks: int):
     the stateful stage's.
     """
     from .files import FileShards, OneTask
+
+    _offsets.watch(df.sparkSession)   # the tasks read Spark's watermark from the offset log
 
     rows = df.select(*_projection(df, time, config.keys, config.spec))
     packed_schema = _metrics.packed_schema(config.output_schema(), AGG_METRICS)

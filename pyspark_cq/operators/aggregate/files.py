@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from .._common import changelog as _changelog
 from .._common import metrics as _metrics
+from .._common import offsets as _offsets
 from .._common.batch_versions import BatchVersions, batch_context, spark_watermark, trunc_ms
 from .config import MAXT, METRICS, SHARD, AggConfig, read_entry
 from .shard import run_shard
@@ -52,14 +53,20 @@ class FileShards:
         files = _changelog.state_files(self.root, "docs/aggregate.md")
         pdf = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
         entry = read_entry(self.config)
+        # Spark's own watermark from the offset log where the task knows the checkpoint (.offsets), else computed
+        spark = _offsets.task_watermarks(batch) if self.delay_ms is not None else None
         for shard, rows in pdf.groupby(SHARD, sort=True):
             versions = BatchVersions(files, (int(shard),), query, batch, what)
-            yield self._shard(versions, rows, entry)
+            yield self._shard(versions, rows, entry, None if spark is None else spark[0])
 
-    def _shard(self, versions: BatchVersions, rows: pd.DataFrame, entry):
+    def _shard(self, versions: BatchVersions, rows: pd.DataFrame, entry, spark_wm_ms: int | None):
         table, counts = unpack_slices(self.slices_schema, [rows])
         saved, max_ms = versions.value if versions.value is not None else (None, None)
-        wm_us = None if self.delay_ms is None else spark_watermark([max_ms], [self.delay_ms]) * 1000
+        if self.delay_ms is None:
+            wm_us = None
+        else:
+            wm_ms = spark_wm_ms if spark_wm_ms is not None else spark_watermark([max_ms], [self.delay_ms])
+            wm_us = wm_ms * 1000
         result = run_shard(self.config, table, saved, wm_us, entry, counts)
         seen = rows[MAXT].dropna()
         if len(seen):

@@ -106,7 +106,7 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
         Name under which the per-batch counters are observed (``pyspark_cq.read_metrics``):
         input_rows, output_rows, state_rows, state_bytes, evicted_rows, late_rows, malformed_rows,
         shed_rows, shed_rows_left, shed_rows_right; streaming also state_cache_hits, state_cache_misses,
-        constraint_violations. Default: the control handle's operator id, else
+        state_cache_catch_ups, constraint_violations. Default: the control handle's operator id, else
         ``"cq_interval_join"``. Read them with ``cq.read_metrics``: ``late_rows`` is only complete there
         (Spark drops late rows before the operator's function, so
         ``progress.observedMetrics[name]["late_rows"]`` is always 0; ``read_metrics`` adds the rows counted
@@ -154,13 +154,15 @@ def interval_join(left, right, on=None, left_time=None, right_time=None, lower=N
         ``snapshot_every`` batches; the counters ``state_cache_hits`` / ``state_cache_misses`` say how
         often the resident copy was used. ``"files"``: as ``"changelog"``, but the snapshots and deltas are
         immutable files under ``state_dir`` and Spark's state holds only a small manifest naming them, so
-        a batch no longer copies the state through the JVM. Results are the same; a checkpoint may switch
-        between the three. Refused (ValueError) with ``bucket`` (and ``"files"`` with ``shards="key"``);
-        ignored on batch inputs. ``"stateless"`` (inner joins): the files layout's state in a stateless stage
-        (``repartition`` by shard, one task per core, and ``mapInPandas``; ``shards=None`` is 8), no stateful
-        Spark operator, so the session's ``spark.sql.shuffle.partitions`` does not matter; the join computes
-        Spark's watermark and drops late rows itself, and runs a shard only when rows arrive for it (docs/join.md,
-        *A stateless stage*). Keep it for the life of a checkpoint.
+        a batch no longer copies the state through the JVM; a resident copy one or more versions behind is
+        brought up to date with the delta files it missed (``state_cache_catch_ups``). Results are the
+        same; a checkpoint may switch between the three. Refused (ValueError) with ``bucket`` (and
+        ``"files"`` with ``shards="key"``); ignored on batch inputs. ``"stateless"`` (inner joins): the
+        files layout's state in a stateless stage (``repartition`` by shard, one task per core, and
+        ``mapInPandas``; ``shards=None`` is 8), no stateful Spark operator, so the session's
+        ``spark.sql.shuffle.partitions`` does not matter; the join reads Spark's watermark from the query's
+        offset log (computes it under Spark Connect), drops late rows itself, and runs a shard only when rows
+        arrive for it (docs/join.md, *A stateless stage*). Keep it for the life of a checkpoint.
     snapshot_every : int
         ``"changelog"`` / ``"files"``: write a new snapshot at the latest every this many micro-batches
         (>= 1; default 10), earlier when the deltas exceed half of it.

@@ -28,7 +28,6 @@ from ...control import ControlHandle
 from ...control.schema import side_drop_ratios
 from .._common import changelog as _changelog
 from .._common import metrics as _metrics
-from .._common import resident as _resident
 from .._common import state_bytes as _state_bytes
 from .._common import state_files as _state_files
 from .._common.codec import ColumnCodec, codecs_for, encode_keys
@@ -759,11 +758,16 @@ class JoinWorker:
         warnings.filterwarnings("ignore", category=FutureWarning, message=".*concatenation with empty")
         entry = self._entry()
         resident = self.config.persistence in RESIDENT
-        hits = misses = 0
+        hits = misses = catch_ups = 0
         cached = None
         if resident and state.exists:
-            cached = _resident.cache().take((self.config.state_id, key), _log.token_of(state.get[0]))
-            hits, misses = (1, 0) if cached is not None else (0, 1)
+            cached, missed, current = _changelog.take_resident(state.get, self.config.state_id, key, self._files)
+            if cached is not None and current is not None:   # the files layout: the value's manifest, and what
+                kernel, sides, _ = cached                     # another worker wrote since this copy
+                for blob in missed:
+                    self._replay(kernel, sides, _log.Delta.decode(blob))
+                cached = (kernel, sides, current)
+            hits, misses, catch_ups = (0, 1, 0) if cached is None else (0, 0, 1) if missed else (1, 0, 0)
         kernel, sides, log = cached if cached is not None else self._restore_log(state, key)
         copies = None
         if state.hasTimedOut:
@@ -793,7 +797,8 @@ class JoinWorker:
             M.INPUT_ROWS: n_in, M.OUTPUT_ROWS: 0 if out is None else out.num_rows,
             M.STATE_ROWS: kernel.rows(LEFT) + kernel.rows(RIGHT), M.STATE_BYTES: state_bytes,
             M.EVICTED_ROWS: n_evicted, M.MALFORMED_ROWS: malformed, M.STATE_CACHE_HITS: hits,
-            M.STATE_CACHE_MISSES: misses, M.CONSTRAINT_VIOLATIONS: violations}, **_shed_counters(shed))
+            M.STATE_CACHE_MISSES: misses, M.STATE_CACHE_CATCH_UPS: catch_ups,
+            M.CONSTRAINT_VIOLATIONS: violations}, **_shed_counters(shed))
 
     # -- batch: one call per shard with both sides; everything expires at the end
 

@@ -151,13 +151,13 @@ def multi_join(inputs, on, times, bounds, *, how=None, control=None, name=None, 
         ``"full"``: the whole state image goes through Spark's state store every batch. ``"changelog"``: the state
         stays in the Python worker (checked by a version token) and the value holds a snapshot plus the batches'
         deltas. ``"files"``: the same, with the snapshot and deltas as immutable files under ``state_dir`` and only
-        a small manifest in Spark's state. Both report ``state_cache_hits`` / ``state_cache_misses``. A checkpoint
-        may switch layouts. ``"stateless"`` (inner joins in append mode, without ``constraints``): the files layout's
-        state in a stateless stage (``repartition`` by shard, one task per core, and ``mapInPandas``), no stateful
-        Spark operator, so the session's ``spark.sql.shuffle.partitions`` does not matter; the join computes Spark's
-        watermark (``spark.sql.streaming.multipleWatermarkPolicy``) and drops late rows itself, and runs a shard
-        only when rows arrive for it (docs/multi_join.md, *A stateless stage*). Keep it for the life of a
-        checkpoint.
+        a small manifest in Spark's state. Both report ``state_cache_hits`` / ``state_cache_misses`` /
+        ``state_cache_catch_ups``. A checkpoint may switch layouts. ``"stateless"`` (inner joins in append mode,
+        without ``constraints``): the files layout's state in a stateless stage (``repartition`` by shard, one task
+        per core, and ``mapInPandas``), no stateful Spark operator, so the session's ``spark.sql.shuffle.partitions``
+        does not matter; the join reads Spark's watermark from the query's offset log (computes it under Spark
+        Connect), drops late rows itself, and runs a shard only when rows arrive for it (docs/multi_join.md, *A
+        stateless stage*). Keep it for the life of a checkpoint.
     snapshot_every : int
         ``"changelog"`` / ``"files"``: a new snapshot at the latest every this many micro-batches (default 10).
     state_dir : str, optional

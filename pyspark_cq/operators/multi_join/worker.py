@@ -27,7 +27,6 @@ from ..._validate import micro_batch_id
 from ...control import ControlHandle, parse_join_plan
 from .._common import changelog as _changelog
 from .._common import metrics as _metrics
-from .._common import resident as _resident
 from .._common import state_bytes as _state_bytes
 from .._common.chunks import WHOLE_BATCHES, ChunkScheduler, Schedule, schedule_from_params
 from .._common.codec import ColumnCodec
@@ -375,11 +374,18 @@ class MultiJoinWorker:
             pending = NestedLeft(config, PayloadSide.from_bytes(entry_schema(config), blobs[1 + config.n]).table)
         if arrivals is not None:
             arrivals.restore(sides[0].table.schema.metadata)
+        return kernel, sides, self._replay(kernel, sides, pending, arrivals, deltas), log, arrivals
+
+    @staticmethod
+    def _replay(kernel, sides, pending, arrivals, deltas):
+        """Repeat the changelog ``deltas`` (blobs, in order) on the state; returns ``pending`` (its table replaced
+        by the last delta that recorded one).
+        """
         for blob in deltas:
             waiting = Delta.decode(blob).replay(kernel, sides, arrivals)
             if waiting is not None:
                 pending.table = waiting
-        return kernel, sides, pending, log, arrivals
+        return pending
 
     def _files(self):
         """The worker process's handle on the state directory (files layout, or a value it wrote)."""
@@ -873,8 +879,13 @@ class MultiJoinWorker:
         cached = None
         counters = self._counters()
         if config.resident and state.exists:
-            cached = _resident.cache().take((config.state_id, key), _changelog.token_of(state.get[0]))
-            counters[M.STATE_CACHE_HITS if cached is not None else M.STATE_CACHE_MISSES] = 1
+            cached, missed, current = _changelog.take_resident(state.get, config.state_id, key, self._files)
+            if cached is not None and current is not None:   # the files layout: the value's manifest, and what
+                kernel, sides, pending, _, arrivals = cached  # another worker wrote since this copy
+                pending = self._replay(kernel, sides, pending, arrivals, missed)
+                cached = (kernel, sides, pending, current, arrivals)
+            counters[M.STATE_CACHE_MISSES if cached is None else M.STATE_CACHE_CATCH_UPS if missed
+                     else M.STATE_CACHE_HITS] = 1
         kernel, sides, pending, log, arrivals = cached if cached is not None else self._restore_state(state, key)
         inputs = [None] * config.n if state.hasTimedOut else split_sides(list(pdf_iter), config.n)
         wm_ms = state.getCurrentWatermarkMs()

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers.streaming import run_side_by_side
 from pyspark.sql import functions as F
 
 import pyspark_cq
@@ -478,30 +479,35 @@ def test_stream_percentile_approx_append_and_update_within_alpha_of_spark(spark,
         return (spark.readStream.schema(QUANTILE_SCHEMA).option("maxFilesPerTrigger", 1).parquet(str(tmp_path / "in"))
                 .withWatermark("ts", "5 seconds"))
 
+    def collect_into(out):
+        def collect(batch_df, batch_id):
+            pdf = batch_df.toPandas()
+            pdf.attrs = {}
+            os.makedirs(out, exist_ok=True)
+            pdf.to_parquet(f"{out}/{batch_id:06d}.parquet")
+        return collect
+
+    # the four queries (ours and Spark's, in each mode) side by side over the same files (issue 41)
+    writers = []
     for mode in ("append", "update"):
         ours = pyspark_cq.sliding_aggregate(src(), "ts", "20 seconds", "5 seconds", by="k", aggs=_quantile_aggs(),
                                             output_mode=mode, name=f"cq_stream_quantiles_{mode}")
         for df, label in ((ours, f"ours_q_{mode}"), (_spark_quantiles(src(), "20 seconds", "5 seconds"),
                                                      f"spark_q_{mode}")):
-            out = tmp_path / label
+            writers.append(df.writeStream.outputMode(mode).foreachBatch(collect_into(tmp_path / label))
+                           .option("checkpointLocation", str(tmp_path / f"ck_{label}")))
+    run_side_by_side(*writers)
 
-            def collect(batch_df, batch_id, out=out):
-                pdf = batch_df.toPandas()
-                pdf.attrs = {}
-                os.makedirs(out, exist_ok=True)
-                pdf.to_parquet(f"{out}/{batch_id:06d}.parquet")
-            q = (df.writeStream.outputMode(mode).foreachBatch(collect).trigger(availableNow=True)
-                 .option("checkpointLocation", str(tmp_path / f"ck_{label}")).start())
-            q.awaitTermination()
+    def last(label):
+        import pandas as pd
 
-        def last(label):
-            import pandas as pd
+        files = sorted((tmp_path / label).glob("*.parquet"))
+        pdf = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+        pdf = pdf.drop_duplicates(["window_start", "k"], keep="last")   # batches in order: the last update
+        return [{c: (None if isinstance(v, float) and v != v else v) for c, v in r.items()}   # NaN: a null
+                for r in pdf.to_dict("records")]
 
-            files = sorted((tmp_path / label).glob("*.parquet"))
-            pdf = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-            pdf = pdf.drop_duplicates(["window_start", "k"], keep="last")   # batches in order: the last update
-            return [{c: (None if isinstance(v, float) and v != v else v) for c, v in r.items()}   # NaN: a null
-                    for r in pdf.to_dict("records")]
+    for mode in ("append", "update"):
         if mode == "append":
             assert len({f.name for f in (tmp_path / f"ours_q_{mode}").glob("*.parquet")}) > 1
         assert _compare_quantiles(last(f"ours_q_{mode}"), last(f"spark_q_{mode}")) > 500

@@ -100,9 +100,10 @@ def run_both_to_memory(ours, theirs, checkpoints, mode="append"):
     return tuple((q, ours.sparkSession.table(name)) for q, name in zip(queries, names))
 
 
-# W/S = 1, 3, 60, and a window that is not a multiple of its slide (Spark's windows then overlap unevenly).
-@pytest.mark.parametrize("window, slide", [("1 second", "1 second"), ("3 seconds", "1 second"),
-                                           ("60 seconds", "1 second"), ("10 seconds", "4 seconds")])
+# W/S = 60 (a window over many micro-batches), and a window that is not a multiple of its slide (Spark's windows
+# then overlap unevenly). W/S = 1 and 3 run against Spark's batch window in test_aggregate.py (the same kernel) and
+# W/S = 2 on streams through CQL, also via Spark Connect (test_cql_compile.py; issue 41: 8 s of the suite).
+@pytest.mark.parametrize("window, slide", [("60 seconds", "1 second"), ("10 seconds", "4 seconds")])
 def test_stream_equals_spark_window(spark, tmp_dir, window, slide):
     batches = make_batches(seed=len(window))
     write_files(tmp_dir / "in", batches)

@@ -241,7 +241,8 @@ def test_console_in_a_real_browser(spark, tmp_path):
         rt.start()
         console = rt.serve(0, token="browser-test-token")
         driver.get(f"{console.url}#token={console.token}")
-        js = "return document.getElementById(arguments[0]).dataset.points"
+        # null until the page has built the query's charts from its first fetch (it may not have yet)
+        js = "const chart = document.getElementById(arguments[0]); return chart ? chart.dataset.points : null"
         # the charts fill from the event stream while the query runs
         _until(lambda: int(driver.execute_script(js, "chart-sensors-rate") or 0) >= 2, 180, "no chart points")
         first = int(driver.execute_script(js, "chart-sensors-state"))

@@ -80,8 +80,10 @@ def _reports(query, name):
     return [r for r in (pyspark_cq.read_metrics(p, name) for p in query.recentProgress) if r]
 
 
+# many_to_one on an inner join runs on streams with clustered, on these generated orders, against Spark's join in
+# test_cql_constraints.py::test_cql_constraints_on_streams_equal_spark_join, and per constraint and how against the
+# plain-Python rule in test_join_constraints.py (issue 41: 8 s)
 @pytest.mark.parametrize("data, constraint, how", [
-    ("orders", many_to_one(child="right", parent="left"), "inner"),
     ("orders", many_to_one(child="right", parent="left", delay="5 seconds"), "right"),
     ("unique", unique("right", ["k", "s"]), "left"),
 ])
@@ -169,10 +171,11 @@ def write_arrival(root: str, kind: str, jitter: int, violate: int = 0) -> int:
     return k
 
 
-# one clustered and one ordered case on Spark (inner and left, k > 0 and k = 0; the suite's time bound);
-# tests/test_join_constraints.py runs every join type and k against the plain-Python reference
+# the ordered case on Spark (a left join, k = 0; the suite's time bound). The clustered one (an inner join, many_to_one
+# and clustered with k > 0, on the orders of write_arrival("orders", 4)) runs the same rule through CQL against Spark's
+# join with less state and no violations: test_cql_constraints.py::test_cql_constraints_on_streams_equal_spark_join
+# (issue 41: 12 s); tests/test_join_constraints.py runs every join type and k against the plain-Python reference
 @pytest.mark.parametrize("kind, jitter, constraints, how", [
-    ("orders", 4, [many_to_one(child="right", parent="left"), clustered("right", 6)], "inner"),
     ("funnel", 1, [ordered("right", 0)], "left"),
 ])
 def test_arrival_constraints_equal_spark_join(spark, tmp_path, kind, jitter, constraints, how):

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from helpers import join_data as jd
-from helpers.streaming import assert_same_multiset
+from helpers.streaming import assert_same_multiset, run_side_by_side
 from pyspark.sql import functions as F
 
 import pyspark_cq
@@ -159,16 +159,25 @@ def _run_both(spark, ours, theirs, label, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["left_semi", "left_anti"])
-def test_stream_semi_and_anti_equal_spark(spark, stream_dir, tmp_path, how):
-    left, right = _sources(spark, stream_dir)
-    ours = _ours(left, right, how, left_on=["k", "s"], right_on=["rk", "rs"], name=f"cq_{how}")
-    left2, right2 = _sources(spark, stream_dir)
-    got, want, q = _run_both(spark, ours, _spark_left_only(left2, right2, how), how, tmp_path)
-    assert got.count() > 0
-    _same(got, want)
-    reports = [r for r in (pyspark_cq.read_metrics(p, f"cq_{how}") for p in q.recentProgress) if r]
-    assert sum(r["output_rows"] for r in reports) == got.count()
+def test_stream_semi_and_anti_equal_spark(spark, stream_dir, tmp_path):
+    """Both joins and Spark's, four queries side by side over the same files (one run, not one per join: issue
+    41)."""
+    hows = ("left_semi", "left_anti")
+    writers = []
+    for how in hows:
+        left, right = _sources(spark, stream_dir)
+        ours = _ours(left, right, how, left_on=["k", "s"], right_on=["rk", "rs"], name=f"cq_{how}")
+        left2, right2 = _sources(spark, stream_dir)
+        for df, who in ((ours, "ours"), (_spark_left_only(left2, right2, how), "spark")):
+            writers.append(df.writeStream.format("memory").queryName(f"{who}_{how}").outputMode("append")
+                           .option("checkpointLocation", str(tmp_path / f"{who}_{how}")))
+    queries = run_side_by_side(*writers)
+    for how, q in zip(hows, queries[::2]):
+        got = spark.table(f"ours_{how}")
+        assert got.count() > 0, how
+        _same(got, spark.table(f"spark_{how}"))
+        reports = [r for r in (pyspark_cq.read_metrics(p, f"cq_{how}") for p in q.recentProgress) if r]
+        assert sum(r["output_rows"] for r in reports) == got.count(), how
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 from helpers import join_data as jd
-from helpers.streaming import run_memory
+from helpers.streaming import run_memory, run_side_by_side
 from pyspark.sql import functions as F
 from test_multi_join import _cols, _rows, _schema, _table
 
@@ -116,7 +116,8 @@ def test_join_then_aggregate_in_update_mode_equals_spark(spark, tmp_dir):
 def test_update_mode_with_late_rows_and_a_restart_equals_spark(spark, tmp_dir):
     """An inner interval_join and a 2-input multi_join in update mode, stopped after two batches and restarted from
     the checkpoint, with late rows in the third: every row of Spark's own join in update mode (uninterrupted), once.
-    A ``foreachBatch`` sink (update mode has no file sink; the memory sink does not restore from a checkpoint).
+    A ``foreachBatch`` sink (update mode has no file sink; the memory sink does not restore from a checkpoint). The
+    two joins run side by side, and Spark's beside their restart (two runs of the micro-batches, not five: issue 41).
     """
     import pyarrow as pa
 
@@ -130,12 +131,10 @@ def test_update_mode_with_late_rows_and_a_restart_equals_spark(spark, tmp_dir):
             jd.write(os.path.join(root, f"in{i}"), f"b{b:03d}.parquet", t)
     live = str(tmp_dir / "live")
 
-    def run(build, ck, got):
-        q = (build(*_sources(spark, live)).writeStream.outputMode("update").trigger(availableNow=True)
-             .foreachBatch(lambda df, _: got.extend(tuple(r) for r in df.select(*_cols(2)).collect()))
-             .option("checkpointLocation", ck).start())
-        q.awaitTermination()
-        return q
+    def writer(build, ck, got):
+        return (build(*_sources(spark, live)).writeStream.outputMode("update")
+                .foreachBatch(lambda df, _: got.extend(tuple(r) for r in df.select(*_cols(2)).collect()))
+                .option("checkpointLocation", ck))
 
     def ours_interval(a, b):
         return _interval(a, b, output_mode="update")
@@ -155,11 +154,10 @@ def test_update_mode_with_late_rows_and_a_restart_equals_spark(spark, tmp_dir):
             for i in range(2):
                 name = f"b{b:03d}.parquet"
                 os.link(os.path.join(root, f"in{i}", name), os.path.join(live, f"in{i}", name))
-        for key, build in (("interval", ours_interval), ("multi", ours_multi)):
-            q = run(build, str(tmp_dir / f"ck_{key}"), results[key])
-        if step == 1:
-            q_multi = q
-    run(spark_join, str(tmp_dir / "ck_spark"), results["spark"])   # uninterrupted, every file present
+        # ours side by side; Spark's join beside the restarted ones, uninterrupted (every file is present then)
+        builds = [("interval", ours_interval), ("multi", ours_multi)] + [("spark", spark_join)] * step
+        queries = run_side_by_side(*(writer(build, str(tmp_dir / f"ck_{key}"), results[key]) for key, build in builds))
+        q_multi = queries[1]
     want = sorted(results["spark"], key=repr)
     assert len(want) > 20
     assert sorted(results["interval"], key=repr) == want

@@ -210,7 +210,9 @@ def _run(df, name, checkpoint, mode="append"):
 
 @pytest.mark.spark
 @pytest.mark.slow
-@pytest.mark.parametrize("n", [2, 3])
+# 3 inputs (a left last input after an inner step); 2 inputs run on streams against Spark's left outer join batch by
+# batch below (issue 41: 6 s of the suite)
+@pytest.mark.parametrize("n", [3])
 def test_stream_equals_spark_chain_with_late_rows(spark, tmp_dir, n):
     root = str(tmp_dir / "in")
     tables = _write_stream(root, n, seed=50 + n)

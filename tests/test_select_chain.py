@@ -238,7 +238,9 @@ def test_stream_reports_the_sampler_plan_and_each_rows_kept_fraction(spark, tmp_
     rng = np.random.default_rng(5)
     batches = [(rng.integers(0, 100, 4000), rng.integers(0, 100, 4000)) for _ in range(2)]
     table = ControlTable(str(tmp_dir / "control.json"))
-    table.register("chain2", drop_ratio=0.4, params={"sample_ratio": 0.1})
+    # a ratio per step, as dynamic sampling writes it (RTStream §5.1; its Spark run is this path: issue 41), through
+    # the control table to the workers: even and small on 10 % of the rows, y3 on a nested 2 %
+    table.register("chain2", drop_ratio=0.4, params={"sample_ratio": {"even": 0.1, "small": 0.1, "y3": 0.02}})
     df = spark.readStream.schema("x long, y long").option("maxFilesPerTrigger", 1).parquet(str(src))
     with pytest.raises(ValueError, match="kept_column must be a new column name"):
         cq.select_chain(df, PREDICATES, control=table.handle("chain2"), kept_column="x")
@@ -266,6 +268,7 @@ def test_stream_reports_the_sampler_plan_and_each_rows_kept_fraction(spark, tmp_
     assert abs(first["sample_rows_in_even"] / 4000 - 0.1) < 0.03
     assert abs(first["sample_rows_passed_even"] / first["sample_rows_in_even"] - (x % 2 == 0).mean()) < 0.1
     assert first["sample_rows_in_small"] == first["sample_rows_passed_even"]
+    assert 0 < first["sample_rows_in_y3"] < first["sample_rows_passed_small"]    # the nested 2 % sample
     assert first["rows_in_even"] == 4000 - first["shed_rows"]
     # without shedding and sampler: all rows of the oracle, and no sample
     rows = {(r.x, r.y) for r in spark.table("chain_kept").collect() if r.kept == 1.0}

@@ -21,6 +21,7 @@ _EXPORTS = {
     "NativeBuildError": "._native",
     "check_build": "._native",
     "parse_duration": "._duration",
+    "clear_unstarted_checkpoint": "._checkpoint",
     "explain_error": "._errors",
     "spark": ".session",
     "find_java": ".session",

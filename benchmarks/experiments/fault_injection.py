@@ -280,6 +280,9 @@ def _start_query(spark, operator: str, root: Path, control: str | None, checkpoi
     if operator in GROUPS:
         return _start_group(spark, operator, root, checkpoint, sink, tag)
     out = build(spark, operator, root, control, checkpoint)
+    # a child killed while it wrote its first offset leaves a temporary Spark 4 then refuses to start on
+    from pyspark_cq import clear_unstarted_checkpoint
+    clear_unstarted_checkpoint(checkpoint)
     return (out.writeStream.format("parquet").option("path", sink).outputMode("append")
             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from functools import reduce
 
+from .._checkpoint import clear_unstarted_checkpoint
 from . import doc as D
 from .predicates import Unsupported, bind
 from .sinks import check_sink, encode_sink, same_sink
@@ -684,6 +685,8 @@ class QueryGroup:
         for path, _ in D.pending_changes(self._dir):   # asked of a run that has ended: void
             os.remove(path)
         union = reduce(lambda a, b: a.union(b), branches)
+        # a first start killed while it wrote its first offset leaves a temporary Spark then refuses forever
+        clear_unstarted_checkpoint(os.path.join(self.checkpoint, "spark"))
         writer = (union.writeStream.foreachBatch(GroupBatch(self._dir))
                   .option("checkpointLocation", os.path.join(self.checkpoint, "spark")).queryName(self.name))
         if trigger is not None:

@@ -56,6 +56,8 @@ class _Member:
     mask: object = None                # "shared": its WHERE as one Column, or None
     time: str | None = None            # "shared": its stream's time column
     conjuncts: list = field(default_factory=list)   # "shared": its WHERE as CQL conjuncts (for an Arrow filter)
+    clock_pred: object = None          # "shared": its WHERE's conjuncts not naming the time column, one Column
+    clock_conjuncts: list = field(default_factory=list)     # "shared": those conjuncts in CQL (for an Arrow filter)
     name_of: object = None             # "shared": a column node's name in its stream
     why_alone: str | None = None
     source: str | None = None          # the group's name of the one stream it reads (None: several)
@@ -585,11 +587,19 @@ class QueryGroup:
         # united into the one stateful stage
         # an outer class's filtered inputs keep clocks of their own (joins.class_sides): in the group clock too, so
         # that Spark runs a micro-batch when their watermark advances (as it does for the query alone)
+        from . import clock as C
         from .joins import class_sides
 
         filtered = {n for ms in join_classes.values() for n in class_sides(ms[0].join)} - join_streams
-        streams = (tuple(sorted(set(families) | join_streams | filtered)) if len(families) > 1 or join_classes or rows
-                   else None)
+        # a shared query whose WHERE holds predicates not naming the time column runs at the clock of the rows that
+        # pass them (as alone): its stream's slicer records that clock apart, in the group clock too
+        clocked = {m.spec.key: C.filtered(fam, str(m.clock_pred)) for fam, ms in families.items()
+                   if _delay(self.sources[fam], ms[0]) is not None for m in ms if m.clock_pred is not None}
+        several = len(families) > 1 or bool(join_classes) or bool(rows)
+        if previous is not None and not several and previous.catalogue.get("__streams__") is None:
+            clocked = {}    # a checkpoint of a one-stream group at Spark's watermark keeps its query's shape
+        streams = (tuple(sorted(set(families) | join_streams | filtered | set(clocked.values())))
+                   if several or clocked else None)
         # each stream's watermark delay (ms, None: none) in the plan: the runtime's per-stream times (.clock)
         branches, slicers, delays, catalogue = [], [], {}, {"__layout__": layout}
         specs = {}
@@ -617,7 +627,9 @@ class QueryGroup:
             for m in ms:
                 mapping = tuple((n, column(e)) for n, e in m.exprs[1:])
                 mask = None if m.mask is None else column(F.coalesce(m.mask, F.lit(False)))
-                m.spec = replace(m.spec, columns=mapping, mask=mask)
+                clock = clocked.get(m.spec.key)
+                clock_mask = None if clock is None else column(F.coalesce(m.clock_pred, F.lit(False)))
+                m.spec = replace(m.spec, columns=mapping, mask=mask, clock=clock, clock_mask=clock_mask)
             catalogue[fam] = dict(cat)
             catalogue[f"{fam}/raw"] = (raw, types)
             projected = stage.select(time_col.alias(TIME), *[e.alias(n) for n, e in cols.items()])
@@ -649,6 +661,9 @@ class QueryGroup:
                 if name != fam:     # a filtered input's clock: the stream's delay
                     join_delays[name] = delays[fam]
         catalogue["__joins__"] = joins
+        catalogue["__streams__"] = streams    # None: one stream at Spark's watermark (no filtered clocks)
+        for fam, ms in families.items():   # a filtered clock: its stream's delay
+            join_delays.update({m.spec.clock: delays[fam] for m in ms if m.spec.clock is not None})
         for m in rows:     # in the shared stage too (Spark allows one applyInPandasWithState per query)
             slicers.append(self._rows_branch(m, streams))
         if streams is not None:
@@ -823,17 +838,24 @@ class QueryGroup:
             fields = list(config.output_schema().fields) + [df.schema[AT]]
             stage = arrow_schema(StructType(fields))
         mask = reduce(lambda x, y: x & y, preds) if preds else None
+        conjuncts = ([w.where] if w.where is not None else []) + list(s.filters)
+        # Spark pushes the conjuncts that do not name the time column below the stream's withWatermark: alone,
+        # the query's watermark comes from the rows that pass them (its clock, clock.filtered)
+        from ..lang.analysis import _walk
+
+        pushed = [(p, c) for p, c in zip(preds, conjuncts)
+                  if not any(isinstance(x, A.Column) and x.name.lower() == time.lower() for x in _walk(c))]
+        clock_pred = reduce(lambda x, y: x & y, [p for p, _ in pushed]) if pushed else None
         # the group's name of the stream (a query may spell it in another case): one stream, one slicer
         family = s.name if s.name in self.sources else next(k for k in self.sources if k.lower() == s.name.lower())
         spec = replace(spec, kind="shared", family=family, config=config, select=tuple(select), at=at,
                        finish=finish, stage_schema=stage)
         exprs = projection_exprs(time, config.keys, config.spec)
-        conjuncts = ([w.where] if w.where is not None else []) + list(s.filters)
         qos = next((r for k, r in a.qos.items() if k.endswith(".window")), None)
         from ..lang.printer import expression
 
         return _Member(spec, sink, computed=computed, exprs=exprs, mask=mask, time=time, conjuncts=conjuncts,
-                       name_of=b.name, source=family,
+                       clock_pred=clock_pred, clock_conjuncts=[c for _, c in pushed], name_of=b.name, source=family,
                        window_qos=None if qos is None else (int(qos.min), int(qos.max)),
                        key_text=", ".join(expression(e) for e in a.select.group_by), registered=config.window)
 
@@ -1080,7 +1102,25 @@ class QueryGroup:
                 raise ValueError(f"query {name!r} cannot join the running group: the running plan does not compute "
                                  f"its WHERE, and {exc} cannot be evaluated exactly outside Spark; add it before "
                                  f"start()") from None
-        member.spec = replace(member.spec, columns=tuple(mapping), mask=mask, arrow_filter=arrow_filter)
+        clock = clock_mask = clock_filter = None
+        delay = plan.catalogue.get("__delays__", {}).get(member.spec.family)
+        if member.clock_pred is not None and delay is not None and plan.catalogue.get("__streams__") is not None:
+            # its own clock (clock.filtered), recorded from the next micro-batch; a group started at Spark's
+            # watermark (one stream, no such query) runs it at the stream's (docs/groups.md)
+            from . import clock as C
+
+            clock = C.filtered(member.spec.family, str(member.clock_pred))
+            clock_mask = cat.get(str(F.coalesce(member.clock_pred, F.lit(False))))
+            if clock_mask is None:
+                raw, types = plan.catalogue.get(f"{member.spec.family}/raw", ({}, {}))
+                try:
+                    clock_filter = bind(member.clock_conjuncts, member.name_of, types, raw)
+                except Unsupported as exc:
+                    raise ValueError(f"query {name!r} cannot join the running group: the running plan does not "
+                                     f"compute its WHERE, and {exc} cannot be evaluated exactly outside Spark; add "
+                                     f"it before start()") from None
+        member.spec = replace(member.spec, columns=tuple(mapping), mask=mask, arrow_filter=arrow_filter, clock=clock,
+                              clock_mask=clock_mask, clock_filter=clock_filter)
 
 
 def branches_of(specs) -> tuple[dict, list]:

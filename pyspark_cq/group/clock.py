@@ -15,7 +15,7 @@ stream's watermark and advances exactly when one of the streams' largest event t
 """
 from __future__ import annotations
 
-__all__ = ["CLOCK_BASE_MS", "KEEP", "to_ms", "latest", "record", "watermarks", "clock_ms", "stream_times"]
+__all__ = ["CLOCK_BASE_MS", "KEEP", "to_ms", "filtered", "latest", "record", "watermarks", "clock_ms", "stream_times"]
 
 #: The group clock's base (3000-01-01 UTC, ms): above the event times of any stream, so the clock is Spark's
 #: query watermark under the ``max`` policy.
@@ -28,6 +28,18 @@ KEEP = 4
 def to_ms(us: int) -> int:
     """An event time in µs as Spark's event-time statistics count it: ms, truncated towards zero."""
     return us // 1000 if us >= 0 else -((-us) // 1000)
+
+
+def filtered(stream: str, predicate: str) -> str:
+    """The name of the clock of ``stream``'s rows that pass ``predicate`` (its text): the stream's name and a digest.
+
+    Spark pushes a filter that does not name the time column below the stream's ``withWatermark``, so a query
+    alone with such a WHERE (or an outer join's pushed predicate) computes its watermark from the rows that pass
+    it; a group records their largest event times under this name and runs the query at that watermark.
+    """
+    import hashlib
+
+    return f"{stream}#{hashlib.sha1(predicate.encode()).hexdigest()[:10]}"
 
 
 def latest(clocks, batch_id: int | None) -> dict:
@@ -65,16 +77,19 @@ def watermarks(clocks, batch_id: int | None, delays: dict) -> dict:
     return {s: max(0, seen[s] - d) * 1000 if s in seen else 0 for s, d in delays.items()}
 
 
-def clock_ms(clocks, batch_id: int | None, streams, stream: str, task_max_us: int | None) -> int:
+def clock_ms(clocks, batch_id: int | None, streams, stream: str, task_max_us: int | None,
+             others: dict | None = None) -> int:
     """The group clock (ms) a task of ``stream``'s slicer reports in micro-batch ``batch_id``: ``CLOCK_BASE_MS``
     plus, over ``streams``, the largest event time before the micro-batch (for ``stream`` with the task's own
-    ``task_max_us``), each at least 0. It grows from one micro-batch to the next exactly when one stream's largest
-    event time (ms) does, so Spark's query watermark under the ``max`` policy advances whenever a stream's does.
+    ``task_max_us``, and for each filtered clock of ``others`` with the task's own largest time there, µs), each at
+    least 0. It grows from one micro-batch to the next exactly when one stream's largest event time (ms) does, so
+    Spark's query watermark under the ``max`` policy advances whenever a stream's does.
     """
     seen = latest(clocks, batch_id)
-    if task_max_us is not None:
-        own = to_ms(task_max_us)
-        seen[stream] = max(seen.get(stream, own), own)
+    for name, t in [(stream, task_max_us)] + list((others or {}).items()):
+        if t is not None:
+            own = to_ms(t)
+            seen[name] = max(seen.get(name, own), own)
     return CLOCK_BASE_MS + sum(max(0, seen.get(s, 0)) for s in streams)
 
 

@@ -81,6 +81,15 @@ class MemberSpec:
         so that a restart goes on with the window.
     join : JoinMember or None
         ``kind == "join"``: its streams, keys, windows and names (:class:`~.joins.JoinMember`).
+    clock : str or None
+        ``"shared"`` with a WHERE that holds predicates not naming the time column: the clock its watermark comes
+        from (:func:`~.clock.filtered`: Spark pushes those predicates below ``withWatermark``, so the query alone
+        computes its watermark from the rows that pass them); None: its stream's.
+    clock_mask : str or None
+        The projection column holding those predicates (None: none, or ``clock_filter``).
+    clock_filter : object or None
+        Those predicates on the projection's Arrow batches (:mod:`.predicates`), for a query that joined a running
+        group whose projection lacks them.
     """
 
     key: str
@@ -104,6 +113,10 @@ class MemberSpec:
     replan: dict | None = None
     #: ``kind == "join"``: its :class:`~.joins.JoinMember` (a member of a join class of the shared stage)
     join: object = None
+    #: class attributes too, so plans pickled before them read None (their stream's watermark)
+    clock: str | None = None
+    clock_mask: str | None = None
+    clock_filter: object = None
 
 
 @dataclass(frozen=True)

@@ -133,11 +133,11 @@ def class_sides(j: JoinMember) -> tuple[str, str]:
     stream's ``withWatermark`` (it does not name the time column), so the query alone computes its watermark from
     the rows that pass it; the class's packer records their clock apart, and the class runs at that watermark.
     """
-    import hashlib
+    from .clock import filtered
 
     out = []
     for stream, pred in zip((j.left, j.right), j.pushed if j.how != "inner" else (None, None)):
-        out.append(stream if pred is None else f"{stream}#{hashlib.sha1(pred.encode()).hexdigest()[:10]}")
+        out.append(stream if pred is None else filtered(stream, pred))
     return out[0], out[1]
 
 

@@ -42,8 +42,8 @@ from .predicates import evaluate
 from .rows import ROWS
 
 __all__ = ["MEMBER", "MAX_TIME", "GROUP_CLOCK", "OUTPUT_SCHEMA", "STATE_SCHEMA", "SHARED", "sliced_schema",
-           "slice_classes", "class_granularities", "clock_key", "GroupSlicer", "GroupShard", "PackRows", "ipc_bytes",
-           "JOIN", "join_class_id", "JoinPacker", "RowsPacker"]
+           "slice_classes", "class_granularities", "clock_key", "clock_streams", "GroupSlicer", "GroupShard",
+           "PackRows", "ipc_bytes", "JOIN", "join_class_id", "JoinPacker", "RowsPacker"]
 
 MEMBER, MAX_TIME = "__cq_member", "__cq_max_time"
 #: Several streams: the group clock's column (:func:`~.clock.clock_ms`), the event time of Spark's watermark.
@@ -83,6 +83,16 @@ def sliced_schema(time_type: T.DataType, delay_ms: int | None, group_clock: bool
 def clock_key(stream: str | None) -> str:
     """The member key of the clock rows: :data:`CLOCK` with one stream (None), one key per stream with several."""
     return CLOCK if stream is None else _STREAM_CLOCK + stream
+
+
+def clock_streams(plan: D.Plan, streams: tuple, batch_id: int | None) -> tuple:
+    """The clocks the group clock sums in micro-batch ``batch_id`` (:func:`~.clock.clock_ms`): the shared stage's
+    ``streams``, every clock recorded so far and every member's filtered clock. The same for every task of a
+    micro-batch (all read one plan), and it only grows: a clock once recorded stays.
+    """
+    names = set(streams) | set(C.latest(plan.clocks, batch_id))
+    names |= {m.clock for m in plan.members.values() if m.clock is not None}
+    return tuple(sorted(names))
 
 
 def _is_clock(key: str) -> bool:
@@ -200,9 +210,23 @@ class GroupSlicer:
             if t.null_count < len(t):
                 m = int(pc.max(t).as_py())
                 latest = m if latest is None else max(latest, m)
+        # each filtered clock of its members (clock.filtered): the largest time of the rows that pass it
+        filtered = {}
+        for m in members:
+            if m.clock is None or m.clock in filtered:
+                continue
+            top = None
+            for b in batches:
+                keep = pc.fill_null(b.column(m.clock_mask) if m.clock_mask is not None
+                                    else evaluate(m.clock_filter, b), False)
+                t = pc.max(to_int64(b.column(TIME)).filter(keep)).as_py()
+                top = t if top is None or (t is not None and t > top) else top
+            filtered[m.clock] = top
         group_clock = None
         if self.streams is not None:   # the same for every row of the task
-            group_clock = C.clock_ms(plan.clocks, _batch_id(), self.streams, self.family, latest) * 1000
+            bid = _batch_id()
+            group_clock = C.clock_ms(plan.clocks, bid, clock_streams(plan, self.streams, bid), self.family, latest,
+                                     filtered) * 1000
         classes = slice_classes(members, plan.granularity_ratio)
         lengths = class_granularities(members, classes)
         for m in members:
@@ -222,6 +246,16 @@ class GroupSlicer:
         elif self.delay_ms is not None:
             cols.append(pa.nulls(n, type=arrow_type(self.time_type)))
         yield pa.RecordBatch.from_arrays(cols, names=self.names)
+        for name, t in filtered.items():
+            if t is None:
+                continue
+            cols = [pa.array([0], pa.int64()), pa.array([clock_key(name)]), pa.array([b""], pa.binary()),
+                    pa.array([0], pa.int64()), pa.array([0], pa.int64()), pa.array([t], pa.int64())]
+            if group_clock is not None:
+                cols.append(pa.array([group_clock], _CLOCK_TYPE))
+            elif self.delay_ms is not None:
+                cols.append(pa.nulls(1, type=arrow_type(self.time_type)))
+            yield pa.RecordBatch.from_arrays(cols, names=self.names)
 
     @staticmethod
     def _view(batch: pa.RecordBatch, m) -> pa.RecordBatch:
@@ -292,8 +326,9 @@ class JoinPacker:
                 if t is not None:
                     latest[stream] = max(latest.get(stream, t), t)
         bid = _batch_id()
-        clock = max([C.clock_ms(plan.clocks, bid, self.streams, s, t) for s, t in latest.items()]
-                    or [C.clock_ms(plan.clocks, bid, self.streams, self.sides[0], None)]) * 1000
+        names = clock_streams(plan, self.streams, bid)
+        clock = max([C.clock_ms(plan.clocks, bid, names, s, t) for s, t in latest.items()]
+                    or [C.clock_ms(plan.clocks, bid, names, self.sides[0], None)]) * 1000
         rows = []
         if table is not None:
             shards = table.column(JSHARD)
@@ -440,7 +475,10 @@ class GroupShard:
         tables = saved.pop(SHARED, [])
         plan = _plan(self.directory)
         if self.delays is not None:    # several streams: each its own watermark, as alone
-            wms = C.watermarks(plan.clocks, _batch_id(), self.delays)
+            delays = dict(self.delays)     # and each filtered clock at its stream's delay (one may join running)
+            delays.update({m.clock: delays[m.family] for m in plan.members.values()
+                           if m.clock is not None and m.clock not in delays and m.family in delays})
+            wms = C.watermarks(plan.clocks, _batch_id(), delays)
         else:
             wm = int(state.getCurrentWatermarkMs()) * 1000 if self.watermark else None
             wms = {f: wm for f in self.families}
@@ -455,7 +493,7 @@ class GroupShard:
         for cls, ms in by_class.items():
             rows = [parts[cls]] if cls in parts else []
             table, counts = unpack_slices(ms[0].config.slices_arrow_schema(), rows)    # once per class
-            wm_us = wms[ms[0].family]
+            wm_us = wms[ms[0].clock or ms[0].family]    # a class reads one WHERE: one clock
             alone = [m for m in ms if m.key in saved or m.config.emit != "windows"]
             sharing = [m for m in ms if m not in alone]
             results = []

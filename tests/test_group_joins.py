@@ -105,13 +105,15 @@ def test_join_watermark_is_the_minimum_of_the_streams_seen_and_never_goes_back()
 
 VIEWS = "ts timestamp, page string, x long, y long"
 #: an aggregate over clicks, two joins of clicks and views on x (one class, bands 30 s / 1 min and 1 min / 20 s,
-#: each with its own WHERE) and one join of views with clicks (the other roles: a class of its own)
+#: the same predicate on clicks, one with a residual of its own) and one join of views with clicks (the other roles: a class of its own)
 JQ = {
     "agg": "RSTREAM(SELECT page, COUNT(*) AS n FROM clicks [RANGE 1 MINUTE SLIDE 20 SECONDS] GROUP BY page)",
     "j_eu": "DSTREAM(SELECT c.x, c.page, v.page AS vpage, v.y FROM clicks c [RANGE 30 SECONDS] "
             "JOIN views v [RANGE 1 MINUTE] ON c.x = v.x WHERE c.region = 'eu')",
+    # j_eu's predicate on clicks (pushed below the clicks' watermark, as alone: the class's clock) and a residual
+    # over both inputs, on the class's pairs
     "j_y": "ISTREAM(SELECT clicks.x, clicks.ts AS cts, views.ts AS vts, y * 2 AS y2 FROM clicks [RANGE 1 MINUTE], "
-           "views [RANGE 20 SECONDS] WHERE clicks.x = views.x AND y > 10)",
+           "views [RANGE 20 SECONDS] WHERE clicks.x = views.x AND clicks.region = 'eu' AND y > clicks.x % 13)",
     "j_vc": "DSTREAM(SELECT v.x, v.y, c.region FROM views v [RANGE 10 SECONDS] JOIN clicks c [RANGE 10 SECONDS] "
             "ON v.x = c.x)",
     # an outer join: a class of its own (one type, band and ON filter each), its padded rows emitted at eviction,
@@ -256,3 +258,66 @@ def test_a_checkpoint_keeps_its_join_classes():
     check_join_layout("g", "ck", None, classes)
     with pytest.raises(ValueError, match="other join classes"):
         check_join_layout("g", "ck", previous, _join_classes(specs[:1]))   # widest windows (10 s, 20 s) now
+
+
+@pytest.mark.spark
+def test_inner_join_member_runs_at_the_watermark_of_the_rows_its_where_keeps(spark, tmp_dir):
+    """Alone, Spark pushes ``c.region = 'eu'`` below the clicks' watermark: the join's watermark comes from the eu
+    clicks. A us click and a view 10 minutes ahead put the stream's watermark past the eu click of the second
+    micro-batch (the third: a micro-batch drops rows by the watermark of the one before); alone (and in the group, whose class keeps the eu clicks' clock) it is not late and pairs with its
+    view; the member without the WHERE drops it as late, alone and in the group (issue 40)."""
+    from helpers.files import write_in_order
+    from test_query_group import SCHEMA, assert_same_rows
+
+    import pyspark_cq as cq
+
+    cdir, vdir = os.path.join(tmp_dir, "clicks"), os.path.join(tmp_dir, "views")
+    os.makedirs(cdir)
+    os.makedirs(vdir)
+
+    def write(directory, f, rows, cols):
+        table = {"ts": pa.array([T0 + t * S for t, *_ in rows], pa.timestamp("us", tz="UTC"))}
+        for i, (name, typ) in enumerate(cols):
+            table[name] = pa.array([r[i + 1] for r in rows], typ)
+        write_in_order(pa.table(table), os.path.join(directory, f"part-{f:02d}.parquet"), f)
+
+    ccols = (("page", pa.string()), ("region", pa.string()), ("x", pa.int64()))
+    vcols = (("page", pa.string()), ("x", pa.int64()), ("y", pa.int64()))
+    write(cdir, 0, [(0, "a", "eu", 1), (60, "a", "eu", 2), (600, "b", "us", 3)], ccols)
+    write(cdir, 1, [(601, "b", "us", 5)], ccols)
+    write(cdir, 2, [(100, "a", "eu", 4), (101, "b", "us", 4)], ccols)
+    write(vdir, 0, [(10, "a", 1, 10), (700, "a", 9, 90)], vcols)
+    write(vdir, 1, [(701, "a", 8, 80)], vcols)
+    write(vdir, 2, [(100, "a", 4, 40)], vcols)
+
+    def sources():
+        return {"clicks": spark.readStream.schema(SCHEMA).option("maxFilesPerTrigger", 1).parquet(cdir)
+                .withWatermark("ts", "1 minute"),
+                "views": spark.readStream.schema(VIEWS).option("maxFilesPerTrigger", 1).parquet(vdir)
+                .withWatermark("ts", "30 seconds")}
+
+    base = "ISTREAM(SELECT c.x, c.region, v.y FROM clicks c [RANGE 1 MINUTE] JOIN views v [RANGE 1 MINUTE] ON c.x = v.x"
+    texts = {"eu": base + " WHERE c.region = 'eu')", "all": base + ")"}
+    g = cq.QueryGroup(spark, sources=sources(), checkpoint=os.path.join(tmp_dir, "ck"), shards=2)
+    for name, text in texts.items():
+        g.add(name, text, sink=os.path.join(tmp_dir, "out", name))
+    alone = sources()
+    started = [g.start(trigger={"availableNow": True})]
+    started += [cq.cql(spark, text, alone).writeStream.format("parquet").option("path", os.path.join(tmp_dir, "alone", n))
+                .option("checkpointLocation", os.path.join(tmp_dir, "alone_ck", n)).trigger(availableNow=True).start()
+                for n, text in texts.items()]
+    try:
+        for q in started:
+            q.awaitTermination()
+            assert q.exception() is None
+    finally:
+        for q in started:
+            if q.isActive:
+                q.stop()
+    assert g.queries["eu"]["join_class"] != g.queries["all"]["join_class"]
+    got = {}
+    for name in texts:
+        assert_same_rows(spark.read.parquet(os.path.join(tmp_dir, "out", name)),
+                         spark.read.parquet(os.path.join(tmp_dir, "alone", name)), name)
+        got[name] = {tuple(r)[:3] for r in spark.read.parquet(os.path.join(tmp_dir, "out", name)).collect()}
+    assert (4, "eu", 40) in got["eu"] and (4, "eu", 40) not in got["all"]

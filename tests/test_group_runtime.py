@@ -29,6 +29,7 @@ def ran_group(spark, tmp_path_factory):
                       shards=2)
     for name, text in Q.items():
         g.add(name, text, sink=os.path.join(tmp_dir, "out", name))
+    g._test_input = data      # the console test's oracle reads it
     rt = CQRuntime(spark)
     rt.register_group(g, trigger={"availableNow": True})
     with pytest.raises(ValueError, match="eu_1m"):
@@ -104,15 +105,20 @@ def test_console_shows_a_registered_groups_members(ran_group):
     assert all(members[n]["slices"] == c[0] for c in info["slice_classes"] for n in c)   # its first query first
     assert members["eu_2m"][M.STATE_ROWS] == 0 < members["eu_1m"][M.STATE_ROWS]
     assert info[M.STATE_ROWS] == sum(cq.read_metrics(g, n, "last")[M.STATE_ROWS] for n in Q)
-    # each member's stream watermark and delay: one stream, so Spark's own watermark of the group's query
+    # each member's watermark and delay: its query's alone, from the rows its WHERE keeps (Spark pushes it below
+    # withWatermark): their largest event time (ms) minus the delay; the oracle reads the input with Spark
     from datetime import datetime
 
-    from pyspark_cq.runtime.stats import parse_event_time
+    from pyspark.sql import functions as F
 
-    spark_wm = parse_event_time(rt.query(g.name).lastProgress["eventTime"]["watermark"])
+    inputs = g.spark.read.schema("ts timestamp, page string, region string, x long").parquet(g._test_input)
     for name in Q:
-        assert round(datetime.fromisoformat(members[name]["watermark"]).timestamp() * 1e6) == spark_wm, name
+        region = name.split("_")[0]
+        top = inputs.filter(F.col("region") == region).agg(F.max(F.unix_micros("ts"))).first()[0]
+        want = top // 1000 * 1000 - 60_000_000        # ms, as Spark's event-time statistics, minus the delay
+        assert round(datetime.fromisoformat(members[name]["watermark"]).timestamp() * 1e6) == want, name
         assert members[name]["watermark_delay"] == 60.0, name
+    assert members["eu_1m"]["watermark"] != members["us_1m"]["watermark"]
 
 
 @pytest.mark.spark

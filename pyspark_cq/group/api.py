@@ -498,12 +498,36 @@ class QueryGroup:
         plan = D.read_plan(self._dir) if self._query is not None else None
         if plan is None:
             return {}
-        return C.stream_times(plan.clocks, plan.catalogue.get("__delays__", {}), plan.max_time)
+        delays = dict(plan.catalogue.get("__delays__", {}))
+        # and each filtered clock: the times of the queries whose WHERE holds their watermark back
+        delays.update({m.clock: delays[m.family] for m in plan.members.values()
+                       if m.clock is not None and m.family in delays})
+        return C.stream_times(plan.clocks, delays, plan.max_time)
+
+    def group_clocked(self) -> bool:
+        """Whether the running group's Spark watermark and event time are the group clock's (several streams, joins,
+        ROWS windows or a query whose WHERE holds its watermark back: docs/groups.md), not a stream's; then each
+        query's times are those of its clock in :meth:`stream_times` (:meth:`member_clock`).
+        """
+        plan = D.read_plan(self._dir) if self._query is not None else None
+        if plan is None:
+            return False
+        if "__streams__" in plan.catalogue:
+            return plan.catalogue["__streams__"] is not None
+        return len(plan.catalogue.get("__delays__", {})) > 1    # a plan written before the flag
 
     def member_stream(self, name: str) -> str | None:
         """The stream query ``name`` reads (the group's name of it; None: several)."""
         self._known(name)
         return self._members[name].source
+
+    def member_clock(self, name: str) -> str | None:
+        """The clock of :meth:`stream_times` whose times are query ``name``'s: its filtered clock when its WHERE
+        holds its watermark back (:func:`~.clock.filtered`), else its stream (None: several).
+        """
+        self._known(name)
+        m = self._members[name]
+        return getattr(m.spec, "clock", None) or m.source
 
     def overview(self) -> dict:
         """The group at a glance (JSON-able): its plan, sharing and per-query rows, as the console and the demo
@@ -533,7 +557,7 @@ class QueryGroup:
                              "batches": stats.get(name, {}).get("batches", 0),
                              **{k: int(total.get(k, 0)) for k in (M.INPUT_ROWS, M.LATE_ROWS, M.MALFORMED_ROWS)},
                              **{k: int(total[k]) if k in total else None for k in (M.STATE_ROWS, M.STATE_BYTES)},
-                             **_times(times.get(self._members[name].source))}
+                             **_times(times.get(self.member_clock(name)))}
             if q["slices"] is not None:
                 classes.setdefault(q["slices"], []).append(name)
         query = self._query
@@ -574,6 +598,7 @@ class QueryGroup:
 
         previous = D.read_plan(self._dir)
         families, alone = branches_of([m.spec for m in self._members.values()])
+        self._keep_join_classes(previous)
         join_classes = _join_classes([m.spec for m in self._members.values()])
         join_streams = {s for ms in join_classes.values() for s in (ms[0].join.left, ms[0].join.right)}
         rows = [m for m in self._members.values() if m.spec.kind == "rows"]
@@ -882,11 +907,11 @@ class QueryGroup:
         for side, stream, prefix in ((0, j.left, LEFT_PREFIX), (1, j.right, RIGHT_PREFIX)):
             keys = {p[side]: f"cq_k{i}" for i, p in enumerate(pairs)}
             df = self.sources[stream]
+            if j.pushed[side] is not None:   # the compiler's predicate on this input, before the join
+                df = df.filter(F.expr(j.pushed[side]))
             if j.how == "inner":
                 inputs.append(df.select(*[F.col(f"`{c}`").alias(keys.get(c, prefix + c)) for c in df.columns]))
             else:   # an outer join outputs each side's own key columns (null where padded): kept beside the key
-                if j.pushed[side] is not None:   # the compiler's predicate on this input, before the join
-                    df = df.filter(F.expr(j.pushed[side]))
                 inputs.append(df.select(*[F.col(f"`{c}`").alias(k) for c, k in keys.items()],
                                         *[F.col(f"`{c}`").alias(prefix + c) for c in df.columns]))
         on = [f"cq_k{i}" for i in range(len(pairs))]
@@ -902,6 +927,24 @@ class QueryGroup:
         packed = union.mapInArrow(JoinPacker(self._dir, join_class_id(j.signature()), sides, T.TimestampType(),
                                              streams), sliced_schema(T.TimestampType(), None, True))
         return packed, JoinConfig.of(spec), sides
+
+    def _keep_join_classes(self, previous) -> None:
+        """An inner join member whose checkpoint's plan has its class as written before inner classes held their
+        members' pushed predicates (one class for any predicates, at the streams' watermarks): it goes on in that
+        class, without them (its state is that class's; docs/groups.md).
+        """
+        from .worker import join_class_id
+
+        if previous is None:
+            return
+        held = previous.catalogue.get("__joins__", {})
+        for m in self._members.values():
+            j = m.spec.join
+            if m.spec.kind != "join" or j.how != "inner" or j.pushed == (None, None):
+                continue
+            old = replace(j, pushed=(None, None))
+            if join_class_id(j.signature()) not in held and join_class_id(old.signature()) in held:
+                m.spec = replace(m.spec, join=old)
 
     def _join_member(self, spec, sink, compiled, lookup) -> _Member:
         """A two-stream join as a member of a join class of the shared stage (:mod:`.joins`): its
@@ -935,18 +978,26 @@ class QueryGroup:
         # an outer join's predicates on one input (its WHERE on the preserved stream, its ON on the padded one): the
         # compiler applies them to the input before the join, and Spark below the input's watermark (they do not
         # name its time column), so its query alone has that input's watermark over the rows that pass them
+        # An inner join's: those that do not name the input's time column (Spark keeps the others above the
+        # watermark); its class applies them before its state and runs at their clocks, so a member's late rows are
+        # those of its query alone (a class holds members of the same such predicates)
         pushed = [None, None]
         for i, s in enumerate((left, right)):
-            if how == "inner" or not s.filters:
+            if not s.filters:
                 continue
             time_col = s.time or _time_column(lookup[s.name], s.name, s.node)
-            if any(isinstance(x, A.Column) and b.res.column_name(s.ref, x) == time_col for p in s.filters
-                   for x in _walk(p)):
+
+            def names_time(p, s=s, time_col=time_col):
+                return any(isinstance(x, A.Column) and b.res.column_name(s.ref, x) == time_col for x in _walk(p))
+
+            if how != "inner" and any(names_time(p) for p in s.filters):
                 raise ValueError(f"query {spec.name!r}: an outer join with a predicate on the time column of "
                                  f"{s.ref} cannot run in a query group yet (Spark keeps it above the stream's "
                                  f"watermark, which the group's outer join classes do not follow); run it as its "
                                  f"own query")
-            pushed[i] = " AND ".join(f"({_sql(p, lambda c, r=s.ref: b.res.column_name(r, c))})" for p in s.filters)
+            below = [p for p in s.filters if not names_time(p)]
+            if below:
+                pushed[i] = " AND ".join(f"({_sql(p, lambda c, r=s.ref: b.res.column_name(r, c))})" for p in below)
         join = JoinMember(left=_group_name(left.name, self.sources), right=_group_name(right.name, self.sources),
                           pairs=tuple(pairs), windows=windows, refs=(left.ref, right.ref),
                           times=tuple(s.time or _time_column(lookup[s.name], s.name, s.node) for s in (left, right)),

@@ -59,9 +59,10 @@ class JoinMember:
         ``"inner"``, or an outer join's type (:data:`OUTER_HOWS`): its class then emits the rows that found no
         match, null-padded, when the join's watermark evicts them (the interval join's own ``how``).
     pushed : tuple of (str or None, str or None)
-        An outer join's predicates the compiler applies to each input before the join (its WHERE on its preserved
-        stream, its ON conditions on its null-padded stream) as Spark SQL over the stream's columns, None for an
-        input without: its class applies them to its inputs before the state (:func:`class_sides`).
+        The predicates the compiler applies to each input before the join (an outer join's WHERE on its preserved
+        stream and ON conditions on its null-padded stream; an inner join's WHERE conjuncts on one input that do not
+        name its time column) as Spark SQL over the stream's columns, None for an input without: its class applies
+        them to its inputs before the state (:func:`class_sides`).
     """
 
     left: str
@@ -81,10 +82,12 @@ class JoinMember:
         matched flag, set by any pair of the class's band), so an outer member shares a class only with outer
         members of the same type and band, whose unmatched rows are then its own; never with inner members (their
         wider bands would match rows the outer member alone emits null-padded); with its predicates on each input
-        too (they decide which rows may match, and the watermark its query alone has: :func:`class_sides`).
+        too (they decide which rows may match, and the watermark its query alone has: :func:`class_sides`). An inner
+        member's predicates pushed to an input decide its watermark too: with any, they are in its signature.
         """
-        if self.how == "inner":
-            return self.left, self.right, tuple(sorted(self.pairs))
+        if self.how == "inner":   # without predicates pushed to an input: the signature of classes before them
+            key = self.left, self.right, tuple(sorted(self.pairs))
+            return key if self.pushed == (None, None) else key + (tuple(self.pushed),)
         return self.left, self.right, tuple(sorted(self.pairs)), self.how, tuple(self.windows), tuple(self.pushed)
 
     def band(self) -> tuple[int, int]:
@@ -128,7 +131,7 @@ def config_windows(config) -> tuple[int, int]:
 
 def class_sides(j: JoinMember) -> tuple[str, str]:
     """The names under which a join class's inputs keep their clocks (the largest event time per micro-batch, from
-    which the join's watermark is computed): each stream's name, or for an input its outer class filters before the
+    which the join's watermark is computed): each stream's name, or for an input its class filters before the
     join (``pushed``) the stream's name with a digest of the predicate. Spark pushes such a predicate below the
     stream's ``withWatermark`` (it does not name the time column), so the query alone computes its watermark from
     the rows that pass it; the class's packer records their clock apart, and the class runs at that watermark.
@@ -136,7 +139,7 @@ def class_sides(j: JoinMember) -> tuple[str, str]:
     from .clock import filtered
 
     out = []
-    for stream, pred in zip((j.left, j.right), j.pushed if j.how != "inner" else (None, None)):
+    for stream, pred in zip((j.left, j.right), j.pushed):
         out.append(stream if pred is None else filtered(stream, pred))
     return out[0], out[1]
 

@@ -706,13 +706,14 @@ class CQRuntime:
 
     def _group_loads(self, reg: _Registration) -> dict:
         """The group's stream loads for the estimate, each with the group's measured event time per micro-batch
-        as its batch span B where it gives none (one stream only: with several, the group's Spark event time is
-        the group clock, the sum of the streams', not a stream's).
+        as its batch span B where it gives none (one stream at Spark's watermark only: on the group clock, the
+        group's Spark event time is the sum of its clocks', not a stream's).
         """
         from dataclasses import replace as _replace
 
         span = self._store.query_info(reg.name).batch_span
-        if len(reg.group.sources) > 1 or span is None or not math.isfinite(span) or span <= 0:
+        if (len(reg.group.sources) > 1 or reg.group.group_clocked() or span is None or not math.isfinite(span)
+                or span <= 0):
             return dict(reg.loads)
         return {k: v if v.batch_span else _replace(v, batch_span=float(span)) for k, v in reg.loads.items()}
 
@@ -923,7 +924,7 @@ class CQRuntime:
         # several streams: the group's Spark watermark and event time are the group clock's, so each member gets
         # its own stream's, as the group recorded them (docs/groups.md, "The runtime")
         times = reg.group.stream_times() if started else {}
-        several = len(times) > 1
+        several = started and reg.group.group_clocked()
         # each member's plan and QoS ranges, its window in effect and its slice class (shared state once): the
         # PIPES resource manager costs a class once and changes its windows only when all its members may
         # change (cost.groups.fixed_classes); its window decisions go through the group (_member_routes)
@@ -943,7 +944,7 @@ class CQRuntime:
             own = {}
             if several:
                 try:
-                    t = times.get(reg.group.member_stream(name)) or {}
+                    t = times.get(reg.group.member_clock(name)) or {}
                 except KeyError:     # removed meanwhile
                     t = {}
                 own = {"event_time": t.get("event_time"), "watermark_delay": t.get("watermark_delay"),

@@ -80,15 +80,23 @@ def column_list(df, cols, name: str, *, allow_empty: bool = True) -> list[str]:
     return cols
 
 
+#: A session setting a ``foreachBatch`` function sets to its micro-batch id before it runs the batch: Spark
+#: propagates SQL settings to the tasks as local properties, where the stream's own ``streaming.sql.batchId`` is
+#: missing when the function runs apart from the stream's thread (Spark Connect).
+BATCH_ID_SETTING = "spark.pyspark_cq.batchId"
+
+
 def micro_batch_id() -> str:
-    """The streaming micro-batch id of the running task (Spark's local property), or ``"?"`` outside one:
-    worker-side errors name the batch.
+    """The streaming micro-batch id of the running task (Spark's local property, else :data:`BATCH_ID_SETTING`'s),
+    or ``"?"`` outside one: worker-side errors name the batch.
     """
     try:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        value = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+        value = None
+        if ctx is not None:
+            value = ctx.getLocalProperty("streaming.sql.batchId") or ctx.getLocalProperty(BATCH_ID_SETTING)
     except Exception:   # not in a Spark task (direct calls in tests)
         value = None
     return value if value is not None else "?"

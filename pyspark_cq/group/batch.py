@@ -11,6 +11,7 @@ from dataclasses import replace
 
 import pyarrow as pa
 
+from .. import _validate
 from ..vocabulary import metrics as M
 from . import clock as C
 from . import doc as D
@@ -46,6 +47,10 @@ class GroupBatch:
         """Deliver micro-batch ``batch_id`` (``df``: the group's output rows) and apply the queued changes."""
         from pyspark.sql.pandas.types import from_arrow_schema
 
+        # Spark Connect runs this function apart from the stream's thread, and the batch's tasks then lack Spark's
+        # "streaming.sql.batchId" property; a session setting reaches them as a local property (Spark propagates
+        # the SQL settings to the tasks it runs): the group's workers read it there (_validate.micro_batch_id)
+        df.sparkSession.conf.set(_validate.BATCH_ID_SETTING, str(batch_id))
         table = df.toArrow()
         plan = D.read_plan(self.directory)
         payloads: dict[str, list] = {}

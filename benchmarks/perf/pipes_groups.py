@@ -92,17 +92,25 @@ def generate(count: int, streams: int, seed: int = 5) -> list[dict]:
 
 
 def oracle_loads(mix: list[dict]):
-    """The queries as :class:`~pyspark_cq.cost.groups.MemberLoad` from the generator (classes by construction)."""
-    from pyspark_cq.cost.groups import MemberLoad
+    """The queries as :class:`~pyspark_cq.cost.groups.MemberLoad` from the generator: classes by construction
+    (equal stream, WHERE, key and aggregates), split across granularities as a group splits them
+    (:func:`~pyspark_cq.cost.groups.granularity_classes`, :data:`~pyspark_cq.cost.groups.MERGE_RATIO`, in order).
+    """
+    from pyspark_cq.cost.groups import MERGE_RATIO, MemberLoad, granularity_classes
 
     S = 1_000_000
-    first: dict = {}
+    same: dict = {}
+    for i, q in enumerate(mix):
+        same.setdefault(q["cls"][:-1], []).append(i)      # the class tuple without the slide
+    first = {}
+    for idx in same.values():
+        firsts = granularity_classes([mix[i]["slide"] * S for i in idx], MERGE_RATIO)
+        first.update((i, mix[idx[f]]["name"]) for i, f in zip(idx, firsts))
     out = []
-    for q in mix:
-        cls = first.setdefault(q["cls"], q["name"])
+    for i, q in enumerate(mix):
         lo, hi = (q["qos"][0] * S, q["qos"][1] * S) if q["qos"] else (None, None)
-        out.append(MemberLoad(q["name"], cls, q["stream"], q["window"] * S, q["slide"] * S, q["slide"] * S, lo, hi,
-                              q["key"]))
+        out.append(MemberLoad(q["name"], first[i], q["stream"], q["window"] * S, q["slide"] * S, q["slide"] * S, lo,
+                              hi, q["key"]))
     return out
 
 
@@ -139,17 +147,20 @@ def main(argv=None):
              for s, (_, rate, _) in data.items()}
     all_rows = sum(group_state_rows(oracle_loads(mix), loads).values())
     budget = args.budget_share * all_rows * args.row_bytes
-    print(f"{args.queries} queries over {args.streams} streams: {len({q['cls'] for q in mix})} slice classes, "
+    print(f"{args.queries} queries over {args.streams} streams: {len({m.slice_class for m in oracle_loads(mix)})} "
+          f"slice classes, "
           f"estimated state of all {all_rows:,.0f} rows = {all_rows * args.row_bytes:,.0f} B; memory budget "
           f"{budget:,.0f} B ({args.budget_share:.0%})", flush=True)
 
     # the cross-check of the group's slice classes: admission over the generator's classes, in the same order
     from pyspark_cq.cost.groups import admit
 
+    # (a class across granularities forms among the queries present: the admitted ones and the candidate)
     expected, kept = 0, []
-    for m in oracle_loads(mix):
-        if admit(kept, m, loads, budget, args.row_bytes).accepted:
-            kept.append(m)
+    for q in mix:
+        now = oracle_loads(kept + [q])
+        if admit(now[:-1], now[-1], loads, budget, args.row_bytes).accepted:
+            kept.append(q)
             expected += 1
 
     import pyspark_cq as cq

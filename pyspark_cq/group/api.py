@@ -1142,18 +1142,22 @@ class QueryGroup:
                                  f"compute its input {str(e)!r} (the group computes each query's columns once, "
                                  f"at start()); add it before start()")
             mapping.append((n, col))
-        mask = arrow_filter = None
-        if member.mask is not None:
-            mask = cat.get(str(F.coalesce(member.mask, F.lit(False))))
-        if member.mask is not None and mask is None:   # a WHERE the projection lacks: in Arrow, if exact
+        def lookup(pred, conjuncts):
+            """The projection column of ``pred`` (a Column), else its conjuncts in Arrow, if exact."""
+            col = cat.get(str(F.coalesce(pred, F.lit(False))))
+            if col is not None:
+                return col, None
             raw, types = plan.catalogue.get(f"{member.spec.family}/raw", ({}, {}))
             try:
-                arrow_filter = bind(member.conjuncts, member.name_of, types, raw)
+                return None, bind(conjuncts, member.name_of, types, raw)
             except Unsupported as exc:
                 raise ValueError(f"query {name!r} cannot join the running group: the running plan does not compute "
                                  f"its WHERE, and {exc} cannot be evaluated exactly outside Spark; add it before "
                                  f"start()") from None
-        clock = clock_mask = clock_filter = None
+
+        mask = arrow_filter = clock = clock_mask = clock_filter = None
+        if member.mask is not None:   # a WHERE the projection lacks: in Arrow
+            mask, arrow_filter = lookup(member.mask, member.conjuncts)
         delay = plan.catalogue.get("__delays__", {}).get(member.spec.family)
         if member.clock_pred is not None and delay is not None and plan.catalogue.get("__streams__") is not None:
             # its own clock (clock.filtered), recorded from the next micro-batch; a group started at Spark's
@@ -1161,15 +1165,7 @@ class QueryGroup:
             from . import clock as C
 
             clock = C.filtered(member.spec.family, str(member.clock_pred))
-            clock_mask = cat.get(str(F.coalesce(member.clock_pred, F.lit(False))))
-            if clock_mask is None:
-                raw, types = plan.catalogue.get(f"{member.spec.family}/raw", ({}, {}))
-                try:
-                    clock_filter = bind(member.clock_conjuncts, member.name_of, types, raw)
-                except Unsupported as exc:
-                    raise ValueError(f"query {name!r} cannot join the running group: the running plan does not "
-                                     f"compute its WHERE, and {exc} cannot be evaluated exactly outside Spark; add "
-                                     f"it before start()") from None
+            clock_mask, clock_filter = lookup(member.clock_pred, member.clock_conjuncts)
         member.spec = replace(member.spec, columns=tuple(mapping), mask=mask, arrow_filter=arrow_filter, clock=clock,
                               clock_mask=clock_mask, clock_filter=clock_filter)
 

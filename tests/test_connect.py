@@ -276,3 +276,35 @@ def test_connect_server_command_stops_its_server_on_a_stop_signal(tmp_path):
         left = {p[0] for p in _ps() if p[0] in server or f"binding.port={port}" in p[3]}
         for pid in left:
             os.kill(int(pid), signal.SIGKILL)
+
+
+def test_removing_the_last_listener_does_not_wait_on_an_event_in_flight():
+    """``session.connect.remove_listener`` against the shape of PySpark's Connect listener bus: its event thread
+    delivers one more event (taking the bus's lock) only after the server was asked to end the stream. PySpark's own
+    ``remove`` joins that thread while holding the lock (a deadlock: seen in the Connect test run); ours returns
+    with the event delivered and the listener off the bus. The real bus runs in the Connect run above."""
+    import threading
+    from types import SimpleNamespace
+
+    from pyspark_cq.session.connect import remove_listener
+
+    ended, delivered = threading.Event(), []
+    bus = SimpleNamespace(_lock=threading.Lock(), _listener_bus=[], _execution_thread=None)
+
+    def events():           # the reader: one last event after the server's removal, then the stream ends
+        ended.wait(10)
+        with bus._lock:
+            delivered.extend(bus._listener_bus)
+
+    bus._sqm = SimpleNamespace(_session=SimpleNamespace(client=SimpleNamespace(
+        execute_command=lambda command: ended.set())))
+    listener = object()
+    bus._listener_bus.append(listener)
+    bus._execution_thread = threading.Thread(target=events, daemon=True)
+    bus._execution_thread.start()
+    done = threading.Thread(target=remove_listener, args=(SimpleNamespace(streams=SimpleNamespace(_sqlb=bus)),
+                                                          listener), daemon=True)
+    done.start()
+    done.join(20)
+    assert not done.is_alive() and delivered == [listener]
+    assert bus._listener_bus == [] and bus._execution_thread is None

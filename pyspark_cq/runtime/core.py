@@ -1053,7 +1053,9 @@ class CQRuntime:
             self._thread = None
         if self._listener is not None:
             try:
-                self.spark.streams.removeListener(self._listener)
+                from ..session.connect import remove_listener
+
+                remove_listener(self.spark, self._listener)   # Spark Connect: without PySpark's deadlock
             except Exception as exc:
                 _log.warning("removing the listener failed: %r", exc)
             self._listener = None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .settings import _settings, _worker_site_env
 
-__all__ = ["ConnectServer", "start_connect_server"]
+__all__ = ["ConnectServer", "start_connect_server", "remove_listener"]
 
 
 def _connect_session(remote: str, app_name: str, settings: dict, user_keys: set):
@@ -200,3 +200,42 @@ def start_connect_server(port: int = 15002, *, master: str = "local[*]", shuffle
         server.stop()
         raise
     return server
+
+
+def remove_listener(spark, listener, timeout: float = 60.0) -> None:
+    """``spark.streams.removeListener(listener)``, and under Spark Connect without PySpark's deadlock.
+
+    PySpark's Connect listener bus (4.x, ``StreamingQueryListenerBus.remove``) removes the last listener by asking
+    the server to end its event stream and joining the thread that reads it **while holding the lock** that thread
+    takes to deliver an event: an event that arrives in between (a query's last progress) hangs both for ever (seen
+    on 2026-11-29: ``CQRuntime.stop`` in the Connect test run, after a query stopped). Here the last listener's
+    removal ends the server's stream and joins the reader outside the lock (at most ``timeout`` seconds), then takes
+    the listener off the bus; other cases, and a bus of another shape, go through PySpark's own call.
+    """
+    streams = spark.streams
+    bus = getattr(streams, "_sqlb", None)
+    if bus is None or not all(hasattr(bus, a) for a in ("_lock", "_listener_bus", "_execution_thread", "_sqm")):
+        streams.removeListener(listener)
+        return
+    with bus._lock:
+        if listener not in bus._listener_bus:
+            return
+        if len(bus._listener_bus) > 1:       # not the last: PySpark only takes it off the bus
+            bus._listener_bus.remove(listener)
+            return
+    import pyspark.sql.connect.proto as pb2
+
+    cmd = pb2.StreamingQueryListenerBusCommand()
+    cmd.remove_listener_bus_listener = True
+    command = pb2.Command()
+    command.streaming_query_listener_bus_command.CopyFrom(cmd)
+    bus._sqm._session.client.execute_command(command)
+    thread = bus._execution_thread
+    if thread is not None:
+        thread.join(timeout)
+    with bus._lock:
+        if listener in bus._listener_bus:
+            bus._listener_bus.remove(listener)
+        if thread is not None and not thread.is_alive():
+            bus._execution_thread = None
+

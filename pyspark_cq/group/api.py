@@ -58,6 +58,7 @@ class _Member:
     conjuncts: list = field(default_factory=list)   # "shared": its WHERE as CQL conjuncts (for an Arrow filter)
     clock_pred: object = None          # "shared": its WHERE's conjuncts not naming the time column, one Column
     clock_conjuncts: list = field(default_factory=list)     # "shared": those conjuncts in CQL (for an Arrow filter)
+    clock: str | None = None           # "shared" with a clock_pred: the name of its clock (clock.filtered)
     name_of: object = None             # "shared": a column node's name in its stream
     why_alone: str | None = None
     source: str | None = None          # the group's name of the one stream it reads (None: several)
@@ -498,11 +499,10 @@ class QueryGroup:
         plan = D.read_plan(self._dir) if self._query is not None else None
         if plan is None:
             return {}
-        delays = dict(plan.catalogue.get("__delays__", {}))
+        delays = plan.catalogue.get("__delays__", {})
         # and each filtered clock: the times of the queries whose WHERE holds their watermark back
-        delays.update({m.clock: delays[m.family] for m in plan.members.values()
-                       if m.clock is not None and m.family in delays})
-        return C.stream_times(plan.clocks, delays, plan.max_time)
+        return C.stream_times(plan.clocks, {**delays, **C.filtered_delays(delays, plan.members.values())},
+                              plan.max_time)
 
     def group_clocked(self) -> bool:
         """Whether the running group's Spark watermark and event time are the group clock's (several streams, joins,
@@ -618,8 +618,8 @@ class QueryGroup:
         filtered = {n for ms in join_classes.values() for n in class_sides(ms[0].join)} - join_streams
         # a shared query whose WHERE holds predicates not naming the time column runs at the clock of the rows that
         # pass them (as alone): its stream's slicer records that clock apart, in the group clock too
-        clocked = {m.spec.key: C.filtered(fam, str(m.clock_pred)) for fam, ms in families.items()
-                   if _delay(self.sources[fam], ms[0]) is not None for m in ms if m.clock_pred is not None}
+        clocked = {m.spec.key: m.clock for fam, ms in families.items()
+                   if _delay(self.sources[fam], ms[0]) is not None for m in ms if m.clock is not None}
         several = len(families) > 1 or bool(join_classes) or bool(rows)
         if previous is not None and not several and previous.catalogue.get("__streams__") is None:
             clocked = {}    # a checkpoint of a one-stream group at Spark's watermark keeps its query's shape
@@ -687,8 +687,7 @@ class QueryGroup:
                     join_delays[name] = delays[fam]
         catalogue["__joins__"] = joins
         catalogue["__streams__"] = streams    # None: one stream at Spark's watermark (no filtered clocks)
-        for fam, ms in families.items():   # a filtered clock: its stream's delay
-            join_delays.update({m.spec.clock: delays[fam] for m in ms if m.spec.clock is not None})
+        join_delays.update(C.filtered_delays(delays, [m.spec for ms in families.values() for m in ms]))
         for m in rows:     # in the shared stage too (Spark allows one applyInPandasWithState per query)
             slicers.append(self._rows_branch(m, streams))
         if streams is not None:
@@ -873,6 +872,9 @@ class QueryGroup:
         clock_pred = reduce(lambda x, y: x & y, [p for p, _ in pushed]) if pushed else None
         # the group's name of the stream (a query may spell it in another case): one stream, one slicer
         family = s.name if s.name in self.sources else next(k for k in self.sources if k.lower() == s.name.lower())
+        from . import clock as C
+
+        clock = None if clock_pred is None else C.filtered(family, str(clock_pred))
         spec = replace(spec, kind="shared", family=family, config=config, select=tuple(select), at=at,
                        finish=finish, stage_schema=stage)
         exprs = projection_exprs(time, config.keys, config.spec)
@@ -880,7 +882,8 @@ class QueryGroup:
         from ..lang.printer import expression
 
         return _Member(spec, sink, computed=computed, exprs=exprs, mask=mask, time=time, conjuncts=conjuncts,
-                       clock_pred=clock_pred, clock_conjuncts=[c for _, c in pushed], name_of=b.name, source=family,
+                       clock_pred=clock_pred, clock_conjuncts=[c for _, c in pushed], clock=clock, name_of=b.name,
+                       source=family,
                        window_qos=None if qos is None else (int(qos.min), int(qos.max)),
                        key_text=", ".join(expression(e) for e in a.select.group_by), registered=config.window)
 
@@ -1162,9 +1165,7 @@ class QueryGroup:
         if member.clock_pred is not None and delay is not None and plan.catalogue.get("__streams__") is not None:
             # its own clock (clock.filtered), recorded from the next micro-batch; a group started at Spark's
             # watermark (one stream, no such query) runs it at the stream's (docs/groups.md)
-            from . import clock as C
-
-            clock = C.filtered(member.spec.family, str(member.clock_pred))
+            clock = member.clock
             clock_mask, clock_filter = lookup(member.clock_pred, member.clock_conjuncts)
         member.spec = replace(member.spec, columns=tuple(mapping), mask=mask, arrow_filter=arrow_filter, clock=clock,
                               clock_mask=clock_mask, clock_filter=clock_filter)

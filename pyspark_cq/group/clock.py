@@ -15,7 +15,8 @@ stream's watermark and advances exactly when one of the streams' largest event t
 """
 from __future__ import annotations
 
-__all__ = ["CLOCK_BASE_MS", "KEEP", "to_ms", "filtered", "latest", "record", "watermarks", "clock_ms", "stream_times"]
+__all__ = ["CLOCK_BASE_MS", "KEEP", "to_ms", "filtered", "filtered_delays", "latest", "record", "watermarks",
+           "clock_ms", "stream_times"]
 
 #: The group clock's base (3000-01-01 UTC, ms): above the event times of any stream, so the clock is Spark's
 #: query watermark under the ``max`` policy.
@@ -40,6 +41,13 @@ def filtered(stream: str, predicate: str) -> str:
     import hashlib
 
     return f"{stream}#{hashlib.sha1(predicate.encode()).hexdigest()[:10]}"
+
+
+def filtered_delays(delays: dict, members) -> dict:
+    """The watermark delay (ms) of each filtered clock of ``members`` (:class:`~.doc.MemberSpec`, :func:`filtered`):
+    its stream's in ``delays`` (streams without one left out).
+    """
+    return {m.clock: delays[m.family] for m in members if m.clock is not None and m.family in delays}
 
 
 def latest(clocks, batch_id: int | None) -> dict:

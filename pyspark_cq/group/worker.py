@@ -237,25 +237,20 @@ class GroupSlicer:
             slicer = Slicer(config, self.delay_ms is not None, markers=True, packed=True)
             for out in slicer(self._view(b, m) for b in batches):
                 yield self._tagged(out, m.key, group_clock)
-        n = 1
-        key = clock_key(None if self.streams is None else self.family)
+        yield self._clock_row(clock_key(None if self.streams is None else self.family), latest, group_clock)
+        for name, t in filtered.items():
+            if t is not None:
+                yield self._clock_row(clock_key(name), t, group_clock)
+
+    def _clock_row(self, key: str, t: int | None, group_clock: int | None) -> pa.RecordBatch:
+        """The row carrying the largest event time ``t`` (µs) the task saw for the clock ``key``."""
         cols = [pa.array([0], pa.int64()), pa.array([key]), pa.array([b""], pa.binary()),
-                pa.array([0], pa.int64()), pa.array([0], pa.int64()), pa.array([latest], pa.int64())]
+                pa.array([0], pa.int64()), pa.array([0], pa.int64()), pa.array([t], pa.int64())]
         if group_clock is not None:
             cols.append(pa.array([group_clock], _CLOCK_TYPE))
         elif self.delay_ms is not None:
-            cols.append(pa.nulls(n, type=arrow_type(self.time_type)))
-        yield pa.RecordBatch.from_arrays(cols, names=self.names)
-        for name, t in filtered.items():
-            if t is None:
-                continue
-            cols = [pa.array([0], pa.int64()), pa.array([clock_key(name)]), pa.array([b""], pa.binary()),
-                    pa.array([0], pa.int64()), pa.array([0], pa.int64()), pa.array([t], pa.int64())]
-            if group_clock is not None:
-                cols.append(pa.array([group_clock], _CLOCK_TYPE))
-            elif self.delay_ms is not None:
-                cols.append(pa.nulls(1, type=arrow_type(self.time_type)))
-            yield pa.RecordBatch.from_arrays(cols, names=self.names)
+            cols.append(pa.nulls(1, type=arrow_type(self.time_type)))
+        return pa.RecordBatch.from_arrays(cols, names=self.names)
 
     @staticmethod
     def _view(batch: pa.RecordBatch, m) -> pa.RecordBatch:
@@ -475,9 +470,8 @@ class GroupShard:
         tables = saved.pop(SHARED, [])
         plan = _plan(self.directory)
         if self.delays is not None:    # several streams: each its own watermark, as alone
-            delays = dict(self.delays)     # and each filtered clock at its stream's delay (one may join running)
-            delays.update({m.clock: delays[m.family] for m in plan.members.values()
-                           if m.clock is not None and m.clock not in delays and m.family in delays})
+            # and each filtered clock at its stream's delay (one may join while the group runs)
+            delays = {**C.filtered_delays(self.delays, plan.members.values()), **self.delays}
             wms = C.watermarks(plan.clocks, _batch_id(), delays)
         else:
             wm = int(state.getCurrentWatermarkMs()) * 1000 if self.watermark else None

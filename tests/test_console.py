@@ -320,7 +320,7 @@ WITH (WINDOW BETWEEN 1 HOUR AND 2 DAYS)"""
 
 def _requests(root: Path, files=3, per=20):
     import pyarrow as pa
-    import pyarrow.parquet as pq
+    from helpers.files import write_in_order
 
     root.mkdir()
     t = dt.datetime(2024, 1, 1)
@@ -329,7 +329,7 @@ def _requests(root: Path, files=3, per=20):
         for j in range(per):
             t += dt.timedelta(minutes=7)
             rows.append({"ts": t, "domain": "stanford.edu" if j % 3 else "x.org"})
-        pq.write_table(pa.Table.from_pylist(rows), str(root / f"part{i}.parquet"))
+        write_in_order(pa.Table.from_pylist(rows), root / f"part{i}.parquet", i)   # one per batch, in order
 
 
 @pytest.mark.spark

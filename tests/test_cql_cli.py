@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers.files import write_in_order
 
 from pyspark_cq.cli import main
 
@@ -116,7 +117,9 @@ def _requests(root, files=3, per=40):
             t += timedelta(minutes=rnd.choice([1, 5, 20]))
             rows.append({"ts": t, "client_id": f"c{rnd.randrange(3)}", "domain": rnd.choice(["stanford.edu", "x.org"]),
                          "url": rnd.choice(["http://cs.stanford.edu/a", "http://www.stanford.edu/b"])})
-        pq.write_table(pa.Table.from_pylist(rows), os.path.join(root, f"part{i}.parquet"))
+        # in order: files written within one millisecond tie on their times and the file source then takes
+        # them in the directory's order (a later file first makes every earlier row late)
+        write_in_order(pa.Table.from_pylist(rows), os.path.join(root, f"part{i}.parquet"), i)
         rows_all += rows
     return rows_all
 

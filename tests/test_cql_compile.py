@@ -5,8 +5,8 @@ from collections import Counter
 from datetime import datetime, timedelta
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from helpers.files import write_in_order
 from helpers.rows_reference import rows_window_reference
 
 import pyspark_cq as cq
@@ -473,7 +473,7 @@ def test_streaming_rstream_slide_not_dividing_the_range_equals_spark(spark, tmp_
     root = str(tmp_path / "in")
     os.makedirs(root)
     for i in range(3):
-        pq.write_table(pa.Table.from_pylist(rows[i * 50:(i + 1) * 50]), os.path.join(root, f"b{i}.parquet"))
+        write_in_order(pa.Table.from_pylist(rows[i * 50:(i + 1) * 50]), os.path.join(root, f"b{i}.parquet"), i)
     readings = (spark.readStream.schema("ts timestamp, sensor string, value long").option("maxFilesPerTrigger", 1)
                 .parquet(root).withWatermark("ts", "5 seconds"))
     ours = cq.cql(spark, "RSTREAM(SELECT sensor, SUM(value) AS s FROM Readings [RANGE 10 SECONDS SLIDE 3 SECONDS] "
@@ -499,7 +499,7 @@ def test_streaming_aggregate_and_join_equal_spark_streaming(spark, tmp_path):
         os.makedirs(os.path.join(root, side))
         for i in range(4):
             part = rows[i * 50:(i + 1) * 50]
-            pq.write_table(pa.Table.from_pylist(part), os.path.join(root, side, f"b{i}.parquet"))
+            write_in_order(pa.Table.from_pylist(part), os.path.join(root, side, f"b{i}.parquet"), i)
 
     def read(side, extra):
         return (spark.readStream.schema(f"ts timestamp, k long, {extra} long").option("maxFilesPerTrigger", 1)
@@ -555,8 +555,8 @@ def test_streaming_left_join_equals_spark_left_outer_join(spark, tmp_path):
         os.makedirs(os.path.join(root, side))
         step = n // 4
         for i in range(4):
-            pq.write_table(pa.Table.from_pylist(rows[i * step:(i + 1) * step]),
-                           os.path.join(root, side, f"b{i}.parquet"))
+            write_in_order(pa.Table.from_pylist(rows[i * step:(i + 1) * step]),
+                           os.path.join(root, side, f"b{i}.parquet"), i)
 
     def read(side, extra):
         return (spark.readStream.schema(f"ts timestamp, k long, {extra} long").option("maxFilesPerTrigger", 1)

@@ -4,8 +4,8 @@ from collections import Counter
 from datetime import datetime, timedelta
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
+from helpers.files import write_in_order
 from helpers.rows_reference import rows_window_reference
 
 import pyspark_cq as cq
@@ -36,7 +36,7 @@ def _write(root, i, rows):
     table = pa.Table.from_pylist(rows, pa.schema([("ts", pa.timestamp("us", tz="UTC")), ("user", pa.string()),
                                                  ("v", pa.int64())]))
     os.makedirs(root, exist_ok=True)
-    pq.write_table(table, os.path.join(root, f"b{i:03d}.parquet"))
+    write_in_order(table, os.path.join(root, f"b{i:03d}.parquet"), i)
 
 
 def _key(row, sign, at):

@@ -84,11 +84,14 @@ def column_list(df, cols, name: str, *, allow_empty: bool = True) -> list[str]:
 #: propagates SQL settings to the tasks as local properties, where the stream's own ``streaming.sql.batchId`` is
 #: missing when the function runs apart from the stream's thread (Spark Connect).
 BATCH_ID_SETTING = "spark.pyspark_cq.batchId"
+#: The same for the streaming query's id (Spark's ``sql.streaming.queryId`` local property).
+QUERY_ID_SETTING = "spark.pyspark_cq.queryId"
 
 
-def micro_batch_id() -> str:
-    """The streaming micro-batch id of the running task (Spark's local property, else :data:`BATCH_ID_SETTING`'s),
-    or ``"?"`` outside one: worker-side errors name the batch.
+def micro_batch_id(setting: str = BATCH_ID_SETTING) -> str:
+    """The streaming micro-batch id of the running task (Spark's local property, else the session setting
+    ``setting``'s, :data:`BATCH_ID_SETTING` or a name under it), or ``"?"`` outside one: worker-side errors name
+    the batch.
     """
     try:
         from pyspark import TaskContext
@@ -96,7 +99,7 @@ def micro_batch_id() -> str:
         ctx = TaskContext.get()
         value = None
         if ctx is not None:
-            value = ctx.getLocalProperty("streaming.sql.batchId") or ctx.getLocalProperty(BATCH_ID_SETTING)
+            value = ctx.getLocalProperty("streaming.sql.batchId") or ctx.getLocalProperty(setting)
     except Exception:   # not in a Spark task (direct calls in tests)
         value = None
     return value if value is not None else "?"

@@ -130,6 +130,23 @@ def test_offset_log_watermarks(tmp_path):
         offsets.parse_offset_log('v1\n{"logOffset":0}\n')
 
 
+def test_a_task_told_to_compute_its_watermark_does_not_read_the_offset_log(tmp_path, monkeypatch):
+    """A query group's tasks carry OWN_WATERMARK_PROPERTY: a member's stateless stage then computes the watermark of
+    its own inputs (its query's alone), not the group's from the offset log."""
+    import pyspark
+
+    from pyspark_cq.operators._common import offsets
+
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "offsets" / "0").write_text('v1\n{"batchWatermarkMs":7,"batchTimestampMs":1}\n')
+    props = {offsets.CHECKPOINT_PROPERTY: str(tmp_path)}
+    task = type("Task", (), {"getLocalProperty": lambda self, k: props.get(k)})()
+    monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(lambda: task))
+    assert offsets.task_watermarks(0) == (7, 7)
+    props[offsets.OWN_WATERMARK_PROPERTY] = "true"
+    assert offsets.checkpoint_root() is None and offsets.task_watermarks(0) is None
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.parametrize("first, then, checkpoint, message", [

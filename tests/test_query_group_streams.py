@@ -291,6 +291,35 @@ def test_the_group_clock_advances_when_one_stream_does():
     assert C.clock_ms((), 0, streams, "a", -5_000_000) == C.CLOCK_BASE_MS   # times before 1970 count as 0
 
 
+def test_each_group_hands_its_batch_id_to_its_tasks_under_a_name_of_its_own(tmp_path, monkeypatch):
+    # Spark Connect runs a group's foreachBatch apart from the stream's thread: the id goes through a session
+    # setting, one name per group so that two groups of one session never read each other's
+    from pyspark_cq import _validate
+    from pyspark_cq.group.worker import _batch_id, batch_setting
+
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    assert batch_setting(a) != batch_setting(b) and batch_setting(a).startswith(_validate.BATCH_ID_SETTING + ".")
+    monkeypatch.chdir(tmp_path)
+    assert batch_setting("a") == batch_setting(a)    # a relative directory names the same group
+
+    class Task:
+        def __init__(self, props):
+            self.props = props
+
+        def getLocalProperty(self, key):
+            return self.props.get(key)
+
+    import pyspark
+
+    task = Task({batch_setting(a): "7", batch_setting(b): "3"})
+    monkeypatch.setattr(pyspark.TaskContext, "get", staticmethod(lambda: task))
+    assert (_batch_id(a), _batch_id(b)) == (7, 3)
+    task.props["streaming.sql.batchId"] = "9"       # Spark's own, where the batch runs on the stream's thread
+    assert (_batch_id(a), _batch_id(b)) == (9, 9)
+    task.props = {}
+    assert _batch_id(a) is None
+
+
 def test_a_plan_pickled_before_clocks_reads_none():
     plan = D.Plan(version=2, members={}, max_time=7)
     vars(plan).pop("clocks")          # as pickled before the field existed

@@ -809,6 +809,8 @@ class QueryGroup:
             return _named(name, self._join_member, spec, sink, compiled, lookup)
         if compiled.analysis.shape == "rows":
             return _named(name, self._rows_member, spec, sink, compiled, lookup)
+        if compiled.analysis.shape == "multi_join":
+            return _named(name, self._multi_join_member, spec, sink, statement, compiled, lookup)
         why = _classify(name, compiled.analysis)
         if why is not None:
             read = {k for k in self.sources for t in compiled.analysis.sources if k.lower() == t.name.lower()}
@@ -818,6 +820,43 @@ class QueryGroup:
         member = _named(name, self._shared_member, spec, sink, compiled, lookup, df)
         member.plan, member.qos = compiled.plan, dict(compiled.qos)
         return member
+
+    def _multi_join_member(self, spec, sink, statement, compiled, lookup) -> _Member:
+        """A join of three or more streams: its own branch of the group's Spark query, the query compiled with its
+        ``multi_join`` in a stateless stage (``state_persistence="stateless"``, issue 39) whose state lives in files
+        under the group's checkpoint (Spark allows one ``applyInPandasWithState`` per query: the shared stage's).
+        It runs at the watermark of its own streams, as alone: the group's micro-batch function hides the group's
+        checkpoint from its tasks (:class:`~.batch.GroupBatch`), so the stage computes the watermark from the rows
+        it reads (:mod:`pyspark_cq.operators._common.stateless`).
+        """
+        from ..lang.builder import _time_column, compile_cql
+        from .predicates import names_column
+
+        a = compiled.analysis
+        why = _join_refusal(a)
+        if why is None and a.outer:
+            why = "a LEFT JOIN of three or more streams"
+        if why is None and a.output_mode != "append":
+            why = f"a join of three or more streams in output mode {a.output_mode!r}"
+        if why is not None:
+            raise ValueError(f"query {spec.name!r}: {why} cannot run in a query group yet (its multi_join runs in a "
+                             f"stateless stage there, which takes inner joins in append mode without constraints; "
+                             f"docs/groups.md, \"What a group runs\"); run it as its own query")
+        for s in a.sources:
+            time_col = s.time or _time_column(lookup[s.name], s.name, s.node)
+            if any(names_column(p, lambda x, t=time_col: x.name.lower() == t.lower()) for p in s.filters):
+                # Spark keeps such a predicate above the stream's withWatermark: alone, the query's watermark
+                # comes from every row of the stream, but the stage sees only the rows that pass it
+                raise ValueError(f"query {spec.name!r}: a join of three or more streams with a predicate on the time "
+                                 f"column of {s.ref} cannot run in a query group yet (its query alone takes the "
+                                 f"stream's watermark from the rows before it); run it as its own query")
+        state_dir = os.path.join(os.path.abspath(self.checkpoint), "members", spec.key)
+        again = compile_cql(self.spark, statement, lookup, name=spec.name,
+                            state={"state_persistence": "stateless", "state_dir": state_dir})
+        why = "a join of three or more streams: its multi_join in a stateless stage, its state in files"
+        read = {k for k in self.sources for t in a.sources if k.lower() == t.name.lower()}
+        return _Member(spec, sink, dataframe=again.dataframe, why_alone=why,
+                       source=next(iter(read)) if len(read) == 1 else None, plan=again.plan)
 
     def _shared_member(self, spec, sink, compiled, lookup, df) -> _Member:
         from pyspark.sql.types import StructType
@@ -865,10 +904,10 @@ class QueryGroup:
         conjuncts = ([w.where] if w.where is not None else []) + list(s.filters)
         # Spark pushes the conjuncts that do not name the time column below the stream's withWatermark: alone,
         # the query's watermark comes from the rows that pass them (its clock, clock.filtered)
-        from ..lang.analysis import _walk
+        from .predicates import names_column
 
         pushed = [(p, c) for p, c in zip(preds, conjuncts)
-                  if not any(isinstance(x, A.Column) and x.name.lower() == time.lower() for x in _walk(c))]
+                  if not names_column(c, lambda x: x.name.lower() == time.lower())]
         clock_pred = reduce(lambda x, y: x & y, [p for p, _ in pushed]) if pushed else None
         # the group's name of the stream (a query may spell it in another case): one stream, one slicer
         family = s.name if s.name in self.sources else next(k for k in self.sources if k.lower() == s.name.lower())
@@ -959,11 +998,12 @@ class QueryGroup:
         from pyspark.sql.types import StructType
 
         from ..lang import ast as A
-        from ..lang.analysis import AT, _output_names, _walk
+        from ..lang.analysis import AT, _output_names
         from ..lang.builder import _Builder, _sql, _time_column
         from ..operators._common.metrics import arrow_schema
         from ..operators.join.spec import JoinSpec
         from .joins import JoinMember
+        from .predicates import names_column
 
         a = compiled.analysis
         why = _join_refusal(a)
@@ -991,7 +1031,7 @@ class QueryGroup:
             time_col = s.time or _time_column(lookup[s.name], s.name, s.node)
 
             def names_time(p, s=s, time_col=time_col):
-                return any(isinstance(x, A.Column) and b.res.column_name(s.ref, x) == time_col for x in _walk(p))
+                return names_column(p, lambda x: b.res.column_name(s.ref, x) == time_col)
 
             if how != "inner" and any(names_time(p) for p in s.filters):
                 raise ValueError(f"query {spec.name!r}: an outer join with a predicate on the time column of "

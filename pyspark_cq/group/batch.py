@@ -7,6 +7,7 @@ Spark Connect server's Python); everything else it reads from the plan (:mod:`.d
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 
 import pyarrow as pa
@@ -16,7 +17,7 @@ from ..vocabulary import metrics as M
 from . import clock as C
 from . import doc as D
 from .sinks import deliver
-from .worker import stream_clocks
+from .worker import batch_setting, stream_clocks
 
 __all__ = ["GroupBatch", "apply_changes", "finish", "combine_shards", "HISTORY"]
 
@@ -47,11 +48,7 @@ class GroupBatch:
         """Deliver micro-batch ``batch_id`` (``df``: the group's output rows) and apply the queued changes."""
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        # Spark Connect runs this function apart from the stream's thread, and the batch's tasks then lack Spark's
-        # "streaming.sql.batchId" property; a session setting reaches them as a local property (Spark propagates
-        # the SQL settings to the tasks it runs): the group's workers read it there (_validate.micro_batch_id)
-        df.sparkSession.conf.set(_validate.BATCH_ID_SETTING, str(batch_id))
-        table = df.toArrow()
+        table = self._rows(df, batch_id)
         plan = D.read_plan(self.directory)
         payloads: dict[str, list] = {}
         counters: dict[str, list] = {}
@@ -83,6 +80,45 @@ class GroupBatch:
         if changes or max_time != plan.max_time or clocks != plan.clocks:
             D.write_plan(self.directory, replace(apply_changes(plan, changes, max_time), clocks=clocks))
         D.write_stats(self.directory, stats)
+
+
+    def _rows(self, df, batch_id: int) -> pa.Table:
+        """The group's output rows of micro-batch ``batch_id``: ``df`` run, with what its tasks need set."""
+        from ..operators._common.offsets import OWN_WATERMARK_PROPERTY
+
+        session = df.sparkSession
+        # Spark Connect runs this function apart from the stream's thread, and the batch's tasks then lack Spark's
+        # "streaming.sql.batchId" and "sql.streaming.queryId" properties; session settings reach them as local
+        # properties (Spark propagates the SQL settings to the tasks it runs): the group's workers read the id
+        # under a name of this group's (worker._batch_id), a multi_join member's stateless stage under the
+        # general names (_validate); all removed again once the rows are in (no later job of the session sees them)
+        settings = {batch_setting(self.directory): str(batch_id), _validate.BATCH_ID_SETTING: str(batch_id),
+                    # a multi_join member's stateless stage would read Spark's watermark from the offset log of the
+                    # group's query: the group clock, not its query's alone; it computes that of its own streams
+                    # from the rows it reads, as Spark does for the query alone
+                    OWN_WATERMARK_PROPERTY: "true"}
+        query = _query_id(self.directory)
+        if query is not None:
+            settings[_validate.QUERY_ID_SETTING] = query
+        for k, v in settings.items():
+            session.conf.set(k, v)
+        try:
+            return df.toArrow()
+        finally:
+            for k in settings:
+                session.conf.unset(k)
+
+
+def _query_id(directory: str) -> str | None:
+    """The group's Spark query id, from its checkpoint's metadata (``<checkpoint>/spark/metadata``, written by Spark
+    when the query starts; the group's files are in ``<checkpoint>/cq_group``, :func:`~.doc.group_dir`).
+    """
+    path = os.path.join(os.path.dirname(os.path.abspath(directory)), "spark", "metadata")
+    try:
+        with open(path) as f:
+            return json.loads(f.readline()).get("id")
+    except (OSError, ValueError):
+        return None
 
 
 def finish(session, table: pa.Table, m: D.MemberSpec) -> pa.Table:

@@ -20,10 +20,20 @@ import pyarrow.compute as pc
 
 from ..lang import ast as A
 
-__all__ = ["Unsupported", "bind", "evaluate"]
+__all__ = ["Unsupported", "bind", "evaluate", "names_column"]
 
 _COMPARE = {"=": "equal", "<>": "not_equal", "!=": "not_equal", "<": "less", "<=": "less_equal",
             ">": "greater", ">=": "greater_equal"}
+
+
+def names_column(expr: A.Expr, matches) -> bool:
+    """Whether the CQL expression ``expr`` refers to a column for which ``matches(column)`` holds: Spark pushes a
+    conjunct of a WHERE below a stream's ``withWatermark`` exactly when it does not name the time column, so the
+    group asks this of each (a filtered clock, :func:`~.clock.filtered`).
+    """
+    from ..lang.analysis import _walk
+
+    return any(isinstance(x, A.Column) and matches(x) for x in _walk(expr))
 
 
 class Unsupported(ValueError):

@@ -20,6 +20,7 @@ row) are united into the one stateful stage, which runs each stream's members at
 from __future__ import annotations
 
 import json
+import os
 import pickle
 from dataclasses import replace
 
@@ -42,8 +43,8 @@ from .predicates import evaluate
 from .rows import ROWS
 
 __all__ = ["MEMBER", "MAX_TIME", "GROUP_CLOCK", "OUTPUT_SCHEMA", "STATE_SCHEMA", "SHARED", "sliced_schema",
-           "slice_classes", "class_granularities", "clock_key", "clock_streams", "GroupSlicer", "GroupShard",
-           "PackRows", "ipc_bytes", "JOIN", "join_class_id", "JoinPacker", "RowsPacker"]
+           "slice_classes", "class_granularities", "clock_key", "clock_streams", "batch_setting", "GroupSlicer",
+           "GroupShard", "PackRows", "ipc_bytes", "JOIN", "join_class_id", "JoinPacker", "RowsPacker"]
 
 MEMBER, MAX_TIME = "__cq_member", "__cq_max_time"
 #: Several streams: the group clock's column (:func:`~.clock.clock_ms`), the event time of Spark's watermark.
@@ -103,9 +104,21 @@ def _stream_of_clock(key: str) -> str | None:
     return key[len(_STREAM_CLOCK):] if key.startswith(_STREAM_CLOCK) else None
 
 
-def _batch_id() -> int | None:
-    """The running micro-batch's id, or None outside a streaming task (then every recorded clock counts)."""
-    value = _validate.micro_batch_id()
+def batch_setting(directory: str) -> str:
+    """The session setting through which the group under ``directory`` hands its micro-batch id to its tasks where
+    Spark does not (:class:`~.batch.GroupBatch`): one name per group, so that two groups of one Spark Connect
+    session never read each other's.
+    """
+    import hashlib
+
+    return f"{_validate.BATCH_ID_SETTING}.{hashlib.sha1(os.path.abspath(directory).encode()).hexdigest()[:12]}"
+
+
+def _batch_id(directory: str) -> int | None:
+    """The running micro-batch's id of the group under ``directory``, or None outside a streaming task (then every
+    recorded clock counts).
+    """
+    value = _validate.micro_batch_id(batch_setting(directory))
     return int(value) if value.lstrip("-").isdigit() else None
 
 
@@ -224,7 +237,7 @@ class GroupSlicer:
             filtered[m.clock] = top
         group_clock = None
         if self.streams is not None:   # the same for every row of the task
-            bid = _batch_id()
+            bid = _batch_id(self.directory)
             group_clock = C.clock_ms(plan.clocks, bid, clock_streams(plan, self.streams, bid), self.family, latest,
                                      filtered) * 1000
         classes = slice_classes(members, plan.granularity_ratio)
@@ -320,7 +333,7 @@ class JoinPacker:
                 t = pc.max(table.filter(pc.equal(table.column(SIDE), side)).column(MICROS)).as_py()
                 if t is not None:
                     latest[stream] = max(latest.get(stream, t), t)
-        bid = _batch_id()
+        bid = _batch_id(self.directory)
         names = clock_streams(plan, self.streams, bid)
         clock = max([C.clock_ms(plan.clocks, bid, names, s, t) for s, t in latest.items()]
                     or [C.clock_ms(plan.clocks, bid, names, self.sides[0], None)]) * 1000
@@ -384,7 +397,8 @@ class _Held:
         self.exists, self.get = value is not None, value
 
 
-def _run_joins(plan: D.Plan, parts: dict, saved: dict, kept: dict, out: list, delays: dict | None) -> None:
+def _run_joins(directory: str, plan: D.Plan, parts: dict, saved: dict, kept: dict, out: list,
+               delays: dict | None) -> None:
     """Each join class of the plan (``catalogue["__joins__"]``) for one shard and micro-batch: its rows (``parts``)
     through the interval join's worker (:class:`~pyspark_cq.operators.join.worker.JoinWorker`) at the
     join's watermark (:func:`~.joins.join_watermark_ms`; the rows at or behind the previous micro-batch's
@@ -400,7 +414,7 @@ def _run_joins(plan: D.Plan, parts: dict, saved: dict, kept: dict, out: list, de
     if not classes:
         return
     members = [m for m in plan.members.values() if m.kind == "join" and m.active]
-    batch = _batch_id()
+    batch = _batch_id(directory)
     for cid, (config, sides_of) in classes.items():
         ms = [m for m in members if join_class_id(m.join.signature()) == cid]
         worker = JoinWorker(config)
@@ -472,7 +486,7 @@ class GroupShard:
         if self.delays is not None:    # several streams: each its own watermark, as alone
             # and each filtered clock at its stream's delay (one may join while the group runs)
             delays = {**C.filtered_delays(self.delays, plan.members.values()), **self.delays}
-            wms = C.watermarks(plan.clocks, _batch_id(), delays)
+            wms = C.watermarks(plan.clocks, _batch_id(self.directory), delays)
         else:
             wm = int(state.getCurrentWatermarkMs()) * 1000 if self.watermark else None
             wms = {f: wm for f in self.families}
@@ -511,7 +525,7 @@ class GroupShard:
                             json.dumps({**result.metrics, M.OUTPUT_ROWS: rows_out.num_rows})))
         if shared_out:
             kept[SHARED] = shared_out
-        _run_joins(plan, parts, saved, kept, out, self.delays)
+        _run_joins(self.directory, plan, parts, saved, kept, out, self.delays)
         _run_rows(plan, parts, saved, kept, out)
         if data is not None:
             clocks = data.loc[data[MEMBER].map(_is_clock), [MEMBER, MAX_TIME]].dropna()

@@ -189,8 +189,8 @@ def _expr(df, text: str, what: str, node):
         raise CQLCompileError(what, f"Spark rejects it: {first}", node) from None
 
 
-def compile_cql(spark, text, sources: Mapping, *, name: str = "q", control: Callable | None = None
-                ) -> CompiledQuery:
+def compile_cql(spark, text, sources: Mapping, *, name: str = "q", control: Callable | None = None,
+                state: Mapping | None = None) -> CompiledQuery:
     """Compile a CQL query over ``sources`` to a :class:`CompiledQuery` (plan, QoS, DataFrame).
 
     Parameters
@@ -204,6 +204,10 @@ def compile_cql(spark, text, sources: Mapping, *, name: str = "q", control: Call
     control : callable, optional
         ``control(operator_id, **initial_params) -> ControlHandle`` (the runtime's ``ctx.control``): the
         stateful operator then reads its control-table entry at every micro-batch.
+    state : mapping, optional
+        Keyword arguments of a join of three or more streams' :func:`~pyspark_cq.multi_join` for its state
+        (``state_persistence``, ``snapshot_every``, ``state_dir``); a query group runs such a query with its state
+        in files (docs/groups.md). Other queries ignore it.
     """
     if not (hasattr(spark, "readStream") and hasattr(spark, "createDataFrame")):
         raise TypeError(f"spark must be a SparkSession, got {type(spark).__name__}")
@@ -229,7 +233,9 @@ def compile_cql(spark, text, sources: Mapping, *, name: str = "q", control: Call
                                   sub.statement)
         built = _Builder(spark, sub, lookup, None, feeds_state=a.shape != "stream").build().dataframe
         lookup[alias] = built.select(*[F.col(f"`{c}`") for c in built.columns if c != AT], F.col(AT).alias(SUB_AT))
-    return _Builder(spark, a, lookup, control).build()
+    if state is not None and not isinstance(state, Mapping):
+        raise TypeError(f"state must be None or a mapping of multi_join's state arguments, got {type(state).__name__}")
+    return _Builder(spark, a, lookup, control, state=state).build()
 
 
 def cql(spark, text, sources):
@@ -261,8 +267,10 @@ def cql(spark, text, sources):
 
 
 class _Builder:
-    def __init__(self, spark, a: Analysis, sources: Mapping, control, *, feeds_state: bool = False):
+    def __init__(self, spark, a: Analysis, sources: Mapping, control, *, feeds_state: bool = False,
+                 state: Mapping | None = None):
         self.spark, self.a, self.sources, self.control = spark, a, sources, control
+        self.state = dict(state or {})   # multi_join's state arguments (compile_cql's state=)
         # a FROM subquery whose stream a stateful outer query reads: its join is Spark's (see _spark_window_join)
         self.feeds_state = feeds_state
         self.operators: list = []
@@ -763,7 +771,7 @@ class _Builder:
                        for c in a.constraints]
         how = list(a.how) if a.outer else None   # per input after the first, as cq.multi_join(how=) takes it
         out = multi_join(inputs, on, times, bounds, how=how, name=a.operator, output_mode=a.output_mode,
-                         constraints=constraints or None)
+                         constraints=constraints or None, **self.state)
         self.operators.append((a.operator, "multi_join", {"on": on, "windows": [_human.duration(w) for w in ws],
                                                           **({"how": how} if how else {}),
                                                           **({"constraints": [repr(c) for c in constraints]}

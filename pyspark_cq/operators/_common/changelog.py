@@ -244,11 +244,18 @@ def _check_not_stateless(files) -> None:
 
 
 def query_id() -> str:
-    """The streaming query's id in a task (Spark's local property); ValueError outside a streaming query."""
+    """The streaming query's id in a task (Spark's local property, else the session setting a ``foreachBatch``
+    function that runs apart from the stream's thread sets, :data:`~pyspark_cq._validate.QUERY_ID_SETTING`);
+    ValueError outside a streaming query.
+    """
     from pyspark import TaskContext
 
+    from ... import _validate
+
     context = TaskContext.get()
-    query = context.getLocalProperty(_QUERY_ID) if context is not None else None
+    query = None
+    if context is not None:
+        query = context.getLocalProperty(_QUERY_ID) or context.getLocalProperty(_validate.QUERY_ID_SETTING)
     if not query:
         raise ValueError("state: state_persistence='auto' keeps its files under the streaming query's id, and this "
                          "task belongs to no streaming query; pass state_dir= or state_persistence='full'")

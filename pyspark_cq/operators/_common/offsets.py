@@ -21,11 +21,15 @@ import atexit
 import json
 import threading
 
-__all__ = ["CHECKPOINT_PROPERTY", "watch", "checkpoint_root", "task_watermarks", "batch_watermarks",
-           "parse_offset_log"]
+__all__ = ["CHECKPOINT_PROPERTY", "OWN_WATERMARK_PROPERTY", "watch", "checkpoint_root", "task_watermarks",
+           "batch_watermarks", "parse_offset_log"]
 
 #: The query session's configuration key (and so the tasks' local property) holding the checkpoint root.
 CHECKPOINT_PROPERTY = "spark.pyspark_cq.checkpointRoot"
+#: A setting under which a query's stateless stages compute the watermark of their own inputs instead of reading
+#: the query's (a query group's ``foreachBatch`` sets it: its query's watermark is the group clock, while a member
+#: runs at the watermark of its own streams, as alone).
+OWN_WATERMARK_PROPERTY = "spark.pyspark_cq.ownWatermark"
 
 _LOCK = threading.Lock()
 _WATCHED: dict[int, object] = {}       # id(JVM session) -> its listener (kept: PySpark holds only a proxy)
@@ -87,11 +91,15 @@ def _unwatch(session, listener) -> None:
 
 
 def checkpoint_root() -> str | None:
-    """The running task's streaming query checkpoint root (None: not set, e.g. under Spark Connect)."""
+    """The running task's streaming query checkpoint root (None: not set, e.g. under Spark Connect, or the task's
+    stages compute their own watermark, :data:`OWN_WATERMARK_PROPERTY`).
+    """
     from pyspark import TaskContext
 
     context = TaskContext.get()
-    return context.getLocalProperty(CHECKPOINT_PROPERTY) if context is not None else None
+    if context is None or context.getLocalProperty(OWN_WATERMARK_PROPERTY) == "true":
+        return None
+    return context.getLocalProperty(CHECKPOINT_PROPERTY)
 
 
 def task_watermarks(batch: int) -> tuple[int, int] | None:

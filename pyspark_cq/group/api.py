@@ -62,6 +62,7 @@ class _Member:
     name_of: object = None             # "shared": a column node's name in its stream
     why_alone: str | None = None
     source: str | None = None          # the group's name of the one stream it reads (None: several)
+    reads: tuple = ()                  # "alone": the group's names of the streams it reads
     window_qos: tuple | None = None    # "shared": the QoS range (min, max) µs of its window (WITH (WINDOW …))
     key_text: str = ""                 # "shared": its GROUP BY as text (the state estimate's key count)
     signature: tuple | None = None     # "shared": what its slices depend on but its start (_loads; computed once)
@@ -620,9 +621,18 @@ class QueryGroup:
         # pass them (as alone): its stream's slicer records that clock apart, in the group clock too
         clocked = {m.spec.key: m.clock for fam, ms in families.items()
                    if _delay(self.sources[fam], ms[0]) is not None for m in ms if m.clock is not None}
+        # Spark's watermark is the minimum over every withWatermark of its query: a member running alone over
+        # another watermarked stream would hold the one-stream shared stage at that stream's watermark; on the group
+        # clock (the max policy) each stream's watermark is its own, as alone
+        others = {s for m in alone for s in m.reads if s not in families
+                  and any(_validate.WATERMARK_KEY in (f.metadata or {}) for f in self.sources[s].schema.fields)}
+        held = bool(others) and bool(families) and all(_delay(self.sources[f], ms[0]) is not None
+                                                       for f, ms in families.items())
         several = len(families) > 1 or bool(join_classes) or bool(rows)
         if previous is not None and not several and previous.catalogue.get("__streams__") is None:
-            clocked = {}    # a checkpoint of a one-stream group at Spark's watermark keeps its query's shape
+            # a checkpoint of a one-stream group at Spark's watermark keeps its query's shape
+            clocked, held = {}, False
+        several = several or held
         streams = (tuple(sorted(set(families) | join_streams | filtered | set(clocked.values())))
                    if several or clocked else None)
         # each stream's watermark delay (ms, None: none) in the plan: the runtime's per-stream times (.clock)
@@ -815,7 +825,7 @@ class QueryGroup:
         if why is not None:
             read = {k for k in self.sources for t in compiled.analysis.sources if k.lower() == t.name.lower()}
             return _Member(spec, sink, dataframe=df, why_alone=why, source=next(iter(read)) if len(read) == 1 else None,
-                           plan=compiled.plan)
+                           reads=tuple(sorted(read)), plan=compiled.plan)
         self._counter += 1
         member = _named(name, self._shared_member, spec, sink, compiled, lookup, df)
         member.plan, member.qos = compiled.plan, dict(compiled.qos)
@@ -856,7 +866,7 @@ class QueryGroup:
         why = "a join of three or more streams: its multi_join in a stateless stage, its state in files"
         read = {k for k in self.sources for t in a.sources if k.lower() == t.name.lower()}
         return _Member(spec, sink, dataframe=again.dataframe, why_alone=why,
-                       source=next(iter(read)) if len(read) == 1 else None, plan=again.plan)
+                       source=next(iter(read)) if len(read) == 1 else None, reads=tuple(sorted(read)), plan=again.plan)
 
     def _shared_member(self, spec, sink, compiled, lookup, df) -> _Member:
         from pyspark.sql.types import StructType

@@ -835,9 +835,9 @@ class QueryGroup:
         """A join of three or more streams: its own branch of the group's Spark query, the query compiled with its
         ``multi_join`` in a stateless stage (``state_persistence="stateless"``, issue 39) whose state lives in files
         under the group's checkpoint (Spark allows one ``applyInPandasWithState`` per query: the shared stage's).
-        It runs at the watermark of its own streams, as alone: the group's micro-batch function hides the group's
-        checkpoint from its tasks (:class:`~.batch.GroupBatch`), so the stage computes the watermark from the rows
-        it reads (:mod:`pyspark_cq.operators._common.stateless`).
+        It runs at the watermark of its own streams, as alone: the group's micro-batch function tells its tasks to
+        compute it from the rows they read (:class:`~.batch.GroupBatch`,
+        :data:`~pyspark_cq.operators._common.offsets.OWN_WATERMARK_PROPERTY`) rather than read the group's.
         """
         from ..lang.builder import _time_column, compile_cql
         from .predicates import names_column

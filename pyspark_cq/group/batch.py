@@ -81,7 +81,6 @@ class GroupBatch:
             D.write_plan(self.directory, replace(apply_changes(plan, changes, max_time), clocks=clocks))
         D.write_stats(self.directory, stats)
 
-
     def _rows(self, df, batch_id: int) -> pa.Table:
         """The group's output rows of micro-batch ``batch_id``: ``df`` run, with what its tasks need set."""
         from ..operators._common.offsets import OWN_WATERMARK_PROPERTY

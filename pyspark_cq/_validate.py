@@ -132,6 +132,11 @@ def time_column(df, col, name: str, *, allow_integer: bool = False) -> T.DataTyp
     return dtype
 
 
+def watermarked_columns(df) -> list[str]:
+    """The columns of ``df`` that carry a ``withWatermark`` delay."""
+    return [f.name for f in df.schema.fields if WATERMARK_KEY in (f.metadata or {})]
+
+
 def watermark_delay_ms(df, col: str) -> int | None:
     """The watermark delay declared by ``withWatermark`` on ``col``, or None."""
     meta = df.schema[col].metadata or {}

@@ -148,6 +148,27 @@ def write_join_views(directory, files, rows, seed=7, first=0):
         write_in_order(table, os.path.join(directory, f"part-{f:02d}.parquet"), f)
 
 
+def run_beside_alone(spark, g, texts, sources, tmp_dir):
+    """Run group ``g`` (availableNow) and beside it the oracle, each query of ``texts`` alone over ``sources`` into
+    ``<tmp_dir>/alone/<name>`` (their micro-batches overlap: issue 41, the suite's time); a failed one leaves nothing
+    running into the next test."""
+    import pyspark_cq as cq
+
+    started = [g.start(trigger={"availableNow": True})]
+    started += [cq.cql(spark, text, sources).writeStream.format("parquet")
+                .option("path", os.path.join(tmp_dir, "alone", name))
+                .option("checkpointLocation", os.path.join(tmp_dir, "alone_ck", name))
+                .trigger(availableNow=True).start() for name, text in texts.items()]
+    try:
+        for q in started:
+            q.awaitTermination()
+            assert q.exception() is None
+    finally:
+        for q in started:
+            if q.isActive:
+                q.stop()
+
+
 @pytest.mark.spark
 @pytest.mark.slow
 def test_join_members_equal_their_queries_alone_across_a_restart(spark, tmp_dir):
@@ -179,20 +200,7 @@ def test_join_members_equal_their_queries_alone_across_a_restart(spark, tmp_dir)
         g = cq.QueryGroup(spark, sources=streams(), checkpoint=os.path.join(tmp_dir, "ck"), shards=2)
         for name, text in queries.items():
             g.add(name, text, sink=os.path.join(tmp_dir, "out", name))
-        sources = streams()
-        started = [g.start(trigger={"availableNow": True})]
-        started += [cq.cql(spark, text, sources).writeStream.format("parquet")
-                    .option("path", os.path.join(tmp_dir, "alone", name))
-                    .option("checkpointLocation", os.path.join(tmp_dir, "alone_ck", name))
-                    .trigger(availableNow=True).start() for name, text in queries.items()]
-        try:
-            for q in started:
-                q.awaitTermination()
-                assert q.exception() is None
-        finally:    # a failed one leaves nothing running into the next test
-            for q in started:
-                if q.isActive:
-                    q.stop()
+        run_beside_alone(spark, g, queries, streams(), tmp_dir)
         return g
 
     # admission control on the join classes' state (PIPES eq. 9 through the class's widest windows, once per
@@ -315,19 +323,7 @@ def test_inner_join_member_runs_at_the_watermark_of_the_rows_its_where_keeps(spa
     g = cq.QueryGroup(spark, sources=sources(), checkpoint=os.path.join(tmp_dir, "ck"), shards=2)
     for name, text in texts.items():
         g.add(name, text, sink=os.path.join(tmp_dir, "out", name))
-    alone = sources()
-    started = [g.start(trigger={"availableNow": True})]
-    started += [cq.cql(spark, text, alone).writeStream.format("parquet").option("path", os.path.join(tmp_dir, "alone", n))
-                .option("checkpointLocation", os.path.join(tmp_dir, "alone_ck", n)).trigger(availableNow=True).start()
-                for n, text in texts.items()]
-    try:
-        for q in started:
-            q.awaitTermination()
-            assert q.exception() is None
-    finally:
-        for q in started:
-            if q.isActive:
-                q.stop()
+    run_beside_alone(spark, g, texts, sources(), tmp_dir)
     assert g.queries["eu"]["join_class"] != g.queries["all"]["join_class"]
     got = {}
     for name in texts:
@@ -370,15 +366,7 @@ def test_a_join_of_three_streams_does_not_hold_back_the_shared_members_watermark
     with pytest.raises(ValueError, match="query 'tj': .*time column of c"):
         g.add("tj", M3.replace("v.y >= b.y", "c.ts IS NOT NULL"), sink=os.path.join(tmp_dir, "out", "tj"))
     assert list(g.queries) == list(texts)
-    alone = sources()
-    started = [g.start(trigger={"availableNow": True})]
-    started += [cq.cql(spark, text, alone).writeStream.format("parquet")
-                .option("path", os.path.join(tmp_dir, "alone", name))
-                .option("checkpointLocation", os.path.join(tmp_dir, "alone_ck", name))
-                .trigger(availableNow=True).start() for name, text in texts.items()]
-    for q in started:
-        q.awaitTermination()
-        assert q.exception() is None
+    run_beside_alone(spark, g, texts, sources(), tmp_dir)
     for name in texts:
         assert assert_same_rows(spark.read.parquet(os.path.join(tmp_dir, "out", name)),
                                 spark.read.parquet(os.path.join(tmp_dir, "alone", name)), name) > 0

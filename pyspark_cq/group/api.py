@@ -624,8 +624,8 @@ class QueryGroup:
         # Spark's watermark is the minimum over every withWatermark of its query: a member running alone over
         # another watermarked stream would hold the one-stream shared stage at that stream's watermark; on the group
         # clock (the max policy) each stream's watermark is its own, as alone
-        others = {s for m in alone for s in m.reads if s not in families
-                  and any(_validate.WATERMARK_KEY in (f.metadata or {}) for f in self.sources[s].schema.fields)}
+        others = {s for m in alone for s in m.reads
+                  if s not in families and _validate.watermarked_columns(self.sources[s])}
         held = bool(others) and bool(families) and all(_delay(self.sources[f], ms[0]) is not None
                                                        for f, ms in families.items())
         several = len(families) > 1 or bool(join_classes) or bool(rows)
@@ -823,9 +823,7 @@ class QueryGroup:
             return _named(name, self._multi_join_member, spec, sink, statement, compiled, lookup)
         why = _classify(name, compiled.analysis)
         if why is not None:
-            read = {k for k in self.sources for t in compiled.analysis.sources if k.lower() == t.name.lower()}
-            return _Member(spec, sink, dataframe=df, why_alone=why, source=next(iter(read)) if len(read) == 1 else None,
-                           reads=tuple(sorted(read)), plan=compiled.plan)
+            return self._alone_member(spec, sink, df, why, compiled)
         self._counter += 1
         member = _named(name, self._shared_member, spec, sink, compiled, lookup, df)
         member.plan, member.qos = compiled.plan, dict(compiled.qos)
@@ -863,10 +861,14 @@ class QueryGroup:
         state_dir = os.path.join(os.path.abspath(self.checkpoint), "members", spec.key)
         again = compile_cql(self.spark, statement, lookup, name=spec.name,
                             state={"state_persistence": "stateless", "state_dir": state_dir})
-        why = "a join of three or more streams: its multi_join in a stateless stage, its state in files"
-        read = {k for k in self.sources for t in a.sources if k.lower() == t.name.lower()}
-        return _Member(spec, sink, dataframe=again.dataframe, why_alone=why,
-                       source=next(iter(read)) if len(read) == 1 else None, reads=tuple(sorted(read)), plan=again.plan)
+        return self._alone_member(spec, sink, again.dataframe, "a join of three or more streams: its multi_join in "
+                                  "a stateless stage, its state in files", again)
+
+    def _alone_member(self, spec, sink, dataframe, why: str, compiled) -> _Member:
+        """A query running alone (``why``): its own branch ``dataframe`` of the group's Spark query."""
+        read = {k for k in self.sources for t in compiled.analysis.sources if k.lower() == t.name.lower()}
+        return _Member(spec, sink, dataframe=dataframe, why_alone=why, reads=tuple(sorted(read)), plan=compiled.plan,
+                       source=next(iter(read)) if len(read) == 1 else None)
 
     def _shared_member(self, spec, sink, compiled, lookup, df) -> _Member:
         from pyspark.sql.types import StructType

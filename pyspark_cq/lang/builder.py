@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from .. import _human
+from .. import _human, _validate
 from .. import plan as P
 from . import ast as A
 from .analysis import (
@@ -119,7 +119,7 @@ class CompiledQuery:
 def _time_column(df, stream: str, node) -> str:
     from pyspark.sql import types as T
 
-    marked = [f.name for f in df.schema.fields if "spark.watermarkDelayMs" in (f.metadata or {})]
+    marked = _validate.watermarked_columns(df)
     if len(marked) == 1:
         return marked[0]
     stamps = [f.name for f in df.schema.fields if isinstance(f.dataType, (T.TimestampType, T.TimestampNTZType))]

@@ -93,7 +93,7 @@ def test_arrow_evaluation_equals_sql_three_valued_logic(text):
 @pytest.mark.parametrize("text,why", [
     ("region LIKE 'e%'", "Binary"), ("x + 1 > 3", "Binary"), ("region = 5", "a comparison of a string with a number"),
     ("x IN (1, 2.5)", "fraction"), ("region IN ('a', NULL)", "literal None"), ("ts > '2024-01-01'", "type timestamp"),
-    ("nope = 1", "'nope'"), ("x", "a number where a condition belongs"),
+    ("nope = 1", "'nope'"), ("x", "a number where a condition belongs"), ("abs(x) > 3", "the function ABS"),
 ])
 def test_predicates_that_could_differ_from_spark_are_refused(text, why):
     with pytest.raises(Unsupported, match=why):

@@ -875,7 +875,7 @@ class QueryGroup:
 
         from ..lang import ast as A
         from ..lang.analysis import AT, _granularity, _unqualified
-        from ..lang.builder import _Builder, _time_column, aggregate_output_sql
+        from ..lang.builder import _Builder, _time_column, aggregate_output_sql, sample_condition
         from ..operators._common.metrics import arrow_schema
         from ..operators.aggregate.driver import configure, projection_exprs
 
@@ -912,8 +912,11 @@ class QueryGroup:
             select = [(c, c) for c in config.out_names]
             fields = list(config.output_schema().fields) + [df.schema[AT]]
             stage = arrow_schema(StructType(fields))
-        mask = reduce(lambda x, y: x & y, preds) if preds else None
         conjuncts = ([w.where] if w.where is not None else []) + list(s.filters)
+        if s.node.sample is not None:   # SAMPLE, a hash of the row's values: a mask as a WHERE is
+            preds = [sample_condition(base, s.node.sample)] + preds
+            conjuncts = [A.Call("SAMPLE", (A.Column(None, time), A.Literal(s.node.sample)))] + conjuncts
+        mask = reduce(lambda x, y: x & y, preds) if preds else None
         # Spark pushes the conjuncts that do not name the time column below the stream's withWatermark: alone,
         # the query's watermark comes from the rows that pass them (its clock, clock.filtered)
         from .predicates import names_column
@@ -1367,8 +1370,8 @@ def _classify(name: str, a) -> str | None:
     """
     if a.shape == "stream" and not a.subqueries:
         return "it keeps no state"
-    if a.shape != "aggregate" or a.relations or a.subqueries or a.sources[0].node.sample is not None or a.residual:
-        what = {"aggregate": "an aggregate over a relation, a sample or a subquery"}.get(a.shape, f"a {a.shape} query")
+    if a.shape != "aggregate" or a.relations or a.subqueries or a.residual:
+        what = {"aggregate": "an aggregate over a relation or a subquery"}.get(a.shape, f"a {a.shape} query")
         raise ValueError(f"query {name!r}: {what} cannot run in a query group yet: Spark allows one "
                          f"applyInPandasWithState per streaming query, and the group's is the shared stage of its "
                          f"windowed aggregations (docs/groups.md, \"What a group runs\"); run it as its own query")

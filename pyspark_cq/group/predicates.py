@@ -122,6 +122,8 @@ def bind(conjuncts, name_of, types: Mapping[str, pa.DataType], column_of: Mappin
                     raise Unsupported("IN with a non-literal, a NULL, another kind or a fraction of an integer")
                 items.append(lit)
             return A.InList(x, tuple(items), e.negated), "bool"
+        if isinstance(e, A.Call):
+            raise Unsupported(f"the function {e.name}")
         raise Unsupported(f"the expression {type(e).__name__}")
 
     source = {v: k for k, v in column_of.items()}

@@ -165,14 +165,20 @@ def _sql(e: A.Expr, name: Callable) -> str:
     return expression(e, lambda c: "`" + name(c).replace("`", "``") + "`")
 
 
-def _sample(df, percent: float):
-    """Keep a row with probability ``percent``/100 (§2.1's SAMPLE): a hash of the row's values decides, so a
-    restart from a checkpoint keeps the same rows (as the joins' shedding does).
+def sample_condition(df, percent: float):
+    """Whether a row of ``df`` is in its sample of ``percent`` % (§2.1's SAMPLE): a hash of the row's values
+    decides, so a restart from a checkpoint keeps the same rows (as the joins' shedding does). It names every
+    column, the time column too: Spark keeps it above the stream's ``withWatermark``.
     """
     from pyspark.sql import functions as F
 
     h = F.pmod(F.xxhash64(*[F.col(f"`{c}`") for c in df.columns], F.lit("cq_sample")), F.lit(1_000_000))
-    return df.filter(h < F.lit(int(round(percent * 10_000))))
+    return h < F.lit(int(round(percent * 10_000)))
+
+
+def _sample(df, percent: float):
+    """Keep a row with probability ``percent``/100 (:func:`sample_condition`)."""
+    return df.filter(sample_condition(df, percent))
 
 
 def _expr(df, text: str, what: str, node):

@@ -96,14 +96,20 @@ def test_each_member_equals_its_query_alone(spark, tmp_dir):
                    os.path.join(data, "part-03.parquet"), 3)
     clicks = clicks_stream(spark, data)
     # us_3m here samples half of its rows (a hash of the row's values: a mask in the slicer, as its WHERE is)
-    texts = {**Q, "us_3m": Q["us_3m"].replace("SLIDE 1 MINUTE]", "SLIDE 1 MINUTE] SAMPLE(50)")}
+    texts = {**Q, "us_3m": Q["us_3m"].replace("SLIDE 1 MINUTE]", "SLIDE 1 MINUTE] SAMPLE(50)"),
+             # aggregates over ROWS windows: rows_aggregate's step per partition in the shared stage (a sample,
+             # a WHERE after the window; its rows renamed, or computed items finished in Spark)
+             "rows_n": "ISTREAM(SELECT page, COUNT(*) AS n, SUM(x) AS s, MAX(x) FROM clicks [PARTITION BY page "
+                       "ROWS 5] SAMPLE(60) WHERE x > 20 GROUP BY page)",
+             "rows_h": "DSTREAM(SELECT region, AVG(x) * 2 AS a2, MIN(x) AS lo FROM clicks [PARTITION BY region "
+                       "ROWS 8] GROUP BY region)"}
     assert texts["us_3m"] != Q["us_3m"]
     g = cq.QueryGroup(spark, sources={"clicks": clicks}, checkpoint=os.path.join(tmp_dir, "ck"))
     for name, text in texts.items():
         g.add(name, text, sink=os.path.join(tmp_dir, "out", name))
     modes = {n: v["mode"] for n, v in g.queries.items()}
     assert modes == {"eu_1m": "shared", "all_5m": "shared", "us_3m": "shared", "big": "alone", "having": "shared",
-                     "changes": "shared", "eu_2m": "shared", "eu_new": "shared"}
+                     "changes": "shared", "eu_2m": "shared", "eu_new": "shared", "rows_n": "rows", "rows_h": "rows"}
     query = g.start(trigger={"availableNow": True})
     # the oracles side by side with the group (and each other)
     oracles = {name: start_alone(spark, text, clicks, tmp_dir, name) for name, text in texts.items()}
@@ -111,8 +117,8 @@ def test_each_member_equals_its_query_alone(spark, tmp_dir):
     assert query.exception() is None
     slices = {n: v["slices"] for n, v in g.queries.items()}
     assert slices == {"eu_1m": "eu_1m", "all_5m": "all_5m", "us_3m": "us_3m", "big": None, "having": "having",
-                      "changes": "changes", "eu_2m": "eu_1m", "eu_new": "eu_1m"}
-    for name in Q:
+                      "changes": "changes", "eu_2m": "eu_1m", "eu_new": "eu_1m", "rows_n": None, "rows_h": None}
+    for name in texts:
         q, out = oracles[name]
         q.awaitTermination()
         n = assert_same_rows(spark.read.parquet(os.path.join(tmp_dir, "out", name)), spark.read.parquet(out), name)

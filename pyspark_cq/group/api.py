@@ -817,7 +817,7 @@ class QueryGroup:
         spec = D.MemberSpec(key=key, name=name, text=text, kind="alone", sink=encode_sink(sink), arrow_schema=schema)
         if compiled.analysis.shape == "join":
             return _named(name, self._join_member, spec, sink, compiled, lookup)
-        if compiled.analysis.shape == "rows":
+        if compiled.analysis.shape in ("rows", "rows_aggregate"):
             return _named(name, self._rows_member, spec, sink, compiled, lookup)
         if compiled.analysis.shape == "multi_join":
             return _named(name, self._multi_join_member, spec, sink, statement, compiled, lookup)
@@ -1091,48 +1091,64 @@ class QueryGroup:
         return _Member(spec, sink, source=None, plan=compiled.plan, qos=dict(compiled.qos))
 
     def _rows_member(self, spec, sink, compiled, lookup) -> _Member:
-        """A ROWS window query (``ISTREAM`` / ``DSTREAM`` of ``SELECT … FROM s [PARTITION BY … ROWS n] …``) as a member
-        of the shared stage (:mod:`.rows`): its input as the compiler builds it (the window's own WHERE applied), the
-        rows_window operator's step over it, its stage schema (the input's columns and ``cq_at``) and its WHERE and
-        select list as the compiler's Spark SQL over them (``finish``: over a ROWS window they stay after the window).
+        """A ROWS window query (``ISTREAM`` / ``DSTREAM`` of ``SELECT … FROM s [PARTITION BY … ROWS n] …``), or an
+        aggregate over one, as a member of the shared stage (:mod:`.rows`): its input as the compiler builds it
+        (its SAMPLE and the window's own WHERE applied), the rows_window operator's step over it (for an aggregate
+        ``rows_aggregate``'s), its stage schema (the step's columns and ``cq_at``) and its WHERE and select list as
+        the compiler's Spark SQL over them (``finish``: over a ROWS window they stay after the window; an
+        aggregate's WHERE is its step's flag, its HAVING and select list the finish).
         """
         from pyspark.sql.types import StructType
 
         from ..lang import ast as A
         from ..lang.analysis import AT, _output_names
-        from ..lang.builder import _Builder, _sql
+        from ..lang.builder import _Builder, _sql, aggregate_output_sql
         from ..operators._common.metrics import arrow_schema
-        from ..operators.rows_window.driver import prepared_worker, window_schema
+        from ..operators.rows_window.driver import aggregate_step, prepared_worker, window_schema
         from ..operators.rows_window.worker import AT as ROWS_AT
         from ..operators.rows_window.worker import _RowsWorker
         from .rows import RowsMember
 
         a = compiled.analysis
         s = a.sources[0]
-        if a.subqueries or a.relations or s.node.sample is not None:
-            raise ValueError(f"query {spec.name!r}: a ROWS window over a subquery, a relation or a SAMPLE cannot run "
-                             f"in a query group yet (docs/groups.md, \"Not yet\"); run it as its own query")
+        if a.subqueries or a.relations:
+            raise ValueError(f"query {spec.name!r}: a ROWS window over a subquery or a relation cannot run in a query "
+                             f"group yet (docs/groups.md, \"Not yet\"); run it as its own query")
         b = _Builder(self.spark, a, lookup, None)
-        df, time = b.source(s)
-        w = s.window
-        parts = tuple(b.res.column_name(s.ref, c) for c in w.partition_by)
-        out_schema = window_schema(df, df.schema[time].dataType)
-        prepared, worker = prepared_worker(df, time, out_schema, _RowsWorker, w.size)
-        stage = arrow_schema(StructType([f for f in out_schema.fields if f.name not in ("cq_sign", ROWS_AT)]
-                                        + [compiled.dataframe.schema[AT]]))
-        preds = [_sql(p, b.name) for p in a.residual]
         items, plain = [], []     # plain: (output name, stage column) of an item that names a column
-        for it, oname in zip(a.select.items, _output_names(a.select)):
-            if isinstance(it.expr, A.Star):
-                items += [(f"`{c}`", c) for c in lookup[s.name].columns]
-                plain += [(c, c) for c in lookup[s.name].columns]
-            else:
-                items.append((_sql(it.expr, b.name), oname))
-                if isinstance(it.expr, A.Column):
+        if a.shape == "rows_aggregate":
+            df, time, parts, specs, out_name, where = b.rows_aggregate_inputs()
+            prepared, worker = aggregate_step(df, time, s.window.size, specs, parts, where=where,
+                                              emit=a.stream.lower())
+            stage = worker.out_schema
+            having, sql_items = aggregate_output_sql(a.select, b.name, out_name, parts, {})
+            for text, oname, it in sql_items:
+                items.append((text, oname))
+                if isinstance(it.expr, A.Call) and it.expr.is_aggregate:
+                    plain.append((oname, out_name[it.expr]))
+                elif isinstance(it.expr, A.Column):
                     plain.append((oname, b.name(it.expr)))
-        having = " AND ".join(f"({p})" for p in preds) if preds else None
+            sign = None
+        else:
+            df, time = b.source(s)
+            parts = [b.res.column_name(s.ref, c) for c in s.window.partition_by]
+            out_schema = window_schema(df, df.schema[time].dataType)
+            prepared, worker = prepared_worker(df, time, out_schema, _RowsWorker, s.window.size)
+            stage = arrow_schema(StructType([f for f in out_schema.fields if f.name not in ("cq_sign", ROWS_AT)]
+                                            + [compiled.dataframe.schema[AT]]))
+            preds = [_sql(p, b.name) for p in a.residual]
+            for it, oname in zip(a.select.items, _output_names(a.select)):
+                if isinstance(it.expr, A.Star):
+                    items += [(f"`{c}`", c) for c in lookup[s.name].columns]
+                    plain += [(c, c) for c in lookup[s.name].columns]
+                else:
+                    items.append((_sql(it.expr, b.name), oname))
+                    if isinstance(it.expr, A.Column):
+                        plain.append((oname, b.name(it.expr)))
+            having = " AND ".join(f"({p})" for p in preds) if preds else None
+            sign = 1 if a.stream == "ISTREAM" else -1
         stream = _group_name(s.name, self.sources)
-        rows = RowsMember(stream=stream, partition_by=parts, worker=worker, sign=1 if a.stream == "ISTREAM" else -1)
+        rows = RowsMember(stream=stream, partition_by=tuple(parts), worker=worker, sign=sign)
         if having is None and len(plain) == len(items):   # its stage's columns renamed: no Spark job per batch
             spec = replace(spec, kind="rows", family=stream, config=rows, select=tuple(plain))
         else:

@@ -7,6 +7,8 @@ its shared stage instead: the member's rows are routed to the group's shards by 
 per shard :func:`run_rows` splits them by partition and runs the operator's own per-partition step
 (``_RowsWorker.step``) on each with that partition's kept rows, which live in the shard's state row. Each partition
 sees the rows it sees alone in the same micro-batch, so its insertions, deletions and late rows are its query's.
+An aggregate over a ROWS window runs :func:`pyspark_cq.rows_aggregate`'s step (``_RowsAggregateWorker.step``) the
+same way.
 """
 from __future__ import annotations
 
@@ -39,8 +41,9 @@ class RowsMember:
     worker : object
         The rows_window operator's per-partition step (``_RowsWorker``, built by
         :func:`~pyspark_cq.operators.rows_window.driver.prepared_worker` over the query's input).
-    sign : int
-        +1 (``ISTREAM``: rows entering the window) or -1 (``DSTREAM``: rows leaving it), as the compiler keeps.
+    sign : int or None
+        +1 (``ISTREAM``: rows entering the window) or -1 (``DSTREAM``: rows leaving it), as the compiler keeps;
+        None for an aggregate over the window (``rows_aggregate``'s step: its rows are what it emits).
     """
 
     stream: str
@@ -71,8 +74,9 @@ def run_rows(member: RowsMember, table: pa.Table | None, held: dict | None) -> t
     -------
     tuple
         ``(rows, held, counters)``: its rows (the input's columns without the time in µs, then ``cq_at``: the rows
-        entering the window for ``sign`` +1, leaving for -1), the kept rows by partition, and its counters
-        (``state_rows`` / ``state_bytes`` over every partition the shard keeps).
+        entering the window for ``sign`` +1, leaving for -1; for ``sign`` None, an aggregate's, the step's rows),
+        the kept rows by partition, and its counters (``state_rows`` / ``state_bytes`` over every partition the
+        shard keeps).
     """
     worker = member.worker
     held = dict(held or {})
@@ -86,7 +90,8 @@ def run_rows(member: RowsMember, table: pa.Table | None, held: dict | None) -> t
             held[key] = (new_kept.num_rows, table_to_bytes(new_kept))
             for k in counters:
                 counters[k] += int(c.get(k, 0))
-            parts.append(out.filter(pc.equal(out.column(SIGN), member.sign)).drop_columns([SIGN]))
+            parts.append(out if member.sign is None else
+                         out.filter(pc.equal(out.column(SIGN), member.sign)).drop_columns([SIGN]))
     names = [f.name for f in worker.out_schema if f.name != SIGN]
     rows = pa.concat_tables(parts) if parts else pa.schema([worker.out_schema.field(n) for n in names]).empty_table()
     counters[M.OUTPUT_ROWS] = rows.num_rows

@@ -390,9 +390,22 @@ class _Builder:
 
     # -- aggregates over ROWS windows --------------------------------------------------------------
     def _rows_aggregate(self):
-
         from ..operators.rows_window import rows_aggregate
 
+        a, q = self.a, self.a.select
+        df, time, parts, specs, out_name, where = self.rows_aggregate_inputs()
+        s = a.sources[0]
+        out = rows_aggregate(df, time, s.window.size, specs, parts, where=where, emit=a.stream.lower(),
+                             name=a.operator)
+        self.operators.append((a.operator, "rows_aggregate", {"rows": s.window.size, "partition_by": parts,
+                                                              "aggs": specs, "emit": a.stream.lower()}))
+        return _aggregate_output(out, q, self.name, out_name, parts, {})
+
+    def rows_aggregate_inputs(self):
+        """An aggregate over a ROWS window's input: ``(df, time, partition_by, aggs, out_name, where)`` for
+        :func:`~pyspark_cq.rows_aggregate` (each computed argument a column ``cq_argN``, each aggregate's output
+        ``out_name[call]``, the WHERE applied after the window as ``where``).
+        """
         a, q = self.a, self.a.select
         s = a.sources[0]
         df, time = self.source(s)
@@ -416,12 +429,7 @@ class _Builder:
         where = None
         if a.residual:   # after the window: which of the window's rows the aggregates see
             where = _expr(df, " AND ".join(f"({_sql(p, name_of)})" for p in a.residual), "WHERE", a.residual[0])
-        out = rows_aggregate(df, time, s.window.size, specs, parts, where=where, emit=a.stream.lower(),
-                             name=a.operator)
-        self.operators.append((a.operator, "rows_aggregate", {"rows": s.window.size, "partition_by": parts,
-                                                              "aggs": specs, "emit": a.stream.lower()}))
-
-        return _aggregate_output(out, q, name_of, out_name, parts, {})
+        return df, time, parts, specs, out_name, where
 
     # -- windowed aggregates ----------------------------------------------------------------------
     def aggregate_inputs(self, df, name_of=None):

@@ -177,6 +177,24 @@ def rows_aggregate(df, time, rows, aggs, partition_by=(), *, where=None, emit="i
     (exact for |values| < 2**53).
     """
     ttype, partition_by, name = _checked(df, time, rows, partition_by, name)
+    base, out_schema, extra = _aggregate_input(df, ttype, aggs, partition_by, where, emit)
+    return _stateful(base, time, partition_by, name, out_schema, _RowsAggregateWorker, rows, *extra)
+
+
+def aggregate_step(df, time, rows, aggs, partition_by=(), *, where=None, emit="istream"):
+    """:func:`rows_aggregate`'s input (``df`` with the time in µs and the ``where`` flag) and its per-partition step
+    (``_RowsAggregateWorker``), checked as :func:`rows_aggregate` checks them: what a query group's shared stage
+    runs per partition for an aggregate over a ROWS window (:mod:`pyspark_cq.group.rows`).
+    """
+    ttype, partition_by, _ = _checked(df, time, rows, partition_by, None)
+    base, out_schema, extra = _aggregate_input(df, ttype, aggs, partition_by, where, emit)
+    return prepared_worker(base, time, out_schema, _RowsAggregateWorker, rows, *extra)
+
+
+def _aggregate_input(df, ttype, aggs, partition_by, where, emit):
+    """:func:`rows_aggregate`'s argument checks: ``df`` with the ``where`` flag, the output schema and the
+    step's extra arguments ``(partition_by, specs, emit)``.
+    """
     if isinstance(emit, bool) or emit not in _EMITS:
         raise ValueError(f"emit must be one of {_EMITS}, got {emit!r}")
     if isinstance(aggs, (str, bytes)) or not isinstance(aggs, (list, tuple)) or not aggs:
@@ -208,7 +226,6 @@ def rows_aggregate(df, time, rows, aggs, partition_by=(), *, where=None, emit="i
         specs.append((out, col, fn))
     base = df.withColumn(_FLAG, F.coalesce(where, F.lit(False)) if where is not None else F.lit(True))
     out_schema = T.StructType([df.schema[c] for c in partition_by] + fields + [T.StructField(AT, ttype, True)])
-    return _stateful(base, time, partition_by, name, out_schema, _RowsAggregateWorker, rows, partition_by,
-                     specs, emit)
+    return base, out_schema, (partition_by, specs, emit)
 
 

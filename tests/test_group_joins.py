@@ -124,6 +124,12 @@ JQ = {
     # a ROWS window: its partitions' last rows in the shared stage's state (tests/test_group_rows.py, pure), its
     # window's WHERE before the window, its select list naming columns (no Spark job per micro-batch)
     "r_pg": "DSTREAM(SELECT page, x AS px, ts FROM clicks [PARTITION BY page ROWS 3 WHERE region = 'eu'])",
+    # an aggregate over a join: its join a member of a join class (its own: a predicate on views too), its aggregation
+    # (the pairs at each slide instant, a tumbling window) by the micro-batch function (pyspark_cq.group.post), with
+    # a residual, a computed argument, HAVING and a computed select item
+    "ja": "RSTREAM(SELECT c.page, COUNT(*) AS n, SUM(v.y % 7) AS s, AVG(v.y) * 2 AS a2 FROM clicks c [RANGE 1 MINUTE "
+          "SLIDE 20 SECONDS] JOIN views v [RANGE 1 MINUTE SLIDE 20 SECONDS] ON c.x = v.x WHERE c.region = 'eu' "
+          "AND v.y > 2 GROUP BY c.page HAVING COUNT(*) > 1)",
 }
 
 
@@ -224,7 +230,7 @@ def test_join_members_equal_their_queries_alone_across_a_restart(spark, tmp_dir)
     g = run()
     assert {n: (v["mode"], v["join_class"]) for n, v in g.queries.items()} == {
         "agg": ("shared", None), "j_eu": ("join", "j_eu"), "j_y": ("join", "j_eu"), "j_vc": ("join", "j_vc"),
-        "o_left": ("join", "o_left"), "r_pg": ("rows", None), "m3": ("alone", None)}
+        "o_left": ("join", "o_left"), "r_pg": ("rows", None), "m3": ("alone", None), "ja": ("join", "ja")}
     assert "three or more streams" in g.queries["m3"]["why"]
     assert os.listdir(os.path.join(tmp_dir, "ck", "members"))     # its state, under the group's checkpoint
     assert g.queries["o_left"]["stream"] == "clicks LEFT JOIN views"
@@ -235,9 +241,9 @@ def test_join_members_equal_their_queries_alone_across_a_restart(spark, tmp_dir)
              for x in g._loads() if isinstance(x, JoinLoad)]
     assert joins == [("j_eu", "j_eu", "clicks", "views", 60, 60), ("j_y", "j_eu", "clicks", "views", 60, 20),
                      ("j_vc", "j_vc", "views", "clicks", 10, 10),
-                     ("o_left", "o_left", "clicks", "views", 30, 60)]
+                     ("o_left", "o_left", "clicks", "views", 30, 60), ("ja", "ja", "clicks", "views", 60, 60)]
     fixed = fixed_classes(g._loads())           # agg: no QoS range; the join classes: their band is fixed
-    assert set(fixed) == {"agg", "j_eu", "j_vc", "o_left"} and "join class" in fixed["j_vc"]
+    assert set(fixed) == {"agg", "j_eu", "j_vc", "o_left", "ja"} and "join class" in fixed["j_vc"]
     # ... and the policies see each join's class, with no QoS range (the pipes plugin costs the class once)
     plans = g.member_plans()
     assert {n: (plans[n]["slice_class"], plans[n]["qos"]) for n in ("j_eu", "j_y", "j_vc")} == {

@@ -819,6 +819,8 @@ class QueryGroup:
             return _named(name, self._join_member, spec, sink, compiled, lookup)
         if compiled.analysis.shape in ("rows", "rows_aggregate"):
             return _named(name, self._rows_member, spec, sink, compiled, lookup)
+        if compiled.analysis.shape == "join_aggregate" and len(compiled.analysis.sources) == 2:
+            return _named(name, self._join_aggregate_member, spec, sink, compiled, lookup)
         if compiled.analysis.shape == "multi_join":
             return _named(name, self._multi_join_member, spec, sink, statement, compiled, lookup)
         why = _classify(name, compiled.analysis)
@@ -1089,6 +1091,48 @@ class QueryGroup:
         having = " AND ".join(f"({p})" for p in preds) if preds else None
         spec = replace(spec, kind="join", join=join, stage_schema=stage, finish=(having, tuple(items)))
         return _Member(spec, sink, source=None, plan=compiled.plan, qos=dict(compiled.qos))
+
+    def _join_aggregate_member(self, spec, sink, compiled, lookup) -> _Member:
+        """An aggregate over a two-stream join (:mod:`.post`): its join a member of a join class of the shared stage
+        (:meth:`_join_member`: its pairs are its query's), and its aggregation, as the compiler's, over those pairs
+        in the micro-batch function: the predicates, the slide instants and the computed columns, then a tumbling
+        aggregation of the slide's width (one shard), whose rows its HAVING and select list finish.
+        """
+        from pyspark.sql import functions as F
+        from pyspark.sql.pandas.types import from_arrow_schema
+        from pyspark.sql.types import StructType
+
+        from ..lang.analysis import AT
+        from ..lang.builder import EVAL_TIME, _Builder, aggregate_output_sql, join_instants
+        from ..operators._common.metrics import arrow_schema
+        from ..operators.aggregate.driver import configure
+        from .post import JoinAggregate
+
+        a = compiled.analysis
+        member = self._join_member(spec, sink, compiled, lookup)
+        where = member.spec.finish[0]     # the join's predicates on its pairs (pushed and residual)
+        b = _Builder(self.spark, a, lookup, None)
+        keymap, _, (_, lt), (_, rt) = b._join_inputs()
+        windows = tuple(int(s.window.size.micros) for s in a.sources)
+        slide = a.sources[0].window.slide.micros
+        pairs = self.spark.createDataFrame([], from_arrow_schema(member.spec.stage_schema))
+        df = join_instants(pairs.filter(F.expr(where)) if where is not None else pairs, (lt, rt), windows, slide)
+        name_of = b._join_names(keymap)
+        view, by, aggs, out_name, grouped, _ = b.aggregate_inputs(df, name_of)
+        step = timedelta(microseconds=slide)
+        config, _, _, _ = configure(view, EVAL_TIME, step, step, by=by, aggs=aggs, granularity=step,
+                                    emit="windows" if a.stream == "RSTREAM" else "changes", shards=1,
+                                    name=f"{self.name}.{spec.name}")
+        # configured over a batch DataFrame of the pairs (their schema); it runs on a stream's, with its watermark
+        config = replace(config, mode="append", watermark=True)
+        at = {"RSTREAM": (config.out_names[1], 0), "ISTREAM": (config.out_names[0], slide),
+              "DSTREAM": (config.out_names[1], slide)}[a.stream]
+        having, items = aggregate_output_sql(a.select, name_of, out_name, by, grouped)
+        stage = arrow_schema(StructType(list(config.output_schema().fields) + [compiled.dataframe.schema[AT]]))
+        post = JoinAggregate(config=config, where=where, computed=tuple(b.computed_sql), times=(lt, rt),
+                             windows=windows, at=at, stage_schema=stage)
+        member.spec = replace(member.spec, post=post, finish=(having, tuple((t, o) for t, o, _ in items)))
+        return member
 
     def _rows_member(self, spec, sink, compiled, lookup) -> _Member:
         """A ROWS window query (``ISTREAM`` / ``DSTREAM`` of ``SELECT … FROM s [PARTITION BY … ROWS n] …``), or an
@@ -1387,7 +1431,9 @@ def _classify(name: str, a) -> str | None:
     if a.shape == "stream" and not a.subqueries:
         return "it keeps no state"
     if a.shape != "aggregate" or a.relations or a.subqueries or a.residual:
-        what = {"aggregate": "an aggregate over a relation or a subquery"}.get(a.shape, f"a {a.shape} query")
+        what = {"aggregate": "an aggregate over a relation or a subquery",
+                "join_aggregate": "an aggregate over a join of three or more streams"}.get(a.shape,
+                                                                                          f"a {a.shape} query")
         raise ValueError(f"query {name!r}: {what} cannot run in a query group yet: Spark allows one "
                          f"applyInPandasWithState per streaming query, and the group's is the shared stage of its "
                          f"windowed aggregations (docs/groups.md, \"What a group runs\"); run it as its own query")

@@ -16,6 +16,7 @@ from .. import _validate
 from ..vocabulary import metrics as M
 from . import clock as C
 from . import doc as D
+from .post import run_post
 from .sinks import deliver
 from .worker import batch_setting, stream_clocks
 
@@ -63,6 +64,10 @@ class GroupBatch:
                 continue
             parts = [pa.ipc.open_stream(p).read_all() for p in payloads.get(key, [])]
             rows = pa.concat_tables(parts) if parts else (m.stage_schema or m.arrow_schema).empty_table()
+            post = {}
+            if m.post is not None:   # an aggregate over a join: its aggregation over the pairs (.post)
+                rows, post = run_post(self.directory, df.sparkSession, rows, m, plan, batch_id)
+                m = replace(m, stage_schema=m.post.stage_schema)
             if m.finish is not None:
                 rows = finish(df.sparkSession, rows, m)
             deliver(m.sink, rows, batch_id, from_arrow_schema(m.arrow_schema), df.sparkSession, m.name)
@@ -70,6 +75,8 @@ class GroupBatch:
             entry["rows"] += rows.num_rows
             entry["batches"] += 1
             report = combine_shards([json.loads(c) for c in counters.get(key, [])])
+            for k, v in post.items():   # the join's state and the aggregation's, both the query's
+                report[k] = report.get(k, 0) + v
             report[M.OUTPUT_ROWS] = rows.num_rows   # what reached the sink (after a finish's HAVING)
             entry["history"] = [h for h in entry["history"] if h[0] != batch_id][-(HISTORY - 1):] + [[batch_id, report]]
         seen, per_stream = stream_clocks(counters)

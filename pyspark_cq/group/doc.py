@@ -90,6 +90,9 @@ class MemberSpec:
     clock_filter : object or None
         Those predicates on the projection's Arrow batches (:mod:`.predicates`), for a query that joined a running
         group whose projection lacks them.
+    post : JoinAggregate or None
+        ``kind == "join"`` of an aggregate over the join: its aggregation over the pairs, run by the micro-batch
+        function (:mod:`.post`); its ``finish`` then reads the aggregation's rows.
     """
 
     key: str
@@ -117,6 +120,7 @@ class MemberSpec:
     clock: str | None = None
     clock_mask: str | None = None
     clock_filter: object = None
+    post: object = None
 
 
 @dataclass(frozen=True)

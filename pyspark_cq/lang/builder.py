@@ -139,6 +139,34 @@ def _micros(n: int):
 EVAL_TIME = "cq_eval_time"
 
 
+def join_instants(joined, times, windows, slide: int, delay=None):
+    """An aggregate over a join's input (docs/cql.md, "Aggregates over joins"): each joined tuple of ``joined``
+    (its inputs' time columns ``times``, their windows ``windows`` in µs) once per slide instant ``e`` at which it
+    is in the joined relation (``max(t_i) < e <= min(t_i + w_i)``, on the grid of the windows' ends), with
+    :data:`EVAL_TIME` ``e - 1 µs`` (its tumbling window ``[e - s, e)``), carrying the inputs' watermark ``delay``
+    (ms) as metadata when given. Also the group's (:mod:`pyspark_cq.group.post`), on a micro-batch's pairs.
+    """
+    from pyspark.sql import functions as F
+
+    s = slide
+    # the slide instants e (on the grid o + s·Z, o = w mod s: the ends of windows [k·s, k·s + w)) at which the
+    # tuple is in every window: the first after its latest timestamp to the last at or before its first expiry
+    o = windows[0] % s
+    start = F.unix_micros(F.greatest(*[F.col(f"`{t}`") for t in times]))
+    stop = F.unix_micros(F.least(*[F.col(f"`{t}`") + _micros(w) for t, w in zip(times, windows)]))
+    first = start - F.pmod(start - F.lit(o), F.lit(s)) + F.lit(s)
+    last = stop - F.pmod(stop - F.lit(o), F.lit(s))
+    joined = joined.filter(first <= last).withColumn(
+        "cq_instant", F.explode(F.sequence(first, last, F.lit(s).cast("long"))))
+    # the instant's row lies in the tumbling window [e - s, e); the column carries the inputs' watermark
+    # delay as metadata (Spark forbids a second withWatermark after a join): a pair comes out of the join
+    # in the micro-batch its later row arrives, after every instant the aggregate has closed
+    eval_time = F.timestamp_micros(F.col("cq_instant") - 1)
+    if delay is not None:
+        eval_time = eval_time.alias(EVAL_TIME, metadata={"spark.watermarkDelayMs": delay})
+    return joined.withColumn(EVAL_TIME, eval_time).drop("cq_instant")
+
+
 def _watermark_delay(ldf, lt: str, rdf, rt: str, node):
     """The watermark delay (ms) the aggregate after a join tags its time column with: None when neither input is
     streaming, else the larger of the inputs' delays (Spark computes the watermark itself; the tag marks the
@@ -445,6 +473,8 @@ class _Builder:
         q = self.a.select
         name_of = name_of or self.name
         computed = []   # (name, Column): the columns added to df
+        #: the same as Spark SQL texts ``(name, text)``: a query group recomputes them on a micro-batch's rows
+        self.computed_sql = []
 
         # SELECT DISTINCT without aggregates is a GROUP BY of the select list; without aggregates a constant
         # one (MAX(1)) is computed, whose value changes only when a group appears or leaves, so ISTREAM /
@@ -459,6 +489,7 @@ class _Builder:
             else:   # GROUP BY an expression: computed as a column before the aggregation
                 col = f"{self.prefix}cq_g{i + 1}"
                 computed.append((col, _expr(df, _sql(g, name_of), f"GROUP BY {to_text(g)}", g)))
+                self.computed_sql.append((col, _sql(g, name_of)))
                 df = df.withColumn(*computed[-1])
             grouped[_unqualified(g)] = col
             if col not in by:
@@ -469,6 +500,7 @@ class _Builder:
         calls = [c for it in q.items for c in _aggregates(it.expr)] + (_aggregates(q.having) if q.having else [])
         if not calls:   # DISTINCT, or GROUP BY without aggregates (SQL's other spelling of it)
             computed.append((f"{self.prefix}cq_one", F.lit(1)))
+            self.computed_sql.append((computed[-1][0], "1"))
             df = df.withColumn(*computed[-1])
             aggs[computed[-1][0]] = ["max"]
         for call in calls:
@@ -487,6 +519,7 @@ class _Builder:
                 extra += 1
                 col = f"{self.prefix}cq_arg{extra}"
                 computed.append((col, _expr(df, _sql(arg, name_of), f"the argument of {to_text(call)}", arg)))
+                self.computed_sql.append((col, _sql(arg, name_of)))
                 df = df.withColumn(*computed[-1])
             if fn not in aggs.setdefault(col, []):
                 aggs[col].append(fn)
@@ -705,24 +738,8 @@ class _Builder:
             (joined, times, delay), keymap = self._spark_chain_join(), {}
         ws = [src.window.size.micros for src in a.sources]
         s = a.sources[0].window.slide.micros
-        us = _micros
         joined = self._filter(joined, a.residual, self._join_names(keymap))
-        # the slide instants e (on the grid o + s·Z, o = w mod s: the ends of windows [k·s, k·s + w)) at which the
-        # tuple is in every window: the first after its latest timestamp to the last at or before its first expiry
-        o = ws[0] % s
-        start = F.unix_micros(F.greatest(*[F.col(f"`{t}`") for t in times]))
-        stop = F.unix_micros(F.least(*[F.col(f"`{t}`") + us(w) for t, w in zip(times, ws)]))
-        first = start - F.pmod(start - F.lit(o), F.lit(s)) + F.lit(s)
-        last = stop - F.pmod(stop - F.lit(o), F.lit(s))
-        joined = joined.filter(first <= last).withColumn(
-            "cq_instant", F.explode(F.sequence(first, last, F.lit(s).cast("long"))))
-        # the instant's row lies in the tumbling window [e - s, e); the column carries the inputs' watermark
-        # delay as metadata (Spark forbids a second withWatermark after a join): a pair comes out of the join
-        # in the micro-batch its later row arrives, after every instant the aggregate has closed
-        eval_time = F.timestamp_micros(F.col("cq_instant") - 1)
-        if delay is not None:
-            eval_time = eval_time.alias(EVAL_TIME, metadata={"spark.watermarkDelayMs": delay})
-        df = joined.withColumn(EVAL_TIME, eval_time).drop("cq_instant")
+        df = join_instants(joined, times, ws, s, delay)
         name_of = self._join_names(keymap)
         df, by, aggs, out_name, grouped, _ = self.aggregate_inputs(df, name_of)
         step = timedelta(microseconds=s)

@@ -101,6 +101,21 @@ def test_join_watermark_is_the_minimum_of_the_streams_seen_and_never_goes_back()
     assert join_watermark_ms(clocks, 3, streams, delays) == 145_000
 
 
+def test_an_aggregate_after_a_join_sees_the_joins_output_watermark_and_its_state_by_batch(tmp_path):
+    """Spark's output watermark of the window join (its smaller state watermark: input watermark minus the wider
+    window, truncated to ms), and the aggregation's state versions: a micro-batch reads the newest before it."""
+    from pyspark_cq.group.post import _load, _save, join_output_watermark_ms
+
+    assert join_output_watermark_ms(100_000, (60 * S, 20 * S)) == 40_000
+    assert join_output_watermark_ms(100_000, (1_500, 2_500)) == 99_997     # (100,000,000 − 2,500) / 1,000
+    store = str(tmp_path / "post")
+    assert _load(store, 0) is None
+    for b in range(4):
+        _save(store, b, ("state", b))
+    assert _load(store, 3) == ("state", 2) and _load(store, 4) == ("state", 3)   # a batch run again: the same
+    assert sorted(os.listdir(store)) == ["2.pkl", "3.pkl"]                      # older versions dropped
+
+
 # ---- Spark, end to end: each member's sink against its query alone (cq.cql) --------------------------------------
 
 VIEWS = "ts timestamp, page string, x long, y long"

@@ -301,6 +301,17 @@ def test_bad_input_names_the_query_and_disturbs_nothing(spark, tmp_dir):
         g2.add("m2", "ISTREAM(SELECT clicks.page FROM clicks [RANGE 1 MINUTE] JOIN views [RANGE 1 MINUTE] "
                      "ON clicks.page = views.vpage LEFT JOIN more [RANGE 1 MINUTE] ON clicks.page = more.vpage)",
                sink=os.path.join(tmp_dir, "m2"))
+    # an aggregate over a join of two streams: its join in a join class, its aggregation in the micro-batch function
+    # (tests/test_group_joins.py); over three, not yet
+    over = "[RANGE 1 MINUTE SLIDE 30 SECONDS]"
+    g2.add("ja", f"RSTREAM(SELECT clicks.page, COUNT(*) AS n FROM clicks {over} JOIN views {over} ON clicks.page = "
+                 f"views.vpage GROUP BY clicks.page)", sink=os.path.join(tmp_dir, "ja"))
+    assert g2.queries["ja"]["mode"] == "join"
+    with pytest.raises(ValueError, match="query 'ma': an aggregate over a join of three or more streams cannot run "
+                                         "in a query group yet"):
+        g2.add("ma", f"RSTREAM(SELECT clicks.page, COUNT(*) AS n FROM clicks {over} JOIN views {over} ON clicks.page "
+                     f"= views.vpage JOIN more {over} ON clicks.page = more.vpage GROUP BY clicks.page)",
+               sink=os.path.join(tmp_dir, "ma"))
     with pytest.raises(TypeError, match="query 'f': sink must be"):
         g.add("f", Q["all_5m"], sink=42)
     with pytest.raises(TypeError, match="query must be CQL text"):

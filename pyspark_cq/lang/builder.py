@@ -162,9 +162,10 @@ def join_instants(joined, times, windows, slide: int, delay=None):
     # delay as metadata (Spark forbids a second withWatermark after a join): a pair comes out of the join
     # in the micro-batch its later row arrives, after every instant the aggregate has closed
     eval_time = F.timestamp_micros(F.col("cq_instant") - 1)
-    if delay is not None:
-        eval_time = eval_time.alias(EVAL_TIME, metadata={"spark.watermarkDelayMs": delay})
-    return joined.withColumn(EVAL_TIME, eval_time).drop("cq_instant")
+    eval_time = (eval_time.alias(EVAL_TIME, metadata={"spark.watermarkDelayMs": delay}) if delay is not None
+                 else eval_time.alias(EVAL_TIME))
+    # select, not withColumn: Spark Connect's withColumn drops the metadata
+    return joined.select("*", eval_time).drop("cq_instant")
 
 
 def _watermark_delay(ldf, lt: str, rdf, rt: str, node):

@@ -44,6 +44,7 @@ class GroupBatch:
 
     def __init__(self, directory: str):
         self.directory = directory
+        self._query = None   # the group's Spark query id, read once (it stays with the checkpoint)
 
     def __call__(self, df, batch_id: int):
         """Deliver micro-batch ``batch_id`` (``df``: the group's output rows) and apply the queued changes."""
@@ -103,9 +104,10 @@ class GroupBatch:
                     # group's query: the group clock, not its query's alone; it computes that of its own streams
                     # from the rows it reads, as Spark does for the query alone
                     OWN_WATERMARK_PROPERTY: "true"}
-        query = _query_id(self.directory)
-        if query is not None:
-            settings[_validate.QUERY_ID_SETTING] = query
+        if self._query is None:
+            self._query = _query_id(self.directory)
+        if self._query is not None:
+            settings[_validate.QUERY_ID_SETTING] = self._query
         for k, v in settings.items():
             session.conf.set(k, v)
         try:

@@ -22,7 +22,8 @@ __all__ = ["CLOCK_BASE_MS", "KEEP", "to_ms", "filtered", "filtered_delays", "lat
 #: query watermark under the ``max`` policy.
 CLOCK_BASE_MS = 32_503_680_000_000
 #: Clock entries kept: a micro-batch Spark runs again needs only the entry before it (the entries are written
-#: only when a stream's largest event time grows, and at most the re-run batch's own entry is newer).
+#: only when a stream's largest event time grows, and at most the re-run batch's own entry is newer); and the entry
+#: before each stream's first (:func:`record`).
 KEEP = 4
 
 
@@ -63,7 +64,11 @@ def record(clocks, batch_id: int, maxima: dict) -> tuple:
     """``clocks`` (``((batch id, {stream: largest event time ms}), ...)``, cumulative, oldest first) after
     micro-batch ``batch_id`` saw the largest event times ``maxima`` (ms, streams without rows absent).
 
-    A micro-batch Spark runs again replaces its own entry; nothing is added when no stream's time grew.
+    A micro-batch Spark runs again replaces its own entry; nothing is added when no stream's time grew. Kept: the
+    last :data:`KEEP` entries, and each entry followed by one with a stream more. A query joining several streams
+    alone has, until all have had rows, the watermark of those that had, and Spark never lowers it when a slower
+    stream arrives (``WatermarkTracker``); that entry is where it reached its highest before the stream arrived
+    (:func:`~.joins.join_watermark_ms`), however many micro-batches ago.
     """
     clocks = tuple((b, m) for b, m in clocks if b < batch_id)
     prior = latest(clocks, None)
@@ -73,7 +78,9 @@ def record(clocks, batch_id: int, maxima: dict) -> tuple:
             now[stream] = int(t)
     if now == prior:
         return clocks
-    return (clocks + ((batch_id, now),))[-KEEP:]
+    clocks += ((batch_id, now),)
+    return tuple(c for i, c in enumerate(clocks)
+                 if i >= len(clocks) - KEEP or (i + 1 < len(clocks) and set(clocks[i + 1][1]) > set(c[1])))
 
 
 def watermarks(clocks, batch_id: int | None, delays: dict) -> dict:
@@ -132,7 +139,7 @@ def stream_times(clocks, delays: dict, max_time_us: int | None = None) -> dict:
     out = {}
     for s, d in delays.items():
         steps, prev = [], None
-        for _, maxima in clocks:
+        for _, maxima in clocks[-KEEP:]:   # consecutive entries (an older one kept by record is not)
             t = maxima.get(s)
             if t is not None and prev is not None and t > prev:
                 steps.append((t - prev) / 1e3)

@@ -114,16 +114,22 @@ def test_join_watermark_is_the_minimum_of_the_streams_seen_and_never_goes_back()
 def test_an_aggregate_after_a_join_sees_the_joins_output_watermark_and_its_state_by_batch(tmp_path):
     """Spark's output watermark of the window join (its smaller state watermark: input watermark minus the wider
     window, truncated to ms), and the aggregation's state versions: a micro-batch reads the newest before it."""
-    from pyspark_cq.group.post import _load, _save, join_output_watermark_ms
+    from pyspark_cq.group.post import join_output_watermark_ms
+    from pyspark_cq.operators._common.batch_versions import BatchVersions, parse_version
+    from pyspark_cq.operators._common.state_files import StateFiles
 
     assert join_output_watermark_ms(100_000, (60 * S, 20 * S)) == 40_000
     assert join_output_watermark_ms(100_000, (1_500, 2_500)) == 99_997     # (100,000,000 − 2,500) / 1,000
-    store = str(tmp_path / "post")
-    assert _load(store, 0) is None
+    files = StateFiles(str(tmp_path / "post"))     # as run_post keeps the aggregation's state
+
+    def load(b):
+        return BatchVersions(files, (0,), "q", b, "ja").value
+
+    assert load(0) is None
     for b in range(4):
-        _save(store, b, ("state", b))
-    assert _load(store, 3) == ("state", 2) and _load(store, 4) == ("state", 3)   # a batch run again: the same
-    assert sorted(os.listdir(store)) == ["2.pkl", "3.pkl"]                      # older versions dropped
+        BatchVersions(files, (0,), "q", b, "ja").save(("state", b))
+    assert load(3) == ("state", 2) and load(4) == ("state", 3)                 # a batch run again: the same
+    assert sorted(parse_version(n) for n in files.names((0,))) == [2, 3]       # older versions dropped
 
 
 # ---- Spark, end to end: each member's sink against its query alone (cq.cql) --------------------------------------

@@ -67,7 +67,7 @@ class GroupBatch:
             rows = pa.concat_tables(parts) if parts else (m.stage_schema or m.arrow_schema).empty_table()
             post = {}
             if m.post is not None:   # an aggregate over a join: its aggregation over the pairs (.post)
-                rows, post = run_post(self.directory, df.sparkSession, rows, m, plan, batch_id)
+                rows, post = run_post(self.directory, df.sparkSession, rows, m, plan, batch_id, self._query or "")
                 m = replace(m, stage_schema=m.post.stage_schema)
             if m.finish is not None:
                 rows = finish(df.sparkSession, rows, m)

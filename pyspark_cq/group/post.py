@@ -16,7 +16,6 @@ micro-batch run again reads what its first run read: nothing lost, nothing twice
 from __future__ import annotations
 
 import os
-import pickle
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -59,10 +58,13 @@ class JoinAggregate:
     stage_schema: object
 
 
-def run_post(directory: str, session, pairs: pa.Table, m, plan, batch_id: int) -> tuple[pa.Table, dict]:
+def run_post(directory: str, session, pairs: pa.Table, m, plan, batch_id: int, query: str) -> tuple[pa.Table, dict]:
     """Member ``m``'s aggregation over its pairs of micro-batch ``batch_id``: its rows in ``m.post.stage_schema``
-    and the step's counters. The state: the newest version before ``batch_id``, saved as ``batch_id``.
+    and the step's counters. The state: the newest version before ``batch_id``, saved as ``batch_id``
+    (:class:`~pyspark_cq.operators._common.batch_versions.BatchVersions`, of the group's Spark query ``query``).
     """
+    from ..operators._common.batch_versions import BatchVersions
+    from ..operators._common.state_files import StateFiles
     from ..operators.aggregate.shard import run_shard
     from .joins import join_watermark_ms
     from .worker import join_class_id
@@ -74,15 +76,15 @@ def run_post(directory: str, session, pairs: pa.Table, m, plan, batch_id: int) -
     wm_ms = join_output_watermark_ms(join_watermark_ms(plan.clocks, batch_id, tuple(dict.fromkeys(sides)),
                                                        side_delays), post.windows)
     table, counts = _slices(session, pairs, m)
-    store = os.path.join(directory, "post", m.key)
-    result = run_shard(post.config, table, _load(store, batch_id), wm_ms * 1000, None, counts)
-    _save(store, batch_id, result.state)
+    versions = BatchVersions(StateFiles(os.path.join(directory, "post", m.key)), (0,), query, batch_id,
+                             f"query {m.name!r}")
+    result = run_shard(post.config, table, versions.value, wm_ms * 1000, None, counts)
+    versions.save(result.state)
     out = result.output
     col, add = post.at
-    at_type = post.stage_schema.field(len(post.stage_schema) - 1).type
-    at = pc.add(out.column(col).cast(pa.timestamp("us", tz=getattr(at_type, "tz", None))).cast(pa.int64()),
-                pa.scalar(add, pa.int64()))
-    rows = out.append_column(post.stage_schema.names[-1], at.cast(pa.timestamp("us", tz=getattr(at_type, "tz", None))))
+    us = pa.timestamp("us", tz=getattr(post.stage_schema.field(len(post.stage_schema) - 1).type, "tz", None))
+    at = pc.add(out.column(col).cast(us).cast(pa.int64()), pa.scalar(add, pa.int64())).cast(us)
+    rows = out.append_column(post.stage_schema.names[-1], at)
     rows = pa.Table.from_arrays([c.cast(f.type) for c, f in zip(rows.columns, post.stage_schema)],
                                 schema=post.stage_schema)
     counters = {k: result.metrics[k] for k in (M.LATE_ROWS, M.STATE_ROWS, M.STATE_BYTES, M.EVICTED_ROWS)}
@@ -127,27 +129,3 @@ def _slices(session, pairs: pa.Table, m) -> tuple[pa.Table, tuple[int, int]]:
     packed = [b.to_pandas() for b in slicer(iter(rows.to_batches() if rows is not None else [])) if b.num_rows]
     return unpack_slices(config.slices_arrow_schema(), packed)
 
-
-def _load(store: str, batch_id: int):
-    """The state saved by the newest micro-batch before ``batch_id`` (None: none)."""
-    try:
-        versions = [int(n[:-4]) for n in os.listdir(store) if n.endswith(".pkl")]
-    except FileNotFoundError:
-        return None
-    before = [v for v in versions if v < batch_id]
-    if not before:
-        return None
-    with open(os.path.join(store, f"{max(before)}.pkl"), "rb") as f:
-        return pickle.load(f)
-
-
-def _save(store: str, batch_id: int, state) -> None:
-    """Save ``state`` as ``batch_id``'s (atomically); drop the versions a run again of ``batch_id`` no longer reads."""
-    os.makedirs(store, exist_ok=True)
-    tmp = os.path.join(store, f".{batch_id}.tmp")
-    with open(tmp, "wb") as f:
-        pickle.dump(state, f)
-    os.replace(tmp, os.path.join(store, f"{batch_id}.pkl"))
-    for n in os.listdir(store):
-        if n.endswith(".pkl") and int(n[:-4]) < batch_id - 1:
-            os.remove(os.path.join(store, n))
